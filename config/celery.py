@@ -1,0 +1,11 @@
+"""The Celery application. Workers start with ``celery -A config worker``."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+
+app = Celery("messagecenter")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,219 @@
+"""Settings shared by every environment.
+
+Everything configurable comes from the environment through one ``environ.Env``.
+When ``DATABASE_URL``, ``REDIS_URL`` or ``CELERY_BROKER_URL`` are unset the
+project runs on embedded defaults: a SQLite file, an in-process fakeredis
+server (with Lua through lupa) and eager Celery tasks, so it starts on a
+machine with nothing but Python.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env("SECRET_KEY", default="dev-insecure-secret-key-change-me-0123456789abcdef")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "core",
+    "notices",
+    "messagecenter",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "core.middleware.RequestSizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+# PostgreSQL (psycopg 3) when DATABASE_URL is set, else a SQLite file.
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis ------------------------------------------------------------------
+# The read model and Django's cache share django-redis's "default" alias.
+# Short timeouts and no retry loop: redis-py's defaults (5 s timeouts plus
+# retries) hang a request for about a minute when Redis is dead.
+REDIS_URL: str = env("REDIS_URL", default="")
+REDIS_EMBEDDED = not REDIS_URL
+REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)
+
+
+def _redis_cache(url: str) -> dict[str, Any]:
+    pool_kwargs: dict[str, Any] = {
+        "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "retry_on_timeout": False,
+        "health_check_interval": 30,
+    }
+    if not url:
+        from core.embedded import fake_pool_kwargs
+
+        url = "redis://embedded:6379/0"
+        pool_kwargs = fake_pool_kwargs()
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": url,
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "CONNECTION_POOL_KWARGS": pool_kwargs,
+            # Django's own cache (throttles, cached sessions) fails open when
+            # Redis is down; the read model uses the raw client and handles
+            # RedisError itself.
+            "IGNORE_EXCEPTIONS": True,
+        },
+    }
+
+
+CACHES = {"default": _redis_cache(REDIS_URL)}
+DJANGO_REDIS_IGNORE_EXCEPTIONS = True
+DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
+
+# Sessions live in the database with a cache in front: cache-only sessions
+# cannot even be created while Redis is down.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
+# --- Celery -----------------------------------------------------------------
+CELERY_BROKER_URL: str = env("CELERY_BROKER_URL", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {}
+
+# --- Auth, i18n, static -------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+MEDIA_URL = "media/"
+MEDIA_ROOT = env.path("MEDIA_ROOT", default=str(BASE_DIR / "media"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Bodies above this size are refused with 413 before any parsing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
+
+# --- REST -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    # Token first: its WWW-Authenticate header makes missing credentials a 401.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "core.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env("THROTTLE_ANON", default="60/min"),
+        "user": env("THROTTLE_USER", default="1200/min"),
+    },
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Message centre API",
+    "DESCRIPTION": "Announcements, bulletins, messages and notifications for millions of users.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- The message centre's own tunables (MESSAGECENTER_*) ------------------------
+MESSAGECENTER_KEY_PREFIX: str = env("MESSAGECENTER_KEY_PREFIX", default="mc:")
+MESSAGECENTER_PUSH_THRESHOLD: int = env.int("MESSAGECENTER_PUSH_THRESHOLD", default=5000)
+MESSAGECENTER_PAGE_SIZE: int = env.int("MESSAGECENTER_PAGE_SIZE", default=20)
+MESSAGECENTER_MAX_PAGE_SIZE: int = env.int("MESSAGECENTER_MAX_PAGE_SIZE", default=100)
+MESSAGECENTER_BITMAP_CHUNK_USERS: int = env.int("MESSAGECENTER_BITMAP_CHUNK_USERS", default=2**20)
+MESSAGECENTER_MAX_USER_ID: int = env.int("MESSAGECENTER_MAX_USER_ID", default=2**32 - 1)
+MESSAGECENTER_FANOUT_CHUNK: int = env.int("MESSAGECENTER_FANOUT_CHUNK", default=1000)
+MESSAGECENTER_DETAIL_TTL: int = env.int("MESSAGECENTER_DETAIL_TTL", default=60 * 60 * 24 * 30)
+MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", default=60 * 60 * 24 * 7)
+MESSAGECENTER_INBOX_MAX_ITEMS: int = env.int("MESSAGECENTER_INBOX_MAX_ITEMS", default=10000)
+MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
+MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,38 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+import core.urls
+import messagecenter.urls
+import notices.urls
+from core import views as core_views
+from core.apis import HealthApi
+
+api_v1 = [
+    *core.urls.api_urlpatterns,
+    *notices.urls.api_urlpatterns,
+    *messagecenter.urls.api_urlpatterns,
+]
+
+urlpatterns = [
+    path("", core_views.home, name="home"),
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", HealthApi.as_view(), name="healthz"),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("", include((notices.urls.page_urlpatterns, "notices"))),
+    path("", include((messagecenter.urls.page_urlpatterns, "messagecenter"))),
+]
+
+handler400 = "core.views.bad_request"
+handler403 = "core.views.forbidden"
+handler404 = "core.views.not_found"
+handler500 = "core.views.server_error"
+
+admin.site.site_header = "Message centre administration"
+admin.site.site_title = "Message centre"

@@ -1,0 +1,124 @@
+"""REST adapters of the core app: token, platforms, health."""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
+from redis.exceptions import RedisError
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core import keys
+from core.openapi import ERRORS
+from core.permissions import IsOperator
+from core.platforms import ALL_PLATFORMS
+from core.redis import get_redis
+from core.services import user_set_platforms
+
+
+class TokenObtainApi(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    class InputSerializer(serializers.Serializer):
+        username = serializers.CharField()
+        password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+
+    class OutputSerializer(serializers.Serializer):
+        token = serializers.CharField()
+
+    @extend_schema(
+        operation_id="auth_token_obtain",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **ERRORS(400)},
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+        return Response({"token": token.key})
+
+
+class UserPlatformsApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("core.change_userplatform",)
+
+    class InputSerializer(serializers.Serializer):
+        platforms = serializers.ListField(
+            child=serializers.ChoiceField(choices=ALL_PLATFORMS), allow_empty=False, max_length=len(ALL_PLATFORMS) * 4
+        )
+
+    class OutputSerializer(serializers.Serializer):
+        user_id = serializers.CharField()
+        platforms = serializers.ListField(child=serializers.CharField())
+
+    @extend_schema(
+        operation_id="manage_user_platforms_set",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **ERRORS(400, 401, 403, 404)},
+    )
+    def put(self, request: Request, user_id: int) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = get_object_or_404(get_user_model(), pk=user_id)
+        platforms = user_set_platforms(user=user, platforms=serializer.validated_data["platforms"])
+        return Response(self.OutputSerializer({"user_id": str(user.pk), "platforms": platforms}).data)
+
+
+def health_status() -> tuple[dict[str, str], int]:
+    """PostgreSQL must answer; Redis may be down (the project serves degraded)."""
+    body = {"status": "ok", "database": "ok", "redis": "ok"}
+    code: int = status.HTTP_200_OK
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception:
+        body["status"], body["database"], code = "error", "down", status.HTTP_503_SERVICE_UNAVAILABLE
+    try:
+        client = get_redis()
+        client.set(keys.health_probe(), "1", ex=60)
+        client.get(keys.health_probe())
+    except RedisError:
+        body["redis"] = "down"
+    return body, code
+
+
+class HealthApi(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="healthz",
+        responses={
+            200: inline_serializer(
+                "Health",
+                {
+                    "status": serializers.CharField(),
+                    "database": serializers.CharField(),
+                    "redis": serializers.CharField(),
+                },
+            ),
+            503: inline_serializer(
+                "HealthDown",
+                {
+                    "status": serializers.CharField(),
+                    "database": serializers.CharField(),
+                    "redis": serializers.CharField(),
+                },
+            ),
+        },
+        auth=[],
+    )
+    def get(self, request: Request) -> Response:
+        body, code = health_status()
+        return Response(body, status=code)

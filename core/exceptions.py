@@ -1,0 +1,54 @@
+"""The domain's error family. Services raise these; the API's exception
+handler renders them as the envelope of API.md, pages as form errors."""
+
+from typing import Any
+
+
+class ApplicationError(Exception):
+    """Base of every domain error: a stable ``code``, a human ``message``."""
+
+    status_code = 400
+    code = "invalid"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.fields = fields
+
+
+class ValidationFailed(ApplicationError):
+    status_code = 400
+    code = "invalid"
+
+
+class NotFound(ApplicationError):
+    """Absent, or not addressed to the caller: the two are never told apart."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class PermissionDenied(ApplicationError):
+    status_code = 403
+    code = "permission_denied"
+
+
+class Conflict(ApplicationError):
+    status_code = 409
+    code = "conflict"
+
+
+class LimitExceeded(ApplicationError):
+    """A value outside what the read model supports (for example a bitmap
+    offset past 2^32 - 1): refused before it reaches Redis."""
+
+    status_code = 400
+    code = "out_of_range"

@@ -1,0 +1,64 @@
+"""Read use cases of the core app."""
+
+import logging
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count
+from redis.exceptions import RedisError
+
+from core import keys
+from core.models import Platform, UserPlatform
+from core.platforms import ALL_PLATFORMS, default_platforms
+from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
+
+PLATFORM_CACHE_TTL = 60 * 60 * 24
+
+
+def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
+    stored = set(UserPlatform.objects.filter(user_id=user_id).values_list("platform", flat=True))
+    if not stored:
+        # Users created in bulk (imports, benchmarks) have no rows: the default rule applies.
+        return default_platforms(is_staff=is_staff)
+    return [p for p in ALL_PLATFORMS if p in stored]
+
+
+def user_platforms(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
+    """The user's platforms in a fixed order, from the Redis cache when it has them.
+
+    Announcement reads happen on every inbox request, so this stays off
+    PostgreSQL; the cache is dropped whenever a membership changes.
+    """
+    if not user.is_authenticated:
+        return []
+    user_id = int(user.pk)
+    key = keys.user_platforms(user_id)
+    try:
+        cached = get_redis().get(key)
+    except RedisError:
+        logger.warning("redis unavailable; reading platforms of user %s from the database", user_id)
+        return _platforms_from_db(user_id=user_id, is_staff=bool(getattr(user, "is_staff", False)))
+    if cached is not None:
+        return [p for p in cached.decode().split(",") if p]
+    platforms = _platforms_from_db(user_id=user_id, is_staff=bool(getattr(user, "is_staff", False)))
+    try:
+        get_redis().set(key, ",".join(platforms), ex=PLATFORM_CACHE_TTL)
+    except RedisError:
+        pass
+    return platforms
+
+
+def platform_user_counts() -> dict[str, int]:
+    """How many users each platform has (for read ratios), the default rule included."""
+    counts = dict.fromkeys(ALL_PLATFORMS, 0)
+    for row in UserPlatform.objects.values("platform").annotate(n=Count("user_id", distinct=True)):
+        counts[row["platform"]] = row["n"]
+    without_rows = (
+        get_user_model().objects.filter(platform_memberships__isnull=True).values("is_staff").annotate(n=Count("pk"))
+    )
+    for staff_row in without_rows:
+        platform = Platform.OPERATOR if staff_row["is_staff"] else Platform.USER
+        counts[platform.value] += staff_row["n"]
+    return counts

@@ -1,0 +1,49 @@
+"""Write use cases of the core app."""
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from core.exceptions import ValidationFailed
+from core.models import UserPlatform
+from core.platforms import ALL_PLATFORMS
+
+
+def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
+    """Replace the user's platforms; returns them in canonical order.
+
+    A user is always on at least one platform. The Redis cache of the user's
+    platforms is dropped after commit by the signal receivers.
+    """
+    wanted = list(dict.fromkeys(platforms))
+    unknown = [p for p in wanted if p not in ALL_PLATFORMS]
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown platform(s): {', '.join(map(str, unknown))}.",
+            fields={"platforms": [f"Choose from {', '.join(ALL_PLATFORMS)}."]},
+        )
+    if not wanted:
+        raise ValidationFailed(
+            "A user must be on at least one platform.",
+            fields={"platforms": ["This list may not be empty."]},
+        )
+    with transaction.atomic():
+        current = set(UserPlatform.objects.filter(user=user).values_list("platform", flat=True))
+        removed = current - set(wanted)
+        if removed:
+            for membership in UserPlatform.objects.filter(user=user, platform__in=removed):
+                membership.delete()  # one by one, so post_delete receivers see each
+        for platform in wanted:
+            if platform not in current:
+                UserPlatform.objects.create(user=user, platform=platform)
+    return [p for p in ALL_PLATFORMS if p in wanted]
+
+
+def user_ensure_default_platform(*, user: User) -> None:
+    """Give a new user the default platform (operator for staff, user otherwise)."""
+    from core.platforms import default_platforms
+
+    if not UserPlatform.objects.filter(user=user).exists():
+        for platform in default_platforms(is_staff=bool(getattr(user, "is_staff", False))):
+            UserPlatform.objects.get_or_create(user=user, platform=platform)

@@ -1,0 +1,10 @@
+from django.urls import path
+
+from core import apis
+
+app_name = "core"
+
+api_urlpatterns = [
+    path("auth/token/", apis.TokenObtainApi.as_view(), name="auth-token"),
+    path("manage/users/<int:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
+]

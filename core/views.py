@@ -1,0 +1,44 @@
+"""Page adapters of the core app and the project's error handlers."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+
+from core.api.exception_handler import error_body
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    try:
+        return redirect(reverse("messagecenter:inbox"))
+    except NoReverseMatch:
+        return render(request, "core/home.html")
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/") or request.path == "/healthz"
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("not_found", "Not found."), status=404)
+    return render(request, "404.html", status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("server_error", "Something went wrong on our side."), status=500)
+    return render(request, "500.html", status=500)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("bad_request", "Bad request."), status=400)
+    return render(request, "400.html", status=400)
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("permission_denied", "Not allowed."), status=403)
+    return render(request, "403.html", status=403)

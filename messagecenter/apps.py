@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class MessagecenterConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "messagecenter"
+    verbose_name = "Message centre"
