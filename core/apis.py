@@ -15,11 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core import keys
+from core import readmodel
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
-from core.redis import get_redis
+from core.selectors import user_platforms
 from core.services import user_set_platforms
 
 
@@ -45,6 +45,27 @@ class TokenObtainApi(APIView):
         serializer.is_valid(raise_exception=True)
         token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
         return Response({"token": token.key})
+
+
+class MeApi(APIView):
+    """The signed-in user: who they are and which platforms they are on."""
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.CharField()
+        username = serializers.CharField()
+        is_staff = serializers.BooleanField()
+        platforms = serializers.ListField(child=serializers.CharField())
+
+    @extend_schema(operation_id="me", responses={200: OutputSerializer, **ERRORS(401)})
+    def get(self, request: Request) -> Response:
+        user = request.user
+        data = {
+            "id": str(user.pk),
+            "username": user.get_username(),
+            "is_staff": user.is_staff,
+            "platforms": user_platforms(user=user),
+        }
+        return Response(self.OutputSerializer(data).data)
 
 
 class UserPlatformsApi(APIView):
@@ -84,9 +105,7 @@ def health_status() -> tuple[dict[str, str], int]:
     except Exception:
         body["status"], body["database"], code = "error", "down", status.HTTP_503_SERVICE_UNAVAILABLE
     try:
-        client = get_redis()
-        client.set(keys.health_probe(), "1", ex=60)
-        client.get(keys.health_probe())
+        readmodel.health_probe()
     except RedisError:
         body["redis"] = "down"
     return body, code

@@ -32,6 +32,11 @@ def auth_token(token_key: str) -> str:
     return _key("auth", "token", token_key)
 
 
+def auth_user(user_id: int) -> str:
+    """string: JSON of the fields authentication needs for a user (cache of PostgreSQL)."""
+    return _key("auth", "user", user_tag(user_id))
+
+
 def health_probe() -> str:
     """string: written and read by /healthz."""
     return _key("healthz")

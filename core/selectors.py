@@ -7,14 +7,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count
 from redis.exceptions import RedisError
 
-from core import keys
+from core import readmodel
 from core.models import Platform, UserPlatform
 from core.platforms import ALL_PLATFORMS, default_platforms
-from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
-
-PLATFORM_CACHE_TTL = 60 * 60 * 24
 
 
 def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
@@ -34,17 +31,17 @@ def user_platforms(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
     if not user.is_authenticated:
         return []
     user_id = int(user.pk)
-    key = keys.user_platforms(user_id)
+    is_staff = bool(getattr(user, "is_staff", False))
     try:
-        cached = get_redis().get(key)
+        cached = readmodel.platforms_get(user_id=user_id)
     except RedisError:
         logger.warning("redis unavailable; reading platforms of user %s from the database", user_id)
-        return _platforms_from_db(user_id=user_id, is_staff=bool(getattr(user, "is_staff", False)))
+        return _platforms_from_db(user_id=user_id, is_staff=is_staff)
     if cached is not None:
-        return [p for p in cached.decode().split(",") if p]
-    platforms = _platforms_from_db(user_id=user_id, is_staff=bool(getattr(user, "is_staff", False)))
+        return cached
+    platforms = _platforms_from_db(user_id=user_id, is_staff=is_staff)
     try:
-        get_redis().set(key, ",".join(platforms), ex=PLATFORM_CACHE_TTL)
+        readmodel.platforms_set(user_id=user_id, platforms=platforms)
     except RedisError:
         pass
     return platforms

@@ -1,5 +1,11 @@
-"""Receivers that mirror committed platform changes into Redis."""
+"""Receivers that mirror committed changes into the core read model.
 
+They only drop cache entries, after commit: the next read rebuilds them from
+PostgreSQL. A Redis failure here leaves an entry that its TTL ends.
+"""
+
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -7,22 +13,25 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from redis.exceptions import RedisError
+from rest_framework.authtoken.models import Token
 
-from core import keys
+from core import readmodel
 from core.models import UserPlatform
-from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
 
 
-def _drop_platform_cache(user_id: int) -> None:
-    try:
-        get_redis().delete(keys.user_platforms(user_id))
-    except RedisError:
-        # The cache has a TTL; a stale entry ends with it. Issue-level
-        # reliability (outbox replay) covers this path too.
-        pass
+def _after_commit(action: Callable[[], None]) -> None:
+    def run() -> None:
+        try:
+            action()
+        except RedisError:
+            logger.warning("redis unavailable; cache entry left to expire", exc_info=True)
+
+    transaction.on_commit(run)
 
 
-@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="core_user_default_platform")
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="core_user_saved")
 def user_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
     if raw:
         return
@@ -30,7 +39,21 @@ def user_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **k
         from core.services import user_ensure_default_platform
 
         user_ensure_default_platform(user=instance)
-    transaction.on_commit(lambda: _drop_platform_cache(instance.pk))
+    user_id = instance.pk
+    _after_commit(lambda: readmodel.user_drop(user_id=user_id))
+
+
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="core_user_deleted")
+def user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    user_id = instance.pk
+    _after_commit(lambda: readmodel.user_drop(user_id=user_id))
+
+
+@receiver(post_delete, sender=Token, dispatch_uid="core_token_deleted")
+@receiver(post_save, sender=Token, dispatch_uid="core_token_saved")
+def token_changed(sender: Any, instance: Token, **kwargs: Any) -> None:
+    key = instance.key
+    _after_commit(lambda: readmodel.token_drop(token_key=key))
 
 
 @receiver(post_save, sender=UserPlatform, dispatch_uid="core_userplatform_saved")
@@ -39,4 +62,4 @@ def platform_changed(sender: Any, instance: UserPlatform, **kwargs: Any) -> None
     if kwargs.get("raw"):
         return
     user_id = instance.user_id
-    transaction.on_commit(lambda: _drop_platform_cache(user_id))
+    _after_commit(lambda: readmodel.platforms_drop(user_id=user_id))

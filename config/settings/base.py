@@ -136,6 +136,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {}
 
 # --- Auth, i18n, static -------------------------------------------------------
+# Session auth's per-request user lookup comes from the Redis cache (no SQL).
+AUTHENTICATION_BACKENDS = ["core.authentication.CachedModelBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 import redis as redis_py
 
-from core import apis
+from core import readmodel
 
 
 @pytest.mark.django_db
@@ -17,7 +17,7 @@ def test_health_reports_database_and_redis_up(anon_client: Any) -> None:
 def test_health_stays_200_with_redis_down(anon_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A client aimed at a port nothing listens on: connection refused at once.
     dead = redis_py.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
-    monkeypatch.setattr(apis, "get_redis", lambda: dead)
+    monkeypatch.setattr(readmodel, "get_redis", lambda: dead)
     response = anon_client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "database": "ok", "redis": "down"}

@@ -1,0 +1,20 @@
+"""Benchmark settings: the machine's real PostgreSQL and Redis, own database
+and Redis db so benchmarks never touch development or test data."""
+
+from config.settings.base import *  # noqa: F403
+from config.settings.base import CACHES, REST_FRAMEWORK, _redis_cache, env
+
+DEBUG = False
+DATABASES = {
+    "default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messagecenter_bench"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = 600
+REDIS_URL = env("BENCH_REDIS_URL", default="redis://127.0.0.1:6379/14")
+REDIS_EMBEDDED = False
+CACHES = {**CACHES, "default": _redis_cache(REDIS_URL)}
+CELERY_TASK_ALWAYS_EAGER = True
+MESSAGECENTER_KEY_PREFIX = "bench:"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
+ALLOWED_HOSTS = ["*"]
+LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
