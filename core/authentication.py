@@ -74,7 +74,7 @@ class TokenAuthentication(DRFTokenAuthentication):
         try:
             user_id = readmodel.token_user_get(token_key=key)
         except RedisError:
-            return super().authenticate_credentials(key)  # type: ignore[no-any-return]
+            return super().authenticate_credentials(key)
         user: User | None
         if user_id is None:
             token = Token.objects.select_related("user").filter(key=key).first()

@@ -16,11 +16,13 @@ from django_redis import get_redis_connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from core.breaker import reset_breakers
 from core.redis import get_redis
 from tests.factories import SuperuserFactory, UserFactory
 
 
 def _flush() -> None:
+    reset_breakers()
     get_redis().flushdb()
     connection = get_redis_connection("default")
     if connection is not get_redis():

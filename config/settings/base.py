@@ -12,6 +12,8 @@ from typing import Any
 
 import environ
 
+from core.breaker import BreakerConnection
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -84,6 +86,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL: str = env("REDIS_URL", default="")
 REDIS_EMBEDDED = not REDIS_URL
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)
+REDIS_BREAKER_COOLDOWN = env.float("REDIS_BREAKER_COOLDOWN", default=5.0)
 
 
 def _redis_cache(url: str) -> dict[str, Any]:
@@ -92,6 +95,9 @@ def _redis_cache(url: str) -> dict[str, Any]:
         "socket_timeout": REDIS_SOCKET_TIMEOUT,
         "retry_on_timeout": False,
         "health_check_interval": 30,
+        # Fail fast for a while after a failure instead of paying a timeout per call.
+        "connection_class": BreakerConnection,
+        "breaker_cooldown": REDIS_BREAKER_COOLDOWN,
     }
     if not url:
         from core.embedded import fake_pool_kwargs

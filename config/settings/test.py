@@ -17,3 +17,36 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+
+# Test runs on one machine at the same time (a developer beside CI, several
+# work trees) must not flush each other's Redis or drop each other's test
+# database: each run takes a free slot, held by a lock for its lifetime, and
+# uses the Redis db and PostgreSQL test database of that slot.
+import fcntl  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+from config.settings.base import CACHES, DATABASES, REDIS_URL, _redis_cache  # noqa: E402
+
+
+def _take_slot(slots: int = 8) -> int:
+    for slot in range(slots):
+        handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-slot-{slot}.lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held_locks.append(handle)
+        return slot
+    return 0
+
+
+_held_locks: list[object] = []
+TEST_SLOT = _take_slot()
+if TEST_SLOT and REDIS_URL:
+    _base, _, _db = REDIS_URL.rpartition("/")
+    if _db.isdigit():
+        CACHES = {**CACHES, "default": _redis_cache(f"{_base}/{max(0, int(_db) - TEST_SLOT)}")}
+if TEST_SLOT and "sqlite" not in DATABASES["default"]["ENGINE"]:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_SLOT}".replace("/", "_")}

@@ -19,7 +19,7 @@ print(json.dumps({
     "db": settings.DATABASES["default"]["ENGINE"],
     "db_name": str(settings.DATABASES["default"]["NAME"]),
     "cache": settings.CACHES["default"]["LOCATION"],
-    "fake": "connection_class" in opts,
+    "connection": opts["connection_class"].__name__,
     "timeout": opts.get("socket_timeout"),
     "eager": settings.CELERY_TASK_ALWAYS_EAGER,
     "broker": settings.CELERY_BROKER_URL,
@@ -48,7 +48,7 @@ def _probe(module: str, **env: str) -> dict[str, object]:
 def test_embedded_defaults_without_variables() -> None:
     got = _probe("config.settings.local")
     assert got["db"] == "django.db.backends.sqlite3"
-    assert got["fake"] is True
+    assert got["connection"] == "FakeRedisConnection"
     assert got["eager"] is True
     assert got["debug"] is True
 
@@ -65,7 +65,7 @@ def test_real_services_with_variables() -> None:
     assert got["db"] == "django.db.backends.postgresql"
     assert got["db_name"] == "mc"
     assert got["cache"] == "redis://127.0.0.1:6379/3"
-    assert got["fake"] is False
+    assert got["connection"] == "BreakerConnection"
     assert got["timeout"] == pytest.approx(0.5)
     assert got["eager"] is False
     assert got["broker"] == "redis://127.0.0.1:6379/4"

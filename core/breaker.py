@@ -1,0 +1,104 @@
+"""A circuit breaker for Redis connections.
+
+With short socket timeouts a dead Redis still costs up to one timeout per
+call, and an inbox request makes several calls. After a connection or
+timeout error the breaker opens for ``REDIS_BREAKER_COOLDOWN`` seconds:
+every call to that server fails at once with ConnectionError (callers
+already fall back to PostgreSQL on RedisError). After the cooldown one call
+is let through; its success closes the breaker.
+
+It is a redis-py Connection subclass, so it protects every client built on
+the pool (django-redis's cache, the read model) without wrapping commands.
+"""
+
+import threading
+import time
+from typing import Any
+
+from redis.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_FAILURES = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class CircuitBreaker:
+    def __init__(self, cooldown: float) -> None:
+        self.cooldown = cooldown
+        self.open_until = 0.0
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self.open_until:
+                raise RedisConnectionError("Redis circuit breaker is open (recent failure); failing fast.")
+            if self.open_until:
+                # Half-open: let this call probe, keep the others failing fast meanwhile.
+                self.open_until = now + self.cooldown
+
+    def record_failure(self) -> None:
+        with self._lock:
+            self.open_until = time.monotonic() + self.cooldown
+
+    def record_success(self) -> None:
+        if self.open_until:
+            with self._lock:
+                self.open_until = 0.0
+
+    @property
+    def is_open(self) -> bool:
+        return time.monotonic() < self.open_until
+
+
+_breakers: dict[tuple[str, int], CircuitBreaker] = {}
+_registry_lock = threading.Lock()
+
+
+def breaker_for(host: str, port: int, cooldown: float) -> CircuitBreaker:
+    with _registry_lock:
+        breaker = _breakers.get((host, port))
+        if breaker is None:
+            breaker = _breakers[(host, port)] = CircuitBreaker(cooldown)
+        return breaker
+
+
+def reset_breakers() -> None:
+    """Close every breaker (tests, and after an operator fixed Redis)."""
+    with _registry_lock:
+        for breaker in _breakers.values():
+            breaker.open_until = 0.0
+
+
+class BreakerConnection(Connection):
+    def __init__(self, *args: Any, breaker_cooldown: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.breaker = breaker_for(self.host, int(self.port), breaker_cooldown)
+
+    def connect(self) -> None:
+        if self._sock:
+            return
+        self.breaker.check()
+        try:
+            super().connect()
+        except _FAILURES:
+            self.breaker.record_failure()
+            raise
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.breaker.check()
+        try:
+            super().send_packed_command(command, check_health)
+        except _FAILURES:
+            self.breaker.record_failure()
+            raise
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = super().read_response(*args, **kwargs)
+        except _FAILURES:
+            self.breaker.record_failure()
+            raise
+        self.breaker.record_success()
+        return response
