@@ -139,7 +139,11 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    # Prunes expired announcements from the platform indexes and rebuilds them
+    # from PostgreSQL (correctness never waits for it: reads filter by time).
+    "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
+}
 
 # --- Auth, i18n, static -------------------------------------------------------
 # Session auth's per-request user lookup comes from the Redis cache (no SQL).

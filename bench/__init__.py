@@ -1,0 +1,1 @@
+"""``make bench``: the message centre measured against its baselines in one run."""

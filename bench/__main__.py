@@ -1,0 +1,112 @@
+"""Run the benchmarks: ``python -m bench [--quick] [--users N] [--only NAME]``.
+
+Builds its own data on the local PostgreSQL and Redis (a database and Redis
+db of its own), runs every case after a warm-up, prints a table (median, p99,
+ratio to the baseline measured in the same run) and writes bench/RESULTS.md.
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from importlib import import_module
+from pathlib import Path
+
+CASES = ("bench.cases.announcements", "bench.cases.inbox")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ensure_database() -> None:
+    import psycopg
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    params = {
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": db.get("PORT") or 5432,
+        "user": db.get("USER") or "postgres",
+    }
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{db["NAME"]}"')
+
+
+def _machine() -> str:
+    import django
+    import redis
+
+    from core.redis import get_redis
+
+    server = get_redis().info("server")
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+    return (
+        f"{platform.node()} · {os.cpu_count()} cores · Python {platform.python_version()} · Django {django.__version__}"
+        f" · PostgreSQL {pg} · Redis {server['redis_version']} · redis-py {redis.__version__}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="smaller data and fewer repeats (under two minutes)")
+    parser.add_argument("--users", type=int, default=None, help="users to create (default 100,000; quick 20,000)")
+    parser.add_argument("--only", action="append", default=[], help="run only cases whose module name contains this")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    args = parser.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
+    import django
+
+    django.setup()
+    _ensure_database()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+    from bench.harness import Row, table
+    from core.redis import get_redis
+
+    get_redis().flushdb()
+    users = args.users or (20_000 if args.quick else 100_000)
+    started = time.perf_counter()
+    rows: list[Row] = []
+    for name in CASES:
+        if args.only and not any(part in name for part in args.only):
+            continue
+        module = import_module(name)
+        print(f"== {name} ({users:,} users)", flush=True)
+        case_rows = module.run(users=users, quick=args.quick)
+        print(table(case_rows), flush=True)
+        rows += case_rows
+    elapsed = time.perf_counter() - started
+
+    report = "\n".join(
+        [
+            "# Benchmark results",
+            "",
+            f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+            f"- machine: {_machine()}",
+            f"- mode: {'quick' if args.quick else 'full'}, {users:,} users, {elapsed:.0f} s",
+            f"- command: `make bench{' BENCH_ARGS=--quick' if args.quick else ''}`",
+            "",
+            "Ratios are how many times better ours is than the baseline measured in the same run.",
+            "",
+            table(rows),
+            "",
+        ]
+    )
+    print()
+    print(report)
+    if not args.no_write:
+        (ROOT / "bench" / "RESULTS.md").write_text(report, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Announcements (issue 3): publish cost, one user's counts, bytes of read state.
+
+Baseline: one PostgreSQL row per (user, announcement), the way most Django
+notification apps store a broadcast, measured in the same run.
+"""
+
+import random
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.utils import timezone
+
+from bench import data
+from bench.harness import Row, measure
+from core import keys
+from core.redis import get_redis
+from notices import readmodel
+from notices.models import Announcement, AnnouncementPlatform
+from notices.selectors import announcement_counts
+from notices.services import announcement_create, announcement_mark_read
+
+PLATFORM = "user"
+
+
+def _commands_processed() -> int:
+    return int(get_redis().info("stats")["total_commands_processed"])
+
+
+def run(*, users: int, quick: bool) -> list[Row]:
+    low, high = data.ensure_users(users)
+    User = get_user_model()  # noqa: N806
+    operator, _ = User.objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
+    reader = User.objects.get(pk=low + users // 2)
+    rows: list[Row] = []
+    data.reset_baseline_table()
+    Announcement.objects.all().delete()
+
+    # 1. Publish one announcement to every user of the platform.
+    def publish() -> None:
+        with transaction.atomic():  # on_commit work (the Redis index) is part of the cost
+            announcement_create(author=operator, title="Maintenance", body_html="<p>Tonight.</p>", platforms=[PLATFORM])
+
+    ours = measure(publish, repeat=5 if quick else 20, warmup=2)
+    item = iter(range(1, 1_000_000))
+    baseline = measure(lambda: data.baseline_fanout_insert_select(next(item), low, high), repeat=3, warmup=1)
+    rows.append(
+        Row(
+            "announcements",
+            f"publish to {users:,} users",
+            ours.median,
+            "s",
+            "INSERT ... SELECT row per user",
+            baseline.median,
+            p99=ours.p99,
+            target=100,
+            note="ours: PostgreSQL insert plus the platform index in Redis after commit, O(1) in users",
+        )
+    )
+
+    # 2. One user's read/unread counts with 1,000 live announcements, some read.
+    live = 200 if quick else 1000
+    Announcement.objects.all().delete()
+    now = timezone.now()
+    created = Announcement.objects.bulk_create(
+        Announcement(title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator)
+        for i in range(live)
+    )
+    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform=PLATFORM) for a in created)
+    readmodel.platform_sync(platform=PLATFORM)
+    rng = random.Random(7)
+    for a in rng.sample(created, live * 3 // 10):
+        announcement_mark_read(user=reader, announcement_id=a.pk)
+    expected_read = live * 3 // 10
+    counts = announcement_counts(user=reader)
+    assert counts == {"read": expected_read, "unread": live - expected_read}, counts
+
+    calls = 500 if quick else 2000
+    before = _commands_processed()
+    ours = measure(lambda: announcement_counts(user=reader), repeat=calls, warmup=20)
+    per_call = (_commands_processed() - before) / (calls + 20)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {data.BASELINE_TABLE} (user_id, item_id, unread) "  # noqa: S608
+            "SELECT %s, g, (g %% 10) >= 3 FROM generate_series(1, %s) g",
+            [reader.pk, live],
+        )
+        cursor.execute(f"ANALYZE {data.BASELINE_TABLE}")
+
+    def baseline_count() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FILTER (WHERE unread), count(*) FILTER (WHERE NOT unread) "  # noqa: S608
+                f"FROM {data.BASELINE_TABLE} WHERE user_id = %s",
+                [reader.pk],
+            )
+            cursor.fetchone()
+
+    base = measure(baseline_count, repeat=calls, warmup=20)
+    rows.append(
+        Row(
+            "announcements",
+            f"read/unread counts, {live:,} live",
+            ours.median,
+            "s",
+            "COUNT over rows per user",
+            base.median,
+            p99=ours.p99,
+            baseline_p99=base.p99,
+            note=f"{per_call:.2f} Redis commands per count (one EVALSHA: one round trip)",
+        )
+    )
+
+    # 3. Bytes of read state per (user, announcement): every user read it.
+    client = get_redis()
+    announcement = created[0]
+    chunk_users = readmodel.user_slot(high)[0] + 1
+    total = 0
+    for chunk in range(chunk_users):
+        key = keys.notice_bitmap(PLATFORM, chunk, announcement.pk)
+        client.delete(key)
+    # Setting one bit per reader through a pipeline, as marks would.
+    pipe = client.pipeline(transaction=False)
+    for user_id in range(low, high + 1):
+        chunk, offset = readmodel.user_slot(user_id)
+        pipe.setbit(keys.notice_bitmap(PLATFORM, chunk, announcement.pk), offset, 1)
+        if user_id % 10_000 == 0:
+            pipe.execute()
+    pipe.execute()
+    for chunk in range(chunk_users):
+        total += client.memory_usage(keys.notice_bitmap(PLATFORM, chunk, announcement.pk), samples=0) or 0
+    ours_bytes = total / users
+    rows.append(
+        Row(
+            "announcements",
+            "read-state bytes per (user, announcement)",
+            ours_bytes,
+            "B",
+            "PostgreSQL row per recipient",
+            data.baseline_bytes_per_row(),
+            target=500,
+            note=f"bitmap MEMORY USAGE {total:,} B for {users:,} readers ({ours_bytes * 8:.2f} bits each)",
+        )
+    )
+    return rows

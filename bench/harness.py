@@ -1,0 +1,120 @@
+"""Timing, result rows and the report table."""
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Stats:
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p99(self) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+
+
+def measure(fn: Callable[[], Any], *, repeat: int, warmup: int = 3, setup: Callable[[], Any] | None = None) -> Stats:
+    """Run ``fn`` ``warmup`` times unmeasured, then ``repeat`` times; seconds per call."""
+    for _ in range(warmup):
+        if setup:
+            setup()
+        fn()
+    samples = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            if setup:
+                setup()
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return Stats(samples)
+
+
+def once(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@dataclass
+class Row:
+    """One line of the report: our figure next to the baseline's, same unit.
+
+    ``better`` says which direction wins ("lower" for times and bytes,
+    "higher" for rates); ``ratio`` is always "how many times better".
+    """
+
+    case: str
+    measure: str
+    ours: float
+    unit: str
+    baseline_name: str
+    baseline: float | None
+    better: str = "lower"
+    p99: float | None = None
+    baseline_p99: float | None = None
+    target: float | None = None  # minimum ratio, when the issue sets one
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline is None or self.ours <= 0 or self.baseline <= 0:
+            return None
+        return self.baseline / self.ours if self.better == "lower" else self.ours / self.baseline
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None or self.ratio is None:
+            return ""
+        return "met" if self.ratio >= self.target else "NOT met"
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        if value < 1e-3:
+            return f"{value * 1e6:.0f} µs"
+        if value < 1:
+            return f"{value * 1e3:.2f} ms"
+        return f"{value:.2f} s"
+    if unit == "B":
+        if value >= 1024 * 1024:
+            return f"{value / 1024 / 1024:.1f} MiB"
+        if value >= 1024:
+            return f"{value / 1024:.1f} KiB"
+        return f"{value:.2f} B"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    return f"{value:,.2f} {unit}".strip()
+
+
+def table(rows: list[Row]) -> str:
+    header = "| case | measure | ours (median) | ours p99 | baseline | baseline (median) | ratio | target |"
+    lines = [header, "|" + " --- |" * 8]
+    for r in rows:
+        ratio = f"{r.ratio:,.1f}x" if r.ratio is not None else "-"
+        target = f"≥{r.target:,.0f}x {r.verdict}" if r.target is not None else ""
+        lines.append(
+            f"| {r.case} | {r.measure} | {fmt(r.ours, r.unit)} | {fmt(r.p99, r.unit)} | {r.baseline_name} "
+            f"| {fmt(r.baseline, r.unit)} | {ratio} | {target} |"
+        )
+    notes = [f"- {r.case} / {r.measure}: {r.note}" for r in rows if r.note]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)

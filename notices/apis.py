@@ -1,0 +1,280 @@
+"""REST adapters of announcements: validate, call one service or selector, render."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.openapi import ERRORS
+from core.params import parse_limit
+from core.permissions import IsOperator
+from core.platforms import ALL_PLATFORMS
+from notices import selectors, services
+from notices.models import Announcement
+
+
+class IsoDateTimeField(serializers.DateTimeField):
+    """ISO 8601 with an explicit offset (``+00:00``), as API.md shows; DRF would write ``Z``."""
+
+    def to_representation(self, value: datetime | None) -> Any:
+        if value is None:
+            return None
+        return value.astimezone(UTC).isoformat()
+
+
+class StrictCharField(serializers.CharField):
+    """Text only: DRF's CharField would turn ``123`` or ``true`` into a string."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON booleans only."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+def _platforms_field(*, required: bool = True) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=ALL_PLATFORMS),
+        allow_empty=False,
+        max_length=len(ALL_PLATFORMS),
+        required=required,
+    )
+
+
+def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
+    a = item.announcement
+    return {
+        "id": str(a.pk),
+        "title": a.title,
+        "summary": a.summary,
+        "published_at": a.publish_at,
+        "pinned": a.pinned,
+        "read": item.read,
+        "body_html": a.body_html,
+    }
+
+
+# --- the signed-in user's announcements ----------------------------------------------
+
+
+class AnnouncementItemSerializer(serializers.Serializer):
+    """``Announcement`` of API.md (component ``AnnouncementItem``)."""
+
+    id = serializers.CharField()
+    title = serializers.CharField()
+    summary = serializers.CharField()
+    published_at = IsoDateTimeField()
+    pinned = serializers.BooleanField()
+    read = serializers.BooleanField()
+
+
+class AnnouncementListApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        results = AnnouncementItemSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        operation_id="announcements_list",
+        description="Live announcements of the user's platforms, newest first by publish time "
+        "(pinned ones are not moved up; `pinned` flags them).",
+        parameters=[
+            OpenApiParameter("limit", int, description="Page size, default 20, capped at 100."),
+            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+        ],
+        responses={200: OutputSerializer, **ERRORS(400, 401)},
+    )
+    def get(self, request: Request) -> Response:
+        limit = parse_limit(request.query_params.get("limit"))
+        page = selectors.announcement_list(user=request.user, limit=limit, cursor=request.query_params.get("cursor"))
+        body = {"results": [_item(item) for item in page.items], "next_cursor": page.next_cursor}
+        return Response(self.OutputSerializer(body).data)
+
+
+class AnnouncementDetailApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.CharField()
+        title = serializers.CharField()
+        summary = serializers.CharField()
+        published_at = IsoDateTimeField()
+        pinned = serializers.BooleanField()
+        read = serializers.BooleanField()
+        body_html = serializers.CharField()
+
+    @extend_schema(
+        operation_id="announcements_retrieve",
+        description="Reading does not mark it read (POST .../read/ does).",
+        responses={200: OutputSerializer, **ERRORS(400, 401, 404)},
+    )
+    def get(self, request: Request, announcement_id: int) -> Response:
+        item = selectors.announcement_get(user=request.user, announcement_id=announcement_id)
+        return Response(self.OutputSerializer(_item(item)).data)
+
+
+class AnnouncementMarkReadApi(APIView):
+    @extend_schema(operation_id="announcements_mark_read", request=None, responses={204: None, **ERRORS(400, 401, 404)})
+    def post(self, request: Request, announcement_id: int) -> Response:
+        services.announcement_mark_read(user=request.user, announcement_id=announcement_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AnnouncementMarkUnreadApi(APIView):
+    @extend_schema(
+        operation_id="announcements_mark_unread", request=None, responses={204: None, **ERRORS(400, 401, 404)}
+    )
+    def post(self, request: Request, announcement_id: int) -> Response:
+        services.announcement_mark_unread(user=request.user, announcement_id=announcement_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AnnouncementCountsApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        read = serializers.IntegerField()
+        unread = serializers.IntegerField()
+
+    @extend_schema(operation_id="announcements_counts", responses={200: OutputSerializer, **ERRORS(400, 401)})
+    def get(self, request: Request) -> Response:
+        return Response(self.OutputSerializer(selectors.announcement_counts(user=request.user)).data)
+
+
+# --- operators ------------------------------------------------------------------------
+
+
+class ManageAnnouncementOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    title = serializers.CharField()
+    summary = serializers.CharField()
+    body_html = serializers.CharField()
+    platforms = serializers.ListField(child=serializers.CharField())
+    publish_at = IsoDateTimeField()
+    expire_at = IsoDateTimeField(allow_null=True)
+    pinned = serializers.BooleanField()
+    status = serializers.CharField(help_text="scheduled, live or expired")
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+
+
+def _manage_body(announcement: Announcement) -> dict[str, Any]:
+    return {
+        "id": str(announcement.pk),
+        "title": announcement.title,
+        "summary": announcement.summary,
+        "body_html": announcement.body_html,
+        "platforms": announcement.platforms,
+        "publish_at": announcement.publish_at,
+        "expire_at": announcement.expire_at,
+        "pinned": announcement.pinned,
+        "status": announcement.status_at(datetime.now(UTC)),
+        "created_at": announcement.created_at,
+        "updated_at": announcement.updated_at,
+    }
+
+
+class AnnouncementCreateApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("notices.add_announcement",)
+
+    class InputSerializer(serializers.Serializer):
+        title = StrictCharField(max_length=200)
+        body_html = StrictCharField()
+        summary = StrictCharField(max_length=300, required=False, allow_blank=True)
+        platforms = _platforms_field()
+        publish_at = serializers.DateTimeField(required=False, allow_null=True)
+        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        pinned = StrictBooleanField(required=False)
+
+    class OutputSerializer(ManageAnnouncementOutputSerializer):
+        pass
+
+    @extend_schema(
+        operation_id="manage_announcements_create",
+        description="Without `publish_at` it is published now; a future one is visible only from then on.",
+        request=InputSerializer,
+        responses={201: OutputSerializer, **ERRORS(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        announcement = services.announcement_create(author=request.user, **serializer.validated_data)
+        return Response(self.OutputSerializer(_manage_body(announcement)).data, status=status.HTTP_201_CREATED)
+
+
+class AnnouncementManageApi(APIView):
+    """PATCH (change) and DELETE of one announcement share a path, so they share a
+    class; each method declares its own permission and schema."""
+
+    permission_classes = [IsOperator]
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = getattr(self.request, "method", "")
+        return ("notices.delete_announcement",) if method == "DELETE" else ("notices.change_announcement",)
+
+    class InputSerializer(serializers.Serializer):
+        title = StrictCharField(max_length=200, required=False)
+        body_html = StrictCharField(required=False)
+        summary = StrictCharField(max_length=300, required=False, allow_blank=True)
+        platforms = _platforms_field(required=False)
+        publish_at = serializers.DateTimeField(required=False, allow_null=True)
+        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        pinned = StrictBooleanField(required=False)
+
+    class OutputSerializer(ManageAnnouncementOutputSerializer):
+        pass
+
+    def _get(self, announcement_id: int) -> Announcement:
+        return get_object_or_404(Announcement.objects.prefetch_related("platform_rows"), pk=announcement_id)
+
+    @extend_schema(
+        operation_id="manage_announcements_update",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **ERRORS(400, 401, 403, 404)},
+    )
+    def patch(self, request: Request, announcement_id: int) -> Response:
+        announcement = self._get(announcement_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        announcement = services.announcement_update(announcement=announcement, **serializer.validated_data)
+        announcement = self._get(announcement.pk)
+        return Response(self.OutputSerializer(_manage_body(announcement)).data)
+
+    @extend_schema(operation_id="manage_announcements_delete", responses={204: None, **ERRORS(401, 403, 404)})
+    def delete(self, request: Request, announcement_id: int) -> Response:
+        services.announcement_delete(announcement=self._get(announcement_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AnnouncementPlatformStatsSerializer(serializers.Serializer):
+    read = serializers.IntegerField()
+    users = serializers.IntegerField()
+    ratio = serializers.FloatField()
+
+
+class AnnouncementStatsApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("notices.view_announcement",)
+
+    class OutputSerializer(serializers.Serializer):
+        read_total = serializers.IntegerField()
+        by_platform = serializers.DictField(child=AnnouncementPlatformStatsSerializer())
+
+    @extend_schema(
+        operation_id="manage_announcements_stats",
+        description="Readers per targeted platform; `read_total` adds the platforms up.",
+        responses={200: OutputSerializer, **ERRORS(401, 403, 404)},
+    )
+    def get(self, request: Request, announcement_id: int) -> Response:
+        announcement = get_object_or_404(Announcement.objects.prefetch_related("platform_rows"), pk=announcement_id)
+        return Response(self.OutputSerializer(selectors.announcement_stats(announcement=announcement)).data)

@@ -1,0 +1,214 @@
+"""The announcements' Redis read model; the only notices module that talks to Redis.
+
+Layout (names in ``core.keys``), per platform ``p`` and user-id chunk ``c``
+(``MESSAGECENTER_BITMAP_CHUNK_USERS`` ids per chunk), all under the hash tag
+``{p}`` (chunk 0) or ``{p:c}``:
+
+- ``notice:{p}:<id>``   bitmap, bit = user id within the chunk, 1 = read;
+- ``notice:{p}:index``  zset of the platform's not-yet-expired announcement ids,
+  score = publish time in ms (scheduled ones included: time filters at read);
+- ``notice:{p}:expire`` zset, score = expiry time in ms (absent: never);
+- ``notice:{p}:meta``   hash ``rev`` / ``token`` of the index build.
+
+Publishing writes the index of each built chunk (a handful), never per user.
+Counting is one script per platform over its chunk's keys, all passed in
+``KEYS``: the caller keeps the chunk's id list in process under the meta
+token, and the script answers ``-1`` when the token moved (refresh, retry).
+Indexes are snapshots of PostgreSQL: rebuilt after every committed change and,
+when missing (new chunk, flushed Redis), on first read.
+"""
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from core import keys
+from core.exceptions import LimitExceeded
+from core.lua import LuaScript
+from core.redis import RedisClient, get_redis
+
+_READ_STATE = LuaScript(__file__, "lua/read_state.lua")
+_SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
+_SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
+_MARK = LuaScript(__file__, "lua/mark.lua")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ATTEMPTS = 4
+
+# (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS. Safe
+# to share between threads: entries are replaced whole, and a stale entry is
+# caught by the token check inside the script.
+_ids_cache: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}
+
+Entry = tuple[int, int, int | None]  # (announcement id, publish ms, expire ms or None)
+
+
+class IndexUnsettled(RedisError):
+    """The index kept changing under the reader; callers treat it like Redis being down."""
+
+
+def to_ms(value: datetime) -> int:
+    return (value - _EPOCH) // timedelta(milliseconds=1)
+
+
+def from_ms(value: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=value)
+
+
+def user_slot(user_id: int) -> tuple[int, int]:
+    """(chunk, bit offset) of a user; ids outside the supported range fail before Redis."""
+    user_id = int(user_id)
+    if user_id < 0 or user_id > int(settings.MESSAGECENTER_MAX_USER_ID):
+        raise LimitExceeded(
+            f"User id {user_id} is outside the supported range 0..{settings.MESSAGECENTER_MAX_USER_ID}.",
+            fields={"user_id": ["Out of range."]},
+        )
+    return divmod(user_id, int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS))
+
+
+def user_id_of(user: Any) -> int:
+    """The integer id a user's bits live at (callers pass authenticated users)."""
+    if user.pk is None:
+        raise LimitExceeded("Anonymous users have no read state.")
+    return int(user.pk)
+
+
+def clear_local_cache() -> None:
+    _ids_cache.clear()
+
+
+def _platform_entries(platform: str) -> list[Entry]:
+    """The platform's announcements that have not expired, from PostgreSQL.
+
+    Expired ones are left out so indexes (and the KEYS of every count) stay
+    bounded; their bitmaps remain for statistics until the announcement is deleted.
+    Uses the index announcementplatform_idx.
+    """
+    from notices.models import Announcement
+
+    now = timezone.now()
+    rows = (
+        Announcement.objects.filter(platform_rows__platform=platform)
+        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+        .values_list("id", "publish_at", "expire_at")
+    )
+    return [(pk, to_ms(publish), to_ms(expire) if expire else None) for pk, publish, expire in rows]
+
+
+def _chunk_keys(platform: str, chunk: int) -> list[str]:
+    return [keys.notice_meta(platform, chunk), keys.notice_index(platform, chunk), keys.notice_expiry(platform, chunk)]
+
+
+def _write_chunk(
+    client: RedisClient, *, platform: str, chunk: int, rev: int, entries: Sequence[Entry], drop_ids: Iterable[int]
+) -> None:
+    args: list[Any] = [rev, uuid.uuid4().hex, len(entries)]
+    for pk, publish_ms, expire_ms in entries:
+        args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
+    drops = [keys.notice_bitmap(platform, chunk, pk) for pk in drop_ids]
+    _SYNC_CHUNK(keys=[*_chunk_keys(platform, chunk), *drops], args=args, client=client)
+    _ids_cache.pop((platform, chunk), None)
+
+
+def _built_chunks(client: RedisClient) -> list[int]:
+    # Chunk 0 always: it holds most users, and keeps the seed's keys current.
+    return sorted({0} | {int(c) for c in client.smembers(keys.notice_chunks())})
+
+
+def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
+    """Rebuild every built chunk index of ``platform`` from PostgreSQL, dropping the
+    bitmaps of ``drop_ids`` (announcements deleted or taken off the platform).
+
+    Called after commit. The revision is taken before PostgreSQL is read: of two
+    racing rebuilds the later revision saw every commit, and the script keeps it.
+    """
+    client = get_redis()
+    rev = int(client.incr(keys.notice_revision(platform)))
+    entries = _platform_entries(platform)
+    drops = list(drop_ids)
+    client.sadd(keys.notice_chunks(), 0)
+    for chunk in _built_chunks(client):
+        _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=entries, drop_ids=drops)
+
+
+def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:
+    """Build a chunk that has no index yet (first user of a new id range, flushed Redis).
+
+    Registered first, so a concurrent platform_sync either sees the chunk or ran
+    its revision before ours, in which case our snapshot holds its commit.
+    """
+    client.sadd(keys.notice_chunks(), chunk)
+    rev = int(client.get(keys.notice_revision(platform)) or 0)
+    _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=_platform_entries(platform), drop_ids=())
+
+
+def _chunk_ids(client: RedisClient, *, platform: str, chunk: int) -> tuple[str, tuple[int, ...]]:
+    cached = _ids_cache.get((platform, chunk))
+    if cached is not None:
+        return cached
+    for _ in range(_ATTEMPTS):
+        snapshot = _SNAPSHOT(keys=_chunk_keys(platform, chunk)[:2], client=client)
+        if snapshot:
+            result = (snapshot[0].decode(), tuple(int(pk) for pk in snapshot[1:]))
+            _ids_cache[(platform, chunk)] = result
+            return result
+        _build_chunk(client, platform=platform, chunk=chunk)
+    raise IndexUnsettled(f"announcement index of {platform}/{chunk} could not be built")
+
+
+def read_state(*, platform: str, user_id: int, now: datetime) -> dict[int, tuple[int, bool]]:
+    """Live announcements of ``platform`` at ``now`` -> (publish ms, read by this user).
+
+    One script call when the process's id list is current.
+    """
+    chunk, offset = user_slot(user_id)
+    client = get_redis()
+    now_ms = to_ms(now)
+    for _ in range(_ATTEMPTS):
+        token, ids = _chunk_ids(client, platform=platform, chunk=chunk)
+        reply = _READ_STATE(
+            keys=[*_chunk_keys(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in ids)],
+            args=[token, offset, now_ms, *ids],
+            client=client,
+        )
+        if int(reply[0]) == -1:
+            _ids_cache.pop((platform, chunk), None)
+            continue
+        return {int(reply[i]): (int(float(reply[i + 1])), bool(int(reply[i + 2]))) for i in range(1, len(reply), 3)}
+    raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
+
+
+def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: bool) -> bool:
+    """Set (or clear) the user's bit in each platform's bitmap; True if any bit changed."""
+    chunk, offset = user_slot(user_id)
+    client = get_redis()
+    changed = False
+    for platform in platforms:
+        script_keys = [*_chunk_keys(platform, chunk)[:2], keys.notice_bitmap(platform, chunk, announcement_id)]
+        for _ in range(_ATTEMPTS):
+            previous = int(_MARK(keys=script_keys, args=[int(announcement_id), offset, int(read)], client=client))
+            if previous != -1:
+                break
+            _build_chunk(client, platform=platform, chunk=chunk)
+        if previous in (0, 1) and bool(previous) != read:
+            changed = True
+    return changed
+
+
+def read_counts(*, announcement_id: int, platforms: Iterable[str]) -> dict[str, int]:
+    """Users who read the announcement, per platform (BITCOUNT over every built chunk)."""
+    client = get_redis()
+    chunks = _built_chunks(client)
+    wanted = list(platforms)
+    pipe = client.pipeline(transaction=False)
+    for platform in wanted:
+        for chunk in chunks:
+            pipe.bitcount(keys.notice_bitmap(platform, chunk, announcement_id))
+    replies = iter(pipe.execute())
+    return {platform: sum(int(next(replies)) for _ in chunks) for platform in wanted}

@@ -1,0 +1,215 @@
+"""Read use cases of announcements.
+
+A user sees an announcement while it is live (``publish_at <= now < expire_at``)
+and targets one of the user's platforms. Which ones are live, and which the
+user read, comes from Redis (one script per platform of the user); rows for a
+page come from PostgreSQL by primary key. With Redis down, lists and details
+fall back to PostgreSQL and show everything unread.
+
+Lists are newest first by publish time (then id), pinned or not; ``pinned`` is
+a flag for clients, and the pages show pinned ones in a section of their own.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from core.cursors import decode_cursor, encode_cursor
+from core.exceptions import NotFound, ValidationFailed
+from core.selectors import platform_user_counts, user_platforms
+from notices import readmodel
+from notices.exceptions import ReadStateUnavailable
+from notices.models import MAX_ID, Announcement
+
+logger = logging.getLogger(__name__)
+
+User = AbstractBaseUser | AnonymousUser
+CURSOR_SCOPE = "announcements"
+
+
+@dataclass(frozen=True)
+class AnnouncementItem:
+    announcement: Announcement
+    read: bool
+
+
+@dataclass(frozen=True)
+class AnnouncementPage:
+    items: list[AnnouncementItem]
+    next_cursor: str | None
+
+
+def _visible_from_redis(*, user: User, now: datetime) -> dict[int, tuple[int, bool]]:
+    """id -> (publish ms, read) over the user's platforms; read if read on any of them."""
+    user_id = readmodel.user_id_of(user)
+    readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
+    visible: dict[int, tuple[int, bool]] = {}
+    for platform in user_platforms(user=user):
+        for pk, (publish_ms, read) in readmodel.read_state(platform=platform, user_id=user_id, now=now).items():
+            seen = visible.get(pk)
+            visible[pk] = (publish_ms, read or (seen is not None and seen[1]))
+    return visible
+
+
+def _live_queryset(*, user: User, now: datetime) -> Any:
+    """PostgreSQL's view of the same set (fallback, and the source of rows)."""
+    return (
+        Announcement.objects.filter(platform_rows__platform__in=user_platforms(user=user), publish_at__lte=now)
+        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+        .distinct()
+    )
+
+
+def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str, int]:
+    """``{"read", "unread"}`` over the announcements live on the user's platforms.
+
+    No SQL when the platform cache and the process's id lists are warm.
+    Without Redis: everything live counts as unread.
+    """
+    if not user.is_authenticated:
+        return {"read": 0, "unread": 0}
+    now = now or timezone.now()
+    try:
+        visible = _visible_from_redis(user=user, now=now)
+    except RedisError:
+        logger.warning("redis unavailable; counting announcements from the database")
+        return {"read": 0, "unread": _live_queryset(user=user, now=now).count()}
+    read = sum(1 for _, is_read in visible.values() if is_read)
+    return {"read": read, "unread": len(visible) - read}
+
+
+def _decode(cursor: str | None) -> tuple[int, int] | None:
+    if not cursor:
+        return None
+    payload = decode_cursor(cursor, scope=CURSOR_SCOPE)
+    try:
+        return int(payload["p"]), int(payload["i"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationFailed(
+            "The cursor is not valid.", code="invalid_cursor", fields={"cursor": ["Invalid cursor."]}
+        ) from exc
+
+
+def announcement_list(
+    *, user: User, limit: int, cursor: str | None = None, now: datetime | None = None
+) -> AnnouncementPage:
+    """A page of the user's live announcements, newest first, with read flags.
+
+    The cursor is the (publish ms, id) of the last item: the next page starts
+    strictly below it, so items arriving meanwhile never repeat or shift a page.
+    """
+    now = now or timezone.now()
+    after = _decode(cursor)
+    if not user.is_authenticated:
+        return AnnouncementPage(items=[], next_cursor=None)
+    try:
+        visible = _visible_from_redis(user=user, now=now)
+        order = sorted(((ms, pk) for pk, (ms, _) in visible.items()), reverse=True)
+        if after is not None:
+            order = [key for key in order if key < after]
+        page_keys = order[:limit]
+        rows = Announcement.objects.in_bulk([pk for _, pk in page_keys])
+        items = [AnnouncementItem(rows[pk], visible[pk][1]) for _, pk in page_keys if pk in rows]
+        more = len(order) > limit
+    except RedisError:
+        logger.warning("redis unavailable; listing announcements from the database")
+        qs = _live_queryset(user=user, now=now).order_by("-publish_at", "-id")
+        if after is not None:
+            after_at = readmodel.from_ms(after[0])
+            qs = qs.filter(Q(publish_at__lt=after_at) | Q(publish_at=after_at, id__lt=after[1]))
+        rows_list = list(qs[: limit + 1])
+        more = len(rows_list) > limit
+        items = [AnnouncementItem(row, False) for row in rows_list[:limit]]
+    next_cursor = None
+    if more and items:
+        last = items[-1].announcement
+        next_cursor = encode_cursor({"p": readmodel.to_ms(last.publish_at), "i": last.pk}, scope=CURSOR_SCOPE)
+    return AnnouncementPage(items=items, next_cursor=next_cursor)
+
+
+def announcement_get(*, user: User, announcement_id: int, now: datetime | None = None) -> AnnouncementItem:
+    """One announcement live on one of the user's platforms; NotFound otherwise."""
+    if not user.is_authenticated or not 0 < int(announcement_id) <= MAX_ID:
+        raise NotFound("Announcement not found.")
+    now = now or timezone.now()
+    try:
+        visible = _visible_from_redis(user=user, now=now)
+        if int(announcement_id) not in visible:
+            raise NotFound("Announcement not found.")
+        read = visible[int(announcement_id)][1]
+        announcement = Announcement.objects.filter(pk=announcement_id).first()
+    except RedisError:
+        read = False
+        announcement = _live_queryset(user=user, now=now).filter(pk=announcement_id).first()
+    if announcement is None:
+        raise NotFound("Announcement not found.")
+    return AnnouncementItem(announcement, read)
+
+
+def announcement_pinned_unread(*, user: User, now: datetime | None = None) -> list[Announcement]:
+    """Live pinned announcements the user has not read (the banner), newest first."""
+    if not user.is_authenticated:
+        return []
+    now = now or timezone.now()
+    try:
+        visible = _visible_from_redis(user=user, now=now)
+    except RedisError:
+        return list(_live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id")[:5])
+    unread = [pk for pk, (_, read) in visible.items() if not read]
+    if not unread:
+        return []
+    return list(Announcement.objects.filter(pk__in=unread, pinned=True).order_by("-publish_at", "-id")[:5])
+
+
+def announcement_pinned(*, user: User, now: datetime | None = None) -> list[AnnouncementItem]:
+    """Every live pinned announcement of the user with read flags (the page's pinned section)."""
+    if not user.is_authenticated:
+        return []
+    now = now or timezone.now()
+    try:
+        visible = _visible_from_redis(user=user, now=now)
+    except RedisError:
+        rows = _live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id")
+        return [AnnouncementItem(row, False) for row in rows]
+    rows = Announcement.objects.filter(pk__in=list(visible), pinned=True).order_by("-publish_at", "-id")
+    return [AnnouncementItem(row, visible[row.pk][1]) for row in rows]
+
+
+def announcement_stats(*, announcement: Announcement) -> dict[str, Any]:
+    """Readers per targeted platform, with the platform's user count and ratio.
+
+    ``read_total`` adds the platforms up: a user on two targeted platforms who
+    read it counts on each (seed 000 keeps read state per platform).
+    """
+    platforms = announcement.platforms
+    try:
+        reads = readmodel.read_counts(announcement_id=announcement.pk, platforms=platforms)
+    except RedisError as exc:
+        raise ReadStateUnavailable("Read statistics are unavailable; try again shortly.") from exc
+    users = platform_user_counts()
+    by_platform = {
+        platform: {
+            "read": reads[platform],
+            "users": users.get(platform, 0),
+            "ratio": round(reads[platform] / users[platform], 4) if users.get(platform) else 0.0,
+        }
+        for platform in platforms
+    }
+    return {"read_total": sum(reads.values()), "by_platform": by_platform}
+
+
+def announcement_read_ratio(*, announcement: Announcement, user_counts: dict[str, int]) -> float | None:
+    """Readers over reachable users across the targeted platforms (admin column); None without Redis."""
+    platforms = announcement.platforms
+    try:
+        reads = readmodel.read_counts(announcement_id=announcement.pk, platforms=platforms)
+    except RedisError:
+        return None
+    reachable = sum(user_counts.get(p, 0) for p in platforms)
+    return sum(reads.values()) / reachable if reachable else 0.0

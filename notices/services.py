@@ -1,0 +1,222 @@
+"""Write use cases of announcements.
+
+PostgreSQL is written here; the Redis read model follows after commit through
+the receivers in ``notices.signals`` (indexes) and ``readmodel.mark`` (read bits).
+
+Multi-platform users: marking read sets the user's bit in *every* platform of
+the user that the announcement targets, and marking unread clears all of them.
+Reads take the OR of those bits, so an announcement a user reaches through two
+platforms is counted once and reads the same from either.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from core.exceptions import NotFound, ValidationFailed
+from core.html import sanitize_html, summarize
+from core.platforms import ALL_PLATFORMS
+from core.selectors import user_platforms
+from notices import readmodel
+from notices.exceptions import ReadStateUnavailable
+from notices.models import MAX_ID, Announcement, AnnouncementPlatform
+
+UPDATABLE_FIELDS = frozenset({"title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned"})
+SUMMARY_LENGTH = 160  # derived summaries
+SUMMARY_MAX_LENGTH = 300  # Announcement.summary max_length
+TITLE_LENGTH = 200
+
+
+def _clean_platforms(platforms: Any) -> list[str]:
+    if isinstance(platforms, str) or not isinstance(platforms, Iterable):
+        raise ValidationFailed("platforms must be a list.", fields={"platforms": ["Must be a list of platforms."]})
+    items = list(platforms)
+    if not all(isinstance(p, str) for p in items):
+        raise ValidationFailed("platforms must be names.", fields={"platforms": ["Must be a list of platforms."]})
+    wanted = list(dict.fromkeys(items))
+    unknown = [p for p in wanted if p not in ALL_PLATFORMS]
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown platform(s): {', '.join(map(str, unknown))}.",
+            fields={"platforms": [f"Choose from {', '.join(ALL_PLATFORMS)}."]},
+        )
+    if not wanted:
+        raise ValidationFailed(
+            "An announcement needs at least one platform.", fields={"platforms": ["This list may not be empty."]}
+        )
+    return [p for p in ALL_PLATFORMS if p in wanted]
+
+
+def _check_times(*, publish_at: datetime, expire_at: datetime | None) -> None:
+    for name, value in (("publish_at", publish_at), ("expire_at", expire_at)):
+        if value is not None and not isinstance(value, datetime):
+            raise ValidationFailed(f"{name} must be a time.", fields={name: ["Must be a time."]})
+        if value is not None and timezone.is_naive(value):
+            raise ValidationFailed(f"{name} needs a time zone.", fields={name: ["Give a time zone offset."]})
+    if expire_at is not None and expire_at <= publish_at:
+        raise ValidationFailed(
+            "expire_at must be after publish_at.", fields={"expire_at": ["Must be after publish_at."]}
+        )
+
+
+def _check_text(*, title: str, body_html: str, summary: str = "") -> None:
+    if not isinstance(title, str) or not isinstance(body_html, str) or not isinstance(summary, str):
+        raise ValidationFailed("title, summary and body_html must be text.")
+    if len(title.strip()) > TITLE_LENGTH:
+        raise ValidationFailed("The title is too long.", fields={"title": [f"At most {TITLE_LENGTH} characters."]})
+    if len(summary.strip()) > SUMMARY_MAX_LENGTH:
+        raise ValidationFailed(
+            "The summary is too long.", fields={"summary": [f"At most {SUMMARY_MAX_LENGTH} characters."]}
+        )
+    if not title.strip():
+        raise ValidationFailed("A title is required.", fields={"title": ["This field may not be blank."]})
+    if not body_html.strip():
+        raise ValidationFailed("A body is required.", fields={"body_html": ["This field may not be blank."]})
+
+
+def _set_platforms(*, announcement: Announcement, platforms: list[str]) -> None:
+    current = set(announcement.platform_rows.values_list("platform", flat=True))
+    for row in announcement.platform_rows.filter(platform__in=current - set(platforms)):
+        row.delete()  # one by one: each post_delete drops that platform's bitmaps
+    for platform in platforms:
+        if platform not in current:
+            AnnouncementPlatform.objects.create(announcement=announcement, platform=platform)
+
+
+@transaction.atomic
+def announcement_create(
+    *,
+    author: AbstractBaseUser | AnonymousUser | None,
+    title: str,
+    body_html: str,
+    platforms: Iterable[str],
+    publish_at: datetime | None = None,
+    expire_at: datetime | None = None,
+    pinned: bool = False,
+    summary: str = "",
+) -> Announcement:
+    """Create an announcement; published at ``publish_at`` (now when None), visible
+    until ``expire_at``. The body is sanitised, the summary derived when empty."""
+    clean_platforms = _clean_platforms(platforms)
+    publish_at = publish_at or timezone.now()
+    _check_times(publish_at=publish_at, expire_at=expire_at)
+    _check_text(title=title, body_html=body_html, summary=summary or "")
+    body = sanitize_html(body_html)
+    announcement = Announcement.objects.create(
+        author_id=author.pk if author is not None and author.is_authenticated else None,
+        title=title.strip(),
+        summary=(summary or "").strip() or summarize(body, length=SUMMARY_LENGTH),
+        body_html=body,
+        publish_at=publish_at,
+        expire_at=expire_at,
+        pinned=bool(pinned),
+    )
+    _set_platforms(announcement=announcement, platforms=clean_platforms)
+    return announcement
+
+
+@transaction.atomic
+def announcement_update(*, announcement: Announcement, **fields: Any) -> Announcement:
+    """Change any of title, summary, body_html, platforms, publish_at, expire_at, pinned.
+
+    Validation happens before anything is written; an invalid change changes nothing.
+    """
+    unknown = set(fields) - UPDATABLE_FIELDS
+    if unknown:
+        raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    platforms = _clean_platforms(fields["platforms"]) if "platforms" in fields else None
+    publish_at = fields.get("publish_at", announcement.publish_at) or timezone.now()
+    expire_at = fields.get("expire_at", announcement.expire_at)
+    _check_times(publish_at=publish_at, expire_at=expire_at)
+    title = fields.get("title", announcement.title)
+    _check_text(
+        title=title, body_html=fields.get("body_html", announcement.body_html), summary=fields.get("summary") or ""
+    )
+    body = sanitize_html(fields["body_html"]) if "body_html" in fields else announcement.body_html
+
+    old_summary_derived = announcement.summary == summarize(announcement.body_html, length=SUMMARY_LENGTH)
+    announcement.title = title.strip()
+    announcement.body_html = body
+    if "summary" in fields:
+        announcement.summary = (fields["summary"] or "").strip() or summarize(body, length=SUMMARY_LENGTH)
+    elif "body_html" in fields and old_summary_derived:
+        # A new body re-derives a summary that was derived, keeps one that was written.
+        announcement.summary = summarize(body, length=SUMMARY_LENGTH)
+    announcement.publish_at = publish_at
+    announcement.expire_at = expire_at
+    if "pinned" in fields:
+        announcement.pinned = bool(fields["pinned"])
+    announcement.save()
+    if platforms is not None:
+        _set_platforms(announcement=announcement, platforms=platforms)
+    return announcement
+
+
+@transaction.atomic
+def announcement_delete(*, announcement: Announcement) -> None:
+    """Delete it; after commit its ids leave every index and its bitmaps are dropped."""
+    announcement.delete()
+
+
+def announcement_publish_now(*, announcement: Announcement) -> Announcement:
+    """Make a scheduled or expired announcement live from now on (admin action)."""
+    now = timezone.now()
+    expire_at = announcement.expire_at if announcement.expire_at and announcement.expire_at > now else None
+    return announcement_update(announcement=announcement, publish_at=now, expire_at=expire_at)
+
+
+def announcement_unpublish(*, announcement: Announcement) -> Announcement:
+    """End a live or scheduled announcement now (it stays, expired, for statistics)."""
+    now = timezone.now()
+    publish_at = min(announcement.publish_at, now - timedelta(milliseconds=1))
+    return announcement_update(announcement=announcement, publish_at=publish_at, expire_at=now)
+
+
+def _targets_for(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, now: datetime) -> list[str]:
+    """The user's platforms the announcement targets, if it is live to the user."""
+    readmodel.user_slot(readmodel.user_id_of(user))  # out-of-range ids fail before anything else
+    mine = user_platforms(user=user)
+    if not 0 < announcement_id <= MAX_ID:
+        raise NotFound("Announcement not found.")
+    announcement = (
+        Announcement.objects.filter(pk=announcement_id, publish_at__lte=now)
+        .exclude(expire_at__lte=now)
+        .prefetch_related("platform_rows")
+        .first()
+    )
+    targets = [p for p in (announcement.platforms if announcement else []) if p in mine]
+    if not targets:
+        raise NotFound("Announcement not found.")
+    return targets
+
+
+def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read: bool, now: datetime | None) -> bool:
+    targets = _targets_for(user=user, announcement_id=int(announcement_id), now=now or timezone.now())
+    try:
+        return readmodel.mark(
+            platforms=targets, user_id=readmodel.user_id_of(user), announcement_id=int(announcement_id), read=read
+        )
+    except RedisError as exc:
+        raise ReadStateUnavailable("Read state is unavailable; try again shortly.") from exc
+
+
+def announcement_mark_read(
+    *, user: AbstractBaseUser | AnonymousUser, announcement_id: int, now: datetime | None = None
+) -> bool:
+    """Mark read for ``user`` (in each of the user's platforms it targets); True if it was unread.
+
+    NotFound unless the announcement is live to one of the user's platforms.
+    """
+    return _mark(user=user, announcement_id=announcement_id, read=True, now=now)
+
+
+def announcement_mark_unread(
+    *, user: AbstractBaseUser | AnonymousUser, announcement_id: int, now: datetime | None = None
+) -> bool:
+    """Mark unread for ``user`` in every platform of theirs it targets; True if it was read."""
+    return _mark(user=user, announcement_id=announcement_id, read=False, now=now)

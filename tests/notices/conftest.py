@@ -1,0 +1,52 @@
+"""Helpers for the announcement tests: a fixed clock and short-hand creators."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from core.services import user_set_platforms
+from notices import readmodel
+from notices.models import Announcement
+from notices.services import announcement_create
+
+# Far enough ahead that nothing created in a test has expired by wall-clock
+# time (indexes leave out announcements already expired when they are built).
+T0 = datetime(2100, 1, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache() -> Iterator[None]:
+    # Redis is flushed around each test; start each with a cold id-list cache
+    # too, as a new process would (stale entries would be caught anyway).
+    readmodel.clear_local_cache()
+    yield
+    readmodel.clear_local_cache()
+
+
+def announce(
+    platforms: list[str] | None = None,
+    *,
+    title: str = "Hello",
+    publish_at: datetime | None = T0,
+    expire_at: datetime | None = None,
+    pinned: bool = False,
+    body_html: str = "<p>Body text</p>",
+    author: Any = None,
+) -> Announcement:
+    return announcement_create(
+        author=author,
+        title=title,
+        body_html=body_html,
+        platforms=platforms or ["user"],
+        publish_at=publish_at,
+        expire_at=expire_at,
+        pinned=pinned,
+    )
+
+
+def on_platforms(user: Any, *platforms: str) -> Any:
+    user_set_platforms(user=user, platforms=list(platforms))
+    return user
