@@ -44,7 +44,160 @@ def health_probe() -> str:
 
 # --- notices (announcements) --------------------------------------------------------
 # (owned by notices/readmodel.py)
+# Read bitmaps are split by user-id range into chunks of
+# MESSAGECENTER_BITMAP_CHUNK_USERS users. Everything one count script touches
+# (a platform's chunk index, expiry zset, metadata and bitmaps) shares the
+# chunk's hash tag, so it maps to one slot; different chunks and platforms
+# spread over the cluster.
+
+
+def notice_tag(platform: str, chunk: int) -> str:
+    """Hash tag of one (platform, chunk): ``{user}`` for chunk 0 (the seed's
+    ``notice:<platform>:<id>`` shape), ``{user:1}`` for chunk 1, ..."""
+    return f"{{{platform}}}" if int(chunk) == 0 else f"{{{platform}:{int(chunk)}}}"
+
+
+def notice_bitmap(platform: str, chunk: int, announcement_id: int) -> str:
+    """bitmap: bit = user id minus the chunk's first id; 1 = read."""
+    return _key("notice", notice_tag(platform, chunk), int(announcement_id))
+
+
+def notice_index(platform: str, chunk: int) -> str:
+    """zset: announcement ids of the platform not yet expired, score = publish time (ms)."""
+    return _key("notice", notice_tag(platform, chunk), "index")
+
+
+def notice_expiry(platform: str, chunk: int) -> str:
+    """zset: announcement ids of the index that expire, score = expiry time (ms)."""
+    return _key("notice", notice_tag(platform, chunk), "expire")
+
+
+def notice_meta(platform: str, chunk: int) -> str:
+    """hash: ``rev`` (revision the index was built from) and ``token`` (changes on
+    every rebuild; callers cache the id list under it)."""
+    return _key("notice", notice_tag(platform, chunk), "meta")
+
+
+def notice_revision(platform: str) -> str:
+    """string: counter bumped before every rebuild of a platform's indexes."""
+    return _key("notice", "rev", platform)
+
+
+def notice_chunks() -> str:
+    """set: chunk numbers whose indexes have been built (they are kept in step)."""
+    return _key("notice", "chunks")
 
 
 # --- messagecenter (inbox, bulletins, messages) -------------------------------------
 # (owned by messagecenter/readmodel.py)
+#
+# Per-user keys carry ``user_tag(user_id)`` so the inbox Lua script (every key in
+# KEYS) runs on one Redis Cluster slot. Global keys carry ``GLOBAL_TAG`` so the
+# global Lua script can change several of them atomically (one slot too).
+
+MC_GLOBAL_TAG = "{mcg}"
+
+
+def mc_inbox(user_id: int) -> str:
+    """zset: every item of the user's inbox; member ``<ref>|<category>|<month>|<offset>``, score = ms."""
+    return _key("inbox", user_tag(user_id), "all")
+
+
+def mc_inbox_category(user_id: int, category: str) -> str:
+    """zset: the user's items of one category (same members and scores as ``mc_inbox``)."""
+    return _key("inbox", user_tag(user_id), "cat", category)
+
+
+def mc_inbox_counters(user_id: int) -> str:
+    """hash: category -> number of live unread items (kept exact by messagecenter/lua/inbox.lua)."""
+    return _key("inbox", user_tag(user_id), "unread")
+
+
+def mc_inbox_hidden(user_id: int) -> str:
+    """set: refs (``m12``, ``b3``) the user deleted from the inbox; never merged back."""
+    return _key("inbox", user_tag(user_id), "hidden")
+
+
+def mc_inbox_expiry(user_id: int) -> str:
+    """zset: inbox members that expire, score = expire_at in ms (settled on every read)."""
+    return _key("inbox", user_tag(user_id), "expiry")
+
+
+def mc_inbox_months(user_id: int) -> str:
+    """set: months (``yyyymm``) for which the user has push/read bitmaps."""
+    return _key("inbox", user_tag(user_id), "months")
+
+
+def mc_inbox_state(user_id: int) -> str:
+    """hash: ``seen`` watermark (ms), ``settled`` removal version, ``pull`` sequence, ``bd`` display marker."""
+    return _key("inbox", user_tag(user_id), "state")
+
+
+def mc_user_groups(user_id: int) -> str:
+    """set: ids of the user's groups (mirror of PostgreSQL memberships)."""
+    return _key("user", "groups", user_tag(user_id))
+
+
+def mc_push_bitmap(user_id: int, month: int | str) -> str:
+    """bitmap (seed 004): bit = item offset within ``month``; 1 = pushed to the user ("is readable")."""
+    return _key("message", "push", user_tag(user_id), month)
+
+
+def mc_read_bitmap(user_id: int, month: int | str) -> str:
+    """bitmap (seed 004): bit = item offset within ``month``; 1 = read ("has been read")."""
+    return _key("message", "read", user_tag(user_id), month)
+
+
+def mc_bulletin_access_time(user_id: int) -> str:
+    """string (seed 002): bulletin update marker the user's list last took in."""
+    return _key("bulletin", "access", "time", user_tag(user_id))
+
+
+def mc_bulletin_config() -> str:
+    """zset (seed 002): member ``<bulletin_id>_<usergroup_id>`` (0 = everyone), score = display time ms."""
+    return _key("bulletin_notification_config", MC_GLOBAL_TAG)
+
+
+def mc_bulletin_detail() -> str:
+    """hash (seed 002): field ``<bulletin_id>_<usergroup_id>`` -> bulletin JSON."""
+    return _key("bulletin_notification_detail", MC_GLOBAL_TAG)
+
+
+def mc_bulletin_members() -> str:
+    """hash: bulletin id -> comma-separated config members (to drop them on edit/delete)."""
+    return _key("bulletin", "members", MC_GLOBAL_TAG)
+
+
+def mc_bulletin_update_time() -> str:
+    """string (seed 002): strictly increasing ms marker of the last bulletin change."""
+    return _key("bulletin", "update", "time", MC_GLOBAL_TAG)
+
+
+def mc_item_detail() -> str:
+    """hash (seed 002): item ref (``m12``, ``b3``) -> item JSON (title, body, images, ...)."""
+    return _key("inbox", "detail", MC_GLOBAL_TAG)
+
+
+def mc_removed() -> str:
+    """zset: inbox members removed everywhere (retracted, edited, deleted), score = removal version."""
+    return _key("inbox", "removed", MC_GLOBAL_TAG)
+
+
+def mc_removed_version() -> str:
+    """string: counter of removals; a user whose settled version is lower settles on read."""
+    return _key("inbox", "removed", "version", MC_GLOBAL_TAG)
+
+
+def mc_pull() -> str:
+    """zset: live pull items, member ``<inbox member>|<created ms>|<expire ms>|<audience>``, score = sequence."""
+    return _key("inbox", "pull", MC_GLOBAL_TAG)
+
+
+def mc_pull_sequence() -> str:
+    """string: counter of pull registrations (users merge the range above their watermark)."""
+    return _key("inbox", "pull", "seq", MC_GLOBAL_TAG)
+
+
+def mc_pull_audience(ref: str, chunk: int) -> str:
+    """bitmap: bit = user id - chunk base; the send-time audience of a pull item (one key per id chunk)."""
+    return _key("inbox", "audience", ref, chunk)
