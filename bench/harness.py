@@ -19,7 +19,7 @@ class Stats:
     @property
     def p99(self) -> float:
         ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 def measure(fn: Callable[[], Any], *, repeat: int, warmup: int = 3, setup: Callable[[], Any] | None = None) -> Stats:
@@ -118,3 +118,38 @@ def table(rows: list[Row]) -> str:
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)
+
+
+class RoundTrips:
+    """Counts the commands (round trips; a pipeline counts once) a client sends."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.count = 0
+
+    def __enter__(self) -> "RoundTrips":
+        original_execute = self.client.execute_command
+        original_pipeline = self.client.pipeline
+
+        def counting_execute(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original_execute(*args, **kwargs)
+
+        def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
+            pipe = original_pipeline(*args, **kwargs)
+            original_pipe_execute = pipe.execute
+
+            def execute(*a: Any, **k: Any) -> Any:
+                self.count += 1
+                return original_pipe_execute(*a, **k)
+
+            pipe.execute = execute
+            return pipe
+
+        self.client.execute_command = counting_execute
+        self.client.pipeline = counting_pipeline
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.client.execute_command
+        del self.client.pipeline

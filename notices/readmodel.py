@@ -20,6 +20,7 @@ when missing (new chunk, flushed Redis), on first read.
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,7 +45,7 @@ _ATTEMPTS = 4
 # (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS. Safe
 # to share between threads: entries are replaced whole, and a stale entry is
 # caught by the token check inside the script.
-_ids_cache: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}
+_ids_cache: dict[tuple[str, int], "ChunkIndex"] = {}
 
 Entry = tuple[int, int, int | None]  # (announcement id, publish ms, expire ms or None)
 
@@ -148,16 +149,36 @@ def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:
     _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=_platform_entries(platform), drop_ids=())
 
 
-def _chunk_ids(client: RedisClient, *, platform: str, chunk: int) -> tuple[str, tuple[int, ...]]:
+@dataclass(frozen=True)
+class ChunkIndex:
+    """A process-local copy of one (platform, chunk) index, valid under ``token``.
+
+    Bitmap key names are built once per copy, not once per read.
+    """
+
+    token: str
+    entries: tuple[Entry, ...]
+    bitmap_keys: tuple[str, ...]
+
+
+def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkIndex:
     cached = _ids_cache.get((platform, chunk))
     if cached is not None:
         return cached
     for _ in range(_ATTEMPTS):
-        snapshot = _SNAPSHOT(keys=_chunk_keys(platform, chunk)[:2], client=client)
+        snapshot = _SNAPSHOT(keys=_chunk_keys(platform, chunk), client=client)
         if snapshot:
-            result = (snapshot[0].decode(), tuple(int(pk) for pk in snapshot[1:]))
-            _ids_cache[(platform, chunk)] = result
-            return result
+            entries = tuple(
+                (int(snapshot[i]), int(float(snapshot[i + 1])), int(snapshot[i + 2]) if snapshot[i + 2] else None)
+                for i in range(1, len(snapshot), 3)
+            )
+            index = ChunkIndex(
+                token=snapshot[0].decode(),
+                entries=entries,
+                bitmap_keys=tuple(keys.notice_bitmap(platform, chunk, pk) for pk, _, _ in entries),
+            )
+            _ids_cache[(platform, chunk)] = index
+            return index
         _build_chunk(client, platform=platform, chunk=chunk)
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} could not be built")
 
@@ -165,22 +186,30 @@ def _chunk_ids(client: RedisClient, *, platform: str, chunk: int) -> tuple[str, 
 def read_state(*, platform: str, user_id: int, now: datetime) -> dict[int, tuple[int, bool]]:
     """Live announcements of ``platform`` at ``now`` -> (publish ms, read by this user).
 
-    One script call when the process's id list is current.
+    One script call when the process's copy of the index is current: the copy
+    says which announcements are live at ``now`` (publish and expiry times are
+    part of it, and the token proves it current), the script reads their bits.
     """
     chunk, offset = user_slot(user_id)
     client = get_redis()
     now_ms = to_ms(now)
     for _ in range(_ATTEMPTS):
-        token, ids = _chunk_ids(client, platform=platform, chunk=chunk)
+        index = _chunk_index(client, platform=platform, chunk=chunk)
+        live = [
+            i
+            for i, (_, publish_ms, expire_ms) in enumerate(index.entries)
+            if publish_ms <= now_ms and (expire_ms is None or expire_ms > now_ms)
+        ]
         reply = _READ_STATE(
-            keys=[*_chunk_keys(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in ids)],
-            args=[token, offset, now_ms, *ids],
+            keys=[keys.notice_meta(platform, chunk), *(index.bitmap_keys[i] for i in live)],
+            args=[index.token, offset],
             client=client,
         )
-        if int(reply[0]) == -1:
+        if reply == -1:
             _ids_cache.pop((platform, chunk), None)
             continue
-        return {int(reply[i]): (int(float(reply[i + 1])), bool(int(reply[i + 2]))) for i in range(1, len(reply), 3)}
+        bits = reply.decode() if isinstance(reply, bytes) else str(reply)
+        return {index.entries[i][0]: (index.entries[i][1], bit == "1") for i, bit in zip(live, bits, strict=True)}
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
