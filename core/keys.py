@@ -188,6 +188,11 @@ def mc_removed_version() -> str:
     return _key("inbox", "removed", "version", MC_GLOBAL_TAG)
 
 
+def mc_removed_floor() -> str:
+    """string: highest removal version trimmed away; users settled below it re-check their whole inbox."""
+    return _key("inbox", "removed", "floor", MC_GLOBAL_TAG)
+
+
 def mc_pull() -> str:
     """zset: live pull items, member ``<inbox member>|<created ms>|<expire ms>|<audience>``, score = sequence."""
     return _key("inbox", "pull", MC_GLOBAL_TAG)

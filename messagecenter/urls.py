@@ -1,4 +1,27 @@
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-api_urlpatterns: list[URLPattern] = []
-page_urlpatterns: list[URLPattern] = []
+from messagecenter import views
+from messagecenter.apis import inbox, manage
+
+api_urlpatterns: list[URLPattern] = [
+    path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
+    path("inbox/counts/", inbox.InboxCountsApi.as_view(), name="mc-inbox-counts"),
+    path("inbox/read-all/", inbox.InboxReadAllApi.as_view(), name="mc-inbox-read-all"),
+    path("inbox/seen/", inbox.InboxSeenApi.as_view(), name="mc-inbox-seen"),
+    path("inbox/<str:item_id>/", inbox.InboxItemApi.as_view(), name="mc-inbox-item"),
+    path("inbox/<str:item_id>/read/", inbox.InboxItemReadApi.as_view(), name="mc-inbox-item-read"),
+    path("inbox/<str:item_id>/unread/", inbox.InboxItemUnreadApi.as_view(), name="mc-inbox-item-unread"),
+    path("manage/user-groups/", manage.UserGroupCreateApi.as_view(), name="mc-user-groups"),
+    path("manage/user-groups/<int:group_id>/members/", manage.UserGroupMembersApi.as_view(), name="mc-group-members"),
+    path("manage/bulletins/", manage.BulletinCreateApi.as_view(), name="mc-bulletins"),
+    path("manage/bulletins/<int:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
+    path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
+    path("manage/messages/<int:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
+]
+
+page_urlpatterns: list[URLPattern] = [
+    path("inbox/", views.inbox_page, name="inbox"),
+    path("inbox/read-all/", views.inbox_read_all, name="read-all"),
+    path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
+    path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
+]

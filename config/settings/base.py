@@ -143,6 +143,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # Prunes expired announcements from the platform indexes and rebuilds them
     # from PostgreSQL (correctness never waits for it: reads filter by time).
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
+    # Frees the details of expired messages (inboxes already hide them at expire_at).
+    "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
+    # Bounds the global list of removed items that readers settle against.
+    "messagecenter-removed-trim": {"task": "messagecenter.removed_trim", "schedule": 60 * 60},
 }
 
 # --- Auth, i18n, static -------------------------------------------------------

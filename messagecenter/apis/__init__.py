@@ -1,0 +1,1 @@
+"""REST adapters of the message centre (API.md): one class per operation."""

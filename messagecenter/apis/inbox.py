@@ -1,0 +1,148 @@
+"""The signed-in user's inbox: ``/api/v1/inbox/``."""
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.openapi import ERRORS, ErrorEnvelope
+from core.params import parse_bool, parse_limit, parse_time
+from messagecenter import selectors, services
+from messagecenter.apis.fields import OffsetDateTimeField
+from messagecenter.models import CATEGORIES
+
+KINDS = ("message", "bulletin", "notification")
+# Every inbox operation needs the Redis read model.
+UNAVAILABLE = {503: OpenApiResponse(ErrorEnvelope, description="Inbox temporarily unavailable (read model down)")}
+
+
+class ItemSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.ChoiceField(choices=KINDS)
+    category = serializers.CharField()
+    title = serializers.CharField()
+    summary = serializers.CharField(allow_blank=True)
+    created_at = OffsetDateTimeField()
+    read = serializers.BooleanField()
+
+
+class CountsSerializer(serializers.Serializer):
+    unread = serializers.IntegerField()
+    unseen = serializers.IntegerField()
+    by_category = serializers.DictField(child=serializers.IntegerField())
+
+
+def _category(raw: str | None) -> str | None:
+    if raw in (None, ""):
+        return None
+    selectors.category_validate(raw)
+    return raw
+
+
+class InboxListApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        results = ItemSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+        unread_count = serializers.IntegerField()
+        unseen_count = serializers.IntegerField()
+
+    @extend_schema(
+        operation_id="inbox_list",
+        parameters=[
+            OpenApiParameter("category", OpenApiTypes.STR, enum=list(CATEGORIES)),
+            OpenApiParameter("unread", OpenApiTypes.BOOL),
+            OpenApiParameter("limit", OpenApiTypes.INT),
+            OpenApiParameter("cursor", OpenApiTypes.STR),
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Only items created after this time."),
+        ],
+        responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = selectors.inbox_list(
+            user=request.user,  # type: ignore[arg-type]
+            category=_category(params.get("category")),
+            unread_only=parse_bool(params.get("unread"), name="unread"),
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor") or None,
+            since=parse_time(params.get("since"), name="since"),
+        )
+        return Response(self.OutputSerializer(page).data)
+
+
+class InboxItemApi(APIView):
+    class OutputSerializer(ItemSerializer):
+        body_html = serializers.CharField(allow_blank=True)
+        images = serializers.ListField(child=serializers.CharField())
+        link = serializers.CharField(allow_null=True)
+
+    @extend_schema(operation_id="inbox_item_get", responses={200: OutputSerializer, **ERRORS(401, 404), **UNAVAILABLE})
+    def get(self, request: Request, item_id: str) -> Response:
+        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(self.OutputSerializer(item).data)
+
+    @extend_schema(operation_id="inbox_item_hide", responses={204: None, **ERRORS(401, 404), **UNAVAILABLE})
+    def delete(self, request: Request, item_id: str) -> Response:
+        services.inbox_hide(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxItemReadApi(APIView):
+    @extend_schema(
+        operation_id="inbox_item_read", request=None, responses={204: None, **ERRORS(401, 404), **UNAVAILABLE}
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxItemUnreadApi(APIView):
+    @extend_schema(
+        operation_id="inbox_item_unread", request=None, responses={204: None, **ERRORS(401, 404), **UNAVAILABLE}
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        services.inbox_mark_unread(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxReadAllApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        category = serializers.ChoiceField(choices=CATEGORIES, required=False)
+
+    class OutputSerializer(serializers.Serializer):
+        marked = serializers.IntegerField()
+
+    @extend_schema(
+        operation_id="inbox_read_all",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        marked = services.inbox_mark_all_read(
+            user=request.user,  # type: ignore[arg-type]
+            category=serializer.validated_data.get("category"),
+        )
+        return Response(self.OutputSerializer({"marked": marked}).data)
+
+
+class InboxSeenApi(APIView):
+    @extend_schema(operation_id="inbox_seen", request=None, responses={204: None, **ERRORS(401), **UNAVAILABLE})
+    def post(self, request: Request) -> Response:
+        services.inbox_mark_seen(user=request.user)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxCountsApi(APIView):
+    class OutputSerializer(CountsSerializer):
+        pass
+
+    @extend_schema(operation_id="inbox_counts", responses={200: OutputSerializer, **ERRORS(401), **UNAVAILABLE})
+    def get(self, request: Request) -> Response:
+        counts: dict[str, Any] = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
+        return Response(self.OutputSerializer(counts).data)

@@ -1,0 +1,66 @@
+"""How messages and bulletins look in the read model (pure conversions, no I/O)."""
+
+from typing import Any
+
+from messagecenter.models import Bulletin, Message
+from messagecenter.readmodel import InboxEntry, to_ms
+
+KIND_BY_PREFIX = {"m": "message", "b": "bulletin", "n": "notification"}
+
+
+def message_entry(message: Message) -> InboxEntry:
+    return InboxEntry(
+        ref=message.ref,
+        category=message.category,
+        month=message.slot_month,
+        offset=message.slot_offset,
+        score=to_ms(message.created_at),
+        expire_ms=to_ms(message.expire_at) if message.expire_at else 0,
+    )
+
+
+def message_images(message: Message) -> list[str]:
+    urls = [str(u) for u in (message.images or [])]
+    urls.extend(image.file.url for image in message.image_files.all())
+    return urls
+
+
+def message_detail(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.ref,
+        "kind": "message",
+        "category": message.category,
+        "title": message.title,
+        "summary": message.summary,
+        "body_html": message.body_html,
+        "images": message_images(message),
+        "link": message.link or None,
+        "member": message_entry(message).member,
+    }
+
+
+def bulletin_entry(bulletin: Bulletin) -> InboxEntry:
+    return InboxEntry(
+        ref=bulletin.ref,
+        category="system",
+        month=bulletin.slot_month,
+        offset=bulletin.slot_offset,
+        score=to_ms(bulletin.display_time),
+        expire_ms=to_ms(bulletin.expire_at) if bulletin.expire_at else 0,
+    )
+
+
+def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
+    from core.html import summarize
+
+    return {
+        "id": bulletin.ref,
+        "kind": "bulletin",
+        "category": "system",
+        "title": bulletin.title,
+        "summary": summarize(bulletin.body_html),
+        "body_html": bulletin.body_html,
+        "images": [],
+        "link": None,
+        "member": bulletin_entry(bulletin).member,
+    }

@@ -1,0 +1,226 @@
+-- One user's inbox: every key arrives through KEYS and carries the user's hash
+-- tag, so this runs on one Redis Cluster slot.
+--
+-- KEYS: 1 all-items zset, 2..5 category zsets (system, promotion, transaction,
+-- interaction), 6 unread counters hash, 7 hidden set, 8 expiry zset, 9 months
+-- set, 10 state hash, 11 bulletin access time, then n read bitmaps and n push
+-- bitmaps, one per month listed in ARGV.
+-- ARGV: 1 op, 2 now (ms), 3 n, 4..3+n months; then "1" + settle/merge
+-- arguments or "0"; then the op's own arguments.
+--
+-- A member is "<ref>|<category>|<month>|<offset>": the category names its
+-- zset and counter, (month, offset) its bits in seed 004's bitmaps.
+-- Invariant kept by every op: counters[c] = members of category c whose read
+-- bit is 0.
+
+local CAT = {system = 2, promotion = 3, transaction = 4, interaction = 5}
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local READ, PUSH = {}, {}
+for i = 1, n do
+  READ[ARGV[3 + i]] = KEYS[11 + i]
+  PUSH[ARGV[3 + i]] = KEYS[11 + n + i]
+end
+local a = 4 + n
+
+local function parse(member)
+  local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
+  return ref, cat, month, tonumber(off)
+end
+
+-- nil when the month's bitmap was not passed (the caller's view of the
+-- months set was older than this item): such items are left alone.
+local function read_bit(month, off)
+  local key = READ[month]
+  if not key then return nil end
+  return redis.call("GETBIT", key, off)
+end
+
+local function remove(member)
+  local ref, cat, month, off = parse(member)
+  if not ref or not CAT[cat] then return 0 end
+  local bit = read_bit(month, off)
+  if bit == nil then return 0 end
+  if redis.call("ZREM", KEYS[1], member) == 0 then return 0 end
+  redis.call("ZREM", KEYS[CAT[cat]], member)
+  redis.call("ZREM", KEYS[8], member)
+  if bit == 0 then redis.call("HINCRBY", KEYS[6], cat, -1) end
+  return 1
+end
+
+local function add(member, score, expire)
+  local ref, cat, month, off = parse(member)
+  if not ref or not CAT[cat] or not READ[month] then return 0 end
+  if expire > 0 and expire <= now then return 0 end
+  if redis.call("SISMEMBER", KEYS[7], ref) == 1 then return 0 end
+  -- NX: running a fan-out or a merge twice changes nothing.
+  if redis.call("ZADD", KEYS[1], "NX", score, member) == 0 then return 0 end
+  redis.call("ZADD", KEYS[CAT[cat]], score, member)
+  if expire > 0 then redis.call("ZADD", KEYS[8], expire, member) end
+  redis.call("SADD", KEYS[9], month)
+  redis.call("SETBIT", PUSH[month], off, 1)
+  if redis.call("GETBIT", READ[month], off) == 0 then
+    redis.call("HINCRBY", KEYS[6], cat, 1)
+  end
+  return 1
+end
+
+-- Is the member a live item of this inbox ("is readable": pushed and present)?
+local function present(member)
+  local ref, cat, month, off = parse(member)
+  if not ref or not READ[month] then return false end
+  if not redis.call("ZSCORE", KEYS[1], member) then return false end
+  return redis.call("GETBIT", PUSH[month], off) == 1
+end
+
+-- Settle and merge --------------------------------------------------------
+if ARGV[a] == "1" then
+  local settled = ARGV[a + 1]
+  local nrem = tonumber(ARGV[a + 2])
+  a = a + 3
+  for i = 0, nrem - 1 do remove(ARGV[a + i]) end
+  a = a + nrem
+  -- Expiry is exact: an item whose expire_at has come is gone from every view.
+  local expired = redis.call("ZRANGEBYSCORE", KEYS[8], "-inf", now)
+  for _, member in ipairs(expired) do remove(member) end
+  local ncand = tonumber(ARGV[a])
+  a = a + 1
+  for i = 0, ncand - 1 do
+    add(ARGV[a + 3 * i], tonumber(ARGV[a + 3 * i + 1]), tonumber(ARGV[a + 3 * i + 2]))
+  end
+  a = a + 3 * ncand
+  if settled ~= "" then redis.call("HSET", KEYS[10], "settled", settled) end
+  if ARGV[a] ~= "" then redis.call("SET", KEYS[11], ARGV[a]) end
+  if ARGV[a + 1] ~= "" then redis.call("HSET", KEYS[10], "bd", ARGV[a + 1]) end
+  if ARGV[a + 2] ~= "" then redis.call("HSET", KEYS[10], "pull", ARGV[a + 2]) end
+  local max_items = tonumber(ARGV[a + 3])
+  a = a + 4
+  local extra = redis.call("ZCARD", KEYS[1]) - max_items
+  if extra > 0 then
+    for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, extra - 1)) do remove(member) end
+  end
+else
+  a = a + 1
+end
+
+local function counts()
+  local flat = redis.call("HGETALL", KEYS[6])
+  local seen = redis.call("HGET", KEYS[10], "seen") or "-inf"
+  if seen ~= "-inf" then seen = "(" .. seen end
+  return {flat, redis.call("ZCOUNT", KEYS[1], seen, "+inf")}
+end
+
+-- Ops ----------------------------------------------------------------------
+if op == "add" then
+  return add(ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+
+elseif op == "sync" or op == "counts" then
+  return counts()
+
+elseif op == "page" then
+  -- Seed 001's scroll: items with score <= max, skipping the first `skip`
+  -- items at exactly score max (already returned), newest first. New items
+  -- have higher scores, so they never shift a page a client is walking.
+  local cat, max, skip = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local limit, unread_only, min = tonumber(ARGV[a + 3]), ARGV[a + 4] == "1", ARGV[a + 5]
+  local key = KEYS[1]
+  if cat ~= "" then key = KEYS[CAT[cat]] end
+  local members, scores, reads = {}, {}, {}
+  local pos_score, pos_skip = nil, skip
+  if max ~= "+inf" then pos_score = tonumber(max) end
+  local pos_raw = max
+  local more = 0
+  local offset = skip
+  local batch = 200
+  while more == 0 do
+    local rows = redis.call("ZREVRANGEBYSCORE", key, max, min, "WITHSCORES", "LIMIT", offset, batch)
+    if #rows == 0 then break end
+    for i = 1, #rows, 2 do
+      local member, raw = rows[i], rows[i + 1]
+      local ref, c, month, off = parse(member)
+      local bit = read_bit(month, off) or 0
+      if (not unread_only) or bit == 0 then
+        if #members == limit then more = 1; break end
+        members[#members + 1] = member
+        scores[#scores + 1] = raw
+        reads[#reads + 1] = bit
+      end
+      local s = tonumber(raw)
+      if pos_score ~= nil and s == pos_score then
+        pos_skip = pos_skip + 1
+      else
+        pos_score, pos_raw, pos_skip = s, raw, 1
+      end
+    end
+    if #rows < 2 * batch then break end
+    offset = offset + batch
+  end
+  return {members, scores, reads, {more, pos_raw, pos_skip}, counts()}
+
+elseif op == "get" then
+  local member = ARGV[a]
+  if not present(member) then return false end
+  local ref, cat, month, off = parse(member)
+  return {redis.call("ZSCORE", KEYS[1], member), read_bit(month, off)}
+
+elseif op == "read" or op == "unread" then
+  local member = ARGV[a]
+  if not present(member) then return 0 end
+  local ref, cat, month, off = parse(member)
+  local want = 1
+  if op == "unread" then want = 0 end
+  local old = redis.call("SETBIT", READ[month], off, want)
+  if old ~= want then
+    if want == 1 then redis.call("HINCRBY", KEYS[6], cat, -1) else redis.call("HINCRBY", KEYS[6], cat, 1) end
+  end
+  return 1
+
+elseif op == "hide" then
+  local member = ARGV[a]
+  if not present(member) then return 0 end
+  local ref = parse(member)
+  redis.call("SADD", KEYS[7], ref)
+  return remove(member)
+
+elseif op == "hide_ref" then
+  -- Rebuild/replay path: the ref is hidden even if it is not (yet) merged.
+  redis.call("SADD", KEYS[7], ARGV[a])
+  return 1
+
+elseif op == "read_all" then
+  -- One step: every live unread item of the category (or all) becomes read.
+  local cat = ARGV[a]
+  local key = KEYS[1]
+  if cat ~= "" then key = KEYS[CAT[cat]] end
+  local marked = 0
+  for _, member in ipairs(redis.call("ZRANGE", key, 0, -1)) do
+    local ref, c, month, off = parse(member)
+    if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
+      marked = marked + 1
+      redis.call("HINCRBY", KEYS[6], c, -1)
+    end
+  end
+  return marked
+
+elseif op == "seen" then
+  local top = redis.call("ZREVRANGE", KEYS[1], 0, 0, "WITHSCORES")
+  local mark = now
+  if #top == 2 and tonumber(top[2]) > mark then mark = tonumber(top[2]) end
+  redis.call("HSET", KEYS[10], "seen", string.format("%d", mark))
+  return 1
+
+elseif op == "drop_prefix" then
+  -- Group membership changed: drop the items of one kind (bulletins) and
+  -- forget the merge marker, so the next read merges what is visible now.
+  -- Read bits live in the bitmaps and survive.
+  local prefix = ARGV[a]
+  local dropped = 0
+  for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
+    if string.sub(member, 1, #prefix) == prefix then dropped = dropped + remove(member) end
+  end
+  redis.call("DEL", KEYS[11])
+  redis.call("HDEL", KEYS[10], "bd")
+  return dropped
+end
+return redis.error_reply("unknown op " .. tostring(op))

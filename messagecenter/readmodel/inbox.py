@@ -1,0 +1,282 @@
+"""One user's inbox in Redis: settle, merge, then one Lua call per request.
+
+Every user-facing call takes the same route:
+
+1. one pipeline reads the user's small state (months, watermarks, groups)
+   and the global markers (removal version, pull sequence, bulletin update
+   time, the latest display time that has passed), plus the item's detail
+   when the call is about one item;
+2. only when a marker moved, a second pipeline fetches what changed: removed
+   members above the user's version, pull items above their watermark,
+   bulletin configs of their groups (and a third one their details and the
+   pull audience bits);
+3. one call of ``inbox.lua`` settles (removals, expiry), merges (bulletins,
+   pull items; idempotent ZADD NX, hidden refs skipped) and runs the op,
+   keeping the per-category unread counters exact.
+
+Global keys and per-user keys live in different cluster slots, hence the
+separate round trips; no script ever touches a key it was not given.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from core import keys
+from core.redis import get_redis
+from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
+from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bytes):
+        value = value.decode()
+    return int(float(value))
+
+
+@dataclass
+class _Plan:
+    months: set[str] = field(default_factory=set)
+    sync_args: list[Any] = field(default_factory=list)
+    detail: dict[str, Any] | None = None
+
+
+def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(keys.mc_inbox_months(user_id))
+    pipe.hgetall(keys.mc_inbox_state(user_id))
+    pipe.get(keys.mc_bulletin_access_time(user_id))
+    pipe.smembers(keys.mc_user_groups(user_id))
+    pipe.get(keys.mc_removed_version())
+    pipe.get(keys.mc_pull_sequence())
+    pipe.get(keys.mc_bulletin_update_time())
+    pipe.zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
+    pipe.get(keys.mc_removed_floor())
+    if ref is not None:
+        pipe.hget(keys.mc_item_detail(), ref)
+    results = pipe.execute()
+    months_raw, state_raw, access_raw, groups_raw, version_raw, seq_raw, update_raw, latest, floor_raw = results[:9]
+    plan = _Plan(months={m.decode() for m in months_raw})
+    if ref is not None and results[9] is not None:
+        plan.detail = json.loads(results[9])
+        plan.months.add(parse_member(plan.detail["member"])[2])
+
+    state = {k.decode(): v for k, v in state_raw.items()}
+    settled, version = _int(state.get("settled")), _int(version_raw)
+    pull_wm, seq = _int(state.get("pull")), _int(seq_raw)
+    update_time = _int(update_raw)
+    latest_display = _int(latest[0][1]) if latest else 0
+    # Removals below the floor were trimmed: such a user re-checks every
+    # item against the details (removed items have none) and re-merges
+    # bulletins (an edited one may have moved).
+    full_settle = version > settled and settled < _int(floor_raw)
+    merge_bulletins = (
+        full_settle
+        or access_raw is None
+        or "bd" not in state
+        or update_time > _int(access_raw)
+        or latest_display > _int(state["bd"])
+    )
+
+    removed: list[str] = []
+    candidates: list[tuple[str, int, int]] = []
+    if version > settled or seq > pull_wm or merge_bulletins:
+        pipe = client.pipeline(transaction=False)
+        if full_settle:
+            pipe.zrange(keys.mc_inbox(user_id), 0, -1)
+        elif version > settled:
+            pipe.zrangebyscore(keys.mc_removed(), f"({settled}", version)
+        if seq > pull_wm:
+            pipe.zrangebyscore(keys.mc_pull(), f"({pull_wm}", seq)
+        if merge_bulletins:
+            pipe.zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
+        fetched = list(pipe.execute())
+        removed = [m.decode() for m in fetched.pop(0)] if version > settled else []
+        held = removed if full_settle else []  # the whole inbox, to check below
+        if full_settle:
+            removed = [m for m in held if m.startswith("b")]
+        pulls = [m.decode() for m in fetched.pop(0)] if seq > pull_wm else []
+        configs = [m.decode() for m in fetched.pop(0)] if merge_bulletins else []
+
+        groups = {"0", *(g.decode() for g in groups_raw)}
+        visible_configs = [c for c in configs if c.rsplit("_", 1)[1] in groups]
+        bitmap_pulls: list[tuple[str, int, int, str]] = []
+        for pull in pulls:
+            # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>
+            parts = pull.split("|")
+            member, score, expire, audience = "|".join(parts[:4]), int(parts[4]), int(parts[5]), parts[6]
+            if expire and expire <= now_ms:
+                continue
+            if audience == AUDIENCE_EVERYONE:
+                candidates.append((member, score, expire))
+            else:
+                bitmap_pulls.append((member, score, expire, parts[0]))
+        held = [m for m in held if not m.startswith("b")]
+        if visible_configs or bitmap_pulls or held:
+            pipe = client.pipeline(transaction=False)
+            if held:
+                pipe.hmget(keys.mc_item_detail(), [parse_member(m)[0] for m in held])
+            if visible_configs:
+                pipe.hmget(keys.mc_bulletin_detail(), visible_configs)
+            chunk_size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+            chunk, bit = divmod(user_id, chunk_size)
+            for _member, _score, _expire, pull_ref in bitmap_pulls:
+                pipe.getbit(keys.mc_pull_audience(pull_ref, chunk), bit)
+            fetched = list(pipe.execute())
+            if held:
+                for member, raw in zip(held, fetched.pop(0), strict=True):
+                    if raw is None or json.loads(raw).get("member") != member:
+                        removed.append(member)
+            if visible_configs:
+                for raw in fetched.pop(0):
+                    if raw is None:
+                        continue
+                    config = json.loads(raw)
+                    if config["expire"] and config["expire"] <= now_ms:
+                        continue
+                    candidates.append((config["member"], int(config["score"]), int(config["expire"])))
+            for (member, score, expire, _ref), hit in zip(bitmap_pulls, fetched, strict=True):
+                if hit:
+                    candidates.append((member, score, expire))
+
+    for member, _score, _expire in candidates:
+        plan.months.add(parse_member(member)[2])
+    args: list[Any] = ["1", version if version > settled else ""]
+    args.append(len(removed))
+    args.extend(removed)
+    args.append(len(candidates))
+    for member, score, expire in candidates:
+        args.extend([member, score, expire])
+    args.append(update_time if merge_bulletins else "")
+    args.append(latest_display if merge_bulletins else "")
+    args.append(seq if seq > pull_wm else "")
+    args.append(int(settings.MESSAGECENTER_INBOX_MAX_ITEMS))
+    plan.sync_args = args
+    return plan
+
+
+def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
+    months = sorted(plan.months)
+    return INBOX_SCRIPT(
+        user_keys(user_id, months),
+        [op, now_ms, len(months), *months, *plan.sync_args, *op_args],
+    )
+
+
+@dataclass(frozen=True)
+class Counts:
+    unread_by_category: dict[str, int]
+    unseen: int
+
+    @property
+    def unread(self) -> int:
+        return sum(self.unread_by_category.values())
+
+
+def _counts(raw: list[Any]) -> Counts:
+    flat, unseen = raw
+    by_category = dict.fromkeys(CATEGORY_ORDER, 0)
+    for i in range(0, len(flat), 2):
+        name = flat[i].decode()
+        if name in by_category:
+            by_category[name] = max(0, _int(flat[i + 1]))
+    return Counts(by_category, int(unseen))
+
+
+@dataclass(frozen=True)
+class PageRow:
+    ref: str
+    score: int
+    read: bool
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[PageRow]
+    next_position: tuple[int, int] | None  # (max score, items at it already returned)
+    counts: Counts
+
+
+def inbox_page(
+    *,
+    user_id: int,
+    now_ms: int,
+    category: str | None,
+    max_score: int | None,
+    skip: int,
+    limit: int,
+    unread_only: bool,
+    since_ms: int | None,
+) -> Page:
+    plan = _plan(user_id, now_ms)
+    result = _run(
+        user_id,
+        now_ms,
+        "page",
+        plan,
+        [
+            category or "",
+            "+inf" if max_score is None else max_score,
+            skip,
+            limit,
+            "1" if unread_only else "0",
+            "-inf" if since_ms is None else f"({since_ms}",
+        ],
+    )
+    members, scores, reads, position, counts = result
+    members = [m.decode() for m in members]
+    refs = [parse_member(m)[0] for m in members]
+    details: list[Any] = get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
+    rows = []
+    for ref, score, read, raw in zip(refs, scores, reads, details, strict=True):
+        if raw is None:  # removed a moment ago; the next read settles it
+            continue
+        rows.append(PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=json.loads(raw)))
+    more, pos_score, pos_skip = position
+    next_position = (_int(pos_score), int(pos_skip)) if int(more) else None
+    return Page(rows=rows, next_position=next_position, counts=_counts(counts))
+
+
+def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
+    return _counts(_run(user_id, now_ms, "counts", _plan(user_id, now_ms), []))
+
+
+def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
+    """The item if it is live in this user's inbox, else None (never tells why)."""
+    plan = _plan(user_id, now_ms, ref)
+    if plan.detail is None:
+        _run(user_id, now_ms, "sync", plan, [])
+        return None
+    result = _run(user_id, now_ms, "get", plan, [plan.detail["member"]])
+    if not result:
+        return None
+    score, read = result
+    return PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=plan.detail)
+
+
+def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
+    plan = _plan(user_id, now_ms, ref)
+    if plan.detail is None:
+        return False
+    return bool(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
+
+
+def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
+    plan = _plan(user_id, now_ms, ref)
+    if plan.detail is None:
+        return False
+    return bool(_run(user_id, now_ms, "hide", plan, [plan.detail["member"]]))
+
+
+def inbox_read_all(*, user_id: int, category: str | None, now_ms: int) -> int:
+    return int(_run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""]))
+
+
+def inbox_seen(*, user_id: int, now_ms: int) -> None:
+    _run(user_id, now_ms, "seen", _plan(user_id, now_ms), [])

@@ -1,0 +1,156 @@
+"""Global writes of the read model: item details, bulletins, pull items,
+removals, push fan-out and the mirror of group memberships."""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+from pyroaring import BitMap
+
+from core import keys
+from core.redis import get_redis
+from messagecenter.readmodel.entries import (
+    GLOBAL_SCRIPT,
+    INBOX_SCRIPT,
+    InboxEntry,
+    dumps,
+    global_keys,
+    run_inbox_scripts,
+    user_keys,
+)
+
+AUDIENCE_EVERYONE = "all"
+AUDIENCE_BITMAP = "bm"
+
+
+def item_detail_put(*, ref: str, detail: Mapping[str, Any]) -> None:
+    """Write (or refresh) what the inbox shows of an item."""
+    GLOBAL_SCRIPT(global_keys(), ["item_put", 0, ref, dumps(detail)])
+
+
+def bulletin_put(
+    *, bulletin_id: int, entry: InboxEntry, detail: Mapping[str, Any], group_ids: Sequence[int], now_ms: int, edit: bool
+) -> int:
+    """Replace a bulletin's config members (``<id>_<group>``, 0 = everyone).
+
+    An edit also removes the bulletin from every inbox that merged it; the
+    bumped ``bulletin:update:time`` makes each user merge it again (with
+    its read bit, which lives in the bitmaps) if it is still visible to them.
+    """
+    config_detail = dumps({"member": entry.member, "score": entry.score, "expire": entry.expire_ms})
+    args: list[Any] = ["bulletin_put", now_ms, bulletin_id, entry.ref, dumps(detail)]
+    args.append(entry.member if edit else "")
+    groups = list(group_ids) or [0]
+    args.append(len(groups))
+    for group_id in groups:
+        args.extend([f"{bulletin_id}_{group_id}", entry.score, config_detail])
+    return int(GLOBAL_SCRIPT(global_keys(), args))
+
+
+def bulletin_delete(*, bulletin_id: int, entry: InboxEntry, now_ms: int) -> None:
+    GLOBAL_SCRIPT(global_keys(), ["bulletin_delete", now_ms, bulletin_id, entry.ref, entry.member])
+
+
+def _audience_chunks(audience: BitMap) -> dict[int, bytes]:
+    """Redis bitmap strings per chunk of user ids (bit 0 = most significant bit)."""
+    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    chunks: dict[int, bytearray] = {}
+    for user_id in audience:
+        chunk, offset = divmod(int(user_id), size)
+        data = chunks.setdefault(chunk, bytearray())
+        index = offset >> 3
+        if len(data) <= index:
+            data.extend(b"\0" * (index + 1 - len(data)))
+        data[index] |= 0x80 >> (offset & 7)
+    return {chunk: bytes(data) for chunk, data in chunks.items()}
+
+
+def pull_register(*, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None) -> int:
+    """Store a pull item once; users merge it on their next read.
+
+    ``audience`` None means everyone; otherwise its bitmap is written first
+    (chunked by user id, so no key grows past MESSAGECENTER_BITMAP_CHUNK_USERS
+    bits), then the item is registered. Registering twice is a no-op.
+    """
+    client = get_redis()
+    if audience is not None:
+        pipe = client.pipeline(transaction=False)
+        for chunk, data in _audience_chunks(audience).items():
+            pipe.set(keys.mc_pull_audience(entry.ref, chunk), data)
+        pipe.execute()
+    member = pull_member(entry, everyone=audience is None)
+    return int(GLOBAL_SCRIPT(global_keys(), ["pull_register", 0, entry.ref, dumps(detail), member]))
+
+
+def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
+    kind = AUDIENCE_EVERYONE if everyone else AUDIENCE_BITMAP
+    return f"{entry.member}|{entry.score}|{entry.expire_ms}|{kind}"
+
+
+def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:
+    """Remove an item from every inbox at once: readers settle it on their next read."""
+    GLOBAL_SCRIPT(global_keys(), ["remove_item", 0, entry.ref, entry.member, pull_member])
+
+
+def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:
+    get_redis().delete(*(keys.mc_pull_audience(ref, c) for c in chunks))
+
+
+def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int) -> int:
+    """Push one item into these users' inboxes (one pipeline of per-user Lua
+    calls); returns how many inboxes gained it. Idempotent: ZADD NX."""
+    month = str(entry.month)
+    calls = [
+        (user_keys(int(user_id), [month]), ["add", now_ms, 1, month, "0", entry.member, entry.score, entry.expire_ms])
+        for user_id in user_ids
+    ]
+    return sum(int(r) for r in run_inbox_scripts(calls))
+
+
+def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: int) -> None:
+    """Mirror memberships, then drop the users' merged bulletins so the next
+    read merges exactly what their groups show now."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    user_ids = list(groups_by_user)
+    for user_id in user_ids:
+        key = keys.mc_user_groups(user_id)
+        pipe.delete(key)
+        group_ids = [int(g) for g in groups_by_user[user_id]]
+        if group_ids:
+            pipe.sadd(key, *group_ids)
+        pipe.smembers(keys.mc_inbox_months(user_id))
+    results = pipe.execute()
+    months_by_user: dict[int, list[str]] = {}
+    for user_id, result in zip(user_ids, [r for r in results if isinstance(r, set)], strict=True):
+        months_by_user[user_id] = sorted(m.decode() for m in result)
+    calls = []
+    for user_id in user_ids:
+        months = months_by_user[user_id]
+        calls.append((user_keys(user_id, months), ["drop_prefix", now_ms, len(months), *months, "0", "b"]))
+    run_inbox_scripts(calls)
+
+
+def user_hidden_add(*, user_id: int, ref: str, now_ms: int) -> None:
+    """Rebuild path: record a hidden ref even when the item is not merged."""
+    INBOX_SCRIPT(user_keys(user_id, []), ["hide_ref", now_ms, 0, "0", ref])
+
+
+def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chunks: dict[str, list[int]]) -> None:
+    """Housekeeping for expired items: readers already hide them by time;
+    this only frees the global pull zset, details and audience bitmaps."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    if pull_members:
+        pipe.zrem(keys.mc_pull(), *pull_members)
+    if refs:
+        pipe.hdel(keys.mc_item_detail(), *refs)
+    for ref, chunks in audience_chunks.items():
+        if chunks:
+            pipe.delete(*(keys.mc_pull_audience(ref, c) for c in chunks))
+    pipe.execute()
+
+
+def removed_trim(*, keep: int) -> int:
+    """Keep the newest ``keep`` removals; returns how many were dropped."""
+    return int(GLOBAL_SCRIPT(global_keys(), ["removed_trim", 0, keep]))

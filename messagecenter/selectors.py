@@ -1,0 +1,178 @@
+"""Read use cases of the message centre.
+
+The inbox selectors run no SQL: everything they need (items, read state,
+counts, the user's groups) is in Redis, kept in step after commit.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from core.cursors import decode_cursor, encode_cursor
+from core.exceptions import NotFound, ValidationFailed
+from messagecenter.exceptions import read_model_required
+from messagecenter.items import KIND_BY_PREFIX
+from messagecenter.models import CATEGORIES, FanoutChunk, Message, UserGroup, UserGroupMembership
+from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
+from messagecenter.readmodel.inbox import Counts, PageRow
+
+CURSOR_SCOPE = "inbox"
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    id: str
+    kind: str
+    category: str
+    title: str
+    summary: str
+    created_at: datetime
+    read: bool
+    body_html: str
+    images: list[str]
+    link: str | None
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    results: list[InboxItem]
+    next_cursor: str | None
+    unread_count: int
+    unseen_count: int
+
+
+def _item(row: PageRow) -> InboxItem:
+    detail: dict[str, Any] = row.detail
+    return InboxItem(
+        id=row.ref,
+        kind=detail.get("kind") or KIND_BY_PREFIX.get(row.ref[:1], "message"),
+        category=detail["category"],
+        title=detail.get("title", ""),
+        summary=detail.get("summary", ""),
+        created_at=ms_to_datetime(row.score),
+        read=row.read,
+        body_html=detail.get("body_html", ""),
+        images=list(detail.get("images") or []),
+        link=detail.get("link") or None,
+    )
+
+
+def category_validate(category: str | None) -> None:
+    if category is not None and category not in CATEGORIES:
+        raise ValidationFailed(
+            f"Unknown category {category!r}.",
+            code="invalid_category",
+            fields={"category": [f"Choose from {', '.join(CATEGORIES)}."]},
+        )
+
+
+def _cursor_position(cursor: str, *, category: str | None, unread_only: bool) -> tuple[int, int]:
+    payload = decode_cursor(cursor, scope=CURSOR_SCOPE)
+    try:
+        score, skip = int(payload["p"]), int(payload["o"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationFailed(
+            "The cursor is not valid.", code="invalid_cursor", fields={"cursor": ["Invalid cursor."]}
+        ) from exc
+    # A cursor belongs to one listing: reusing it with other filters would skip items.
+    if payload.get("c") != (category or "") or bool(payload.get("u")) != unread_only or skip < 0:
+        raise ValidationFailed(
+            "The cursor belongs to another listing.", code="invalid_cursor", fields={"cursor": ["Invalid cursor."]}
+        )
+    return score, skip
+
+
+@read_model_required
+def inbox_list(
+    *,
+    user: AbstractBaseUser,
+    category: str | None = None,
+    unread_only: bool = False,
+    limit: int = 20,
+    cursor: str | None = None,
+    since: datetime | None = None,
+    now: datetime | None = None,
+) -> InboxPage:
+    """A page of the user's inbox, newest first, with whole-inbox counts.
+
+    Paging is seed 001's scroll: the cursor holds the last score returned and
+    how many items at that score were returned, so items arriving meanwhile
+    (newer, higher scores) never make a page repeat or skip.
+    """
+    category_validate(category)
+    max_score, skip = (None, 0)
+    if cursor:
+        max_score, skip = _cursor_position(cursor, category=category, unread_only=unread_only)
+    page = inbox.inbox_page(
+        user_id=int(user.pk),
+        now_ms=to_ms(now or timezone.now()),
+        category=category,
+        max_score=max_score,
+        skip=skip,
+        limit=limit,
+        unread_only=unread_only,
+        since_ms=to_ms(since) if since else None,
+    )
+    next_cursor = None
+    if page.next_position is not None:
+        score, offset = page.next_position
+        next_cursor = encode_cursor(
+            {"p": score, "o": offset, "c": category or "", "u": unread_only}, scope=CURSOR_SCOPE
+        )
+    return InboxPage(
+        results=[_item(row) for row in page.rows],
+        next_cursor=next_cursor,
+        unread_count=page.counts.unread,
+        unseen_count=page.counts.unseen,
+    )
+
+
+@read_model_required
+def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> InboxItem:
+    """The item with its detail; NotFound unless it is live in this user's inbox."""
+    if not item_id or len(item_id) > 40 or "|" in item_id:
+        raise NotFound("No such item in your inbox.")
+    row = inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now or timezone.now()))
+    if row is None:
+        raise NotFound("No such item in your inbox.")
+    return _item(row)
+
+
+@read_model_required
+def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
+    """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``."""
+    from notices.selectors import announcement_counts
+
+    counts: Counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now or timezone.now()))
+    by_category: dict[str, int] = dict(counts.unread_by_category)
+    by_category["announcement"] = int(announcement_counts(user=user)["unread"])
+    return {"unread": counts.unread, "unseen": counts.unseen, "by_category": by_category}
+
+
+def user_group_member_count(*, group: UserGroup) -> int:
+    return UserGroupMembership.objects.filter(group=group).count()
+
+
+def message_progress(*, message: Message) -> tuple[int, int]:
+    """(users pushed so far, users to push) of a push fan-out, for the admin."""
+    done = sum(FanoutChunk.objects.filter(message=message).values_list("size", flat=True))
+    return done, message.fanout_total
+
+
+def users_resolve(*, text: str) -> tuple[list[int], list[str]]:
+    """Ids of the users named in a pasted list (usernames or ids, separated by
+    spaces, commas, semicolons or new lines), and the tokens that match nobody."""
+    tokens = [t for t in re.split(r"[\s,;]+", text or "") if t]
+    numbers = {int(t) for t in tokens if t.isdigit()}
+    names = {t for t in tokens if not t.isdigit()}
+    User = get_user_model()
+    found_ids = set(User.objects.filter(pk__in=numbers).values_list("pk", flat=True))
+    by_name = dict(User.objects.filter(username__in=names).values_list("username", "pk"))
+    unknown = [t for t in tokens if (t.isdigit() and int(t) not in found_ids) or (not t.isdigit() and t not in by_name)]
+    ids = sorted(found_ids | set(by_name.values()))
+    return ids, list(dict.fromkeys(unknown))

@@ -1,0 +1,53 @@
+"""Write use cases of the message centre (``<entity>_<verb>``, keyword-only)."""
+
+from messagecenter.services.bulletins import bulletin_create, bulletin_delete, bulletin_update
+from messagecenter.services.groups import (
+    user_group_add_members,
+    user_group_create,
+    user_group_delete,
+    user_group_remove_members,
+)
+from messagecenter.services.inbox import (
+    inbox_deliver,
+    inbox_hide,
+    inbox_mark_all_read,
+    inbox_mark_read,
+    inbox_mark_seen,
+    inbox_mark_unread,
+    inbox_publish_pull,
+    inbox_removed_trim,
+)
+from messagecenter.services.messages import (
+    message_audience_preview,
+    message_cleanup_expired,
+    message_deliver,
+    message_fanout_chunk,
+    message_retract,
+    message_send,
+)
+from messagecenter.services.slots import slot_allocate
+
+__all__ = [
+    "bulletin_create",
+    "bulletin_delete",
+    "bulletin_update",
+    "inbox_deliver",
+    "inbox_hide",
+    "inbox_mark_all_read",
+    "inbox_mark_read",
+    "inbox_mark_seen",
+    "inbox_mark_unread",
+    "inbox_publish_pull",
+    "inbox_removed_trim",
+    "message_audience_preview",
+    "message_cleanup_expired",
+    "message_deliver",
+    "message_fanout_chunk",
+    "message_retract",
+    "message_send",
+    "slot_allocate",
+    "user_group_add_members",
+    "user_group_create",
+    "user_group_delete",
+    "user_group_remove_members",
+]

@@ -1,0 +1,90 @@
+"""Bulletins (seed 002): operator-configured, shown to user groups from their
+display time until they expire, merged into each member's system list on read."""
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from core.exceptions import ValidationFailed
+from core.html import sanitize_html
+from messagecenter.models import Bulletin, UserGroup
+from messagecenter.services.slots import slot_allocate
+
+
+def _groups(group_ids: Iterable[int]) -> list[UserGroup]:
+    wanted = {int(g) for g in group_ids}
+    groups = list(UserGroup.objects.filter(pk__in=wanted))
+    missing = sorted(wanted - {g.pk for g in groups})
+    if missing:
+        raise ValidationFailed(
+            f"Unknown user group id(s): {', '.join(map(str, missing))}.",
+            code="unknown_groups",
+            fields={"user_groups": [f"Unknown id(s): {', '.join(map(str, missing))}."]},
+        )
+    return groups
+
+
+def _check_times(display_time: datetime, expire_at: datetime | None) -> None:
+    if expire_at is not None and expire_at <= display_time:
+        raise ValidationFailed(
+            "expire_at must be after display_time.", fields={"expire_at": ["Must be after display_time."]}
+        )
+
+
+def bulletin_create(
+    *,
+    title: str,
+    body_html: str,
+    display_time: datetime,
+    expire_at: datetime | None = None,
+    group_ids: Iterable[int] = (),
+    actor: AbstractBaseUser | None = None,
+) -> Bulletin:
+    """Create a bulletin; no groups means everyone. Redis follows after commit (signals)."""
+    _check_times(display_time, expire_at)
+    groups = _groups(group_ids)
+    with transaction.atomic():
+        month, offset = slot_allocate(at=timezone.now())
+        bulletin = Bulletin.objects.create(
+            title=title,
+            body_html=sanitize_html(body_html),
+            display_time=display_time,
+            expire_at=expire_at,
+            created_by=actor if actor is not None and actor.is_authenticated else None,  # type: ignore[misc]
+            slot_month=month,
+            slot_offset=offset,
+        )
+        bulletin.groups.set(groups)
+    return bulletin
+
+
+def bulletin_update(
+    *, bulletin: Bulletin, data: dict[str, Any], actor: AbstractBaseUser | None = None
+) -> tuple[Bulletin, list[str]]:
+    """Apply the given fields (title, body_html, display_time, expire_at,
+    group_ids); returns the bulletin and the names of the fields that changed."""
+    changed: list[str] = []
+    for name in ("title", "body_html", "display_time", "expire_at"):
+        if name in data:
+            value = sanitize_html(data[name]) if name == "body_html" else data[name]
+            if getattr(bulletin, name) != value:
+                setattr(bulletin, name, value)
+                changed.append(name)
+    _check_times(bulletin.display_time, bulletin.expire_at)
+    groups = _groups(data["group_ids"]) if "group_ids" in data else None
+    with transaction.atomic():
+        if changed:
+            bulletin.save()
+        if groups is not None and {g.pk for g in groups} != set(bulletin.groups.values_list("pk", flat=True)):
+            bulletin.groups.set(groups)
+            changed.append("user_groups")
+    return bulletin, changed
+
+
+def bulletin_delete(*, bulletin: Bulletin, actor: AbstractBaseUser | None = None) -> None:
+    """Delete; it leaves every inbox at once (removal settled on each read)."""
+    bulletin.delete()

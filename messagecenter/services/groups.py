@@ -1,0 +1,87 @@
+"""User groups: how operators target people and how bulletins differ per group."""
+
+from collections.abc import Iterable
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+from core.exceptions import ValidationFailed
+from messagecenter.models import UserGroup, UserGroupMembership
+from messagecenter.signals import memberships_changed
+
+
+def _existing_user_ids(user_ids: Iterable[int]) -> set[int]:
+    wanted = {int(u) for u in user_ids}
+    found = set(get_user_model().objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    missing = sorted(wanted - found)
+    if missing:
+        raise ValidationFailed(
+            f"Unknown user id(s): {', '.join(map(str, missing))}.",
+            code="unknown_users",
+            fields={"user_ids": [f"Unknown user id(s): {', '.join(map(str, missing))}."]},
+        )
+    return wanted
+
+
+def user_group_create(*, name: str) -> UserGroup:
+    name = name.strip()
+    if not name:
+        raise ValidationFailed("A group needs a name.", fields={"name": ["This field may not be blank."]})
+    try:
+        with transaction.atomic():
+            return UserGroup.objects.create(name=name)
+    except IntegrityError as exc:
+        raise ValidationFailed(
+            f"A group named {name!r} exists already.", code="duplicate", fields={"name": ["This name is taken."]}
+        ) from exc
+
+
+def user_group_add_members(*, group: UserGroup, user_ids: Iterable[int]) -> int:
+    """Add users (all or nothing: unknown ids raise naming them); returns how many joined."""
+    wanted = _existing_user_ids(user_ids)
+    with transaction.atomic():
+        present = set(
+            UserGroupMembership.objects.filter(group=group, user_id__in=wanted).values_list("user_id", flat=True)
+        )
+        new = sorted(wanted - present)
+        UserGroupMembership.objects.bulk_create(
+            [UserGroupMembership(group=group, user_id=u) for u in new], ignore_conflicts=True
+        )
+        if new:
+            memberships_changed.send(sender=UserGroup, user_ids=new)
+    return len(new)
+
+
+def user_group_remove_members(*, group: UserGroup, user_ids: Iterable[int]) -> int:
+    """Remove users (unknown ids raise naming them, nothing changes); returns how many left."""
+    wanted = _existing_user_ids(user_ids)
+    with transaction.atomic():
+        present = sorted(
+            UserGroupMembership.objects.filter(group=group, user_id__in=wanted).values_list("user_id", flat=True)
+        )
+        UserGroupMembership.objects.filter(group=group, user_id__in=present).delete()
+        if present:
+            memberships_changed.send(sender=UserGroup, user_ids=present)
+    return len(present)
+
+
+def user_group_delete(*, group: UserGroup) -> int:
+    """Delete a group; returns how many bulletins went with it.
+
+    A bulletin shown only to this group would otherwise be left with no
+    groups, which means everyone: it is deleted instead. Members' Redis
+    state follows after commit (signals).
+    """
+    from django.db.models import Count
+
+    from messagecenter.models import Bulletin
+
+    with transaction.atomic():
+        orphans = list(
+            # annotate() before filter(): n counts all of a bulletin's groups, not the joined one.
+            Bulletin.objects.annotate(n=Count("groups")).filter(n=1, groups=group).values_list("pk", flat=True)
+        )
+        for bulletin in Bulletin.objects.filter(pk__in=orphans):
+            bulletin.delete()
+        group.delete()
+    return len(orphans)

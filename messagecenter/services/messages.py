@@ -1,0 +1,235 @@
+"""Messages: composed by operators, delivered by push (write fan-out) to small
+audiences and by pull (stored once, merged on read) to large ones and to
+everyone (seed 001's feed models)."""
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+from pyroaring import BitMap
+
+from core.exceptions import LimitExceeded, ValidationFailed
+from core.html import sanitize_html, summarize
+from messagecenter.items import message_detail, message_entry
+from messagecenter.models import (
+    CATEGORIES,
+    DeliveryMode,
+    FanoutChunk,
+    Message,
+    MessageImage,
+    MessageStatus,
+    UserGroup,
+    UserGroupMembership,
+)
+from messagecenter.readmodel import publish
+from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
+from messagecenter.services.slots import slot_allocate
+
+
+def _resolve(
+    *, user_ids: Iterable[int], group_ids: Iterable[int], everyone: bool
+) -> tuple[BitMap, BitMap, list[UserGroup]]:
+    """(explicit users, send-time audience, groups); unknown ids raise naming them."""
+    wanted_users = BitMap(int(u) for u in user_ids)
+    wanted_groups = {int(g) for g in group_ids}
+    errors: dict[str, list[str]] = {}
+    if wanted_users:
+        found = BitMap(get_user_model().objects.filter(pk__in=list(wanted_users)).values_list("pk", flat=True))
+        missing = wanted_users - found
+        if missing:
+            errors["users"] = [f"Unknown user id(s): {', '.join(map(str, missing))}."]
+    groups = list(UserGroup.objects.filter(pk__in=wanted_groups))
+    missing_groups = sorted(wanted_groups - {g.pk for g in groups})
+    if missing_groups:
+        errors["groups"] = [f"Unknown group id(s): {', '.join(map(str, missing_groups))}."]
+    if errors:
+        raise ValidationFailed("Unknown recipients.", code="unknown_recipients", fields={"to": errors})
+    if not (wanted_users or groups or everyone):
+        raise ValidationFailed(
+            "Choose users, groups or everyone.", fields={"to": ["Choose users, groups or everyone."]}
+        )
+    audience = BitMap(wanted_users)
+    if groups and not everyone:
+        audience |= BitMap(
+            UserGroupMembership.objects.filter(group__in=groups).values_list("user_id", flat=True).distinct()
+        )
+    if audience and audience.max() > int(settings.MESSAGECENTER_MAX_USER_ID):
+        raise LimitExceeded("A user id is beyond MESSAGECENTER_MAX_USER_ID; bitmaps cannot address it.")
+    return wanted_users, (BitMap() if everyone else audience), groups
+
+
+def message_audience_preview(
+    *, user_ids: Iterable[int] = (), group_ids: Iterable[int] = (), everyone: bool = False
+) -> int | None:
+    """How many users a message would reach now (None for everyone)."""
+    _users, audience, _groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
+    return None if everyone else len(audience)
+
+
+def message_send(
+    *,
+    sender: AbstractBaseUser | None,
+    category: str,
+    title: str,
+    body_html: str,
+    summary: str = "",
+    link: str = "",
+    images: Sequence[str] = (),
+    image_files: Sequence[UploadedFile] = (),
+    user_ids: Iterable[int] = (),
+    group_ids: Iterable[int] = (),
+    everyone: bool = False,
+    expire_at: datetime | None = None,
+) -> Message:
+    """Store a message and its audience, then deliver it after commit.
+
+    The audience is resolved now (explicit users plus the groups' members),
+    kept as a roaring bitmap; "everyone" stays a flag. Push when it is at
+    most MESSAGECENTER_PUSH_THRESHOLD users, pull above and for everyone.
+    """
+    if category not in CATEGORIES:
+        raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
+    now = timezone.now()
+    if expire_at is not None and expire_at <= now:
+        raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
+    explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
+    threshold = int(settings.MESSAGECENTER_PUSH_THRESHOLD)
+    delivery = DeliveryMode.PULL if everyone or len(audience) > threshold else DeliveryMode.PUSH
+    body = sanitize_html(body_html)
+    with transaction.atomic():
+        month, offset = slot_allocate(at=now)
+        message = Message.objects.create(
+            category=category,
+            title=title,
+            summary=summary or summarize(body),
+            body_html=body,
+            link=link,
+            images=list(images),
+            sender=sender if sender is not None and sender.is_authenticated else None,  # type: ignore[misc]
+            created_at=now,
+            expire_at=expire_at,
+            everyone=everyone,
+            users_bitmap=explicit.serialize() if explicit else b"",
+            audience_bitmap=audience.serialize() if audience else b"",
+            audience_size=None if everyone else len(audience),
+            delivery=delivery,
+            fanout_total=0 if everyone else len(audience),
+            slot_month=month,
+            slot_offset=offset,
+        )
+        message.groups.set(groups)
+        for position, upload in enumerate(image_files):
+            MessageImage.objects.create(message=message, file=upload, position=position)
+        from messagecenter.tasks import message_deliver_task
+
+        message_deliver_task.delay_on_commit(message.pk)
+    return message
+
+
+def _chunk_count(message: Message) -> int:
+    return math.ceil((message.audience_size or 0) / int(settings.MESSAGECENTER_FANOUT_CHUNK))
+
+
+def _undo_if_retracted(message: Message) -> None:
+    """A retraction that committed while this task was writing: its removal
+    may have run before our write, so remove again (idempotent) after it."""
+    if Message.objects.filter(pk=message.pk, status=MessageStatus.RETRACTED).exists():
+        entry = message_entry(message)
+        pull = message.delivery == DeliveryMode.PULL
+        publish.item_remove(
+            entry=entry, pull_member=publish.pull_member(entry, everyone=message.everyone) if pull else ""
+        )
+
+
+def message_deliver(*, message: Message) -> int:
+    """Publish a stored message: its detail, then pull registration or push
+    chunk tasks. Idempotent. Returns the number of chunks to fan out."""
+    if message.status == MessageStatus.RETRACTED:
+        return 0
+    detail = message_detail(message)
+    entry = message_entry(message)
+    if message.delivery == DeliveryMode.PULL:
+        inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
+        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERED)
+        _undo_if_retracted(message)
+        return 0
+    publish.item_detail_put(ref=entry.ref, detail=detail)
+    chunks = _chunk_count(message)
+    if chunks == 0:
+        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERED)
+        return 0
+    Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERING)
+    from messagecenter.tasks import message_fanout_chunk_task
+
+    done = set(FanoutChunk.objects.filter(message=message).values_list("index", flat=True))
+    for index in range(chunks):
+        if index not in done:
+            message_fanout_chunk_task.delay(message.pk, index)
+    return chunks
+
+
+def message_fanout_chunk(*, message: Message, index: int) -> int:
+    """Push one chunk of the audience (pipelined). Running it twice changes
+    nothing (ZADD NX, one FanoutChunk row per index). Returns users pushed."""
+    if message.status == MessageStatus.RETRACTED:
+        return 0
+    size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
+    user_ids = list(message.audience[index * size : (index + 1) * size])
+    inbox_deliver(entry=message_entry(message), user_ids=user_ids)
+    _undo_if_retracted(message)
+    FanoutChunk.objects.get_or_create(message=message, index=index, defaults={"size": len(user_ids)})
+    if FanoutChunk.objects.filter(message=message).count() >= _chunk_count(message):
+        Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERING).update(status=MessageStatus.DELIVERED)
+    return len(user_ids)
+
+
+def message_retract(*, message: Message, actor: AbstractBaseUser | None = None) -> bool:
+    """Retract from every inbox at once; returns False if it was retracted already.
+
+    Readers settle the removal on their next read (and hide it at once);
+    the row stays for the record.
+    """
+    with transaction.atomic():
+        locked = Message.objects.select_for_update().get(pk=message.pk)
+        if locked.status == MessageStatus.RETRACTED:
+            return False
+        # The post_save receiver removes it from Redis after commit.
+        locked.status = MessageStatus.RETRACTED
+        locked.retracted_at = timezone.now()
+        locked.save(update_fields=["status", "retracted_at"])
+    message.refresh_from_db()
+    return True
+
+
+def message_cleanup_expired(*, now: datetime | None = None, batch: int = 500) -> int:
+    """Free Redis of messages whose expiry has passed (a periodic task).
+
+    Inboxes hide them exactly at expire_at already; this drops what is
+    stored once (pull entries, details, audience bitmaps). Returns how many.
+    """
+    now = now or timezone.now()
+    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    # mc_message_status_idx serves this (status, expire_at) range.
+    expired = list(
+        Message.objects.filter(
+            status__in=[MessageStatus.DELIVERED, MessageStatus.DELIVERING], expire_at__lte=now
+        ).order_by("expire_at")[:batch]
+    )
+    pull_members, refs, chunks = [], [], {}
+    for message in expired:
+        entry = message_entry(message)
+        refs.append(entry.ref)
+        if message.delivery == DeliveryMode.PULL:
+            pull_members.append(publish.pull_member(entry, everyone=message.everyone))
+            audience = message.audience
+            if audience:
+                chunks[entry.ref] = list(range(audience.min() // size, audience.max() // size + 1))
+    publish.pull_expired_drop(pull_members=pull_members, refs=refs, audience_chunks=chunks)
+    Message.objects.filter(pk__in=[m.pk for m in expired]).update(status=MessageStatus.EXPIRED)
+    return len(expired)

@@ -1,0 +1,231 @@
+"""Receivers that mirror committed changes into the Redis read model.
+
+Connected in ``MessagecenterConfig.ready()``. Each one skips saves that
+changed nothing the read model shows and defers the Redis write to
+``transaction.on_commit``: PostgreSQL commits first, Redis follows.
+Membership writes go through services, which send ``memberships_changed``
+once per batch (no receiver on the membership rows: a bulk change should
+not become thousands of callbacks).
+"""
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete
+from django.dispatch import Signal
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from messagecenter.readmodel import InboxEntry, publish, to_ms
+
+logger = logging.getLogger(__name__)
+
+memberships_changed = Signal()  # kwargs: user_ids
+
+BULLETIN_FIELDS = ("title", "body_html", "display_time", "expire_at")
+MESSAGE_FIELDS = ("category", "title", "summary", "body_html", "link", "images", "expire_at", "status")
+
+
+def _snapshot(instance: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(instance.__dict__.get(name) for name in fields)
+
+
+def mirror_after_commit(name: str, *args: Any) -> None:
+    """Run mirror ``name`` after commit; if Redis fails, a Celery task retries it.
+
+    PostgreSQL has committed by then, so a Redis failure must not lose the
+    change: the task retries with backoff, and ``manage.py
+    messagecenter_rebuild`` restores everything if even that gives up.
+    """
+
+    def run() -> None:
+        try:
+            MIRRORS[name](*args)
+        except RedisError:
+            logger.warning("could not mirror %s%r into redis; retrying later", name, args)
+            _retry_later(name, list(args))
+
+    transaction.on_commit(run)
+
+
+def _retry_later(name: str, args: list[Any]) -> None:
+    from messagecenter.tasks import mirror_task
+
+    try:
+        mirror_task.apply_async((name, args), countdown=5)
+    except Exception:
+        # Broker down too (or an eager run failing again): the rebuild restores it.
+        logger.exception("could not schedule a retry of mirror %s", name)
+
+
+# --- memberships ---------------------------------------------------------------
+
+
+def mirror_user_groups(user_ids: list[int]) -> None:
+    from messagecenter.models import UserGroupMembership
+
+    groups: dict[int, list[int]] = {int(u): [] for u in user_ids}
+    rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
+    for user_id, group_id in rows:
+        groups[user_id].append(group_id)
+    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
+
+
+def on_memberships_changed(sender: Any, user_ids: list[int], **kwargs: Any) -> None:
+    mirror_after_commit("user_groups", [int(u) for u in user_ids])
+
+
+def on_group_pre_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # The cascade removes memberships and bulletin links without signals:
+    # remember whom and what to refresh.
+    member_ids = list(instance.memberships.values_list("user_id", flat=True))
+    bulletin_ids = list(instance.bulletins.values_list("pk", flat=True))
+
+    if member_ids:
+        mirror_after_commit("user_groups", member_ids)
+    for bulletin_id in bulletin_ids:
+        mirror_after_commit("bulletin", bulletin_id, True)
+
+
+# --- bulletins -----------------------------------------------------------------
+
+
+def mirror_bulletin(bulletin_id: int, edit: bool) -> None:
+    from messagecenter.items import bulletin_detail, bulletin_entry
+    from messagecenter.models import Bulletin
+
+    bulletin = Bulletin.objects.filter(pk=bulletin_id).first()
+    if bulletin is None:
+        return
+    publish.bulletin_put(
+        bulletin_id=bulletin.pk,
+        entry=bulletin_entry(bulletin),
+        detail=bulletin_detail(bulletin),
+        group_ids=list(bulletin.groups.values_list("pk", flat=True)),
+        now_ms=to_ms(timezone.now()),
+        edit=edit,
+    )
+
+
+def on_bulletin_init(sender: Any, instance: Any, **kwargs: Any) -> None:
+    instance._mc_snapshot = _snapshot(instance, BULLETIN_FIELDS)
+
+
+def on_bulletin_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    if not created and _snapshot(instance, BULLETIN_FIELDS) == getattr(instance, "_mc_snapshot", None):
+        return
+    instance._mc_snapshot = _snapshot(instance, BULLETIN_FIELDS)
+    if created:
+        instance._mc_created = True
+    bulletin_id = instance.pk
+
+    transaction.on_commit(lambda: setattr(instance, "_mc_created", False))
+    mirror_after_commit("bulletin", bulletin_id, not created)
+
+
+def on_bulletin_groups_changed(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
+    if action not in {"post_add", "post_remove", "post_clear"}:
+        return
+    from messagecenter.models import Bulletin
+
+    if not isinstance(instance, Bulletin) or getattr(instance, "_mc_created", False):
+        return  # a new bulletin is mirrored once, groups included, after commit
+    mirror_after_commit("bulletin", instance.pk, True)
+
+
+def on_bulletin_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    from messagecenter.items import bulletin_entry
+
+    mirror_after_commit("bulletin_delete", instance.pk, _entry_args(bulletin_entry(instance)))
+
+
+# --- messages ------------------------------------------------------------------
+
+
+def _entry_args(entry: InboxEntry) -> list[Any]:
+    return [entry.ref, entry.category, entry.month, entry.offset, entry.score, entry.expire_ms]
+
+
+def delete_bulletin(bulletin_id: int, entry_args: list[Any]) -> None:
+    publish.bulletin_delete(bulletin_id=bulletin_id, entry=InboxEntry(*entry_args), now_ms=to_ms(timezone.now()))
+
+
+def remove_item(entry_args: list[Any], pull_member: str) -> None:
+    publish.item_remove(entry=InboxEntry(*entry_args), pull_member=pull_member)
+
+
+def _remove_message_after_commit(message: Any) -> None:
+    from messagecenter.items import message_entry
+    from messagecenter.models import DeliveryMode
+
+    entry = message_entry(message)
+    pull_member = publish.pull_member(entry, everyone=message.everyone) if message.delivery == DeliveryMode.PULL else ""
+    mirror_after_commit("remove_item", _entry_args(entry), pull_member)
+
+
+def refresh_message_detail(message_id: int) -> None:
+    from messagecenter.items import message_detail
+    from messagecenter.models import Message, MessageStatus
+
+    message = Message.objects.filter(pk=message_id).first()
+    if message is None or message.status in {MessageStatus.QUEUED, MessageStatus.RETRACTED, MessageStatus.EXPIRED}:
+        return
+    publish.item_detail_put(ref=message.ref, detail=message_detail(message))
+
+
+def on_message_init(sender: Any, instance: Any, **kwargs: Any) -> None:
+    instance._mc_snapshot = _snapshot(instance, MESSAGE_FIELDS)
+
+
+def on_message_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    from messagecenter.models import MessageStatus
+
+    before = getattr(instance, "_mc_snapshot", None)
+    now = _snapshot(instance, MESSAGE_FIELDS)
+    instance._mc_snapshot = now
+    if raw or created or before == now:
+        return  # a new message is delivered by its task, enqueued by message_send
+    if instance.status == MessageStatus.RETRACTED:
+        if before is not None and before[-1] != MessageStatus.RETRACTED:
+            _remove_message_after_commit(instance)
+        return
+    mirror_after_commit("message_detail", instance.pk)
+
+
+def on_message_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _remove_message_after_commit(instance)
+
+
+def on_image_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    mirror_after_commit("message_detail", instance.message_id)
+
+
+MIRRORS: dict[str, Callable[..., None]] = {
+    "user_groups": mirror_user_groups,
+    "bulletin": mirror_bulletin,
+    "bulletin_delete": delete_bulletin,
+    "remove_item": remove_item,
+    "message_detail": refresh_message_detail,
+}
+
+
+def connect() -> None:
+    from messagecenter.models import Bulletin, Message, MessageImage, UserGroup
+
+    memberships_changed.connect(on_memberships_changed, dispatch_uid="mc_memberships_changed")
+    pre_delete.connect(on_group_pre_delete, sender=UserGroup, dispatch_uid="mc_group_pre_delete")
+    post_init.connect(on_bulletin_init, sender=Bulletin, dispatch_uid="mc_bulletin_init")
+    post_save.connect(on_bulletin_saved, sender=Bulletin, dispatch_uid="mc_bulletin_saved")
+    post_delete.connect(on_bulletin_deleted, sender=Bulletin, dispatch_uid="mc_bulletin_deleted")
+    m2m_changed.connect(on_bulletin_groups_changed, sender=Bulletin.groups.through, dispatch_uid="mc_bulletin_groups")
+    post_init.connect(on_message_init, sender=Message, dispatch_uid="mc_message_init")
+    post_save.connect(on_message_saved, sender=Message, dispatch_uid="mc_message_saved")
+    post_delete.connect(on_message_deleted, sender=Message, dispatch_uid="mc_message_deleted")
+    post_save.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_saved")
+    post_delete.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_deleted")

@@ -1,0 +1,46 @@
+"""Celery adapters: take ids, load rows, call a service. Idempotent; late acks
+are set globally (CELERY_TASK_ACKS_LATE)."""
+
+from typing import Any
+
+from celery import shared_task
+from redis.exceptions import RedisError
+
+from messagecenter import services
+from messagecenter.models import Message
+
+
+@shared_task(name="messagecenter.message_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+def message_deliver_task(message_id: int) -> int:
+    message = Message.objects.filter(pk=message_id).first()
+    if message is None:
+        return 0
+    return services.message_deliver(message=message)
+
+
+@shared_task(name="messagecenter.message_fanout_chunk", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+def message_fanout_chunk_task(message_id: int, index: int) -> int:
+    message = Message.objects.filter(pk=message_id).first()
+    if message is None:
+        return 0
+    return services.message_fanout_chunk(message=message, index=index)
+
+
+@shared_task(name="messagecenter.mirror", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+def mirror_task(name: str, args: list[Any]) -> None:
+    """Retry of a signal's Redis mirror that failed after commit (idempotent)."""
+    from messagecenter.signals import MIRRORS
+
+    MIRRORS[name](*args)
+
+
+@shared_task(name="messagecenter.cleanup_expired", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def cleanup_expired_task() -> int:
+    """Periodic (Celery beat): drop expired messages' stored-once Redis data."""
+    return services.message_cleanup_expired()
+
+
+@shared_task(name="messagecenter.removed_trim", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def removed_trim_task() -> int:
+    """Periodic (Celery beat): bound the global list of removed inbox items."""
+    return services.inbox_removed_trim()

@@ -1,0 +1,115 @@
+"""Server-rendered inbox pages: thin adapters over the same selectors and
+services as the API. State changes are POST forms with CSRF."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from core.exceptions import NotFound, ValidationFailed
+from core.params import parse_limit
+from messagecenter import selectors, services
+from messagecenter.exceptions import InboxUnavailable
+from messagecenter.models import CATEGORIES
+
+TAB_LABELS = {
+    "": "All",
+    "system": "System",
+    "promotion": "Promotions",
+    "transaction": "Transactions",
+    "interaction": "Interactions",
+}
+
+
+def _unavailable(request: HttpRequest) -> HttpResponse:
+    return render(request, "messagecenter/unavailable.html", status=503)
+
+
+@login_required
+def inbox_page(request: HttpRequest) -> HttpResponse:
+    try:
+        return _inbox_page(request)
+    except InboxUnavailable:
+        return _unavailable(request)
+
+
+def _inbox_page(request: HttpRequest) -> HttpResponse:
+    category = request.GET.get("category") or None
+    if category is not None and category not in CATEGORIES:
+        category = None
+    unread_only = request.GET.get("unread") == "true"
+    try:
+        page = selectors.inbox_list(
+            user=request.user,  # type: ignore[arg-type]
+            category=category,
+            unread_only=unread_only,
+            limit=parse_limit(request.GET.get("limit")),
+            cursor=request.GET.get("cursor") or None,
+        )
+    except ValidationFailed:
+        return redirect(reverse("messagecenter:inbox"))
+    counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
+    by_category = counts["by_category"]
+    tabs = [
+        {
+            "value": value,
+            "label": label,
+            "unread": counts["unread"] if value == "" else by_category.get(value, 0),
+            "current": (category or "") == value,
+        }
+        for value, label in TAB_LABELS.items()
+    ]
+    return render(
+        request,
+        "messagecenter/inbox.html",
+        {
+            "page": page,
+            "tabs": tabs,
+            "category": category or "",
+            "category_label": TAB_LABELS[category or ""],
+            "unread_only": unread_only,
+            "counts": counts,
+        },
+    )
+
+
+@login_required
+def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
+    try:
+        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        if not item.read:
+            # Pages mark on open (the API needs the explicit POST).
+            services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404("No such item in your inbox.") from exc
+    except InboxUnavailable:
+        return _unavailable(request)
+    return render(request, "messagecenter/item.html", {"item": item})
+
+
+@login_required
+@require_POST
+def inbox_read_all(request: HttpRequest) -> HttpResponse:
+    category = request.POST.get("category") or None
+    if category is not None and category not in CATEGORIES:
+        category = None
+    marked = services.inbox_mark_all_read(user=request.user, category=category)  # type: ignore[arg-type]
+    messages.success(request, f"Marked {marked} item{'s' if marked != 1 else ''} as read.")
+    url = reverse("messagecenter:inbox")
+    return redirect(f"{url}?category={category}" if category else url)
+
+
+@login_required
+@require_POST
+def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
+    try:
+        services.inbox_hide(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404("No such item in your inbox.") from exc
+    messages.success(request, "Deleted from your inbox.")
+    next_url = request.POST.get("next") or ""
+    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
+        next_url = reverse("messagecenter:inbox")
+    return redirect(next_url)

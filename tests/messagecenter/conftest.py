@@ -1,0 +1,59 @@
+"""Fixtures of the message centre tests: a controllable clock and helpers."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from messagecenter import services
+from messagecenter.models import UserGroup
+
+
+class Clock:
+    """``django.utils.timezone.now`` under the test's control (no sleeping)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> datetime:
+        self.now = self.now + timedelta(**kwargs)
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    c = Clock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
+    monkeypatch.setattr(timezone, "now", c)
+    return c
+
+
+def make_group(name: str, *users: Any) -> UserGroup:
+    group = services.user_group_create(name=name)
+    if users:
+        services.user_group_add_members(group=group, user_ids=[u.pk for u in users])
+    return group
+
+
+def send(operator: Any, *, to: dict[str, Any], category: str = "system", title: str = "Hello", **extra: Any) -> Any:
+    from messagecenter.models import Message
+
+    message = services.message_send(
+        sender=operator,
+        category=category,
+        title=title,
+        body_html=extra.pop("body_html", "<p>Body</p>"),
+        user_ids=[u.pk for u in to.get("users", [])],
+        group_ids=[g.pk for g in to.get("groups", [])],
+        everyone=to.get("everyone", False),
+        **extra,
+    )
+    return Message.objects.get(pk=message.pk)
+
+
+def ids(response: Any) -> list[str]:
+    return [item["id"] for item in response.json()["results"]]
