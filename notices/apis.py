@@ -10,39 +10,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField
 from core.openapi import ERRORS
 from core.params import parse_limit
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from notices import selectors, services
 from notices.models import Announcement
-
-
-class IsoDateTimeField(serializers.DateTimeField):
-    """ISO 8601 with an explicit offset (``+00:00``), as API.md shows; DRF would write ``Z``."""
-
-    def to_representation(self, value: datetime | None) -> Any:
-        if value is None:
-            return None
-        return value.astimezone(UTC).isoformat()
-
-
-class StrictCharField(serializers.CharField):
-    """Text only: DRF's CharField would turn ``123`` or ``true`` into a string."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return str(super().to_internal_value(data))
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """JSON booleans only."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
 
 
 def _platforms_field(*, required: bool = True) -> serializers.ListField:
@@ -76,7 +50,7 @@ class AnnouncementItemSerializer(serializers.Serializer):
     id = serializers.CharField()
     title = serializers.CharField()
     summary = serializers.CharField()
-    published_at = IsoDateTimeField()
+    published_at = OffsetDateTimeField()
     pinned = serializers.BooleanField()
     read = serializers.BooleanField()
 
@@ -108,7 +82,7 @@ class AnnouncementDetailApi(APIView):
         id = serializers.CharField()
         title = serializers.CharField()
         summary = serializers.CharField()
-        published_at = IsoDateTimeField()
+        published_at = OffsetDateTimeField()
         pinned = serializers.BooleanField()
         read = serializers.BooleanField()
         body_html = serializers.CharField()
@@ -158,12 +132,12 @@ class ManageAnnouncementOutputSerializer(serializers.Serializer):
     summary = serializers.CharField()
     body_html = serializers.CharField()
     platforms = serializers.ListField(child=serializers.CharField())
-    publish_at = IsoDateTimeField()
-    expire_at = IsoDateTimeField(allow_null=True)
+    publish_at = OffsetDateTimeField()
+    expire_at = OffsetDateTimeField(allow_null=True)
     pinned = serializers.BooleanField()
     status = serializers.CharField(help_text="scheduled, live or expired")
-    created_at = IsoDateTimeField()
-    updated_at = IsoDateTimeField()
+    created_at = OffsetDateTimeField()
+    updated_at = OffsetDateTimeField()
 
 
 def _manage_body(announcement: Announcement) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import OffsetDateTimeField
 from core.openapi import ERRORS, ErrorEnvelope
 from core.params import parse_bool, parse_limit, parse_time
 from messagecenter import selectors, services
-from messagecenter.apis.fields import OffsetDateTimeField
 from messagecenter.models import CATEGORIES
 
 KINDS = ("message", "bulletin", "notification")

@@ -9,10 +9,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import OffsetDateTimeField, StrictCharField
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
-from messagecenter.apis.fields import OffsetDateTimeField, StrictCharField
 from messagecenter.models import CATEGORIES, Bulletin, Message, UserGroup
 
 MAX_IDS = 10_000

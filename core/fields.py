@@ -1,4 +1,4 @@
-"""Serializer fields shared by the message centre's APIs."""
+"""Serializer fields every API of the project shares."""
 
 from datetime import UTC, datetime
 from typing import Any
@@ -22,3 +22,12 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return str(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON booleans only: DRF would accept ``"yes"`` or ``1``."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
