@@ -24,13 +24,8 @@ migrate: setup
 demo: migrate
 	$(PY) manage.py seed_demo
 
-run: demo
-	@echo ""
-	@echo "  Inbox:     http://$(HOST):$(PORT)/inbox/"
-	@echo "  Admin:     http://$(HOST):$(PORT)/admin/   (admin / admin)"
-	@echo "  API docs:  http://$(HOST):$(PORT)/api/docs/"
-	@echo ""
-	$(PY) manage.py runserver $(HOST):$(PORT)
+run: migrate
+	$(PY) manage.py serve $(HOST):$(PORT)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -206,3 +206,31 @@ def mc_pull_sequence() -> str:
 def mc_pull_audience(ref: str, chunk: int) -> str:
     """bitmap: bit = user id - chunk base; the send-time audience of a pull item (one key per id chunk)."""
     return _key("inbox", "audience", ref, chunk)
+
+
+# --- messagecenter: subscriptions and notifications (seed 003) ----------------------
+# (owned by messagecenter/readmodel/notifications.py)
+#
+# A notification reaches a user's inbox through ``mc_inbox`` like any item
+# (kind ``notification``, ref ``n<id>``): that zset, scored by creation time,
+# is seed 003's per-subscriber list clients poll with ``since``. Beside it each
+# user has ``mc_user_notifications``, scored by expiry, which the sweep trims
+# with ZREMRANGEBYSCORE; it shares the user's hash tag so the inbox script
+# can trim it together with the inbox. ``mc_notification_holders`` is the
+# index the sweep walks (SSCAN), standing in for seed 003's ``WMS_SUBSCRIBERS``.
+
+
+def mc_subscribers(message_type_id: int, scope: str) -> str:
+    """set (seed 003's ``WMS_SUBSCRIBER_TYPE_<type>_<warehouse>``): ``u<id>`` / ``g<id>``
+    subscribed to a message type in a scope (mirror of PostgreSQL)."""
+    return _key("sub", "type", int(message_type_id), scope)
+
+
+def mc_user_notifications(user_id: int) -> str:
+    """zset: inbox members of the user's notifications, score = expire_at in ms (swept)."""
+    return _key("inbox", user_tag(user_id), "notif")
+
+
+def mc_notification_holders() -> str:
+    """set: ids of users whose ``mc_user_notifications`` may be non-empty (walked by the sweep)."""
+    return _key("notification", "holders")

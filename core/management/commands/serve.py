@@ -1,0 +1,34 @@
+"""``manage.py serve``: what ``make run`` starts.
+
+Loads the demo data and serves in one process. On the embedded default the
+Redis read model lives in this process's memory (fakeredis), so it is
+rebuilt from PostgreSQL here, and the demo data written here, before serving:
+a separate seeding process, or runserver's auto-reloader child, would each
+have a Redis of their own.
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Load the demo data, make sure the read model is built, and serve (development server)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
+        parser.add_argument("--no-demo", action="store_true", help="skip loading the demo data")
+
+    def handle(self, *args: Any, addrport: str, no_demo: bool, **options: Any) -> None:
+        if settings.REDIS_EMBEDDED:
+            call_command("rebuild_redis", stdout=self.stdout)
+        if not no_demo:
+            call_command("seed_demo", stdout=self.stdout)
+        url = f"http://{addrport}"
+        self.stdout.write(
+            f"\n  Inbox:     {url}/inbox/\n  Admin:     {url}/admin/   (admin / admin)\n  API docs:  {url}/api/docs/\n"
+        )
+        # No auto-reloader: its child process would start with an empty embedded Redis.
+        call_command("runserver", addrport, use_reloader=not settings.REDIS_EMBEDDED)
