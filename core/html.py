@@ -20,6 +20,8 @@ _ATTRIBUTES = {
 _URL_SCHEMES = {"https", "http", "mailto"}
 _WS = re.compile(r"\s+")
 _TAG = re.compile(r"<[^>]*>")
+# Block boundaries become spaces in plain text ("<p>a</p><p>b</p>" -> "a b").
+_BLOCK_EDGE = re.compile(r"<(/?(?:p|div|br|li|ul|ol|h[1-6]|tr|td|th|blockquote|pre|hr|table)\b[^>]*)>", re.IGNORECASE)
 
 
 def sanitize_html(value: str) -> str:
@@ -36,7 +38,7 @@ def sanitize_html(value: str) -> str:
 
 def html_to_text(value: str) -> str:
     """Plain text of sanitised HTML, whitespace folded."""
-    cleaned = nh3.clean(value or "", tags=set())
+    cleaned = nh3.clean(_BLOCK_EDGE.sub(r" <\1>", value or ""), tags=set())
     return _WS.sub(" ", html.unescape(_TAG.sub(" ", cleaned))).strip()
 
 

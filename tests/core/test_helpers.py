@@ -39,6 +39,8 @@ def test_sanitize_keeps_formatting_and_safe_links() -> None:
 
 def test_summarize_cuts_on_words() -> None:
     assert summarize("<p>Hello <b>world</b></p>") == "Hello world"
+    assert summarize("<p>First.</p><p>Second<br>line</p>") == "First. Second line"
+    assert summarize("<p>a</p><script>alert(1)</script>") == "a"
     long = summarize("<p>" + "word " * 100 + "</p>", length=30)
     assert len(long) <= 30
     assert long.endswith("…")
