@@ -19,6 +19,7 @@ from rest_framework.authentication import TokenAuthentication as DRFTokenAuthent
 from rest_framework.authtoken.models import Token
 
 from core import readmodel
+from core.selectors import PLATFORMS_ATTR, user_platforms
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ def _snapshot(user: User) -> dict[str, Any]:
     for name in _USER_FIELDS:
         value = getattr(user, name)
         data[name] = value.isoformat() if hasattr(value, "isoformat") else value
+    # Every inbox request needs the platforms (announcement counts): carry them.
+    data["platforms"] = user_platforms(user=user)
     return data
 
 
@@ -45,6 +48,8 @@ def _restore(data: dict[str, Any]) -> User:
     user = model(**values)
     user._state.adding = False
     user._state.db = "default"
+    if isinstance(data.get("platforms"), list):
+        setattr(user, PLATFORMS_ATTR, tuple(data["platforms"]))
     return user
 
 

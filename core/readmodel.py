@@ -30,7 +30,8 @@ def platforms_set(*, user_id: int, platforms: list[str]) -> None:
 
 
 def platforms_drop(*, user_id: int) -> None:
-    get_redis().delete(keys.user_platforms(user_id))
+    # The cached user snapshot carries the platforms too.
+    get_redis().delete(keys.user_platforms(user_id), keys.auth_user(user_id))
 
 
 def token_user_get(*, token_key: str) -> int | None:

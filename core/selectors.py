@@ -22,14 +22,30 @@ def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
     return [p for p in ALL_PLATFORMS if p in stored]
 
 
+# Memo on the user object, like Django's permission cache: a request's user
+# looks its platforms up once. Authentication restores it from the cached
+# user snapshot, so an API request usually never asks Redis for it at all.
+PLATFORMS_ATTR = "_messagecenter_platforms"
+
+
 def user_platforms(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
-    """The user's platforms in a fixed order, from the Redis cache when it has them.
+    """The user's platforms in a fixed order: memoised on the user object, else
+    from the Redis cache, else from PostgreSQL.
 
     Announcement reads happen on every inbox request, so this stays off
-    PostgreSQL; the cache is dropped whenever a membership changes.
+    PostgreSQL; the caches are dropped whenever a membership changes.
     """
     if not user.is_authenticated:
         return []
+    memo = getattr(user, PLATFORMS_ATTR, None)
+    if memo is not None:
+        return list(memo)
+    platforms = _user_platforms(user)
+    setattr(user, PLATFORMS_ATTR, tuple(platforms))
+    return platforms
+
+
+def _user_platforms(user: AbstractBaseUser) -> list[str]:
     user_id = int(user.pk)
     is_staff = bool(getattr(user, "is_staff", False))
     try:

@@ -8,6 +8,7 @@ from django.db import transaction
 from core.exceptions import ValidationFailed
 from core.models import UserPlatform
 from core.platforms import ALL_PLATFORMS
+from core.selectors import PLATFORMS_ATTR
 
 
 def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
@@ -37,7 +38,9 @@ def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
         for platform in wanted:
             if platform not in current:
                 UserPlatform.objects.create(user=user, platform=platform)
-    return [p for p in ALL_PLATFORMS if p in wanted]
+    result = [p for p in ALL_PLATFORMS if p in wanted]
+    setattr(user, PLATFORMS_ATTR, tuple(result))  # the caller's object sees its own change
+    return result
 
 
 def user_ensure_default_platform(*, user: User) -> None:

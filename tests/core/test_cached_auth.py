@@ -73,3 +73,13 @@ def test_password_change_ends_other_sessions() -> None:
     user.set_password("another-pass-5678")
     user.save()
     assert browser.get("/api/v1/me/").status_code in {401, 403}
+
+
+def test_platform_change_reaches_the_next_request_at_once(recipient: Any, operator_client: Any) -> None:
+    client = client_for(recipient)
+    assert client.get("/api/v1/me/").json()["platforms"] == ["user"]  # cached snapshot carries platforms
+    response = operator_client.put(
+        f"/api/v1/manage/users/{recipient.pk}/platforms/", {"platforms": ["customer"]}, format="json"
+    )
+    assert response.status_code == 200
+    assert client.get("/api/v1/me/").json()["platforms"] == ["customer"]

@@ -34,6 +34,8 @@ def test_operator_replaces_platforms(operator_client: Any, recipient: Any, redis
     assert set(UserPlatform.objects.filter(user=recipient).values_list("platform", flat=True)) == {"user", "customer"}
     # The cache was dropped after commit, so the next read sees the change.
     assert redis.get(keys.user_platforms(recipient.pk)) is None
+    # A fresh user object (the next request's) sees the change.
+    recipient = type(recipient).objects.get(pk=recipient.pk)
     assert user_platforms(user=recipient) == ["user", "customer"]
 
 
