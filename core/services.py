@@ -5,9 +5,8 @@ from collections.abc import Iterable
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from core.exceptions import ValidationFailed
 from core.models import UserPlatform
-from core.platforms import ALL_PLATFORMS
+from core.platforms import clean_platforms
 from core.selectors import PLATFORMS_ATTR
 
 
@@ -17,18 +16,7 @@ def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
     A user is always on at least one platform. The Redis cache of the user's
     platforms is dropped after commit by the signal receivers.
     """
-    wanted = list(dict.fromkeys(platforms))
-    unknown = [p for p in wanted if p not in ALL_PLATFORMS]
-    if unknown:
-        raise ValidationFailed(
-            f"Unknown platform(s): {', '.join(map(str, unknown))}.",
-            fields={"platforms": [f"Choose from {', '.join(ALL_PLATFORMS)}."]},
-        )
-    if not wanted:
-        raise ValidationFailed(
-            "A user must be on at least one platform.",
-            fields={"platforms": ["This list may not be empty."]},
-        )
+    wanted = clean_platforms(platforms, empty_message="A user must be on at least one platform.")
     with transaction.atomic():
         current = set(UserPlatform.objects.filter(user=user).values_list("platform", flat=True))
         removed = current - set(wanted)
@@ -38,9 +26,8 @@ def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
         for platform in wanted:
             if platform not in current:
                 UserPlatform.objects.create(user=user, platform=platform)
-    result = [p for p in ALL_PLATFORMS if p in wanted]
-    setattr(user, PLATFORMS_ATTR, tuple(result))  # the caller's object sees its own change
-    return result
+    setattr(user, PLATFORMS_ATTR, tuple(wanted))  # the caller's object sees its own change
+    return wanted
 
 
 def user_ensure_default_platform(*, user: User) -> None:

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
-from core.platforms import ALL_PLATFORMS
+from core.platforms import clean_platforms
 from core.selectors import user_platforms
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
@@ -33,23 +33,7 @@ TITLE_LENGTH = 200
 
 
 def _clean_platforms(platforms: Any) -> list[str]:
-    if isinstance(platforms, str) or not isinstance(platforms, Iterable):
-        raise ValidationFailed("platforms must be a list.", fields={"platforms": ["Must be a list of platforms."]})
-    items = list(platforms)
-    if not all(isinstance(p, str) for p in items):
-        raise ValidationFailed("platforms must be names.", fields={"platforms": ["Must be a list of platforms."]})
-    wanted = list(dict.fromkeys(items))
-    unknown = [p for p in wanted if p not in ALL_PLATFORMS]
-    if unknown:
-        raise ValidationFailed(
-            f"Unknown platform(s): {', '.join(map(str, unknown))}.",
-            fields={"platforms": [f"Choose from {', '.join(ALL_PLATFORMS)}."]},
-        )
-    if not wanted:
-        raise ValidationFailed(
-            "An announcement needs at least one platform.", fields={"platforms": ["This list may not be empty."]}
-        )
-    return [p for p in ALL_PLATFORMS if p in wanted]
+    return clean_platforms(platforms, empty_message="An announcement needs at least one platform.")
 
 
 def _check_times(*, publish_at: datetime, expire_at: datetime | None) -> None:
