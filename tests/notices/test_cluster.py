@@ -1,8 +1,7 @@
 """The announcement read model on a real Redis Cluster (slot discipline that
 fakeredis cannot check). Needs a cluster: MESSAGECENTER_TEST_CLUSTER_URL, or
-the local six-node one on port 7000; skipped when none answers."""
+the local six-node one on port 7000, started by the session fixture."""
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import pytest
 from django.test import override_settings
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
 
 from core.redis import get_redis
 from notices.selectors import announcement_counts, announcement_list, announcement_stats
@@ -20,19 +18,15 @@ from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
 pytestmark = [pytest.mark.django_db, pytest.mark.cluster]
 
-CLUSTER_URL = os.environ.get("MESSAGECENTER_TEST_CLUSTER_URL", "redis://127.0.0.1:7000/0")
-
 
 @pytest.fixture
-def cluster() -> Iterator[Any]:
-    try:
-        probe = RedisCluster.from_url(CLUSTER_URL, socket_connect_timeout=0.3)
-        probe.ping()
-    except (RedisError, RedisClusterException, OSError) as exc:
-        pytest.skip(f"no Redis Cluster at {CLUSTER_URL}: {exc}")
+def cluster(redis_cluster_url: str) -> Iterator[Any]:
+    probe = RedisCluster.from_url(redis_cluster_url, socket_connect_timeout=0.3)
     prefix = f"test-{uuid.uuid4().hex[:8]}:"
     with override_settings(
-        MESSAGECENTER_REDIS_CLUSTER_URL=CLUSTER_URL, MESSAGECENTER_KEY_PREFIX=prefix, MESSAGECENTER_BITMAP_CHUNK_USERS=4
+        MESSAGECENTER_REDIS_CLUSTER_URL=redis_cluster_url,
+        MESSAGECENTER_KEY_PREFIX=prefix,
+        MESSAGECENTER_BITMAP_CHUNK_USERS=4,
     ):
         yield get_redis()
     # A shared cluster: remove only this test's keys.
