@@ -147,6 +147,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
     # Bounds the global list of removed items that readers settle against.
     "messagecenter-removed-trim": {"task": "messagecenter.removed_trim", "schedule": 60 * 60},
+    # Seed 003's expiry job: expired notifications leave the per-user zsets in bounded
+    # batches (reads already hide them exactly at expiry).
+    "messagecenter-notifications-sweep": {"task": "messagecenter.notifications_sweep", "schedule": 60},
+    # Operator-configured rules that are due (last_run_at + interval <= now).
+    "messagecenter-rules-run-due": {"task": "messagecenter.rules_run_due", "schedule": 60},
 }
 
 # --- Auth, i18n, static -------------------------------------------------------
