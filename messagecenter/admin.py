@@ -13,8 +13,19 @@ from django.utils.html import format_html
 
 from core.exceptions import ApplicationError
 from messagecenter import selectors, services
-from messagecenter.forms import BulletinForm, MessageComposeForm, UserGroupForm
-from messagecenter.models import Bulletin, Message, UserGroup, UserGroupMembership
+from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
+from messagecenter.models import (
+    Bulletin,
+    Message,
+    MessageType,
+    Notification,
+    NotificationRule,
+    RuleRun,
+    StockLevel,
+    Subscription,
+    UserGroup,
+    UserGroupMembership,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -214,3 +225,124 @@ class MessageAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         return super().get_queryset(request).select_related("sender")
+
+
+# --- subscriptions, notifications and rules (seed 003) -------------------------------
+
+
+@admin.register(MessageType)
+class MessageTypeAdmin(admin.ModelAdmin):
+    list_display = ["code", "name", "category", "default_ttl_seconds", "created_at"]
+    search_fields = ["code", "name"]
+    list_filter = ["category"]
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    """Saves go through the ORM (model validation checks "exactly one of user or
+    group" and uniqueness); signals mirror the Redis subscriber sets."""
+
+    list_display = ["message_type", "scope", "user", "group", "created_at"]
+    list_filter = ["message_type", "scope"]
+    search_fields = ["scope", "user__username", "group__name"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ["title", "message_type", "scope", "recipients", "created_at", "expire_at", "withdrawn", "rule"]
+    list_filter = ["message_type", "withdrawn", "scope"]
+    search_fields = ["title", "scope"]
+    actions = ["withdraw"]
+    readonly_fields = [
+        "message_type",
+        "scope",
+        "category",
+        "title",
+        "body_preview",
+        "created_at",
+        "expire_at",
+        "recipients",
+        "rule",
+        "source_type",
+        "source_id",
+        "withdrawn",
+        "withdrawn_at",
+    ]
+    fields = tuple(readonly_fields)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # sent through the API, the service or a rule
+
+    @admin.display(description="Body")
+    def body_preview(self, obj: Notification) -> str:
+        return format_html("<div>{}</div>", obj.body_html[:2000])
+
+    @admin.action(description="Withdraw from every inbox", permissions=["change"])
+    def withdraw(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
+        count = sum(services.notification_withdraw(notification=n) for n in queryset)
+        self.message_user(request, f"{count} notification(s) withdrawn.")
+
+    def delete_model(self, request: HttpRequest, obj: Notification) -> None:
+        services.notification_withdraw(notification=obj)
+        obj.delete()
+
+
+class RuleRunInline(admin.TabularInline):
+    """The rule's run history, newest first (read-only)."""
+
+    model = RuleRun
+    fields = ["started_at", "matches", "sent", "withdrawn", "errors"]
+    readonly_fields = ["started_at", "matches", "sent", "withdrawn", "errors"]
+    extra = 0
+    can_delete = False
+    max_num = 0
+    ordering = ["-started_at"]
+
+
+@admin.register(NotificationRule)
+class NotificationRuleAdmin(admin.ModelAdmin):
+    form = NotificationRuleForm
+    list_display = ["name", "enabled", "content_type", "message_type", "interval_seconds", "last_run_at", "last_result"]
+    list_filter = ["enabled", "message_type"]
+    search_fields = ["name"]
+    readonly_fields = ["last_run_at"]
+    inlines = [RuleRunInline]
+    actions = ["dry_run", "run_now"]
+
+    @admin.display(description="Last run")
+    def last_result(self, obj: NotificationRule) -> str:
+        run = obj.runs.first()
+        if run is None:
+            return "never"
+        state = "error" if run.errors else "ok"
+        return f"{state}: {run.matches} matching, {run.sent} sent, {run.withdrawn} withdrawn"
+
+    @admin.action(description="Dry run: show what would be notified (sends nothing)", permissions=["view"])
+    def dry_run(self, request: HttpRequest, queryset: QuerySet[NotificationRule]) -> HttpResponse:
+        outcomes = services.rules_run(rules=queryset.select_related("content_type", "message_type"), dry_run=True)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Dry run",
+            "outcomes": outcomes,
+        }
+        return TemplateResponse(request, "admin/messagecenter/notificationrule/dry_run.html", context)
+
+    @admin.action(description="Run now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[NotificationRule]) -> None:
+        outcomes = services.rules_run(rules=queryset.select_related("content_type", "message_type"))
+        sent = sum(o.sent for o in outcomes)
+        failed = sum(1 for o in outcomes if o.errors)
+        level = messages.WARNING if failed else messages.SUCCESS
+        self.message_user(request, f"{len(outcomes)} rule(s) run: {sent} sent, {failed} with errors.", level)
+
+
+@admin.register(StockLevel)
+class StockLevelAdmin(admin.ModelAdmin):
+    """Demo business table (see StockLevel): edit quantities, then run the rule."""
+
+    list_display = ["warehouse", "location", "sku", "quantity"]
+    list_filter = ["warehouse"]
+    search_fields = ["location", "sku"]
+    list_editable = ["quantity"]

@@ -6,7 +6,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from messagecenter import selectors
-from messagecenter.models import CATEGORIES, Bulletin, UserGroup
+from messagecenter.models import CATEGORIES, Bulletin, NotificationRule, UserGroup
 
 
 class UserListField(forms.CharField):
@@ -73,3 +73,40 @@ class MessageComposeForm(forms.Form):
         urls = [line.strip() for line in (self.cleaned_data.get("image_urls") or "").splitlines() if line.strip()]
         validator = forms.URLField(assume_scheme="https")
         return [validator.clean(url) for url in urls]
+
+
+class NotificationRuleForm(forms.ModelForm):
+    """Checks the rule as a whole (model, lookups, scope, templates) before it is saved."""
+
+    class Meta:
+        model = NotificationRule
+        fields = [
+            "name",
+            "enabled",
+            "content_type",
+            "filters",
+            "message_type",
+            "scope",
+            "scope_field",
+            "title_template",
+            "body_template",
+            "ttl_seconds",
+            "interval_seconds",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        from core.exceptions import ApplicationError
+        from messagecenter.services import rule_validate
+
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        if cleaned.get("filters") is None:
+            cleaned["filters"] = {}
+        # The instance is filled in after clean(): check a throwaway copy.
+        rule = NotificationRule(**{name: cleaned.get(name) for name in self._meta.fields or ()})
+        try:
+            rule_validate(rule=rule)
+        except ApplicationError as exc:
+            raise ValidationError(exc.message) from exc
+        return cleaned

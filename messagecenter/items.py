@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from messagecenter.models import Bulletin, Message
+from messagecenter.models import Bulletin, Message, Notification
 from messagecenter.readmodel import InboxEntry, to_ms
 
 KIND_BY_PREFIX = {"m": "message", "b": "bulletin", "n": "notification"}
@@ -63,4 +63,32 @@ def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
         "images": [],
         "link": None,
         "member": bulletin_entry(bulletin).member,
+    }
+
+
+def notification_entry(notification: Notification) -> InboxEntry:
+    return InboxEntry(
+        ref=notification.ref,
+        category=notification.category,
+        month=notification.slot_month,
+        offset=notification.slot_offset,
+        score=to_ms(notification.created_at),
+        expire_ms=to_ms(notification.expire_at),
+    )
+
+
+def notification_detail(notification: Notification) -> dict[str, Any]:
+    from core.html import summarize
+
+    return {
+        "id": notification.ref,
+        "kind": "notification",
+        "category": notification.category,
+        "title": notification.title,
+        "summary": summarize(notification.body_html),
+        "body_html": notification.body_html,
+        "images": [],
+        "link": None,
+        "member": notification_entry(notification).member,
+        "scope": notification.scope,
     }

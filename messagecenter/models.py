@@ -212,3 +212,214 @@ class InboxHidden(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.item_id}"
+
+
+# --- Subscriptions and typed notifications (seed 003) ----------------------------
+
+
+def _default_ttl() -> int:
+    return int(settings.MESSAGECENTER_NOTIFICATION_TTL)
+
+
+class MessageType(models.Model):
+    """A kind of notification business systems raise (seed 003's ``REP_NOTICE``)."""
+
+    code = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=100)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.SYSTEM)
+    default_ttl_seconds = models.PositiveIntegerField(default=_default_ttl)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})"
+
+
+class Subscription(models.Model):
+    """Seed 003's ``GV_SUBSCRIBER``: a user or a group ("role") subscribes to a
+    message type in a scope (a warehouse, ...). A group is resolved to its
+    members when a notification is sent."""
+
+    message_type = models.ForeignKey(MessageType, on_delete=models.CASCADE, related_name="subscriptions")
+    scope = models.CharField(max_length=100)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="mc_subscriptions"
+    )
+    group = models.ForeignKey(UserGroup, null=True, blank=True, on_delete=models.CASCADE, related_name="subscriptions")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["message_type", "scope", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(user__isnull=False, group__isnull=True) | models.Q(user__isnull=True, group__isnull=False)
+                ),
+                name="mc_subscription_one_subscriber",
+                violation_error_message="Choose exactly one of user or group.",
+            ),
+            # Both unique constraints lead with (message_type, scope): they also
+            # serve the send-time lookup of a (type, scope)'s subscribers.
+            models.UniqueConstraint(
+                fields=["message_type", "scope", "user"],
+                condition=models.Q(user__isnull=False),
+                name="mc_subscription_user_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["message_type", "scope", "group"],
+                condition=models.Q(group__isnull=False),
+                name="mc_subscription_group_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.message_type_id}/{self.scope} -> {self.subscriber}"
+
+    @property
+    def subscriber(self) -> str:
+        """Member of the Redis subscriber set: ``u<id>`` or ``g<id>``."""
+        return f"u{self.user_id}" if self.user_id else f"g{self.group_id}"
+
+
+class Notification(models.Model):
+    """One typed notification for a scope: the durable truth the Redis inboxes
+    are rebuilt from. The send-time audience is a roaring bitmap, never rows."""
+
+    message_type = models.ForeignKey(MessageType, on_delete=models.PROTECT, related_name="notifications")
+    scope = models.CharField(max_length=100)
+    # Copied from the type at send time: the inbox member carries it, so a later
+    # change of the type's category must not orphan delivered items.
+    category = models.CharField(max_length=16, choices=Category.choices, editable=False)
+    title = models.CharField(max_length=200)
+    body_html = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    expire_at = models.DateTimeField()
+    recipients = models.PositiveIntegerField(default=0)
+    audience_bitmap = models.BinaryField(default=bytes, blank=True, editable=False)
+    # What raised it: a rule (and the matching object), or any object a caller names.
+    rule = models.ForeignKey(
+        "NotificationRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications"
+    )
+    source_type = models.ForeignKey(
+        "contenttypes.ContentType", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_id = models.CharField(max_length=64, blank=True)
+    withdrawn = models.BooleanField(default=False)
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+    # Set once the sweep freed the stored-once detail after expiry.
+    details_freed = models.BooleanField(default=False, editable=False)
+    slot_month = models.PositiveIntegerField(editable=False)
+    slot_offset = models.BigIntegerField(editable=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # Admin list (newest first).
+            models.Index(fields=["-created_at"], name="mc_notification_created_idx"),
+            # notification_sweep(): expired notifications whose detail is still stored.
+            models.Index(
+                fields=["expire_at"], condition=models.Q(details_freed=False), name="mc_notification_expire_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def ref(self) -> str:
+        return f"n{self.pk}"
+
+    @property
+    def audience(self) -> BitMap:
+        return BitMap.deserialize(bytes(self.audience_bitmap)) if self.audience_bitmap else BitMap()
+
+
+class NotificationRule(models.Model):
+    """Seed 003's configurable business rule: scan a table on a schedule and
+    notify once per matching object, withdrawing when it stops matching."""
+
+    name = models.CharField(max_length=100)
+    content_type = models.ForeignKey("contenttypes.ContentType", on_delete=models.CASCADE, related_name="+")
+    # Field lookups only, e.g. {"quantity__lt": 0}; validated against the model on save.
+    filters = models.JSONField(default=dict, blank=True)
+    message_type = models.ForeignKey(MessageType, on_delete=models.PROTECT, related_name="rules")
+    scope = models.CharField(max_length=100, blank=True, help_text="Fixed scope, or leave blank and name a field.")
+    scope_field = models.CharField(max_length=100, blank=True, help_text="Field of the object holding the scope.")
+    title_template = models.CharField(max_length=500)
+    body_template = models.TextField(blank=True)
+    ttl_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Blank: the message type's TTL.")
+    interval_seconds = models.PositiveIntegerField(default=300)
+    enabled = models.BooleanField(default=True)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        indexes = [
+            # rules_run_due(): enabled rules, oldest run first.
+            models.Index(fields=["enabled", "last_run_at"], name="mc_rule_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RuleMatch(models.Model):
+    """An object currently matching a rule, and the notification it raised."""
+
+    rule = models.ForeignKey(NotificationRule, on_delete=models.CASCADE, related_name="matches")
+    object_pk = models.CharField(max_length=64)
+    notification = models.ForeignKey(Notification, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Also serves "the current matches of a rule" (rule_id prefix).
+            models.UniqueConstraint(fields=["rule", "object_pk"], name="mc_rulematch_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}:{self.object_pk}"
+
+
+class RuleRun(models.Model):
+    """One run of a rule: what it found and did, or the error that stopped it."""
+
+    rule = models.ForeignKey(NotificationRule, on_delete=models.CASCADE, related_name="runs")
+    started_at = models.DateTimeField()
+    matches = models.PositiveIntegerField(default=0)
+    sent = models.PositiveIntegerField(default=0)
+    withdrawn = models.PositiveIntegerField(default=0)
+    errors = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            # Run history of one rule, newest first (admin inline).
+            models.Index(fields=["rule", "-started_at"], name="mc_rulerun_rule_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id} @ {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class StockLevel(models.Model):
+    """DEMO ONLY: a stand-in business table (seed 003's warehouse stock) so the
+    demo rule "negative stock at a location means replenish" has rows to scan.
+    Real projects point rules at their own models."""
+
+    warehouse = models.CharField(max_length=32)
+    location = models.CharField(max_length=32)
+    sku = models.CharField(max_length=64)
+    quantity = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["warehouse", "location", "sku"]
+        constraints = [
+            models.UniqueConstraint(fields=["warehouse", "location", "sku"], name="mc_stocklevel_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.warehouse}/{self.location}/{self.sku}: {self.quantity}"

@@ -206,7 +206,64 @@ def on_image_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: An
     mirror_after_commit("message_detail", instance.message_id)
 
 
+# --- subscriptions and notifications (seed 003) ------------------------------------
+
+
+def mirror_subscribers(message_type_id: int, scope: str) -> None:
+    from messagecenter.services.notifications import subscription_mirror
+
+    subscription_mirror(message_type_id=message_type_id, scope=scope)
+
+
+def on_subscription_init(sender: Any, instance: Any, **kwargs: Any) -> None:
+    instance._mc_snapshot = (instance.__dict__.get("message_type_id"), instance.__dict__.get("scope"))
+
+
+def _subscription_pairs(instance: Any) -> set[tuple[int, str]]:
+    pairs = {(instance.message_type_id, instance.scope)}
+    before = getattr(instance, "_mc_snapshot", None)
+    if before is not None and before[0] is not None:
+        pairs.add(before)  # an edit moving it to another (type, scope) leaves the old set
+    return pairs
+
+
+def on_subscription_saved(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    # Each refresh reloads the (type, scope) from PostgreSQL: idempotent and order-free.
+    for type_id, scope in _subscription_pairs(instance):
+        mirror_after_commit("subscribers", type_id, scope)
+    instance._mc_snapshot = (instance.message_type_id, instance.scope)
+
+
+def on_subscription_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    for type_id, scope in _subscription_pairs(instance):
+        mirror_after_commit("subscribers", type_id, scope)
+
+
+def on_notification_init(sender: Any, instance: Any, **kwargs: Any) -> None:
+    instance._mc_withdrawn = instance.__dict__.get("withdrawn")
+
+
+def on_notification_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    before = getattr(instance, "_mc_withdrawn", None)
+    instance._mc_withdrawn = instance.withdrawn
+    if raw or created or before is None or before or not instance.withdrawn:
+        return  # a new notification is delivered by its task, enqueued by notification_send
+    from messagecenter.items import notification_entry
+
+    mirror_after_commit("remove_item", _entry_args(notification_entry(instance)), "")
+
+
+def on_notification_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    from messagecenter.items import notification_entry
+
+    if not instance.withdrawn:
+        mirror_after_commit("remove_item", _entry_args(notification_entry(instance)), "")
+
+
 MIRRORS: dict[str, Callable[..., None]] = {
+    "subscribers": mirror_subscribers,
     "user_groups": mirror_user_groups,
     "bulletin": mirror_bulletin,
     "bulletin_delete": delete_bulletin,
@@ -216,7 +273,7 @@ MIRRORS: dict[str, Callable[..., None]] = {
 
 
 def connect() -> None:
-    from messagecenter.models import Bulletin, Message, MessageImage, UserGroup
+    from messagecenter.models import Bulletin, Message, MessageImage, Notification, Subscription, UserGroup
 
     memberships_changed.connect(on_memberships_changed, dispatch_uid="mc_memberships_changed")
     pre_delete.connect(on_group_pre_delete, sender=UserGroup, dispatch_uid="mc_group_pre_delete")
@@ -229,3 +286,9 @@ def connect() -> None:
     post_delete.connect(on_message_deleted, sender=Message, dispatch_uid="mc_message_deleted")
     post_save.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_saved")
     post_delete.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_deleted")
+    post_init.connect(on_subscription_init, sender=Subscription, dispatch_uid="mc_subscription_init")
+    post_save.connect(on_subscription_saved, sender=Subscription, dispatch_uid="mc_subscription_saved")
+    post_delete.connect(on_subscription_deleted, sender=Subscription, dispatch_uid="mc_subscription_deleted")
+    post_init.connect(on_notification_init, sender=Notification, dispatch_uid="mc_notification_init")
+    post_save.connect(on_notification_saved, sender=Notification, dispatch_uid="mc_notification_saved")
+    post_delete.connect(on_notification_deleted, sender=Notification, dispatch_uid="mc_notification_deleted")

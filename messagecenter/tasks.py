@@ -7,7 +7,7 @@ from celery import shared_task
 from redis.exceptions import RedisError
 
 from messagecenter import services
-from messagecenter.models import Message
+from messagecenter.models import Message, Notification
 
 
 @shared_task(name="messagecenter.message_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
@@ -44,3 +44,36 @@ def cleanup_expired_task() -> int:
 def removed_trim_task() -> int:
     """Periodic (Celery beat): bound the global list of removed inbox items."""
     return services.inbox_removed_trim()
+
+
+# --- subscriptions and notifications (seed 003) ------------------------------------
+
+
+@shared_task(name="messagecenter.notification_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+def notification_deliver_task(notification_id: int) -> int:
+    notification = Notification.objects.filter(pk=notification_id).first()
+    if notification is None:
+        return 0
+    return services.notification_deliver(notification=notification)
+
+
+@shared_task(
+    name="messagecenter.notification_fanout_chunk", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8
+)
+def notification_fanout_chunk_task(notification_id: int, index: int) -> int:
+    notification = Notification.objects.filter(pk=notification_id).first()
+    if notification is None:
+        return 0
+    return services.notification_fanout_chunk(notification=notification, index=index)
+
+
+@shared_task(name="messagecenter.notifications_sweep", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def notifications_sweep_task() -> dict[str, int]:
+    """Periodic (Celery beat): drop expired notifications from Redis (seed 003's ZREMRANGEBYSCORE job)."""
+    return services.notification_sweep()
+
+
+@shared_task(name="messagecenter.rules_run_due", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def rules_run_due_task() -> int:
+    """Periodic (Celery beat): run the notification rules that are due; returns how many ran."""
+    return len(services.rules_run_due())

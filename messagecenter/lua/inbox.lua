@@ -4,7 +4,8 @@
 -- KEYS: 1 all-items zset, 2..5 category zsets (system, promotion, transaction,
 -- interaction), 6 unread counters hash, 7 hidden set, 8 expiry zset, 9 months
 -- set, 10 state hash, 11 bulletin access time, then n read bitmaps and n push
--- bitmaps, one per month listed in ARGV.
+-- bitmaps, one per month listed in ARGV (op "sweep" takes one more key after
+-- them: the user's notification zset).
 -- ARGV: 1 op, 2 now (ms), 3 n, 4..3+n months; then "1" + settle/merge
 -- arguments or "0"; then the op's own arguments.
 --
@@ -222,5 +223,24 @@ elseif op == "drop_prefix" then
   redis.call("DEL", KEYS[11])
   redis.call("HDEL", KEYS[10], "bd")
   return dropped
+
+elseif op == "sweep" then
+  -- Seed 003's expiry job for one user, bounded: the extra key after the
+  -- bitmaps is the user's notification zset (score = expire_at ms). Expired
+  -- notifications leave the inbox (counters kept exact), then the zset.
+  -- Returns {removed from the inbox, 1 if more expired ones remain, left}.
+  local notif = KEYS[12 + 2 * n]
+  local limit = tonumber(ARGV[a])
+  local rows = redis.call("ZRANGEBYSCORE", notif, "-inf", now, "LIMIT", 0, limit)
+  local removed = 0
+  for _, member in ipairs(rows) do removed = removed + remove(member) end
+  local more = 0
+  if #rows < limit then
+    redis.call("ZREMRANGEBYSCORE", notif, "-inf", now)
+  else
+    redis.call("ZREM", notif, unpack(rows))
+    more = 1
+  end
+  return {removed, more, redis.call("ZCARD", notif)}
 end
 return redis.error_reply("unknown op " .. tostring(op))

@@ -25,6 +25,18 @@ from messagecenter.services.messages import (
     message_retract,
     message_send,
 )
+from messagecenter.services.notifications import (
+    message_type_create,
+    notification_deliver,
+    notification_fanout_chunk,
+    notification_rebuild,
+    notification_send,
+    notification_sweep,
+    notification_withdraw,
+    subscription_create,
+    subscription_delete,
+)
+from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.slots import slot_allocate
 
 __all__ = [
@@ -45,7 +57,20 @@ __all__ = [
     "message_fanout_chunk",
     "message_retract",
     "message_send",
+    "message_type_create",
+    "notification_deliver",
+    "notification_fanout_chunk",
+    "notification_rebuild",
+    "notification_send",
+    "notification_sweep",
+    "notification_withdraw",
+    "rule_run",
+    "rule_validate",
+    "rules_run",
+    "rules_run_due",
     "slot_allocate",
+    "subscription_create",
+    "subscription_delete",
     "user_group_add_members",
     "user_group_create",
     "user_group_delete",

@@ -1,7 +1,7 @@
 """Rebuild of the read model from PostgreSQL (after a Redis loss).
 
-Restores groups, hidden items, bulletins, message details, pull items and
-push fan-outs, all idempotently. Read marks live in Redis bitmaps only;
+Restores groups, hidden items, bulletins, message details, pull items,
+push fan-outs, subscriber sets and live notifications, all idempotently. Read marks live in Redis bitmaps only;
 durable snapshots of them arrive with a later issue, so a rebuild from an
 empty Redis shows every item unread.
 """
@@ -50,4 +50,7 @@ def inbox_rebuild() -> dict[str, int]:
             for index in range(math.ceil(len(audience) / chunk)):
                 inbox_deliver(entry=entry, user_ids=list(audience[index * chunk : (index + 1) * chunk]), now=now)
         messages += 1
-    return {"users": len(user_ids), "hidden": hidden, "bulletins": bulletins, "messages": messages}
+    from messagecenter.services.notifications import notification_rebuild
+
+    notifications = notification_rebuild(now=now)
+    return {"users": len(user_ids), "hidden": hidden, "bulletins": bulletins, "messages": messages, **notifications}

@@ -1,0 +1,298 @@
+"""Seed 003's typed notifications: message types, subscriptions per scope, and
+notifications fanned out to the subscribers at send time.
+
+A notification is stored once in PostgreSQL (with its send-time audience as a
+roaring bitmap) and pushed into each recipient's inbox (kind
+``notification``, ref ``n<id>``) by chunked Celery tasks after commit. It
+expires exactly at ``expire_at`` (the inbox filters by time on every read);
+``notification_sweep`` frees Redis afterwards.
+
+Subscriptions of a group are resolved to the group's members when a
+notification is sent: someone joining later does not receive earlier ones,
+someone leaving keeps what they received.
+"""
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, models, transaction
+from django.utils import timezone
+from pyroaring import BitMap
+
+from core.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.html import sanitize_html
+from messagecenter.items import notification_detail, notification_entry
+from messagecenter.models import (
+    CATEGORIES,
+    MessageType,
+    Notification,
+    NotificationRule,
+    Subscription,
+    UserGroup,
+    UserGroupMembership,
+)
+from messagecenter.readmodel import notifications as notifications_rm
+from messagecenter.readmodel import publish, to_ms
+from messagecenter.services.inbox import inbox_deliver
+from messagecenter.services.slots import slot_allocate
+
+MAX_TTL_SECONDS = 366 * 24 * 60 * 60  # a year and a day: anything longer is a mistake
+MAX_SCOPE_LENGTH = 100
+SWEEP_USERS_BATCH = 500
+SWEEP_ITEMS_LIMIT = 1000
+SWEEP_DETAILS_BATCH = 500
+
+
+def _invalid(field: str, message: str, code: str = "invalid") -> ValidationFailed:
+    return ValidationFailed(message, code=code, fields={field: [message]})
+
+
+def _scope(scope: Any) -> str:
+    if not isinstance(scope, str) or not scope.strip():
+        raise _invalid("scope", "A scope is required.")
+    scope = scope.strip()
+    if len(scope) > MAX_SCOPE_LENGTH:
+        raise _invalid("scope", f"At most {MAX_SCOPE_LENGTH} characters.")
+    return scope
+
+
+def _ttl(ttl_seconds: Any) -> int:
+    # bool is an int in Python; a JSON true is not a TTL.
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int):
+        raise _invalid("ttl_seconds", "ttl_seconds must be a whole number of seconds.", "invalid_ttl")
+    if not 0 < ttl_seconds <= MAX_TTL_SECONDS:
+        raise _invalid("ttl_seconds", f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}.", "invalid_ttl")
+    return ttl_seconds
+
+
+def message_type_get(*, code: Any) -> MessageType:
+    message_type = MessageType.objects.filter(code=code).first() if isinstance(code, str) else None
+    if message_type is None:
+        raise _invalid("message_type", f"Unknown message type {code!r}.", "unknown_message_type")
+    return message_type
+
+
+def message_type_create(
+    *, code: str, name: str, category: str = "system", default_ttl_seconds: int | None = None
+) -> MessageType:
+    if category not in CATEGORIES:
+        raise _invalid("category", f"Choose from {', '.join(CATEGORIES)}.", "invalid_category")
+    ttl = _ttl(default_ttl_seconds) if default_ttl_seconds is not None else int(settings.MESSAGECENTER_NOTIFICATION_TTL)
+    try:
+        with transaction.atomic():
+            return MessageType.objects.create(code=code, name=name, category=category, default_ttl_seconds=ttl)
+    except IntegrityError as exc:
+        raise ValidationFailed(
+            f"A message type {code!r} exists already.", code="duplicate", fields={"code": ["This code is taken."]}
+        ) from exc
+
+
+def subscription_create(
+    *, message_type: str, scope: str, user_id: int | None = None, group_id: int | None = None
+) -> Subscription:
+    """Subscribe exactly one user or one group. Unknown type, user or group is
+    a 400; the same subscription twice is a 409 (Conflict)."""
+    if (user_id is None) == (group_id is None):
+        raise ValidationFailed(
+            "Give exactly one of user or group.",
+            code="invalid_subscriber",
+            fields={"user": ["Give exactly one of user or group."], "group": ["Give exactly one of user or group."]},
+        )
+    mtype = message_type_get(code=message_type)
+    scope = _scope(scope)
+    if user_id is not None and not get_user_model().objects.filter(pk=user_id).exists():
+        raise _invalid("user", f"Unknown user id {user_id}.", "unknown_user")
+    if group_id is not None and not UserGroup.objects.filter(pk=group_id).exists():
+        raise _invalid("group", f"Unknown group id {group_id}.", "unknown_group")
+    try:
+        with transaction.atomic():
+            # The post_save receiver mirrors the subscriber set after commit.
+            return Subscription.objects.create(message_type=mtype, scope=scope, user_id=user_id, group_id=group_id)
+    except IntegrityError as exc:
+        raise Conflict("This subscription exists already.", code="duplicate") from exc
+
+
+def subscription_delete(*, subscription: Subscription) -> None:
+    with transaction.atomic():
+        subscription.delete()  # post_delete mirrors the subscriber set after commit
+
+
+def subscription_audience(*, message_type: MessageType, scope: str) -> BitMap:
+    """Distinct user ids subscribed now: directly, or through a group's members."""
+    rows = list(Subscription.objects.filter(message_type=message_type, scope=scope).values_list("user_id", "group_id"))
+    audience = BitMap(int(u) for u, _g in rows if u is not None)
+    group_ids = [g for _u, g in rows if g is not None]
+    if group_ids:
+        audience |= BitMap(
+            UserGroupMembership.objects.filter(group_id__in=group_ids).values_list("user_id", flat=True).distinct()
+        )
+    return audience
+
+
+def notification_send(
+    *,
+    message_type: str,
+    scope: str,
+    title: str,
+    body_html: str,
+    ttl_seconds: int | None = None,
+    source: models.Model | None = None,
+    rule: NotificationRule | None = None,
+) -> Notification:
+    """Raise a notification for every subscriber of ``message_type`` in ``scope``.
+
+    Validates everything before writing (nothing changes on error), stores the
+    row with its send-time audience and enqueues the fan-out after commit.
+    ``recipients`` counts distinct users (direct and group subscriptions of
+    the same user count once). The default TTL is the type's.
+    """
+    mtype = message_type_get(code=message_type)
+    scope = _scope(scope)
+    if not isinstance(title, str) or not title.strip():
+        raise _invalid("title", "A title is required.")
+    ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
+    now = timezone.now()
+    body = sanitize_html(body_html)
+    with transaction.atomic():
+        audience = subscription_audience(message_type=mtype, scope=scope)
+        if audience and audience.max() > int(settings.MESSAGECENTER_MAX_USER_ID):
+            raise LimitExceeded("A user id is beyond MESSAGECENTER_MAX_USER_ID; bitmaps cannot address it.")
+        month, offset = slot_allocate(at=now)
+        notification = Notification.objects.create(
+            message_type=mtype,
+            scope=scope,
+            category=mtype.category,
+            title=title.strip()[:200],
+            body_html=body,
+            created_at=now,
+            expire_at=now + timedelta(seconds=ttl),
+            recipients=len(audience),
+            audience_bitmap=audience.serialize() if audience else b"",
+            rule=rule,
+            source_type=ContentType.objects.get_for_model(source) if source is not None else None,
+            source_id=str(source.pk) if source is not None else "",
+            slot_month=month,
+            slot_offset=offset,
+        )
+        from messagecenter.tasks import notification_deliver_task
+
+        notification_deliver_task.delay_on_commit(notification.pk)
+    return notification
+
+
+def _chunk_count(notification: Notification) -> int:
+    return math.ceil(notification.recipients / int(settings.MESSAGECENTER_FANOUT_CHUNK))
+
+
+def notification_deliver(*, notification: Notification, now: datetime | None = None) -> int:
+    """Store the detail once and enqueue one task per audience chunk.
+    Idempotent; returns the number of chunks (0 when withdrawn or expired)."""
+    now = now or timezone.now()
+    if notification.withdrawn or notification.expire_at <= now:
+        return 0
+    publish.item_detail_put(ref=notification.ref, detail=notification_detail(notification))
+    from messagecenter.tasks import notification_fanout_chunk_task
+
+    chunks = _chunk_count(notification)
+    for index in range(chunks):
+        notification_fanout_chunk_task.delay(notification.pk, index)
+    _undo_if_withdrawn(notification)
+    return chunks
+
+
+def _undo_if_withdrawn(notification: Notification) -> None:
+    """A withdrawal that committed while this task wrote may have removed the
+    item before our write landed: remove it again (idempotent)."""
+    if Notification.objects.filter(pk=notification.pk, withdrawn=True).exists():
+        publish.item_remove(entry=notification_entry(notification))
+
+
+def notification_fanout_chunk(*, notification: Notification, index: int, now: datetime | None = None) -> int:
+    """Push one chunk of the audience. Running it twice changes nothing (ZADD NX
+    in the inbox and in the sweep index). Returns the users of the chunk."""
+    now = now or timezone.now()
+    if notification.withdrawn or notification.expire_at <= now:
+        return 0
+    size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
+    user_ids = list(notification.audience[index * size : (index + 1) * size])
+    entry = notification_entry(notification)
+    inbox_deliver(entry=entry, user_ids=user_ids, now=now)
+    notifications_rm.notifications_index(entry=entry, user_ids=user_ids)
+    _undo_if_withdrawn(notification)
+    return len(user_ids)
+
+
+def notification_withdraw(*, notification: Notification) -> bool:
+    """Remove from every inbox at once (like a message retraction); False if
+    it was withdrawn already. The row stays for the record."""
+    with transaction.atomic():
+        locked = Notification.objects.select_for_update().get(pk=notification.pk)
+        if locked.withdrawn:
+            return False
+        # The post_save receiver removes it from Redis after commit.
+        locked.withdrawn = True
+        locked.withdrawn_at = timezone.now()
+        locked.save(update_fields=["withdrawn", "withdrawn_at"])
+    notification.refresh_from_db()
+    return True
+
+
+def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """Seed 003's expiry job (Celery beat ``messagecenter.notifications_sweep``).
+
+    Inboxes already hide a notification exactly at ``expire_at``; this frees
+    Redis: each holder's expired members leave the inbox and the per-user
+    zset (ZREMRANGEBYSCORE, bounded calls, holders walked with SSCAN), and
+    the stored-once details of expired notifications are dropped.
+    """
+    now = now or timezone.now()
+    visited, removed = notifications_rm.notifications_sweep(
+        now_ms=to_ms(now), batch=SWEEP_USERS_BATCH, limit=SWEEP_ITEMS_LIMIT
+    )
+    freed = 0
+    while True:
+        # mc_notification_expire_idx serves this (partial on details_freed = false).
+        batch = list(
+            Notification.objects.filter(details_freed=False, expire_at__lte=now)
+            .order_by("expire_at")
+            .values_list("pk", flat=True)[:SWEEP_DETAILS_BATCH]
+        )
+        if not batch:
+            break
+        publish.pull_expired_drop(pull_members=[], refs=[f"n{pk}" for pk in batch], audience_chunks={})
+        Notification.objects.filter(pk__in=batch).update(details_freed=True)
+        freed += len(batch)
+    return {"users": visited, "removed": removed, "details_freed": freed}
+
+
+def subscription_mirror(*, message_type_id: int, scope: str) -> None:
+    """Replace the Redis subscriber set of one (type, scope) with PostgreSQL's."""
+    rows = Subscription.objects.filter(message_type_id=message_type_id, scope=scope)
+    notifications_rm.subscribers_replace(
+        message_type_id=message_type_id, scope=scope, members=[s.subscriber for s in rows]
+    )
+
+
+def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
+    """Restore subscriber sets and live notifications from PostgreSQL (idempotent)."""
+    now = now or timezone.now()
+    pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
+    for type_id, scope in pairs:
+        subscription_mirror(message_type_id=type_id, scope=scope)
+    live = Notification.objects.filter(withdrawn=False, expire_at__gt=now)
+    size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
+    count = 0
+    for notification in live.iterator():
+        entry = notification_entry(notification)
+        publish.item_detail_put(ref=entry.ref, detail=notification_detail(notification))
+        audience = notification.audience
+        for index in range(math.ceil(len(audience) / size)):
+            user_ids = list(audience[index * size : (index + 1) * size])
+            inbox_deliver(entry=entry, user_ids=user_ids, now=now)
+            notifications_rm.notifications_index(entry=entry, user_ids=user_ids)
+        count += 1
+    return {"subscriptions": len(pairs), "notifications": count}
