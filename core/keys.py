@@ -62,6 +62,12 @@ def notice_bitmap(platform: str, chunk: int, announcement_id: int) -> str:
     return _key("notice", notice_tag(platform, chunk), int(announcement_id))
 
 
+def notice_read_hours(platform: str, chunk: int, announcement_id: int) -> str:
+    """hash: hour (ms since the epoch // 3,600,000) -> users of the chunk who marked it read
+    in that hour (0 -> 1 transitions; the admin's read-rate chart). Same tag as the bitmap."""
+    return _key("notice", notice_tag(platform, chunk), int(announcement_id), "hours")
+
+
 def notice_index(platform: str, chunk: int) -> str:
     """zset: announcement ids of the platform not yet expired, score = publish time (ms)."""
     return _key("notice", notice_tag(platform, chunk), "index")
@@ -234,3 +240,22 @@ def mc_user_notifications(user_id: int) -> str:
 def mc_notification_holders() -> str:
     """set: ids of users whose ``mc_user_notifications`` may be non-empty (walked by the sweep)."""
     return _key("notification", "holders")
+
+
+# --- live updates -------------------------------------------------------------------
+# (owned by messagecenter/readmodel/live.py)
+#
+# Every change to what a user's inbox or announcement counts show bumps the
+# user's version and publishes a small event on the user's channel; the SSE
+# stream listens to the channel, and the counts endpoint builds its ETag from
+# the version (so a poll answers 304 without running the inbox script).
+
+
+def live_user_version(user_id: int) -> str:
+    """string: counter bumped on every change to the user's inbox (part of the counts ETag)."""
+    return _key("live", "version", user_tag(user_id))
+
+
+def live_user_channel(user_id: int) -> str:
+    """pub/sub channel: JSON events ``{"v": version, "reason": str}`` for the user's open pages."""
+    return _key("live", "channel", user_tag(user_id))

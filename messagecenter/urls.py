@@ -1,11 +1,12 @@
 from django.urls import URLPattern, path
 
-from messagecenter import views
-from messagecenter.apis import inbox, manage
+from messagecenter import live_api, views
+from messagecenter.apis import inbox, manage, subscriptions
 
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
-    path("inbox/counts/", inbox.InboxCountsApi.as_view(), name="mc-inbox-counts"),
+    path("inbox/counts/", live_api.InboxCountsLiveApi.as_view(), name="mc-inbox-counts"),
+    path("inbox/stream/", live_api.inbox_stream, name="mc-inbox-stream"),
     path("inbox/read-all/", inbox.InboxReadAllApi.as_view(), name="mc-inbox-read-all"),
     path("inbox/seen/", inbox.InboxSeenApi.as_view(), name="mc-inbox-seen"),
     path("inbox/<str:item_id>/", inbox.InboxItemApi.as_view(), name="mc-inbox-item"),
@@ -17,6 +18,14 @@ api_urlpatterns: list[URLPattern] = [
     path("manage/bulletins/<int:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
     path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
     path("manage/messages/<int:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
+    path("manage/message-types/", subscriptions.MessageTypeCreateApi.as_view(), name="mc-message-types"),
+    path("manage/subscriptions/", subscriptions.SubscriptionCreateApi.as_view(), name="mc-subscriptions"),
+    path(
+        "manage/subscriptions/<int:subscription_id>/",
+        subscriptions.SubscriptionDeleteApi.as_view(),
+        name="mc-subscription",
+    ),
+    path("manage/notifications/", subscriptions.NotificationSendApi.as_view(), name="mc-notifications"),
 ]
 
 page_urlpatterns: list[URLPattern] = [

@@ -71,6 +71,8 @@ def _inbox_page(request: HttpRequest) -> HttpResponse:
             "category_label": TAB_LABELS[category or ""],
             "unread_only": unread_only,
             "counts": counts,
+            # Only the newest page refreshes itself live: older pages stay put while read.
+            "page_is_first": not request.GET.get("cursor"),
         },
     )
 

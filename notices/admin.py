@@ -6,7 +6,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -15,7 +17,7 @@ from core.exceptions import ApplicationError
 from core.html import sanitize_html
 from core.platforms import ALL_PLATFORMS
 from core.selectors import platform_user_counts
-from notices import selectors, services
+from notices import insight, selectors, services
 from notices.models import Announcement
 
 
@@ -86,6 +88,46 @@ class AnnouncementAdmin(admin.ModelAdmin):
         body = mark_safe(sanitize_html(obj.body_html))  # noqa: S308  (nh3-sanitised)
         return format_html('<div class="prose"><h2>{}</h2><p><em>{}</em></p>{}</div>', obj.title, obj.summary, body)
 
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.insight_view)
+        return [path("<int:announcement_id>/insight/", view, name="notices_announcement_insight"), *super().get_urls()]
+
+    def insight_view(self, request: HttpRequest, announcement_id: int) -> HttpResponse:
+        """Read counts per platform, the read rate over time and who has not read it yet."""
+        announcement = self.get_object(request, str(announcement_id))
+        if announcement is None or not self.has_view_permission(request, announcement):
+            raise Http404("No such announcement.")
+        platforms = announcement.platforms
+        platform = request.GET.get("platform") or (platforms[0] if platforms else "")
+        after = request.GET.get("after") or "0"
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": announcement,
+            "title": f"Reading of “{announcement.title}”",
+            "platforms": platforms,
+            "platform": platform,
+        }
+        try:
+            stats = selectors.announcement_stats(announcement=announcement)
+            timeline = insight.announcement_read_timeline(announcement=announcement)
+            page = insight.announcement_non_readers(
+                announcement=announcement, platform=platform, after_id=int(after) if after.isdigit() else 0
+            )
+        except ApplicationError as exc:
+            context["unavailable"] = exc.message
+            return TemplateResponse(request, "admin/notices/announcement/insight.html", context)
+        reachable = sum(row["users"] for row in stats["by_platform"].values())
+        context.update(
+            stats=stats,
+            timeline=timeline,
+            chart=_rate_chart(timeline, reachable),
+            page=page,
+            reminder_usernames="\n".join(name for _, name in page.users),
+            compose_url=reverse("admin:messagecenter_message_add"),
+        )
+        return TemplateResponse(request, "admin/notices/announcement/insight.html", context)
+
     @admin.display(description="Read statistics")
     def read_statistics(self, obj: Announcement) -> SafeString:
         if not obj.pk:
@@ -104,9 +146,11 @@ class AnnouncementAdmin(admin.ModelAdmin):
         )
         return format_html(
             "<table><thead><tr><th scope='col'>Platform</th><th scope='col'>Read</th><th scope='col'>Users</th>"
-            "<th scope='col'>Ratio</th></tr></thead><tbody>{}</tbody></table><p>Read in total: {}</p>",
+            "<th scope='col'>Ratio</th></tr></thead><tbody>{}</tbody></table><p>Read in total: {}</p>"
+            '<p><a href="{}">Read rate over time and who has not read it</a></p>',
             rows,
             stats["read_total"],
+            reverse("admin:notices_announcement_insight", args=[obj.pk]),
         )
 
     def save_model(self, request: HttpRequest, obj: Announcement, form: Any, change: bool) -> None:
@@ -146,3 +190,32 @@ class AnnouncementAdmin(admin.ModelAdmin):
         for announcement in queryset:
             services.announcement_unpublish(announcement=announcement)
         self.message_user(request, f"Unpublished {queryset.count()} announcement(s).", level=messages.SUCCESS)
+
+
+CHART_WIDTH, CHART_HEIGHT = 600, 200
+
+
+def _rate_chart(timeline: list[insight.TimelinePoint], reachable: int) -> dict[str, Any] | None:
+    """Coordinates of an SVG step line of the cumulative read rate (0-100 %), one step per hour.
+
+    Drawn server-side as inline SVG: no chart library, no script, and the
+    figures are in a table beside it for screen readers.
+    """
+    if not timeline or reachable <= 0:
+        return None
+    start = timeline[0].hour.timestamp()
+    span = max(timeline[-1].hour.timestamp() - start, 3600.0)
+    points = [f"0,{CHART_HEIGHT:.1f}"]
+    for point in timeline:
+        x = (point.hour.timestamp() - start) / span * CHART_WIDTH
+        y = CHART_HEIGHT - min(point.cumulative / reachable, 1.0) * CHART_HEIGHT
+        points.append(f"{x:.1f},{y:.1f}")
+    final = timeline[-1].cumulative / reachable
+    return {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "points": " ".join(points),
+        "final_percent": f"{min(final, 1.0):.1%}",
+        "first": timeline[0].hour,
+        "last": timeline[-1].hour,
+    }

@@ -41,6 +41,10 @@ _MARK = LuaScript(__file__, "lua/mark.lua")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ATTEMPTS = 4
+_HOUR_MS = 3_600_000
+# Per-hour read counters outlive any announcement worth charting; the
+# lifetime, renewed on every read, frees them after a delete without a sweep.
+_READ_HOURS_TTL_SECONDS = 180 * 24 * 3600
 
 # (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS. Safe
 # to share between threads: entries are replaced whole, and a stale entry is
@@ -218,15 +222,27 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     chunk, offset = user_slot(user_id)
     client = get_redis()
     changed = False
+    hour = to_ms(timezone.now()) // _HOUR_MS
     for platform in platforms:
-        script_keys = [*_chunk_keys(platform, chunk)[:2], keys.notice_bitmap(platform, chunk, announcement_id)]
+        script_keys = [
+            *_chunk_keys(platform, chunk)[:2],
+            keys.notice_bitmap(platform, chunk, announcement_id),
+            keys.notice_read_hours(platform, chunk, announcement_id),
+        ]
+        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS]
         for _ in range(_ATTEMPTS):
-            previous = int(_MARK(keys=script_keys, args=[int(announcement_id), offset, int(read)], client=client))
+            previous = int(_MARK(keys=script_keys, args=args, client=client))
             if previous != -1:
                 break
             _build_chunk(client, platform=platform, chunk=chunk)
         if previous in (0, 1) and bool(previous) != read:
             changed = True
+    if changed:
+        # The inbox counts include unread announcements: open pages refresh,
+        # and the counts ETag moves on.
+        from messagecenter.readmodel import live
+
+        live.inbox_changed(user_ids=[user_id], reason="announcement")
     return changed
 
 
@@ -241,3 +257,26 @@ def read_counts(*, announcement_id: int, platforms: Iterable[str]) -> dict[str, 
             pipe.bitcount(keys.notice_bitmap(platform, chunk, announcement_id))
     replies = iter(pipe.execute())
     return {platform: sum(int(next(replies)) for _ in chunks) for platform in wanted}
+
+
+def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[datetime, int]:
+    """First reads per hour (all platforms and chunks added up), oldest first."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    for platform in platforms:
+        for chunk in _built_chunks(client):
+            pipe.hgetall(keys.notice_read_hours(platform, chunk, announcement_id))
+    totals: dict[int, int] = {}
+    for reply in pipe.execute():
+        for hour, count in reply.items():
+            totals[int(hour)] = totals.get(int(hour), 0) + int(count)
+    return {from_ms(hour * _HOUR_MS): totals[hour] for hour in sorted(totals)}
+
+
+def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -> list[bool]:
+    """Whether each user read the announcement on ``platform``: one pipelined GETBIT batch."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        chunk, offset = user_slot(user_id)
+        pipe.getbit(keys.notice_bitmap(platform, chunk, announcement_id), offset)
+    return [bool(bit) for bit in pipe.execute()] if user_ids else []

@@ -26,6 +26,7 @@ from django.conf import settings
 
 from core import keys
 from core.redis import get_redis
+from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 
@@ -264,19 +265,29 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    return bool(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
+    done = bool(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
+    if done:
+        live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
+    return done
 
 
 def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    return bool(_run(user_id, now_ms, "hide", plan, [plan.detail["member"]]))
+    done = bool(_run(user_id, now_ms, "hide", plan, [plan.detail["member"]]))
+    if done:
+        live.inbox_changed(user_ids=[user_id], reason="hide")
+    return done
 
 
 def inbox_read_all(*, user_id: int, category: str | None, now_ms: int) -> int:
-    return int(_run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""]))
+    marked = int(_run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""]))
+    if marked:
+        live.inbox_changed(user_ids=[user_id], reason="read_all")
+    return marked
 
 
 def inbox_seen(*, user_id: int, now_ms: int) -> None:
     _run(user_id, now_ms, "seen", _plan(user_id, now_ms), [])
+    live.inbox_changed(user_ids=[user_id], reason="seen")

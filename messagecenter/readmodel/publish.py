@@ -9,6 +9,7 @@ from pyroaring import BitMap
 
 from core import keys
 from core.redis import get_redis
+from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import (
     GLOBAL_SCRIPT,
     INBOX_SCRIPT,
@@ -100,11 +101,15 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int) ->
     """Push one item into these users' inboxes (one pipeline of per-user Lua
     calls); returns how many inboxes gained it. Idempotent: ZADD NX."""
     month = str(entry.month)
+    targets = [int(user_id) for user_id in user_ids]
     calls = [
-        (user_keys(int(user_id), [month]), ["add", now_ms, 1, month, "0", entry.member, entry.score, entry.expire_ms])
-        for user_id in user_ids
+        (user_keys(user_id, [month]), ["add", now_ms, 1, month, "0", entry.member, entry.score, entry.expire_ms])
+        for user_id in targets
     ]
-    return sum(int(r) for r in run_inbox_scripts(calls))
+    results = [int(r) for r in run_inbox_scripts(calls)]
+    # Only inboxes that changed: a repeated delivery (retried task) stays a no-op.
+    live.inbox_changed(user_ids=[u for u, r in zip(targets, results, strict=True) if r], reason="deliver")
+    return sum(results)
 
 
 def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: int) -> None:

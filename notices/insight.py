@@ -1,0 +1,96 @@
+"""Operator insight into one announcement (read use cases for the admin):
+how reading went over time, and who on the targeted platforms has not read
+it yet, so that a reminder can be sent to exactly them."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, OuterRef, Q
+from redis.exceptions import RedisError
+
+from core.models import Platform, UserPlatform
+from notices import readmodel
+from notices.exceptions import ReadStateUnavailable
+from notices.models import Announcement
+
+NON_READERS_PAGE = 50
+# Users checked per round trip; a page of non-readers may take several when
+# most users have read it, bounded so one request stays short.
+_SCAN_BATCH = 500
+_SCAN_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    hour: datetime
+    reads: int  # first reads within the hour
+    cumulative: int
+
+
+def announcement_read_timeline(*, announcement: Announcement) -> list[TimelinePoint]:
+    """First reads per hour since publication, with the running total (read-rate chart)."""
+    try:
+        hours = readmodel.read_hours(announcement_id=announcement.pk, platforms=announcement.platforms)
+    except RedisError as exc:
+        raise ReadStateUnavailable("Read statistics are unavailable; try again shortly.") from exc
+    points, total = [], 0
+    for hour, reads in hours.items():
+        total += reads
+        points.append(TimelinePoint(hour=hour, reads=reads, cumulative=total))
+    return points
+
+
+@dataclass(frozen=True)
+class NonReadersPage:
+    platform: str
+    users: list[tuple[int, str]]  # (id, username)
+    next_after: int | None  # pass as ``after_id`` for the next page; None at the end
+
+
+def _platform_users(platform: str) -> Q:
+    """Users on ``platform``: a row for it, or no rows at all and the default rule
+    (staff are operators, everyone else users) picks it."""
+    on_platform = Exists(UserPlatform.objects.filter(user=OuterRef("pk"), platform=platform))
+    if platform == Platform.OPERATOR:
+        default = ~Exists(UserPlatform.objects.filter(user=OuterRef("pk"))) & Q(is_staff=True)
+    elif platform == Platform.USER:
+        default = ~Exists(UserPlatform.objects.filter(user=OuterRef("pk"))) & Q(is_staff=False)
+    else:
+        return Q(on_platform)
+    return Q(on_platform) | default
+
+
+def announcement_non_readers(
+    *, announcement: Announcement, platform: str, after_id: int = 0, limit: int = NON_READERS_PAGE
+) -> NonReadersPage:
+    """Users of ``platform`` (one the announcement targets) whose read bit is 0.
+
+    Walks users in id order from PostgreSQL (primary-key index), a batch at a
+    time, and checks each batch's bits with one pipelined GETBIT: no per-user
+    query, no per-user rows for the announcement.
+    """
+    if platform not in announcement.platforms:
+        return NonReadersPage(platform=platform, users=[], next_after=None)
+    users = get_user_model().objects.filter(_platform_users(platform)).order_by("pk")
+    found: list[tuple[int, str]] = []
+    cursor, scanned = int(after_id), 0
+    while len(found) < limit and scanned < _SCAN_LIMIT:
+        batch = list(users.filter(pk__gt=cursor).values_list("pk", "username")[:_SCAN_BATCH])
+        if not batch:
+            return NonReadersPage(platform=platform, users=found, next_after=None)
+        try:
+            bits = readmodel.read_bits(
+                platform=platform, announcement_id=announcement.pk, user_ids=[pk for pk, _ in batch]
+            )
+        except RedisError as exc:
+            raise ReadStateUnavailable("Read state is unavailable; try again shortly.") from exc
+        for (pk, username), read in zip(batch, bits, strict=True):
+            cursor = pk
+            if not read:
+                found.append((pk, username))
+                if len(found) == limit:
+                    break
+        scanned += len(batch)
+    more = users.filter(pk__gt=cursor).exists()
+    return NonReadersPage(platform=platform, users=found, next_after=cursor if more else None)

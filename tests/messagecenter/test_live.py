@@ -1,0 +1,241 @@
+"""Live inbox: version counter and pub/sub events on every change, the
+counts ETag (304 while nothing changed), and the server-sent event stream in
+both flavours (blocking for WSGI, async for ASGI) on a real pub/sub."""
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from django.test import Client
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from messagecenter import live, services
+from messagecenter.readmodel import live as live_readmodel
+from notices.services import announcement_create, announcement_mark_read
+from tests.conftest import client_for
+from tests.messagecenter.conftest import make_group, send
+
+pytestmark = pytest.mark.django_db
+
+COUNTS = "/api/v1/inbox/counts/"
+STREAM = "/api/v1/inbox/stream/"
+
+
+def events(pubsub: Any, *, wait: float = 1.0) -> list[dict[str, Any]]:
+    """Every event that arrives on the subscription within ``wait`` seconds of the last one."""
+    found = []
+    deadline = time.monotonic() + wait
+    while (remaining := deadline - time.monotonic()) > 0:
+        # None also stands for the (ignored) subscribe confirmation: keep waiting.
+        event = live_readmodel.decode_event(pubsub.get_message(timeout=remaining))
+        if event is not None:
+            found.append(event)
+            deadline = time.monotonic() + 0.2
+    return found
+
+
+def parse_frames(chunks: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
+    frames = []
+    for block in b"".join(chunks).decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
+        if "event" in lines:
+            frames.append((lines["event"], json.loads(lines["data"])))
+    return frames
+
+
+def test_every_inbox_change_bumps_the_version_and_publishes(operator: Any, recipient: Any) -> None:
+    with live_readmodel.subscribe(user_id=recipient.pk) as pubsub:
+        message = send(operator, to={"users": [recipient]})
+        item_id = f"m{message.pk}"
+        services.inbox_mark_read(user=recipient, item_id=item_id)
+        services.inbox_mark_unread(user=recipient, item_id=item_id)
+        services.inbox_mark_all_read(user=recipient)
+        services.inbox_mark_seen(user=recipient)
+        services.inbox_hide(user=recipient, item_id=item_id)
+        got = events(pubsub)
+    assert [e["reason"] for e in got] == ["deliver", "read", "unread", "read_all", "seen", "hide"]
+    assert [e["v"] for e in got] == [1, 2, 3, 4, 5, 6]
+    assert live_readmodel.user_version(user_id=recipient.pk) == 6
+
+
+def test_only_the_addressed_users_hear_of_a_delivery(operator: Any, recipient: Any, outsider: Any) -> None:
+    group = make_group("team", recipient)
+    with (
+        live_readmodel.subscribe(user_id=recipient.pk) as mine,
+        live_readmodel.subscribe(user_id=outsider.pk) as theirs,
+    ):
+        send(operator, to={"groups": [group]})
+        assert [e["reason"] for e in events(mine)] == ["deliver"]
+        assert events(theirs, wait=0.3) == []
+    assert live_readmodel.user_version(user_id=outsider.pk) == 0
+
+
+def test_reading_an_announcement_is_an_inbox_change(operator: Any, recipient: Any) -> None:
+    announcement = announcement_create(author=operator, title="A", body_html="<p>x</p>", platforms=["user"])
+    with live_readmodel.subscribe(user_id=recipient.pk) as pubsub:
+        announcement_mark_read(user=recipient, announcement_id=announcement.pk)
+        announcement_mark_read(user=recipient, announcement_id=announcement.pk)  # no change, no event
+        assert [e["reason"] for e in events(pubsub)] == ["announcement"]
+
+
+def test_a_failing_publish_never_fails_the_write(
+    operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = live_readmodel.get_redis
+
+    class Broken:
+        def pipeline(self, **kwargs: Any) -> Any:
+            raise RedisConnectionError("down")
+
+    monkeypatch.setattr(live_readmodel, "get_redis", lambda: Broken())
+    message = send(operator, to={"users": [recipient]})
+    assert services.inbox_mark_read(user=recipient, item_id=f"m{message.pk}") is True
+    assert "not published" in caplog.text
+    monkeypatch.setattr(live_readmodel, "get_redis", real)
+    body = client_for(recipient).get("/api/v1/inbox/").json()
+    assert ids_of(body) == [f"m{message.pk}"]
+    assert body["results"][0]["read"] is True
+
+
+def ids_of(body: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in body["results"]]
+
+
+# --- counts ETag ----------------------------------------------------------------------
+
+
+def test_counts_answer_304_until_something_changes(operator: Any, recipient: Any) -> None:
+    client = client_for(recipient)
+    first = client.get(COUNTS)
+    assert first.status_code == 200
+    etag = first["ETag"]
+    assert etag.startswith('W/"')
+    assert first["Cache-Control"] == "private, no-cache"
+
+    again = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304
+    assert again["ETag"] == etag
+    assert again.content == b""
+
+    message = send(operator, to={"users": [recipient]})
+    after_delivery = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert after_delivery.status_code == 200
+    assert after_delivery.json()["unread"] == 1
+    etag = after_delivery["ETag"]
+
+    services.inbox_mark_read(user=recipient, item_id=f"m{message.pk}")
+    after_read = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert after_read.status_code == 200
+    assert after_read.json()["unread"] == 0
+
+
+def test_changes_without_a_user_event_still_move_the_etag(operator: Any, recipient: Any, settings: Any) -> None:
+    """Pull items (everyone), retractions and new announcements publish no per-user event."""
+    client = client_for(recipient)
+    etag = client.get(COUNTS)["ETag"]
+
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 0
+    message = send(operator, to={"everyone": True})
+    assert message.delivery == "pull"
+    response = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert (response.status_code, response.json()["unread"]) == (200, 1)
+    etag = response["ETag"]
+
+    services.message_retract(message=message, actor=operator)
+    response = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert (response.status_code, response.json()["unread"]) == (200, 0)
+    etag = response["ETag"]
+
+    announcement_create(author=operator, title="A", body_html="<p>x</p>", platforms=["user"])
+    response = client.get(COUNTS, HTTP_IF_NONE_MATCH=etag)
+    assert response.status_code == 200
+    assert response.json()["by_category"]["announcement"] == 1
+
+
+def test_etags_are_per_user(operator: Any, recipient: Any, other_recipient: Any) -> None:
+    etag = client_for(recipient).get(COUNTS)["ETag"]
+    assert client_for(other_recipient).get(COUNTS, HTTP_IF_NONE_MATCH=etag).status_code == 200
+
+
+def test_counts_without_credentials_stay_401(anon_client: Any) -> None:
+    assert anon_client.get(COUNTS, HTTP_IF_NONE_MATCH="*").status_code == 401
+
+
+# --- the stream -----------------------------------------------------------------------
+
+
+def test_blocking_stream_forwards_events_and_ends_at_its_cap(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 1.5
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 0.2
+    stream = live.inbox_event_stream(user_id=recipient.pk)
+    opening = next(stream)  # subscribed from here on
+    assert opening.startswith(b"retry: 3000\n\n")
+    send(operator, to={"users": [recipient]})
+    rest = list(stream)  # ends by itself at the cap
+    frames = parse_frames([opening, *rest])
+    assert frames[0] == ("hello", {"v": 0})
+    assert ("inbox", {"v": 1, "reason": "deliver"}) in frames
+    assert b": keepalive\n\n" in rest
+
+
+def test_async_stream_forwards_events(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 5
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 0.2
+
+    async def collect() -> list[bytes]:
+        stream = live.inbox_event_stream_async(user_id=recipient.pk)
+        chunks = [await anext(stream)]
+        # Publish from another thread while the loop waits on the subscription.
+        await asyncio.to_thread(live_readmodel.inbox_changed, user_ids=[recipient.pk], reason="deliver")
+        while not any(b"event: inbox" in c for c in chunks):
+            chunks.append(await asyncio.wait_for(anext(stream), timeout=3))
+        await stream.aclose()
+        return chunks
+
+    frames = parse_frames(asyncio.run(collect()))
+    assert frames == [("hello", {"v": 0}), ("inbox", {"v": 1, "reason": "deliver"})]
+
+
+def test_stream_endpoint_needs_a_session(recipient: Any, settings: Any) -> None:
+    assert Client().get(STREAM).status_code == 401
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 0.3
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 0.1
+    client = Client()
+    client.force_login(recipient)
+    response = client.get(STREAM)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    assert response["Cache-Control"] == "no-cache"
+    frames = parse_frames(list(response.streaming_content))
+    assert frames[0] == ("hello", {"v": 0})
+
+
+def test_stream_endpoint_sends_pages_to_polling_when_it_cannot_stream(
+    recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = Client()
+    client.force_login(recipient)
+    monkeypatch.setattr(live_readmodel, "available", lambda: False)
+    assert client.get(STREAM).status_code == 204  # Redis Cluster: EventSource stops, the page polls
+    monkeypatch.setattr(live_readmodel, "available", lambda: True)
+
+    def down(*, user_id: int) -> int:
+        raise RedisConnectionError("down")
+
+    monkeypatch.setattr(live_readmodel, "user_version", down)
+    assert client.get(STREAM).status_code == 503
+
+
+def test_the_inbox_page_wires_up_live_updates(operator: Any, recipient: Any) -> None:
+    for n in range(3):
+        send(operator, to={"users": [recipient]}, title=f"n{n}")
+    client = Client()
+    client.force_login(recipient)
+    first = client.get("/inbox/?limit=2").content.decode()
+    assert 'data-stream-url="/api/v1/inbox/stream/"' in first
+    assert 'id="inbox-live" data-live-refresh="on"' in first
+    cursor = client_for(recipient).get("/api/v1/inbox/?limit=2").json()["next_cursor"]
+    older = client.get("/inbox/", {"limit": 2, "cursor": cursor}).content.decode()
+    assert 'data-live-refresh="off"' in older
