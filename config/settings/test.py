@@ -50,3 +50,7 @@ if TEST_SLOT and REDIS_URL:
         CACHES = {**CACHES, "default": _redis_cache(f"{_base}/{max(0, int(_db) - TEST_SLOT)}")}
 if TEST_SLOT and "sqlite" not in DATABASES["default"]["ENGINE"]:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_SLOT}".replace("/", "_")}
+
+# Tests never run collectstatic: serve from the finders, with no STATIC_ROOT to warn about.
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True
