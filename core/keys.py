@@ -3,15 +3,33 @@
 Names follow the seeds (``notice:<platform>:<id>``, ``bulletin:update:time``,
 ...), preceded by ``settings.MESSAGECENTER_KEY_PREFIX``. Keys that one Lua
 script touches share a hash tag (the part in braces) so that they map to one
-slot on Redis Cluster; ``tests/core/test_keys.py`` checks that with
-``keyslot``. Each function documents the type of the key it names.
+slot on Redis Cluster; the tests check that with ``redis.cluster.key_slot``.
+Each function documents the type of the key it names.
 """
 
+from typing import Any
+
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+# Key names are built on every hot-path call (a fan-out builds about a dozen
+# per recipient): the prefix is read from settings once, not per key.
+_prefix: str | None = None
+
+
+@receiver(setting_changed, dispatch_uid="core_keys_prefix")
+def _prefix_changed(*, setting: str, **kwargs: Any) -> None:
+    global _prefix
+    if setting == "MESSAGECENTER_KEY_PREFIX":
+        _prefix = None
 
 
 def _key(*parts: object) -> str:
-    return settings.MESSAGECENTER_KEY_PREFIX + ":".join(str(part) for part in parts)
+    global _prefix
+    if _prefix is None:
+        _prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
+    return _prefix + ":".join(map(str, parts))
 
 
 def user_tag(user_id: int) -> str:

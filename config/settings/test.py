@@ -52,5 +52,5 @@ if TEST_SLOT and "sqlite" not in DATABASES["default"]["ENGINE"]:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_SLOT}".replace("/", "_")}
 
 # Tests never run collectstatic: serve from the finders, with no STATIC_ROOT to warn about.
-STATIC_ROOT = None
+STATIC_ROOT = None  # type: ignore[assignment]
 WHITENOISE_USE_FINDERS = True
