@@ -133,7 +133,10 @@ elseif op == "page" then
   local pos_raw = max
   local more = 0
   local offset = skip
-  local batch = 200
+  -- One row past the page tells whether there is more; unread-only pages
+  -- skip read rows, so they read ahead in larger batches.
+  local batch = limit + 1
+  if unread_only then batch = 200 end
   while more == 0 do
     local rows = redis.call("ZREVRANGEBYSCORE", key, max, min, "WITHSCORES", "LIMIT", offset, batch)
     if #rows == 0 then break end
