@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
 
-CASES = ("bench.cases.announcements", "bench.cases.inbox")
+CASES = ("bench.cases.announcements", "bench.cases.inbox", "bench.cases.notifications")
 ROOT = Path(__file__).resolve().parent.parent
 
 

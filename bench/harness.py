@@ -108,7 +108,7 @@ def table(rows: list[Row]) -> str:
     header = "| case | measure | ours (median) | ours p99 | baseline | baseline (median) | ratio | target |"
     lines = [header, "|" + " --- |" * 8]
     for r in rows:
-        ratio = f"{r.ratio:,.1f}x" if r.ratio is not None else "-"
+        ratio = "-" if r.ratio is None else (f"{r.ratio:,.1f}x" if r.ratio >= 1 else f"{r.ratio:.2g}x")
         target = f"≥{r.target:,.0f}x {r.verdict}" if r.target is not None else ""
         lines.append(
             f"| {r.case} | {r.measure} | {fmt(r.ours, r.unit)} | {fmt(r.p99, r.unit)} | {r.baseline_name} "

@@ -107,7 +107,8 @@ def run(*, users: int, quick: bool) -> list[Row]:
             base.median,
             p99=ours.p99,
             baseline_p99=base.p99,
-            note=f"{per_call:.0f} Redis round trips per count (the user's platforms, then one script)",
+            note=f"{per_call:.0f} Redis round trip(s) per count: one script (the platforms are memoised on the "
+            "request's user and carried in the cached auth snapshot)",
         )
     )
 
