@@ -27,11 +27,11 @@ RETRY_MS = 3000
 
 
 def _stream_seconds() -> float:
-    return float(getattr(settings, "MESSAGECENTER_LIVE_STREAM_SECONDS", 55))
+    return float(settings.MESSAGECENTER_LIVE_STREAM_SECONDS)
 
 
 def _heartbeat_seconds() -> float:
-    return float(getattr(settings, "MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", 15))
+    return float(settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS)
 
 
 def inbox_counts_etag(*, user: AbstractBaseUser) -> str:
