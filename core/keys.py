@@ -172,6 +172,12 @@ def mc_read_bitmap(user_id: int, month: int | str) -> str:
     return _key("message", "read", user_tag(user_id), month)
 
 
+def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
+    """bitmap: bit = item offset within ``month``; 1 = the user has read the item at least once
+    (never cleared by "unread"; tells first reads apart for the per-item read counters)."""
+    return _key("message", "read", "ever", user_tag(user_id), month)
+
+
 def mc_bulletin_access_time(user_id: int) -> str:
     """string (seed 002): bulletin update marker the user's list last took in."""
     return _key("bulletin", "access", "time", user_tag(user_id))
@@ -230,6 +236,13 @@ def mc_pull_sequence() -> str:
 def mc_pull_audience(ref: str, chunk: int) -> str:
     """bitmap: bit = user id - chunk base; the send-time audience of a pull item (one key per id chunk)."""
     return _key("inbox", "audience", ref, chunk)
+
+
+def mc_item_read_hours(ref: str) -> str:
+    """hash: hour (ms since the epoch // 3,600,000) -> users who first read the item (``m12``,
+    ``b3``) in that hour (0 -> 1 transitions of their read bit; the admin's read-rate chart).
+    Global, one key per item: written from Python after inbox.lua, never by a script."""
+    return _key("inbox", "reads", ref)
 
 
 # --- messagecenter: subscriptions and notifications (seed 003) ----------------------

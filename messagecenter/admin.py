@@ -6,13 +6,15 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.forms import ModelForm
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from core.exceptions import ApplicationError
-from messagecenter import selectors, services
+from core.insight import rate_chart
+from messagecenter import insight, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
 from messagecenter.models import (
     Bulletin,
@@ -80,9 +82,69 @@ class UserGroupAdmin(admin.ModelAdmin):
             services.user_group_delete(group=group)
 
 
+class ReadInsightAdmin(admin.ModelAdmin):
+    """Read statistics of an inbox item (message, bulletin): a block on the change
+    page and a linked page with the read rate over time (as for announcements)."""
+
+    def read_stats(self, obj: Any) -> insight.ItemReadStats:
+        raise NotImplementedError
+
+    def _insight_url_name(self) -> str:
+        return f"{self.model._meta.app_label}_{self.model._meta.model_name}_insight"
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.insight_view)
+        return [path("<int:object_id>/insight/", view, name=self._insight_url_name()), *super().get_urls()]
+
+    def insight_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """Delivered and read counts, the read ratio and the read rate over time."""
+        obj = self.get_object(request, str(object_id))
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No such item.")
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": obj,
+            "title": f"Reading of “{obj.title}”",
+            "chart_subject": "Share of the audience who have read it",
+        }
+        try:
+            stats = self.read_stats(obj)
+        except ApplicationError as exc:
+            context["unavailable"] = exc.message
+        else:
+            context.update(stats=stats, timeline=stats.timeline, chart=rate_chart(stats.timeline, stats.audience))
+        return TemplateResponse(request, "admin/messagecenter/item_insight.html", context)
+
+    @admin.display(description="Read statistics")
+    def read_statistics(self, obj: Any) -> SafeString:
+        if not obj.pk:
+            return format_html("{}", "-")
+        try:
+            stats = self.read_stats(obj)
+        except ApplicationError as exc:
+            return format_html("<p>{}</p>", exc.message)
+        pushed = format_html("{} / {}", *stats.pushed) if stats.pushed else "-"
+        ratio = "-" if stats.ratio is None else f"{stats.ratio:.1%}"
+        return format_html(
+            "<table><tbody><tr><th scope='row'>Audience</th><td>{} ({})</td></tr>"
+            "<tr><th scope='row'>Pushed</th><td>{}</td></tr>"
+            "<tr><th scope='row'>Read</th><td>{}</td></tr>"
+            "<tr><th scope='row'>Ratio</th><td>{}</td></tr></tbody></table>"
+            '<p><a href="{}">Read rate over time</a></p>',
+            stats.audience,
+            stats.audience_note,
+            pushed,
+            stats.read,
+            ratio,
+            reverse(f"admin:{self._insight_url_name()}", args=[obj.pk]),
+        )
+
+
 @admin.register(Bulletin)
-class BulletinAdmin(admin.ModelAdmin):
+class BulletinAdmin(ReadInsightAdmin):
     form = BulletinForm
+    readonly_fields = ["read_statistics"]
     list_display = ["title", "display_time", "expire_at", "audience"]
     list_filter = ["groups"]
     search_fields = ["title"]
@@ -92,6 +154,9 @@ class BulletinAdmin(admin.ModelAdmin):
     def audience(self, obj: Bulletin) -> str:
         names = [g.name for g in obj.groups.all()]
         return ", ".join(names) if names else "everyone"
+
+    def read_stats(self, obj: Bulletin) -> insight.ItemReadStats:
+        return insight.bulletin_read_stats(bulletin=obj)
 
     def save_model(self, request: HttpRequest, obj: Bulletin, form: ModelForm, change: bool) -> None:
         data = form.cleaned_data
@@ -125,7 +190,7 @@ class BulletinAdmin(admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(ReadInsightAdmin):
     list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "created_at"]
     list_filter = ["status", "delivery", "category"]
     search_fields = ["title"]
@@ -147,8 +212,12 @@ class MessageAdmin(admin.ModelAdmin):
         "status",
         "progress",
         "retracted_at",
+        "read_statistics",
     ]
     fields = tuple(readonly_fields)
+
+    def read_stats(self, obj: Message) -> insight.ItemReadStats:
+        return insight.message_read_stats(message=obj)
 
     @admin.display(description="Body")
     def body_preview(self, obj: Message) -> str:

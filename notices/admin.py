@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from core.exceptions import ApplicationError
 from core.html import sanitize_html
+from core.insight import rate_chart
 from core.platforms import ALL_PLATFORMS
 from core.selectors import platform_user_counts
 from notices import insight, selectors, services
@@ -121,7 +122,7 @@ class AnnouncementAdmin(admin.ModelAdmin):
         context.update(
             stats=stats,
             timeline=timeline,
-            chart=_rate_chart(timeline, reachable),
+            chart=rate_chart(timeline, reachable),
             page=page,
             reminder_usernames="\n".join(name for _, name in page.users),
             compose_url=reverse("admin:messagecenter_message_add"),
@@ -190,32 +191,3 @@ class AnnouncementAdmin(admin.ModelAdmin):
         for announcement in queryset:
             services.announcement_unpublish(announcement=announcement)
         self.message_user(request, f"Unpublished {queryset.count()} announcement(s).", level=messages.SUCCESS)
-
-
-CHART_WIDTH, CHART_HEIGHT = 600, 200
-
-
-def _rate_chart(timeline: list[insight.TimelinePoint], reachable: int) -> dict[str, Any] | None:
-    """Coordinates of an SVG step line of the cumulative read rate (0-100 %), one step per hour.
-
-    Drawn server-side as inline SVG: no chart library, no script, and the
-    figures are in a table beside it for screen readers.
-    """
-    if not timeline or reachable <= 0:
-        return None
-    start = timeline[0].hour.timestamp()
-    span = max(timeline[-1].hour.timestamp() - start, 3600.0)
-    points = [f"0,{CHART_HEIGHT:.1f}"]
-    for point in timeline:
-        x = (point.hour.timestamp() - start) / span * CHART_WIDTH
-        y = CHART_HEIGHT - min(point.cumulative / reachable, 1.0) * CHART_HEIGHT
-        points.append(f"{x:.1f},{y:.1f}")
-    final = timeline[-1].cumulative / reachable
-    return {
-        "width": CHART_WIDTH,
-        "height": CHART_HEIGHT,
-        "points": " ".join(points),
-        "final_percent": f"{min(final, 1.0):.1%}",
-        "first": timeline[0].hour,
-        "last": timeline[-1].hour,
-    }

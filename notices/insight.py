@@ -3,12 +3,12 @@ how reading went over time, and who on the targeted platforms has not read
 it yet, so that a reminder can be sent to exactly them."""
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q
 from redis.exceptions import RedisError
 
+from core.insight import TimelinePoint, timeline
 from core.models import Platform, UserPlatform
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
@@ -21,24 +21,13 @@ _SCAN_BATCH = 500
 _SCAN_LIMIT = 20_000
 
 
-@dataclass(frozen=True)
-class TimelinePoint:
-    hour: datetime
-    reads: int  # first reads within the hour
-    cumulative: int
-
-
 def announcement_read_timeline(*, announcement: Announcement) -> list[TimelinePoint]:
     """First reads per hour since publication, with the running total (read-rate chart)."""
     try:
         hours = readmodel.read_hours(announcement_id=announcement.pk, platforms=announcement.platforms)
     except RedisError as exc:
         raise ReadStateUnavailable("Read statistics are unavailable; try again shortly.") from exc
-    points, total = [], 0
-    for hour, reads in hours.items():
-        total += reads
-        points.append(TimelinePoint(hour=hour, reads=reads, cumulative=total))
-    return points
+    return timeline(hours)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from core import keys
 from core.exceptions import LimitExceeded
+from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis
 
@@ -41,10 +42,10 @@ _MARK = LuaScript(__file__, "lua/mark.lua")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ATTEMPTS = 4
-_HOUR_MS = 3_600_000
+_HOUR_MS = HOUR_MS
 # Per-hour read counters outlive any announcement worth charting; the
 # lifetime, renewed on every read, frees them after a delete without a sweep.
-_READ_HOURS_TTL_SECONDS = 180 * 24 * 3600
+_READ_HOURS_TTL_SECONDS = READ_HOURS_TTL_SECONDS
 
 # (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS. Safe
 # to share between threads: entries are replaced whole, and a stale entry is
@@ -266,11 +267,7 @@ def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[dateti
     for platform in platforms:
         for chunk in _built_chunks(client):
             pipe.hgetall(keys.notice_read_hours(platform, chunk, announcement_id))
-    totals: dict[int, int] = {}
-    for reply in pipe.execute():
-        for hour, count in reply.items():
-            totals[int(hour)] = totals.get(int(hour), 0) + int(count)
-    return {from_ms(hour * _HOUR_MS): totals[hour] for hour in sorted(totals)}
+    return hours_from_hashes(pipe.execute())
 
 
 def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -> list[bool]:

@@ -5,7 +5,8 @@
 -- interaction), 6 unread counters hash, 7 hidden set, 8 expiry zset, 9 months
 -- set, 10 state hash, 11 bulletin access time, then n read bitmaps and n push
 -- bitmaps, one per month listed in ARGV (op "sweep" takes one more key after
--- them: the user's notification zset).
+-- them: the user's notification zset; ops "read" and "read_all" take n more:
+-- the user's ever-read bitmaps of the same months).
 -- ARGV: 1 op, 2 now (ms), 3 n, 4..3+n months; then "1" + settle/merge
 -- arguments or "0"; then the op's own arguments.
 --
@@ -18,12 +19,21 @@ local CAT = {system = 2, promotion = 3, transaction = 4, interaction = 5}
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local READ, PUSH = {}, {}
+local READ, PUSH, MONTH_INDEX = {}, {}, {}
 for i = 1, n do
+  MONTH_INDEX[ARGV[3 + i]] = i
   READ[ARGV[3 + i]] = KEYS[11 + i]
   PUSH[ARGV[3 + i]] = KEYS[11 + n + i]
 end
 local a = 4 + n
+
+-- Ever-read bits (1 = the user has read the item at least once; never
+-- cleared, "unread" leaves them): a read bit going 0 -> 1 is a first read
+-- only when its ever-read bit was 0, so read/unread/read counts once.
+local function first_read(month, off)
+  local key = KEYS[11 + 2 * n + MONTH_INDEX[month]]
+  return redis.call("SETBIT", key, off, 1) == 0
+end
 
 local function parse(member)
   local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
@@ -178,6 +188,9 @@ elseif op == "read" or op == "unread" then
   if old ~= want then
     if want == 1 then redis.call("HINCRBY", KEYS[6], cat, -1) else redis.call("HINCRBY", KEYS[6], cat, 1) end
   end
+  -- 2: the user's first read of the item (the caller counts it; the
+  -- per-item counter is a global key, so it is not touched here).
+  if want == 1 and old == 0 and first_read(month, off) then return 2 end
   return 1
 
 elseif op == "hide" then
@@ -197,15 +210,18 @@ elseif op == "read_all" then
   local cat = ARGV[a]
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end
-  local marked = 0
+  -- Returns {marked, refs first read by the user} (the caller counts those;
+  -- the per-item counters are global keys, so they are not touched here).
+  local marked, first = 0, {}
   for _, member in ipairs(redis.call("ZRANGE", key, 0, -1)) do
     local ref, c, month, off = parse(member)
     if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
       marked = marked + 1
       redis.call("HINCRBY", KEYS[6], c, -1)
+      if first_read(month, off) then first[#first + 1] = ref end
     end
   end
-  return marked
+  return {marked, first}
 
 elseif op == "seen" then
   local top = redis.call("ZREVRANGE", KEYS[1], 0, 0, "WITHSCORES")

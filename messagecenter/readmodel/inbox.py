@@ -29,6 +29,7 @@ from core.redis import get_redis
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
+from messagecenter.readmodel.reads import record_first_reads
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -163,10 +164,10 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 
 def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
     months = sorted(plan.months)
-    return INBOX_SCRIPT(
-        user_keys(user_id, months),
-        [op, now_ms, len(months), *months, *plan.sync_args, *op_args],
-    )
+    script_keys = user_keys(user_id, months)
+    if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
+        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    return INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, *plan.sync_args, *op_args])
 
 
 @dataclass(frozen=True)
@@ -265,10 +266,12 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    done = bool(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
-    if done:
+    result = int(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
+    if result == 2:  # the user's first read of the item
+        record_first_reads(refs=[ref], now_ms=now_ms)
+    if result:
         live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
-    return done
+    return bool(result)
 
 
 def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
@@ -282,10 +285,12 @@ def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
 
 
 def inbox_read_all(*, user_id: int, category: str | None, now_ms: int) -> int:
-    marked = int(_run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""]))
+    marked, first = _run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""])
+    if first:
+        record_first_reads(refs=[r.decode() for r in first], now_ms=now_ms)
     if marked:
         live.inbox_changed(user_ids=[user_id], reason="read_all")
-    return marked
+    return int(marked)
 
 
 def inbox_seen(*, user_id: int, now_ms: int) -> None:

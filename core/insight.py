@@ -1,0 +1,69 @@
+"""Shared pieces of the admin's read insight (announcements, messages, bulletins):
+first reads per hour turned into a timeline with running totals, and the
+coordinates of the server-side SVG read-rate chart drawn from it."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+HOUR_MS = 3_600_000
+# Lifetime of a per-hour first-read counter hash (refreshed on every count).
+READ_HOURS_TTL_SECONDS = 180 * 24 * 3600
+CHART_WIDTH, CHART_HEIGHT = 600, 200
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    hour: datetime
+    reads: int  # first reads within the hour
+    cumulative: int
+
+
+def hour_of(ms: int) -> int:
+    """The hour bucket (ms since the epoch // 3,600,000) a time in ms falls in."""
+    return int(ms) // HOUR_MS
+
+
+def hours_from_hashes(replies: list[Mapping[Any, Any]]) -> dict[datetime, int]:
+    """Add up HGETALL replies of hour -> count hashes, oldest hour first."""
+    totals: dict[int, int] = {}
+    for reply in replies:
+        for hour, count in reply.items():
+            totals[int(hour)] = totals.get(int(hour), 0) + int(count)
+    return {datetime.fromtimestamp(hour * HOUR_MS / 1000, tz=UTC): totals[hour] for hour in sorted(totals)}
+
+
+def timeline(hours: Mapping[datetime, int]) -> list[TimelinePoint]:
+    """First reads per hour (oldest first) with the running total."""
+    points, total = [], 0
+    for hour, reads in hours.items():
+        total += reads
+        points.append(TimelinePoint(hour=hour, reads=reads, cumulative=total))
+    return points
+
+
+def rate_chart(points: list[TimelinePoint], reachable: int) -> dict[str, Any] | None:
+    """Coordinates of an SVG step line of the cumulative read rate (0-100 %), one step per hour.
+
+    Drawn server-side as inline SVG: no chart library, no script, and the
+    figures are in a table beside it for screen readers.
+    """
+    if not points or reachable <= 0:
+        return None
+    start = points[0].hour.timestamp()
+    span = max(points[-1].hour.timestamp() - start, 3600.0)
+    coords = [f"0,{CHART_HEIGHT:.1f}"]
+    for point in points:
+        x = (point.hour.timestamp() - start) / span * CHART_WIDTH
+        y = CHART_HEIGHT - min(point.cumulative / reachable, 1.0) * CHART_HEIGHT
+        coords.append(f"{x:.1f},{y:.1f}")
+    final = points[-1].cumulative / reachable
+    return {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "points": " ".join(coords),
+        "final_percent": f"{min(final, 1.0):.1%}",
+        "first": points[0].hour,
+        "last": points[-1].hour,
+    }
