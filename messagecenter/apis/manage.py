@@ -1,5 +1,6 @@
 """Operators: ``/api/v1/manage/`` user groups, bulletins and messages."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -66,10 +67,7 @@ class UserGroupMembersApi(APIView):
         responses={200: AddedSerializer, **ERRORS(400, 401, 403, 404)},
     )
     def post(self, request: Request, group_id: int) -> Response:
-        group = get_object_or_404(UserGroup, pk=group_id)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        added = services.user_group_add_members(group=group, user_ids=serializer.validated_data["user_ids"])
+        added = self._apply(request, group_id, services.user_group_add_members)
         return Response(self.AddedSerializer({"added": added}).data)
 
     @extend_schema(
@@ -78,11 +76,15 @@ class UserGroupMembersApi(APIView):
         responses={200: RemovedSerializer, **ERRORS(400, 401, 403, 404)},
     )
     def delete(self, request: Request, group_id: int) -> Response:
+        removed = self._apply(request, group_id, services.user_group_remove_members)
+        return Response(self.RemovedSerializer({"removed": removed}).data)
+
+    def _apply(self, request: Request, group_id: int, change: Callable[..., int]) -> int:
+        """Validate ``{"user_ids"}`` and apply one membership service to the group."""
         group = get_object_or_404(UserGroup, pk=group_id)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        removed = services.user_group_remove_members(group=group, user_ids=serializer.validated_data["user_ids"])
-        return Response(self.RemovedSerializer({"removed": removed}).data)
+        return change(group=group, user_ids=serializer.validated_data["user_ids"])
 
 
 class BulletinOutputSerializer(serializers.Serializer):
