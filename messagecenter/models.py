@@ -214,6 +214,44 @@ class InboxHidden(models.Model):
         return f"{self.user_id}: {self.item_id}"
 
 
+class InboxReadSnapshot(models.Model):
+    """Durable copy of one user's read state for one month (seed 004's bitmaps).
+
+    ``read`` and ``ever`` are serialized pyroaring BitMaps of item offsets
+    within ``month`` (the Redis read and ever-read bitmaps). Written by the
+    snapshot job for the keys it saw change, restored by the rebuild, and read
+    by the PostgreSQL fallback of the inbox while Redis is down.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_read_snapshots")
+    month = models.PositiveIntegerField()  # yyyymm
+    read = models.BinaryField(default=bytes)
+    ever = models.BinaryField(default=bytes)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Also serves "every month of one user" (fallback reads, restore).
+            models.UniqueConstraint(fields=["user", "month"], name="mc_inboxreadsnapshot_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}/{self.month} read snapshot"
+
+
+class InboxSeenSnapshot(models.Model):
+    """Durable copy of a user's ``seen`` watermark (the unseen badge), in ms."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="inbox_seen_snapshot"
+    )
+    seen_ms = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.user_id} seen at {self.seen_ms}"
+
+
 # --- Subscriptions and typed notifications (seed 003) ----------------------------
 
 

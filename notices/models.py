@@ -79,3 +79,27 @@ class AnnouncementPlatform(models.Model):
 
     def __str__(self) -> str:
         return f"{self.announcement_id}@{self.platform}"
+
+
+class AnnouncementReadSnapshot(models.Model):
+    """Durable copy of one announcement's read bitmap on one platform.
+
+    ``readers`` is a serialized pyroaring BitMap of user ids (all chunks
+    together). Written by the snapshot job from the Redis bitmaps it saw
+    change, and restored into Redis by the rebuild: the worst-case loss of
+    read marks is one snapshot interval.
+    """
+
+    announcement = models.ForeignKey(Announcement, on_delete=models.CASCADE, related_name="read_snapshots")
+    platform = models.CharField(max_length=16, choices=Platform.choices)
+    readers = models.BinaryField(default=bytes)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Upserts of the snapshot job and the restore of one announcement.
+            models.UniqueConstraint(fields=["announcement", "platform"], name="announcementreadsnapshot_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.announcement_id}@{self.platform} read snapshot"
