@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import readmodel
+from core.fields import StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
@@ -27,9 +28,9 @@ class TokenObtainApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
-    class InputSerializer(serializers.Serializer):
-        username = serializers.CharField()
-        password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    class InputSerializer(StrictInputSerializer):
+        username = StrictCharField(max_length=150)
+        password = StrictCharField(max_length=4096, style={"input_type": "password"}, trim_whitespace=False)
 
     class OutputSerializer(serializers.Serializer):
         token = serializers.CharField()
@@ -41,6 +42,9 @@ class TokenObtainApi(APIView):
         auth=[],
     )
     def post(self, request: Request) -> Response:
+        # Types and sizes first (DRF's AuthTokenSerializer would take 123 as a
+        # username and hash a megabyte password), then the credentials.
+        self.InputSerializer(data=request.data).is_valid(raise_exception=True)
         serializer = AuthTokenSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
@@ -72,7 +76,7 @@ class UserPlatformsApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("core.change_userplatform",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         platforms = serializers.ListField(
             child=serializers.ChoiceField(choices=ALL_PLATFORMS), allow_empty=False, max_length=len(ALL_PLATFORMS) * 4
         )
@@ -87,9 +91,9 @@ class UserPlatformsApi(APIView):
         responses={200: OutputSerializer, **ERRORS(400, 401, 403, 404)},
     )
     def put(self, request: Request, user_id: int) -> Response:
+        user = get_object_or_404(get_user_model(), pk=user_id)  # an absent user is 404 whatever the body
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        user = get_object_or_404(get_user_model(), pk=user_id)
         platforms = user_set_platforms(user=user, platforms=serializer.validated_data["platforms"])
         return Response(self.OutputSerializer({"user_id": str(user.pk), "platforms": platforms}).data)
 

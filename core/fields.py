@@ -1,5 +1,6 @@
 """Serializer fields every API of the project shares."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,3 +32,25 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """JSON integers only: DRF would accept ``"60"``, ``60.0`` or ``true``."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class StrictInputSerializer(serializers.Serializer):
+    """An input body that names only known fields: DRF would silently drop the
+    others, so a typo (``"pinnned": true``) or a field a client wishes it could
+    set (``"is_superuser"``) would look accepted. Unknown keys are a 400 naming them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)

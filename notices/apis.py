@@ -10,13 +10,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS
 from core.params import parse_limit
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from notices import selectors, services
 from notices.models import Announcement
+
+# The same cap as bulletins and messages: rich HTML bodies are pages, not files.
+MAX_BODY = 100_000
 
 
 def _platforms_field(*, required: bool = True) -> serializers.ListField:
@@ -160,9 +163,9 @@ class AnnouncementCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("notices.add_announcement",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200)
-        body_html = StrictCharField()
+        body_html = StrictCharField(max_length=MAX_BODY)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field()
         publish_at = serializers.DateTimeField(required=False, allow_null=True)
@@ -196,9 +199,9 @@ class AnnouncementManageApi(APIView):
         method = getattr(self.request, "method", "")
         return ("notices.delete_announcement",) if method == "DELETE" else ("notices.change_announcement",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200, required=False)
-        body_html = StrictCharField(required=False)
+        body_html = StrictCharField(max_length=MAX_BODY, required=False)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field(required=False)
         publish_at = serializers.DateTimeField(required=False, allow_null=True)

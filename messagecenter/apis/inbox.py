@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField
+from core.fields import OffsetDateTimeField, StrictInputSerializer
 from core.openapi import ERRORS, ErrorEnvelope
 from core.params import parse_bool, parse_limit, parse_time
 from messagecenter import selectors, services
@@ -110,7 +110,7 @@ class InboxItemUnreadApi(APIView):
 
 
 class InboxReadAllApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         category = serializers.ChoiceField(choices=CATEGORIES, required=False)
 
     class OutputSerializer(serializers.Serializer):

@@ -10,24 +10,43 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictCharField
+from core.fields import (
+    OffsetDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictInputSerializer,
+    StrictIntegerField,
+)
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
 from messagecenter.models import CATEGORIES, Bulletin, Message, UserGroup
 
 MAX_IDS = 10_000
+# auth_user.id is a PostgreSQL integer and audiences are 32-bit roaring
+# bitmaps: a larger id can name no user, and would overflow the bitmap.
+MAX_USER_ID = 2**31 - 1
+# Our own tables use bigint keys.
+MAX_ROW_ID = 2**63 - 1
 
 
-class UserIdsSerializer(serializers.Serializer):
-    user_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), allow_empty=False, max_length=MAX_IDS)
+def user_id_field() -> serializers.IntegerField:
+    return StrictIntegerField(min_value=1, max_value=MAX_USER_ID)
+
+
+def row_id_field() -> serializers.IntegerField:
+    return StrictIntegerField(min_value=1, max_value=MAX_ROW_ID)
+
+
+class UserIdsSerializer(StrictInputSerializer):
+    user_ids = serializers.ListField(child=user_id_field(), allow_empty=False, max_length=MAX_IDS)
 
 
 class UserGroupCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_usergroup",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         name = StrictCharField(max_length=100)
 
     class OutputSerializer(serializers.Serializer):
@@ -111,14 +130,12 @@ class BulletinCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_bulletin",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200)
         body_html = StrictCharField(allow_blank=True, max_length=100_000)
         display_time = serializers.DateTimeField()
         expire_at = serializers.DateTimeField(required=False, allow_null=True)
-        user_groups = serializers.ListField(
-            child=serializers.IntegerField(min_value=1), required=False, max_length=1000
-        )
+        user_groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -151,14 +168,12 @@ class BulletinDetailApi(APIView):
         method = self.request.method if self.request else "PATCH"
         return ("messagecenter.delete_bulletin",) if method == "DELETE" else ("messagecenter.change_bulletin",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200, required=False)
         body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
         display_time = serializers.DateTimeField(required=False)
         expire_at = serializers.DateTimeField(required=False, allow_null=True)
-        user_groups = serializers.ListField(
-            child=serializers.IntegerField(min_value=1), required=False, max_length=1000
-        )
+        user_groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -185,17 +200,17 @@ class BulletinDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MessageAudienceSerializer(serializers.Serializer):
-    users = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=MAX_IDS)
-    groups = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=1000)
-    everyone = serializers.BooleanField(required=False, default=False)
+class MessageAudienceSerializer(StrictInputSerializer):
+    users = serializers.ListField(child=user_id_field(), required=False, max_length=MAX_IDS)
+    groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
+    everyone = StrictBooleanField(required=False, default=False)
 
 
 class MessageSendApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_message",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         category = serializers.ChoiceField(choices=CATEGORIES)
         title = StrictCharField(max_length=200)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)

@@ -3,8 +3,7 @@
 A duplicate subscription (same type, scope and user or group) answers 409.
 """
 
-from typing import Any
-
+from django.core.validators import validate_slug
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -12,29 +11,22 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictCharField
+from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer, StrictIntegerField
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
+from messagecenter.apis.manage import MAX_ROW_ID, MAX_USER_ID
 from messagecenter.models import CATEGORIES, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """JSON integers only: DRF would accept ``"60"``, ``60.0`` or ``true``."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
 
 
 class MessageTypeCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_messagetype",)
 
-    class InputSerializer(serializers.Serializer):
-        code = serializers.SlugField(max_length=64)
+    class InputSerializer(StrictInputSerializer):
+        # A slug, and text: SlugField alone would take the number 123 as "123".
+        code = StrictCharField(max_length=64, validators=[validate_slug])
         name = StrictCharField(max_length=100)
         category = serializers.ChoiceField(choices=CATEGORIES, required=False, default="system")
         default_ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
@@ -68,11 +60,11 @@ class SubscriptionCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_subscription",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         message_type = StrictCharField(max_length=64)
         scope = StrictCharField(max_length=100)
-        user = StrictIntegerField(min_value=1, required=False, allow_null=True)
-        group = StrictIntegerField(min_value=1, required=False, allow_null=True)
+        user = StrictIntegerField(min_value=1, max_value=MAX_USER_ID, required=False, allow_null=True)
+        group = StrictIntegerField(min_value=1, max_value=MAX_ROW_ID, required=False, allow_null=True)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -115,7 +107,7 @@ class NotificationSendApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_notification",)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInputSerializer):
         message_type = StrictCharField(max_length=64)
         scope = StrictCharField(max_length=100)
         title = StrictCharField(max_length=200)

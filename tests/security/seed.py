@@ -1,0 +1,161 @@
+"""A small world for the security tests: two users with items addressed to
+each of them only, one group, one announcement per platform, a typed
+notification per subscribed scope. Built through the services, as the API
+would build it, so PostgreSQL and the read model agree."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.contrib.auth.models import Permission
+from django.test import override_settings
+from rest_framework.authtoken.models import Token
+
+from core.services import user_set_platforms
+from messagecenter import services as mc
+from messagecenter.models import Bulletin, Message, MessageType, Notification, Subscription, UserGroup
+from notices.models import Announcement
+from notices.services import announcement_create
+from tests.factories import StaffFactory, SuperuserFactory, UserFactory
+
+
+@dataclass
+class World:
+    operator: Any
+    alice: Any  # the recipient: every "alice_*" item is addressed to her (and not to mallory)
+    mallory: Any  # the outsider: on the user platform, in no group, subscribed to nothing
+    alice_group: UserGroup
+    alice_message: Message  # pushed to alice alone
+    group_message: Message  # pushed to alice's group
+    pull_message: Message  # pulled by alice's group (delivery "pull")
+    alice_bulletin: Bulletin  # shown to alice's group
+    alice_notification: Notification  # alice subscribes to (shipment, warehouse-1)
+    customer_announcement: Announcement  # customer platform (alice is on it, mallory is not)
+    public_announcement: Announcement  # user platform: both see it
+    message_type: MessageType
+    alice_subscription: Subscription
+
+
+def item_id(obj: Message | Bulletin | Notification) -> str:
+    """The inbox id of an item (``m``/``b``/``n`` + primary key)."""
+    prefix = {Message: "m", Bulletin: "b", Notification: "n"}[type(obj)]
+    return f"{prefix}{obj.pk}"
+
+
+def staff_with(*perms: str, username: str) -> Any:
+    """A staff user holding exactly these model permissions (``app.codename``)."""
+    user = StaffFactory(username=username)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return user
+
+
+def build_world() -> World:
+    operator = SuperuserFactory(username="olivia-operator")
+    alice = UserFactory(username="alice")
+    mallory = UserFactory(username="mallory")
+    user_set_platforms(user=alice, platforms=["user", "customer"])
+    user_set_platforms(user=mallory, platforms=["user"])
+    group = mc.user_group_create(name="alice-only")
+    mc.user_group_add_members(group=group, user_ids=[alice.pk])
+    now = datetime.now(UTC)
+    alice_message = mc.message_send(
+        sender=operator, category="transaction", title="For alice", body_html="<p>yours</p>", user_ids=[alice.pk]
+    )
+    group_message = mc.message_send(
+        sender=operator, category="system", title="For the group", body_html="<p>group</p>", group_ids=[group.pk]
+    )
+    with override_settings(MESSAGECENTER_PUSH_THRESHOLD=0):
+        pull_message = mc.message_send(
+            sender=operator, category="promotion", title="Pulled", body_html="<p>pull</p>", group_ids=[group.pk]
+        )
+    bulletin = mc.bulletin_create(
+        title="Group bulletin", body_html="<p>b</p>", display_time=now - timedelta(minutes=1), group_ids=[group.pk]
+    )
+    message_type = mc.message_type_create(code="shipment", name="Shipments")
+    subscription = mc.subscription_create(message_type="shipment", scope="warehouse-1", user_id=alice.pk)
+    mc.subscription_create(message_type="shipment", scope="warehouse-2", user_id=operator.pk)
+    notification = mc.notification_send(
+        message_type="shipment", scope="warehouse-1", title="Parcel", body_html="<p>arrived</p>"
+    )
+    customer = announcement_create(
+        author=operator, title="Customers only", body_html="<p>c</p>", platforms=["customer"], publish_at=None
+    )
+    public = announcement_create(
+        author=operator, title="Everyone", body_html="<p>u</p>", platforms=["user"], publish_at=None
+    )
+    for user in (operator, alice, mallory):
+        Token.objects.get_or_create(user=user)  # before any snapshot: tests compare rows
+    return World(
+        operator=operator,
+        alice=alice,
+        mallory=mallory,
+        alice_group=group,
+        alice_message=Message.objects.get(pk=alice_message.pk),
+        group_message=Message.objects.get(pk=group_message.pk),
+        pull_message=Message.objects.get(pk=pull_message.pk),
+        alice_bulletin=bulletin,
+        alice_notification=Notification.objects.get(pk=notification.pk),
+        customer_announcement=customer,
+        public_announcement=public,
+        message_type=message_type,
+        alice_subscription=subscription,
+    )
+
+
+# Models whose rows an attempt must not create, change or delete.
+_WATCHED = ("core", "notices", "messagecenter", "authtoken")
+
+
+def db_state() -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the project's tables (ordered), so any write shows up in a comparison."""
+    state: dict[str, list[tuple[Any, ...]]] = {}
+    for label in _WATCHED:
+        for model in apps.get_app_config(label).get_models():
+            fields = [f.attname for f in model._meta.concrete_fields]
+            state[model._meta.label] = [
+                tuple(map(repr, row)) for row in model.objects.order_by("pk").values_list(*fields)
+            ]
+    return state
+
+
+# Read-through caches of PostgreSQL that any authenticated request may fill.
+_CACHE_PARTS = (":auth:", ":user:platforms:")
+
+
+def redis_state(redis: Any) -> dict[str, Any]:
+    """Every read-model key with its type and content (TTLs aside)."""
+    state: dict[str, Any] = {}
+    prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
+    # Django's cache (throttle history) may share the database: read-model keys only.
+    for raw in redis.scan_iter(match=prefix + "*", count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else raw
+        if any(part in ":" + key for part in _CACHE_PARTS):
+            continue
+        kind = redis.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "string":
+            value: Any = redis.get(key)
+        elif kind == "hash":
+            value = sorted(redis.hgetall(key).items())
+        elif kind == "zset":
+            value = redis.zrange(key, 0, -1, withscores=True)
+        elif kind == "set":
+            value = sorted(redis.smembers(key))
+        elif kind == "list":
+            value = redis.lrange(key, 0, -1)
+        else:
+            value = kind
+        state[key] = (kind, value)
+    return state
+
+
+def warm_up(client: Any) -> None:
+    """Read the caller's own lists and counts once, so read-model structures
+    built lazily on a first read exist before a snapshot (a first read may
+    build them; that is not a write a refused request made)."""
+    for path in ("/api/v1/inbox/", "/api/v1/inbox/counts/", "/api/v1/announcements/", "/api/v1/announcements/counts/"):
+        assert client.get(path).status_code == 200, path

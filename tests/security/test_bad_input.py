@@ -1,0 +1,434 @@
+"""Bad input on every write endpoint: malformed or non-object JSON, wrong types
+for every field, huge lists and strings, out-of-range ids, unknown fields,
+oversize bodies, bytes that are not UTF-8 and wrong content types. The answer
+is always the error envelope with a 4xx (never a 500) and nothing is written.
+"""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from tests.conftest import assert_error, client_for
+from tests.security.seed import World, build_world, db_state, redis_state, warm_up
+
+pytestmark = pytest.mark.django_db
+
+PG_INT_MAX = 2**31 - 1
+PG_BIGINT_MAX = 2**63 - 1
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    return build_world()
+
+
+@pytest.fixture
+def operator_api(world: World) -> Any:
+    return client_for(world.operator)
+
+
+# A valid body of every JSON write endpoint; each bad-input test breaks one thing.
+# The value of each field is its kind: what it must refuse depends on it.
+STRING, TEXT, BOOL, INT, TIME, IDS, STRINGS, CHOICE, OBJECT = (
+    "string",
+    "text",
+    "bool",
+    "int",
+    "time",
+    "ids",
+    "strings",
+    "choice",
+    "object",
+)
+
+
+class Endpoint:
+    def __init__(
+        self,
+        method: str,
+        path: Callable[[World], str],
+        body: Callable[[World], dict[str, Any]],
+        kinds: dict[str, str],
+        *,
+        client: str = "operator",
+    ) -> None:
+        self.method, self.path, self.body, self.kinds, self.client = method, path, body, kinds, client
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "token": Endpoint(
+        "post",
+        lambda w: "/api/v1/auth/token/",
+        lambda w: {"username": "alice", "password": "pass-1234"},
+        {"username": STRING, "password": STRING},
+        client="anon",
+    ),
+    "user platforms": Endpoint(
+        "put",
+        lambda w: f"/api/v1/manage/users/{w.mallory.pk}/platforms/",
+        lambda w: {"platforms": ["customer"]},
+        {"platforms": STRINGS},
+    ),
+    "group create": Endpoint(
+        "post", lambda w: "/api/v1/manage/user-groups/", lambda w: {"name": "g2"}, {"name": STRING}
+    ),
+    "members add": Endpoint(
+        "post",
+        lambda w: f"/api/v1/manage/user-groups/{w.alice_group.pk}/members/",
+        lambda w: {"user_ids": [w.mallory.pk]},
+        {"user_ids": IDS},
+    ),
+    "members remove": Endpoint(
+        "delete",
+        lambda w: f"/api/v1/manage/user-groups/{w.alice_group.pk}/members/",
+        lambda w: {"user_ids": [w.alice.pk]},
+        {"user_ids": IDS},
+    ),
+    "announcement create": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/announcements/",
+        lambda w: {
+            "title": "T",
+            "body_html": "<p>b</p>",
+            "summary": "s",
+            "platforms": ["user"],
+            "publish_at": "2026-01-01T00:00:00Z",
+            "expire_at": "2099-01-01T00:00:00Z",
+            "pinned": True,
+        },
+        {
+            "title": STRING,
+            "body_html": TEXT,
+            "summary": STRING,
+            "platforms": STRINGS,
+            "publish_at": TIME,
+            "expire_at": TIME,
+            "pinned": BOOL,
+        },
+    ),
+    "announcement change": Endpoint(
+        "patch",
+        lambda w: f"/api/v1/manage/announcements/{w.public_announcement.pk}/",
+        lambda w: {"title": "T2", "body_html": "<p>c</p>", "summary": "s", "platforms": ["user"], "pinned": False},
+        {"title": STRING, "body_html": TEXT, "summary": STRING, "platforms": STRINGS, "pinned": BOOL},
+    ),
+    "bulletin create": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/bulletins/",
+        lambda w: {
+            "title": "B",
+            "body_html": "<p>b</p>",
+            "display_time": "2026-01-01T00:00:00Z",
+            "expire_at": "2099-01-01T00:00:00Z",
+            "user_groups": [w.alice_group.pk],
+        },
+        {"title": STRING, "body_html": TEXT, "display_time": TIME, "expire_at": TIME, "user_groups": IDS},
+    ),
+    "bulletin change": Endpoint(
+        "patch",
+        lambda w: f"/api/v1/manage/bulletins/{w.alice_bulletin.pk}/",
+        lambda w: {"title": "B2", "body_html": "<p>c</p>", "user_groups": [w.alice_group.pk]},
+        {"title": STRING, "body_html": TEXT, "display_time": TIME, "expire_at": TIME, "user_groups": IDS},
+    ),
+    "message send": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/messages/",
+        lambda w: {
+            "category": "system",
+            "title": "M",
+            "summary": "s",
+            "body_html": "<p>m</p>",
+            "link": "https://example.com/x",
+            "images": ["https://example.com/a.png"],
+            "to": {"users": [w.mallory.pk], "groups": [w.alice_group.pk], "everyone": False},
+            "expire_at": "2099-01-01T00:00:00Z",
+        },
+        {
+            "category": CHOICE,
+            "title": STRING,
+            "summary": STRING,
+            "body_html": TEXT,
+            "link": STRING,
+            "images": STRINGS,
+            "to": OBJECT,
+            "to.users": IDS,
+            "to.groups": IDS,
+            "to.everyone": BOOL,
+            "expire_at": TIME,
+        },
+    ),
+    "message type create": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/message-types/",
+        lambda w: {"code": "invoice", "name": "Invoices", "category": "transaction", "default_ttl_seconds": 60},
+        {"code": STRING, "name": STRING, "category": CHOICE, "default_ttl_seconds": INT},
+    ),
+    "subscription create": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/subscriptions/",
+        lambda w: {"message_type": "shipment", "scope": "warehouse-9", "user": w.mallory.pk},
+        {"message_type": STRING, "scope": STRING, "user": INT, "group": INT},
+    ),
+    "notification send": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/notifications/",
+        lambda w: {
+            "message_type": "shipment",
+            "scope": "warehouse-1",
+            "title": "N",
+            "body_html": "<p>n</p>",
+            "ttl_seconds": 60,
+        },
+        {"message_type": STRING, "scope": STRING, "title": STRING, "body_html": TEXT, "ttl_seconds": INT},
+    ),
+    "read all": Endpoint(
+        "post",
+        lambda w: "/api/v1/inbox/read-all/",
+        lambda w: {"category": "system"},
+        {"category": CHOICE},
+        client="alice",
+    ),
+}
+
+# Values of the wrong type for each kind of field.
+WRONG: dict[str, list[Any]] = {
+    STRING: [True, 123, 1.5, ["x"], {"nested": "x"}],
+    TEXT: [True, 123, ["<p>x</p>"], {"nested": "<p>x</p>"}],
+    BOOL: ["true", "yes", 1, 0, [True], {"nested": True}],
+    INT: ["7", 7.5, True, [7], {"nested": 7}, -1, 0, PG_BIGINT_MAX + 1, 2**70],
+    TIME: [True, 1_700_000_000, ["2026-01-01T00:00:00Z"], {"nested": 1}, "yesterday", "2026-13-45T99:00:00Z"],
+    IDS: ["1", 1, [True], [1.5], ["1"], [[1]], [{"id": 1}], [-1], [0], [PG_BIGINT_MAX + 1], [2**70], {"nested": [1]}],
+    STRINGS: ["user", [1], [True], [["user"]], [{"nested": "user"}], {"nested": ["user"]}],
+    CHOICE: [True, 1, ["system"], {"nested": "system"}, "no-such-choice"],
+    OBJECT: ["users", [1], True, 1],
+}
+
+
+def _client(world: World, endpoint: Endpoint) -> Any:
+    if endpoint.client == "anon":
+        return APIClient()
+    return client_for(world.alice if endpoint.client == "alice" else world.operator)
+
+
+def _set(body: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    changed = {**body}
+    if "." in dotted:
+        outer, inner = dotted.split(".", 1)
+        changed[outer] = {**changed[outer], inner: value}
+    else:
+        changed[dotted] = value
+    return changed
+
+
+class Attempts:
+    """Sends bad requests to one endpoint and checks each is refused with the
+    envelope and writes nothing (PostgreSQL rows and read-model keys)."""
+
+    def __init__(self, world: World, redis: Any, name: str) -> None:
+        self.world, self.redis, self.endpoint = world, redis, ENDPOINTS[name]
+        self.client = _client(world, self.endpoint)
+        self.path = self.endpoint.path(world)
+        if self.endpoint.client != "anon":
+            warm_up(self.client)
+        self.before = (db_state(), redis_state(redis))
+
+    def json(self, body: Any, label: Any, *, status: int = 400) -> dict[str, Any]:
+        response = getattr(self.client, self.endpoint.method)(self.path, body, format="json")
+        return self._refused(response, label, status)
+
+    def raw(self, data: bytes | str, label: Any, *, content_type: str = "application/json", status: int = 400) -> Any:
+        response = getattr(self.client, self.endpoint.method)(self.path, data=data, content_type=content_type)
+        return self._refused(response, label, status)
+
+    def _refused(self, response: Any, label: Any, status: int) -> dict[str, Any]:
+        assert response.status_code == status, (label, response.status_code, response.content[:300])
+        error = assert_error(response, status)
+        assert (db_state(), redis_state(self.redis)) == self.before, label
+        return error
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_the_valid_bodies_are_accepted(world: World, name: str) -> None:
+    # The bad-input cases below change one thing of these bodies: they must be good.
+    endpoint = ENDPOINTS[name]
+    response = getattr(_client(world, endpoint), endpoint.method)(
+        endpoint.path(world), endpoint.body(world), format="json"
+    )
+    assert response.status_code < 300, response.content
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_wrong_types_are_400_naming_the_field(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for field, kind in attempts.endpoint.kinds.items():
+        for value in WRONG[kind]:
+            body = _set(attempts.endpoint.body(world), field, value)
+            error = attempts.json(body, (field, value))
+            assert field.split(".")[0] in (error.get("fields") or {}), (field, value, error)
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_malformed_json_is_400(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    # (An empty body is no body: optional on read-all, a no-op PATCH.)
+    deep = "[" * 100_000 + "]" * 100_000
+    for raw in ['{"title": ', "{'single': 'quotes'}", '{"a": 1,}', "NaN", '{"a": NaN}', '{"a": 1}{"b": 2}', " ", deep]:
+        error = attempts.raw(raw, raw[:30])
+        assert error["code"] in {"malformed_request", "invalid"}, (raw, error)
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_json_that_is_not_an_object_is_400(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for raw in ["[]", '[{"title": "x"}]', '"text"', "42", "true", "null"]:
+        attempts.raw(raw, raw)
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_unknown_fields_are_400_naming_them(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    error = attempts.json({**attempts.endpoint.body(world), "is_superuser": True, "id": 1}, "unknown")
+    assert {"is_superuser", "id"} <= set(error["fields"]), error
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_huge_lists_are_400(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for field, kind in attempts.endpoint.kinds.items():
+        if kind not in (IDS, STRINGS):
+            continue
+        value: list[Any] = list(range(1, 100_001)) if kind == IDS else ["user"] * 100_000
+        error = attempts.json(_set(attempts.endpoint.body(world), field, value), field)
+        assert field.split(".")[0] in error["fields"], error
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_huge_or_unstorable_strings_are_400(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for field, kind in attempts.endpoint.kinds.items():
+        if kind not in (STRING, TEXT):
+            continue
+        for value in ["x" * 200_000, "nul\x00inside", "lone \ud800 surrogate", "\udfff"]:
+            # json.dumps escapes the surrogates as JSON allows ("\\ud800"); the test
+            # client could not encode them as UTF-8 bytes at all.
+            body = json.dumps(_set(attempts.endpoint.body(world), field, value))
+            error = attempts.raw(body, (field, value[:20]))
+            if "\\ud" in body:
+                assert error["code"] == "malformed_request", error  # refused by the parser, whatever the field
+            else:
+                assert field.split(".")[0] in error["fields"], error
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_body_over_the_upload_limit_is_413(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    body = _set(attempts.endpoint.body(world), next(iter(attempts.endpoint.kinds)), "x" * 5000)
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=4000):
+        error = attempts.json(body, "oversize", status=413)
+    assert error["code"] == "too_large"
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_bytes_that_are_not_utf8_are_400(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for raw in [b'{"title": "caf\xe9"}', b'{"name": "\xff\xfe\xfd"}', b"\xff\xfe{\x00}\x00", b'{"a": "\xed\xa0\x80"}']:
+        attempts.raw(raw, raw)
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_wrong_content_type_is_415(world: World, redis: Any, name: str) -> None:
+    attempts = Attempts(world, redis, name)
+    for content_type, data in [
+        ("text/plain", '{"a": 1}'),
+        ("application/x-www-form-urlencoded", "title=x&body_html=y"),
+        (
+            "multipart/form-data; boundary=xyz",
+            '--xyz\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--xyz--\r\n',
+        ),
+        ("application/xml", "<a>1</a>"),
+    ]:
+        error = attempts.raw(data, content_type, content_type=content_type, status=415)
+        assert error["code"] == "unsupported_media_type"
+
+
+# --- ids in paths and query parameters -------------------------------------------------------
+
+BAD_INT_IDS = ["-1", "0", "00", "1e3", "0x10", "1.0", "%20", str(PG_INT_MAX + 1), str(PG_BIGINT_MAX + 1), "9" * 40]
+INT_ID_PATHS = [
+    ("get", "/api/v1/announcements/{id}/", None),
+    ("post", "/api/v1/announcements/{id}/read/", None),
+    ("post", "/api/v1/announcements/{id}/unread/", None),
+    ("put", "/api/v1/manage/users/{id}/platforms/", {"platforms": ["user"]}),
+    ("post", "/api/v1/manage/user-groups/{id}/members/", {"user_ids": [1]}),
+    ("delete", "/api/v1/manage/user-groups/{id}/members/", {"user_ids": [1]}),
+    ("patch", "/api/v1/manage/announcements/{id}/", {"title": "x"}),
+    ("delete", "/api/v1/manage/announcements/{id}/", None),
+    ("get", "/api/v1/manage/announcements/{id}/stats/", None),
+    ("patch", "/api/v1/manage/bulletins/{id}/", {"title": "x"}),
+    ("delete", "/api/v1/manage/bulletins/{id}/", None),
+    ("delete", "/api/v1/manage/messages/{id}/", None),
+    ("delete", "/api/v1/manage/subscriptions/{id}/", None),
+]
+
+
+@pytest.mark.parametrize(("method", "template", "body"), INT_ID_PATHS)
+def test_bad_ids_in_paths_are_404(world: World, redis: Any, method: str, template: str, body: Any) -> None:
+    client = client_for(world.operator)
+    warm_up(client)
+    before = (db_state(), redis_state(redis))
+    for bad in BAD_INT_IDS:
+        kwargs = {"data": body, "format": "json"} if body is not None else {}
+        response = getattr(client, method)(template.format(id=bad), **kwargs)
+        assert response.status_code == 404, (bad, response.content)
+        assert_error(response, 404, "not_found")
+    assert (db_state(), redis_state(redis)) == before
+
+
+BAD_ITEM_IDS = [
+    "m-1", "m0", "m", "x1", "M1", "m1.0", "m 1", "m%00", "m%ff", "%ff%fe", "b" + "9" * 40, "n" + str(PG_BIGINT_MAX + 1),
+    "m1%2F..", "..%2F..%2Fadmin", "m1;drop", "%E2%80%AE", "m%D9%A1",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "template"),
+    [
+        ("get", "/api/v1/inbox/{id}/"),
+        ("delete", "/api/v1/inbox/{id}/"),
+        ("post", "/api/v1/inbox/{id}/read/"),
+        ("post", "/api/v1/inbox/{id}/unread/"),
+    ],
+)
+def test_bad_inbox_item_ids_are_404(world: World, redis: Any, method: str, template: str) -> None:
+    client = client_for(world.alice)
+    warm_up(client)
+    before = (db_state(), redis_state(redis))
+    for bad in BAD_ITEM_IDS:
+        response = getattr(client, method)(template.format(id=bad))
+        assert response.status_code == 404, (bad, response.content)
+        assert_error(response, 404, "not_found")
+    assert (db_state(), redis_state(redis)) == before
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=0", "limit=-5", "limit=abc", "limit=1e3", "limit=%00",
+        "cursor=garbage", "cursor=%00", "cursor=" + "A" * 5000, "cursor=%ff%fe",
+        "since=yesterday", "since=%00", "since=2026-13-45T00:00:00Z", "since=" + "9" * 40,
+        "unread=maybe", "unread=%00", "category=nope", "category=%00", "category=" + "x" * 5000,
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("path", ["/api/v1/inbox/", "/api/v1/announcements/"])
+def test_bad_query_parameters_are_400(world: World, path: str, query: str) -> None:
+    key = query.split("=")[0]
+    response = client_for(world.alice).get(f"{path}?{query}")
+    if path == "/api/v1/announcements/" and key not in {"limit", "cursor"}:
+        # Parameters the announcement list does not take are ignored.
+        assert response.status_code == 200, response.content
+        return
+    assert_error(response, 400)
