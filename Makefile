@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: setup migrate demo run test lint format bench cluster-up cluster-down clean
+.PHONY: setup migrate demo run test test-cluster lint format bench cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,23 @@ run: migrate
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The Redis-facing tests with the read model on the local six-node Redis
+# Cluster (Django's cache stays on plain Redis). Starts the cluster when none
+# answers on port 7000 and then stops it again; a running one is left alone.
+# tests/security (input validation, no Redis behaviour) runs in the other passes only.
+CLUSTER_PYTEST_ARGS ?= -m 'not browser' --ignore=tests/browser --ignore=tests/security tests
+test-cluster: setup
+	@started=0; \
+	if ! redis-cli -p 7000 cluster info 2>/dev/null | grep -q cluster_state:ok; then \
+	  bash scripts/redis-cluster.sh start && started=1; \
+	fi; \
+	MESSAGECENTER_REDIS_CLUSTER_URL=redis://127.0.0.1:7000 \
+	DATABASE_URL="$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/messagecenter}" \
+	REDIS_URL="$${REDIS_URL:-redis://127.0.0.1:6379/15}" \
+	  $(PY) -m pytest $(CLUSTER_PYTEST_ARGS); status=$$?; \
+	if [ $$started = 1 ]; then bash scripts/redis-cluster.sh stop; fi; \
+	exit $$status
+
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -39,8 +56,18 @@ format: setup
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-bench: setup
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt
+INCUMBENT := bench/.venv-incumbent
+INCUMBENT_STAMP := $(INCUMBENT)/.installed-$(shell cat bench/requirements-incumbent.txt | cksum | cut -d' ' -f1)
+
+# The incumbent (django-notifications-hq 1.8.3) needs Django 4.2: its own venv.
+$(INCUMBENT_STAMP): bench/requirements-incumbent.txt
+	test -x $(INCUMBENT)/bin/python || $(PYTHON) -m venv $(INCUMBENT)
+	$(INCUMBENT)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements-incumbent.txt
+	rm -f $(INCUMBENT)/.installed-* && touch $(INCUMBENT_STAMP)
+
+bench: setup $(INCUMBENT_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt -r requirements-load.txt
+	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

@@ -7,6 +7,7 @@ slot on Redis Cluster; the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.
 """
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -112,6 +113,20 @@ def notice_chunks() -> str:
     return _key("notice", "chunks")
 
 
+def notice_snapshot_dirty() -> str:
+    """set: ``<platform>:<announcement id>`` whose read bitmaps changed since the snapshot job
+    last copied them to PostgreSQL (SPOP'd by notices/snapshots.py). Global, no hash tag:
+    written after the mark script, never inside it."""
+    return _key("snapshot", "notice", "dirty")
+
+
+def notice_snapshot_restored() -> str:
+    """string: present once this Redis holds the announcements' read state restored from
+    PostgreSQL (or had nothing to restore). Lost with the data on a flush, so the snapshot
+    job never overwrites good snapshots with the near-empty bitmaps of a fresh Redis."""
+    return _key("snapshot", "notice", "restored")
+
+
 # --- messagecenter (inbox, bulletins, messages) -------------------------------------
 # (owned by messagecenter/readmodel.py)
 #
@@ -178,6 +193,40 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
     return _key("message", "read", "ever", user_tag(user_id), month)
 
 
+def mc_deliver_keys(
+    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False
+) -> list[str]:
+    """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
+    recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
+    ``mc_inbox_hidden``, ``mc_inbox_expiry``, ``mc_inbox_months``, ``mc_push_bitmap``,
+    ``mc_read_bitmap`` (of ``month``), ``live_user_version`` and, with ``notifications``,
+    ``mc_user_notifications``.
+
+    The same names as those functions (a test holds them equal), filled into
+    one template per call: a fan-out builds them for every recipient, and a
+    function call per key cost more than the Redis work itself.
+    """
+    p = _key()
+    t = "{u\x01}"
+    names = [
+        f"{p}inbox:{t}:all",
+        f"{p}inbox:{t}:cat:{category}",
+        f"{p}inbox:{t}:unread",
+        f"{p}inbox:{t}:hidden",
+        f"{p}inbox:{t}:expiry",
+        f"{p}inbox:{t}:months",
+        f"{p}message:push:{t}:{month}",
+        f"{p}message:read:{t}:{month}",
+        f"{p}live:version:{t}",
+    ]
+    if notifications:
+        names.append(f"{p}inbox:{t}:notif")
+    # NUL and SOH occur in no key name: one join, a replace per recipient, one split.
+    template = "\x00".join(names)
+    joined = "\x00".join(template.replace("\x01", str(int(u))) for u in user_ids)
+    return joined.split("\x00") if joined else []
+
+
 def mc_bulletin_access_time(user_id: int) -> str:
     """string (seed 002): bulletin update marker the user's list last took in."""
     return _key("bulletin", "access", "time", user_tag(user_id))
@@ -238,6 +287,19 @@ def mc_pull_audience(ref: str, chunk: int) -> str:
     return _key("inbox", "audience", ref, chunk)
 
 
+def mc_snapshot_dirty() -> str:
+    """set: ``<user id>:<yyyymm>`` (read / ever-read bitmaps of that month) and
+    ``<user id>:seen`` (unseen watermark) changed since the snapshot job last copied them
+    to PostgreSQL. Global, no hash tag: added after the per-user script, never inside it."""
+    return _key("snapshot", "inbox", "dirty")
+
+
+def mc_snapshot_restored() -> str:
+    """string: present once this Redis holds the inbox read state restored from PostgreSQL
+    (see ``notice_snapshot_restored``)."""
+    return _key("snapshot", "inbox", "restored")
+
+
 def mc_item_read_hours(ref: str) -> str:
     """hash: hour (ms since the epoch // 3,600,000) -> users who first read the item (``m12``,
     ``b3``) in that hour (0 -> 1 transitions of their read bit; the admin's read-rate chart).
@@ -261,6 +323,24 @@ def mc_subscribers(message_type_id: int, scope: str) -> str:
     """set (seed 003's ``WMS_SUBSCRIBER_TYPE_<type>_<warehouse>``): ``u<id>`` / ``g<id>``
     subscribed to a message type in a scope (mirror of PostgreSQL)."""
     return _key("sub", "type", int(message_type_id), scope)
+
+
+def mc_subscribers_match() -> str:
+    """SCAN MATCH pattern (glob) of every ``mc_subscribers`` set: the drift check walks them
+    to find sets of a (type, scope) that PostgreSQL no longer has subscribers for."""
+    head = _key("sub", "type", "")
+    return "".join("\\" + c if c in "*?[]\\" else c for c in head) + "*"
+
+
+def mc_subscribers_parse(key: str) -> tuple[int, str] | None:
+    """(message type id, scope) named by an ``mc_subscribers`` key; None for any other key."""
+    head = _key("sub", "type", "")
+    if not key.startswith(head):
+        return None
+    type_id, sep, scope = key[len(head) :].partition(":")
+    if not sep or not type_id.isdigit():
+        return None
+    return int(type_id), scope
 
 
 def mc_user_notifications(user_id: int) -> str:
@@ -290,3 +370,9 @@ def live_user_version(user_id: int) -> str:
 def live_user_channel(user_id: int) -> str:
     """pub/sub channel: JSON events ``{"v": version, "reason": str}`` for the user's open pages."""
     return _key("live", "channel", user_tag(user_id))
+
+
+def live_user_channels(user_ids: Iterable[int]) -> list[str]:
+    """``live_user_channel`` of many users at once (a fan-out publishes to each recipient's)."""
+    p = _key()
+    return [f"{p}live:channel:{{u{int(u)}}}" for u in user_ids]

@@ -5,14 +5,19 @@ rejects, or after a reshard breaks, scripts that build key names themselves),
 and callers pass keys that share one hash tag.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError, ResponseError
+from redis.utils import HIREDIS_AVAILABLE
 
 from core.redis import RedisClient, get_redis
+
+if HIREDIS_AVAILABLE:  # redis-py's own C packer (requirements.txt pins it)
+    import hiredis
 
 
 @cache
@@ -43,8 +48,56 @@ class LuaScript:
         client: RedisClient | None = None,
     ) -> Any:
         client = client if client is not None else get_redis()
+        return self._registered(client)(keys=list(keys), args=list(args), client=client)
+
+    def _registered(self, client: RedisClient) -> Script:
         if self._script is None:
             # A Script only remembers the source and its SHA; the client (or
             # pipeline) that runs it is passed on every call.
             self._script = Script(client, self.source)
-        return self._script(keys=list(keys), args=list(args), client=client)
+        return self._script
+
+    def stream(
+        self, calls: Iterable[tuple[Sequence[str], Sequence[Any]]], client: RedisClient | None = None
+    ) -> list[Any]:
+        """Run many calls on one connection of a single Redis (not a cluster),
+        each sent as soon as ``calls`` yields it; replies are read at the end.
+
+        Unlike a pipeline, which packs every command before sending any, Redis
+        runs one call while Python builds the next (a fan-out's key lists), so
+        the two overlap on two cores; and there is no SCRIPT EXISTS round trip
+        first. Calls refused with NOSCRIPT (a restarted or flushed script
+        cache) changed nothing: they run again, in order, after the script is
+        loaded. Another error reply is raised once every reply has been read.
+        """
+        client = client if client is not None else get_redis()
+        sha = self._registered(client).sha
+        pool = client.connection_pool
+        connection = pool.get_connection()
+        sent: list[tuple[Sequence[str], Sequence[Any]]] = []
+        replies: list[Any] = []
+        try:
+            for script_keys, args in calls:
+                command = ("EVALSHA", sha, len(script_keys), *script_keys, *args)
+                # hiredis packs str and int arguments itself; redis-py's own
+                # packer first walks every argument in Python (twice the cost).
+                packed = [hiredis.pack_command(command)] if HIREDIS_AVAILABLE else connection.pack_command(*command)
+                connection.send_packed_command(packed)
+                sent.append((script_keys, args))
+            for _ in sent:
+                try:
+                    replies.append(connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            # Replies may be left unread: this connection cannot serve anyone else.
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[index] = self(sent[index][0], sent[index][1], client=client)
+            elif isinstance(reply, ResponseError):
+                raise reply
+        return replies

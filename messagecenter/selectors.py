@@ -1,9 +1,13 @@
 """Read use cases of the message centre.
 
-The inbox selectors run no SQL: everything they need (items, read state,
-counts, the user's groups) is in Redis, kept in step after commit.
+The inbox selectors run no SQL while Redis answers: everything they need
+(items, read state, counts, the user's groups) is in Redis, kept in step
+after commit. When Redis fails they answer from PostgreSQL instead
+(``messagecenter.fallback``: same items, order, cursors and counts; read
+state from the last snapshot plus the pending marks), slower, and say so.
 """
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,14 +16,17 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
-from messagecenter.exceptions import read_model_required
+from messagecenter import fallback
 from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import CATEGORIES, FanoutChunk, Message, UserGroup, UserGroupMembership
 from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
-from messagecenter.readmodel.inbox import Counts, PageRow
+from messagecenter.readmodel.inbox import Counts, Page, PageRow
+
+logger = logging.getLogger(__name__)
 
 CURSOR_SCOPE = "inbox"
 
@@ -44,6 +51,8 @@ class InboxPage:
     next_cursor: str | None
     unread_count: int
     unseen_count: int
+    # True when Redis was down and PostgreSQL answered: no live updates meanwhile.
+    degraded: bool = False
 
 
 def _item(row: PageRow) -> InboxItem:
@@ -87,7 +96,10 @@ def _cursor_position(cursor: str, *, category: str | None, unread_only: bool) ->
     return score, skip
 
 
-@read_model_required
+def _redis_down(what: str, user: AbstractBaseUser, exc: RedisError) -> None:
+    logger.warning("redis unavailable (%s); %s of user %s from PostgreSQL", exc, what, user.pk)
+
+
 def inbox_list(
     *,
     user: AbstractBaseUser,
@@ -102,22 +114,31 @@ def inbox_list(
 
     Paging is seed 001's scroll: the cursor holds the last score returned and
     how many items at that score were returned, so items arriving meanwhile
-    (newer, higher scores) never make a page repeat or skip.
+    (newer, higher scores) never make a page repeat or skip. Both paths walk
+    the same way, so a cursor stays valid when Redis goes down or comes back.
     """
     category_validate(category)
     max_score, skip = (None, 0)
     if cursor:
         max_score, skip = _cursor_position(cursor, category=category, unread_only=unread_only)
-    page = inbox.inbox_page(
-        user_id=int(user.pk),
-        now_ms=to_ms(now or timezone.now()),
-        category=category,
-        max_score=max_score,
-        skip=skip,
-        limit=limit,
-        unread_only=unread_only,
-        since_ms=to_ms(since) if since else None,
-    )
+    now = now or timezone.now()
+    user_id = int(user.pk)
+    query: dict[str, Any] = {
+        "category": category,
+        "max_score": max_score,
+        "skip": skip,
+        "limit": limit,
+        "unread_only": unread_only,
+        "since_ms": to_ms(since) if since else None,
+    }
+    degraded = False
+    page: Page
+    try:
+        page = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), **query)
+    except RedisError as exc:
+        _redis_down("inbox page", user, exc)
+        page = fallback.inbox_page(user_id=user_id, now=now, **query)
+        degraded = True
     next_cursor = None
     if page.next_position is not None:
         score, offset = page.next_position
@@ -129,28 +150,38 @@ def inbox_list(
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,
+        degraded=degraded,
     )
 
 
-@read_model_required
 def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> InboxItem:
     """The item with its detail; NotFound unless it is live in this user's inbox."""
     if not item_id or len(item_id) > 40 or "|" in item_id:
         raise NotFound("No such item in your inbox.")
-    row = inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now or timezone.now()))
+    now = now or timezone.now()
+    try:
+        row = inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now))
+    except RedisError as exc:
+        _redis_down("inbox item", user, exc)
+        row = fallback.inbox_get(user_id=int(user.pk), ref=item_id, now=now)
     if row is None:
         raise NotFound("No such item in your inbox.")
     return _item(row)
 
 
-@read_model_required
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
     """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``."""
     from notices.selectors import announcement_counts
 
-    counts: Counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now or timezone.now()))
+    now = now or timezone.now()
+    counts: Counts
+    try:
+        counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now))
+    except RedisError as exc:
+        _redis_down("inbox counts", user, exc)
+        counts = fallback.inbox_counts(user_id=int(user.pk), now=now)
     by_category: dict[str, int] = dict(counts.unread_by_category)
-    by_category["announcement"] = int(announcement_counts(user=user)["unread"])
+    by_category["announcement"] = int(announcement_counts(user=user, now=now)["unread"])
     return {"unread": counts.unread, "unseen": counts.unseen, "by_category": by_category}
 
 

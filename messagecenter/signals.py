@@ -18,6 +18,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from core import outbox
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 
 logger = logging.getLogger(__name__)
@@ -32,32 +33,33 @@ def _snapshot(instance: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(instance.__dict__.get(name) for name in fields)
 
 
+MIRROR_TOPIC = "messagecenter.mirror"
+
+
 def mirror_after_commit(name: str, *args: Any) -> None:
-    """Run mirror ``name`` after commit; if Redis fails, a Celery task retries it.
+    """Run mirror ``name`` after commit; if Redis fails, the outbox keeps it.
 
     PostgreSQL has committed by then, so a Redis failure must not lose the
-    change: the task retries with backoff, and ``manage.py
-    messagecenter_rebuild`` restores everything if even that gives up.
+    change: it is recorded in the outbox (``{"name", "args"}``, args as JSON)
+    and replayed once Redis answers; ``manage.py messagecenter_rebuild``
+    restores everything if even that is lost. A later mirror may run before
+    the replay of an earlier one: every mirror reloads its rows from
+    PostgreSQL or removes a given entry, so the order does not change the result.
     """
 
     def run() -> None:
         try:
             MIRRORS[name](*args)
         except RedisError:
-            logger.warning("could not mirror %s%r into redis; retrying later", name, args)
-            _retry_later(name, list(args))
+            logger.warning("could not mirror %s%r into redis; queued in the outbox", name, args)
+            outbox.enqueue_after_failure(topic=MIRROR_TOPIC, payload={"name": name, "args": list(args)})
 
     transaction.on_commit(run)
 
 
-def _retry_later(name: str, args: list[Any]) -> None:
-    from messagecenter.tasks import mirror_task
-
-    try:
-        mirror_task.apply_async((name, args), countdown=5)
-    except Exception:
-        # Broker down too (or an eager run failing again): the rebuild restores it.
-        logger.exception("could not schedule a retry of mirror %s", name)
+def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``messagecenter.mirror`` (each mirror is idempotent)."""
+    MIRRORS[str(payload["name"])](*payload["args"])
 
 
 # --- memberships ---------------------------------------------------------------

@@ -77,3 +77,12 @@ def notifications_sweep_task() -> dict[str, int]:
 def rules_run_due_task() -> int:
     """Periodic (Celery beat): run the notification rules that are due; returns how many ran."""
     return len(services.rules_run_due())
+
+
+@shared_task(name="messagecenter.read_snapshot", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def read_snapshot_task() -> int:
+    """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed inbox read
+    bitmaps and unseen watermarks to PostgreSQL. Idempotent: a second run finds nothing dirty."""
+    from messagecenter.services.snapshots import inbox_read_snapshot
+
+    return inbox_read_snapshot()

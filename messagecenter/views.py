@@ -1,5 +1,10 @@
 """Server-rendered inbox pages: thin adapters over the same selectors and
-services as the API. State changes are POST forms with CSRF."""
+services as the API. State changes are POST forms with CSRF.
+
+With Redis down the selectors answer from PostgreSQL, so the pages render as
+usual (the list says live updates are paused); only a write the services
+refuse renders the "unavailable" page.
+"""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -29,13 +34,6 @@ def _unavailable(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def inbox_page(request: HttpRequest) -> HttpResponse:
-    try:
-        return _inbox_page(request)
-    except InboxUnavailable:
-        return _unavailable(request)
-
-
-def _inbox_page(request: HttpRequest) -> HttpResponse:
     category = request.GET.get("category") or None
     if category is not None and category not in CATEGORIES:
         category = None
@@ -72,7 +70,8 @@ def _inbox_page(request: HttpRequest) -> HttpResponse:
             "unread_only": unread_only,
             "counts": counts,
             # Only the newest page refreshes itself live: older pages stay put while read.
-            "page_is_first": not request.GET.get("cursor"),
+            # A degraded answer (Redis down) has no live updates to follow.
+            "page_is_first": not request.GET.get("cursor") and not page.degraded,
         },
     )
 
@@ -87,7 +86,9 @@ def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
     except NotFound as exc:
         raise Http404("No such item in your inbox.") from exc
     except InboxUnavailable:
-        return _unavailable(request)
+        # The item was read from PostgreSQL but the mark was refused: show it
+        # anyway; it stays unread in the list, which is the truth.
+        pass
     return render(request, "messagecenter/item.html", {"item": item})
 
 
@@ -97,7 +98,10 @@ def inbox_read_all(request: HttpRequest) -> HttpResponse:
     category = request.POST.get("category") or None
     if category is not None and category not in CATEGORIES:
         category = None
-    marked = services.inbox_mark_all_read(user=request.user, category=category)  # type: ignore[arg-type]
+    try:
+        marked = services.inbox_mark_all_read(user=request.user, category=category)  # type: ignore[arg-type]
+    except InboxUnavailable:
+        return _unavailable(request)
     messages.success(request, f"Marked {marked} item{'s' if marked != 1 else ''} as read.")
     url = reverse("messagecenter:inbox")
     return redirect(f"{url}?category={category}" if category else url)
@@ -110,6 +114,8 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
         services.inbox_hide(user=request.user, item_id=item_id)  # type: ignore[arg-type]
     except NotFound as exc:
         raise Http404("No such item in your inbox.") from exc
+    except InboxUnavailable:
+        return _unavailable(request)
     messages.success(request, "Deleted from your inbox.")
     next_url = request.POST.get("next") or ""
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):

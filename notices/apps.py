@@ -7,4 +7,8 @@ class NoticesConfig(AppConfig):
     verbose_name = "Announcements"
 
     def ready(self) -> None:
-        from notices import signals  # noqa: F401  (connects receivers)
+        from core import outbox
+        from notices import services, signals  # signals: connects receivers
+
+        outbox.register(signals.PLATFORM_SYNC_TOPIC, signals.replay_platform_sync)
+        outbox.register(services.READ_TOPIC, services.replay_mark)

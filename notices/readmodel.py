@@ -18,8 +18,9 @@ Indexes are snapshots of PostgreSQL: rebuilt after every committed change and,
 when missing (new chunk, flushed Redis), on first read.
 """
 
+import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,9 +28,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core import keys
+from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
 from core.exceptions import LimitExceeded
 from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.lua import LuaScript
@@ -39,6 +42,8 @@ _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
 _MARK = LuaScript(__file__, "lua/mark.lua")
+
+logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ATTEMPTS = 4
@@ -114,6 +119,11 @@ def _chunk_keys(platform: str, chunk: int) -> list[str]:
 def _write_chunk(
     client: RedisClient, *, platform: str, chunk: int, rev: int, entries: Sequence[Entry], drop_ids: Iterable[int]
 ) -> None:
+    if not client.exists(keys.notice_meta(platform, chunk)):
+        # First build of the chunk (a new id range, or Redis lost its data):
+        # mark.lua refuses until the meta exists, so no mark can be in these
+        # bitmaps yet and the snapshots go back in whole before the index opens.
+        _restore_chunk(client, platform=platform, chunk=chunk, announcement_ids=[pk for pk, _, _ in entries])
     args: list[Any] = [rev, uuid.uuid4().hex, len(entries)]
     for pk, publish_ms, expire_ms in entries:
         args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
@@ -135,11 +145,17 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     racing rebuilds the later revision saw every commit, and the script keeps it.
     """
     client = get_redis()
-    rev = int(client.incr(keys.notice_revision(platform)))
+    # One round trip; the chunk list is read after the revision is taken, so a
+    # chunk registered later (_build_chunk) reads this revision or a newer one.
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(keys.notice_revision(platform))
+    pipe.sadd(keys.notice_chunks(), 0)
+    pipe.smembers(keys.notice_chunks())
+    rev_raw, _, chunks_raw = pipe.execute()
+    rev = int(rev_raw)
     entries = _platform_entries(platform)
     drops = list(drop_ids)
-    client.sadd(keys.notice_chunks(), 0)
-    for chunk in _built_chunks(client):
+    for chunk in sorted({0} | {int(c) for c in chunks_raw}):
         _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=entries, drop_ids=drops)
 
 
@@ -223,6 +239,7 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     chunk, offset = user_slot(user_id)
     client = get_redis()
     changed = False
+    dirty: list[str] = []
     hour = to_ms(timezone.now()) // _HOUR_MS
     for platform in platforms:
         script_keys = [
@@ -238,6 +255,9 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
             _build_chunk(client, platform=platform, chunk=chunk)
         if previous in (0, 1) and bool(previous) != read:
             changed = True
+            dirty.append(_dirty_member(platform, announcement_id))
+    if dirty:
+        _snapshot_dirty_add(client, dirty)
     if changed:
         # The inbox counts include unread announcements: open pages refresh,
         # and the counts ETag moves on.
@@ -277,3 +297,155 @@ def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -
         chunk, offset = user_slot(user_id)
         pipe.getbit(keys.notice_bitmap(platform, chunk, announcement_id), offset)
     return [bool(bit) for bit in pipe.execute()] if user_ids else []
+
+
+# --- Durable read-state snapshots ----------------------------------------------------
+# (the Redis side of notices/snapshots.py)
+#
+# Every changed bit of ``mark`` adds ``<platform>:<announcement id>`` to the
+# global dirty set, one SADD after the per-chunk scripts (the set lives in
+# another cluster slot, so never inside a script). The snapshot job SPOPs a
+# batch, reads each announcement's bitmaps of every built chunk in one
+# pipeline and hands PostgreSQL one BitMap of user ids per (platform,
+# announcement). A mark landing after the SPOP adds the member again, so the
+# next run copies it: nothing changed is ever left out, at worst copied twice.
+
+SnapshotMember = tuple[str, int]  # (platform, announcement id)
+
+
+def _dirty_member(platform: str, announcement_id: int) -> str:
+    return f"{platform}:{int(announcement_id)}"
+
+
+def _snapshot_dirty_add(client: RedisClient, members: Sequence[str]) -> None:
+    # The mark itself has happened: a failure here costs at most this mark's
+    # durability (one snapshot interval's worth), never the user's request.
+    try:
+        client.sadd(keys.notice_snapshot_dirty(), *members)
+    except RedisError:
+        logger.warning("read-state snapshot not told about %d change(s)", len(members), exc_info=True)
+
+
+def snapshot_dirty_count() -> int:
+    """How many (platform, announcement) read bitmaps wait for the snapshot job."""
+    return int(get_redis().scard(keys.notice_snapshot_dirty()))
+
+
+def snapshot_dirty_pop(*, count: int) -> list[SnapshotMember]:
+    """Take up to ``count`` changed (platform, announcement) pairs off the dirty set."""
+    raw = get_redis().spop(keys.notice_snapshot_dirty(), int(count)) or []
+    members: list[SnapshotMember] = []
+    for item in raw:
+        platform, _, pk = item.decode().rpartition(":")
+        if platform and pk.isdigit():
+            members.append((platform, int(pk)))
+    return members
+
+
+def snapshot_dirty_return(*, members: Iterable[SnapshotMember]) -> None:
+    """Put members back (PostgreSQL refused the batch): the next run copies them."""
+    values = [_dirty_member(platform, pk) for platform, pk in members]
+    if values:
+        get_redis().sadd(keys.notice_snapshot_dirty(), *values)
+
+
+def snapshot_restored() -> bool:
+    """Whether this Redis holds the restored read state (the marker survives until a flush)."""
+    return bool(get_redis().exists(keys.notice_snapshot_restored()))
+
+
+def snapshot_restored_set() -> None:
+    get_redis().set(keys.notice_snapshot_restored(), to_ms(timezone.now()))
+
+
+def snapshot_readers(*, members: Sequence[SnapshotMember]) -> tuple[dict[SnapshotMember, BitMap], bool]:
+    """Readers (user ids) of each (platform, announcement), all chunks together, and
+    whether the restored marker was still there after the bitmaps were read.
+
+    The marker is read last in the same pipeline: a flush between the reads
+    would take it along, so ``True`` proves every bitmap came from a Redis that
+    still held its restored state (not the near-empty one of a fresh start).
+    """
+    client = get_redis()
+    chunks = _built_chunks(client)
+    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    pipe = client.pipeline(transaction=False)
+    for platform, pk in members:
+        for chunk in chunks:
+            pipe.get(keys.notice_bitmap(platform, chunk, pk))
+    pipe.exists(keys.notice_snapshot_restored())
+    replies = pipe.execute()
+    intact = bool(replies.pop())
+    found = iter(replies)
+    readers: dict[SnapshotMember, BitMap] = {}
+    for member in members:
+        bits = BitMap()
+        for chunk in chunks:
+            bits |= bitmap_from_redis(next(found), base=chunk * size)
+        readers[member] = bits
+    return readers, intact
+
+
+def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
+    """Write snapshot bitmaps back, per chunk, only where the key is missing (SET NX):
+    a restore while the site serves never undoes a newer mark. Registers the
+    chunks it wrote so counts and index builds include them. Returns keys written.
+    """
+    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    chunks: set[int] = set()
+    for (platform, pk), users in readers.items():
+        for chunk, part in bitmap_split(users, size=size).items():
+            pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(part, base=chunk * size), nx=True)
+            chunks.add(chunk)
+    written = sum(1 for reply in pipe.execute() if reply) if chunks else 0
+    if chunks:
+        # A bitmap of an unregistered chunk would be invisible to read_counts
+        # and left out of index builds; platform_sync builds every chunk here.
+        client.sadd(keys.notice_chunks(), *sorted(chunks))
+    return written
+
+
+# --- Drift checks ------------------------------------------------------------------
+# (the Redis side of notices/drift.py: reads only; repairs run platform_sync)
+
+
+def drift_platform_entries(*, platform: str) -> list[Entry]:
+    """What every built chunk index of ``platform`` should hold: the rebuild's own query."""
+    return _platform_entries(platform)
+
+
+def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
+    """Per built chunk of ``platform``: (index id -> publish ms, expiry id -> expire ms), one pipeline."""
+    client = get_redis()
+    chunks = _built_chunks(client)
+    pipe = client.pipeline(transaction=False)
+    for chunk in chunks:
+        pipe.zrange(keys.notice_index(platform, chunk), 0, -1, withscores=True)
+        pipe.zrange(keys.notice_expiry(platform, chunk), 0, -1, withscores=True)
+    replies = pipe.execute()
+    return {
+        chunk: (
+            {int(m): int(s) for m, s in replies[2 * i]},
+            {int(m): int(s) for m, s in replies[2 * i + 1]},
+        )
+        for i, chunk in enumerate(chunks)
+    }
+
+
+# --- end of drift checks -----------------------------------------------------------
+
+
+def _restore_chunk(client: RedisClient, *, platform: str, chunk: int, announcement_ids: Sequence[int]) -> None:
+    from notices.snapshots import announcement_chunk_readers
+
+    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    readers = announcement_chunk_readers(
+        platform=platform, announcement_ids=announcement_ids, first_user=chunk * size, end_user=(chunk + 1) * size
+    )
+    if readers:
+        pipe = client.pipeline(transaction=False)
+        for pk, users in readers.items():
+            pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(users, base=chunk * size), nx=True)
+        pipe.execute()

@@ -4,7 +4,9 @@ A user sees an announcement while it is live (``publish_at <= now < expire_at``)
 and targets one of the user's platforms. Which ones are live, and which the
 user read, comes from Redis (one script per platform of the user); rows for a
 page come from PostgreSQL by primary key. With Redis down, lists and details
-fall back to PostgreSQL and show everything unread.
+fall back to PostgreSQL: read flags come from the last read-state snapshot
+(``AnnouncementReadSnapshot``) with the user's marks still waiting in the
+outbox laid over it, in order, so a user sees their own marks at once.
 
 Lists are newest first by publish time (then id), pinned or not; ``pinned`` is
 a flag for clients, and the pages show pinned ones in a section of their own.
@@ -16,21 +18,26 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
+from pyroaring import BitMap
 from redis.exceptions import RedisError
 
+from core import outbox
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
 from core.selectors import platform_user_counts, user_platforms
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
-from notices.models import MAX_ID, Announcement
+from notices.models import MAX_ID, Announcement, AnnouncementReadSnapshot
 
 logger = logging.getLogger(__name__)
 
 User = AbstractBaseUser | AnonymousUser
 CURSOR_SCOPE = "announcements"
+# Outbox topic of a mark accepted while Redis was down; payload
+# {"announcement_id": int, "platforms": [str], "read": bool, "at_ms": int}, user_id set.
+READ_TOPIC = "notices.read"
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,43 @@ def _live_queryset(*, user: User, now: datetime) -> Any:
     )
 
 
+def degraded_read_ids(*, user: User, announcement_ids: list[int]) -> set[int]:
+    """Which of these announcements the user has read, without Redis.
+
+    Read on any of the user's platforms (a snapshot's readers bitmap holds the
+    user id), then the user's pending marks in the order they were made: the
+    last one for an announcement wins (unread clears every platform).
+    """
+    wanted = set(announcement_ids)
+    if not wanted:
+        return set()
+    user_id = readmodel.user_id_of(user)
+    read: set[int] = set()
+    # Only platforms the announcement still targets: Redis drops a platform's
+    # bitmap when the platform is taken off the announcement.
+    snapshots = AnnouncementReadSnapshot.objects.filter(
+        announcement_id__in=wanted,
+        platform__in=user_platforms(user=user),
+        announcement__platform_rows__platform=F("platform"),
+    ).values_list("announcement_id", "readers")
+    for announcement_id, readers in snapshots:
+        if announcement_id not in read and user_id in BitMap.deserialize(bytes(readers)):
+            read.add(announcement_id)
+    for entry in outbox.pending_user_marks(user_id=user_id, topics=[READ_TOPIC]):
+        announcement_id = int(entry.payload["announcement_id"])
+        if announcement_id in wanted:
+            if entry.payload["read"]:
+                read.add(announcement_id)
+            else:
+                read.discard(announcement_id)
+    return read
+
+
 def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str, int]:
     """``{"read", "unread"}`` over the announcements live on the user's platforms.
 
     No SQL when the platform cache and the process's id lists are warm.
-    Without Redis: everything live counts as unread.
+    Without Redis: the live ids from PostgreSQL, read flags from ``degraded_read_ids``.
     """
     if not user.is_authenticated:
         return {"read": 0, "unread": 0}
@@ -79,7 +118,9 @@ def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str,
         visible = _visible_from_redis(user=user, now=now)
     except RedisError:
         logger.warning("redis unavailable; counting announcements from the database")
-        return {"read": 0, "unread": _live_queryset(user=user, now=now).count()}
+        live_ids = list(_live_queryset(user=user, now=now).values_list("pk", flat=True))
+        read_count = len(degraded_read_ids(user=user, announcement_ids=live_ids))
+        return {"read": read_count, "unread": len(live_ids) - read_count}
     read = sum(1 for _, is_read in visible.values() if is_read)
     return {"read": read, "unread": len(visible) - read}
 
@@ -125,7 +166,8 @@ def announcement_list(
             qs = qs.filter(Q(publish_at__lt=after_at) | Q(publish_at=after_at, id__lt=after[1]))
         rows_list = list(qs[: limit + 1])
         more = len(rows_list) > limit
-        items = [AnnouncementItem(row, False) for row in rows_list[:limit]]
+        read_ids = degraded_read_ids(user=user, announcement_ids=[row.pk for row in rows_list[:limit]])
+        items = [AnnouncementItem(row, row.pk in read_ids) for row in rows_list[:limit]]
     next_cursor = None
     if more and items:
         last = items[-1].announcement
@@ -145,8 +187,10 @@ def announcement_get(*, user: User, announcement_id: int, now: datetime | None =
         read = visible[int(announcement_id)][1]
         announcement = Announcement.objects.filter(pk=announcement_id).first()
     except RedisError:
-        read = False
         announcement = _live_queryset(user=user, now=now).filter(pk=announcement_id).first()
+        if announcement is None:
+            raise NotFound("Announcement not found.") from None
+        read = announcement.pk in degraded_read_ids(user=user, announcement_ids=[announcement.pk])
     if announcement is None:
         raise NotFound("Announcement not found.")
     return AnnouncementItem(announcement, read)
@@ -160,7 +204,9 @@ def announcement_pinned_unread(*, user: User, now: datetime | None = None) -> li
     try:
         visible = _visible_from_redis(user=user, now=now)
     except RedisError:
-        return list(_live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id")[:5])
+        pinned = list(_live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id"))
+        read_ids = degraded_read_ids(user=user, announcement_ids=[row.pk for row in pinned])
+        return [row for row in pinned if row.pk not in read_ids][:5]
     unread = [pk for pk, (_, read) in visible.items() if not read]
     if not unread:
         return []
@@ -175,8 +221,9 @@ def announcement_pinned(*, user: User, now: datetime | None = None) -> list[Anno
     try:
         visible = _visible_from_redis(user=user, now=now)
     except RedisError:
-        rows = _live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id")
-        return [AnnouncementItem(row, False) for row in rows]
+        pinned = list(_live_queryset(user=user, now=now).filter(pinned=True).order_by("-publish_at", "-id"))
+        read_ids = degraded_read_ids(user=user, announcement_ids=[row.pk for row in pinned])
+        return [AnnouncementItem(row, row.pk in read_ids) for row in pinned]
     rows = Announcement.objects.filter(pk__in=list(visible), pinned=True).order_by("-publish_at", "-id")
     return [AnnouncementItem(row, visible[row.pk][1]) for row in rows]
 

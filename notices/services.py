@@ -18,13 +18,14 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from core import outbox
 from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
 from core.selectors import user_platforms
 from notices import readmodel
-from notices.exceptions import ReadStateUnavailable
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
+from notices.selectors import READ_TOPIC, degraded_read_ids
 
 UPDATABLE_FIELDS = frozenset({"title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned"})
 SUMMARY_LENGTH = 160  # derived summaries
@@ -63,8 +64,9 @@ def _check_text(*, title: str, body_html: str, summary: str = "") -> None:
         raise ValidationFailed("A body is required.", fields={"body_html": ["This field may not be blank."]})
 
 
-def _set_platforms(*, announcement: Announcement, platforms: list[str]) -> None:
-    current = set(announcement.platform_rows.values_list("platform", flat=True))
+def _set_platforms(*, announcement: Announcement, platforms: list[str], created: bool = False) -> None:
+    # A new announcement has no rows yet: no SELECT on the publish path.
+    current = set() if created else set(announcement.platform_rows.values_list("platform", flat=True))
     for row in announcement.platform_rows.filter(platform__in=current - set(platforms)):
         row.delete()  # one by one: each post_delete drops that platform's bitmaps
     for platform in platforms:
@@ -100,7 +102,7 @@ def announcement_create(
         expire_at=expire_at,
         pinned=bool(pinned),
     )
-    _set_platforms(announcement=announcement, platforms=clean_platforms)
+    _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
     return announcement
 
 
@@ -180,13 +182,42 @@ def _targets_for(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int
 
 
 def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read: bool, now: datetime | None) -> bool:
-    targets = _targets_for(user=user, announcement_id=int(announcement_id), now=now or timezone.now())
+    now = now or timezone.now()
+    announcement_id = int(announcement_id)
+    targets = _targets_for(user=user, announcement_id=announcement_id, now=now)
+    user_id = readmodel.user_id_of(user)
     try:
-        return readmodel.mark(
-            platforms=targets, user_id=readmodel.user_id_of(user), announcement_id=int(announcement_id), read=read
-        )
-    except RedisError as exc:
-        raise ReadStateUnavailable("Read state is unavailable; try again shortly.") from exc
+        # A mark must not overtake the user's marks still waiting in the outbox.
+        if outbox.settle_user(user_id=user_id):
+            return readmodel.mark(platforms=targets, user_id=user_id, announcement_id=announcement_id, read=read)
+    except RedisError:
+        pass
+    # Redis is down (or the user's older marks still wait): PostgreSQL has
+    # just confirmed the announcement is live to the user; keep the mark in
+    # the outbox, where degraded reads see it and the replay applies it.
+    was_read = announcement_id in degraded_read_ids(user=user, announcement_ids=[announcement_id])
+    outbox.enqueue(
+        topic=READ_TOPIC,
+        payload={"announcement_id": announcement_id, "platforms": targets, "read": read, "at_ms": readmodel.to_ms(now)},
+        user_id=user_id,
+    )
+    return was_read != read
+
+
+def replay_mark(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``notices.read``: sets the bits to the given value (idempotent).
+
+    The mark script skips an announcement no longer in the index, so a mark
+    replayed after a delete does not bring its bitmap back.
+    """
+    if user_id is None:
+        raise ValueError("a notices.read entry needs a user")
+    readmodel.mark(
+        platforms=[str(p) for p in payload["platforms"]],
+        user_id=int(user_id),
+        announcement_id=int(payload["announcement_id"]),
+        read=bool(payload["read"]),
+    )
 
 
 def announcement_mark_read(

@@ -15,6 +15,7 @@ from django.db.models.signals import post_delete, post_init, post_save
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
+from core import outbox
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 
@@ -23,28 +24,28 @@ logger = logging.getLogger(__name__)
 INDEXED_FIELDS = ("publish_at", "expire_at")
 
 
+PLATFORM_SYNC_TOPIC = "notices.platform_sync"
+
+
 def _sync_after_commit(platform: str, drop_ids: tuple[int, ...] = ()) -> None:
     def sync() -> None:
         try:
             readmodel.platform_sync(platform=platform, drop_ids=drop_ids)
         except RedisError:
             # Until a sync succeeds, readers see the index as it was before this
-            # commit; the retried task (and the periodic rebuild) catches it up.
-            logger.warning("could not sync announcements of platform %s to redis; retrying later", platform)
-            _retry_later(platform, drop_ids)
+            # commit (the PostgreSQL fallback while Redis is down); the outbox
+            # replays the sync once Redis answers.
+            logger.warning("could not sync announcements of platform %s to redis; queued in the outbox", platform)
+            outbox.enqueue_after_failure(
+                topic=PLATFORM_SYNC_TOPIC, payload={"platform": platform, "drop_ids": list(drop_ids)}
+            )
 
     transaction.on_commit(sync)
 
 
-def _retry_later(platform: str, drop_ids: tuple[int, ...]) -> None:
-    from notices.tasks import platform_sync_task
-
-    try:
-        platform_sync_task.apply_async((platform, list(drop_ids)), countdown=5)
-    except Exception:
-        # Broker down as well (or an eager run that failed again): the periodic
-        # rebuild_all task and `manage.py notices_rebuild` restore the index.
-        logger.exception("could not schedule a retry of the %s announcement sync", platform)
+def replay_platform_sync(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler: the sync rebuilds the platform's index from PostgreSQL (idempotent)."""
+    readmodel.platform_sync(platform=str(payload["platform"]), drop_ids=[int(i) for i in payload["drop_ids"]])
 
 
 def _indexed_values(instance: Announcement) -> tuple[Any, ...]:

@@ -43,8 +43,13 @@ start() {
 stop() {
   for port in "${PORTS[@]}"; do
     pidfile="$DIR/$port/redis.pid"
+    # Only the process this script started (its pid file), and only while
+    # that pid is still a redis-server (a stale file may name another process).
     if [ -f "$pidfile" ]; then
-      kill "$(cat "$pidfile")" 2>/dev/null || true
+      pid="$(cat "$pidfile")"
+      if [ "$(ps -p "$pid" -o comm= 2>/dev/null)" = "redis-server" ]; then
+        kill "$pid" 2>/dev/null || true
+      fi
     fi
   done
   sleep 0.3

@@ -6,18 +6,28 @@
 
 Every test starts with an empty read model: the Redis database the suite
 uses (db 15 in CI, or the embedded fakeredis server) is flushed around it.
+With ``MESSAGECENTER_REDIS_CLUSTER_URL`` set (``make test-cluster``, the CI's
+third pass) the read model is on a Redis Cluster: the run gets a key prefix of
+its own and only keys under it are deleted, on every master. Tests marked
+``not_on_cluster`` are deselected there, visibly, with their reasons;
+``celery_worker`` tests where no worker can run (no RabbitMQ, SQLite).
 """
 
 import os
+import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 from django_redis import get_redis_connection
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -27,19 +37,102 @@ from core.redis import get_redis
 from tests.factories import SuperuserFactory, UserFactory
 
 
-def _flush() -> None:
+def on_cluster() -> bool:
+    """Is this run's read model on a Redis Cluster (the CI's third pass)?"""
+    return bool(os.environ.get("MESSAGECENTER_REDIS_CLUSTER_URL"))
+
+
+def _flush_cluster_prefix(client: RedisCluster, prefix: str) -> None:
+    """Delete this run's keys on every master of a shared cluster.
+
+    FLUSHDB would also wipe the keys of another run using the same cluster
+    (a developer beside CI). Keys go one by one: a node refuses a multi-key
+    DEL across slots even when it holds them all.
+    """
+    for node in client.get_primaries():
+        node_client = client.get_redis_connection(node)
+        pipe = node_client.pipeline(transaction=False)
+        for key in node_client.scan_iter(match=f"{prefix}*", count=1000):
+            pipe.delete(key)
+        pipe.execute()
+
+
+def flush_redis() -> None:
+    """Empty the read model and the cache (on a cluster: only this run's keys)."""
     reset_breakers()
-    get_redis().flushdb()
+    client = get_redis()
+    if isinstance(client, RedisCluster):
+        _flush_cluster_prefix(client, str(settings.MESSAGECENTER_KEY_PREFIX))
+    else:
+        client.flushdb()
     connection = get_redis_connection("default")
-    if connection is not get_redis():
+    if connection is not client:
         connection.flushdb()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cluster_run_prefix() -> Iterator[None]:
+    """On a cluster every run gets its own key prefix (the test slot's), since
+    runs share the cluster's one database while each has its own plain-Redis db."""
+    if not on_cluster():
+        yield
+        return
+    from config.settings.test import TEST_SLOT
+
+    with override_settings(MESSAGECENTER_KEY_PREFIX=f"{settings.MESSAGECENTER_KEY_PREFIX}s{TEST_SLOT}:"):
+        yield
+
+
+CROSS_SLOT = re.compile(r"CROSSSLOT|same key slot|non local key|cross.?slot", re.IGNORECASE)
+
+
 @pytest.fixture(autouse=True)
-def _clean_redis() -> Iterator[None]:
-    _flush()
+def _cluster_slot_guard() -> Iterator[None]:
+    """On a cluster, a cross-slot error fails the test even when product code
+    swallowed it (the read model falls back to PostgreSQL on any RedisError,
+    so a cross-slot script or pipeline would otherwise pass as "degraded")."""
+    if not on_cluster():
+        yield
+        return
+    seen: list[str] = []
+
+    def note(error: BaseException) -> None:
+        if CROSS_SLOT.search(str(error)):
+            seen.append(f"{type(error).__name__}: {error}")
+
+    real_command, real_execute = RedisCluster.execute_command, ClusterPipeline.execute
+
+    def execute_command(self: RedisCluster, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_command(self, *args, **kwargs)
+        except Exception as error:
+            note(error)
+            raise
+
+    def execute(self: ClusterPipeline, raise_on_error: bool = True) -> Any:
+        try:
+            results = real_execute(self, raise_on_error)
+        except Exception as error:
+            note(error)
+            raise
+        for result in results:
+            if isinstance(result, Exception):
+                note(result)
+        return results
+
+    with (
+        mock.patch.object(RedisCluster, "execute_command", execute_command),
+        mock.patch.object(ClusterPipeline, "execute", execute),
+    ):
+        yield
+    assert not seen, f"cross-slot errors on the Redis Cluster: {seen[:3]}"
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis(_cluster_run_prefix: None, _cluster_slot_guard: None) -> Iterator[None]:
+    flush_redis()
     yield
-    _flush()
+    flush_redis()
 
 
 @pytest.fixture
@@ -133,6 +226,17 @@ def redis_cluster_url() -> Iterator[str]:
         subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], check=False, capture_output=True)  # noqa: S603, S607
 
 
+def _celery_workers_unavailable() -> str | None:
+    """Why real Celery workers cannot run here, or None when they can."""
+    if "sqlite" in settings.DATABASES["default"]["ENGINE"]:
+        return "the database is SQLite (a worker process cannot share the test database)"
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=0.5).close()
+    except OSError:
+        return "RabbitMQ does not answer on 127.0.0.1:5672"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every database test runs with real transactions.
 
@@ -148,6 +252,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=cluster_items)
             items[:] = [item for item in items if not item.get_closest_marker("cluster")]
             print(f"\n{len(cluster_items)} Redis Cluster tests deselected: redis-server is not installed")
+    worker_items = [item for item in items if item.get_closest_marker("celery_worker")]
+    worker_off = _celery_workers_unavailable() if worker_items else None
+    if worker_off:
+        config.hook.pytest_deselected(items=worker_items)
+        items[:] = [item for item in items if not item.get_closest_marker("celery_worker")]
+        print(f"\n{len(worker_items)} Celery worker tests deselected: {worker_off}")
+    if on_cluster():
+        # Tests that cannot work on a cluster by design (each carries its
+        # reason): deselected visibly, never skipped silently.
+        # The tests/faults tests with a private redis-server (marker redis_server)
+        # point Django's cache at it and stop it to take the read model down;
+        # on a cluster the read model stays on the cluster, so they count too.
+        def off_reason(item: pytest.Item) -> str | None:
+            marker = item.get_closest_marker("not_on_cluster")
+            if marker is not None:
+                return str(marker.kwargs.get("reason") or "no reason given")
+            if item.get_closest_marker("redis_server") is not None:
+                return "stops a private single redis-server to take the read model down (marker redis_server)"
+            return None
+
+        off = [item for item in items if off_reason(item)]
+        if off:
+            config.hook.pytest_deselected(items=off)
+            items[:] = [item for item in items if not off_reason(item)]
+            reasons: dict[str, int] = {}
+            for item in off:
+                reason = str(off_reason(item))
+                reasons[reason] = reasons.get(reason, 0) + 1
+            print(f"\n{len(off)} tests deselected on the Redis Cluster (marker not_on_cluster):")
+            for reason, count in sorted(reasons.items()):
+                print(f"  {count} x {reason}")
     for item in items:
         marker = item.get_closest_marker("django_db")
         if marker is not None and not marker.kwargs.get("transaction"):

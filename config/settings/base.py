@@ -139,7 +139,19 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+# How often beat replays the outbox of read-model writes that failed while Redis was down.
+MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
+# How often beat copies changed read state (read bitmaps, unseen watermarks) to
+# PostgreSQL: the worst-case loss of read marks when Redis loses its data.
+MESSAGECENTER_SNAPSHOT_SECONDS: float = env.float("MESSAGECENTER_SNAPSHOT_SECONDS", default=60.0)
+# check_redis: how often beat compares the Redis read model with PostgreSQL, and
+# whether that run also mends the drift it finds (by re-running the mirrors).
+MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
+MESSAGECENTER_CHECK_REPAIR: bool = env.bool("MESSAGECENTER_CHECK_REPAIR", default=True)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    # Durable read state: changed read bitmaps and watermarks -> PostgreSQL snapshots.
+    "notices-read-snapshot": {"task": "notices.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
+    "messagecenter-read-snapshot": {"task": "messagecenter.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
     # Prunes expired announcements from the platform indexes and rebuilds them
     # from PostgreSQL (correctness never waits for it: reads filter by time).
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
@@ -152,6 +164,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "messagecenter-notifications-sweep": {"task": "messagecenter.notifications_sweep", "schedule": 60},
     # Operator-configured rules that are due (last_run_at + interval <= now).
     "messagecenter-rules-run-due": {"task": "messagecenter.rules_run_due", "schedule": 60},
+    # Read-model writes (and marks) that failed while Redis was down, replayed in order.
+    "core-outbox-replay": {
+        "task": "core.outbox_replay",
+        "schedule": MESSAGECENTER_OUTBOX_REPLAY_SECONDS,
+    },
+    # Drift between PostgreSQL and the Redis read model: found, recorded, mended.
+    "core-check-redis": {"task": "core.check_redis", "schedule": MESSAGECENTER_CHECK_SECONDS},
 }
 
 # --- Auth, i18n, static -------------------------------------------------------
@@ -192,7 +211,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
@@ -231,6 +250,15 @@ MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", defa
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
+# check_redis's push-delivery check: recipients sampled per message, newest
+# delivered push messages looked at (a full check is O(users x items)).
+MESSAGECENTER_CHECK_PUSH_SAMPLE: int = env.int("MESSAGECENTER_CHECK_PUSH_SAMPLE", default=200)
+MESSAGECENTER_CHECK_PUSH_MESSAGES: int = env.int("MESSAGECENTER_CHECK_PUSH_MESSAGES", default=50)
+# With Redis down the inbox answers from PostgreSQL: newest rows of each item
+# kind scanned per request (messages, bulletins, notifications).
+MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LIMIT", default=5000)
+# Items younger than this may still wait for their delivery task: check_redis skips them.
+MESSAGECENTER_CHECK_GRACE_SECONDS: float = env.float("MESSAGECENTER_CHECK_GRACE_SECONDS", default=60.0)
 
 LOGGING = {
     "version": 1,

@@ -29,17 +29,22 @@ import tempfile  # noqa: E402
 from config.settings.base import CACHES, DATABASES, REDIS_URL, _redis_cache  # noqa: E402
 
 
-def _take_slot(slots: int = 8) -> int:
-    for slot in range(slots):
-        handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-slot-{slot}.lock"), "w")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        _held_locks.append(handle)
-        return slot
-    return 0
+def _take_slot(slots: int = 12) -> int:
+    # Slots map to Redis dbs 15 down to 4 (the benchmark uses db 3). When every
+    # slot is busy, wait for one: sharing a slot would flush another run's data.
+    import time
+
+    while True:
+        for slot in range(slots):
+            handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-slot-{slot}.lock"), "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            _held_locks.append(handle)
+            return slot
+        time.sleep(1)
 
 
 _held_locks: list[object] = []

@@ -8,7 +8,18 @@
 -- them: the user's notification zset; ops "read" and "read_all" take n more:
 -- the user's ever-read bitmaps of the same months).
 -- ARGV: 1 op, 2 now (ms), 3 n, 4..3+n months; then "1" + settle/merge
--- arguments or "0"; then the op's own arguments.
+-- arguments, or "0", or "2" + max items (the checked fast path below); then
+-- the op's own arguments.
+--
+-- Fast path ("2", single Redis only: the global keys live in another cluster
+-- slot): five more KEYS after all others, 1 removal version, 2 pull sequence,
+-- 3 bulletin update time, 4 bulletin config zset, 5 item detail hash. The
+-- script checks here, atomically, what the caller's planning pipeline would
+-- have checked: nothing to settle or merge (the user's watermarks are level
+-- with the global markers) and every month of the user is among the n passed.
+-- Then it settles expiry and runs the op in this one round trip (op "page"
+-- also returns the page's details); otherwise it changes nothing and returns
+-- "STALE", and the caller plans (the slower, cluster-safe route).
 --
 -- A member is "<ref>|<category>|<month>|<offset>": the category names its
 -- zset and counter, (month, offset) its bits in seed 004's bitmaps.
@@ -85,16 +96,53 @@ local function present(member)
   return redis.call("GETBIT", PUSH[month], off) == 1
 end
 
+local function settle_expired()
+  -- Expiry is exact: an item whose expire_at has come is gone from every view.
+  local expired = redis.call("ZRANGEBYSCORE", KEYS[8], "-inf", now)
+  for _, member in ipairs(expired) do remove(member) end
+end
+
+local function trim(max_items)
+  local extra = redis.call("ZCARD", KEYS[1]) - max_items
+  if extra > 0 then
+    for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, extra - 1)) do remove(member) end
+  end
+end
+
+-- Would planning find nothing to settle or merge? Mirrors readmodel/inbox.py _plan.
+local function level(g)
+  for _, month in ipairs(redis.call("SMEMBERS", KEYS[9])) do
+    if not MONTH_INDEX[month] then return false end
+  end
+  local state = redis.call("HMGET", KEYS[10], "settled", "pull", "bd")
+  local access = redis.call("GET", KEYS[11])
+  if not access or not state[3] then return false end
+  if tonumber(redis.call("GET", KEYS[g]) or "0") > tonumber(state[1] or "0") then return false end
+  if tonumber(redis.call("GET", KEYS[g + 1]) or "0") > tonumber(state[2] or "0") then return false end
+  if tonumber(redis.call("GET", KEYS[g + 2]) or "0") > tonumber(access) then return false end
+  local latest = redis.call("ZREVRANGEBYSCORE", KEYS[g + 3], now, "-inf", "WITHSCORES", "LIMIT", 0, 1)
+  if #latest == 2 and tonumber(latest[2]) > tonumber(state[3]) then return false end
+  return true
+end
+
+-- The item detail hash when on the fast path (op "page" returns details).
+local DETAIL = nil
+
 -- Settle and merge --------------------------------------------------------
-if ARGV[a] == "1" then
+if ARGV[a] == "2" then
+  local g = #KEYS - 4
+  if not level(g) then return "STALE" end
+  DETAIL = KEYS[g + 4]
+  settle_expired()
+  trim(tonumber(ARGV[a + 1]))
+  a = a + 2
+elseif ARGV[a] == "1" then
   local settled = ARGV[a + 1]
   local nrem = tonumber(ARGV[a + 2])
   a = a + 3
   for i = 0, nrem - 1 do remove(ARGV[a + i]) end
   a = a + nrem
-  -- Expiry is exact: an item whose expire_at has come is gone from every view.
-  local expired = redis.call("ZRANGEBYSCORE", KEYS[8], "-inf", now)
-  for _, member in ipairs(expired) do remove(member) end
+  settle_expired()
   local ncand = tonumber(ARGV[a])
   a = a + 1
   for i = 0, ncand - 1 do
@@ -107,10 +155,7 @@ if ARGV[a] == "1" then
   if ARGV[a + 2] ~= "" then redis.call("HSET", KEYS[10], "pull", ARGV[a + 2]) end
   local max_items = tonumber(ARGV[a + 3])
   a = a + 4
-  local extra = redis.call("ZCARD", KEYS[1]) - max_items
-  if extra > 0 then
-    for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, extra - 1)) do remove(member) end
-  end
+  trim(max_items)
 else
   a = a + 1
 end
@@ -170,6 +215,13 @@ elseif op == "page" then
     if #rows < 2 * batch then break end
     offset = offset + batch
   end
+  if DETAIL then
+    local refs = {}
+    for i, member in ipairs(members) do refs[i] = parse(member) end
+    local details = {}
+    if #refs > 0 then details = redis.call("HMGET", DETAIL, unpack(refs)) end
+    return {members, scores, reads, {more, pos_raw, pos_skip}, counts(), details}
+  end
   return {members, scores, reads, {more, pos_raw, pos_skip}, counts()}
 
 elseif op == "get" then
@@ -207,13 +259,18 @@ elseif op == "hide_ref" then
 
 elseif op == "read_all" then
   -- One step: every live unread item of the category (or all) becomes read.
+  -- An optional upper score bound (ARGV[a + 1], "" = none) limits it to items
+  -- that existed when the user asked: a "read all" accepted while Redis was
+  -- down and replayed later must not swallow items that arrived meanwhile.
   local cat = ARGV[a]
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end
+  local upto = ARGV[a + 1]
+  if upto == nil or upto == "" then upto = "+inf" end
   -- Returns {marked, refs first read by the user} (the caller counts those;
   -- the per-item counters are global keys, so they are not touched here).
   local marked, first = 0, {}
-  for _, member in ipairs(redis.call("ZRANGE", key, 0, -1)) do
+  for _, member in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", upto)) do
     local ref, c, month, off = parse(member)
     if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
       marked = marked + 1

@@ -11,6 +11,7 @@ from core.redis import get_redis, is_cluster
 
 INBOX_SCRIPT = LuaScript(__file__, "../lua/inbox.lua")
 GLOBAL_SCRIPT = LuaScript(__file__, "../lua/global.lua")
+DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua")
 
 # Fixed KEYS of inbox.lua before the per-month bitmaps.
 CATEGORY_ORDER = ("system", "promotion", "transaction", "interaction")

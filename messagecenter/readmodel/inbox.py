@@ -16,20 +16,29 @@ Every user-facing call takes the same route:
 
 Global keys and per-user keys live in different cluster slots, hence the
 separate round trips; no script ever touches a key it was not given.
+
+Reads (page, counts) first try one round trip on a single Redis: the script
+gets the global markers' keys too, checks itself that nothing needs settling
+or merging, and runs the op (the page's details included); it answers
+"STALE" without changing anything when something moved, and the route above
+runs instead. Which months' bitmaps to pass comes from a hint kept per
+process (the script checks it against the user's months set).
 """
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
 from core import keys
-from core.redis import get_redis
+from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
-from messagecenter.readmodel.reads import record_first_reads
+from messagecenter.readmodel.reads import record_reads
+from messagecenter.readmodel.snapshots import record_seen
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -162,12 +171,57 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     return plan
 
 
+# user id -> months (``yyyymm``) of the user's bitmaps, as last planned: the
+# fast path passes those bitmaps. Only a hint (the script checks it), so a
+# plain bounded dict shared by threads is enough.
+_months_hint: dict[int, tuple[str, ...]] = {}
+MONTHS_HINT_USERS = 100_000
+STALE = b"STALE"
+
+
 def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
     months = sorted(plan.months)
+    if len(_months_hint) >= MONTHS_HINT_USERS:
+        _months_hint.clear()
+    _months_hint[user_id] = tuple(months)
     script_keys = user_keys(user_id, months)
     if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
         script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
     return INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, *plan.sync_args, *op_args])
+
+
+def _fast(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any | None:
+    """The op in one round trip when nothing needs settling or merging, else None.
+
+    Single Redis only: the script reads the global markers itself, which on
+    a cluster live in another slot. None also when the months hint is missing
+    or out of date; the caller then plans. The script changes nothing when it
+    answers STALE, so a write op (read_all) is safe here too.
+    """
+    months = _months_hint.get(user_id)
+    if months is None or is_cluster():
+        return None
+    script_keys = user_keys(user_id, list(months))
+    if op in ("read", "read_all"):  # as in _run: the ever-read bitmaps follow
+        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    script_keys += [
+        keys.mc_removed_version(),
+        keys.mc_pull_sequence(),
+        keys.mc_bulletin_update_time(),
+        keys.mc_bulletin_config(),
+        keys.mc_item_detail(),
+    ]
+    max_items = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
+    result = INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, "2", max_items, *op_args])
+    return None if result == STALE else result
+
+
+def _read(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any:
+    """Run a read op: the one-round-trip path when it applies, else plan and run."""
+    result = _fast(user_id, now_ms, op, op_args)
+    if result is None:
+        result = _run(user_id, now_ms, op, _plan(user_id, now_ms), op_args)
+    return result
 
 
 @dataclass(frozen=True)
@@ -216,12 +270,10 @@ def inbox_page(
     unread_only: bool,
     since_ms: int | None,
 ) -> Page:
-    plan = _plan(user_id, now_ms)
-    result = _run(
+    result = _read(
         user_id,
         now_ms,
         "page",
-        plan,
         [
             category or "",
             "+inf" if max_score is None else max_score,
@@ -231,10 +283,9 @@ def inbox_page(
             "-inf" if since_ms is None else f"({since_ms}",
         ],
     )
-    members, scores, reads, position, counts = result
-    members = [m.decode() for m in members]
-    refs = [parse_member(m)[0] for m in members]
-    details: list[Any] = get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
+    members, scores, reads, position, counts, *fetched = result
+    refs = [m.decode().split("|", 1)[0] for m in members]
+    details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
     rows = []
     for ref, score, read, raw in zip(refs, scores, reads, details, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
@@ -246,7 +297,7 @@ def inbox_page(
 
 
 def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
-    return _counts(_run(user_id, now_ms, "counts", _plan(user_id, now_ms), []))
+    return _counts(_read(user_id, now_ms, "counts", []))
 
 
 def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
@@ -267,9 +318,10 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     if plan.detail is None:
         return False
     result = int(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
-    if result == 2:  # the user's first read of the item
-        record_first_reads(refs=[ref], now_ms=now_ms)
     if result:
+        # 2: the user's first read of the item (counted in the same round trip).
+        month = parse_member(plan.detail["member"])[2]
+        record_reads(user_id=user_id, months=[month], first_refs=[ref] if result == 2 else [], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
     return bool(result)
 
@@ -284,15 +336,28 @@ def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
     return done
 
 
-def inbox_read_all(*, user_id: int, category: str | None, now_ms: int) -> int:
-    marked, first = _run(user_id, now_ms, "read_all", _plan(user_id, now_ms), [category or ""])
-    if first:
-        record_first_reads(refs=[r.decode() for r in first], now_ms=now_ms)
+def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score: int | None = None) -> int:
+    """Mark every live item (of the category) read; with ``max_score`` only
+    items scored at or below it (the replay of a mark accepted while Redis was down)."""
+    # One round trip when the user is settled (the months hint covers every
+    # month the user has: the script checked it), else plan first.
+    months: Iterable[str] = _months_hint.get(user_id, ())
+    op_args = [category or "", "" if max_score is None else max_score]
+    result = _fast(user_id, now_ms, "read_all", op_args)
+    if result is None:
+        plan = _plan(user_id, now_ms)
+        months = plan.months
+        result = _run(user_id, now_ms, "read_all", plan, op_args)
+    marked, first = result
     if marked:
+        # The script does not say which months it changed; a month noted in vain
+        # costs the snapshot job one re-copy.
+        record_reads(user_id=user_id, months=months, first_refs=[r.decode() for r in first], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason="read_all")
     return int(marked)
 
 
 def inbox_seen(*, user_id: int, now_ms: int) -> None:
     _run(user_id, now_ms, "seen", _plan(user_id, now_ms), [])
+    record_seen(user_id=user_id)
     live.inbox_changed(user_ids=[user_id], reason="seen")

@@ -2,9 +2,11 @@
 
 Writers call ``inbox_changed`` after their Redis write succeeded; it bumps
 each user's version and publishes ``{"v": version, "reason": ...}`` on the
-user's channel in one pipeline. Publishing is best effort: a failure is
-logged and never fails the write (the polling fallback still sees the new
-version, or the new counts once Redis is back).
+user's channel (one small script per user: one round trip). The push fan-out
+does the same inside its own script (messagecenter/lua/deliver.lua).
+Publishing is best effort: a failure is logged and never fails the write
+(the polling fallback still sees the new version, or the new counts once
+Redis is back).
 
 Readers: ``counts_etag`` (the counts endpoint answers 304 while it is
 unchanged), ``subscribe`` (a blocking pub/sub for WSGI workers) and
@@ -21,10 +23,13 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from core import keys
+from core.lua import LuaScript
 from core.platforms import ALL_PLATFORMS
 from core.redis import get_redis, is_cluster
 
 logger = logging.getLogger(__name__)
+
+_LIVE_SCRIPT = LuaScript(__file__, "../lua/live.lua")
 
 # Time-driven changes (an item expiring, a scheduled announcement going live)
 # bump no counter; the ETag therefore also carries a time bucket, which bounds
@@ -33,24 +38,38 @@ ETAG_TIME_BUCKET_MS = 60_000
 
 
 def inbox_changed(*, user_ids: Iterable[int], reason: str) -> None:
-    """Bump the users' versions and tell their open pages; never raises."""
+    """Bump the users' versions and tell their open pages; never raises.
+
+    One live.lua call per user (INCR and PUBLISH in one round trip), the
+    calls of several users in one pipeline on a single Redis.
+    """
     ids = [int(u) for u in user_ids]
     if not ids:
         return
+    publish = available()  # no streams on a cluster (pages poll): the versions are what counts
+    head, tail = event_parts(reason)
     try:
         client = get_redis()
+        calls = [
+            ([keys.live_user_version(user_id)], [keys.live_user_channel(user_id) if publish else "", head, tail])
+            for user_id in ids
+        ]
+        if len(calls) == 1 or is_cluster():
+            for script_keys, args in calls:
+                _LIVE_SCRIPT(script_keys, args, client=client)
+            return
         pipe = client.pipeline(transaction=False)
-        for user_id in ids:
-            pipe.incr(keys.live_user_version(user_id))
-        versions = pipe.execute()
-        if not available():
-            return  # no streams on a cluster (pages poll): the versions are what counts
-        pipe = client.pipeline(transaction=False)
-        for user_id, version in zip(ids, versions, strict=True):
-            pipe.publish(keys.live_user_channel(user_id), json.dumps({"v": int(version), "reason": reason}))
+        for script_keys, args in calls:
+            _LIVE_SCRIPT(script_keys, args, client=pipe)
         pipe.execute()
     except RedisError:
         logger.warning("live update for %d user(s) not published", len(ids), exc_info=True)
+
+
+def event_parts(reason: str) -> tuple[str, str]:
+    """An event is ``head + version + tail``: the fan-out script (deliver.lua)
+    builds each recipient's event from these, so both writers send the same JSON."""
+    return '{"v":', ',"reason":' + json.dumps(reason) + "}"
 
 
 def user_version(*, user_id: int) -> int:

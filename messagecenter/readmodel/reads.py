@@ -7,7 +7,8 @@ are counted, so marking an item read, unread and read again, or repeating
 "read all", counts a user once.
 The counters are global keys (one hash per item), so they are written here, in
 one pipeline after the script, never inside the per-user script (it runs on
-the user's Redis Cluster slot).
+the user's Redis Cluster slot). The same pipeline notes the changed months in
+the read-state snapshot job's dirty set (a global key too).
 """
 
 import logging
@@ -19,21 +20,27 @@ from redis.exceptions import RedisError
 from core import keys
 from core.insight import READ_HOURS_TTL_SECONDS, hour_of, hours_from_hashes
 from core.redis import get_redis
+from messagecenter.readmodel.snapshots import dirty_members
 
 logger = logging.getLogger(__name__)
 
 
-def record_first_reads(*, refs: Iterable[str], now_ms: int) -> None:
-    """Add one first read in the current hour to each ref (one round trip; nothing when empty).
+def record_reads(*, user_id: int, months: Iterable[int | str], first_refs: Iterable[str], now_ms: int) -> None:
+    """After the script changed read bits: note the user's changed months for the
+    read-state snapshot job and add one first read in the current hour to each
+    of ``first_refs``, in one round trip (nothing when both are empty).
 
-    The read itself has happened: a failure here loses a statistic, never the
-    user's request.
+    The read itself has happened: a failure here loses a statistic and at most
+    one snapshot interval of durability, never the user's request.
     """
-    refs = list(refs)
-    if not refs:
+    refs = list(first_refs)
+    dirty = dirty_members(user_id=user_id, months=months)
+    if not refs and not dirty:
         return
     hour = hour_of(now_ms)
     pipe = get_redis().pipeline(transaction=False)
+    if dirty:
+        pipe.sadd(keys.mc_snapshot_dirty(), *dirty)
     for ref in refs:
         key = keys.mc_item_read_hours(ref)
         pipe.hincrby(key, str(hour), 1)
@@ -41,7 +48,7 @@ def record_first_reads(*, refs: Iterable[str], now_ms: int) -> None:
     try:
         pipe.execute()
     except RedisError:
-        logger.warning("first-read counters not updated for %d item(s)", len(refs), exc_info=True)
+        logger.warning("read notes not recorded for user %s (%d first read(s))", user_id, len(refs), exc_info=True)
 
 
 def read_hours(*, ref: str) -> dict[datetime, int]:

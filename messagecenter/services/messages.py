@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 from pyroaring import BitMap
 
@@ -123,7 +124,8 @@ def message_send(
             slot_month=month,
             slot_offset=offset,
         )
-        message.groups.set(groups)
+        if groups:  # a new message has none: skip the SELECT of set()
+            message.groups.set(groups)
         for position, upload in enumerate(image_files):
             MessageImage.objects.create(message=message, file=upload, position=position)
         from messagecenter.tasks import message_deliver_task
@@ -140,11 +142,13 @@ def _undo_if_retracted(message: Message) -> None:
     """A retraction that committed while this task was writing: its removal
     may have run before our write, so remove again (idempotent) after it."""
     if Message.objects.filter(pk=message.pk, status=MessageStatus.RETRACTED).exists():
-        entry = message_entry(message)
-        pull = message.delivery == DeliveryMode.PULL
-        publish.item_remove(
-            entry=entry, pull_member=publish.pull_member(entry, everyone=message.everyone) if pull else ""
-        )
+        _remove_everywhere(message)
+
+
+def _remove_everywhere(message: Message) -> None:
+    entry = message_entry(message)
+    pull = message.delivery == DeliveryMode.PULL
+    publish.item_remove(entry=entry, pull_member=publish.pull_member(entry, everyone=message.everyone) if pull else "")
 
 
 def message_deliver(*, message: Message) -> int:
@@ -156,8 +160,13 @@ def message_deliver(*, message: Message) -> int:
     entry = message_entry(message)
     if message.delivery == DeliveryMode.PULL:
         inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
-        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERED)
-        _undo_if_retracted(message)
+        # The row is locked by this UPDATE: a retraction that commits later
+        # removes the item after our write. Only when it did not match (a
+        # rerun, or retracted meanwhile) can a removal have gone first.
+        if not Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(
+            status=MessageStatus.DELIVERED
+        ):
+            _undo_if_retracted(message)
         return 0
     publish.item_detail_put(ref=entry.ref, detail=detail)
     chunks = _chunk_count(message)
@@ -182,9 +191,20 @@ def message_fanout_chunk(*, message: Message, index: int) -> int:
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     user_ids = list(message.audience[index * size : (index + 1) * size])
     inbox_deliver(entry=message_entry(message), user_ids=user_ids)
-    _undo_if_retracted(message)
-    FanoutChunk.objects.get_or_create(message=message, index=index, defaults={"size": len(user_ids)})
-    if FanoutChunk.objects.filter(message=message).count() >= _chunk_count(message):
+    # One INSERT ... ON CONFLICT DO NOTHING (mc_fanoutchunk_unique): a rerun
+    # keeps the first row, without get_or_create's savepoint and SELECT.
+    FanoutChunk.objects.bulk_create(
+        [FanoutChunk(message=message, index=index, size=len(user_ids))], ignore_conflicts=True
+    )
+    # One query, after our Redis write: the status (a retraction that
+    # committed meanwhile may have removed the item before we wrote it) and
+    # the chunks done so far (the last one marks the message delivered).
+    status, done = (
+        Message.objects.filter(pk=message.pk).annotate(done=Count("fanout_chunks")).values_list("status", "done").get()
+    )
+    if status == MessageStatus.RETRACTED:
+        _remove_everywhere(message)
+    elif done >= _chunk_count(message):
         Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERING).update(status=MessageStatus.DELIVERED)
     return len(user_ids)
 

@@ -37,7 +37,6 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import notifications as notifications_rm
 from messagecenter.readmodel import publish, to_ms
-from messagecenter.services.inbox import inbox_deliver
 from messagecenter.services.slots import slot_allocate
 
 MAX_TTL_SECONDS = 366 * 24 * 60 * 60  # a year and a day: anything longer is a mistake
@@ -219,9 +218,11 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
         return 0
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     user_ids = list(notification.audience[index * size : (index + 1) * size])
-    entry = notification_entry(notification)
-    inbox_deliver(entry=entry, user_ids=user_ids, now=now)
-    notifications_rm.notifications_index(entry=entry, user_ids=user_ids)
+    # The inboxes and each recipient's notification zset in the same script
+    # calls (deliver.lua), then the holders index the sweep walks.
+    publish.inbox_deliver(
+        entry=notification_entry(notification), user_ids=user_ids, now_ms=to_ms(now), notification=True
+    )
     _undo_if_withdrawn(notification)
     return len(user_ids)
 
@@ -292,7 +293,6 @@ def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
         audience = notification.audience
         for index in range(math.ceil(len(audience) / size)):
             user_ids = list(audience[index * size : (index + 1) * size])
-            inbox_deliver(entry=entry, user_ids=user_ids, now=now)
-            notifications_rm.notifications_index(entry=entry, user_ids=user_ids)
+            publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=to_ms(now), notification=True)
         count += 1
     return {"subscriptions": len(pairs), "notifications": count}

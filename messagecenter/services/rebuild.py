@@ -1,9 +1,11 @@
 """Rebuild of the read model from PostgreSQL (after a Redis loss).
 
-Restores groups, hidden items, bulletins, message details, pull items,
-push fan-outs, subscriber sets and live notifications, all idempotently. Read marks live in Redis bitmaps only;
-durable snapshots of them arrive with a later issue, so a rebuild from an
-empty Redis shows every item unread.
+Restores the read state first (read and ever-read bitmaps, unseen watermarks,
+from their snapshots), then groups, hidden items, bulletins, message details,
+pull items, push fan-outs, subscriber sets and live notifications, all
+idempotently. Deliveries and merges count an item unread only when its
+restored read bit is 0, so the unread counters come out as PostgreSQL plus
+the snapshots imply; marks made after the last snapshot are the only ones lost.
 """
 
 import math
@@ -11,46 +13,77 @@ import math
 from django.conf import settings
 from django.utils import timezone
 
+from core.progress import SILENT, Progress
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import Bulletin, DeliveryMode, InboxHidden, Message, MessageStatus, UserGroupMembership
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
+from messagecenter.services.snapshots import inbox_read_restore
 
 BATCH = 1000
 
 
-def inbox_rebuild() -> dict[str, int]:
-    """Mirror everything PostgreSQL holds into Redis; returns what was touched."""
+def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
+    """Mirror everything PostgreSQL holds into Redis; returns what was touched.
+
+    Safe while the site serves: every step only adds what is missing (NX
+    writes, snapshots restored where Redis has no key), so newer marks stay.
+    """
+    from messagecenter.services.notifications import notification_rebuild
     from messagecenter.signals import mirror_bulletin, mirror_user_groups
 
     now = timezone.now()
     now_ms = to_ms(now)
+    # Read state before any item lands in an inbox (restore.lua would correct
+    # the counters of items merged meanwhile too, but this way it has none to walk).
+    restored = inbox_read_restore(batch=BATCH, progress=progress)
+
     user_ids = sorted(set(UserGroupMembership.objects.values_list("user_id", flat=True)))
-    for start in range(0, len(user_ids), BATCH):
-        mirror_user_groups(user_ids[start : start + BATCH])
+    with progress.stage("group memberships", len(user_ids)) as stage:
+        for start in range(0, len(user_ids), BATCH):
+            batch = user_ids[start : start + BATCH]
+            mirror_user_groups(batch)
+            stage.advance(len(batch))
+
+    hidden_rows = InboxHidden.objects.values_list("user_id", "item_id")
     hidden = 0
-    for user_id, item_id in InboxHidden.objects.values_list("user_id", "item_id").iterator():
-        publish.user_hidden_add(user_id=user_id, ref=item_id, now_ms=now_ms)
-        hidden += 1
-    bulletins = 0
-    for bulletin_id in Bulletin.objects.values_list("pk", flat=True):
-        mirror_bulletin(bulletin_id, edit=False)
-        bulletins += 1
+    with progress.stage("hidden items", hidden_rows.count()) as stage:
+        for user_id, item_id in hidden_rows.iterator(chunk_size=BATCH):
+            publish.user_hidden_add(user_id=user_id, ref=item_id, now_ms=now_ms)
+            hidden += 1
+            stage.advance()
+
+    bulletin_ids = list(Bulletin.objects.values_list("pk", flat=True))
+    with progress.stage("bulletins", len(bulletin_ids)) as stage:
+        for bulletin_id in bulletin_ids:
+            mirror_bulletin(bulletin_id, edit=False)
+            stage.advance()
+
     messages = 0
     chunk = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     live = Message.objects.exclude(status=MessageStatus.RETRACTED).exclude(expire_at__lte=now)
-    for message in live.iterator():
-        entry = message_entry(message)
-        detail = message_detail(message)
-        if message.delivery == DeliveryMode.PULL:
-            inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
-        else:
-            audience = message.audience
-            publish.item_detail_put(ref=entry.ref, detail=detail)
-            for index in range(math.ceil(len(audience) / chunk)):
-                inbox_deliver(entry=entry, user_ids=list(audience[index * chunk : (index + 1) * chunk]), now=now)
-        messages += 1
-    from messagecenter.services.notifications import notification_rebuild
+    with progress.stage("messages", live.count()) as stage:
+        for message in live.iterator(chunk_size=BATCH):
+            entry = message_entry(message)
+            detail = message_detail(message)
+            if message.delivery == DeliveryMode.PULL:
+                inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
+            else:
+                audience = message.audience
+                publish.item_detail_put(ref=entry.ref, detail=detail)
+                for index in range(math.ceil(len(audience) / chunk)):
+                    inbox_deliver(entry=entry, user_ids=list(audience[index * chunk : (index + 1) * chunk]), now=now)
+            messages += 1
+            stage.advance()
 
-    notifications = notification_rebuild(now=now)
-    return {"users": len(user_ids), "hidden": hidden, "bulletins": bulletins, "messages": messages, **notifications}
+    with progress.stage("subscriptions and notifications", 1) as stage:
+        notifications = notification_rebuild(now=now)
+        stage.advance()
+    return {
+        "read_state": restored,
+        "users": len(user_ids),
+        "hidden": hidden,
+        "bulletins": len(bulletin_ids),
+        "messages": messages,
+        **notifications,
+    }

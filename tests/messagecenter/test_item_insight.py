@@ -172,6 +172,7 @@ def test_statistics_failure_does_not_fail_the_read(
     message = send(operator, to={"users": [recipient]})
 
     class _BrokenPipe:
+        def sadd(self, *args: Any) -> None: ...  # the read-state snapshot's dirty note
         def hincrby(self, *args: Any) -> None: ...
         def expire(self, *args: Any) -> None: ...
         def execute(self) -> None:

@@ -1,5 +1,6 @@
-"""With Redis down: inbox calls answer 503 in the envelope, committed writes
-are kept (the mirror is retried, and the rebuild restores it)."""
+"""With Redis down: inbox calls answer from PostgreSQL, marks are accepted into
+the outbox and replayed later, committed writes are kept (the mirror waits in
+the outbox, and the rebuild restores it)."""
 
 from io import StringIO
 from typing import Any
@@ -11,6 +12,8 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from core import outbox
+from core.models import OutboxEntry
 from messagecenter import services
 from messagecenter.models import Bulletin
 from tests.conftest import assert_error, client_for
@@ -31,19 +34,40 @@ def redis_down(monkeypatch: pytest.MonkeyPatch) -> Any:
     return monkeypatch
 
 
-def test_inbox_api_answers_503(recipient: Any, redis_down: Any) -> None:
+def test_inbox_marks_are_accepted_and_replayed(recipient: Any, clock: Any, redis_down: Any) -> None:
+    redis_down.undo()  # the bulletin reaches Redis first
+    bulletin = services.bulletin_create(title="kept", body_html="<p>b</p>", display_time=clock.now)
+    ref = f"b{bulletin.pk}"
     client = client_for(recipient)
-    assert_error(client.get("/api/v1/inbox/"), 503, "unavailable")
-    assert_error(client.post("/api/v1/inbox/m1/read/"), 503, "unavailable")
-    assert_error(client.post("/api/v1/inbox/read-all/"), 503, "unavailable")
+    assert [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]] == [(ref, False)]
+
+    import core.lua
+    from messagecenter.readmodel import entries, inbox, publish
+
+    dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    for module in (core.lua, entries, inbox, publish):
+        redis_down.setattr(module, "get_redis", lambda: dead)
+    assert client.post(f"/api/v1/inbox/{ref}/read/").status_code == 204
+    assert [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]] == [(ref, True)]
+    assert_error(client.post("/api/v1/inbox/m999/read/"), 404, "not_found")
+    assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 0}
+    assert client.post(f"/api/v1/inbox/{ref}/unread/").status_code == 204
+    assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 1}
+    assert client.post("/api/v1/inbox/seen/").status_code == 204
+    topics = list(OutboxEntry.objects.filter(user_id=recipient.pk).values_list("topic", flat=True))
+    assert topics == ["inbox.read", "inbox.read_all", "inbox.read", "inbox.read_all", "inbox.seen"]
+
+    redis_down.undo()
+    assert outbox.replay() == 5
+    body = client.get("/api/v1/inbox/").json()
+    assert [(i["id"], i["read"]) for i in body["results"]] == [(ref, True)]
+    assert (body["unread_count"], body["unseen_count"]) == (0, 0)
 
 
-def test_inbox_page_answers_503(recipient: Any, redis_down: Any) -> None:
+def test_inbox_page_answers_from_postgresql(recipient: Any, redis_down: Any) -> None:
     browser = Client()
     browser.force_login(recipient)
-    response = browser.get("/inbox/")
-    assert response.status_code == 503
-    assert "temporarily unavailable" in response.content.decode()
+    assert browser.get("/inbox/").status_code == 200
 
 
 def test_committed_bulletin_survives_and_the_rebuild_restores_it(
@@ -62,3 +86,34 @@ def test_committed_bulletin_survives_and_the_rebuild_restores_it(
         monkeypatch.setattr(module, "get_redis", original)
     call_command("messagecenter_rebuild", stdout=StringIO())
     assert [i["id"] for i in client_for(recipient).get("/api/v1/inbox/").json()["results"]] == [f"b{bulletin.pk}"]
+
+
+def test_replayed_read_all_leaves_items_that_arrived_later_unread(
+    recipient: Any, operator: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    import core.lua
+    from messagecenter.readmodel import entries, inbox, publish
+    from tests.messagecenter.conftest import send
+
+    first = send(operator, to={"users": [recipient]}, title="before the outage")
+    client = client_for(recipient)
+    assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
+
+    dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    real = {m: m.get_redis for m in (core.lua, entries, inbox, publish)}
+    for module in real:
+        monkeypatch.setattr(module, "get_redis", lambda: dead)
+    clock.now += timedelta(minutes=1)
+    assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 1}
+    for module, get in real.items():
+        monkeypatch.setattr(module, "get_redis", get)
+
+    # Redis is back, but the outbox has not been replayed yet when a new item lands.
+    clock.now += timedelta(minutes=1)
+    later = send(operator, to={"users": [recipient]}, title="after the mark")
+    assert outbox.replay() >= 1
+    flags = {i["id"]: i["read"] for i in client.get("/api/v1/inbox/").json()["results"]}
+    assert flags == {first.ref: True, later.ref: False}
+    assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1

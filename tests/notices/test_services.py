@@ -4,6 +4,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
@@ -56,8 +57,9 @@ def test_create_writes_rows_then_indexes_each_platform(redis: Any) -> None:
 
 
 def test_the_seed_key_shape_is_kept_for_chunk_zero() -> None:
-    assert keys.notice_bitmap("user", 0, 12) == "test:notice:{user}:12"
-    assert keys.notice_bitmap("user", 1, 12) == "test:notice:{user:1}:12"
+    prefix = settings.MESSAGECENTER_KEY_PREFIX  # "test:", plus the run's slot on a cluster
+    assert keys.notice_bitmap("user", 0, 12) == f"{prefix}notice:{{user}}:12"
+    assert keys.notice_bitmap("user", 1, 12) == f"{prefix}notice:{{user:1}}:12"
 
 
 def _create_then_fail() -> None:

@@ -1,0 +1,216 @@
+"""The outbox: read-model writes that could not reach Redis, kept in PostgreSQL.
+
+PostgreSQL commits first and Redis follows. When Redis is unreachable at that
+moment the write is recorded here (``enqueue``) instead of being lost, and
+``replay`` applies it once Redis answers again: in id order, each entry
+deleted only after its handler succeeded, so a replay that dies half-way is
+simply run again (every handler is idempotent: it re-reads PostgreSQL or
+sets a bit to a given value).
+
+Two kinds of entries:
+
+- mirrors of committed data (``notices.platform_sync``, ``messagecenter.mirror``),
+  with no user;
+- marks a user made while Redis was down (``inbox.*``, ``notices.read``), with
+  ``user_id`` set. Degraded reads lay a user's pending marks (``pending_user_marks``)
+  over the last read-state snapshot, so the user sees what they did.
+
+Replay runs from Celery beat (``core.outbox_replay`` every
+``MESSAGECENTER_OUTBOX_REPLAY_SECONDS``). Requests do not replay when the
+circuit breaker closes again: a request would pay for everybody's backlog. The
+one exception is a mark of a user who still has pending marks (``settle_user``):
+it must not overtake them, so that request replays first (or queues behind them).
+
+Handlers are registered per topic by the app that owns the write
+(``register`` in ``AppConfig.ready``).
+"""
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from redis.exceptions import RedisError
+
+from core.models import OutboxEntry
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any], int | None], None]
+
+# An entry whose handler keeps raising something other than a RedisError (a
+# bug, or data the handler cannot apply) is parked after this many attempts:
+# kept for an operator to look at, skipped by every later replay.
+POISON_ATTEMPTS = 5
+PARKED_PREFIX = "parked: "
+BATCH_SIZE = 100
+
+_handlers: dict[str, Handler] = {}
+
+
+def register(topic: str, handler: Handler) -> None:
+    """Name the function that applies entries of ``topic`` (``handler(payload, user_id)``)."""
+    _handlers[topic] = handler
+
+
+def registered_topics() -> list[str]:
+    return sorted(_handlers)
+
+
+# --- Is there anything pending? (process-local, cheap) -----------------------
+#
+# Every mark asks "does this user have pending marks?" before writing Redis.
+# Asking PostgreSQL on every mark would add a query to the hot write path for
+# a state that is almost always "no". So each process remembers two things:
+# that it enqueued something itself (then it always asks), and, for a couple
+# of seconds, that a query found no pending user marks at all. Another
+# process's enqueue can go unnoticed for at most that long; it only enqueues
+# while Redis fails, and this process then fails on the same Redis too (and
+# queues behind it), so the window only matters while Redis flaps.
+EMPTY_CACHE_SECONDS = 2.0
+_local: dict[str, float | bool] = {"enqueued": False, "empty_until": 0.0}
+
+
+def _pending() -> Any:
+    return OutboxEntry.objects.exclude(last_error__startswith=PARKED_PREFIX)
+
+
+def _may_have_user_marks() -> bool:
+    if not _local["enqueued"] and time.monotonic() < float(_local["empty_until"]):
+        return False
+    if _pending().filter(user_id__isnull=False).exists():
+        return True
+    _local["enqueued"] = False
+    _local["empty_until"] = time.monotonic() + EMPTY_CACHE_SECONDS
+    return False
+
+
+def forget_local_state() -> None:
+    """Drop the process's memory of the outbox (tests that edit rows directly)."""
+    _local["enqueued"] = False
+    _local["empty_until"] = 0.0
+
+
+# --- Writing -------------------------------------------------------------------
+
+
+def enqueue(*, topic: str, payload: dict[str, Any], user_id: int | None = None) -> OutboxEntry:
+    """Record a write for Redis that must not be lost.
+
+    Called from ``on_commit`` callbacks (autocommit: the insert is its own
+    transaction) and from mark services (inside theirs, if any).
+    """
+    if topic not in _handlers:
+        # A typo here would only show at replay time, long after the request.
+        raise ValueError(f"No outbox handler registered for topic {topic!r}.")
+    entry = OutboxEntry.objects.create(topic=topic, payload=payload, user_id=user_id)
+    _local["enqueued"] = True
+    return entry
+
+
+def enqueue_after_failure(*, topic: str, payload: dict[str, Any], user_id: int | None = None) -> None:
+    """``enqueue`` for after-commit callbacks: if PostgreSQL fails too, log it
+    rather than break the request that already committed (the periodic
+    rebuilds and ``check_redis`` restore the read model)."""
+    try:
+        enqueue(topic=topic, payload=payload, user_id=user_id)
+    except DatabaseError:
+        logger.exception("could not record outbox entry %s %r", topic, payload)
+
+
+# --- Reading ---------------------------------------------------------------------
+
+
+def pending_user_marks(*, user_id: int, topics: Iterable[str]) -> list[OutboxEntry]:
+    """The user's pending entries of these topics, oldest first (degraded reads apply them in order)."""
+    return list(_pending().filter(user_id=user_id, topic__in=list(topics)).order_by("id"))
+
+
+def pending_count() -> int:
+    return int(_pending().count())
+
+
+def user_has_pending(*, user_id: int) -> bool:
+    return bool(_pending().filter(user_id=user_id).exists())
+
+
+# --- Replaying -------------------------------------------------------------------
+
+
+def _lock_batch(size: int, failed: set[int]) -> list[OutboxEntry] | None:
+    """The next entries to apply, locked; None when another replay holds older ones.
+
+    ``skip_locked`` keeps two replays from applying one entry at once. Alone it
+    would let the second replay jump ahead to later entries; so a replay only
+    proceeds when the oldest pending entry is in its own batch.
+    """
+    queryset = _pending().exclude(pk__in=failed).order_by("id")
+    if not connection.features.has_select_for_update_skip_locked:
+        return list(queryset[:size])  # SQLite: one writer at a time anyway
+    batch = list(queryset.select_for_update(skip_locked=True)[:size])
+    oldest = queryset.values_list("pk", flat=True).first()
+    if batch and oldest is not None and batch[0].pk != oldest:
+        return None
+    return batch
+
+
+def _record_failure(entry: OutboxEntry, exc: Exception, *, poison: bool) -> None:
+    entry.attempts += 1
+    message = f"{type(exc).__name__}: {exc}"[:2000]
+    if poison and entry.attempts >= POISON_ATTEMPTS:
+        message = PARKED_PREFIX + message
+        logger.error("outbox entry #%s (%s) parked after %s attempts: %s", entry.pk, entry.topic, entry.attempts, exc)
+    entry.last_error = message
+    entry.save(update_fields=["attempts", "last_error"])
+
+
+def replay(*, limit: int = 500) -> int:
+    """Apply up to ``limit`` pending entries in id order; returns how many were applied.
+
+    Stops at the first RedisError (Redis is still down: later entries must not
+    overtake that one). An entry whose handler raises anything else is kept
+    with its error and skipped for the rest of this run; after
+    ``POISON_ATTEMPTS`` runs it is parked, so one bad entry cannot hold the
+    rest back for ever.
+    """
+    applied = 0
+    failed: set[int] = set()
+    while applied < limit:
+        with transaction.atomic():
+            batch = _lock_batch(min(BATCH_SIZE, limit - applied), failed)
+            if not batch:
+                return applied
+            for entry in batch:
+                handler = _handlers.get(entry.topic)
+                try:
+                    if handler is None:
+                        raise LookupError(f"no handler for topic {entry.topic!r}")
+                    # A savepoint: a handler's failed query must not break the batch's transaction.
+                    with transaction.atomic():
+                        handler(entry.payload, entry.user_id)
+                except RedisError as exc:
+                    logger.warning("outbox replay stopped at #%s: redis unavailable (%s)", entry.pk, exc)
+                    _record_failure(entry, exc, poison=False)
+                    return applied
+                except Exception as exc:
+                    logger.exception("outbox entry #%s (%s) failed", entry.pk, entry.topic)
+                    _record_failure(entry, exc, poison=True)
+                    failed.add(entry.pk)
+                    continue
+                entry.delete()
+                applied += 1
+    return applied
+
+
+def settle_user(*, user_id: int) -> bool:
+    """Before a mark goes straight to Redis: True when none of the user's marks is pending.
+
+    If some are, replay first (they are older than the mark about to be made);
+    False means they are still pending (Redis failed again, or another replay
+    holds them) and the caller must queue its mark behind them.
+    """
+    if not _may_have_user_marks() or not user_has_pending(user_id=user_id):
+        return True
+    replay()
+    return not user_has_pending(user_id=user_id)

@@ -1,0 +1,60 @@
+"""The drain loop both read-state snapshot jobs share (announcements, inbox).
+
+Each app keeps a Redis "dirty" set of what its marks changed; its job pops
+batches of it and copies them to PostgreSQL. What happens around a batch is
+the same everywhere: a batch PostgreSQL could not take goes back into the
+dirty set (and the error propagates, so the task retries), and a batch read
+while Redis lost its data is handed back untouched (the fresh Redis gets
+restored from PostgreSQL on the next run, before anything is copied).
+"""
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError
+
+from core.progress import Progress
+
+logger = logging.getLogger(__name__)
+
+Member = TypeVar("Member")
+
+
+class RedisLost(Exception):
+    """The "restored" marker vanished while a batch was read: Redis lost its data."""
+
+
+def drain_dirty(
+    *,
+    label: str,
+    pending: int,
+    pop: Callable[[int], list[Member]],
+    give_back: Callable[[list[Member]], None],
+    write: Callable[[list[Member]], int],
+    batch: int,
+    progress: Progress,
+) -> int:
+    """Copy ``pending`` dirty members in batches; returns how many rows ``write`` wrote.
+
+    Drains what was dirty when it started: a steady stream of marks cannot
+    keep it running forever, later ones wait for the next run.
+    """
+    written = 0
+    with progress.stage(label, pending) as stage:
+        for _ in range(math.ceil(pending / batch)):
+            members = pop(batch)
+            if not members:
+                break
+            try:
+                written += write(members)
+            except RedisLost:
+                logger.warning("Redis lost its data during a read-state snapshot; restoring on the next run")
+                give_back(members)
+                break
+            except DatabaseError:
+                give_back(members)
+                raise
+            stage.advance(len(members))
+    return written

@@ -1,0 +1,325 @@
+"""The inbox computed from PostgreSQL alone: degraded reads while Redis is down.
+
+Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
+
+- the user's items are the live messages, bulletins and notifications that
+  address them (the audiences as the send-time bitmaps, the everyone flag, or
+  the groups of a bulletin), minus the refs they hid, newest
+  ``MESSAGECENTER_INBOX_MAX_ITEMS``; order, category and bitmap slot come from
+  the same ``messagecenter.items`` entries, so ties break the way Redis breaks
+  them (by member) and a cursor of one path pages on in the other;
+- read state is the last durable snapshot (``InboxReadSnapshot`` bitmaps of
+  offsets per month, ``InboxSeenSnapshot``) with the user's pending marks
+  from the outbox laid over it in order.
+
+Every call runs a small, fixed number of queries whatever the inbox holds:
+candidates of each kind are scanned newest first in one query, bounded by
+``MESSAGECENTER_FALLBACK_SCAN_LIMIT`` rows (only the columns needed), and the
+audience bitmaps are tested in Python; details are loaded only for the rows
+returned.
+"""
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from pyroaring import BitMap
+
+from core import outbox
+from messagecenter.items import bulletin_detail, message_detail, notification_detail
+from messagecenter.models import (
+    Bulletin,
+    InboxHidden,
+    InboxReadSnapshot,
+    InboxSeenSnapshot,
+    Message,
+    MessageStatus,
+    Notification,
+    UserGroupMembership,
+)
+from messagecenter.readmodel import InboxEntry, to_ms
+from messagecenter.readmodel.entries import CATEGORY_ORDER
+from messagecenter.readmodel.inbox import Counts, Page, PageRow
+
+logger = logging.getLogger(__name__)
+
+# Outbox topics of the marks accepted while Redis is down (a contract with
+# the outbox's writer and its replay): payloads
+#   inbox.read      {"ref": str, "read": bool, "at_ms": int}
+#   inbox.read_all  {"category": str ("" = all), "at_ms": int}
+#   inbox.seen      {"at_ms": int}
+#   inbox.hide      {"ref": str, "at_ms": int}   (an InboxHidden row exists too)
+TOPIC_READ = "inbox.read"
+TOPIC_READ_ALL = "inbox.read_all"
+TOPIC_SEEN = "inbox.seen"
+TOPIC_HIDE = "inbox.hide"
+INBOX_TOPICS = (TOPIC_READ, TOPIC_READ_ALL, TOPIC_SEEN, TOPIC_HIDE)
+
+# Candidate rows scanned per kind (newest first) when no setting says otherwise.
+SCAN_LIMIT_DEFAULT = 5000
+MAX_REF_LENGTH = 40
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def _scan_limit() -> int:
+    return int(getattr(settings, "MESSAGECENTER_FALLBACK_SCAN_LIMIT", SCAN_LIMIT_DEFAULT))
+
+
+def _bitmap(raw: Any) -> BitMap:
+    return BitMap.deserialize(bytes(raw)) if raw else BitMap()
+
+
+def _live(expire_ms: int, now_ms: int) -> bool:
+    # The Lua script's rule, in ms: an item whose expiry has come is gone.
+    return expire_ms == 0 or expire_ms > now_ms
+
+
+def _sort_key(entry: InboxEntry) -> tuple[int, str]:
+    # ZREVRANGEBYSCORE order: score descending, equal scores by member descending.
+    return entry.score, entry.member
+
+
+def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+    found: list[InboxEntry] = []
+    rows = (
+        Message.objects.filter(status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED])
+        # A superset of the live rows (both sides truncate to ms in Redis); _live decides.
+        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+        # mc_message_created_idx serves this newest-first scan.
+        .order_by("-created_at", "-id")
+        .values_list(
+            "id", "category", "created_at", "expire_at", "everyone", "audience_bitmap", "slot_month", "slot_offset"
+        )
+    )[: _scan_limit()]
+    for pk, category, created_at, expire_at, everyone, audience, month, offset in rows.iterator():
+        expire_ms = to_ms(expire_at) if expire_at else 0
+        ref = f"m{pk}"
+        if not _live(expire_ms, now_ms) or ref in hidden:
+            continue
+        if not everyone and user_id not in _bitmap(audience):
+            continue
+        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
+        if len(found) >= want:  # older ones cannot make the newest `want`
+            break
+    return found
+
+
+def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+    found: list[InboxEntry] = []
+    groups = UserGroupMembership.objects.filter(user_id=user_id).values("group_id")
+    # A display time within the current ms counts as passed (the Redis rule is in ms).
+    rows = (
+        Bulletin.objects.filter(display_time__lt=now + _ONE_MS)
+        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+        # No groups means everyone; otherwise one of the user's groups (mc_membership_user_idx).
+        .filter(Q(groups__isnull=True) | Q(groups__in=groups))
+        .distinct()
+        # mc_bulletin_display_idx serves this newest-first scan.
+        .order_by("-display_time", "-id")
+        .values_list("id", "display_time", "expire_at", "slot_month", "slot_offset")
+    )[: _scan_limit()]
+    for pk, display_time, expire_at, month, offset in rows.iterator():
+        score = to_ms(display_time)
+        expire_ms = to_ms(expire_at) if expire_at else 0
+        ref = f"b{pk}"
+        if score > now_ms or not _live(expire_ms, now_ms) or ref in hidden:
+            continue
+        found.append(InboxEntry(ref, "system", month, offset, score, expire_ms))
+        if len(found) >= want:
+            break
+    return found
+
+
+def _notifications(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+    found: list[InboxEntry] = []
+    rows = (
+        Notification.objects.filter(withdrawn=False, expire_at__gt=now)
+        # mc_notification_created_idx serves this newest-first scan.
+        .order_by("-created_at", "-id")
+        .values_list("id", "category", "created_at", "expire_at", "audience_bitmap", "slot_month", "slot_offset")
+    )[: _scan_limit()]
+    for pk, category, created_at, expire_at, audience, month, offset in rows.iterator():
+        expire_ms = to_ms(expire_at)
+        ref = f"n{pk}"
+        if not _live(expire_ms, now_ms) or ref in hidden or user_id not in _bitmap(audience):
+            continue
+        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
+        if len(found) >= want:
+            break
+    return found
+
+
+@dataclass(frozen=True)
+class _Inbox:
+    """One user's live items (newest first) with their read state."""
+
+    items: list[InboxEntry]
+    read: set[str]
+    seen_ms: int
+
+    def counts(self) -> Counts:
+        by_category = dict.fromkeys(CATEGORY_ORDER, 0)
+        for entry in self.items:
+            if entry.ref not in self.read and entry.category in by_category:
+                by_category[entry.category] += 1
+        # inbox.lua counts unseen as ZCOUNT (seen, +inf]: strictly newer than the watermark.
+        return Counts(by_category, sum(1 for entry in self.items if entry.score > self.seen_ms))
+
+
+def _pending(user_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """The user's marks accepted while Redis was down and not replayed yet, oldest first."""
+    entries = outbox.pending_user_marks(user_id=user_id, topics=INBOX_TOPICS)
+    return [(entry.topic, entry.payload) for entry in entries if isinstance(entry.payload, dict)]
+
+
+def _load(user_id: int, now: datetime) -> _Inbox:
+    now_ms = to_ms(now)
+    pending = _pending(user_id)
+    hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
+    hidden.update(str(p.get("ref")) for topic, p in pending if topic == TOPIC_HIDE)
+    want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
+    items = [
+        *_messages(user_id, now, now_ms, hidden, want),
+        *_bulletins(user_id, now, now_ms, hidden, want),
+        *_notifications(user_id, now, now_ms, hidden, want),
+    ]
+    # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
+    items = sorted(items, key=_sort_key, reverse=True)[:want]
+
+    months = {entry.month for entry in items}
+    snapshots = {
+        month: _bitmap(raw)
+        for month, raw in InboxReadSnapshot.objects.filter(user_id=user_id, month__in=months).values_list(
+            "month", "read"
+        )
+    }
+    read = {entry.ref for entry in items if entry.offset in snapshots.get(entry.month, ())}
+    seen_ms = InboxSeenSnapshot.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
+    by_ref = {entry.ref: entry for entry in items}
+    for topic, payload in pending:
+        try:
+            if topic == TOPIC_READ:
+                ref = str(payload["ref"])
+                if ref in by_ref:
+                    (read.add if payload["read"] else read.discard)(ref)
+            elif topic == TOPIC_READ_ALL:
+                category, at_ms = str(payload.get("category") or ""), int(payload["at_ms"])
+                read.update(
+                    entry.ref
+                    for entry in items
+                    if entry.score <= at_ms and (not category or entry.category == category)
+                )
+            elif topic == TOPIC_SEEN:
+                seen_ms = max(seen_ms, int(payload["at_ms"]))
+        except (KeyError, TypeError, ValueError):
+            # A malformed entry must not take the inbox down; the replay reports it.
+            logger.warning("skipping malformed outbox mark of user %s: %r %r", user_id, topic, payload)
+    return _Inbox(items=items, read=read, seen_ms=int(seen_ms))
+
+
+def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """What the inbox shows of these items: one query per kind present (plus message images)."""
+    ids: dict[str, list[int]] = {"m": [], "b": [], "n": []}
+    for ref in refs:
+        ids[ref[0]].append(int(ref[1:]))
+    details: dict[str, dict[str, Any]] = {}
+    if ids["m"]:
+        messages = Message.objects.filter(pk__in=ids["m"]).defer("audience_bitmap", "users_bitmap")
+        for message in messages.prefetch_related("image_files"):
+            details[message.ref] = message_detail(message)
+    if ids["b"]:
+        for bulletin in Bulletin.objects.filter(pk__in=ids["b"]):
+            details[bulletin.ref] = bulletin_detail(bulletin)
+    if ids["n"]:
+        for notification in Notification.objects.filter(pk__in=ids["n"]).defer("audience_bitmap"):
+            details[notification.ref] = notification_detail(notification)
+    return details
+
+
+def _valid_ref(ref: str) -> bool:
+    return 1 < len(ref) <= MAX_REF_LENGTH and ref[0] in "mbn" and ref[1:].isdigit()
+
+
+def inbox_page(
+    *,
+    user_id: int,
+    now: datetime,
+    category: str | None,
+    max_score: int | None,
+    skip: int,
+    limit: int,
+    unread_only: bool,
+    since_ms: int | None,
+) -> Page:
+    """A page as ``readmodel.inbox.inbox_page`` returns it, from PostgreSQL.
+
+    The walk is the script's (seed 001's scroll): items with score <= max,
+    the first ``skip`` of them dropped, newest first; the position counts
+    every item walked (read ones too on unread-only pages), so a cursor means
+    the same in both paths.
+    """
+    state = _load(user_id, now)
+    walk = [
+        entry
+        for entry in state.items
+        if (not category or entry.category == category)
+        and (max_score is None or entry.score <= max_score)
+        and (since_ms is None or entry.score > since_ms)
+    ][skip:]
+    picked: list[InboxEntry] = []
+    pos_score, pos_skip, more = max_score, skip, False
+    for entry in walk:
+        if not unread_only or entry.ref not in state.read:
+            if len(picked) == limit:
+                more = True
+                break
+            picked.append(entry)
+        if pos_score is not None and entry.score == pos_score:
+            pos_skip += 1
+        else:
+            pos_score, pos_skip = entry.score, 1
+    details = _details(entry.ref for entry in picked)
+    rows = [
+        PageRow(ref=entry.ref, score=entry.score, read=entry.ref in state.read, detail=details[entry.ref])
+        for entry in picked
+        if entry.ref in details
+    ]
+    next_position = (pos_score, pos_skip) if more and pos_score is not None else None
+    return Page(rows=rows, next_position=next_position, counts=state.counts())
+
+
+def inbox_counts(*, user_id: int, now: datetime) -> Counts:
+    return _load(user_id, now).counts()
+
+
+def inbox_get(*, user_id: int, ref: str, now: datetime) -> PageRow | None:
+    """The item if it is live in this user's inbox, else None (never tells why)."""
+    if not _valid_ref(ref):
+        return None
+    state = _load(user_id, now)
+    entry = next((e for e in state.items if e.ref == ref), None)
+    if entry is None:
+        return None
+    detail = _details([ref]).get(ref)
+    if detail is None:
+        return None
+    return PageRow(ref=ref, score=entry.score, read=ref in state.read, detail=detail)
+
+
+def inbox_item_live(*, user_id: int, ref: str, now: datetime) -> bool:
+    """Is ``ref`` a live item of this user's inbox (what a mark may touch)?"""
+    return _valid_ref(ref) and any(entry.ref == ref for entry in _load(user_id, now).items)
+
+
+def inbox_unread_refs(*, user_id: int, category: str | None, now: datetime) -> list[str]:
+    """Refs of the live unread items (of the category, or all), newest first."""
+    state = _load(user_id, now)
+    return [
+        entry.ref
+        for entry in state.items
+        if entry.ref not in state.read and (not category or entry.category == category)
+    ]

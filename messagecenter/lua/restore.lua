@@ -1,0 +1,49 @@
+-- Restore one user's read state from its PostgreSQL snapshot (the rebuild, or
+-- the snapshot job finding a Redis that lost its data). Every key carries the
+-- user's hash tag, so this runs on one Redis Cluster slot.
+--
+-- KEYS: 1 all-items zset, 2 unread counters hash, 3 state hash, then n read
+-- bitmaps and n ever-read bitmaps, one per month listed in ARGV.
+-- ARGV: 1 n, 2..1+n months (yyyymm), then n read bitmap strings, n ever-read
+-- bitmap strings ("" = nothing to restore), then the seen watermark in ms
+-- ("" = none).
+-- Returns how many keys/fields were written.
+--
+-- A bitmap is written only where the key is missing (SET NX) and the
+-- watermark only where the field is (HSETNX): a restore while the site serves
+-- never undoes a newer mark. inbox.lua's invariant (counters[c] = members of
+-- category c whose read bit is 0) must survive: items merged or delivered
+-- before the restore were counted unread against a missing bitmap, so each
+-- of them whose restored bit is 1 leaves its counter here, in the same step.
+
+local n = tonumber(ARGV[1])
+local restored = {}
+local any = false
+local written = 0
+for i = 1, n do
+  local month = ARGV[1 + i]
+  local read, ever = ARGV[1 + n + i], ARGV[1 + 2 * n + i]
+  if read ~= "" and redis.call("SET", KEYS[3 + i], read, "NX") then
+    restored[month] = KEYS[3 + i]
+    any = true
+    written = written + 1
+  end
+  if ever ~= "" and redis.call("SET", KEYS[3 + n + i], ever, "NX") then
+    written = written + 1
+  end
+end
+
+if any then
+  for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
+    local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
+    if ref and restored[month] and redis.call("GETBIT", restored[month], tonumber(off)) == 1 then
+      redis.call("HINCRBY", KEYS[2], cat, -1)
+    end
+  end
+end
+
+local seen = ARGV[2 + 3 * n]
+if seen ~= "" and redis.call("HSETNX", KEYS[3], "seen", seen) == 1 then
+  written = written + 1
+end
+return written

@@ -1,0 +1,154 @@
+"""Redis side of the message centre's drift checks (``messagecenter/drift.py``).
+
+Reads only, batched into pipelines, plus the one narrow write no mirror
+covers (dropping stray bulletin config members). Everything else a repair
+does goes through the ordinary idempotent mirrors and publish functions.
+"""
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core import keys
+from core.redis import get_redis
+
+# Fields (or members) per HSCAN / SSCAN / SCAN page: bounded round trips
+# without blocking the server on a large structure.
+SCAN_COUNT = 1000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def user_groups_get(*, user_ids: Sequence[int]) -> dict[int, set[int]]:
+    """Each user's mirrored group ids (empty set when the key is missing): one pipeline."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.smembers(keys.mc_user_groups(user_id))
+    replies = pipe.execute() if user_ids else []
+    return {int(u): {int(g) for g in raw} for u, raw in zip(user_ids, replies, strict=True)}
+
+
+def hidden_contains(*, pairs: Sequence[tuple[int, str]]) -> list[bool]:
+    """Whether each (user id, ref) is in the user's hidden set: one pipeline."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id, ref in pairs:
+        pipe.sismember(keys.mc_inbox_hidden(user_id), ref)
+    return [bool(r) for r in pipe.execute()] if pairs else []
+
+
+@dataclass(frozen=True)
+class BulletinConfig:
+    """The bulletins' global structures as Redis holds them."""
+
+    scores: dict[str, int]  # config member (``<bulletin>_<group>``) -> display ms
+    details: dict[str, str]  # config member -> JSON
+    members: dict[str, str]  # bulletin id -> comma-separated config members
+
+
+def bulletin_config_read() -> BulletinConfig:
+    """Config zset, config detail hash and members hash, read together (bulletins are few)."""
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.zrange(keys.mc_bulletin_config(), 0, -1, withscores=True)
+    pipe.hgetall(keys.mc_bulletin_detail())
+    pipe.hgetall(keys.mc_bulletin_members())
+    scores, details, members = pipe.execute()
+    return BulletinConfig(
+        scores={_text(m): int(s) for m, s in scores},
+        details={_text(k): _text(v) for k, v in details.items()},
+        members={_text(k): _text(v) for k, v in members.items()},
+    )
+
+
+def bulletin_config_drop(*, members: Sequence[str], bulletin_ids: Sequence[int] = ()) -> None:
+    """Remove stray config members (no bulletin or group in PostgreSQL has them) and
+    the members-hash entries of ``bulletin_ids``.
+
+    ``bulletin_put`` only drops the members its members hash lists, so a member
+    that hash does not know would outlive every mirror; the caller mirrors the
+    bulletin (or deletes it) afterwards so inboxes settle.
+    """
+    pipe = get_redis().pipeline(transaction=False)
+    if members:
+        pipe.zrem(keys.mc_bulletin_config(), *members)
+        pipe.hdel(keys.mc_bulletin_detail(), *members)
+    if bulletin_ids:
+        pipe.hdel(keys.mc_bulletin_members(), *(str(b) for b in bulletin_ids))
+    pipe.execute()
+
+
+def item_details_get(*, refs: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+    """Stored detail JSON of each ref (None when missing or not JSON)."""
+    if not refs:
+        return {}
+    raw = get_redis().hmget(keys.mc_item_detail(), list(refs))
+    out: dict[str, dict[str, Any] | None] = {}
+    for ref, value in zip(refs, raw, strict=True):
+        try:
+            parsed = json.loads(value) if value is not None else None
+        except ValueError:
+            parsed = None
+        out[ref] = parsed if isinstance(parsed, dict) else None
+    return out
+
+
+def item_detail_refs() -> list[str]:
+    """Every ref the item detail hash holds (HSCAN, never one big HGETALL)."""
+    return [_text(field) for field, _ in get_redis().hscan_iter(keys.mc_item_detail(), count=SCAN_COUNT)]
+
+
+def item_details_drop(*, refs: Sequence[str]) -> None:
+    """Drop details nothing in PostgreSQL backs and no inbox member can be derived for."""
+    if refs:
+        get_redis().hdel(keys.mc_item_detail(), *refs)
+
+
+def subscribers_get_many(*, pairs: Sequence[tuple[int, str]]) -> list[set[str]]:
+    """Members of each (message type, scope) subscriber set: one pipeline."""
+    pipe = get_redis().pipeline(transaction=False)
+    for type_id, scope in pairs:
+        pipe.smembers(keys.mc_subscribers(type_id, scope))
+    return [{_text(m) for m in raw} for raw in pipe.execute()] if pairs else []
+
+
+def subscriber_set_pairs() -> set[tuple[int, str]]:
+    """(type, scope) of every non-empty subscriber set in Redis, by SCAN (never KEYS)."""
+    found: set[tuple[int, str]] = set()
+    for key in get_redis().scan_iter(match=keys.mc_subscribers_match(), count=SCAN_COUNT):
+        pair = keys.mc_subscribers_parse(_text(key))
+        if pair is not None:
+            found.add(pair)
+    return found
+
+
+@dataclass(frozen=True)
+class InboxProbe:
+    """What one user's inbox says about one item."""
+
+    present: bool
+    hidden: bool
+    size: int
+
+
+def inbox_probe(*, member: str, ref: str, user_ids: Iterable[int]) -> dict[int, InboxProbe]:
+    """For each user: is ``member`` in the inbox zset, is ``ref`` hidden, how many items.
+
+    Three commands per user in one pipeline (on a cluster redis-py splits it by slot).
+    """
+    targets = [int(u) for u in user_ids]
+    if not targets:
+        return {}
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in targets:
+        pipe.zscore(keys.mc_inbox(user_id), member)
+        pipe.sismember(keys.mc_inbox_hidden(user_id), ref)
+        pipe.zcard(keys.mc_inbox(user_id))
+    replies = pipe.execute()
+    return {
+        user_id: InboxProbe(
+            present=replies[3 * i] is not None, hidden=bool(replies[3 * i + 1]), size=int(replies[3 * i + 2])
+        )
+        for i, user_id in enumerate(targets)
+    }

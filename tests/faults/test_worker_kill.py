@@ -1,0 +1,217 @@
+"""A Celery worker killed in the middle of a fan-out loses nothing and doubles nothing.
+
+Real worker processes (``celery -A config worker --pool=solo``) consume a
+queue of their own on the local RabbitMQ, with the test's PostgreSQL database
+and Redis (config/settings/test_worker.py). A push message goes to 5,000
+users in chunks of 100; every chunk is slowed down (test-only hook) so the
+test can SIGKILL the worker twice while chunks are running, starting a new
+worker each time. Tasks acknowledge late, so the message a dead worker held
+is redelivered (the logs show a task received by two workers), and chunks are
+idempotent (ZADD NX in deliver.lua, one FanoutChunk row per index), so in the
+end every recipient has the item exactly once.
+
+Deselected, visibly, when RabbitMQ does not answer on 127.0.0.1:5672 or the
+database is SQLite (a worker process cannot share an in-memory test database).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test import override_settings
+
+from core import keys
+from core.redis import get_redis
+from messagecenter import services, tasks
+from messagecenter.items import message_entry
+from messagecenter.models import FanoutChunk, Message, MessageStatus
+from tests.conftest import ROOT
+
+BROKER_URL = os.environ.get("MESSAGECENTER_TEST_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+USERS = 5000
+CHUNK = 100
+CHUNKS = USERS // CHUNK
+CHUNK_SLEEP = 0.2  # per chunk: 0.1 s before the body, 0.1 s after it (before the late ack)
+
+pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
+
+
+class Worker:
+    """One ``celery worker`` process with its log file."""
+
+    def __init__(self, *, name: str, queue: str, log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "--concurrency=1"]
+        command += ["-Q", queue, "-n", f"{name}@%h", "--loglevel=INFO"]
+        # Worker heartbeats stay on: their 2 s timer also wakes the solo pool's
+        # event loop when py-amqp has buffered the next message (without them
+        # the worker idled up to 10 s between chunks here).
+        command += ["--without-gossip", "--without-mingle"]
+        self.process = subprocess.Popen(  # noqa: S603
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def _ids(self, event: str) -> set[str]:
+        text = self.log.read_text(errors="replace")
+        return set(re.findall(rf"message_fanout_chunk\[([0-9a-f-]+)\] {event}", text))
+
+    def received(self) -> set[str]:
+        """Ids of the fan-out chunk tasks this worker took off the queue."""
+        return self._ids("received")
+
+    def running(self) -> bool:
+        """Is a chunk task between "received" and "succeeded" (run, not acked yet)?"""
+        return bool(self.received() - self._ids("succeeded"))
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)  # no warm or cold shutdown: a crash
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    name = f"mc-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    sender = Celery("sender", broker=BROKER_URL)
+    with sender.connection_for_write() as connection:
+        connection.default_channel.queue_delete(name)
+
+
+@pytest.fixture
+def start_worker(queue: str, tmp_path: Path) -> Iterator[Any]:
+    db = settings.DATABASES["default"]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MESSAGECENTER_"))},
+        "DJANGO_SETTINGS_MODULE": "config.settings.test_worker",
+        "MESSAGECENTER_TEST_DATABASE_NAME": str(db["NAME"]),
+        "MESSAGECENTER_TEST_CACHE_URL": str(settings.CACHES["default"]["LOCATION"]),
+        "MESSAGECENTER_TEST_QUEUE": queue,
+        "MESSAGECENTER_TEST_CHUNK_SLEEP": str(CHUNK_SLEEP),
+        "MESSAGECENTER_KEY_PREFIX": str(settings.MESSAGECENTER_KEY_PREFIX),
+        "MESSAGECENTER_FANOUT_CHUNK": str(CHUNK),
+        "MESSAGECENTER_REDIS_CLUSTER_URL": str(settings.MESSAGECENTER_REDIS_CLUSTER_URL),
+        "CELERY_BROKER_URL": BROKER_URL,
+        "PYTHONUNBUFFERED": "1",
+    }
+    workers: list[Worker] = []
+
+    def start() -> Worker:
+        worker = Worker(name=f"w{len(workers)}", queue=queue, log=tmp_path / f"worker{len(workers)}.log", env=env)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(condition: Any, *, timeout: float, what: str, worker: Worker | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if worker is not None and worker.process.poll() is not None:
+            raise AssertionError(f"worker died: {worker.log.read_text(errors='replace')[-3000:]}")
+        if time.monotonic() > deadline:
+            log = worker.log.read_text(errors="replace")[-3000:] if worker else ""
+            raise AssertionError(f"timed out waiting for {what}\n{log}")
+        time.sleep(0.02)
+
+
+def chunks_done() -> int:
+    return FanoutChunk.objects.filter(message__title="to everyone, chunk by chunk").count()
+
+
+@override_settings(MESSAGECENTER_FANOUT_CHUNK=CHUNK, MESSAGECENTER_PUSH_THRESHOLD=USERS)
+def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
+    start_worker: Any, queue: str, operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user_model = get_user_model()
+    user_model.objects.bulk_create(user_model(username=f"fan{i}", password="!") for i in range(USERS))
+    user_ids = list(user_model.objects.filter(username__startswith="fan").values_list("pk", flat=True))
+
+    # The message goes to the workers' queue through the broker (this process
+    # runs tasks eagerly otherwise): message_send enqueues after commit.
+    sender = Celery("sender", broker=BROKER_URL)
+    sent: list[int] = []
+
+    class DeliverOnCommit:
+        def delay_on_commit(self, message_id: int) -> None:
+            def send() -> None:
+                sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
+                sent.append(message_id)
+
+            transaction.on_commit(send)
+
+    monkeypatch.setattr(tasks, "message_deliver_task", DeliverOnCommit())
+    first = start_worker()
+    message = services.message_send(
+        sender=operator,
+        category="system",
+        title="to everyone, chunk by chunk",
+        body_html="<p>hi</p>",
+        user_ids=user_ids,
+    )
+    assert message.delivery == "push"
+    assert sent == [message.pk]
+
+    # Kill the first worker once 10 chunks are done, the second one at 25,
+    # each while it runs a chunk (a message it holds unacknowledged).
+    wait_for(lambda: chunks_done() >= 10 and first.running(), timeout=240, what="10 chunks", worker=first)
+    first.kill()
+    assert 10 <= chunks_done() < CHUNKS
+    second = start_worker()
+    wait_for(lambda: chunks_done() >= 25 and second.running(), timeout=240, what="25 chunks", worker=second)
+    second.kill()
+    assert chunks_done() < CHUNKS
+    third = start_worker()
+    wait_for(
+        lambda: Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERED).exists(),
+        timeout=240,
+        what="the fan-out to finish",
+        worker=third,
+    )
+
+    # A chunk a killed worker held was redelivered to the next one (late acks).
+    assert first.received() & second.received(), "no task of the first worker was redelivered"
+    assert second.received() & third.received(), "no task of the second worker was redelivered"
+
+    # PostgreSQL: every chunk exactly once, covering the audience.
+    rows = list(FanoutChunk.objects.filter(message=message).values_list("index", "size"))
+    assert sorted(index for index, _ in rows) == list(range(CHUNKS))
+    assert sum(size for _, size in rows) == USERS
+
+    # Redis: every recipient has the item exactly once, unread, and its inbox
+    # changed exactly once (the live version counts gains, not attempts).
+    member = message_entry(message).member
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.zrange(keys.mc_inbox(user_id), 0, -1)
+        pipe.hget(keys.mc_inbox_counters(user_id), "system")
+        pipe.get(keys.live_user_version(user_id))
+    replies = pipe.execute()
+    wrong = []
+    for i, user_id in enumerate(user_ids):
+        inbox, unread, version = replies[3 * i : 3 * i + 3]
+        if inbox != [member.encode()] or int(unread or 0) != 1 or int(version or 0) != 1:
+            wrong.append((user_id, inbox, unread, version))
+    assert not wrong, f"{len(wrong)} recipients wrong, e.g. {wrong[:3]}"

@@ -1,0 +1,308 @@
+"""check_redis areas of the message centre, on the real Redis: drift introduced by
+hand (a key deleted, a member removed, a stale member added, a detail changed)
+is found, ``repair`` mends it through the mirrors, and a second check is clean.
+PostgreSQL is never touched by a repair."""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from core import keys
+from core.drift import Finding, check_run, drift_checks
+from core.redis import get_redis
+from messagecenter import services
+from messagecenter.models import InboxHidden, Message, Subscription
+from messagecenter.selectors import inbox_list
+from tests.factories import UserFactory
+from tests.messagecenter.conftest import make_group, send
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_grace(settings: Any) -> None:
+    # Deliveries run eagerly here: nothing is waiting for its task.
+    settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 0
+
+
+def find(area: str) -> list[Finding]:
+    return drift_checks()[area].find()
+
+
+def repair_and_recheck(area: str) -> None:
+    """Repair what the area finds, then it is clean (and a run records it as repaired)."""
+    found = find(area)
+    assert found
+    result = check_run(repair=True, areas=[area])
+    assert result.drift_count == len(found)
+    assert result.repaired_count == len(found)
+    assert result.remaining_count == 0
+    assert find(area) == []
+    assert check_run(repair=False, areas=[area]).drift_count == 0
+
+
+def refs(user: Any) -> list[str]:
+    return [item.id for item in inbox_list(user=user).results]
+
+
+# --- user groups ---------------------------------------------------------------
+
+
+def test_user_groups_missing_key_and_stale_member(recipient: Any, other_recipient: Any) -> None:
+    group = make_group("vip", recipient)
+    other = make_group("ops", other_recipient)
+    assert find("user_groups") == []
+    redis = get_redis()
+    redis.delete(keys.mc_user_groups(recipient.pk))
+    redis.sadd(keys.mc_user_groups(other_recipient.pk), 999)
+    found = {f.key: f for f in find("user_groups")}
+    assert set(found) == {keys.mc_user_groups(recipient.pk), keys.mc_user_groups(other_recipient.pk)}
+    assert found[keys.mc_user_groups(recipient.pk)].detail == f"missing groups {group.pk}"
+    assert found[keys.mc_user_groups(other_recipient.pk)].detail == "extra groups 999"
+    repair_and_recheck("user_groups")
+    assert redis.smembers(keys.mc_user_groups(recipient.pk)) == {str(group.pk).encode()}
+    assert redis.smembers(keys.mc_user_groups(other_recipient.pk)) == {str(other.pk).encode()}
+
+
+def test_user_groups_set_of_a_user_without_memberships_is_drift(recipient: Any) -> None:
+    get_redis().sadd(keys.mc_user_groups(recipient.pk), 5)
+    assert [f.detail for f in find("user_groups")] == ["extra groups 5"]
+    repair_and_recheck("user_groups")
+    assert not get_redis().exists(keys.mc_user_groups(recipient.pk))
+
+
+def test_user_groups_checked_in_batches(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from messagecenter import drift
+
+    monkeypatch.setattr(drift, "BATCH", 2)
+    users = [UserFactory() for _ in range(5)]
+    make_group("all", *users)
+    for user in users[::2]:
+        get_redis().delete(keys.mc_user_groups(user.pk))
+    assert sorted(f.fix for f in find("user_groups")) == [u.pk for u in users[::2]]
+    repair_and_recheck("user_groups")
+
+
+# --- hidden items --------------------------------------------------------------
+
+
+def test_hidden_member_removed_from_redis(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    message = send(operator, to={"users": [recipient]})
+    services.inbox_hide(user=recipient, item_id=message.ref)
+    assert InboxHidden.objects.filter(user=recipient, item_id=message.ref).exists()
+    assert find("hidden") == []
+    get_redis().srem(keys.mc_inbox_hidden(recipient.pk), message.ref)
+    [finding] = find("hidden")
+    assert (finding.key, finding.member) == (keys.mc_inbox_hidden(recipient.pk), message.ref)
+    repair_and_recheck("hidden")
+    assert get_redis().sismember(keys.mc_inbox_hidden(recipient.pk), message.ref)
+    assert message.ref not in refs(recipient)
+
+
+# --- bulletins -----------------------------------------------------------------
+
+
+def test_bulletin_config_member_deleted_and_stray_added(recipient: Any) -> None:
+    group = make_group("vip", recipient)
+    bulletin = services.bulletin_create(
+        title="B", body_html="<p>x</p>", display_time=timezone.now(), group_ids=[group.pk]
+    )
+    assert refs(recipient) == [bulletin.ref]
+    assert find("bulletins") == []
+    redis = get_redis()
+    redis.zrem(keys.mc_bulletin_config(), f"{bulletin.pk}_{group.pk}")
+    redis.zadd(keys.mc_bulletin_config(), {f"{bulletin.pk}_424242": 1})
+    [finding] = find("bulletins")
+    assert finding.member == bulletin.ref
+    assert f"config lacks {bulletin.pk}_{group.pk}" in finding.detail
+    assert f"config has stray {bulletin.pk}_424242" in finding.detail
+    repair_and_recheck("bulletins")
+    members = {m.decode() for m in redis.zrange(keys.mc_bulletin_config(), 0, -1)}
+    assert members == {f"{bulletin.pk}_{group.pk}"}
+    assert refs(recipient) == [bulletin.ref]
+
+
+def test_bulletin_detail_changed(recipient: Any) -> None:
+    bulletin = services.bulletin_create(title="Everyone", body_html="<p>hi</p>", display_time=timezone.now())
+    redis = get_redis()
+    raw = json.loads(redis.hget(keys.mc_item_detail(), bulletin.ref))
+    redis.hset(keys.mc_item_detail(), bulletin.ref, json.dumps({**raw, "title": "Tampered"}))
+    [finding] = find("bulletins")
+    assert finding.detail == "item detail differs"
+    repair_and_recheck("bulletins")
+    assert json.loads(redis.hget(keys.mc_item_detail(), bulletin.ref))["title"] == "Everyone"
+    assert inbox_list(user=recipient).results[0].title == "Everyone"
+
+
+def test_bulletin_gone_from_postgres_but_left_in_redis(recipient: Any) -> None:
+    kept = services.bulletin_create(title="Kept", body_html="", display_time=timezone.now())
+    gone = services.bulletin_create(title="Gone", body_html="", display_time=timezone.now())
+    assert sorted(refs(recipient)) == sorted([kept.ref, gone.ref])
+    redis = get_redis()
+    snapshot = {
+        "config": redis.zscore(keys.mc_bulletin_config(), f"{gone.pk}_0"),
+        "detail": redis.hget(keys.mc_bulletin_detail(), f"{gone.pk}_0"),
+        "item": redis.hget(keys.mc_item_detail(), gone.ref),
+    }
+    services.bulletin_delete(bulletin=gone)
+    # The delete's mirror was lost: put back what it removed.
+    redis.zadd(keys.mc_bulletin_config(), {f"{gone.pk}_0": snapshot["config"]})
+    redis.hset(keys.mc_bulletin_detail(), f"{gone.pk}_0", snapshot["detail"])
+    redis.hset(keys.mc_item_detail(), gone.ref, snapshot["item"])
+    [finding] = find("bulletins")
+    assert (finding.member, finding.detail) == (gone.ref, "bulletin not in PostgreSQL but still in Redis")
+    repair_and_recheck("bulletins")
+    assert redis.zscore(keys.mc_bulletin_config(), f"{gone.pk}_0") is None
+    assert not redis.hexists(keys.mc_item_detail(), gone.ref)
+    assert refs(recipient) == [kept.ref]
+
+
+# --- item details --------------------------------------------------------------
+
+
+def test_message_detail_deleted_and_changed(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    first = send(operator, to={"users": [recipient]}, title="First")
+    second = send(operator, to={"users": [recipient]}, title="Second")
+    assert find("item_details") == []
+    redis = get_redis()
+    redis.hdel(keys.mc_item_detail(), first.ref)
+    raw = json.loads(redis.hget(keys.mc_item_detail(), second.ref))
+    redis.hset(keys.mc_item_detail(), second.ref, json.dumps({**raw, "body_html": "<p>forged</p>"}))
+    found = {f.member: f.detail for f in find("item_details")}
+    assert found == {first.ref: "detail missing", second.ref: "detail differs from PostgreSQL"}
+    repair_and_recheck("item_details")
+    assert {i.id: i.title for i in inbox_list(user=recipient).results} == {first.ref: "First", second.ref: "Second"}
+
+
+def test_detail_of_retracted_and_deleted_messages_must_go(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    retracted = send(operator, to={"users": [recipient]})
+    deleted = send(operator, to={"users": [recipient]})
+    redis = get_redis()
+    retracted_detail = redis.hget(keys.mc_item_detail(), retracted.ref)
+    deleted_detail = redis.hget(keys.mc_item_detail(), deleted.ref)
+    services.message_retract(message=retracted)
+    Message.objects.filter(pk=deleted.pk).delete()
+    assert refs(recipient) == []
+    # Lost removals: the details come back.
+    redis.hset(keys.mc_item_detail(), mapping={retracted.ref: retracted_detail, deleted.ref: deleted_detail})
+    found = {f.member: f.detail for f in find("item_details")}
+    assert found == {
+        retracted.ref: "stale detail: message retracted",
+        deleted.ref: "stale detail: deleted in PostgreSQL",
+    }
+    repair_and_recheck("item_details")
+    assert redis.hmget(keys.mc_item_detail(), [retracted.ref, deleted.ref]) == [None, None]
+
+
+def test_notification_detail_and_withdrawn(recipient: Any) -> None:
+    services.message_type_create(code="stock", name="Stock", default_ttl_seconds=3600)
+    services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
+    live = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
+    withdrawn = services.notification_send(message_type="stock", scope="WH1", title="Old", body_html="")
+    redis = get_redis()
+    stale = redis.hget(keys.mc_item_detail(), withdrawn.ref)
+    services.notification_withdraw(notification=withdrawn)
+    assert find("item_details") == []
+    redis.hdel(keys.mc_item_detail(), live.ref)
+    redis.hset(keys.mc_item_detail(), withdrawn.ref, stale)
+    found = {f.member: f.detail for f in find("item_details")}
+    assert found == {live.ref: "detail missing", withdrawn.ref: "stale detail: notification withdrawn"}
+    repair_and_recheck("item_details")
+    assert refs(recipient) == [live.ref]
+
+
+def test_young_notifications_wait_for_their_task(recipient: Any, settings: Any) -> None:
+    services.message_type_create(code="stock", name="Stock", default_ttl_seconds=3600)
+    services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
+    notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
+    get_redis().hdel(keys.mc_item_detail(), notification.ref)
+    settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 60
+    assert find("item_details") == []
+    settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 0
+    assert [f.member for f in find("item_details")] == [notification.ref]
+
+
+# --- subscribers ---------------------------------------------------------------
+
+
+def test_subscriber_sets_missing_member_and_stale_set(recipient: Any, other_recipient: Any) -> None:
+    mtype = services.message_type_create(code="stock", name="Stock")
+    group = make_group("pickers", other_recipient)
+    services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
+    services.subscription_create(message_type="stock", scope="WH1", group_id=group.pk)
+    assert find("subscribers") == []
+    redis = get_redis()
+    redis.srem(keys.mc_subscribers(mtype.pk, "WH1"), f"g{group.pk}")
+    redis.sadd(keys.mc_subscribers(mtype.pk, "WH:9"), f"u{recipient.pk}")  # a scope nobody subscribes to
+    found = {f.key: f.detail for f in find("subscribers")}
+    assert found == {
+        keys.mc_subscribers(mtype.pk, "WH1"): f"missing g{group.pk}",
+        keys.mc_subscribers(mtype.pk, "WH:9"): f"extra u{recipient.pk}",
+    }
+    repair_and_recheck("subscribers")
+    assert redis.smembers(keys.mc_subscribers(mtype.pk, "WH1")) == {
+        f"u{recipient.pk}".encode(),
+        f"g{group.pk}".encode(),
+    }
+    assert not redis.exists(keys.mc_subscribers(mtype.pk, "WH:9"))
+    assert Subscription.objects.count() == 2
+
+
+# --- push deliveries -----------------------------------------------------------
+
+
+def test_push_delivery_missing_from_an_inbox(
+    operator: Any, recipient: Any, other_recipient: Any, settings: Any
+) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    message = send(operator, to={"users": [recipient, other_recipient]})
+    assert message.delivery == "push"
+    assert find("push_deliveries") == []
+    redis = get_redis()
+    member = redis.zrange(keys.mc_inbox(recipient.pk), 0, -1)[0]
+    redis.zrem(keys.mc_inbox(recipient.pk), member)
+    assert refs(recipient) == []
+    [finding] = find("push_deliveries")
+    assert (finding.key, finding.member) == (keys.mc_inbox(recipient.pk), member.decode())
+    repair_and_recheck("push_deliveries")
+    assert refs(recipient) == [message.ref]
+
+
+def test_hidden_and_expired_pushes_are_not_drift(
+    operator: Any, recipient: Any, other_recipient: Any, settings: Any
+) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    hidden = send(operator, to={"users": [recipient]})
+    services.inbox_hide(user=recipient, item_id=hidden.ref)
+    expiring = send(operator, to={"users": [other_recipient]})
+    get_redis().delete(keys.mc_inbox(other_recipient.pk))
+    Message.objects.filter(pk=expiring.pk).update(expire_at=timezone.now() - timedelta(seconds=1))
+    assert find("push_deliveries") == []
+
+
+def test_push_check_samples_recipients(operator: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    settings.MESSAGECENTER_CHECK_PUSH_SAMPLE = 3
+    users = [UserFactory() for _ in range(6)]
+    send(operator, to={"users": users})
+    redis = get_redis()
+    for user in users:
+        redis.delete(keys.mc_inbox(user.pk))
+    found = find("push_deliveries")
+    assert len(found) == 3
+    assert {f.fix[1] for f in found} <= {u.pk for u in users}
+
+
+def test_push_check_looks_at_the_newest_messages_only(operator: Any, recipient: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    settings.MESSAGECENTER_CHECK_PUSH_MESSAGES = 1
+    send(operator, to={"users": [recipient]}, title="old")
+    newest = send(operator, to={"users": [recipient]}, title="new")
+    get_redis().delete(keys.mc_inbox(recipient.pk))
+    assert [f.fix for f in find("push_deliveries")] == [(newest.pk, recipient.pk)]

@@ -1,0 +1,393 @@
+"""The hot paths of issue 8: push fan-out in batched deliver.lua calls (live
+events from inside the script), and the one-round-trip page and counts that
+fall back to planning whenever something global moved."""
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from redis.crc import key_slot
+
+from core import keys
+from core.redis import get_redis, is_cluster
+from messagecenter import services
+from messagecenter.readmodel import InboxEntry, inbox, publish
+from messagecenter.readmodel import live as live_readmodel
+from messagecenter.selectors import inbox_counts, inbox_list
+from tests.factories import UserFactory
+from tests.messagecenter.conftest import make_group, send
+
+pytestmark = pytest.mark.django_db
+SINGLE_REDIS = pytest.mark.not_on_cluster(
+    reason="pub/sub events and the one-round-trip reads are single-Redis features (a cluster plans every read)"
+)
+
+MONTH = 202611
+
+
+def _entry(ref: str = "m900", *, offset: int = 7, score: int = 1_790_000_000_000, expire_ms: int = 0) -> InboxEntry:
+    return InboxEntry(ref=ref, category="promotion", month=MONTH, offset=offset, score=score, expire_ms=expire_ms)
+
+
+@contextmanager
+def round_trips() -> Iterator[list[int]]:
+    """Counts what the read model's client sends: a command, a script or a pipeline is one."""
+    client = get_redis()
+    count = [0]
+    original_execute, original_pipeline = client.execute_command, client.pipeline
+
+    def execute(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original_execute(*args, **kwargs)
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original_pipeline(*args, **kwargs)
+        pipe_execute = pipe.execute
+
+        def run(*a: Any, **k: Any) -> Any:
+            count[0] += 1
+            return pipe_execute(*a, **k)
+
+        pipe.execute = run
+        return pipe
+
+    client.execute_command, client.pipeline = execute, pipeline
+    try:
+        yield count
+    finally:
+        del client.execute_command
+        del client.pipeline
+
+
+# --- fan-out -----------------------------------------------------------------------
+
+
+def test_deliver_keys_are_the_named_keys() -> None:
+    for prefix in ("test:", "other:"):
+        with override_settings(MESSAGECENTER_KEY_PREFIX=prefix):
+            names = keys.mc_deliver_keys([42, 7], "promotion", MONTH, notifications=True)
+            assert names == [
+                name
+                for user_id in (42, 7)
+                for name in (
+                    keys.mc_inbox(user_id),
+                    keys.mc_inbox_category(user_id, "promotion"),
+                    keys.mc_inbox_counters(user_id),
+                    keys.mc_inbox_hidden(user_id),
+                    keys.mc_inbox_expiry(user_id),
+                    keys.mc_inbox_months(user_id),
+                    keys.mc_push_bitmap(user_id, MONTH),
+                    keys.mc_read_bitmap(user_id, MONTH),
+                    keys.live_user_version(user_id),
+                    keys.mc_user_notifications(user_id),
+                )
+            ]
+            assert names[0].startswith(prefix)
+            assert keys.mc_deliver_keys([42], "promotion", MONTH) == names[:9]
+            assert keys.mc_deliver_keys([], "promotion", MONTH) == []
+            assert keys.live_user_channels([1, 42]) == [keys.live_user_channel(1), keys.live_user_channel(42)]
+    # One recipient's keys map to one cluster slot (deliver.lua groups calls by slot there).
+    assert len({key_slot(k.encode()) for k in keys.mc_deliver_keys([42], "system", MONTH, notifications=True)}) == 1
+
+
+def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPatch, redis: Any) -> None:
+    monkeypatch.setattr(publish, "DELIVER_BATCH", 2)  # five recipients: three script calls, one pipeline
+    users = [UserFactory() for _ in range(5)]
+    hider, reader = users[1], users[2]
+    entry = _entry()
+    publish.user_hidden_add(user_id=hider.pk, ref=entry.ref, now_ms=0)
+    redis.setbit(keys.mc_read_bitmap(reader.pk, MONTH), entry.offset, 1)  # e.g. restored read state
+
+    gained = publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=1)
+    assert gained == 4
+    for user in users:
+        counts = inbox.inbox_counts(user_id=user.pk, now_ms=2)
+        expected = 0 if user in (hider, reader) else 1
+        assert counts.unread_by_category["promotion"] == expected, user
+        assert redis.zscore(keys.mc_inbox(user.pk), entry.member) == (None if user is hider else entry.score)
+        assert redis.getbit(keys.mc_push_bitmap(user.pk, MONTH), entry.offset) == (0 if user is hider else 1)
+        assert live_readmodel.user_version(user_id=user.pk) == (0 if user is hider else 1)
+    assert {m.decode() for m in redis.smembers(keys.mc_inbox_months(users[0].pk))} == {str(MONTH)}
+
+    # A rerun (retried task) changes nothing: no inbox gains it, no version moves.
+    assert publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=3) == 0
+    assert [live_readmodel.user_version(user_id=u.pk) for u in users] == [1, 0, 1, 1, 1]
+
+
+@SINGLE_REDIS
+def test_each_recipient_hears_of_the_delivery_from_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publish, "DELIVER_BATCH", 2)
+    users = [UserFactory() for _ in range(3)]
+    live_readmodel.inbox_changed(user_ids=[users[2].pk], reason="read")  # version 1 before the delivery
+    subscriptions = [live_readmodel.subscribe(user_id=u.pk) for u in users]
+    pubsubs = [s.__enter__() for s in subscriptions]
+    try:
+        publish.inbox_deliver(entry=_entry(), user_ids=[u.pk for u in users], now_ms=1)
+        got = []
+        for pubsub in pubsubs:
+            deadline, event = time.monotonic() + 2, None
+            while event is None and time.monotonic() < deadline:
+                event = live_readmodel.decode_event(pubsub.get_message(timeout=0.2))
+            got.append(event)
+    finally:
+        for subscription in subscriptions:
+            subscription.__exit__(None, None, None)
+    assert got == [{"v": 1, "reason": "deliver"}, {"v": 1, "reason": "deliver"}, {"v": 2, "reason": "deliver"}]
+
+
+def test_expired_items_are_not_delivered(redis: Any) -> None:
+    user = UserFactory()
+    entry = _entry(expire_ms=1000)
+    assert publish.inbox_deliver(entry=entry, user_ids=[user.pk], now_ms=1000) == 0
+    assert redis.zcard(keys.mc_inbox(user.pk)) == 0
+    assert publish.inbox_deliver(entry=entry, user_ids=[user.pk], now_ms=999) == 1
+    assert redis.zscore(keys.mc_inbox_expiry(user.pk), entry.member) == 1000
+
+
+def test_notification_fanout_indexes_for_the_sweep(operator: Any, redis: Any, clock: Any) -> None:
+    users = [UserFactory() for _ in range(3)]
+    group = make_group("warehouse", *users)
+    services.message_type_create(code="stock", name="Stock")
+    services.subscription_create(message_type="stock", scope="WH1", group_id=group.pk)
+    notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="<p>x</p>")
+    member = f"{notification.ref}|system|{notification.slot_month}|{notification.slot_offset}"
+    holders = {int(u) for u in redis.smembers(keys.mc_notification_holders())}
+    assert holders == {u.pk for u in users}
+    for user in users:
+        assert redis.zscore(keys.mc_user_notifications(user.pk), member) is not None
+        assert inbox_counts(user=user)["by_category"]["system"] == 1
+    clock.advance(days=400)
+    assert services.notification_sweep()["removed"] == 3
+    assert all(inbox_counts(user=u)["by_category"]["system"] == 0 for u in users)
+
+
+def test_unknown_category_is_refused_before_redis() -> None:
+    with pytest.raises(ValueError, match="category"):
+        publish.inbox_deliver(entry=InboxEntry("m1", "gossip", MONTH, 1, 1), user_ids=[1], now_ms=0)
+
+
+@pytest.mark.cluster
+def test_fanout_on_a_real_cluster(redis_cluster_url: str) -> None:
+    from redis.cluster import RedisCluster
+
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    user_ids = list(range(1, 41))  # spread over many slots
+    try:
+        with override_settings(MESSAGECENTER_REDIS_CLUSTER_URL=redis_cluster_url, MESSAGECENTER_KEY_PREFIX=prefix):
+            assert publish.inbox_deliver(entry=_entry(), user_ids=user_ids, now_ms=1, notification=True) == 40
+            assert publish.inbox_deliver(entry=_entry(), user_ids=user_ids, now_ms=1, notification=True) == 0
+            for user_id in (1, 17, 40):
+                assert inbox.inbox_counts(user_id=user_id, now_ms=2).unread_by_category["promotion"] == 1
+                assert live_readmodel.user_version(user_id=user_id) == 1
+    finally:
+        probe = RedisCluster.from_url(redis_cluster_url, socket_connect_timeout=0.3)
+        for node in probe.get_primaries():
+            client = probe.get_redis_connection(node)
+            for key in client.scan_iter(match=f"{prefix}*", count=1000):
+                client.delete(key)
+        probe.close()
+
+
+# --- page and counts in one round trip -----------------------------------------------
+
+
+@pytest.fixture
+def fresh_hints() -> Iterator[None]:
+    inbox._months_hint.clear()
+    yield
+    inbox._months_hint.clear()
+
+
+def _page(user: Any) -> tuple[list[tuple[str, bool, str]], int, int]:
+    page = inbox_list(user=user, limit=50)
+    return [(i.id, i.read, i.title) for i in page.results], page.unread_count, page.unseen_count
+
+
+@SINGLE_REDIS
+def test_a_settled_inbox_answers_in_one_round_trip(fresh_hints: None, operator: Any, recipient: Any) -> None:
+    for i in range(3):
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
+    before = _page(recipient)  # plans (first sight of this user in the process)
+    with round_trips() as trips:
+        again = _page(recipient)
+    assert trips[0] == 1
+    assert again == before
+    assert [title for _id, _read, title in again[0]] == ["T2", "T1", "T0"]
+    assert again[1] == 2
+    with round_trips() as trips:
+        counts = inbox.inbox_counts(user_id=recipient.pk, now_ms=int(time.time() * 1000))
+    assert trips[0] == 1
+    assert counts.unread == 2
+
+
+def test_the_fast_path_steps_aside_when_anything_moved(
+    fresh_hints: None, operator: Any, recipient: Any, other_recipient: Any, clock: Any
+) -> None:
+    pushed = send(operator, to={"users": [recipient]}, title="push")
+    _page(recipient)
+
+    # A new pull item (global marker): merged on the next read.
+    clock.advance(seconds=1)
+    pulled = send(operator, to={"everyone": True}, title="pull")
+    assert [t for _i, _r, t in _page(recipient)[0]] == ["pull", "push"]
+
+    # A bulletin: merged as well.
+    clock.advance(seconds=1)
+    services.bulletin_create(title="bulletin", body_html="<p>b</p>", display_time=clock.now, actor=operator)
+    assert [t for _i, _r, t in _page(recipient)[0]] == ["bulletin", "pull", "push"]
+
+    # A retraction: settled.
+    services.message_retract(message=pushed, actor=operator)
+    assert [t for _i, _r, t in _page(recipient)[0]] == ["bulletin", "pull"]
+    assert inbox_counts(user=recipient)["unread"] == 2
+
+    # A scheduled bulletin whose time comes (no write at all, only the clock).
+    services.bulletin_create(
+        title="later", body_html="<p>l</p>", display_time=clock.now + timedelta(minutes=5), actor=operator
+    )
+    assert [t for _i, _r, t in _page(recipient)[0]] == ["bulletin", "pull"]
+    clock.advance(minutes=6)
+    assert [t for _i, _r, t in _page(recipient)[0]] == ["later", "bulletin", "pull"]
+
+    # A group change drops merged bulletins; the next read merges what is visible now.
+    group = make_group("team", recipient)
+    services.bulletin_create(
+        title="team only", body_html="<p>t</p>", display_time=clock.now, group_ids=[group.pk], actor=operator
+    )
+    assert [t for _i, _r, t in _page(recipient)[0]][:1] == ["team only"]
+    services.user_group_remove_members(group=group, user_ids=[recipient.pk])
+    assert "team only" not in [t for _i, _r, t in _page(recipient)[0]]
+    assert pulled.ref in [i for i, _r, _t in _page(other_recipient)[0]]
+
+
+def test_a_new_month_makes_the_hint_stale(fresh_hints: None, operator: Any, recipient: Any, clock: Any) -> None:
+    send(operator, to={"users": [recipient]}, title="November")
+    services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
+    assert inbox._months_hint[recipient.pk] == (str(MONTH),)
+    clock.advance(days=15)  # December: the item's bits live in another month's bitmaps
+    send(operator, to={"users": [recipient]}, title="December")
+    rows, unread, _unseen = _page(recipient)
+    assert [(t, r) for _i, r, t in rows] == [("December", False), ("November", True)]
+    assert unread == 1
+    assert inbox._months_hint[recipient.pk] == (str(MONTH), str(MONTH + 1))
+
+
+def test_expiry_is_settled_on_the_fast_path(fresh_hints: None, operator: Any, recipient: Any, clock: Any) -> None:
+    send(operator, to={"users": [recipient]}, title="soon gone", expire_at=clock.now + timedelta(minutes=1))
+    send(operator, to={"users": [recipient]}, title="stays")
+    assert _page(recipient)[1] == 2
+    clock.advance(minutes=2)
+    with round_trips() as trips:
+        rows, unread, _unseen = _page(recipient)
+    assert trips[0] == (3 if is_cluster() else 1)  # a cluster plans (pipeline, script, details)
+    assert [t for _i, _r, t in rows] == ["stays"]
+    assert unread == 1
+    assert get_redis().zcard(keys.mc_inbox_expiry(recipient.pk)) == 0
+
+
+def test_fast_and_planned_answers_agree(fresh_hints: None, operator: Any, recipient: Any, clock: Any) -> None:
+    for i in range(25):
+        message = send(operator, to={"users": [recipient]}, title=f"T{i}", category=("system", "promotion")[i % 2])
+        if i % 3 == 0:
+            services.inbox_mark_read(user=recipient, item_id=message.ref)
+    _page(recipient)
+    now_ms = int(clock.now.timestamp() * 1000)
+
+    def both(**query: Any) -> tuple[Any, Any]:
+        args = {"category": None, "max_score": None, "skip": 0, "limit": 7, "unread_only": False, "since_ms": None}
+        args.update(query)
+        fast = inbox.inbox_page(user_id=recipient.pk, now_ms=now_ms, **args)
+        inbox._months_hint.clear()
+        planned = inbox.inbox_page(user_id=recipient.pk, now_ms=now_ms, **args)
+        return fast, planned
+
+    for query in ({}, {"category": "promotion"}, {"unread_only": True}, {"limit": 100}):
+        fast, planned = both(**query)
+        assert fast == planned, query
+        assert json.dumps([r.detail for r in fast.rows])  # details came along
+    first, _planned = both(limit=7)
+    assert first.next_position is not None
+    fast, planned = both(max_score=first.next_position[0], skip=first.next_position[1])
+    assert fast == planned
+    assert len(fast.rows) == 7
+
+
+# --- fan-out bookkeeping -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("everyone", [False, True], ids=["push chunk", "pull"])
+def test_a_retraction_racing_the_delivery_still_wins(
+    monkeypatch: pytest.MonkeyPatch, operator: Any, recipient: Any, clock: Any, everyone: bool
+) -> None:
+    from messagecenter.models import FanoutChunk, Message, MessageStatus
+    from messagecenter.services import messages
+
+    real_deliver, real_pull = messages.inbox_deliver, messages.inbox_publish_pull
+    message_id: list[int] = []
+
+    def retract_first(real: Any) -> Any:
+        def run(**kwargs: Any) -> Any:
+            # The retraction commits, and its removal runs, before our write lands.
+            services.message_retract(message=Message.objects.get(pk=message_id[0]), actor=operator)
+            return real(**kwargs)
+
+        return run
+
+    monkeypatch.setattr(messages, "inbox_deliver", retract_first(real_deliver))
+    monkeypatch.setattr(messages, "inbox_publish_pull", retract_first(real_pull))
+    monkeypatch.setattr(messages.Message.objects, "create", _remember(messages.Message.objects.create, message_id))
+    message = send(operator, to={"everyone": True} if everyone else {"users": [recipient]})
+    assert message.status == MessageStatus.RETRACTED
+    assert inbox_list(user=recipient).results == []
+    assert inbox_counts(user=recipient)["unread"] == 0
+    assert FanoutChunk.objects.filter(message=message).count() == (0 if everyone else 1)
+
+
+def _remember(create: Any, into: list[int]) -> Any:
+    def run(**kwargs: Any) -> Any:
+        row = create(**kwargs)
+        into.append(row.pk)
+        return row
+
+    return run
+
+
+def test_the_last_chunk_marks_the_message_delivered(monkeypatch: pytest.MonkeyPatch, operator: Any, clock: Any) -> None:
+    from messagecenter.models import FanoutChunk, MessageStatus
+
+    users = [UserFactory() for _ in range(5)]
+    with override_settings(MESSAGECENTER_FANOUT_CHUNK=2):
+        message = send(operator, to={"users": users})
+        assert message.status == MessageStatus.DELIVERED
+        assert sorted(FanoutChunk.objects.filter(message=message).values_list("size", flat=True)) == [1, 2, 2]
+        services.message_fanout_chunk(message=message, index=1)  # a retried chunk changes nothing
+    assert FanoutChunk.objects.filter(message=message).count() == 3
+    assert all(inbox_counts(user=u)["unread"] == 1 for u in users)
+
+
+@SINGLE_REDIS
+def test_read_all_on_a_settled_inbox_skips_planning(
+    fresh_hints: None, operator: Any, recipient: Any, clock: Any
+) -> None:
+    for i in range(3):
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    _page(recipient)
+    now_ms = int(clock.now.timestamp() * 1000)
+    with round_trips() as trips:
+        assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 3
+    assert trips[0] == 3  # the script, the first-read and snapshot notes, the live event
+    assert _page(recipient)[1] == 0
+    # Something global moved (a pull item): planned, and the new item is read too.
+    send(operator, to={"everyone": True}, title="pull")
+    assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 1
+    rows, unread, _unseen = _page(recipient)
+    assert sorted(t for _i, _r, t in rows) == ["T0", "T1", "T2", "pull"]
+    assert all(read for _i, read, _t in rows)
+    assert unread == 0

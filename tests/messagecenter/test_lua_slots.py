@@ -1,0 +1,355 @@
+"""Slot proofs for the Lua scripts.
+
+Redis Cluster runs a script on the node of its keys' slot: every key must
+arrive in KEYS and all of them must hash to one slot. A script that touches a
+key outside KEYS still works while that key happens to sit on the same node,
+and breaks after a reshard; fakeredis and a single Redis never notice. So:
+
+- a dynamic proof records every LuaScript call while every message-centre
+  operation that runs a script is exercised, with the read model's cluster
+  routing switched on (on whatever Redis this run has), checks that every
+  ``.lua`` file under messagecenter/lua and every reachable ``op`` branch was
+  seen, and that each call's keys map to ONE slot;
+- a static proof reads every ``.lua`` file of the repository and checks that
+  each key a ``redis.call`` touches is a ``KEYS[...]`` expression or a name
+  bound only from ``KEYS[...]``: never built from ARGV or by concatenation.
+"""
+
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.test import override_settings
+from redis.cluster import key_slot
+
+import core.redis
+from core.exceptions import NotFound
+from core.lua import LuaScript
+from messagecenter import selectors, services
+from messagecenter.models import Bulletin, Message
+from messagecenter.services.rebuild import inbox_rebuild
+from messagecenter.services.snapshots import inbox_read_snapshot
+from tests.conftest import ROOT, flush_redis
+from tests.factories import UserFactory
+from tests.messagecenter.conftest import make_group, send
+
+pytestmark = pytest.mark.django_db
+
+MC_LUA = ROOT / "messagecenter" / "lua"
+
+# Ops of a script that no Python caller sends any more, with the reason. The
+# dynamic test fails if one of them is reached again (then it must be proven).
+UNREACHABLE_OPS = {
+    # Push delivery moved to deliver.lua (a batch of recipients per call);
+    # inbox.lua keeps "add" as the reference of the per-recipient logic that
+    # deliver.lua repeats.
+    ("inbox.lua", "add"),
+}
+
+
+@dataclass(frozen=True)
+class Call:
+    script: str
+    keys: list[str]
+    args: list[str]
+
+    @property
+    def op(self) -> str | None:
+        """The ``op`` branch (ARGV[1]) of the scripts that dispatch on one."""
+        return self.args[0] if self.script in ("inbox.lua", "global.lua") else None
+
+    def settle_merge(self) -> tuple[int, int] | None:
+        """(removals, merge candidates) of an inbox.lua call that settles and merges, else None."""
+        n = int(self.args[2])
+        a = 3 + n
+        if self.args[a] != "1":
+            return None
+        removals = int(self.args[a + 2])
+        return removals, int(self.args[a + 3 + removals])
+
+
+def _ops_in(source: str) -> set[str]:
+    return set(re.findall(r'\bop == "(\w+)"', source))
+
+
+@pytest.fixture
+def recorded() -> Iterator[list[Call]]:
+    """Every LuaScript call, with the read model routing calls as on a cluster.
+
+    ``is_cluster()`` makes the fan-out group recipients by slot and run the
+    per-user scripts one by one (a cluster pipeline refuses EVALSHA); it is
+    forced on in every module that imported it (on the cluster pass it is on
+    anyway). Pub/sub is off then too, as on a cluster.
+    """
+    seen: list[Call] = []
+    original = LuaScript.__call__
+
+    def recording(self: LuaScript, keys: Sequence[str], args: Sequence[Any] = (), client: Any = None) -> Any:
+        seen.append(Call(Path(self.path).name, list(keys), [str(a) for a in args]))
+        return original(self, keys, args, client)
+
+    def streaming(
+        self: LuaScript, calls: Iterable[tuple[Sequence[str], Sequence[Any]]], client: Any = None
+    ) -> list[Any]:
+        # The single-Redis fast lane (one connection, no pipeline): recorded too.
+        batch = [(list(k), list(a)) for k, a in calls]
+        seen.extend(Call(Path(self.path).name, k, [str(x) for x in a]) for k, a in batch)
+        return original_stream(self, batch, client)
+
+    original_stream = getattr(LuaScript, "stream", None)
+    real = core.redis.is_cluster
+    modules = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith(("core.", "messagecenter.", "notices.")) and getattr(module, "is_cluster", None) is real
+    ]
+    assert core.redis in modules
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(LuaScript, "__call__", recording))
+        if original_stream is not None:
+            stack.enter_context(mock.patch.object(LuaScript, "stream", streaming))
+        for module in modules:
+            stack.enter_context(mock.patch.object(module, "is_cluster", return_value=True))
+        yield seen
+
+
+@override_settings(MESSAGECENTER_PUSH_THRESHOLD=2, MESSAGECENTER_FANOUT_CHUNK=2)
+def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call], operator: Any, clock: Any) -> None:
+    alice, bob, carol = (UserFactory(username=n) for n in ("alice", "bob", "carol"))
+    team = make_group("team", alice, bob)
+
+    # Global writes (global.lua): details, bulletins, pull items; push
+    # fan-out (deliver.lua, one call per slot), with and without the
+    # notification index.
+    pushed = send(operator, to={"users": [alice, bob]}, title="push")
+    pulled = send(operator, to={"users": [alice, bob, carol]}, title="pull to a bitmap audience")
+    everyone = send(operator, to={"everyone": True}, title="pull to everyone")
+    assert (pushed.delivery, pulled.delivery) == ("push", "pull")
+    shown = clock.now - timedelta(minutes=1)
+    for_team = services.bulletin_create(title="team", body_html="<p>t</p>", display_time=shown, group_ids=[team.pk])
+    services.bulletin_create(title="all", body_html="<p>a</p>", display_time=shown)
+    services.message_type_create(code="stock", name="Stock", default_ttl_seconds=60)
+    services.subscription_create(message_type="stock", scope="WH1", user_id=alice.pk)
+    services.notification_send(message_type="stock", scope="WH1", title="low", body_html="<p>low</p>")
+
+    # One user's inbox (inbox.lua): the first page merges bulletins and pull items.
+    page = selectors.inbox_list(user=alice, limit=3)
+    assert len(page.results) == 3
+    assert selectors.inbox_list(user=alice, cursor=page.next_cursor, limit=10).results
+    selectors.inbox_counts(user=alice)
+    assert selectors.inbox_item_get(user=alice, item_id=f"m{pushed.pk}").title == "push"
+    with pytest.raises(NotFound):
+        selectors.inbox_item_get(user=alice, item_id="m999999999")  # no detail: only a sync
+    assert services.inbox_mark_read(user=alice, item_id=f"m{pushed.pk}") is True
+    assert services.inbox_mark_unread(user=alice, item_id=f"m{pushed.pk}") is True
+    assert services.inbox_mark_all_read(user=alice) > 0
+    services.inbox_mark_seen(user=alice)
+    assert services.inbox_hide(user=alice, item_id=f"m{pulled.pk}") is True
+
+    # Changes every inbox settles on its next read: an edit, a delete, a
+    # retraction, a membership change (drops merged bulletins), a trimmed
+    # removal list (a full settle), an expired notification (the sweep).
+    services.bulletin_update(bulletin=for_team, data={"title": "team, edited"})
+    services.bulletin_delete(bulletin=Bulletin.objects.get(title="all"))
+    services.message_retract(message=Message.objects.get(pk=pushed.pk))
+    selectors.inbox_list(user=alice)
+    services.user_group_remove_members(group=team, user_ids=[bob.pk])
+    selectors.inbox_list(user=bob)
+    services.inbox_removed_trim(keep=0)
+    selectors.inbox_list(user=alice)
+    clock.advance(minutes=2)
+    assert services.notification_sweep()["removed"] == 1
+
+    # A Redis loss: snapshots of the read state go back first (restore.lua),
+    # then hidden refs (hide_ref) and everything else.
+    inbox_read_snapshot()
+    flush_redis()
+    inbox_rebuild()
+    assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]
+
+    # Every script file and every reachable op was seen ...
+    files = {p.name for p in MC_LUA.glob("*.lua")}
+    mc_calls = [c for c in recorded if c.script in files]
+    assert {c.script for c in mc_calls} == files
+    for script in ("inbox.lua", "global.lua"):
+        ops = _ops_in((MC_LUA / script).read_text())
+        seen = {c.op for c in mc_calls if c.script == script}
+        unreachable = {op for s, op in UNREACHABLE_OPS if s == script}
+        assert ops - unreachable <= seen, (script, sorted(ops - unreachable - seen))
+        assert not unreachable & seen, f"{script}: reached again, prove it: {unreachable & seen}"
+    # ... with the settle and merge prelude of inbox.lua both removing and adding.
+    preludes = [p for c in mc_calls if c.script == "inbox.lua" and (p := c.settle_merge())]
+    assert any(removals for removals, _ in preludes)
+    assert any(candidates for _, candidates in preludes)
+
+    # ... and each call's keys, all passed in KEYS, map to one slot.
+    for call in recorded:
+        assert call.keys, call
+        slots = {key_slot(k.encode()) for k in call.keys}
+        assert len(slots) == 1, (call.script, call.op, call.keys)
+    # Per-user keys (alice's, bob's) and the global ones do spread over slots.
+    assert len({key_slot(c.keys[0].encode()) for c in mc_calls}) >= 3
+
+
+# --- static proof ------------------------------------------------------------------
+
+# How each command used by a script takes keys: the positions (after the command
+# name, 0-based) of its key arguments; "all" for variadic key commands. A
+# command not listed fails the test, so a new one gets classified on purpose.
+KEY_ARGS: dict[str, str | tuple[int, ...]] = {
+    **dict.fromkeys(
+        (
+            "GET SET SETNX GETSET INCR INCRBY DECR DECRBY STRLEN GETRANGE SETRANGE "
+            "GETBIT SETBIT BITCOUNT BITPOS BITFIELD BITFIELD_RO EXPIRE PEXPIRE TTL PTTL PERSIST TYPE "
+            "HGET HMGET HSET HMSET HSETNX HDEL HEXISTS HLEN HKEYS HVALS HGETALL HINCRBY "
+            "SADD SREM SISMEMBER SMISMEMBER SMEMBERS SCARD SPOP SRANDMEMBER "
+            "LPUSH RPUSH LPOP RPOP LRANGE LLEN LTRIM "
+            "ZADD ZREM ZINCRBY ZSCORE ZMSCORE ZRANK ZREVRANK ZCARD ZCOUNT ZRANGE ZREVRANGE "
+            "ZRANGEBYSCORE ZREVRANGEBYSCORE ZREMRANGEBYSCORE ZREMRANGEBYRANK"
+        ).split(),
+        (0,),
+    ),
+    "DEL": "all",
+    "MGET": "all",
+    "EXISTS": "all",
+    "UNLINK": "all",
+    # PUBLISH names a channel, not a key: channels are not slot-bound for
+    # scripts (Redis Cluster broadcasts PUBLISH), so deliver.lua takes them in ARGV.
+    "PUBLISH": (),
+}
+
+KEYS_EXPR = re.compile(r"^KEYS\[[^\]]*(\[[^\]]*\][^\]]*)*\]$")
+
+
+def _strip_comments(source: str) -> str:
+    return "\n".join(re.sub(r"--.*$", "", line) for line in source.splitlines())
+
+
+def _split_args(text: str) -> list[str]:
+    """Top-level comma split of a call's argument list."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return parts
+
+
+def _calls(source: str) -> list[list[str]]:
+    """Argument lists of every redis.call / redis.pcall."""
+    found = []
+    for match in re.finditer(r"redis\.p?call\(", source):
+        depth, i = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            i += 1
+        found.append(_split_args(source[match.end() : i - 1]))
+    return found
+
+
+ASSIGNMENT = re.compile(r"^(?:local\s+)?([A-Za-z_][\w\[\]\s.+\-*]*(?:,\s*[A-Za-z_][\w\[\]\s.+\-*]*)*)\s*=(?!=)\s*(.+)$")
+
+
+def _assignments(source: str) -> list[tuple[str, str]]:
+    """(target, value) of every assignment statement, multiple assignments
+    paired up, also those inside one-line blocks (``if c then k = v end``)."""
+    pairs = []
+    for line in source.splitlines():
+        for segment in re.split(r"\bthen\b|\bdo\b|\belse\b|;", line):
+            segment = re.sub(r"(\s*\bend\b)+\s*$", "", segment).strip()
+            if segment.startswith(("if ", "elseif ", "for ", "while ", "return ", "function ", "local function ")):
+                continue
+            m = ASSIGNMENT.match(segment)
+            if m:
+                targets, values = _split_args(m.group(1)), _split_args(m.group(2))
+                pairs.extend((t.strip(), v.strip()) for t, v in zip(targets, values, strict=False))
+    return pairs
+
+
+def _key_expression_ok(expr: str, assignments: list[tuple[str, str]], depth: int = 0) -> bool:
+    """KEYS[...] itself; a name every assignment of which is such a key
+    expression; or an element of a table created empty and filled only with
+    such key expressions (inbox.lua's READ/PUSH by month)."""
+    if KEYS_EXPR.match(expr):
+        return True
+    name = re.match(r"^([A-Za-z_]\w*)(\[.*\])?$", expr)
+    if not name or depth > 5:
+        return False  # a concatenation, a call, ...
+    base, indexed = name.group(1), name.group(2) is not None
+    if base in ("ARGV", "KEYS"):
+        return False  # ARGV[...]; KEYS[...] matched above
+    plain = [v for t, v in assignments if t == base]
+    elements = [v for t, v in assignments if t.startswith(base + "[")]
+    if indexed:
+        values, ok_plain = elements, all(v == "{}" for v in plain)
+    else:
+        # "local X = nil" declares a name bound later: a nil key is an error, never another key.
+        values, ok_plain = [v for v in plain if v != "nil"], True
+    return bool(values) and ok_plain and all(_key_expression_ok(v, assignments, depth + 1) for v in values)
+
+
+def _lua_files() -> list[Path]:
+    skip = {".venv", "node_modules", ".git"}
+    return sorted(p for p in ROOT.rglob("*.lua") if not skip & set(p.relative_to(ROOT).parts))
+
+
+def test_lua_scripts_take_every_key_from_KEYS() -> None:
+    files = _lua_files()
+    assert {p.name for p in MC_LUA.glob("*.lua")} <= {p.name for p in files}
+    checked = 0
+    for path in files:
+        source = _strip_comments(path.read_text(encoding="utf-8"))
+        assignments = _assignments(source)
+        for args in _calls(source):
+            command = args[0].strip("'\"").upper()
+            assert command in KEY_ARGS, f"{path.name}: classify the key arguments of {command}"
+            positions = KEY_ARGS[command]
+            key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]
+            for expr in key_args:
+                assert _key_expression_ok(expr, assignments), f"{path.name}: {command} on a key not from KEYS: {expr}"
+                checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize(
+    ("snippet", "ok"),
+    [
+        ('redis.call("GET", KEYS[1])', True),
+        ('local k = KEYS[2]\nredis.call("GET", k)', True),
+        ('local T = {}\nT[ARGV[1]] = KEYS[3 + i]\nredis.call("SETBIT", T[m], 1, 1)', True),
+        ('redis.call("GET", ARGV[1])', False),
+        ('redis.call("GET", "prefix:" .. ARGV[1])', False),
+        ('redis.call("GET", KEYS[1] .. ":x")', False),
+        ('local k = KEYS[1]\nk = "other"\nredis.call("GET", k)', False),
+        ('local T = {}\nT[1] = ARGV[2]\nredis.call("GET", T[1])', False),
+        ('local T = {}\nT[1] = KEYS[1]\nlocal k = T[1]\nredis.call("GET", k)', True),
+        ('local k = nil\nif x then k = KEYS[4] end\nredis.call("GET", k)', True),
+        ('local k = nil\nredis.call("GET", k)', False),
+        ('local T = {}\nT[1] = KEYS[1]\nlocal k = T[1] .. "x"\nredis.call("GET", k)', False),
+        ('redis.call("DEL", KEYS[1], "x")', False),
+    ],
+)
+def test_the_static_check_tells_keys_from_built_names(snippet: str, ok: bool) -> None:
+    source = _strip_comments(snippet)
+    assignments = _assignments(source)
+    verdicts = []
+    for args in _calls(source):
+        command = args[0].strip("'\"").upper()
+        positions = KEY_ARGS[command]
+        key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]
+        verdicts.extend(_key_expression_ok(expr, assignments) for expr in key_args)
+    assert all(verdicts) is ok
