@@ -14,7 +14,13 @@ from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
 
-CASES = ("bench.cases.announcements", "bench.cases.inbox", "bench.cases.notifications")
+CASES = (
+    "bench.cases.broadcast",
+    "bench.cases.announcements",
+    "bench.cases.inbox",
+    "bench.cases.counts",
+    "bench.cases.notifications",
+)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -52,10 +58,35 @@ def _machine() -> str:
     )
 
 
+def _tools() -> list[str]:
+    """Where the baselines' figures come from, for the report."""
+    import subprocess
+
+    from bench import incumbent_client
+
+    lines = []
+    for figures in incumbent_client.ran:
+        lines.append(
+            f"- incumbent: {figures['package']} on Django {figures['django']} (Python {figures['python']}), in its "
+            f"own virtual environment (bench/.venv-incumbent from bench/requirements-incumbent.txt) and database "
+            f"`{figures['database']}` on the same PostgreSQL; notify.send measured to "
+            f"{figures['broadcast']['recipients']:,} users"
+        )
+    try:
+        import gunicorn
+
+        wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+        version = (wrk.stdout or wrk.stderr).split("\n")[0].split(" [")[0]
+        lines.append(f"- HTTP: gunicorn {gunicorn.__version__} (sync workers), {version}, on loopback")
+    except (ImportError, OSError):
+        pass
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer repeats (under two minutes)")
-    parser.add_argument("--users", type=int, default=None, help="users to create (default 100,000; quick 20,000)")
+    parser.add_argument("--users", type=int, default=None, help="users to create (default 100,000; quick 10,000)")
     parser.add_argument("--only", action="append", default=[], help="run only cases whose module name contains this")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
     args = parser.parse_args()
@@ -73,7 +104,7 @@ def main() -> int:
     from core.redis import get_redis
 
     get_redis().flushdb()
-    users = args.users or (20_000 if args.quick else 100_000)
+    users = args.users or (10_000 if args.quick else 100_000)
     started = time.perf_counter()
     rows: list[Row] = []
     for name in CASES:
@@ -81,10 +112,15 @@ def main() -> int:
             continue
         module = import_module(name)
         print(f"== {name} ({users:,} users)", flush=True)
+        case_started = time.perf_counter()
         case_rows = module.run(users=users, quick=args.quick)
         print(table(case_rows), flush=True)
+        print(f"   ({time.perf_counter() - case_started:.0f} s)", flush=True)
         rows += case_rows
     elapsed = time.perf_counter() - started
+    from bench.incumbent_client import shapes
+
+    size = shapes(quick=args.quick)
 
     report = "\n".join(
         [
@@ -94,8 +130,12 @@ def main() -> int:
             f"- machine: {_machine()}",
             f"- mode: {'quick' if args.quick else 'full'}, {users:,} users, {elapsed:.0f} s",
             f"- command: `make bench{' BENCH_ARGS=--quick' if args.quick else ''}`",
+            f"- per-user shapes: inbox page {size.page_items:,} items; unread counts {size.inbox_items:,} inbox items "
+            f"+ {size.announcements:,} announcements; mark-all-read {size.mark_items:,} unread",
+            *_tools(),
             "",
-            "Ratios are how many times better ours is than the baseline measured in the same run.",
+            "Ratios are how many times better ours is than the baseline measured in the same run (below 1: the "
+            "baseline is faster). The target column states what issue 8 asks and whether this run meets it.",
             "",
             table(rows),
             "",

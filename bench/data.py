@@ -13,7 +13,8 @@ def ensure_users(n: int) -> tuple[int, int]:
     default rule puts them on the "user" platform.
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM auth_user WHERE username LIKE 'bench%%'")
+        # bench<digits> only: bench-operator and the bench readers are not part of the crowd.
+        cursor.execute("SELECT count(*) FROM auth_user WHERE username ~ '^bench[0-9]+$'")
         have = cursor.fetchone()[0]
         if have < n:
             cursor.execute(
@@ -24,10 +25,10 @@ def ensure_users(n: int) -> tuple[int, int]:
                 FROM generate_series(%s, %s) AS g
                 ON CONFLICT (username) DO NOTHING
                 """,
-                [have + 1, n],
+                [1, n],
             )
         cursor.execute(
-            "SELECT min(id), max(id) FROM (SELECT id FROM auth_user WHERE username LIKE 'bench%%' ORDER BY id LIMIT %s) s",
+            "SELECT min(id), max(id) FROM (SELECT id FROM auth_user WHERE username ~ '^bench[0-9]+$' ORDER BY id LIMIT %s) s",
             [n],
         )
         low, high = cursor.fetchone()
@@ -68,3 +69,126 @@ def baseline_bytes_per_row() -> float:
         cursor.execute(f"SELECT pg_total_relation_size('{BASELINE_TABLE}'), (SELECT count(*) FROM {BASELINE_TABLE})")
         size, rows = cursor.fetchone()
     return size / rows if rows else 0.0
+
+
+def baseline_bulk_create(item_id: int, low: int, high: int) -> None:
+    """The ORM way of the same baseline: one model instance per recipient."""
+    from bench.models import RecipientRow
+
+    RecipientRow.objects.bulk_create(
+        (RecipientRow(user_id=uid, item_id=item_id) for uid in range(low, high + 1)), batch_size=5_000
+    )
+
+
+def _slots(month: int, count: int) -> int:
+    """Reserve ``count`` consecutive offsets of ``month`` at once (what
+    ``slot_allocate`` hands out one by one); returns the first."""
+    from django.db import transaction
+    from django.db.models import F
+
+    from messagecenter.models import ItemSlotMonth
+
+    with transaction.atomic():
+        ItemSlotMonth.objects.get_or_create(month=month)
+        row = ItemSlotMonth.objects.select_for_update().get(month=month)
+        start = int(row.next_offset)
+        ItemSlotMonth.objects.filter(pk=month).update(next_offset=F("next_offset") + count)
+    return start
+
+
+def inbox_messages(*, operator: object, audiences: list[tuple[int, list[int]]]) -> list[str]:
+    """Push messages into inboxes in bulk; returns their refs, newest first.
+
+    ``audiences`` is [(how many messages, user ids)], newest first: the first
+    group's messages are the newest. Sending 10,000 messages one by one
+    through ``message_send`` would take minutes; these are the same rows
+    (stored, delivered) written with one bulk INSERT, then each delivered
+    through the service every item source uses (``inbox_deliver``: detail
+    stored once, the recipients' scripts in one pipeline).
+    """
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from pyroaring import BitMap
+
+    from messagecenter.items import message_detail, message_entry
+    from messagecenter.models import DeliveryMode, Message, MessageStatus
+    from messagecenter.services.inbox import inbox_deliver
+
+    now = timezone.now()
+    total = sum(n for n, _ in audiences)
+    plan: list[tuple[object, list[int]]] = []
+    position = 0
+    for count, user_ids in audiences:
+        for _ in range(count):
+            plan.append((now - timedelta(seconds=position + 1), user_ids))
+            position += 1
+    months: dict[int, int] = {}
+    for created_at, _ in plan:
+        month = created_at.year * 100 + created_at.month  # type: ignore[attr-defined]
+        months[month] = months.get(month, 0) + 1
+    next_offset = {month: _slots(month, count) for month, count in months.items()}
+    rows = []
+    for i, (created_at, user_ids) in enumerate(plan):
+        month = created_at.year * 100 + created_at.month  # type: ignore[attr-defined]
+        audience = BitMap(user_ids)
+        rows.append(
+            Message(
+                category=("system", "promotion", "transaction", "interaction")[i % 4],
+                title=f"Message {i}",
+                summary="A bench message",
+                body_html="<p>A bench message</p>",
+                sender=operator,
+                created_at=created_at,
+                users_bitmap=audience.serialize(),
+                audience_bitmap=audience.serialize(),
+                audience_size=len(audience),
+                delivery=DeliveryMode.PUSH,
+                status=MessageStatus.DELIVERED,
+                fanout_total=len(audience),
+                slot_month=month,
+                slot_offset=next_offset[month],
+            )
+        )
+        next_offset[month] += 1
+    created = Message.objects.bulk_create(rows, batch_size=2_000)
+    assert len(created) == total
+    # Oldest first, as they would have arrived.
+    for message, (_, user_ids) in reversed(list(zip(created, plan, strict=True))):
+        inbox_deliver(entry=message_entry(message), user_ids=user_ids, detail=message_detail(message))
+    return [m.ref for m in created]
+
+
+def user_redis_keys(user_id: int) -> list[bytes]:
+    """Every Redis key of the user's hash tag: inbox zsets, counters, state, bitmaps."""
+    from core import keys
+    from core.redis import get_redis
+
+    return list(get_redis().scan_iter(match=f"*{keys.user_tag(user_id)}*", count=1_000))
+
+
+def reset_items() -> None:
+    """No messages, bulletins or notifications, and every month's slot counter
+    back to 0: each run's bitmaps start where a fresh month's would, so the
+    bytes it reports do not grow with the number of earlier runs this month."""
+    from core.models import OutboxEntry
+    from messagecenter.models import (
+        Bulletin,
+        InboxReadSnapshot,
+        InboxSeenSnapshot,
+        ItemSlotMonth,
+        Message,
+        Notification,
+    )
+    from notices.models import AnnouncementReadSnapshot
+
+    Message.objects.all().delete()
+    Bulletin.objects.all().delete()
+    Notification.objects.all().delete()
+    ItemSlotMonth.objects.all().delete()
+    # Durable copies of read state for offsets that no longer mean anything, and
+    # Redis writes still waiting to be replayed: a restore must not bring them back.
+    InboxReadSnapshot.objects.all().delete()
+    InboxSeenSnapshot.objects.all().delete()
+    AnnouncementReadSnapshot.objects.all().delete()
+    OutboxEntry.objects.all().delete()

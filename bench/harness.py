@@ -68,6 +68,12 @@ class Row:
     p99: float | None = None
     baseline_p99: float | None = None
     target: float | None = None  # minimum ratio, when the issue sets one
+    at_least: float | None = None  # absolute floor for ours (rates)
+    at_most: float | None = None  # absolute ceiling for ours (p99 when ``ceiling_on_p99``)
+    ceiling_on_p99: bool = False
+    trips: float | None = None  # Redis round trips per call, measured
+    max_trips: int | None = None  # the issue's limit on them
+    failures: int | None = None  # failed requests (non-2xx, socket errors): any fails the row
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -77,11 +83,43 @@ class Row:
             return None
         return self.baseline / self.ours if self.better == "lower" else self.ours / self.baseline
 
+    def _checks(self) -> list[tuple[str, bool]]:
+        """(what the issue asks, whether this run meets it) for every target set."""
+        checks = []
+        if self.target is not None:
+            checks.append((f"≥{_num(self.target)}x", self.ratio is not None and self.ratio >= self.target))
+        if self.at_least is not None:
+            checks.append((f"≥{fmt(self.at_least, self.unit)}", self.ours >= self.at_least))
+        if self.at_most is not None:
+            value = self.p99 if self.ceiling_on_p99 and self.p99 is not None else self.ours
+            label = "p99 " if self.ceiling_on_p99 else ""
+            checks.append((f"{label}≤{fmt(self.at_most, self.unit)}", value <= self.at_most))
+        if self.max_trips is not None:
+            trips = "round trip" if self.max_trips == 1 else "round trips"
+            checks.append(
+                (f"{self.max_trips} {trips} (is {_num(self.trips or 0)})", (self.trips or 0) <= self.max_trips)
+            )
+        if self.failures is not None:
+            checks.append((f"no failed requests (is {self.failures:,})", self.failures == 0))
+        return checks
+
     @property
     def verdict(self) -> str:
-        if self.target is None or self.ratio is None:
+        checks = self._checks()
+        if not checks:
             return ""
-        return "met" if self.ratio >= self.target else "NOT met"
+        return "met" if all(ok for _, ok in checks) else "NOT met"
+
+    @property
+    def target_text(self) -> str:
+        checks = self._checks()
+        if not checks:
+            return ""
+        return f"{', '.join(text for text, _ in checks)}: {self.verdict}"
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1 and value == int(value) else f"{value:,.2g}"
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -109,7 +147,7 @@ def table(rows: list[Row]) -> str:
     lines = [header, "|" + " --- |" * 8]
     for r in rows:
         ratio = "-" if r.ratio is None else (f"{r.ratio:,.1f}x" if r.ratio >= 1 else f"{r.ratio:.2g}x")
-        target = f"≥{r.target:,.0f}x {r.verdict}" if r.target is not None else ""
+        target = r.target_text
         lines.append(
             f"| {r.case} | {r.measure} | {fmt(r.ours, r.unit)} | {fmt(r.p99, r.unit)} | {r.baseline_name} "
             f"| {fmt(r.baseline, r.unit)} | {ratio} | {target} |"
