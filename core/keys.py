@@ -307,6 +307,15 @@ def mc_item_read_hours(ref: str) -> str:
     return _key("inbox", "reads", ref)
 
 
+def mc_first_reads_pending() -> str:
+    """list: first reads not yet added to the per-item hour hashes, one entry
+    ``<hour>|<ref>,<ref>,...`` per mark (write-behind: a "read all" of 10,000
+    items costs one RPUSH, not two commands per item); folded by
+    ``messagecenter.readmodel.reads.first_reads_fold`` before every chart read
+    and by a beat job."""
+    return _key("inbox", "reads", "pending")
+
+
 # --- messagecenter: subscriptions and notifications (seed 003) ----------------------
 # (owned by messagecenter/readmodel/notifications.py)
 #

@@ -46,6 +46,12 @@ def removed_trim_task() -> int:
     return services.inbox_removed_trim()
 
 
+@shared_task(name="messagecenter.first_reads_fold", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def first_reads_fold_task() -> int:
+    """Periodic (Celery beat): add pending first reads to the read-rate counters."""
+    return services.inbox_first_reads_fold()
+
+
 # --- subscriptions and notifications (seed 003) ------------------------------------
 
 

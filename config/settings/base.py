@@ -159,6 +159,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
     # Bounds the global list of removed items that readers settle against.
     "messagecenter-removed-trim": {"task": "messagecenter.removed_trim", "schedule": 60 * 60},
+    # First reads are written behind (one list entry per mark); this folds them
+    # into the per-item hourly counters of the read-rate chart.
+    "messagecenter-first-reads-fold": {"task": "messagecenter.first_reads_fold", "schedule": 60},
     # Seed 003's expiry job: expired notifications leave the per-user zsets in bounded
     # batches (reads already hide them exactly at expiry).
     "messagecenter-notifications-sweep": {"task": "messagecenter.notifications_sweep", "schedule": 60},

@@ -269,15 +269,17 @@ elseif op == "read_all" then
   if upto == nil or upto == "" then upto = "+inf" end
   -- Returns {marked, refs first read by the user} (the caller counts those;
   -- the per-item counters are global keys, so they are not touched here).
-  local marked, first = 0, {}
+  local marked, first, by_cat = 0, {}, {}
   for _, member in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", upto)) do
     local ref, c, month, off = parse(member)
     if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
       marked = marked + 1
-      redis.call("HINCRBY", KEYS[6], c, -1)
+      by_cat[c] = (by_cat[c] or 0) + 1
       if first_read(month, off) then first[#first + 1] = ref end
     end
   end
+  -- One counter write per category, not one per item.
+  for c, n in pairs(by_cat) do redis.call("HINCRBY", KEYS[6], c, -n) end
   return {marked, first}
 
 elseif op == "seen" then

@@ -12,6 +12,7 @@ the read-state snapshot job's dirty set (a global key too).
 """
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -41,16 +42,50 @@ def record_reads(*, user_id: int, months: Iterable[int | str], first_refs: Itera
     pipe = get_redis().pipeline(transaction=False)
     if dirty:
         pipe.sadd(keys.mc_snapshot_dirty(), *dirty)
-    for ref in refs:
-        key = keys.mc_item_read_hours(ref)
-        pipe.hincrby(key, str(hour), 1)
-        pipe.expire(key, READ_HOURS_TTL_SECONDS)
+    if refs:
+        # Write-behind: one list entry whatever the number of items (the hour
+        # hashes are global keys, one per item: two commands each would make a
+        # "read all" of 10,000 items cost 20,000 commands).
+        pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|{','.join(refs)}")
     try:
         pipe.execute()
     except RedisError:
         logger.warning("read notes not recorded for user %s (%d first read(s))", user_id, len(refs), exc_info=True)
 
 
+FOLD_BATCH = 500
+
+
+def first_reads_fold(*, max_entries: int = 100_000) -> int:
+    """Add the pending first reads to the per-item hour hashes; returns entries folded.
+
+    Each entry is popped by exactly one folder (LPOP), so concurrent folds never
+    count twice; a folder dying between its pop and its write loses those
+    counts (a statistic, never a read mark).
+    """
+    client = get_redis()
+    folded = 0
+    while folded < max_entries:
+        entries = client.lpop(keys.mc_first_reads_pending(), FOLD_BATCH)
+        if not entries:
+            break
+        counts: Counter[tuple[str, str]] = Counter()
+        for entry in entries:
+            hour, _, refs = entry.decode().partition("|")
+            for ref in refs.split(","):
+                if ref:
+                    counts[(ref, hour)] += 1
+        pipe = client.pipeline(transaction=False)
+        for (ref, hour), count in counts.items():
+            key = keys.mc_item_read_hours(ref)
+            pipe.hincrby(key, hour, count)
+            pipe.expire(key, READ_HOURS_TTL_SECONDS)
+        pipe.execute()
+        folded += len(entries)
+    return folded
+
+
 def read_hours(*, ref: str) -> dict[datetime, int]:
-    """First reads of the item per hour, oldest first."""
+    """First reads of the item per hour, oldest first (pending ones folded in first)."""
+    first_reads_fold()
     return hours_from_hashes([get_redis().hgetall(keys.mc_item_read_hours(ref))])

@@ -9,6 +9,7 @@ from messagecenter.services.groups import (
 )
 from messagecenter.services.inbox import (
     inbox_deliver,
+    inbox_first_reads_fold,
     inbox_hide,
     inbox_mark_all_read,
     inbox_mark_read,
@@ -44,6 +45,7 @@ __all__ = [
     "bulletin_delete",
     "bulletin_update",
     "inbox_deliver",
+    "inbox_first_reads_fold",
     "inbox_hide",
     "inbox_mark_all_read",
     "inbox_mark_read",

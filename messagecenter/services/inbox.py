@@ -235,3 +235,11 @@ def inbox_removed_trim(*, keep: int | None = None) -> int:
     if keep is None:
         keep = int(getattr(settings, "MESSAGECENTER_REMOVED_KEEP", REMOVED_KEEP_DEFAULT))
     return publish.removed_trim(keep=keep)
+
+
+def inbox_first_reads_fold() -> int:
+    """Fold the pending first reads into the per-item hourly counters (a periodic
+    task keeps the list short; the admin chart folds before it reads)."""
+    from messagecenter.readmodel import reads
+
+    return reads.first_reads_fold()

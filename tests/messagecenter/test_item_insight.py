@@ -173,8 +173,7 @@ def test_statistics_failure_does_not_fail_the_read(
 
     class _BrokenPipe:
         def sadd(self, *args: Any) -> None: ...  # the read-state snapshot's dirty note
-        def hincrby(self, *args: Any) -> None: ...
-        def expire(self, *args: Any) -> None: ...
+        def rpush(self, *args: Any) -> None: ...  # the first reads, written behind
         def execute(self) -> None:
             raise RedisConnectionError("down")
 
@@ -223,3 +222,19 @@ def test_first_reads_on_a_real_cluster(redis_cluster_url: str, operator: Any, cl
             for key in client.scan_iter(match=f"{prefix}*", count=1000):
                 client.delete(key)
         probe.close()
+
+
+def test_first_reads_are_written_behind_in_one_entry_per_mark(
+    operator: Any, recipient: Any, clock: Any, redis: Any
+) -> None:
+    messages = [send(operator, to={"users": [recipient]}, title=f"m{i}") for i in range(5)]
+    assert services.inbox_mark_all_read(user=recipient) == 5
+    # One list entry for the five first reads; no per-item counter written yet.
+    assert redis.llen(keys.mc_first_reads_pending()) == 1
+    assert all(redis.exists(keys.mc_item_read_hours(m.ref)) == 0 for m in messages)
+    assert services.inbox_first_reads_fold() == 1
+    assert redis.llen(keys.mc_first_reads_pending()) == 0
+    ten = datetime(2026, 11, 22, 10, tzinfo=UTC)
+    assert all(_hours(m.ref) == {ten: 1} for m in messages)
+    assert services.inbox_first_reads_fold() == 0  # folding again counts nothing twice
+    assert all(_hours(m.ref) == {ten: 1} for m in messages)
