@@ -9,7 +9,7 @@ The other tests make Redis unreachable and check the API and the pages.
 """
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -53,6 +53,7 @@ from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import assert_error, client_for
 from tests.factories import SuperuserFactory, UserFactory
 from tests.messagecenter.conftest import make_group, send
+from tests.messagecenter.test_stateful import CLOCK, DISPLAY, EXPIRY, START
 
 pytestmark = pytest.mark.django_db
 
@@ -102,21 +103,8 @@ def walk(path: Callable[..., Page], **query: Any) -> list[Page]:
 
 # --- the property: fallback == Redis ------------------------------------------------------
 
-START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 N_USERS = 3
-EXPIRY = st.one_of(st.none(), st.sampled_from([5, 30, 60]))
-DISPLAY = st.sampled_from([-30, 0, 5, 30])
 READ_ALL = fallback.TOPIC_READ_ALL
-
-
-class Clock:
-    now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-CLOCK = Clock()
 
 
 class FallbackMachine(RuleBasedStateMachine):

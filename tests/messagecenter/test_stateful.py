@@ -35,6 +35,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import to_ms
 from tests.factories import SuperuserFactory, UserFactory
+from tests.messagecenter.conftest import Clock
 
 pytestmark = pytest.mark.django_db
 
@@ -46,14 +47,8 @@ EXPIRY = st.one_of(st.none(), st.sampled_from([5, 30, 60]))
 DISPLAY = st.sampled_from([-30, 0, 5, 30])
 
 
-class Clock:
-    now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-CLOCK = Clock()
+# The machines of this file and test_fallback.py share the clock and the timings.
+CLOCK = Clock(START)
 
 
 class InboxMachine(RuleBasedStateMachine):
