@@ -1,13 +1,20 @@
 """Authentication whose credential lookups cost no SQL once cached.
 
-The inbox hot path must run no SQL at all, authentication included. Token
-keys map to user ids, and user ids to the user's own fields, in Redis; both
-entries are dropped after the commit that revokes a token or changes a user
-(``core.signals``), so revocation takes effect at once. When Redis is down
-the lookups fall back to PostgreSQL.
+The inbox hot path must run no SQL at all, authentication included. An API
+token maps to its owner's fields in one Redis entry (one GET per request),
+and a user id to the same fields for session authentication. Entries are
+dropped after the commit that revokes a token or changes a user or their
+platforms (``core.signals``), so revocation takes effect at once. When Redis
+is down the lookups fall back to PostgreSQL.
+
+A request that misses the cache fills it from PostgreSQL. A revocation that
+commits while it reads would have dropped the entry before the fill wrote it,
+so after writing, the filler reads PostgreSQL once more and drops its own
+entry if the row moved on: a stale entry never survives the race.
 """
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -53,6 +60,25 @@ def _restore(data: dict[str, Any]) -> User:
     return user
 
 
+def _fill(
+    *, store: Callable[[dict[str, Any]], None], drop: Callable[[], None], load: Callable[[], User | None], user: User
+) -> None:
+    """Cache ``user``'s snapshot, then re-read PostgreSQL (``load``) and drop
+    the entry again if a change committed meanwhile (see the module docstring)."""
+    snapshot = _snapshot(user)
+    try:
+        store(snapshot)
+        again = load()
+        if again is None or _snapshot(again) != snapshot:
+            drop()
+    except RedisError:
+        logger.warning("redis unavailable; user %s not cached", user.pk)
+
+
+def _user_by_id(user_id: int) -> User | None:
+    return get_user_model().objects.filter(pk=user_id).first()
+
+
 def cached_user(user_id: int) -> User | None:
     """The user with this id, from the cache when present; None if absent."""
     try:
@@ -61,40 +87,45 @@ def cached_user(user_id: int) -> User | None:
         data = None
     if data is not None:
         return _restore(data)
-    user = get_user_model().objects.filter(pk=user_id).first()
+    user = _user_by_id(user_id)
     if user is not None:
-        try:
-            readmodel.user_fields_set(user_id=user.pk, fields=_snapshot(user))
-        except RedisError:
-            logger.warning("redis unavailable; user %s not cached", user_id)
+        _fill(
+            store=lambda fields: readmodel.user_fields_set(user_id=user_id, fields=fields),
+            drop=lambda: readmodel.user_drop(user_id=user_id),
+            load=lambda: _user_by_id(user_id),
+            user=user,
+        )
     return user
 
 
+def _token_owner(key: str) -> User | None:
+    token = Token.objects.select_related("user").filter(key=key).first()
+    return token.user if token is not None else None
+
+
 class TokenAuthentication(DRFTokenAuthentication):
-    """``Authorization: Token <key>``, with the key -> user lookup cached."""
+    """``Authorization: Token <key>``: one Redis GET holds the owner's fields."""
 
     keyword = "Token"
 
     def authenticate_credentials(self, key: str) -> tuple[User, Token | str]:
         try:
-            user_id = readmodel.token_user_get(token_key=key)
+            data = readmodel.token_user_get(token_key=key)
         except RedisError:
             return super().authenticate_credentials(key)
         user: User | None
-        if user_id is None:
-            token = Token.objects.select_related("user").filter(key=key).first()
-            if token is None:
-                raise exceptions.AuthenticationFailed("Invalid token.")
-            user = token.user
-            try:
-                readmodel.token_user_set(token_key=key, user_id=user.pk)
-                readmodel.user_fields_set(user_id=user.pk, fields=_snapshot(user))
-            except RedisError:
-                pass
+        if data is not None:
+            user = _restore(data)
         else:
-            user = cached_user(user_id)
-        if user is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
+            user = _token_owner(key)
+            if user is None:
+                raise exceptions.AuthenticationFailed("Invalid token.")
+            _fill(
+                store=lambda fields: readmodel.token_user_set(token_key=key, fields=fields),
+                drop=lambda: readmodel.token_drop(token_key=key),
+                load=lambda: _token_owner(key),
+                user=user,
+            )
         if not user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         return user, key

@@ -40,13 +40,19 @@ def user_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **k
 
         user_ensure_default_platform(user=instance)
     user_id = instance.pk
-    _after_commit(lambda: readmodel.user_drop(user_id=user_id))
+    _after_commit(lambda: _user_drop(user_id))
 
 
 @receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="core_user_deleted")
 def user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
     user_id = instance.pk
-    _after_commit(lambda: readmodel.user_drop(user_id=user_id))
+    _after_commit(lambda: _user_drop(user_id))
+
+
+def _user_drop(user_id: int) -> None:
+    """Drop the user's cached copies, those kept under their API tokens included."""
+    token_keys = list(Token.objects.filter(user_id=user_id).values_list("key", flat=True))
+    readmodel.user_drop(user_id=user_id, token_keys=token_keys)
 
 
 @receiver(post_delete, sender=Token, dispatch_uid="core_token_deleted")
@@ -62,4 +68,4 @@ def platform_changed(sender: Any, instance: UserPlatform, **kwargs: Any) -> None
     if kwargs.get("raw"):
         return
     user_id = instance.user_id
-    _after_commit(lambda: readmodel.platforms_drop(user_id=user_id))
+    _after_commit(lambda: _user_drop(user_id))

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -185,6 +186,36 @@ def recipient_client(recipient: Any) -> APIClient:
 @pytest.fixture
 def outsider_client(outsider: Any) -> APIClient:
     return client_for(outsider)
+
+
+@contextmanager
+def round_trips() -> Iterator[list[int]]:
+    """Counts what the read model's client sends: a command, a script or a pipeline is one."""
+    client = get_redis()
+    count = [0]
+    original_execute, original_pipeline = client.execute_command, client.pipeline
+
+    def execute(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original_execute(*args, **kwargs)
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original_pipeline(*args, **kwargs)
+        pipe_execute = pipe.execute
+
+        def run(*a: Any, **k: Any) -> Any:
+            count[0] += 1
+            return pipe_execute(*a, **k)
+
+        pipe.execute = run
+        return pipe
+
+    client.execute_command, client.pipeline = execute, pipeline
+    try:
+        yield count
+    finally:
+        del client.execute_command
+        del client.pipeline
 
 
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:

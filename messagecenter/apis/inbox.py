@@ -1,5 +1,6 @@
 """The signed-in user's inbox: ``/api/v1/inbox/``."""
 
+from datetime import UTC
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -43,6 +44,29 @@ def _category(raw: str | None) -> str | None:
     return raw
 
 
+def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
+    """``InboxListApi.OutputSerializer(page).data``, built directly: the hot
+    path's JSON without DRF's per-field machinery (a page of 20 cost ~0.5 ms
+    there). The serializer still documents the shape; a test holds the two equal."""
+    return {
+        "results": [
+            {
+                "id": item.id,
+                "kind": item.kind,
+                "category": item.category,
+                "title": item.title,
+                "summary": item.summary,
+                "created_at": item.created_at.astimezone(UTC).isoformat(),
+                "read": item.read,
+            }
+            for item in page.results
+        ],
+        "next_cursor": page.next_cursor,
+        "unread_count": page.unread_count,
+        "unseen_count": page.unseen_count,
+    }
+
+
 class InboxListApi(APIView):
     class OutputSerializer(serializers.Serializer):
         results = ItemSerializer(many=True)
@@ -71,7 +95,7 @@ class InboxListApi(APIView):
             cursor=params.get("cursor") or None,
             since=parse_time(params.get("since"), name="since"),
         )
-        return Response(self.OutputSerializer(page).data)
+        return Response(page_payload(page))
 
 
 class InboxItemApi(APIView):

@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from core import keys
+from core import keys, readmodel
+from core.redis import get_redis
 from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
 
@@ -30,12 +31,77 @@ def test_deleted_token_stops_working_at_once(recipient: Any) -> None:
 
 def test_deactivated_user_stops_working_at_once(recipient: Any, redis: Any) -> None:
     client = client_for(recipient)
+    token = Token.objects.get(user=recipient).key
     assert client.get("/api/v1/me/").status_code == 200
-    assert redis.exists(keys.auth_user(recipient.pk))
+    assert redis.exists(keys.auth_token(token))
     recipient.is_active = False
     recipient.save()
-    assert not redis.exists(keys.auth_user(recipient.pk))
+    assert not redis.exists(keys.auth_token(token))  # the copy kept under the token is dropped too
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+
+
+def test_a_cached_token_costs_one_redis_command(recipient: Any, monkeypatch: Any) -> None:
+    client = client_for(recipient)
+    assert client.get("/api/v1/me/").status_code == 200
+    sent: list[tuple[Any, ...]] = []
+    redis_client = get_redis()
+    real_execute = redis_client.execute_command
+
+    def execute(*args: Any, **kwargs: Any) -> Any:
+        sent.append(args)
+        return real_execute(*args, **kwargs)
+
+    monkeypatch.setattr(redis_client, "execute_command", execute)
+    assert client.get("/api/v1/me/").status_code == 200
+    # The GET of the token entry (the platforms ride on the snapshot); the
+    # rest is the user throttle's cache entry (GET, SET), on the same Redis here.
+    auth = [args for args in sent if "throttle" not in str(args[1])]
+    assert auth == [("GET", keys.auth_token(Token.objects.get(user=recipient).key))]
+
+
+def test_user_changes_reach_token_requests_at_once(recipient: Any) -> None:
+    client = client_for(recipient)
+    assert client.get("/api/v1/me/").json()["username"] == "alice"
+    recipient.username = "alice2"
+    recipient.save()
+    assert client.get("/api/v1/me/").json()["username"] == "alice2"
+
+
+def test_a_revocation_racing_the_cache_fill_leaves_no_entry(recipient: Any, redis: Any, monkeypatch: Any) -> None:
+    """The token is deleted (and its drop already ran) between the filler's
+    read of PostgreSQL and its write to Redis: the filler's re-check drops the
+    entry it wrote, so the revoked token fails on the very next request."""
+    client = client_for(recipient)
+    token = Token.objects.get(user=recipient).key
+    real_set = readmodel.token_user_set
+
+    def set_after_revocation(**kwargs: Any) -> None:
+        Token.objects.filter(key=token).delete()  # commits and drops the (absent) entry first
+        real_set(**kwargs)  # then the stale fill lands
+
+    monkeypatch.setattr(readmodel, "token_user_set", set_after_revocation)
+    assert client.get("/api/v1/me/").status_code == 200  # this request had read the token before
+    assert not redis.exists(keys.auth_token(token))
+    monkeypatch.undo()
+    assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+
+
+def test_a_user_change_racing_the_session_fill_leaves_no_entry(redis: Any, monkeypatch: Any) -> None:
+    user = UserFactory(username="sam")
+    browser = Client()
+    assert browser.login(username="sam", password="pass-1234")
+    redis.delete(keys.auth_user(user.pk))
+    real_set = readmodel.user_fields_set
+
+    def set_after_deactivation(**kwargs: Any) -> None:
+        type(user).objects.filter(pk=user.pk).update(is_active=False)  # no signal: only the re-check sees it
+        real_set(**kwargs)
+
+    monkeypatch.setattr(readmodel, "user_fields_set", set_after_deactivation)
+    assert browser.get("/api/v1/me/").status_code == 200
+    assert not redis.exists(keys.auth_user(user.pk))
+    monkeypatch.undo()
+    assert browser.get("/api/v1/me/").status_code in {401, 403}
 
 
 def test_deleted_user_stops_working_at_once(recipient: Any) -> None:

@@ -1,13 +1,19 @@
 """The signed-in user's inbox over REST (API.md), hot path without SQL."""
 
+import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import keys
-from messagecenter.models import InboxHidden
+from messagecenter.apis.inbox import KINDS, InboxListApi, page_payload
+from messagecenter.models import CATEGORIES, InboxHidden
+from messagecenter.selectors import InboxItem, InboxPage
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import ids, send
 
@@ -261,3 +267,46 @@ def test_all_user_keys_share_one_slot(recipient: Any) -> None:
     slots.add(key_slot(keys.mc_user_groups(recipient.pk).encode()))
     assert len(slots) == 1
     assert len({key_slot(k.encode()) for k in global_keys()}) == 1
+
+
+_texts = st.text(max_size=30)
+_zones = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(
+        st.builds(
+            InboxItem,
+            id=st.from_regex(r"[mbn][0-9]{1,6}", fullmatch=True),
+            kind=st.sampled_from(KINDS),
+            category=st.sampled_from(CATEGORIES),
+            title=_texts,
+            summary=_texts,
+            created_at=st.datetimes(
+                min_value=datetime(1971, 1, 1),
+                max_value=datetime(2100, 1, 1),
+                timezones=st.sampled_from(
+                    [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))]
+                ),
+            ),
+            read=st.booleans(),
+            body_html=_texts,
+            images=st.lists(_texts, max_size=2),
+            link=st.none() | _texts,
+        ),
+        max_size=5,
+    ),
+    next_cursor=st.none() | _texts,
+    unread=st.integers(0, 10**9),
+    unseen=st.integers(0, 10**9),
+)
+def test_the_list_payload_is_what_the_documented_serializer_gives(
+    items: list[InboxItem], next_cursor: str | None, unread: int, unseen: int
+) -> None:
+    """The list endpoint builds its JSON without DRF's serializer (hot path);
+    the serializer documents it in the schema, so the two must agree exactly."""
+    page = InboxPage(results=items, next_cursor=next_cursor, unread_count=unread, unseen_count=unseen)
+    expected = json.loads(json.dumps(InboxListApi.OutputSerializer(page).data))
+    assert json.loads(json.dumps(page_payload(page))) == expected
+    assert list(page_payload(page)) == list(expected)
