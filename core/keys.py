@@ -47,7 +47,7 @@ def user_platforms(user_id: int) -> str:
 
 
 def auth_token(token_key: str) -> str:
-    """string: user id owning an API token (cache of PostgreSQL, dropped on revoke)."""
+    """string: JSON of the token owner's fields (cache of PostgreSQL, dropped on revoke or user change)."""
     return _key("auth", "token", token_key)
 
 
@@ -193,12 +193,19 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
     return _key("message", "read", "ever", user_tag(user_id), month)
 
 
+def mc_inbox_scratch(user_id: int) -> str:
+    """bitmap, transient: inbox.lua's work space within one call ("read all"
+    computes each month's first reads there); deleted before the call ends."""
+    return _key("inbox", user_tag(user_id), "scratch")
+
+
 def mc_deliver_keys(
-    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False
+    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
 ) -> list[str]:
     """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
     recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
-    ``mc_inbox_hidden``, ``mc_inbox_expiry``, ``mc_inbox_months``, ``mc_push_bitmap``,
+    ``mc_inbox_hidden``, ``mc_inbox_expiry`` (only with ``expiry``: an item that never
+    expires leaves that zset alone), ``mc_inbox_months``, ``mc_push_bitmap``,
     ``mc_read_bitmap`` (of ``month``), ``live_user_version`` and, with ``notifications``,
     ``mc_user_notifications``.
 
@@ -213,7 +220,10 @@ def mc_deliver_keys(
         f"{p}inbox:{t}:cat:{category}",
         f"{p}inbox:{t}:unread",
         f"{p}inbox:{t}:hidden",
-        f"{p}inbox:{t}:expiry",
+    ]
+    if expiry:
+        names.append(f"{p}inbox:{t}:expiry")
+    names += [
         f"{p}inbox:{t}:months",
         f"{p}message:push:{t}:{month}",
         f"{p}message:read:{t}:{month}",
@@ -309,8 +319,10 @@ def mc_item_read_hours(ref: str) -> str:
 
 def mc_first_reads_pending() -> str:
     """list: first reads not yet added to the per-item hour hashes, one entry
-    ``<hour>|<ref>,<ref>,...`` per mark (write-behind: a "read all" of 10,000
-    items costs one RPUSH, not two commands per item); folded by
+    ``<hour>|<ref>,<ref>,...`` per mark, or ``<hour>|@<month>|<bitmap>`` (the
+    month's item offsets first read, binary: a "read all" of everything) per
+    month of a mark (write-behind: a "read all" of 10,000 items costs one
+    RPUSH, not two commands per item); folded by
     ``messagecenter.readmodel.reads.first_reads_fold`` before every chart read
     and by a beat job."""
     return _key("inbox", "reads", "pending")

@@ -50,6 +50,26 @@ class LuaScript:
         client = client if client is not None else get_redis()
         return self._registered(client)(keys=list(keys), args=list(args), client=client)
 
+    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
+        """Queue a call on a single Redis's pipeline as a bare EVALSHA.
+
+        redis-py's Script on a pipeline sends SCRIPT EXISTS first (a round
+        trip of its own); this does not. Execute the pipeline with
+        ``raise_on_error=False`` and pass the call's reply to ``settle``.
+        """
+        pipe.execute_command("EVALSHA", self._registered(pipe).sha, len(keys), *keys, *args)
+
+    def settle(
+        self, reply: Any, keys: Sequence[str], args: Sequence[Any] = (), client: RedisClient | None = None
+    ) -> Any:
+        """The result of a queued call: one refused with NOSCRIPT (a flushed or
+        restarted script cache) changed nothing and runs again, loaded."""
+        if isinstance(reply, NoScriptError):
+            return self(keys, args, client=client)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
     def _registered(self, client: RedisClient) -> Script:
         if self._script is None:
             # A Script only remembers the source and its SHA; the client (or

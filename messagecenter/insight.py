@@ -39,6 +39,7 @@ def _active_users() -> int:
 
 def _read_timeline(ref: str) -> list[TimelinePoint]:
     try:
+        reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
         return timeline(reads.read_hours(ref=ref))
     except RedisError as exc:
         raise InboxUnavailable("Read statistics are unavailable; try again shortly.") from exc

@@ -88,6 +88,8 @@ class Bulletin(models.Model):
     class Meta:
         ordering = ["-display_time", "-id"]
         indexes = [
+            # Bitmap entries of first reads name items by slot (readmodel/reads.py).
+            models.Index(fields=["slot_month", "slot_offset"], name="mc_bulletin_slot_idx"),
             # Admin list ordering and the rebuild of bulletin_notification_config.
             models.Index(fields=["display_time"], name="mc_bulletin_display_idx"),
         ]
@@ -143,6 +145,8 @@ class Message(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
+            # Bitmap entries of first reads name items by slot (readmodel/reads.py).
+            models.Index(fields=["slot_month", "slot_offset"], name="mc_message_slot_idx"),
             # Admin list (newest first) and rebuilds of pull items by time.
             models.Index(fields=["-created_at"], name="mc_message_created_idx"),
             # Expiry clean-up and the admin status filter.
@@ -354,6 +358,8 @@ class Notification(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
+            # Bitmap entries of first reads name items by slot (readmodel/reads.py).
+            models.Index(fields=["slot_month", "slot_offset"], name="mc_notification_slot_idx"),
             # Admin list (newest first).
             models.Index(fields=["-created_at"], name="mc_notification_created_idx"),
             # notification_sweep(): expired notifications whose detail is still stored.

@@ -22,7 +22,15 @@ from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback
 from messagecenter.items import KIND_BY_PREFIX
-from messagecenter.models import CATEGORIES, FanoutChunk, Message, UserGroup, UserGroupMembership
+from messagecenter.models import (
+    CATEGORIES,
+    Bulletin,
+    FanoutChunk,
+    Message,
+    Notification,
+    UserGroup,
+    UserGroupMembership,
+)
 from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import Counts, Page, PageRow
 
@@ -207,3 +215,17 @@ def users_resolve(*, text: str) -> tuple[list[int], list[str]]:
     unknown = [t for t in tokens if (t.isdigit() and int(t) not in found_ids) or (not t.isdigit() and t not in by_name)]
     ids = sorted(found_ids | set(by_name.values()))
     return ids, list(dict.fromkeys(unknown))
+
+
+def item_refs_at_slots(month: int, offsets: list[int]) -> list[str]:
+    """Refs of the items holding these bitmap slots of ``month`` (messages,
+    bulletins, notifications: a slot belongs to one item); unknown ones are left out."""
+    if not offsets:
+        return []
+    refs: list[str] = []
+    for model in (Message, Bulletin, Notification):
+        for start in range(0, len(offsets), 10_000):
+            batch = offsets[start : start + 10_000]
+            pks = model.objects.filter(slot_month=month, slot_offset__in=batch).values_list("pk", flat=True)
+            refs.extend(model(pk=pk).ref for pk in pks)
+    return refs

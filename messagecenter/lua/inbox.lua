@@ -6,7 +6,9 @@
 -- set, 10 state hash, 11 bulletin access time, then n read bitmaps and n push
 -- bitmaps, one per month listed in ARGV (op "sweep" takes one more key after
 -- them: the user's notification zset; ops "read" and "read_all" take n more:
--- the user's ever-read bitmaps of the same months).
+-- the user's ever-read bitmaps of the same months; "read_all" then one more,
+-- the user's scratch key, and on the fast path one more again: the global
+-- list of pending first reads, see op "read_all").
 -- ARGV: 1 op, 2 now (ms), 3 n, 4..3+n months; then "1" + settle/merge
 -- arguments, or "0", or "2" + max items (the checked fast path below); then
 -- the op's own arguments.
@@ -23,8 +25,9 @@
 --
 -- A member is "<ref>|<category>|<month>|<offset>": the category names its
 -- zset and counter, (month, offset) its bits in seed 004's bitmaps.
--- Invariant kept by every op: counters[c] = members of category c whose read
--- bit is 0.
+-- Invariants kept by every op: counters[c] = members of category c whose read
+-- bit is 0; a member's push bit is 1 exactly while it is in the inbox (so a
+-- month's push bitmap is the set of the month's present items).
 
 local CAT = {system = 2, promotion = 3, transaction = 4, interaction = 5}
 local op = ARGV[1]
@@ -67,6 +70,7 @@ local function remove(member)
   if redis.call("ZREM", KEYS[1], member) == 0 then return 0 end
   redis.call("ZREM", KEYS[CAT[cat]], member)
   redis.call("ZREM", KEYS[8], member)
+  redis.call("SETBIT", PUSH[month], off, 0)
   if bit == 0 then redis.call("HINCRBY", KEYS[6], cat, -1) end
   return 1
 end
@@ -127,12 +131,14 @@ end
 
 -- The item detail hash when on the fast path (op "page" returns details).
 local DETAIL = nil
+local FAST = false
 
 -- Settle and merge --------------------------------------------------------
 if ARGV[a] == "2" then
   local g = #KEYS - 4
   if not level(g) then return "STALE" end
   DETAIL = KEYS[g + 4]
+  FAST = true
   settle_expired()
   trim(tonumber(ARGV[a + 1]))
   a = a + 2
@@ -262,25 +268,67 @@ elseif op == "read_all" then
   -- An optional upper score bound (ARGV[a + 1], "" = none) limits it to items
   -- that existed when the user asked: a "read all" accepted while Redis was
   -- down and replayed later must not swallow items that arrived meanwhile.
+  -- ARGV[a + 2] is the hour bucket the first reads count in.
+  -- First reads (read bit 0 -> 1 while the ever-read bit was 0) are counted
+  -- per item by the caller (the per-item counters are global keys): they come
+  -- back as {marked, first refs, {month, first-read bitmap, ...}}. On the fast
+  -- path the script queues them itself on the pending list (the key after the
+  -- scratch key), in reads.py's entry formats, and returns {marked, {}, {}}.
   local cat = ARGV[a]
-  local key = KEYS[1]
-  if cat ~= "" then key = KEYS[CAT[cat]] end
   local upto = ARGV[a + 1]
+  local hour = ARGV[a + 2]
   if upto == nil or upto == "" then upto = "+inf" end
-  -- Returns {marked, refs first read by the user} (the caller counts those;
-  -- the per-item counters are global keys, so they are not touched here).
-  local marked, first, by_cat = 0, {}, {}
-  for _, member in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", upto)) do
-    local ref, c, month, off = parse(member)
-    if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
-      marked = marked + 1
-      by_cat[c] = (by_cat[c] or 0) + 1
-      if first_read(month, off) then first[#first + 1] = ref end
+  local scratch = KEYS[12 + 3 * n]
+  local pending = nil
+  if FAST then pending = KEYS[13 + 3 * n] end
+  local marked, first, first_maps = 0, {}, {}
+  if cat == "" and upto == "+inf" then
+    -- Everything: a month's push bitmap is the month's present items, so the
+    -- read bits become read OR push, with bit operations instead of a walk over
+    -- every item (10,000 items cost a few BITOPs per month). The counters say
+    -- how many were unread; all of them are 0 afterwards.
+    for _, v in ipairs(redis.call("HVALS", KEYS[6])) do
+      local count = tonumber(v)
+      if count > 0 then marked = marked + count end
     end
+    for i = 1, n do
+      local read, push, ever = KEYS[11 + i], KEYS[11 + n + i], KEYS[11 + 2 * n + i]
+      if redis.call("EXISTS", push) == 1 then
+        -- first reads = push AND NOT ever = push XOR (push AND ever)
+        redis.call("BITOP", "AND", scratch, push, ever)
+        redis.call("BITOP", "XOR", scratch, scratch, push)
+        if redis.call("BITCOUNT", scratch) > 0 then
+          first_maps[#first_maps + 1] = ARGV[3 + i]
+          first_maps[#first_maps + 1] = redis.call("GET", scratch)
+        end
+        redis.call("BITOP", "OR", read, read, push)
+        redis.call("BITOP", "OR", ever, ever, push)
+      end
+    end
+    redis.call("DEL", scratch, KEYS[6])
+  else
+    local key = KEYS[1]
+    if cat ~= "" then key = KEYS[CAT[cat]] end
+    local by_cat = {}
+    for _, member in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", upto)) do
+      local ref, c, month, off = parse(member)
+      if READ[month] and redis.call("SETBIT", READ[month], off, 1) == 0 then
+        marked = marked + 1
+        by_cat[c] = (by_cat[c] or 0) + 1
+        if first_read(month, off) then first[#first + 1] = ref end
+      end
+    end
+    -- One counter write per category, not one per item.
+    for c, count in pairs(by_cat) do redis.call("HINCRBY", KEYS[6], c, -count) end
   end
-  -- One counter write per category, not one per item.
-  for c, n in pairs(by_cat) do redis.call("HINCRBY", KEYS[6], c, -n) end
-  return {marked, first}
+  if pending then
+    if #first > 0 then redis.call("RPUSH", pending, hour .. "|" .. table.concat(first, ",")) end
+    for i = 1, #first_maps, 2 do
+      redis.call("RPUSH", pending, hour .. "|@" .. first_maps[i] .. "|" .. first_maps[i + 1])
+    end
+    return {marked, {}, {}}
+  end
+  return {marked, first, first_maps}
 
 elseif op == "seen" then
   local top = redis.call("ZREVRANGE", KEYS[1], 0, 0, "WITHSCORES")

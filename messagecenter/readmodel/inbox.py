@@ -26,19 +26,23 @@ process (the script checks it against the user's months set).
 """
 
 import json
-from collections.abc import Iterable
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from core import keys
+from core.insight import hour_of
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
-from messagecenter.readmodel.snapshots import record_seen
+from messagecenter.readmodel.snapshots import dirty_members, record_seen
+
+logger = logging.getLogger(__name__)
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -179,40 +183,57 @@ MONTHS_HINT_USERS = 100_000
 STALE = b"STALE"
 
 
+def _op_keys(user_id: int, months: list[str], op: str, *, fast: bool) -> list[str]:
+    """inbox.lua's KEYS for an op (see the script's header for the layout)."""
+    script_keys = user_keys(user_id, months)
+    if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
+        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    if op == "read_all":
+        script_keys.append(keys.mc_inbox_scratch(user_id))
+        if fast:  # the script queues the first reads itself
+            script_keys.append(keys.mc_first_reads_pending())
+    if fast:
+        script_keys += [
+            keys.mc_removed_version(),
+            keys.mc_pull_sequence(),
+            keys.mc_bulletin_update_time(),
+            keys.mc_bulletin_config(),
+            keys.mc_item_detail(),
+        ]
+    return script_keys
+
+
 def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
     months = sorted(plan.months)
     if len(_months_hint) >= MONTHS_HINT_USERS:
         _months_hint.clear()
     _months_hint[user_id] = tuple(months)
-    script_keys = user_keys(user_id, months)
-    if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
-        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    script_keys = _op_keys(user_id, months, op, fast=False)
     return INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, *plan.sync_args, *op_args])
 
 
-def _fast(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any | None:
-    """The op in one round trip when nothing needs settling or merging, else None.
+def _fast_call(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> tuple[list[str], list[Any]] | None:
+    """(KEYS, ARGV) of the op's one-round-trip call, or None when it cannot apply.
 
     Single Redis only: the script reads the global markers itself, which on
-    a cluster live in another slot. None also when the months hint is missing
-    or out of date; the caller then plans. The script changes nothing when it
-    answers STALE, so a write op (read_all) is safe here too.
+    a cluster live in another slot. None also when the months hint is missing;
+    a hint out of date makes the script answer STALE. The script changes
+    nothing when it answers STALE, so a write op (read_all) is safe here too.
     """
     months = _months_hint.get(user_id)
     if months is None or is_cluster():
         return None
-    script_keys = user_keys(user_id, list(months))
-    if op in ("read", "read_all"):  # as in _run: the ever-read bitmaps follow
-        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
-    script_keys += [
-        keys.mc_removed_version(),
-        keys.mc_pull_sequence(),
-        keys.mc_bulletin_update_time(),
-        keys.mc_bulletin_config(),
-        keys.mc_item_detail(),
-    ]
+    script_keys = _op_keys(user_id, list(months), op, fast=True)
     max_items = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
-    result = INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, "2", max_items, *op_args])
+    return script_keys, [op, now_ms, len(months), *months, "2", max_items, *op_args]
+
+
+def _fast(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any | None:
+    """The op in one round trip when nothing needs settling or merging, else None."""
+    call = _fast_call(user_id, now_ms, op, op_args)
+    if call is None:
+        return None
+    result = INBOX_SCRIPT(*call)
     return None if result == STALE else result
 
 
@@ -338,21 +359,45 @@ def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
 
 def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score: int | None = None) -> int:
     """Mark every live item (of the category) read; with ``max_score`` only
-    items scored at or below it (the replay of a mark accepted while Redis was down)."""
-    # One round trip when the user is settled (the months hint covers every
-    # month the user has: the script checked it), else plan first.
-    months: Iterable[str] = _months_hint.get(user_id, ())
-    op_args = [category or "", "" if max_score is None else max_score]
-    result = _fast(user_id, now_ms, "read_all", op_args)
-    if result is None:
-        plan = _plan(user_id, now_ms)
-        months = plan.months
-        result = _run(user_id, now_ms, "read_all", plan, op_args)
-    marked, first = result
+    items scored at or below it (the replay of a mark accepted while Redis was down).
+
+    One round trip on a single Redis when the user is settled: the script (it
+    queues the first reads itself), the snapshot job's dirty note and the live
+    update go in one pipeline. Otherwise plan, run, then note and tell.
+    """
+    op_args = [category or "", "" if max_score is None else max_score, hour_of(now_ms)]
+    call = _fast_call(user_id, now_ms, "read_all", op_args)
+    if call is not None:
+        months = _months_hint.get(user_id, ())
+        live_calls = live.changed_calls(user_ids=[user_id], reason="read_all")
+        pipe = get_redis().pipeline(transaction=False)
+        INBOX_SCRIPT.queue(pipe, *call)
+        # Noted before the script's answer is known: a month noted in vain, or
+        # a version bumped for nothing, costs a re-copy or a refresh, no more.
+        dirty = dirty_members(user_id=user_id, months=months)
+        if dirty:
+            pipe.sadd(keys.mc_snapshot_dirty(), *dirty)
+        for live_keys, live_args in live_calls:
+            live.SCRIPT.queue(pipe, live_keys, live_args)
+        replies = pipe.execute(raise_on_error=False)
+        for (live_keys, live_args), reply in zip(live_calls, replies[-len(live_calls) :], strict=True):
+            try:
+                live.SCRIPT.settle(reply, live_keys, live_args)
+            except RedisError:
+                logger.warning("live update for user %s not published", user_id, exc_info=True)
+        result = INBOX_SCRIPT.settle(replies[0], *call)
+        if result != STALE:
+            return int(result[0])
+    plan = _plan(user_id, now_ms)
+    marked, first, first_maps = _run(user_id, now_ms, "read_all", plan, op_args)
     if marked:
-        # The script does not say which months it changed; a month noted in vain
-        # costs the snapshot job one re-copy.
-        record_reads(user_id=user_id, months=months, first_refs=[r.decode() for r in first], now_ms=now_ms)
+        record_reads(
+            user_id=user_id,
+            months=plan.months,
+            first_refs=[r.decode() for r in first],
+            first_maps={first_maps[i].decode(): first_maps[i + 1] for i in range(0, len(first_maps), 2)},
+            now_ms=now_ms,
+        )
         live.inbox_changed(user_ids=[user_id], reason="read_all")
     return int(marked)
 

@@ -29,7 +29,7 @@ from core.redis import get_redis, is_cluster
 
 logger = logging.getLogger(__name__)
 
-_LIVE_SCRIPT = LuaScript(__file__, "../lua/live.lua")
+SCRIPT = LuaScript(__file__, "../lua/live.lua")
 
 # Time-driven changes (an item expiring, a scheduled announcement going live)
 # bump no counter; the ETag therefore also carries a time bucket, which bounds
@@ -43,27 +43,32 @@ def inbox_changed(*, user_ids: Iterable[int], reason: str) -> None:
     One live.lua call per user (INCR and PUBLISH in one round trip), the
     calls of several users in one pipeline on a single Redis.
     """
-    ids = [int(u) for u in user_ids]
-    if not ids:
+    calls = changed_calls(user_ids=user_ids, reason=reason)
+    if not calls:
         return
-    publish = available()  # no streams on a cluster (pages poll): the versions are what counts
-    head, tail = event_parts(reason)
     try:
         client = get_redis()
-        calls = [
-            ([keys.live_user_version(user_id)], [keys.live_user_channel(user_id) if publish else "", head, tail])
-            for user_id in ids
-        ]
         if len(calls) == 1 or is_cluster():
             for script_keys, args in calls:
-                _LIVE_SCRIPT(script_keys, args, client=client)
+                SCRIPT(script_keys, args, client=client)
             return
         pipe = client.pipeline(transaction=False)
         for script_keys, args in calls:
-            _LIVE_SCRIPT(script_keys, args, client=pipe)
+            SCRIPT(script_keys, args, client=pipe)
         pipe.execute()
     except RedisError:
-        logger.warning("live update for %d user(s) not published", len(ids), exc_info=True)
+        logger.warning("live update for %d user(s) not published", len(calls), exc_info=True)
+
+
+def changed_calls(*, user_ids: Iterable[int], reason: str) -> list[tuple[list[str], list[Any]]]:
+    """live.lua's (keys, args) per user: ``inbox_changed`` runs them, a writer
+    that wants them in its own pipeline queues them (``SCRIPT.queue``)."""
+    publish = available()  # no streams on a cluster (pages poll): the versions are what counts
+    head, tail = event_parts(reason)
+    return [
+        ([keys.live_user_version(int(user_id))], [keys.live_user_channel(int(user_id)) if publish else "", head, tail])
+        for user_id in user_ids
+    ]
 
 
 def event_parts(reason: str) -> tuple[str, str]:

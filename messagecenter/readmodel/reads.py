@@ -2,7 +2,8 @@
 
 The inbox script reports the user's first reads: a read bit going 0 -> 1
 while the user's ever-read bit (``keys.mc_read_ever_bitmap``, never cleared)
-was 0 too (op ``read`` returns 2, op ``read_all`` lists the refs). Only those
+was 0 too (op ``read`` returns 2, op ``read_all`` lists the refs, or hands
+back per month the bitmap of the offsets first read). Only those
 are counted, so marking an item read, unread and read again, or repeating
 "read all", counts a user once.
 The counters are global keys (one hash per item), so they are written here, in
@@ -13,7 +14,7 @@ the read-state snapshot job's dirty set (a global key too).
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from redis.exceptions import RedisError
@@ -26,17 +27,26 @@ from messagecenter.readmodel.snapshots import dirty_members
 logger = logging.getLogger(__name__)
 
 
-def record_reads(*, user_id: int, months: Iterable[int | str], first_refs: Iterable[str], now_ms: int) -> None:
+def record_reads(
+    *,
+    user_id: int,
+    months: Iterable[int | str],
+    first_refs: Iterable[str],
+    now_ms: int,
+    first_maps: Mapping[str, bytes] | None = None,
+) -> None:
     """After the script changed read bits: note the user's changed months for the
     read-state snapshot job and add one first read in the current hour to each
-    of ``first_refs``, in one round trip (nothing when both are empty).
+    of ``first_refs`` and of the items whose offsets ``first_maps`` (month ->
+    bitmap) holds, in one round trip (nothing when all are empty).
 
     The read itself has happened: a failure here loses a statistic and at most
     one snapshot interval of durability, never the user's request.
     """
     refs = list(first_refs)
+    maps = {month: bitmap for month, bitmap in (first_maps or {}).items() if bitmap}
     dirty = dirty_members(user_id=user_id, months=months)
-    if not refs and not dirty:
+    if not refs and not dirty and not maps:
         return
     hour = hour_of(now_ms)
     pipe = get_redis().pipeline(transaction=False)
@@ -47,16 +57,31 @@ def record_reads(*, user_id: int, months: Iterable[int | str], first_refs: Itera
         # hashes are global keys, one per item: two commands each would make a
         # "read all" of 10,000 items cost 20,000 commands).
         pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|{','.join(refs)}")
+    for month, bitmap in maps.items():
+        pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|@{month}|".encode() + bitmap)
     try:
         pipe.execute()
     except RedisError:
         logger.warning("read notes not recorded for user %s (%d first read(s))", user_id, len(refs), exc_info=True)
 
 
+def bitmap_offsets(bitmap: bytes) -> list[int]:
+    """The offsets of a Redis bitmap's set bits (offset 0 is the first byte's highest bit)."""
+    offsets: list[int] = []
+    for index, byte in enumerate(bitmap):
+        if byte:
+            offsets.extend(index * 8 + bit for bit in range(8) if byte & (0x80 >> bit))
+    return offsets
+
+
 FOLD_BATCH = 500
 
+# (month, offsets) -> refs of the items at those slots: bitmap entries name
+# items by slot; PostgreSQL knows which item holds each (messagecenter.items).
+SlotResolver = Callable[[int, list[int]], list[str]]
 
-def first_reads_fold(*, max_entries: int = 100_000) -> int:
+
+def first_reads_fold(*, resolve: SlotResolver, max_entries: int = 100_000) -> int:
     """Add the pending first reads to the per-item hour hashes; returns entries folded.
 
     Each entry is popped by exactly one folder (LPOP), so concurrent folds never
@@ -71,8 +96,14 @@ def first_reads_fold(*, max_entries: int = 100_000) -> int:
             break
         counts: Counter[tuple[str, str]] = Counter()
         for entry in entries:
-            hour, _, refs = entry.decode().partition("|")
-            for ref in refs.split(","):
+            hour_raw, _, rest = entry.partition(b"|")
+            hour = hour_raw.decode()
+            if rest.startswith(b"@"):  # <hour>|@<month>|<bitmap>
+                month, _, bitmap = rest[1:].partition(b"|")
+                for ref in resolve(int(month), bitmap_offsets(bitmap)):
+                    counts[(ref, hour)] += 1
+                continue
+            for ref in rest.decode().split(","):
                 if ref:
                     counts[(ref, hour)] += 1
         pipe = client.pipeline(transaction=False)
@@ -86,6 +117,5 @@ def first_reads_fold(*, max_entries: int = 100_000) -> int:
 
 
 def read_hours(*, ref: str) -> dict[datetime, int]:
-    """First reads of the item per hour, oldest first (pending ones folded in first)."""
-    first_reads_fold()
+    """First reads of the item per hour, oldest first (fold the pending ones first)."""
     return hours_from_hashes([get_redis().hgetall(keys.mc_item_read_hours(ref))])

@@ -241,5 +241,6 @@ def inbox_first_reads_fold() -> int:
     """Fold the pending first reads into the per-item hourly counters (a periodic
     task keeps the list short; the admin chart folds before it reads)."""
     from messagecenter.readmodel import reads
+    from messagecenter.selectors import item_refs_at_slots
 
-    return reads.first_reads_fold()
+    return reads.first_reads_fold(resolve=item_refs_at_slots)

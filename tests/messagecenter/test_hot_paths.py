@@ -6,7 +6,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -17,9 +16,11 @@ from redis.crc import key_slot
 from core import keys
 from core.redis import get_redis, is_cluster
 from messagecenter import services
+from messagecenter.models import Message
 from messagecenter.readmodel import InboxEntry, inbox, publish
 from messagecenter.readmodel import live as live_readmodel
 from messagecenter.selectors import inbox_counts, inbox_list
+from tests.conftest import round_trips
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
@@ -33,36 +34,6 @@ MONTH = 202611
 
 def _entry(ref: str = "m900", *, offset: int = 7, score: int = 1_790_000_000_000, expire_ms: int = 0) -> InboxEntry:
     return InboxEntry(ref=ref, category="promotion", month=MONTH, offset=offset, score=score, expire_ms=expire_ms)
-
-
-@contextmanager
-def round_trips() -> Iterator[list[int]]:
-    """Counts what the read model's client sends: a command, a script or a pipeline is one."""
-    client = get_redis()
-    count = [0]
-    original_execute, original_pipeline = client.execute_command, client.pipeline
-
-    def execute(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return original_execute(*args, **kwargs)
-
-    def pipeline(*args: Any, **kwargs: Any) -> Any:
-        pipe = original_pipeline(*args, **kwargs)
-        pipe_execute = pipe.execute
-
-        def run(*a: Any, **k: Any) -> Any:
-            count[0] += 1
-            return pipe_execute(*a, **k)
-
-        pipe.execute = run
-        return pipe
-
-    client.execute_command, client.pipeline = execute, pipeline
-    try:
-        yield count
-    finally:
-        del client.execute_command
-        del client.pipeline
 
 
 # --- fan-out -----------------------------------------------------------------------
@@ -380,10 +351,21 @@ def test_read_all_on_a_settled_inbox_skips_planning(
         send(operator, to={"users": [recipient]}, title=f"T{i}")
     _page(recipient)
     now_ms = int(clock.now.timestamp() * 1000)
+    redis = get_redis()
+    version = live_readmodel.user_version(user_id=recipient.pk)
+    redis.delete(keys.mc_snapshot_dirty())
     with round_trips() as trips:
         assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 3
-    assert trips[0] == 3  # the script, the first-read and snapshot notes, the live event
+    # One pipeline: the script (it queues the first reads itself), the
+    # snapshot job's note and the live event.
+    assert trips[0] == 1
     assert _page(recipient)[1] == 0
+    assert redis.llen(keys.mc_first_reads_pending()) == 1
+    assert redis.smembers(keys.mc_snapshot_dirty()) == {f"{recipient.pk}:{clock.now:%Y%m}".encode()}
+    assert live_readmodel.user_version(user_id=recipient.pk) == version + 1
+    services.inbox_first_reads_fold()
+    refs = [f"m{m.pk}" for m in Message.objects.filter(title__in=["T0", "T1", "T2"])]
+    assert all(redis.hgetall(keys.mc_item_read_hours(ref)) for ref in refs)
     # Something global moved (a pull item): planned, and the new item is read too.
     send(operator, to={"everyone": True}, title="pull")
     assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 1

@@ -220,6 +220,8 @@ KEY_ARGS: dict[str, str | tuple[int, ...]] = {
     "MGET": "all",
     "EXISTS": "all",
     "UNLINK": "all",
+    # BITOP <operation> <destkey> <srckey>...: every argument after the operation.
+    "BITOP": "after_first",
     # PUBLISH names a channel, not a key: channels are not slot-bound for
     # scripts (Redis Cluster broadcasts PUBLISH), so deliver.lua takes them in ARGV.
     "PUBLISH": (),
@@ -318,7 +320,12 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
             command = args[0].strip("'\"").upper()
             assert command in KEY_ARGS, f"{path.name}: classify the key arguments of {command}"
             positions = KEY_ARGS[command]
-            key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]
+            if positions == "all":
+                key_args = args[1:]
+            elif positions == "after_first":
+                key_args = args[2:]
+            else:
+                key_args = [args[1 + p] for p in positions]
             for expr in key_args:
                 assert _key_expression_ok(expr, assignments), f"{path.name}: {command} on a key not from KEYS: {expr}"
                 checked += 1

@@ -56,8 +56,11 @@ def test_every_read_state_write_notes_what_changed(operator: Any, recipient: Any
     assert services.inbox_mark_all_read(user=recipient) == 1
     assert dirty(redis) == {f"{recipient.pk}:{month}"}
     redis.delete(keys.mc_snapshot_dirty())
-    assert services.inbox_mark_all_read(user=recipient) == 0  # nothing changed, nothing noted
-    assert dirty(redis) == set()
+    assert services.inbox_mark_all_read(user=recipient) == 0
+    # Nothing changed: the one-round-trip "read all" notes its months before
+    # the script's answer is known, which costs the job one re-copy at most.
+    assert dirty(redis) <= {f"{recipient.pk}:{month}"}
+    redis.delete(keys.mc_snapshot_dirty())
     services.inbox_mark_seen(user=recipient)
     assert dirty(redis) == {f"{recipient.pk}:seen"}
 
