@@ -117,3 +117,31 @@ def test_deleting_a_group_refreshes_members_and_drops_its_bulletins(
     # The bulletin meant for the deleted group did not become everyone's.
     assert client_for(other_recipient).get("/api/v1/inbox/").json()["results"] == []
     assert only.pk is not None
+
+
+def test_read_all_leaves_items_that_are_no_longer_in_the_inbox_unread(
+    operator: Any, recipient: Any, clock: Any, redis: Any
+) -> None:
+    """"Read all" turns read exactly the items present (the push bits), so a
+    bulletin of a group the user left, or an item they hid, is not swallowed:
+    back in the group, the bulletin is still unread."""
+    from tests.messagecenter.conftest import send
+
+    group = make_group("staff-news", recipient)
+    bulletin = services.bulletin_create(title="G", body_html="", display_time=clock.now, group_ids=[group.pk])
+    hidden = send(operator, to={"users": [recipient]}, title="hidden")
+    kept = send(operator, to={"users": [recipient]}, title="kept")
+    alice = client_for(recipient)
+    assert set(ids(alice.get("/api/v1/inbox/"))) == {f"b{bulletin.pk}", hidden.ref, kept.ref}
+    assert alice.delete(f"/api/v1/inbox/{hidden.ref}/").status_code == 204
+    services.user_group_remove_members(group=group, user_ids=[recipient.pk])
+    assert ids(alice.get("/api/v1/inbox/")) == [kept.ref]
+    month = kept.slot_month
+    assert redis.getbit(keys.mc_push_bitmap(recipient.pk, month), hidden.slot_offset) == 0
+    assert alice.post("/api/v1/inbox/read-all/", {}, format="json").json() == {"marked": 1}
+    assert redis.getbit(keys.mc_read_bitmap(recipient.pk, month), hidden.slot_offset) == 0
+    assert redis.getbit(keys.mc_read_bitmap(recipient.pk, month), bulletin.slot_offset) == 0
+    services.user_group_add_members(group=group, user_ids=[recipient.pk])
+    page = alice.get("/api/v1/inbox/").json()
+    assert {(r["id"], r["read"]) for r in page["results"]} == {(f"b{bulletin.pk}", False), (kept.ref, True)}
+    assert page["unread_count"] == 1
