@@ -36,7 +36,7 @@ def _snapshot(instance: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
 MIRROR_TOPIC = "messagecenter.mirror"
 
 
-def mirror_after_commit(name: str, *args: Any) -> None:
+def mirror_after_commit(name: str, *args: Any, **at_hand: Any) -> None:
     """Run mirror ``name`` after commit; if Redis fails, the outbox keeps it.
 
     PostgreSQL has committed by then, so a Redis failure must not lose the
@@ -45,11 +45,14 @@ def mirror_after_commit(name: str, *args: Any) -> None:
     restores everything if even that is lost. A later mirror may run before
     the replay of an earlier one: every mirror reloads its rows from
     PostgreSQL or removes a given entry, so the order does not change the result.
+    ``at_hand`` (objects the caller holds) go to the attempt at commit only,
+    which may write from them instead of reloading; the outbox keeps ``name``
+    and ``args``, so a replay reloads.
     """
 
     def run() -> None:
         try:
-            MIRRORS[name](*args)
+            MIRRORS[name](*args, **at_hand)
         except RedisError:
             logger.warning("could not mirror %s%r into redis; queued in the outbox", name, args)
             outbox.enqueue_after_failure(topic=MIRROR_TOPIC, payload={"name": name, "args": list(args)})
@@ -94,21 +97,35 @@ def on_group_pre_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
 # --- bulletins -----------------------------------------------------------------
 
 
-def mirror_bulletin(bulletin_id: int, edit: bool) -> None:
+def mirror_bulletin(bulletin_id: int, edit: bool, *, bulletin: Any = None) -> None:
+    """Write a bulletin's config and detail, reloaded from PostgreSQL; or from
+    ``bulletin`` (the instance at hand, at commit) when ``bulletin_create``
+    vouched for its whole state and nothing changed it since."""
     from messagecenter.items import bulletin_detail, bulletin_entry
     from messagecenter.models import Bulletin
 
-    bulletin = Bulletin.objects.filter(pk=bulletin_id).first()
-    if bulletin is None:
-        return
+    group_ids = getattr(bulletin, "_mc_written", None)
+    if group_ids is None or _snapshot(bulletin, BULLETIN_FIELDS) != getattr(bulletin, "_mc_snapshot", None):
+        # Not created by the service, or its groups or fields changed since
+        # (unsaved, or saved: that save has its own mirror, run after this one).
+        bulletin = Bulletin.objects.filter(pk=bulletin_id).first()
+        if bulletin is None:
+            return
+        group_ids = list(bulletin.groups.values_list("pk", flat=True))
     publish.bulletin_put(
         bulletin_id=bulletin.pk,
         entry=bulletin_entry(bulletin),
         detail=bulletin_detail(bulletin),
-        group_ids=list(bulletin.groups.values_list("pk", flat=True)),
+        group_ids=group_ids,
         now_ms=to_ms(timezone.now()),
         edit=edit,
     )
+
+
+def bulletin_created(bulletin: Any, *, group_ids: list[int]) -> None:
+    """``bulletin_create`` has written a new bulletin and all of its groups:
+    its mirror at commit may write this state to Redis instead of reloading it."""
+    bulletin._mc_written = list(group_ids)
 
 
 def on_bulletin_init(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -126,17 +143,35 @@ def on_bulletin_saved(sender: Any, instance: Any, created: bool, raw: bool = Fal
     bulletin_id = instance.pk
 
     transaction.on_commit(lambda: setattr(instance, "_mc_created", False))
-    mirror_after_commit("bulletin", bulletin_id, not created)
+    # A new one goes with the instance: the publish path writes Redis from it
+    # when bulletin_create vouched for its whole state (no reload).
+    mirror_after_commit("bulletin", bulletin_id, not created, **({"bulletin": instance} if created else {}))
 
 
-def on_bulletin_groups_changed(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
-    if action not in {"post_add", "post_remove", "post_clear"}:
-        return
+def on_bulletin_groups_changed(
+    sender: Any, instance: Any, action: str, reverse: bool = False, pk_set: Any = None, **kwargs: Any
+) -> None:
     from messagecenter.models import Bulletin
 
-    if not isinstance(instance, Bulletin) or getattr(instance, "_mc_created", False):
-        return  # a new bulletin is mirrored once, groups included, after commit
-    mirror_after_commit("bulletin", instance.pk, True)
+    if reverse:
+        # Changed from a group's side (group.bulletins.add/remove/clear):
+        # each bulletin concerned reloads after commit.
+        if action == "pre_clear":
+            pk_set = set(instance.bulletins.values_list("pk", flat=True))
+        elif action not in {"post_add", "post_remove"}:
+            return
+        for bulletin_id in sorted(pk_set or ()):
+            mirror_after_commit("bulletin", bulletin_id, True)
+        return
+    if action not in {"post_add", "post_remove", "post_clear"}:
+        return
+    if getattr(instance, "_mc_created", False):
+        # A new bulletin is mirrored once, groups included, after commit;
+        # groups changed after bulletin_create vouched for them: reload.
+        instance._mc_written = None
+        return
+    if isinstance(instance, Bulletin):
+        mirror_after_commit("bulletin", instance.pk, True)
 
 
 def on_bulletin_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:

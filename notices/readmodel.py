@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db import connections, router
 from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
@@ -94,6 +94,21 @@ def clear_local_cache() -> None:
     _ids_cache.clear()
 
 
+# Every publish reads this (platform_sync): one plain statement, not a
+# compiled ORM query, with the times in epoch milliseconds from PostgreSQL
+# (floored, as to_ms floors) so no row's timestamps are parsed in Python; the
+# cost per live announcement stays small. Tables and columns are
+# Announcement's and AnnouncementPlatform's (a test holds the result to the ORM).
+_PLATFORM_ENTRIES_SQL = """
+    SELECT a.id,
+           floor(extract(epoch FROM a.publish_at) * 1000)::bigint,
+           floor(extract(epoch FROM a.expire_at) * 1000)::bigint
+    FROM notices_announcement a
+    JOIN notices_announcementplatform p ON p.announcement_id = a.id
+    WHERE p.platform = %s AND (a.expire_at IS NULL OR a.expire_at > %s)
+"""
+
+
 def _platform_entries(platform: str) -> list[Entry]:
     """The platform's announcements that have not expired, from PostgreSQL.
 
@@ -103,13 +118,10 @@ def _platform_entries(platform: str) -> list[Entry]:
     """
     from notices.models import Announcement
 
-    now = timezone.now()
-    rows = (
-        Announcement.objects.filter(platform_rows__platform=platform)
-        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
-        .values_list("id", "publish_at", "expire_at")
-    )
-    return [(pk, to_ms(publish), to_ms(expire) if expire else None) for pk, publish, expire in rows]
+    with connections[router.db_for_read(Announcement)].cursor() as cursor:
+        cursor.execute(_PLATFORM_ENTRIES_SQL, [platform, timezone.now()])
+        rows = cursor.fetchall()
+    return [(int(pk), int(publish), None if expire is None else int(expire)) for pk, publish, expire in rows]
 
 
 def _chunk_keys(platform: str, chunk: int) -> list[str]:
@@ -119,16 +131,19 @@ def _chunk_keys(platform: str, chunk: int) -> list[str]:
 def _write_chunk(
     client: RedisClient, *, platform: str, chunk: int, rev: int, entries: Sequence[Entry], drop_ids: Iterable[int]
 ) -> None:
-    if not client.exists(keys.notice_meta(platform, chunk)):
+    args: list[Any] = [rev, uuid.uuid4().hex, "1", len(entries)]
+    for pk, publish_ms, expire_ms in entries:
+        args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
+    script_keys = [*_chunk_keys(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in drop_ids)]
+    # One round trip when the chunk is built (every publish after the first):
+    # the script checks the meta itself and refuses, changing nothing, if not.
+    if _SYNC_CHUNK(keys=script_keys, args=args, client=client) == -1:
         # First build of the chunk (a new id range, or Redis lost its data):
         # mark.lua refuses until the meta exists, so no mark can be in these
         # bitmaps yet and the snapshots go back in whole before the index opens.
         _restore_chunk(client, platform=platform, chunk=chunk, announcement_ids=[pk for pk, _, _ in entries])
-    args: list[Any] = [rev, uuid.uuid4().hex, len(entries)]
-    for pk, publish_ms, expire_ms in entries:
-        args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
-    drops = [keys.notice_bitmap(platform, chunk, pk) for pk in drop_ids]
-    _SYNC_CHUNK(keys=[*_chunk_keys(platform, chunk), *drops], args=args, client=client)
+        args[2] = "0"
+        _SYNC_CHUNK(keys=script_keys, args=args, client=client)
     _ids_cache.pop((platform, chunk), None)
 
 

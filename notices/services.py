@@ -74,7 +74,6 @@ def _set_platforms(*, announcement: Announcement, platforms: list[str], created:
             AnnouncementPlatform.objects.create(announcement=announcement, platform=platform)
 
 
-@transaction.atomic
 def announcement_create(
     *,
     author: AbstractBaseUser | AnonymousUser | None,
@@ -87,22 +86,26 @@ def announcement_create(
     summary: str = "",
 ) -> Announcement:
     """Create an announcement; published at ``publish_at`` (now when None), visible
-    until ``expire_at``. The body is sanitised, the summary derived when empty."""
+    until ``expire_at``. The body is sanitised, the summary derived when empty.
+
+    Validation writes nothing; the writes are atomic (without a savepoint
+    of their own: an error in them aborts the caller's transaction)."""
     clean_platforms = _clean_platforms(platforms)
     publish_at = publish_at or timezone.now()
     _check_times(publish_at=publish_at, expire_at=expire_at)
     _check_text(title=title, body_html=body_html, summary=summary or "")
     body = sanitize_html(body_html)
-    announcement = Announcement.objects.create(
-        author_id=author.pk if author is not None and author.is_authenticated else None,
-        title=title.strip(),
-        summary=(summary or "").strip() or summarize(body, length=SUMMARY_LENGTH),
-        body_html=body,
-        publish_at=publish_at,
-        expire_at=expire_at,
-        pinned=bool(pinned),
-    )
-    _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
+    with transaction.atomic(savepoint=False):
+        announcement = Announcement.objects.create(
+            author_id=author.pk if author is not None and author.is_authenticated else None,
+            title=title.strip(),
+            summary=(summary or "").strip() or summarize(body, length=SUMMARY_LENGTH),
+            body_html=body,
+            publish_at=publish_at,
+            expire_at=expire_at,
+            pinned=bool(pinned),
+        )
+        _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
     return announcement
 
 

@@ -123,6 +123,7 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     if not targets:
         return 0
     head, tail = live.event_parts("deliver") if live.available() else ("", "")
+    expiry = entry.expire_ms > 0  # else the script leaves the expiry zset alone: its key is not sent
     args = [
         entry.member,
         entry.ref,
@@ -132,7 +133,7 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         entry.score,
         entry.expire_ms,
         now_ms,
-        10 if notification else 9,
+        8 + int(expiry) + int(notification),  # the stride of KEYS per recipient
         head,
         tail,
     ]
@@ -147,7 +148,9 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     def calls() -> Iterator[tuple[list[str], list[Any]]]:
         # Built lazily: on a single Redis each call is sent while the next is built.
         for batch in batches:
-            script_keys = keys.mc_deliver_keys(batch, entry.category, entry.month, notifications=notification)
+            script_keys = keys.mc_deliver_keys(
+                batch, entry.category, entry.month, notifications=notification, expiry=expiry
+            )
             yield script_keys, args + keys.live_user_channels(batch) if tail else args
 
     if is_cluster():

@@ -13,10 +13,13 @@ from core.exceptions import ValidationFailed
 from core.html import sanitize_html
 from messagecenter.models import Bulletin, UserGroup
 from messagecenter.services.slots import slot_allocate
+from messagecenter.signals import bulletin_created
 
 
 def _groups(group_ids: Iterable[int]) -> list[UserGroup]:
     wanted = {int(g) for g in group_ids}
+    if not wanted:  # everyone: no query to build
+        return []
     groups = list(UserGroup.objects.filter(pk__in=wanted))
     missing = sorted(wanted - {g.pk for g in groups})
     if missing:
@@ -47,18 +50,25 @@ def bulletin_create(
     """Create a bulletin; no groups means everyone. Redis follows after commit (signals)."""
     _check_times(display_time, expire_at)
     groups = _groups(group_ids)
-    with transaction.atomic():
+    body = sanitize_html(body_html)
+    # No savepoint: nothing inside is caught, so an error aborts the
+    # caller's transaction as a whole (a publish is all or nothing either way).
+    with transaction.atomic(savepoint=False):
         month, offset = slot_allocate(at=timezone.now())
         bulletin = Bulletin.objects.create(
             title=title,
-            body_html=sanitize_html(body_html),
+            body_html=body,
             display_time=display_time,
             expire_at=expire_at,
             created_by=actor if actor is not None and actor.is_authenticated else None,  # type: ignore[misc]
             slot_month=month,
             slot_offset=offset,
         )
-        bulletin.groups.set(groups)
+        if groups:  # a new bulletin has none: add() without set()'s SELECT of the current ones
+            bulletin.groups.add(*groups)
+        # The whole state of the new bulletin: its after-commit mirror
+        # (messagecenter.signals) writes Redis from it instead of reloading.
+        bulletin_created(bulletin, group_ids=[g.pk for g in groups])
     return bulletin
 
 

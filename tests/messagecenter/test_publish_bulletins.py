@@ -1,0 +1,119 @@
+"""bulletin_create's publish path: Redis written from the bulletin at hand
+after commit (no reload), unless the transaction changed it afterwards."""
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from core import keys, outbox
+from messagecenter import services
+from messagecenter.models import Bulletin
+from messagecenter.readmodel import publish
+from messagecenter.selectors import inbox_item_get
+from tests.conftest import client_for
+from tests.messagecenter.conftest import ids, make_group
+
+pytestmark = pytest.mark.django_db
+
+
+def config_members(redis: Any, bulletin: Bulletin) -> set[str]:
+    members = {m.decode() for m in redis.zrange(keys.mc_bulletin_config(), 0, -1)}
+    return {m for m in members if m.startswith(f"{bulletin.pk}_")}
+
+
+def test_a_bulletin_for_everyone_is_published_in_few_statements(recipient: Any, redis: Any, clock: Any) -> None:
+    services.bulletin_create(title="First", body_html="<p>x</p>", display_time=clock.now)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        bulletin = services.bulletin_create(title="News", body_html="<p>News</p>", display_time=clock.now)
+    statements = [q["sql"] for q in queries.captured_queries]
+    # BEGIN, the slot, the row, COMMIT: the groups are not set (none), and
+    # nothing is read back after commit.
+    assert len(statements) == 4, statements
+    assert not [s for s in statements if "SAVEPOINT" in s or s.startswith("SELECT")], statements
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_0"}
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"b{bulletin.pk}", f"b{bulletin.pk - 1}"]
+    item = inbox_item_get(user=recipient, item_id=f"b{bulletin.pk}")
+    assert (item.title, item.body_html) == ("News", "<p>News</p>")
+
+
+def test_a_group_bulletin_reaches_its_groups_only(
+    recipient: Any, other_recipient: Any, outsider: Any, redis: Any, clock: Any
+) -> None:
+    vip = make_group("vip", recipient)
+    staff = make_group("staff", other_recipient)
+    bulletin = services.bulletin_create(
+        title="Members", body_html="<p>x</p>", display_time=clock.now, group_ids=[vip.pk, staff.pk]
+    )
+    assert set(bulletin.groups.values_list("pk", flat=True)) == {vip.pk, staff.pk}
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_{vip.pk}", f"{bulletin.pk}_{staff.pk}"}
+    for user in (recipient, other_recipient):
+        assert ids(client_for(user).get("/api/v1/inbox/")) == [f"b{bulletin.pk}"]
+    assert client_for(outsider).get("/api/v1/inbox/").json()["results"] == []
+
+
+def test_groups_changed_later_in_the_transaction_win(recipient: Any, outsider: Any, redis: Any, clock: Any) -> None:
+    vip = make_group("vip", recipient)
+    with transaction.atomic():
+        bulletin = services.bulletin_create(title="B", body_html="<p>x</p>", display_time=clock.now)
+        bulletin.groups.add(vip)
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_{vip.pk}"}
+    assert client_for(outsider).get("/api/v1/inbox/").json()["results"] == []
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"b{bulletin.pk}"]
+
+
+def test_groups_changed_from_the_groups_side_win(recipient: Any, outsider: Any, redis: Any, clock: Any) -> None:
+    vip = make_group("vip", recipient)
+    with transaction.atomic():
+        bulletin = services.bulletin_create(title="B", body_html="<p>x</p>", display_time=clock.now)
+        vip.bulletins.add(bulletin)
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_{vip.pk}"}
+    assert client_for(outsider).get("/api/v1/inbox/").json()["results"] == []
+    # Later, on an existing bulletin: removed from the group's side, it is for everyone again.
+    vip.bulletins.remove(bulletin)
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_0"}
+    vip.bulletins.add(bulletin)
+    vip.bulletins.clear()
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_0"}
+
+
+def test_fields_saved_later_in_the_transaction_win(recipient: Any, clock: Any) -> None:
+    with transaction.atomic():
+        bulletin = services.bulletin_create(title="Draft", body_html="<p>x</p>", display_time=clock.now)
+        services.bulletin_update(bulletin=Bulletin.objects.get(pk=bulletin.pk), data={"title": "Final"})
+    assert inbox_item_get(user=recipient, item_id=f"b{bulletin.pk}").title == "Final"
+
+
+def test_unsaved_changes_to_the_instance_are_not_published(recipient: Any, clock: Any) -> None:
+    with transaction.atomic():
+        bulletin = services.bulletin_create(title="Stored", body_html="<p>x</p>", display_time=clock.now)
+        bulletin.title = "Never saved"
+    assert inbox_item_get(user=recipient, item_id=f"b{bulletin.pk}").title == "Stored"
+
+
+def test_deleted_in_the_same_transaction_leaves_nothing(recipient: Any, redis: Any, clock: Any) -> None:
+    with transaction.atomic():
+        bulletin = services.bulletin_create(title="Gone", body_html="<p>x</p>", display_time=clock.now)
+        services.bulletin_delete(bulletin=bulletin)
+    assert config_members(redis, bulletin) == set()
+    assert client_for(recipient).get("/api/v1/inbox/").json()["results"] == []
+
+
+def test_redis_failing_at_commit_queues_a_reloading_mirror(
+    recipient: Any, redis: Any, clock: Any, monkeypatch: Any
+) -> None:
+    real = publish.bulletin_put
+
+    def down(**kwargs: Any) -> int:
+        raise RedisConnectionError("connection refused")
+
+    monkeypatch.setattr(publish, "bulletin_put", down)
+    bulletin = services.bulletin_create(title="Later", body_html="<p>x</p>", display_time=clock.now)
+    assert config_members(redis, bulletin) == set()
+    assert outbox.pending_count() == 1
+    monkeypatch.setattr(publish, "bulletin_put", real)
+    assert outbox.replay() == 1
+    assert config_members(redis, bulletin) == {f"{bulletin.pk}_0"}
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"b{bulletin.pk}"]

@@ -1,0 +1,186 @@
+"""message_send's publish path: few statements, no reload of what it just
+wrote, and the same inbox whatever the transaction does around it."""
+
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from core import keys
+from core.exceptions import ValidationFailed
+from messagecenter import services, tasks
+from messagecenter.models import ItemSlotMonth, Message, MessageImage, MessageStatus
+from messagecenter.selectors import inbox_item_get
+from messagecenter.services import messages as messages_module
+from tests.conftest import client_for
+from tests.messagecenter.conftest import ids
+
+pytestmark = pytest.mark.django_db
+
+
+def everyone(operator: Any, **extra: Any) -> Message:
+    fields = {"category": "system", "title": "Hello", "body_html": "<p>Hi</p>", **extra}
+    return services.message_send(sender=operator, everyone=True, **fields)
+
+
+def test_everyone_message_is_published_in_few_statements(operator: Any, recipient: Any, redis: Any) -> None:
+    everyone(operator)  # the month's slot row exists from here on, as in steady state
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        message = everyone(operator, title="Second")
+    statements = [q["sql"] for q in queries.captured_queries]
+    # BEGIN, the slot, the row, COMMIT, then the delivery's status update.
+    assert len(statements) <= 5, statements
+    assert not [s for s in statements if "SAVEPOINT" in s]
+    # Nothing it has just written is read back: not the row, not its images.
+    assert not [s for s in statements if s.startswith("SELECT")], statements
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+    assert redis.zcard(keys.mc_pull()) == 2
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"m{message.pk}", f"m{message.pk - 1}"]
+    assert inbox_item_get(user=recipient, item_id=f"m{message.pk}").title == "Second"
+
+
+@pytest.mark.parametrize("audience", ["everyone", "users"])
+def test_uploaded_images_are_in_the_published_detail(operator: Any, recipient: Any, audience: str, clock: Any) -> None:
+    uploads = [SimpleUploadedFile(f"p{i}.png", b"\x89PNG\r\n", content_type="image/png") for i in range(2)]
+    to: dict[str, Any] = {"everyone": True} if audience == "everyone" else {"user_ids": [recipient.pk]}
+    message = services.message_send(
+        sender=operator,
+        category="system",
+        title="Pictures",
+        body_html="<p>x</p>",
+        images=["https://cdn.test/a.png"],
+        image_files=uploads,
+        **to,
+    )
+    stored = [image.file.url for image in MessageImage.objects.filter(message=message).order_by("position")]
+    assert len(stored) == 2
+    assert inbox_item_get(user=recipient, item_id=f"m{message.pk}").images == ["https://cdn.test/a.png", *stored]
+
+
+def test_later_changes_in_the_same_transaction_win(operator: Any, recipient: Any, clock: Any) -> None:
+    with transaction.atomic():
+        message = everyone(operator, title="Draft")
+        stored = Message.objects.get(pk=message.pk)
+        stored.title = "Final"
+        stored.save()
+    assert inbox_item_get(user=recipient, item_id=f"m{message.pk}").title == "Final"
+
+
+def test_retracted_in_the_same_transaction_reaches_nobody(operator: Any, recipient: Any, redis: Any) -> None:
+    with transaction.atomic():
+        message = everyone(operator)
+        assert services.message_retract(message=Message.objects.get(pk=message.pk))
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.RETRACTED
+    assert client_for(recipient).get("/api/v1/inbox/").json()["results"] == []
+    assert client_for(recipient).get(f"/api/v1/inbox/m{message.pk}/").status_code == 404
+    assert redis.zcard(keys.mc_pull()) == 0
+
+
+def test_deleted_in_the_same_transaction_leaves_nothing(operator: Any, recipient: Any, redis: Any) -> None:
+    with transaction.atomic():
+        message = everyone(operator)
+        Message.objects.filter(pk=message.pk).delete()
+    assert client_for(recipient).get("/api/v1/inbox/").json()["results"] == []
+    assert redis.zcard(keys.mc_pull()) == 0
+    assert not redis.hexists(keys.mc_item_detail(), f"m{message.pk}")
+
+
+def test_a_failed_send_writes_nothing(operator: Any, recipient: Any, redis: Any, monkeypatch: Any) -> None:
+    everyone(operator)
+    before = ItemSlotMonth.objects.get().next_offset
+
+    def broken_storage(**kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(MessageImage.objects, "create", broken_storage)
+    upload = SimpleUploadedFile("p.png", b"\x89PNG\r\n", content_type="image/png")
+    with pytest.raises(OSError, match="disk full"):
+        everyone(operator, title="Broken", image_files=[upload])
+    assert list(Message.objects.values_list("title", flat=True)) == ["Hello"]
+    assert ItemSlotMonth.objects.get().next_offset == before  # the slot went back with the rollback
+    assert redis.zcard(keys.mc_pull()) == 1
+
+
+def test_a_failed_send_inside_a_transaction_rolls_all_of_it_back(
+    operator: Any, recipient: Any, redis: Any, monkeypatch: Any
+) -> None:
+    # No savepoint of its own: an error in the writes aborts the caller's
+    # transaction (there is no half-done send to keep either way).
+    def broken_storage(**kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(MessageImage.objects, "create", broken_storage)
+    upload = SimpleUploadedFile("p.png", b"\x89PNG\r\n", content_type="image/png")
+
+    def caller() -> None:
+        with transaction.atomic():
+            everyone(operator, title="Fine")
+            try:
+                everyone(operator, title="Broken", image_files=[upload])
+            except OSError:
+                pass
+
+    caller()
+    assert not Message.objects.exists()
+    assert redis.zcard(keys.mc_pull()) == 0
+
+
+def test_a_validation_error_leaves_the_callers_transaction_usable(operator: Any, recipient: Any) -> None:
+    with transaction.atomic():
+        first = everyone(operator, title="Kept")
+        with pytest.raises(ValidationFailed):
+            services.message_send(sender=operator, category="nope", title="x", body_html="", everyone=True)
+        assert Message.objects.filter(pk=first.pk).exists()
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"m{first.pk}"]
+
+
+def test_redis_failing_at_delivery_falls_back_to_the_task(
+    operator: Any, recipient: Any, redis: Any, monkeypatch: Any
+) -> None:
+    real = messages_module.message_deliver
+    calls: list[int] = []
+
+    def flaky(*, message: Message) -> int:
+        calls.append(message.pk)
+        if len(calls) == 1:
+            raise RedisConnectionError("connection reset")
+        return real(message=message)
+
+    monkeypatch.setattr(messages_module, "message_deliver", flaky)
+    retried: list[int] = []
+    real_delay = tasks.message_deliver_task.delay
+
+    def delay(message_id: int) -> Any:
+        retried.append(message_id)
+        return real_delay(message_id)
+
+    monkeypatch.setattr(tasks.message_deliver_task, "delay", delay)
+    message = everyone(operator)
+    assert calls == [message.pk]  # the task reloads and calls the service itself
+    assert retried == [message.pk]
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+    assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"m{message.pk}"]
+
+
+def test_with_a_broker_the_task_is_enqueued_after_commit(operator: Any, monkeypatch: Any, redis: Any) -> None:
+    task = tasks.message_deliver_task
+    queued: list[int] = []
+
+    def delay_on_commit(message_id: int) -> None:
+        transaction.on_commit(lambda: queued.append(message_id))
+
+    monkeypatch.setattr(task, "delay_on_commit", delay_on_commit)
+    eager = task.app.conf.task_always_eager
+    task.app.conf.task_always_eager = False
+    try:
+        with transaction.atomic():
+            message = everyone(operator)
+            assert queued == []
+    finally:
+        task.app.conf.task_always_eager = eager
+    assert queued == [message.pk]
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.QUEUED
+    assert redis.zcard(keys.mc_pull()) == 0

@@ -1,0 +1,153 @@
+"""announcement_create's publish path: no savepoint, one statement for the
+platform's entries, one round trip per built chunk after the revision."""
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import Q
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from core import keys
+from core.exceptions import ValidationFailed
+from core.redis import get_redis
+from notices import readmodel
+from notices.models import Announcement, AnnouncementPlatform
+from notices.selectors import announcement_counts
+from notices.services import announcement_create, announcement_mark_read
+from notices.snapshots import announcement_read_snapshot
+from tests.notices.conftest import HOUR, T0, announce, on_platforms
+
+pytestmark = pytest.mark.django_db
+
+
+class Trips:
+    """Commands sent by the read model's client (a pipeline counts once)."""
+
+    def __init__(self, client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real_command, real_pipeline = client.execute_command, client.pipeline
+
+        def execute_command(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return real_command(*args, **kwargs)
+
+        def pipeline(*args: Any, **kwargs: Any) -> Any:
+            pipe = real_pipeline(*args, **kwargs)
+            real_execute = pipe.execute
+
+            def execute(*a: Any, **k: Any) -> Any:
+                self.count += 1
+                return real_execute(*a, **k)
+
+            pipe.execute = execute
+            return pipe
+
+        monkeypatch.setattr(client, "execute_command", execute_command)
+        monkeypatch.setattr(client, "pipeline", pipeline)
+
+
+def orm_entries(platform: str) -> list[tuple[int, int, int | None]]:
+    """What the statement must return, the ORM way (times floored to ms)."""
+    now = timezone.now()
+    rows = (
+        Announcement.objects.filter(platform_rows__platform=platform)
+        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+        .values_list("id", "publish_at", "expire_at")
+    )
+    return sorted((pk, readmodel.to_ms(p), readmodel.to_ms(e) if e else None) for pk, p, e in rows)
+
+
+def test_entries_match_the_orm_to_the_millisecond() -> None:
+    now = timezone.now()
+    odd = timedelta(microseconds=999_999)  # flooring, not rounding
+    announce(["user"], publish_at=T0 + odd)
+    announce(["user", "customer"], publish_at=T0 - timedelta(days=3, microseconds=1), expire_at=T0 + 2 * HOUR + odd)
+    announce(["customer"], publish_at=T0)
+    expired = announce(["user"], publish_at=now - 2 * HOUR, expire_at=now + HOUR)
+    Announcement.objects.filter(pk=expired.pk).update(expire_at=now - timedelta(seconds=1))
+    announce(["user"], publish_at=now - 2 * HOUR, expire_at=now + timedelta(seconds=30))
+    before_epoch = announce(["user"], publish_at=T0.replace(year=1960, microsecond=1))
+    for platform in ("user", "customer", "operator"):
+        assert sorted(readmodel._platform_entries(platform)) == orm_entries(platform)
+    user = dict((pk, (p, e)) for pk, p, e in readmodel._platform_entries("user"))
+    assert expired.pk not in user
+    assert user[before_epoch.pk][0] == readmodel.to_ms(before_epoch.publish_at) < 0
+    assert len(user) == 4
+
+
+def test_entries_follow_the_model_names() -> None:
+    assert Announcement._meta.db_table == "notices_announcement"
+    assert AnnouncementPlatform._meta.db_table == "notices_announcementplatform"
+    assert AnnouncementPlatform._meta.get_field("announcement").column == "announcement_id"  # type: ignore[union-attr]
+
+
+def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
+    recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_platforms(recipient, "user")
+    first = announce(["user"])
+    trips = Trips(get_redis(), monkeypatch)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        second = announce(["user"], title="Second")
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not [s for s in statements if "SAVEPOINT" in s], statements
+    # BEGIN, two INSERTs, COMMIT, then the platform's entries after commit.
+    assert len(statements) == 5, statements
+    # The revision (one pipeline), then one script call for the one chunk.
+    assert trips.count == 2
+    assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
+    assert {first.pk, second.pk} == {pk for pk, _, _ in readmodel._platform_entries("user")}
+
+
+def test_a_chunk_never_built_is_restored_before_its_index_opens(
+    recipient: Any, other_recipient: Any, redis: Any
+) -> None:
+    on_platforms(recipient, "user")
+    on_platforms(other_recipient, "user")
+    a = announce(["user"])
+    announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
+    announcement_read_snapshot()
+    redis.flushdb()
+    readmodel.clear_local_cache()
+    b = announce(["user"])  # the first sync after the loss builds the chunk
+    assert redis.exists(keys.notice_meta("user", 0))
+    assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[other_recipient.pk]) == [True]
+    assert announcement_counts(user=other_recipient, now=T0 + HOUR)["unread"] == 1
+    assert announcement_counts(user=recipient, now=T0 + HOUR)["unread"] == 2
+    assert {pk for pk, _, _ in readmodel._platform_entries("user")} == {a.pk, b.pk}
+
+
+def test_the_sync_drops_bitmaps_on_a_chunk_never_built(redis: Any, recipient: Any) -> None:
+    on_platforms(recipient, "user")
+    a = announce(["user"])
+    announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
+    redis.flushdb()
+    redis.set(keys.notice_bitmap("user", 0, a.pk), b"\xff")  # left over without an index
+    readmodel.clear_local_cache()
+    pk = a.pk
+    a.delete()
+    assert not redis.exists(keys.notice_bitmap("user", 0, pk))
+    assert redis.exists(keys.notice_meta("user", 0))
+
+
+def test_a_validation_error_leaves_the_callers_transaction_usable(recipient: Any) -> None:
+    with transaction.atomic():
+        kept = announce(["user"], title="Kept")
+        with pytest.raises(ValidationFailed):
+            announcement_create(author=None, title=" ", body_html="<p>x</p>", platforms=["user"])
+        assert Announcement.objects.filter(pk=kept.pk).exists()
+    assert Announcement.objects.filter(pk=kept.pk).exists()
+
+
+def test_a_failed_write_writes_nothing(monkeypatch: pytest.MonkeyPatch, redis: Any) -> None:
+    def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("insert failed")
+
+    monkeypatch.setattr(AnnouncementPlatform.objects, "create", broken)
+    with pytest.raises(RuntimeError, match="insert failed"):
+        announce(["user"])
+    assert not Announcement.objects.exists()
+    assert not redis.exists(keys.notice_index("user", 0))
