@@ -193,6 +193,13 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
     return _key("message", "read", "ever", user_tag(user_id), month)
 
 
+def mc_inbox_pages(user_id: int) -> str:
+    """hash: query ("<category>|<unread only>|<limit>") -> "<tag>|<valid until ms>|<JSON>", the
+    API's rendered first pages, served while inbox.lua finds the tag current (a cache, with a
+    short lifetime: only users polling now hold one)."""
+    return _key("inbox", user_tag(user_id), "pages")
+
+
 def mc_inbox_scratch(user_id: int) -> str:
     """bitmap, transient: inbox.lua's work space within one call ("read all"
     computes each month's first reads there); deleted before the call ends."""
@@ -265,6 +272,11 @@ def mc_bulletin_update_time() -> str:
 def mc_item_detail() -> str:
     """hash (seed 002): item ref (``m12``, ``b3``) -> item JSON (title, body, images, ...)."""
     return _key("inbox", "detail", MC_GLOBAL_TAG)
+
+
+def mc_item_detail_version() -> str:
+    """string: counter global.lua bumps on every item detail write (an edit changes what pages show)."""
+    return _key("inbox", "detail", "version", MC_GLOBAL_TAG)
 
 
 def mc_removed() -> str:

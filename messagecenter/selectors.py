@@ -9,6 +9,7 @@ state from the last snapshot plus the pending marks), slower, and say so.
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
-from messagecenter.readmodel.inbox import Counts, Page, PageRow
+from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class InboxPage:
     unseen_count: int
     # True when Redis was down and PostgreSQL answered: no live updates meanwhile.
     degraded: bool = False
+    # Set when the page may be kept in the page cache (readmodel.inbox.page_cache_put).
+    cache_tag: tuple[str, str] | None = None
 
 
 def _item(row: PageRow) -> InboxItem:
@@ -125,6 +128,62 @@ def inbox_list(
     (newer, higher scores) never make a page repeat or skip. Both paths walk
     the same way, so a cursor stays valid when Redis goes down or comes back.
     """
+    page, _cached = _inbox_list(
+        user=user, category=category, unread_only=unread_only, limit=limit, cursor=cursor, since=since, now=now
+    )
+    assert page is not None  # noqa: S101 - no cache field, no cached rendering
+    return page
+
+
+def inbox_list_rendered(
+    *,
+    user: AbstractBaseUser,
+    render: Callable[[InboxPage], bytes],
+    category: str | None = None,
+    unread_only: bool = False,
+    limit: int = 20,
+    since: datetime | None = None,
+    cursor: str | None = None,
+    now: datetime | None = None,
+) -> bytes:
+    """``render(inbox_list(...))``, served from the user's page cache when it
+    holds a current rendering of this first page (no cursor, no ``since``):
+    a polled inbox costs one script call and no rendering. The script decides
+    whether the rendering is current (inbox.lua, "Page cache")."""
+    field = "" if cursor or since else f"{category or ''}|{int(unread_only)}|{limit}"
+    page, cached = _inbox_list(
+        user=user,
+        category=category,
+        unread_only=unread_only,
+        limit=limit,
+        cursor=cursor,
+        since=since,
+        now=now,
+        cache_field=field,
+    )
+    if cached is not None:
+        return cached
+    assert page is not None  # noqa: S101
+    body = render(page)
+    if page.cache_tag is not None:
+        try:
+            inbox.page_cache_put(user_id=int(user.pk), field=field, tag=page.cache_tag, body=body)
+        except RedisError:
+            logger.warning("redis unavailable; page of user %s not cached", user.pk)
+    return body
+
+
+def _inbox_list(
+    *,
+    user: AbstractBaseUser,
+    category: str | None,
+    unread_only: bool,
+    limit: int,
+    cursor: str | None,
+    since: datetime | None,
+    now: datetime | None,
+    cache_field: str = "",
+) -> tuple[InboxPage | None, bytes | None]:
     category_validate(category)
     max_score, skip = (None, 0)
     if cursor:
@@ -142,7 +201,10 @@ def inbox_list(
     degraded = False
     page: Page
     try:
-        page = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), **query)
+        result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **query)
+        if isinstance(result, CachedPage):
+            return None, result.body
+        page = result
     except RedisError as exc:
         _redis_down("inbox page", user, exc)
         page = fallback.inbox_page(user_id=user_id, now=now, **query)
@@ -159,7 +221,8 @@ def inbox_list(
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,
         degraded=degraded,
-    )
+        cache_tag=page.cache_tag,
+    ), None
 
 
 def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> InboxItem:

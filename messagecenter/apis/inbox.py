@@ -3,9 +3,11 @@
 from datetime import UTC
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -67,6 +69,11 @@ def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
     }
 
 
+def render_page(page: selectors.InboxPage) -> bytes:
+    """The list endpoint's body: ``page_payload`` through the API's JSON renderer."""
+    return bytes(JSONRenderer().render(page_payload(page)))
+
+
 class InboxListApi(APIView):
     class OutputSerializer(serializers.Serializer):
         results = ItemSerializer(many=True)
@@ -85,17 +92,19 @@ class InboxListApi(APIView):
         ],
         responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         params = request.query_params
-        page = selectors.inbox_list(
+        body = selectors.inbox_list_rendered(
             user=request.user,  # type: ignore[arg-type]
+            render=render_page,
             category=_category(params.get("category")),
             unread_only=parse_bool(params.get("unread"), name="unread"),
             limit=parse_limit(params.get("limit")),
             cursor=params.get("cursor") or None,
             since=parse_time(params.get("since"), name="since"),
         )
-        return Response(page_payload(page))
+        # Already JSON (the page cache keeps renderings): sent as it is.
+        return HttpResponse(body, content_type="application/json")
 
 
 class InboxItemApi(APIView):

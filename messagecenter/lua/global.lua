@@ -3,7 +3,9 @@
 --
 -- KEYS: 1 item detail hash, 2 bulletin_notification_config zset, 3 bulletin
 -- detail hash, 4 bulletin members hash, 5 bulletin:update:time, 6 removed
--- zset, 7 removed version, 8 pull zset, 9 pull sequence, 10 removed floor.
+-- zset, 7 removed version, 8 pull zset, 9 pull sequence, 10 removed floor,
+-- 11 item detail version (bumped when a detail is written over: inbox.lua's
+-- page cache is current only while it has not moved).
 -- ARGV: 1 op, 2 now (ms), then the op's arguments.
 
 local op = ARGV[1]
@@ -29,6 +31,16 @@ local function drop_bulletin_config(bid)
   redis.call("HDEL", KEYS[4], bid)
 end
 
+-- An item's detail changed (an edit; not a rewrite of the same JSON) moves the details'
+-- version: inbox.lua's page cache holds rendered details. New items and
+-- removals leave it alone (readers merge or settle those anyway).
+local function detail_put(ref, json)
+  local old = redis.call("HGET", KEYS[1], ref)
+  if old == json then return end
+  redis.call("HSET", KEYS[1], ref, json)
+  if old then redis.call("INCR", KEYS[11]) end
+end
+
 -- Users settle removals above their version on their next read.
 local function mark_removed(member)
   if member == "" then return end
@@ -37,7 +49,7 @@ local function mark_removed(member)
 end
 
 if op == "item_put" then
-  redis.call("HSET", KEYS[1], ARGV[3], ARGV[4])
+  detail_put(ARGV[3], ARGV[4])
   return 1
 
 elseif op == "bulletin_put" then
@@ -45,7 +57,7 @@ elseif op == "bulletin_put" then
   -- ("" for a new bulletin), 7 n, then n x (config member, display ms, JSON).
   local bid = ARGV[3]
   drop_bulletin_config(bid)
-  redis.call("HSET", KEYS[1], ARGV[4], ARGV[5])
+  detail_put(ARGV[4], ARGV[5])
   local n = tonumber(ARGV[7])
   local members = {}
   for i = 0, n - 1 do
@@ -69,7 +81,7 @@ elseif op == "bulletin_delete" then
 
 elseif op == "pull_register" then
   -- ARGV: 3 ref, 4 item JSON, 5 pull member. Registering twice is a no-op.
-  redis.call("HSET", KEYS[1], ARGV[3], ARGV[4])
+  detail_put(ARGV[3], ARGV[4])
   if redis.call("ZSCORE", KEYS[8], ARGV[5]) then return 0 end
   local seq = redis.call("INCR", KEYS[9])
   redis.call("ZADD", KEYS[8], seq, ARGV[5])

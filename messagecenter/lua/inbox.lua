@@ -14,8 +14,10 @@
 -- the op's own arguments.
 --
 -- Fast path ("2", single Redis only: the global keys live in another cluster
--- slot): five more KEYS after all others, 1 removal version, 2 pull sequence,
--- 3 bulletin update time, 4 bulletin config zset, 5 item detail hash. The
+-- slot): six more KEYS after all others, 1 removal version, 2 pull sequence,
+-- 3 bulletin update time, 4 bulletin config zset, 5 item detail hash, 6 item
+-- detail version (op "page" there also takes, after the bitmaps, the user's
+-- page cache hash and live version: see "Page cache" below). The
 -- script checks here, atomically, what the caller's planning pipeline would
 -- have checked: nothing to settle or merge (the user's watermarks are level
 -- with the global markers) and every month of the user is among the n passed.
@@ -27,7 +29,9 @@
 -- zset and counter, (month, offset) its bits in seed 004's bitmaps.
 -- Invariants kept by every op: counters[c] = members of category c whose read
 -- bit is 0; a member's push bit is 1 exactly while it is in the inbox (so a
--- month's push bitmap is the set of the month's present items).
+-- month's push bitmap is the set of the month's present items); the state
+-- hash's "rev" moves whenever anything a page shows changes in the user's
+-- keys (items, read bits, counters, the seen watermark).
 
 local CAT = {system = 2, promotion = 3, transaction = 4, interaction = 5}
 local op = ARGV[1]
@@ -62,6 +66,14 @@ local function read_bit(month, off)
   return redis.call("GETBIT", key, off)
 end
 
+local TOUCHED = false
+local function touch()
+  if not TOUCHED then
+    redis.call("HINCRBY", KEYS[10], "rev", 1)
+    TOUCHED = true
+  end
+end
+
 local function remove(member)
   local ref, cat, month, off = parse(member)
   if not ref or not CAT[cat] then return 0 end
@@ -72,6 +84,7 @@ local function remove(member)
   redis.call("ZREM", KEYS[8], member)
   redis.call("SETBIT", PUSH[month], off, 0)
   if bit == 0 then redis.call("HINCRBY", KEYS[6], cat, -1) end
+  touch()
   return 1
 end
 
@@ -89,6 +102,7 @@ local function add(member, score, expire)
   if redis.call("GETBIT", READ[month], off) == 0 then
     redis.call("HINCRBY", KEYS[6], cat, 1)
   end
+  touch()
   return 1
 end
 
@@ -134,10 +148,11 @@ local DETAIL = nil
 local FAST = false
 
 -- Settle and merge --------------------------------------------------------
+local G = nil
 if ARGV[a] == "2" then
-  local g = #KEYS - 4
-  if not level(g) then return "STALE" end
-  DETAIL = KEYS[g + 4]
+  G = #KEYS - 5
+  if not level(G) then return "STALE" end
+  DETAIL = KEYS[G + 4]
   FAST = true
   settle_expired()
   trim(tonumber(ARGV[a + 1]))
@@ -186,6 +201,28 @@ elseif op == "page" then
   -- have higher scores, so they never shift a page a client is walking.
   local cat, max, skip = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local limit, unread_only, min = tonumber(ARGV[a + 3]), ARGV[a + 4] == "1", ARGV[a + 5]
+  -- Page cache (fast path, ARGV[a + 6] a field naming the query, "" = none):
+  -- the caller keeps the rendered page under "<tag>|<valid until>|<body>";
+  -- it is served while the tag (the user's rev, the live version deliveries
+  -- bump, the global detail version item edits bump) is unchanged and no
+  -- item of the page's inbox has expired. Otherwise the page is computed and
+  -- comes back with {tag, valid until} for the caller to store.
+  local cache = nil
+  local field = ARGV[a + 6] or ""
+  if FAST and field ~= "" then
+    local pages, version = KEYS[12 + 2 * n], KEYS[13 + 2 * n]
+    local tag = (redis.call("HGET", KEYS[10], "rev") or "0") .. ":" .. (redis.call("GET", version) or "0")
+      .. ":" .. (redis.call("GET", KEYS[G + 5]) or "0")
+    local first = redis.call("ZRANGE", KEYS[8], 0, 0, "WITHSCORES")
+    local valid = ""
+    if #first == 2 then valid = first[2] end
+    local held = redis.call("HGET", pages, field)
+    if held then
+      local t, until_, body = string.match(held, "^([^|]*)|([^|]*)|(.*)$")
+      if t == tag and (until_ == "" or now < tonumber(until_)) then return {"HIT", body} end
+    end
+    cache = {tag, valid}
+  end
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end
   local members, scores, reads = {}, {}, {}
@@ -226,7 +263,7 @@ elseif op == "page" then
     for i, member in ipairs(members) do refs[i] = parse(member) end
     local details = {}
     if #refs > 0 then details = redis.call("HMGET", DETAIL, unpack(refs)) end
-    return {members, scores, reads, {more, pos_raw, pos_skip}, counts(), details}
+    return {members, scores, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}}
   end
   return {members, scores, reads, {more, pos_raw, pos_skip}, counts()}
 
@@ -244,6 +281,7 @@ elseif op == "read" or op == "unread" then
   if op == "unread" then want = 0 end
   local old = redis.call("SETBIT", READ[month], off, want)
   if old ~= want then
+    touch()
     if want == 1 then redis.call("HINCRBY", KEYS[6], cat, -1) else redis.call("HINCRBY", KEYS[6], cat, 1) end
   end
   -- 2: the user's first read of the item (the caller counts it; the
@@ -306,6 +344,7 @@ elseif op == "read_all" then
       end
     end
     redis.call("DEL", scratch, KEYS[6])
+    if marked > 0 then touch() end
   else
     local key = KEYS[1]
     if cat ~= "" then key = KEYS[CAT[cat]] end
@@ -320,6 +359,7 @@ elseif op == "read_all" then
     end
     -- One counter write per category, not one per item.
     for c, count in pairs(by_cat) do redis.call("HINCRBY", KEYS[6], c, -count) end
+    if marked > 0 then touch() end
   end
   if pending then
     if #first > 0 then redis.call("RPUSH", pending, hour .. "|" .. table.concat(first, ",")) end
@@ -335,6 +375,7 @@ elseif op == "seen" then
   local mark = now
   if #top == 2 and tonumber(top[2]) > mark then mark = tonumber(top[2]) end
   redis.call("HSET", KEYS[10], "seen", string.format("%d", mark))
+  touch()
   return 1
 
 elseif op == "drop_prefix" then

@@ -46,4 +46,6 @@ local seen = ARGV[2 + 3 * n]
 if seen ~= "" and redis.call("HSETNX", KEYS[3], "seen", seen) == 1 then
   written = written + 1
 end
+-- Read flags or counts may have changed: cached pages are stale (inbox.lua's "rev").
+if written > 0 then redis.call("HINCRBY", KEYS[3], "rev", 1) end
 return written

@@ -72,6 +72,7 @@ def global_keys() -> list[str]:
         keys.mc_pull(),
         keys.mc_pull_sequence(),
         keys.mc_removed_floor(),
+        keys.mc_item_detail_version(),
     ]
 
 

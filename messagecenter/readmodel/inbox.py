@@ -28,6 +28,7 @@ process (the script checks it against the user's months set).
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -193,12 +194,15 @@ def _op_keys(user_id: int, months: list[str], op: str, *, fast: bool) -> list[st
         if fast:  # the script queues the first reads itself
             script_keys.append(keys.mc_first_reads_pending())
     if fast:
+        if op == "page":  # the page cache and what its tag reads
+            script_keys += [keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)]
         script_keys += [
             keys.mc_removed_version(),
             keys.mc_pull_sequence(),
             keys.mc_bulletin_update_time(),
             keys.mc_bulletin_config(),
             keys.mc_item_detail(),
+            keys.mc_item_detail_version(),
         ]
     return script_keys
 
@@ -278,6 +282,25 @@ class Page:
     rows: list[PageRow]
     next_position: tuple[int, int] | None  # (max score, items at it already returned)
     counts: Counts
+    cache_tag: tuple[str, str] | None = None  # (tag, valid until ms) to store a rendering under
+
+
+@dataclass(frozen=True)
+class CachedPage:
+    """A rendered page the page cache still holds (op "page", fast path)."""
+
+    body: bytes
+
+
+# How long a rendered page is kept: only users polling now hold one.
+PAGE_CACHE_SECONDS = 300
+
+
+@lru_cache(maxsize=4096)
+def _detail(raw: bytes) -> dict[str, Any]:
+    """An item's detail JSON, parsed once per distinct content (details are
+    shared by every reader of an item; callers never mutate the dict)."""
+    return dict(json.loads(raw))
 
 
 def inbox_page(
@@ -290,7 +313,12 @@ def inbox_page(
     limit: int,
     unread_only: bool,
     since_ms: int | None,
-) -> Page:
+    cache_field: str = "",
+) -> Page | CachedPage:
+    """A page with the whole inbox's counts. With ``cache_field`` (a first
+    page's query) the page cache answers when it holds a current rendering
+    (``CachedPage``); a computed page then carries the tag to store its
+    rendering under (``page_cache_put``)."""
     result = _read(
         user_id,
         now_ms,
@@ -302,19 +330,37 @@ def inbox_page(
             limit,
             "1" if unread_only else "0",
             "-inf" if since_ms is None else f"({since_ms}",
+            cache_field,
         ],
     )
+    if result[0] == b"HIT":
+        return CachedPage(body=result[1])
     members, scores, reads, position, counts, *fetched = result
     refs = [m.decode().split("|", 1)[0] for m in members]
     details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
+    cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
     rows = []
     for ref, score, read, raw in zip(refs, scores, reads, details, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
             continue
-        rows.append(PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=json.loads(raw)))
+        rows.append(PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw)))
     more, pos_score, pos_skip = position
     next_position = (_int(pos_score), int(pos_skip)) if int(more) else None
-    return Page(rows=rows, next_position=next_position, counts=_counts(counts))
+    return Page(
+        rows=rows,
+        next_position=next_position,
+        counts=_counts(counts),
+        cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
+    )
+
+
+def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
+    """Keep a computed page's rendering for the next identical read (see inbox.lua's page cache).
+    A write racing a change is harmless: its tag is already out of date."""
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hset(keys.mc_inbox_pages(user_id), field, f"{tag[0]}|{tag[1]}|".encode() + body)
+    pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
+    pipe.execute()
 
 
 def inbox_counts(*, user_id: int, now_ms: int) -> Counts:

@@ -122,7 +122,7 @@ def test_deleting_a_group_refreshes_members_and_drops_its_bulletins(
 def test_read_all_leaves_items_that_are_no_longer_in_the_inbox_unread(
     operator: Any, recipient: Any, clock: Any, redis: Any
 ) -> None:
-    """"Read all" turns read exactly the items present (the push bits), so a
+    """ "Read all" turns read exactly the items present (the push bits), so a
     bulletin of a group the user left, or an item they hid, is not swallowed:
     back in the group, the bulletin is still unread."""
     from tests.messagecenter.conftest import send

@@ -175,7 +175,7 @@ def test_a_rebuild_while_serving_keeps_newer_marks(operator: Any, recipient: Any
 
 def _dump(redis: Any) -> dict[str, Any]:
     """Every key with its value, except the markers a rebuild refreshes by design
-    (index tokens, revisions, bulletin change times, live versions, restore markers)."""
+    (index tokens, revisions, bulletin change times, live versions and inbox revs, restore markers)."""
     ignored = {keys.notice_snapshot_restored(), keys.mc_snapshot_restored(), keys.mc_bulletin_update_time()}
     for platform in ALL_PLATFORMS:
         ignored |= {keys.notice_meta(platform, 0), keys.notice_revision(platform)}
@@ -190,7 +190,8 @@ def _dump(redis: Any) -> dict[str, Any]:
         if kind == "string":
             dump[key] = redis.get(raw)
         elif kind == "hash":
-            dump[key] = redis.hgetall(raw)
+            # An inbox's "rev" counts changes (the page cache's tag), like the live versions.
+            dump[key] = {f: v for f, v in redis.hgetall(raw).items() if f != b"rev"}
         elif kind == "set":
             dump[key] = redis.smembers(raw)
         elif kind == "zset":

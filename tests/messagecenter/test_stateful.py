@@ -34,6 +34,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import to_ms
+from tests.conftest import client_for
 from tests.factories import SuperuserFactory, UserFactory
 from tests.messagecenter.conftest import Clock
 
@@ -247,10 +248,15 @@ class InboxMachine(RuleBasedStateMachine):
                     break
             want = [(ref, self.reads.get((user.pk, ref), False)) for _s, _m, ref, _c in expected]
             assert got == want, (user.username, got, want)
+            # The API's first page, twice: computed or from the page cache, the same answer.
+            for _ in range(2):
+                body = client_for(user).get("/api/v1/inbox/?limit=3").json()
+                assert [(r["id"], r["read"]) for r in body["results"]] == want[:3], (user.username, body)
             unread = [(ref, cat) for _s, _m, ref, cat in expected if not self.reads.get((user.pk, ref), False)]
             counts = selectors.inbox_counts(user=user)
             assert counts["unread"] == len(unread)
             assert page.unread_count == len(unread)
+            assert body["unread_count"] == len(unread)
             for category in CATEGORIES:
                 assert counts["by_category"][category] == sum(1 for _r, c in unread if c == category)
             watermark = self.seen.get(user.pk)

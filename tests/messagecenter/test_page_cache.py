@@ -1,0 +1,185 @@
+"""The API's page cache: a polled first page is served as stored while
+inbox.lua finds its tag current, and every change a page shows makes it stale.
+
+Each case primes the cache, makes one change, and holds the API's answer equal
+to a page computed from scratch (the selector, rendered the same way).
+"""
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from core import keys
+from messagecenter import selectors, services
+from messagecenter.apis import inbox as inbox_api
+from messagecenter.models import Message
+from tests.conftest import client_for
+from tests.messagecenter.conftest import make_group, send
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.not_on_cluster(reason="the page cache rides the single-Redis fast path (a cluster plans every read)"),
+]
+
+
+_render = inbox_api.render_page  # the real one: the fixture below counts the API's calls
+
+
+def _fresh(user: Any, **query: Any) -> bytes:
+    return _render(selectors.inbox_list(user=user, **query))
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the API rendered a page (a cache hit renders nothing)."""
+    count = [0]
+    real = inbox_api.render_page
+
+    def counting(page: Any) -> bytes:
+        count[0] += 1
+        return real(page)
+
+    monkeypatch.setattr(inbox_api, "render_page", counting)
+    return count
+
+
+def _get(client: Any, query: str = "") -> bytes:
+    response = client.get(f"/api/v1/inbox/{query}")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    return bytes(response.content)
+
+
+def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, renders: list[int], redis: Any) -> None:
+    send(operator, to={"users": [recipient]}, title="one")
+    client = client_for(recipient)
+    _get(client)  # plans: no cache yet
+    first = _get(client)  # the fast path computes and stores
+    before = renders[0]
+    assert _get(client) == first == _fresh(recipient)
+    assert _get(client) == first
+    assert renders[0] == before  # served as stored
+    assert 0 < redis.ttl(keys.mc_inbox_pages(recipient.pk)) <= 300
+    # Each query has its own entry; pages after the first (cursor) are never cached.
+    assert _get(client, "?limit=1&unread=true") == _fresh(recipient, limit=1, unread_only=True)
+    assert set(redis.hkeys(keys.mc_inbox_pages(recipient.pk))) == {b"|0|20", b"|1|1"}
+
+
+def _mark_read(ctx: dict[str, Any]) -> None:
+    services.inbox_mark_read(user=ctx["user"], item_id=ctx["message"].ref)
+
+
+def _mark_unread(ctx: dict[str, Any]) -> None:
+    _mark_read(ctx)
+    ctx["prime"]()
+    services.inbox_mark_unread(user=ctx["user"], item_id=ctx["message"].ref)
+
+
+def _hide(ctx: dict[str, Any]) -> None:
+    services.inbox_hide(user=ctx["user"], item_id=ctx["message"].ref)
+
+
+def _read_all(ctx: dict[str, Any]) -> None:
+    services.inbox_mark_all_read(user=ctx["user"])
+
+
+def _seen(ctx: dict[str, Any]) -> None:
+    services.inbox_mark_seen(user=ctx["user"])
+
+
+def _push(ctx: dict[str, Any]) -> None:
+    send(ctx["operator"], to={"users": [ctx["user"]]}, title="pushed")
+
+
+def _everyone(ctx: dict[str, Any]) -> None:
+    send(ctx["operator"], to={"everyone": True}, title="for everyone")
+
+
+def _retract(ctx: dict[str, Any]) -> None:
+    services.message_retract(message=ctx["message"], actor=ctx["operator"])
+
+
+def _edit_message(ctx: dict[str, Any]) -> None:
+    message = Message.objects.get(pk=ctx["message"].pk)
+    message.title = "edited title"
+    message.save()
+
+
+def _bulletin(ctx: dict[str, Any]) -> None:
+    services.bulletin_create(title="news", body_html="", display_time=ctx["clock"].now)
+
+
+def _edit_bulletin(ctx: dict[str, Any]) -> None:
+    services.bulletin_update(bulletin=ctx["bulletin"], data={"title": "news, edited"})
+
+
+def _leave_group(ctx: dict[str, Any]) -> None:
+    services.user_group_remove_members(group=ctx["group"], user_ids=[ctx["user"].pk])
+
+
+def _scheduled_bulletin_shows(ctx: dict[str, Any]) -> None:
+    services.bulletin_create(title="later", body_html="", display_time=ctx["clock"].now + timedelta(minutes=5))
+    ctx["prime"]()
+    ctx["clock"].advance(minutes=6)
+
+
+def _expiry(ctx: dict[str, Any]) -> None:
+    send(ctx["operator"], to={"users": [ctx["user"]]}, title="brief", expire_at=ctx["clock"].now + timedelta(minutes=5))
+    ctx["prime"]()
+    ctx["clock"].advance(minutes=6)
+
+
+CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "read": _mark_read,
+    "unread": _mark_unread,
+    "hide": _hide,
+    "read all": _read_all,
+    "seen": _seen,
+    "push delivery": _push,
+    "pull item for everyone": _everyone,
+    "retraction": _retract,
+    "message edit": _edit_message,
+    "new bulletin": _bulletin,
+    "bulletin edit": _edit_bulletin,
+    "group left": _leave_group,
+    "scheduled bulletin shows": _scheduled_bulletin_shows,
+    "item expires": _expiry,
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_every_change_a_page_shows_makes_the_cache_stale(
+    change: str, operator: Any, recipient: Any, clock: Any, renders: list[int]
+) -> None:
+    group = make_group("staff", recipient)
+    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
+    message = send(operator, to={"users": [recipient]}, title="kept")
+    clock.advance(minutes=1)
+    client = client_for(recipient)
+
+    def prime() -> None:
+        _get(client)
+        _get(client)
+        hits = renders[0]
+        _get(client)
+        assert renders[0] == hits, "primed: the page comes from the cache"
+        ctx["before"] = _fresh(recipient)
+
+    ctx: dict[str, Any] = {}
+    prime()
+    ctx |= {
+        "user": recipient,
+        "operator": operator,
+        "message": message,
+        "bulletin": bulletin,
+        "group": group,
+        "clock": clock,
+        "prime": prime,
+    }
+    CHANGES[change](ctx)
+    after = _get(client)
+    assert after == _fresh(recipient)
+    assert after != ctx["before"], "the change shows on the page"
+    assert _get(client) == after  # and the new rendering is what gets cached next
