@@ -159,35 +159,41 @@ def table(rows: list[Row]) -> str:
 
 
 class RoundTrips:
-    """Counts the commands (round trips; a pipeline counts once) a client sends."""
+    """Counts a client's round trips. On a single Redis a command, a script
+    call (redis-py's or core.lua's direct one), a pipeline or a stream takes
+    one connection from the pool, once; on Redis Cluster (no such pool, and
+    scripts go through redis-py) commands and pipeline executions are counted."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.pool = getattr(client, "connection_pool", None)
         self.count = 0
 
+    def _counting(self, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return function(*args, **kwargs)
+
+        return counted
+
     def __enter__(self) -> "RoundTrips":
-        original_execute = self.client.execute_command
+        if self.pool is not None:
+            self.pool.get_connection = self._counting(self.pool.get_connection)
+            return self
         original_pipeline = self.client.pipeline
 
-        def counting_execute(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return original_execute(*args, **kwargs)
-
-        def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
+        def pipeline(*args: Any, **kwargs: Any) -> Any:
             pipe = original_pipeline(*args, **kwargs)
-            original_pipe_execute = pipe.execute
-
-            def execute(*a: Any, **k: Any) -> Any:
-                self.count += 1
-                return original_pipe_execute(*a, **k)
-
-            pipe.execute = execute
+            pipe.execute = self._counting(pipe.execute)
             return pipe
 
-        self.client.execute_command = counting_execute
-        self.client.pipeline = counting_pipeline
+        self.client.execute_command = self._counting(self.client.execute_command)
+        self.client.pipeline = pipeline
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            del self.pool.get_connection
+            return
         del self.client.execute_command
         del self.client.pipeline

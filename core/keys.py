@@ -26,11 +26,16 @@ def _prefix_changed(*, setting: str, **kwargs: Any) -> None:
         _prefix = None
 
 
-def _key(*parts: object) -> str:
+def prefix() -> str:
+    """The prefix every key name starts with (callers memoising key lists key them by it)."""
     global _prefix
     if _prefix is None:
         _prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
-    return _prefix + ":".join(map(str, parts))
+    return _prefix
+
+
+def _key(*parts: object) -> str:
+    return prefix() + ":".join(map(str, parts))
 
 
 def user_tag(user_id: int) -> str:
@@ -194,9 +199,9 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
 
 
 def mc_inbox_pages(user_id: int) -> str:
-    """hash: query ("<category>|<unread only>|<limit>") -> "<tag>|<valid until ms>|<JSON>", the
-    API's rendered first pages, served while inbox.lua finds the tag current (a cache, with a
-    short lifetime: only users polling now hold one)."""
+    """hash: query ("<category>|<unread only>|<limit>") -> the API's rendered first page (JSON),
+    and query + "#" -> "<tag>|<valid until ms>"; served while inbox.lua finds the tag current
+    (a cache, with a short lifetime: only users polling now hold one)."""
     return _key("inbox", user_tag(user_id), "pages")
 
 

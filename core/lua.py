@@ -10,6 +10,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
@@ -48,7 +50,37 @@ class LuaScript:
         client: RedisClient | None = None,
     ) -> Any:
         client = client if client is not None else get_redis()
+        if HIREDIS_AVAILABLE and isinstance(client, Redis) and not isinstance(client, Pipeline):
+            return self._direct(client, keys, args)
         return self._registered(client)(keys=list(keys), args=list(args), client=client)
+
+    def _direct(self, client: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One call on a single Redis, packed by hiredis and sent on a pooled
+        connection: none of redis-py's per-command machinery (its argument
+        walk, retry wrapper and SCRIPT EXISTS) on the hot paths. A NOSCRIPT
+        refusal changed nothing: the script is loaded and the call sent again."""
+        command = ("EVALSHA", self._registered(client).sha, len(keys), *keys, *args)
+        try:
+            packed = [hiredis.pack_command(command)]
+        except TypeError:  # an argument hiredis cannot pack: redis-py's own route says why
+            return self._registered(client)(keys=list(keys), args=list(args), client=client)
+        pool = client.connection_pool
+        connection = pool.get_connection()
+        try:
+            connection.send_packed_command(packed)
+            try:
+                return connection.read_response()
+            except NoScriptError:
+                pass
+        except ResponseError:
+            raise  # an error reply: the connection is in step, it goes back to the pool
+        except BaseException:
+            connection.disconnect()  # a reply may be left unread
+            raise
+        finally:
+            pool.release(connection)
+        client.script_load(self.source)
+        return self._direct(client, keys, args)
 
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
         """Queue a call on a single Redis's pipeline as a bare EVALSHA.

@@ -33,6 +33,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from bench.harness import RoundTrips
 from core.breaker import reset_breakers
 from core.redis import get_redis
 from tests.factories import SuperuserFactory, UserFactory
@@ -190,32 +191,11 @@ def outsider_client(outsider: Any) -> APIClient:
 
 @contextmanager
 def round_trips() -> Iterator[list[int]]:
-    """Counts what the read model's client sends: a command, a script or a pipeline is one."""
-    client = get_redis()
+    """The read model client's round trips on a single Redis (``bench.harness.RoundTrips``)."""
     count = [0]
-    original_execute, original_pipeline = client.execute_command, client.pipeline
-
-    def execute(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return original_execute(*args, **kwargs)
-
-    def pipeline(*args: Any, **kwargs: Any) -> Any:
-        pipe = original_pipeline(*args, **kwargs)
-        pipe_execute = pipe.execute
-
-        def run(*a: Any, **k: Any) -> Any:
-            count[0] += 1
-            return pipe_execute(*a, **k)
-
-        pipe.execute = run
-        return pipe
-
-    client.execute_command, client.pipeline = execute, pipeline
-    try:
+    with RoundTrips(get_redis()) as trips:
         yield count
-    finally:
-        del client.execute_command
-        del client.pipeline
+    count[0] = trips.count
 
 
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:

@@ -114,10 +114,19 @@ local function present(member)
   return redis.call("GETBIT", PUSH[month], off) == 1
 end
 
+-- The earliest expiry still ahead once settled ("" = none): a cached page
+-- is valid until then.
+local NEXT_EXPIRY = ""
+
 local function settle_expired()
   -- Expiry is exact: an item whose expire_at has come is gone from every view.
-  local expired = redis.call("ZRANGEBYSCORE", KEYS[8], "-inf", now)
-  for _, member in ipairs(expired) do remove(member) end
+  local first = redis.call("ZRANGE", KEYS[8], 0, 0, "WITHSCORES")
+  if #first == 2 and tonumber(first[2]) <= now then
+    local expired = redis.call("ZRANGEBYSCORE", KEYS[8], "-inf", now)
+    for _, member in ipairs(expired) do remove(member) end
+    first = redis.call("ZRANGE", KEYS[8], 0, 0, "WITHSCORES")
+  end
+  if #first == 2 then NEXT_EXPIRY = first[2] else NEXT_EXPIRY = "" end
 end
 
 local function trim(max_items)
@@ -127,17 +136,23 @@ local function trim(max_items)
   end
 end
 
+-- What level() read that the page cache's tag needs too.
+local LEVEL_REV, DETAIL_VERSION = "0", "0"
+
 -- Would planning find nothing to settle or merge? Mirrors readmodel/inbox.py _plan.
 local function level(g)
   for _, month in ipairs(redis.call("SMEMBERS", KEYS[9])) do
     if not MONTH_INDEX[month] then return false end
   end
-  local state = redis.call("HMGET", KEYS[10], "settled", "pull", "bd")
+  local state = redis.call("HMGET", KEYS[10], "settled", "pull", "bd", "rev")
   local access = redis.call("GET", KEYS[11])
   if not access or not state[3] then return false end
-  if tonumber(redis.call("GET", KEYS[g]) or "0") > tonumber(state[1] or "0") then return false end
-  if tonumber(redis.call("GET", KEYS[g + 1]) or "0") > tonumber(state[2] or "0") then return false end
-  if tonumber(redis.call("GET", KEYS[g + 2]) or "0") > tonumber(access) then return false end
+  -- removal version, pull sequence, bulletin update time, item detail version
+  local marks = redis.call("MGET", KEYS[g], KEYS[g + 1], KEYS[g + 2], KEYS[g + 5])
+  LEVEL_REV, DETAIL_VERSION = state[4] or "0", marks[4] or "0"
+  if tonumber(marks[1] or "0") > tonumber(state[1] or "0") then return false end
+  if tonumber(marks[2] or "0") > tonumber(state[2] or "0") then return false end
+  if tonumber(marks[3] or "0") > tonumber(access) then return false end
   local latest = redis.call("ZREVRANGEBYSCORE", KEYS[g + 3], now, "-inf", "WITHSCORES", "LIMIT", 0, 1)
   if #latest == 2 and tonumber(latest[2]) > tonumber(state[3]) then return false end
   return true
@@ -202,26 +217,25 @@ elseif op == "page" then
   local cat, max, skip = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local limit, unread_only, min = tonumber(ARGV[a + 3]), ARGV[a + 4] == "1", ARGV[a + 5]
   -- Page cache (fast path, ARGV[a + 6] a field naming the query, "" = none):
-  -- the caller keeps the rendered page under "<tag>|<valid until>|<body>";
-  -- it is served while the tag (the user's rev, the live version deliveries
-  -- bump, the global detail version item edits bump) is unchanged and no
-  -- item of the page's inbox has expired. Otherwise the page is computed and
-  -- comes back with {tag, valid until} for the caller to store.
+  -- the caller keeps the rendered page under that field and "<tag>|<valid
+  -- until>" under the field plus "#"; it is served while the tag (the user's
+  -- rev, the live version deliveries bump, the item details' version edits
+  -- bump) is unchanged and no item of the inbox has expired since (the
+  -- earliest expiry ahead when it was computed). Otherwise the page is
+  -- computed and comes back with {tag, valid until} for the caller to store.
   local cache = nil
   local field = ARGV[a + 6] or ""
   if FAST and field ~= "" then
     local pages, version = KEYS[12 + 2 * n], KEYS[13 + 2 * n]
-    local tag = (redis.call("HGET", KEYS[10], "rev") or "0") .. ":" .. (redis.call("GET", version) or "0")
-      .. ":" .. (redis.call("GET", KEYS[G + 5]) or "0")
-    local first = redis.call("ZRANGE", KEYS[8], 0, 0, "WITHSCORES")
-    local valid = ""
-    if #first == 2 then valid = first[2] end
-    local held = redis.call("HGET", pages, field)
-    if held then
-      local t, until_, body = string.match(held, "^([^|]*)|([^|]*)|(.*)$")
-      if t == tag and (until_ == "" or now < tonumber(until_)) then return {"HIT", body} end
+    local rev = LEVEL_REV
+    if TOUCHED then rev = redis.call("HGET", KEYS[10], "rev") or "0" end
+    local tag = rev .. ":" .. (redis.call("GET", version) or "0") .. ":" .. DETAIL_VERSION
+    local held = redis.call("HMGET", pages, field .. "#", field)
+    if held[1] and held[2] then
+      local t, until_ = string.match(held[1], "^([^|]*)|([^|]*)$")
+      if t == tag and (until_ == "" or now < tonumber(until_)) then return {"HIT", held[2]} end
     end
-    cache = {tag, valid}
+    cache = {tag, NEXT_EXPIRY}
   end
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end

@@ -186,7 +186,13 @@ STALE = b"STALE"
 
 def _op_keys(user_id: int, months: list[str], op: str, *, fast: bool) -> list[str]:
     """inbox.lua's KEYS for an op (see the script's header for the layout)."""
-    script_keys = user_keys(user_id, months)
+    return list(_op_keys_named(keys.prefix(), user_id, tuple(months), op, fast))
+
+
+@lru_cache(maxsize=8192)
+def _op_keys_named(_prefix: str, user_id: int, months: tuple[str, ...], op: str, fast: bool) -> tuple[str, ...]:
+    """``_op_keys`` built once per (prefix, user, months, op): a page call names about 20 keys."""
+    script_keys = user_keys(user_id, list(months))
     if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
         script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
     if op == "read_all":
@@ -204,7 +210,7 @@ def _op_keys(user_id: int, months: list[str], op: str, *, fast: bool) -> list[st
             keys.mc_item_detail(),
             keys.mc_item_detail_version(),
         ]
-    return script_keys
+    return tuple(script_keys)
 
 
 def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
@@ -358,7 +364,7 @@ def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: byte
     """Keep a computed page's rendering for the next identical read (see inbox.lua's page cache).
     A write racing a change is harmless: its tag is already out of date."""
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(keys.mc_inbox_pages(user_id), field, f"{tag[0]}|{tag[1]}|".encode() + body)
+    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": f"{tag[0]}|{tag[1]}"})
     pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
     pipe.execute()
 

@@ -64,7 +64,7 @@ def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, ren
     assert 0 < redis.ttl(keys.mc_inbox_pages(recipient.pk)) <= 300
     # Each query has its own entry; pages after the first (cursor) are never cached.
     assert _get(client, "?limit=1&unread=true") == _fresh(recipient, limit=1, unread_only=True)
-    assert set(redis.hkeys(keys.mc_inbox_pages(recipient.pk))) == {b"|0|20", b"|1|1"}
+    assert set(redis.hkeys(keys.mc_inbox_pages(recipient.pk))) == {b"|0|20", b"|0|20#", b"|1|1", b"|1|1#"}
 
 
 def _mark_read(ctx: dict[str, Any]) -> None:

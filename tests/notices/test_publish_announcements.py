@@ -12,41 +12,15 @@ from django.utils import timezone
 
 from core import keys
 from core.exceptions import ValidationFailed
-from core.redis import get_redis
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts
 from notices.services import announcement_create, announcement_mark_read
 from notices.snapshots import announcement_read_snapshot
+from tests.conftest import round_trips
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
 pytestmark = pytest.mark.django_db
-
-
-class Trips:
-    """Commands sent by the read model's client (a pipeline counts once)."""
-
-    def __init__(self, client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        real_command, real_pipeline = client.execute_command, client.pipeline
-
-        def execute_command(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return real_command(*args, **kwargs)
-
-        def pipeline(*args: Any, **kwargs: Any) -> Any:
-            pipe = real_pipeline(*args, **kwargs)
-            real_execute = pipe.execute
-
-            def execute(*a: Any, **k: Any) -> Any:
-                self.count += 1
-                return real_execute(*a, **k)
-
-            pipe.execute = execute
-            return pipe
-
-        monkeypatch.setattr(client, "execute_command", execute_command)
-        monkeypatch.setattr(client, "pipeline", pipeline)
 
 
 def orm_entries(platform: str) -> list[tuple[int, int, int | None]]:
@@ -84,20 +58,20 @@ def test_entries_follow_the_model_names() -> None:
     assert AnnouncementPlatform._meta.get_field("announcement").column == "announcement_id"  # type: ignore[union-attr]
 
 
+@pytest.mark.not_on_cluster(reason="counts the round trips of a single Redis's connection pool")
 def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
     recipient: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     on_platforms(recipient, "user")
     first = announce(["user"])
-    trips = Trips(get_redis(), monkeypatch)
-    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+    with round_trips() as trips, CaptureQueriesContext(connection) as queries, transaction.atomic():
         second = announce(["user"], title="Second")
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s], statements
     # BEGIN, two INSERTs, COMMIT, then the platform's entries after commit.
     assert len(statements) == 5, statements
     # The revision (one pipeline), then one script call for the one chunk.
-    assert trips.count == 2
+    assert trips[0] == 2
     assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
     assert {first.pk, second.pk} == {pk for pk, _, _ in readmodel._platform_entries("user")}
 
