@@ -92,6 +92,19 @@ def notice_read_hours(platform: str, chunk: int, announcement_id: int) -> str:
     return _key("notice", notice_tag(platform, chunk), int(announcement_id), "hours")
 
 
+def notice_user_count(platform: str, chunk: int, user_id: int) -> str:
+    """string: a user's read count over the chunk index's live announcements,
+    ``<token>:<epoch>|<valid until ms>|<read>`` (notices/lua/count.lua; a cache with a
+    lifetime: the user's marks delete it, a rebuilt index or a restore makes it stale)."""
+    return _key("notice", notice_tag(platform, chunk), "count", int(user_id))
+
+
+def notice_reads_epoch(platform: str, chunk: int) -> str:
+    """string: counter moved whenever read bitmaps of the chunk are restored from snapshots
+    (bits that change without a mark: cached counts go stale)."""
+    return _key("notice", notice_tag(platform, chunk), "epoch")
+
+
 def notice_index(platform: str, chunk: int) -> str:
     """zset: announcement ids of the platform not yet expired, score = publish time (ms)."""
     return _key("notice", notice_tag(platform, chunk), "index")

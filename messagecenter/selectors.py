@@ -242,17 +242,40 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
     """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``."""
-    from notices.selectors import announcement_counts
+    from notices.readmodel import COUNT_SCRIPT
+    from notices.selectors import announcement_count_call, announcement_count_settle, announcement_counts
 
     now = now or timezone.now()
-    counts: Counts
+    counts: Counts | None = None
+    announcements: dict[str, int] | None = None
     try:
-        counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now))
+        # One round trip for both when it can: the inbox's fast counts and the
+        # user's cached announcement count, pipelined.
+        call = announcement_count_call(user=user, now=now)
+        both = (
+            None
+            if call is None
+            else inbox.inbox_counts_alongside(
+                user_id=int(user.pk),
+                now_ms=to_ms(now),
+                script=COUNT_SCRIPT,
+                script_keys=call.keys,
+                script_args=call.args(),
+            )
+        )
+        if call is not None and both is not None:
+            counts, reply = both
+            announcements = announcement_count_settle(call, reply)
+        else:
+            counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now))
     except RedisError as exc:
         _redis_down("inbox counts", user, exc)
-        counts = fallback.inbox_counts(user_id=int(user.pk), now=now)
+        if counts is None:
+            counts = fallback.inbox_counts(user_id=int(user.pk), now=now)
+    if announcements is None:
+        announcements = announcement_counts(user=user, now=now)
     by_category: dict[str, int] = dict(counts.unread_by_category)
-    by_category["announcement"] = int(announcement_counts(user=user, now=now)["unread"])
+    by_category["announcement"] = int(announcements["unread"])
     return {"unread": counts.unread, "unseen": counts.unseen, "by_category": by_category}
 
 

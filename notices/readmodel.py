@@ -42,6 +42,7 @@ _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
 _MARK = LuaScript(__file__, "lua/mark.lua")
+COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua")
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +250,98 @@ def read_state(*, platform: str, user_id: int, now: datetime) -> dict[int, tuple
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
+# How long a user's cached announcement count lives (count.lua): only users
+# reading their counts now hold one.
+COUNT_CACHE_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class CountCall:
+    """count.lua's cheap first call for one user on one platform (see ``read_count``)."""
+
+    platform: str
+    chunk: int
+    offset: int
+    index: ChunkIndex
+    live: tuple[int, ...]  # positions in ``index.entries`` live at ``now_ms``
+    now_ms: int
+    valid_until: int | None
+    keys: tuple[str, ...]
+
+    def args(self) -> list[Any]:
+        until = "" if self.valid_until is None else self.valid_until
+        return [self.index.token, self.offset, self.now_ms, until, COUNT_CACHE_SECONDS]
+
+
+def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
+    """Prepare a cached count (no Redis call when the process's index copy is warm)."""
+    chunk, offset = user_slot(user_id)
+    now_ms = to_ms(now)
+    index = _chunk_index(get_redis(), platform=platform, chunk=chunk)
+    live, upcoming = [], []
+    for i, (_, publish_ms, expire_ms) in enumerate(index.entries):
+        if publish_ms > now_ms:
+            upcoming.append(publish_ms)
+        elif expire_ms is None or expire_ms > now_ms:
+            live.append(i)
+            if expire_ms is not None:
+                upcoming.append(expire_ms)
+    return CountCall(
+        platform=platform,
+        chunk=chunk,
+        offset=offset,
+        index=index,
+        live=tuple(live),
+        now_ms=now_ms,
+        valid_until=min(upcoming) if upcoming else None,
+        keys=(
+            keys.notice_meta(platform, chunk),
+            keys.notice_reads_epoch(platform, chunk),
+            keys.notice_user_count(platform, chunk, user_id),
+        ),
+    )
+
+
+def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
+    """(live, read) from the first call's reply; computes and caches the count
+    (the bitmaps of the live announcements passed) when nothing current was cached."""
+    client = get_redis()
+    refreshes = 0
+    while True:
+        if isinstance(reply, Exception):
+            raise reply
+        reply = int(reply)
+        if reply >= 0:
+            return len(call.live), reply
+        if reply == -1:  # the index was rebuilt: take a fresh copy
+            refreshes += 1
+            if refreshes >= _ATTEMPTS:
+                raise IndexUnsettled(f"announcement index of {call.platform}/{call.chunk} kept changing")
+            _ids_cache.pop((call.platform, call.chunk), None)
+            call = read_count_call(platform=call.platform, user_id=_user_of(call), now=from_ms(call.now_ms))
+            reply = COUNT_SCRIPT(keys=call.keys, args=call.args(), client=client)
+        elif not call.live:
+            return 0, 0
+        else:  # -2: nothing current cached; count over the live bitmaps (and cache it)
+            bitmaps = [call.index.bitmap_keys[i] for i in call.live]
+            reply = COUNT_SCRIPT(keys=[*call.keys, *bitmaps], args=call.args(), client=client)
+
+
+def _user_of(call: CountCall) -> int:
+    return call.chunk * int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS) + call.offset
+
+
+def read_count(*, platform: str, user_id: int, now: datetime) -> tuple[int, int]:
+    """(live announcements of ``platform`` at ``now``, how many of them the user read).
+
+    Usually one short script call: the user's count is cached in Redis under
+    the index token; when it is missing or stale the live bitmaps are read
+    (one more call) and the count cached again.
+    """
+    call = read_count_call(platform=platform, user_id=user_id, now=now)
+    return read_count_settle(call, COUNT_SCRIPT(keys=call.keys, args=call.args()))
+
+
 def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: bool) -> bool:
     """Set (or clear) the user's bit in each platform's bitmap; True if any bit changed."""
     chunk, offset = user_slot(user_id)
@@ -261,6 +354,7 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
             *_chunk_keys(platform, chunk)[:2],
             keys.notice_bitmap(platform, chunk, announcement_id),
             keys.notice_read_hours(platform, chunk, announcement_id),
+            keys.notice_user_count(platform, chunk, user_id),
         ]
         args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS]
         for _ in range(_ATTEMPTS):
@@ -410,11 +504,16 @@ def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
     client = get_redis()
     pipe = client.pipeline(transaction=False)
     chunks: set[int] = set()
+    epochs: set[tuple[str, int]] = set()
     for (platform, pk), users in readers.items():
         for chunk, part in bitmap_split(users, size=size).items():
             pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(part, base=chunk * size), nx=True)
             chunks.add(chunk)
-    written = sum(1 for reply in pipe.execute() if reply) if chunks else 0
+            epochs.add((platform, chunk))
+    # Bits that change without a mark: the users' cached counts (count.lua) go stale.
+    for platform, chunk in sorted(epochs):
+        pipe.incr(keys.notice_reads_epoch(platform, chunk))
+    written = sum(1 for reply in pipe.execute()[: -len(epochs) or None] if reply) if chunks else 0
     if chunks:
         # A bitmap of an unregistered chunk would be invisible to read_counts
         # and left out of index builds; platform_sync builds every chunk here.

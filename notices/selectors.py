@@ -114,7 +114,13 @@ def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str,
     if not user.is_authenticated:
         return {"read": 0, "unread": 0}
     now = now or timezone.now()
+    user_id = readmodel.user_id_of(user)
+    readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
     try:
+        platforms = user_platforms(user=user)
+        if len(platforms) == 1:  # the cached count (several platforms need the per-item union)
+            live, read_count = readmodel.read_count(platform=platforms[0], user_id=user_id, now=now)
+            return {"read": read_count, "unread": live - read_count}
         visible = _visible_from_redis(user=user, now=now)
     except RedisError:
         logger.warning("redis unavailable; counting announcements from the database")
@@ -123,6 +129,22 @@ def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str,
         return {"read": read_count, "unread": len(live_ids) - read_count}
     read = sum(1 for _, is_read in visible.values() if is_read)
     return {"read": read, "unread": len(visible) - read}
+
+
+def announcement_count_call(*, user: User, now: datetime) -> readmodel.CountCall | None:
+    """The cached count's script call of a one-platform user, for a caller that
+    runs it in its own round trip (``readmodel.COUNT_SCRIPT.queue``); None when
+    ``announcement_counts`` must answer instead (several platforms)."""
+    platforms = user_platforms(user=user)
+    if not user.is_authenticated or len(platforms) != 1:
+        return None
+    return readmodel.read_count_call(platform=platforms[0], user_id=readmodel.user_id_of(user), now=now)
+
+
+def announcement_count_settle(call: readmodel.CountCall, reply: Any) -> dict[str, int]:
+    """``announcement_counts`` from a queued call's reply (see ``announcement_count_call``)."""
+    live, read = readmodel.read_count_settle(call, readmodel.COUNT_SCRIPT.settle(reply, call.keys, call.args()))
+    return {"read": read, "unread": live - read}
 
 
 def _decode(cursor: str | None) -> tuple[int, int] | None:

@@ -27,6 +27,7 @@ process (the script checks it against the user's months set).
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -36,6 +37,7 @@ from redis.exceptions import RedisError
 
 from core import keys
 from core.insight import hour_of
+from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
@@ -371,6 +373,27 @@ def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: byte
 
 def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
     return _counts(_read(user_id, now_ms, "counts", []))
+
+
+def inbox_counts_alongside(
+    *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
+) -> tuple[Counts, Any] | None:
+    """The counts and another script's reply (unsettled: pass it to the
+    script's ``settle``) in one round trip: one pipeline on a single Redis when
+    the user is settled. None when that cannot apply (a cluster, no months
+    hint); when the inbox needed settling after all, its counts take the
+    planned route and the other reply is still returned."""
+    call = _fast_call(user_id, now_ms, "counts", [])
+    if call is None:
+        return None
+    pipe = get_redis().pipeline(transaction=False)
+    INBOX_SCRIPT.queue(pipe, *call)
+    script.queue(pipe, script_keys, script_args)
+    inbox_reply, other = pipe.execute(raise_on_error=False)
+    result = INBOX_SCRIPT.settle(inbox_reply, *call)
+    if result == STALE:
+        result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
+    return _counts(result), other
 
 
 def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:

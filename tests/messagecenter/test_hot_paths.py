@@ -373,3 +373,26 @@ def test_read_all_on_a_settled_inbox_skips_planning(
     assert sorted(t for _i, _r, t in rows) == ["T0", "T1", "T2", "pull"]
     assert all(read for _i, read, _t in rows)
     assert unread == 0
+
+
+@SINGLE_REDIS
+def test_counts_with_announcements_take_one_round_trip(fresh_hints: None, operator: Any, recipient: Any) -> None:
+    from core.services import user_set_platforms
+    from notices.models import Announcement
+    from notices.services import announcement_create, announcement_mark_read
+
+    user_set_platforms(user=recipient, platforms=["user"])
+    for i in range(3):
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    made = [
+        announcement_create(author=operator, title=f"A{i}", body_html="<p>x</p>", platforms=["user"]) for i in range(4)
+    ]
+    announcement_mark_read(user=recipient, announcement_id=made[0].pk)
+    user = type(recipient).objects.get(pk=recipient.pk)
+    assert inbox_counts(user=user)["by_category"]["announcement"] == 3  # plans, computes the cached count
+    with round_trips() as trips:
+        counts = inbox_counts(user=user)
+    assert trips[0] == 1
+    assert counts["unread"] == 3
+    assert counts["by_category"]["announcement"] == 3
+    assert Announcement.objects.count() == 4
