@@ -94,8 +94,9 @@ def notice_read_hours(platform: str, chunk: int, announcement_id: int) -> str:
 
 def notice_user_count(platform: str, chunk: int, user_id: int) -> str:
     """string: a user's read count over the chunk index's live announcements,
-    ``<token>:<epoch>|<valid until ms>|<read>`` (notices/lua/count.lua; a cache with a
-    lifetime: the user's marks delete it, a rebuilt index or a restore makes it stale)."""
+    ``<token>:<epoch>:<live set digest>|<read>`` (notices/lua/count.lua; a cache with a
+    lifetime: the user's marks delete it; a rebuilt index, a restore or time passing a
+    publish or expiry makes it stale)."""
     return _key("notice", notice_tag(platform, chunk), "count", int(user_id))
 
 

@@ -20,6 +20,7 @@ when missing (new chunk, flushed Redis), on first read.
 
 import logging
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, router
+from django.db.models import Q
 from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
@@ -93,6 +95,7 @@ def user_id_of(user: Any) -> int:
 
 def clear_local_cache() -> None:
     _ids_cache.clear()
+    _live_windows.clear()
 
 
 # Every publish reads this (platform_sync): one plain statement, not a
@@ -119,8 +122,17 @@ def _platform_entries(platform: str) -> list[Entry]:
     """
     from notices.models import Announcement
 
-    with connections[router.db_for_read(Announcement)].cursor() as cursor:
-        cursor.execute(_PLATFORM_ENTRIES_SQL, [platform, timezone.now()])
+    now = timezone.now()
+    connection = connections[router.db_for_read(Announcement)]
+    if connection.vendor != "postgresql":  # the embedded SQLite default: the ORM's portable query
+        orm_rows = (
+            Announcement.objects.filter(platform_rows__platform=platform)
+            .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
+            .values_list("id", "publish_at", "expire_at")
+        )
+        return [(pk, to_ms(publish), to_ms(expire) if expire else None) for pk, publish, expire in orm_rows]
+    with connection.cursor() as cursor:
+        cursor.execute(_PLATFORM_ENTRIES_SQL, [platform, now])
         rows = cursor.fetchall()
     return [(int(pk), int(publish), None if expire is None else int(expire)) for pk, publish, expire in rows]
 
@@ -256,6 +268,51 @@ COUNT_CACHE_SECONDS = 600
 
 
 @dataclass(frozen=True)
+class LiveWindow:
+    """Which entries of an index copy are live, and the times between which that holds."""
+
+    token: str
+    start: int  # ms, inclusive (-1: since ever)
+    end: int | None  # ms, exclusive (None: for ever)
+    live: tuple[int, ...]  # positions in ``ChunkIndex.entries``
+    digest: str
+
+
+# (platform, chunk) -> the live window of the process's index copy: the live
+# set only changes when a publish or expiry time passes, so it is worked out
+# once per window, not once per count.
+_live_windows: dict[tuple[str, int], LiveWindow] = {}
+
+
+def _live_window(platform: str, chunk: int, index: ChunkIndex, now_ms: int) -> LiveWindow:
+    window = _live_windows.get((platform, chunk))
+    if (
+        window is not None
+        and window.token == index.token
+        and window.start <= now_ms
+        and (window.end is None or now_ms < window.end)
+    ):
+        return window
+    live: list[int] = []
+    start, end = -1, None
+    for i, (_, publish_ms, expire_ms) in enumerate(index.entries):
+        for moment in (publish_ms, expire_ms):
+            if moment is None:
+                continue
+            if moment <= now_ms:
+                start = max(start, moment)
+            elif end is None or moment < end:
+                end = moment
+        if publish_ms <= now_ms and (expire_ms is None or expire_ms > now_ms):
+            live.append(i)
+    ids = ",".join(str(index.entries[i][0]) for i in live)
+    digest = format(zlib.crc32(ids.encode()), "08x") + format(len(live), "x")
+    window = LiveWindow(token=index.token, start=start, end=end, live=tuple(live), digest=digest)
+    _live_windows[(platform, chunk)] = window
+    return window
+
+
+@dataclass(frozen=True)
 class CountCall:
     """count.lua's cheap first call for one user on one platform (see ``read_count``)."""
 
@@ -265,12 +322,11 @@ class CountCall:
     index: ChunkIndex
     live: tuple[int, ...]  # positions in ``index.entries`` live at ``now_ms``
     now_ms: int
-    valid_until: int | None
+    digest: str
     keys: tuple[str, ...]
 
     def args(self) -> list[Any]:
-        until = "" if self.valid_until is None else self.valid_until
-        return [self.index.token, self.offset, self.now_ms, until, COUNT_CACHE_SECONDS]
+        return [self.index.token, self.offset, self.digest, COUNT_CACHE_SECONDS]
 
 
 def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
@@ -278,22 +334,15 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
     chunk, offset = user_slot(user_id)
     now_ms = to_ms(now)
     index = _chunk_index(get_redis(), platform=platform, chunk=chunk)
-    live, upcoming = [], []
-    for i, (_, publish_ms, expire_ms) in enumerate(index.entries):
-        if publish_ms > now_ms:
-            upcoming.append(publish_ms)
-        elif expire_ms is None or expire_ms > now_ms:
-            live.append(i)
-            if expire_ms is not None:
-                upcoming.append(expire_ms)
+    window = _live_window(platform, chunk, index, now_ms)
     return CountCall(
         platform=platform,
         chunk=chunk,
         offset=offset,
         index=index,
-        live=tuple(live),
+        live=window.live,
         now_ms=now_ms,
-        valid_until=min(upcoming) if upcoming else None,
+        digest=window.digest,
         keys=(
             keys.notice_meta(platform, chunk),
             keys.notice_reads_epoch(platform, chunk),

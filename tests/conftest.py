@@ -263,6 +263,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=cluster_items)
             items[:] = [item for item in items if not item.get_closest_marker("cluster")]
             print(f"\n{len(cluster_items)} Redis Cluster tests deselected: redis-server is not installed")
+    if "sqlite" in settings.DATABASES["default"]["ENGINE"]:
+        pg_items = [item for item in items if item.get_closest_marker("postgres")]
+        if pg_items:
+            config.hook.pytest_deselected(items=pg_items)
+            items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+            print(f"\n{len(pg_items)} PostgreSQL concurrency tests deselected: the database is SQLite")
     worker_items = [item for item in items if item.get_closest_marker("celery_worker")]
     worker_off = _celery_workers_unavailable() if worker_items else None
     if worker_off:

@@ -18,10 +18,10 @@ MAX_BIT_OFFSET = 2**32 - 1  # Redis refuses SETBIT beyond this
 # refuses, changing nothing, once the month's offsets are used up: no row comes
 # back. Table and columns are ItemSlotMonth's (a test holds them to the model).
 _ALLOCATE_SQL = """
-    INSERT INTO messagecenter_itemslotmonth AS slot (month, next_offset) VALUES (%s, 1)
-    ON CONFLICT (month) DO UPDATE SET next_offset = slot.next_offset + 1
-    WHERE slot.next_offset <= %s
-    RETURNING slot.next_offset - 1
+    INSERT INTO messagecenter_itemslotmonth (month, next_offset) VALUES (%s, 1)
+    ON CONFLICT (month) DO UPDATE SET next_offset = messagecenter_itemslotmonth.next_offset + 1
+    WHERE messagecenter_itemslotmonth.next_offset <= %s
+    RETURNING next_offset - 1
 """
 
 

@@ -21,7 +21,7 @@ MONTH = 203105
 def test_sql_names_the_models_table_and_columns() -> None:
     # The statement is plain SQL; it must follow the model if it is renamed.
     meta = ItemSlotMonth._meta
-    assert f"INTO {meta.db_table} AS slot" in slots._ALLOCATE_SQL
+    assert f"INTO {meta.db_table} (month, next_offset)" in slots._ALLOCATE_SQL
     assert meta.pk is not None
     assert meta.pk.column == "month"
     assert meta.get_field("next_offset").column == "next_offset"  # type: ignore[union-attr]
@@ -65,6 +65,7 @@ def test_the_last_offset_is_given_then_refused_without_a_change() -> None:
     assert ItemSlotMonth.objects.get(month=MONTH).next_offset == MAX_BIT_OFFSET + 1
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("month_exists", [False, True], ids=["first-of-month", "existing-month"])
 def test_concurrent_senders_never_share_a_slot(month_exists: bool) -> None:
     """Threads on their own connections allocate inside transactions that
@@ -106,6 +107,7 @@ def test_concurrent_senders_never_share_a_slot(month_exists: bool) -> None:
     assert ItemSlotMonth.objects.get(month=MONTH).next_offset == threads * per_thread
 
 
+@pytest.mark.postgres
 def test_concurrent_transactions_that_roll_back_leave_no_duplicate() -> None:
     """Half the sends roll back after allocating: their increment goes with
     them, so the committed offsets are unique and still dense."""
