@@ -6,13 +6,16 @@ model talks to a Redis Cluster through redis-py's ``RedisCluster`` instead:
 django-redis cannot follow cluster redirects (MovedError, its issue #606).
 """
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+import hiredis
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 RedisClient = Any  # redis.Redis | redis.cluster.RedisCluster; both speak the same commands
@@ -39,3 +42,33 @@ def get_redis() -> RedisClient:
 
 def is_cluster() -> bool:
     return bool(settings.MESSAGECENTER_REDIS_CLUSTER_URL)
+
+
+def round_trip(client: RedisClient, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send ``commands`` in one write on a pooled connection of a single Redis
+    and read one reply each: one round trip without redis-py's pipeline
+    machinery (its command stack and per-command response callbacks), for
+    hot paths whose replies are plain. Replies come back raw (bytes, ints,
+    lists); an error reply is raised once every reply has been read, so the
+    connection stays in step and goes back to the pool.
+    """
+    packed = [hiredis.pack_command(tuple(command)) for command in commands]
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    replies: list[Any] = []
+    try:
+        connection.send_packed_command(packed)
+        for _ in packed:
+            try:
+                replies.append(connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        connection.disconnect()  # replies may be left unread
+        raise
+    finally:
+        pool.release(connection)
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies

@@ -136,8 +136,9 @@ local function trim(max_items)
   end
 end
 
--- What level() read that the page cache's tag needs too.
-local LEVEL_REV, DETAIL_VERSION = "0", "0"
+-- What level() read that the page cache's tag needs too: the user's rev and
+-- the rest of the tag (see "Page cache" below).
+local LEVEL_REV, LEVEL_TAIL = "0", ""
 
 -- Would planning find nothing to settle or merge? Mirrors readmodel/inbox.py _plan.
 local function level(g)
@@ -149,12 +150,13 @@ local function level(g)
   if not access or not state[3] then return false end
   -- removal version, pull sequence, bulletin update time, item detail version
   local marks = redis.call("MGET", KEYS[g], KEYS[g + 1], KEYS[g + 2], KEYS[g + 5])
-  LEVEL_REV, DETAIL_VERSION = state[4] or "0", marks[4] or "0"
   if tonumber(marks[1] or "0") > tonumber(state[1] or "0") then return false end
   if tonumber(marks[2] or "0") > tonumber(state[2] or "0") then return false end
   if tonumber(marks[3] or "0") > tonumber(access) then return false end
   local latest = redis.call("ZREVRANGEBYSCORE", KEYS[g + 3], now, "-inf", "WITHSCORES", "LIMIT", 0, 1)
   if #latest == 2 and tonumber(latest[2]) > tonumber(state[3]) then return false end
+  LEVEL_REV = state[4] or "0"
+  LEVEL_TAIL = table.concat({marks[4] or "0", marks[1] or "0", marks[2] or "0", marks[3] or "0", state[3], access}, ":")
   return true
 end
 
@@ -218,24 +220,35 @@ elseif op == "page" then
   local limit, unread_only, min = tonumber(ARGV[a + 3]), ARGV[a + 4] == "1", ARGV[a + 5]
   -- Page cache (fast path, ARGV[a + 6] a field naming the query, "" = none):
   -- the caller keeps the rendered page under that field and "<tag>|<valid
-  -- until>" under the field plus "#"; it is served while the tag (the user's
-  -- rev, the live version deliveries bump, the item details' version edits
-  -- bump) is unchanged and no item of the inbox has expired since (the
-  -- earliest expiry ahead when it was computed). Otherwise the page is
-  -- computed and comes back with {tag, valid until} for the caller to store.
+  -- until>" under the field plus "#". The tag is every value the page
+  -- depends on: the user's rev, the live version deliveries bump, the item
+  -- details' version edits bump, and what level() compared (removal version,
+  -- pull sequence, bulletin update time, the user's bulletin marks). Valid
+  -- until: the earliest expiry in the inbox or the next bulletin display
+  -- time, whichever comes first (time moves the page then, no write does).
+  -- While every value of the tag is unchanged and that time has not come,
+  -- the page is what a computation now would give: it is served as stored,
+  -- here or by the caller's check of the same values without this script
+  -- (readmodel/inbox.py page_cache_get; keep the two in step).
+  -- Otherwise the page is computed and comes back with {tag, valid until}
+  -- for the caller to store.
   local cache = nil
   local field = ARGV[a + 6] or ""
   if FAST and field ~= "" then
     local pages, version = KEYS[12 + 2 * n], KEYS[13 + 2 * n]
     local rev = LEVEL_REV
     if TOUCHED then rev = redis.call("HGET", KEYS[10], "rev") or "0" end
-    local tag = rev .. ":" .. (redis.call("GET", version) or "0") .. ":" .. DETAIL_VERSION
+    local tag = rev .. ":" .. (redis.call("GET", version) or "0") .. ":" .. LEVEL_TAIL
     local held = redis.call("HMGET", pages, field .. "#", field)
     if held[1] and held[2] then
       local t, until_ = string.match(held[1], "^([^|]*)|([^|]*)$")
       if t == tag and (until_ == "" or now < tonumber(until_)) then return {"HIT", held[2]} end
     end
-    cache = {tag, NEXT_EXPIRY}
+    local until_ = NEXT_EXPIRY
+    local after_now = "(" .. ARGV[2]
+    local shows = redis.call("ZRANGEBYSCORE", KEYS[G + 3], after_now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
+    if #shows == 2 and (until_ == "" or tonumber(shows[2]) < tonumber(until_)) then until_ = shows[2] end
+    cache = {tag, until_}
   end
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end

@@ -15,7 +15,8 @@ from core import keys
 from messagecenter import selectors, services
 from messagecenter.apis import inbox as inbox_api
 from messagecenter.models import Message
-from tests.conftest import client_for
+from messagecenter.readmodel import inbox as inbox_readmodel
+from tests.conftest import client_for, round_trips
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = [
@@ -65,6 +66,55 @@ def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, ren
     # Each query has its own entry; pages after the first (cursor) are never cached.
     assert _get(client, "?limit=1&unread=true") == _fresh(recipient, limit=1, unread_only=True)
     assert set(redis.hkeys(keys.mc_inbox_pages(recipient.pk))) == {b"|0|20", b"|0|20#", b"|1|1", b"|1|1#"}
+
+
+@pytest.fixture
+def scripts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the read model ran inbox.lua."""
+    count = [0]
+    real = inbox_readmodel.INBOX_SCRIPT
+
+    class Counting:
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            return real(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    monkeypatch.setattr(inbox_readmodel, "INBOX_SCRIPT", Counting())
+    return count
+
+
+def test_a_polled_page_is_checked_without_the_script(
+    operator: Any, recipient: Any, renders: list[int], scripts: list[int]
+) -> None:
+    send(operator, to={"users": [recipient]}, title="one")
+    client = client_for(recipient)
+    _get(client)
+    stored = _get(client)  # the script computes the page and the API stores it
+    before = (renders[0], scripts[0])
+    with round_trips() as polled_trips:
+        polled = _get(client)
+    # No script and no rendering: the tag the script wrote equals the one the
+    # check builds from plain reads (the two are in step).
+    assert (renders[0], scripts[0]) == before
+    assert polled == stored == _fresh(recipient)
+    # A process that never served the page lets the script check it: it is
+    # served as stored too, in as many round trips (the request's others are
+    # the session's user and the throttle's history).
+    inbox_readmodel._page_hint.clear()
+    scripts_before = scripts[0]
+    with round_trips() as script_trips:
+        assert _get(client) == stored
+    assert scripts[0] == scripts_before + 1
+    assert renders[0] == before[0]
+    assert polled_trips == script_trips
+    # The script's hit leaves the hint: the next poll skips the script again.
+    with round_trips() as again:
+        assert _get(client) == stored
+    assert scripts[0] == scripts_before + 1
+    assert again == polled_trips
 
 
 def _mark_read(ctx: dict[str, Any]) -> None:
@@ -119,6 +169,15 @@ def _leave_group(ctx: dict[str, Any]) -> None:
     services.user_group_remove_members(group=ctx["group"], user_ids=[ctx["user"].pk])
 
 
+def _join_group(ctx: dict[str, Any]) -> None:
+    # A group of the user's with a bulletin, and nothing of it in the inbox yet:
+    # joining adds no item, only what the next merge shows.
+    other = make_group("later")
+    services.bulletin_create(title="for later", body_html="", display_time=ctx["clock"].now, group_ids=[other.pk])
+    ctx["prime"]()
+    services.user_group_add_members(group=other, user_ids=[ctx["user"].pk])
+
+
 def _scheduled_bulletin_shows(ctx: dict[str, Any]) -> None:
     services.bulletin_create(title="later", body_html="", display_time=ctx["clock"].now + timedelta(minutes=5))
     ctx["prime"]()
@@ -144,6 +203,7 @@ CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "new bulletin": _bulletin,
     "bulletin edit": _edit_bulletin,
     "group left": _leave_group,
+    "group joined": _join_group,
     "scheduled bulletin shows": _scheduled_bulletin_shows,
     "item expires": _expiry,
 }
