@@ -38,11 +38,12 @@ from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
 from core.exceptions import LimitExceeded
 from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.lua import LuaScript
-from core.redis import RedisClient, get_redis
+from core.redis import RedisClient, get_redis, is_cluster
 
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
+_ADD_ENTRY = LuaScript(__file__, "lua/add_entry.lua")
 _MARK = LuaScript(__file__, "lua/mark.lua")
 COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua")
 
@@ -96,6 +97,7 @@ def user_id_of(user: Any) -> int:
 def clear_local_cache() -> None:
     _ids_cache.clear()
     _live_windows.clear()
+    _revisions.clear()
 
 
 # Every publish reads this (platform_sync): one plain statement, not a
@@ -181,10 +183,93 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     pipe.smembers(keys.notice_chunks())
     rev_raw, _, chunks_raw = pipe.execute()
     rev = int(rev_raw)
+    _revisions[platform] = rev
     entries = _platform_entries(platform)
     drops = list(drop_ids)
     for chunk in sorted({0} | {int(c) for c in chunks_raw}):
         _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=entries, drop_ids=drops)
+
+
+# platform -> the last revision this process took (platform_sync, platform_add):
+# the fence of the next incremental add (see platform_add). Read before the
+# publish commits (platform_revision_seen), so whatever it holds was taken
+# before that commit; another process's revision since then only costs that
+# add its fast path.
+_revisions: dict[str, int] = {}
+
+
+def platform_revision_seen(*, platform: str) -> int | None:
+    """The last revision of ``platform`` this process took, or None (no Redis call)."""
+    return _revisions.get(platform)
+
+
+def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
+    """Add a NEW announcement (committed, on ``platform``) to every built chunk
+    index without reading PostgreSQL; falls back to ``platform_sync``.
+
+    ``seen`` is ``platform_revision_seen`` read before the announcement's
+    commit. The add happens only while the platform's revision is still
+    ``seen`` and every chunk is built at it (add_entry.lua says why that keeps
+    a rebuild that started after the commit, which may hold a newer state of
+    the row, from being overwritten); the entry then goes in under a new
+    revision, so an older rebuild still in flight is refused and a newer one
+    includes the row anyway. Each script stays in one slot (the revision and
+    each chunk have their own): on a single Redis one pipeline (revision and
+    chunk set), then one call per built chunk; on Redis Cluster one more for
+    the chunk set. Returns True when it added without a rebuild.
+    """
+    expire_ms = entry[2]
+    now_ms = to_ms(timezone.now())
+    if expire_ms is not None and expire_ms <= now_ms:
+        return True  # a rebuild would leave it out too: nothing to add
+    added = seen is not None and _add(platform=platform, entry=entry, seen=seen, now_ms=now_ms)
+    if not added:
+        platform_sync(platform=platform)
+    return added
+
+
+def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
+    client = get_redis()
+    pk, publish_ms, expire_ms = entry
+    rev_call = (keys.notice_revision(platform),), ("rev", seen)
+    if is_cluster():
+        rev = int(_ADD_ENTRY(keys=rev_call[0], args=rev_call[1], client=client))
+        chunks_raw = client.smembers(keys.notice_chunks()) if rev != -1 else set()
+    else:
+        # One round trip: on a single Redis the pipeline runs in order, so the
+        # chunk set is read after the revision moved on.
+        pipe = client.pipeline(transaction=False)
+        _ADD_ENTRY.queue(pipe, rev_call[0], rev_call[1])
+        pipe.smembers(keys.notice_chunks())
+        rev_reply, chunks_raw = pipe.execute(raise_on_error=False)
+        rev = int(_ADD_ENTRY.settle(rev_reply, rev_call[0], rev_call[1], client=client))
+        if isinstance(rev_reply, Exception) and rev != -1:
+            # Refused unknown (a flushed script cache) and run again since: the
+            # chunk set above was read before the revision moved.
+            chunks_raw = client.smembers(keys.notice_chunks())
+    if rev == -1:
+        return False
+    # A chunk registered after the revision moved (_build_chunk) reads that
+    # revision or a newer one, and PostgreSQL after our commit: it holds the row.
+    chunks = sorted({0} | {int(c) for c in chunks_raw})
+    token = uuid.uuid4().hex
+    added = True
+    for chunk in chunks:
+        args = [
+            "chunk",
+            seen,
+            f"{token}:{chunk}",
+            int(pk),
+            int(publish_ms),
+            "" if expire_ms is None else int(expire_ms),
+        ]
+        added = (
+            bool(int(_ADD_ENTRY(keys=_chunk_keys(platform, chunk), args=[*args, now_ms, rev], client=client))) and added
+        )
+        _ids_cache.pop((platform, chunk), None)
+    if added:
+        _revisions[platform] = rev
+    return added
 
 
 def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:

@@ -105,7 +105,14 @@ def announcement_create(
             expire_at=expire_at,
             pinned=bool(pinned),
         )
-        _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
+        # Its rows go in with the announcement, in this transaction and with
+        # exactly these times: while they are created the receiver may add the
+        # entry to the index instead of rebuilding it (signals.platform_added).
+        announcement.notices_new = True  # type: ignore[attr-defined]
+        try:
+            _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
+        finally:
+            del announcement.notices_new  # type: ignore[attr-defined]
     return announcement
 
 

@@ -43,6 +43,30 @@ def _sync_after_commit(platform: str, drop_ids: tuple[int, ...] = ()) -> None:
     transaction.on_commit(sync)
 
 
+def _add_after_commit(row: AnnouncementPlatform) -> None:
+    """After commit, add a new announcement's entry to the platform's index
+    (readmodel.platform_add: no PostgreSQL read; a full rebuild when it cannot)."""
+    announcement = row.announcement
+    platform = row.platform
+    entry: readmodel.Entry = (
+        int(announcement.pk),
+        readmodel.to_ms(announcement.publish_at),
+        readmodel.to_ms(announcement.expire_at) if announcement.expire_at is not None else None,
+    )
+    # Read now, before the commit: the add's fence (see platform_add).
+    seen = readmodel.platform_revision_seen(platform=platform)
+
+    def add() -> None:
+        try:
+            readmodel.platform_add(platform=platform, entry=entry, seen=seen)
+        except RedisError:
+            # As _sync_after_commit: the outbox's replay rebuilds the platform.
+            logger.warning("could not add announcement to platform %s in redis; queued in the outbox", platform)
+            outbox.enqueue_after_failure(topic=PLATFORM_SYNC_TOPIC, payload={"platform": platform, "drop_ids": []})
+
+    transaction.on_commit(add)
+
+
 def replay_platform_sync(payload: dict[str, Any], user_id: int | None) -> None:
     """Outbox handler: the sync rebuilds the platform's index from PostgreSQL (idempotent)."""
     readmodel.platform_sync(platform=str(payload["platform"]), drop_ids=[int(i) for i in payload["drop_ids"]])
@@ -75,6 +99,13 @@ def platform_added(
     sender: Any, instance: AnnouncementPlatform, created: bool, raw: bool = False, **kwargs: Any
 ) -> None:
     if raw or not created:
+        return
+    announcement = AnnouncementPlatform.announcement.field.get_cached_value(instance, default=None)
+    if getattr(announcement, "notices_new", False):
+        # announcement_create inserted the announcement and this row in one
+        # transaction: the entry is known, nothing else can have changed it
+        # before the commit.
+        _add_after_commit(instance)
         return
     _sync_after_commit(instance.platform)
 

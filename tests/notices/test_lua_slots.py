@@ -45,13 +45,15 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
 
     scripts = {path.rsplit("/", 1)[-1] for path, _ in calls}
     # live.lua: a mark that changed a bit bumps the user's live version (one key).
-    assert scripts == {"read_state.lua", "snapshot.lua", "sync_chunk.lua", "mark.lua", "live.lua"}
+    # add_entry.lua: a publish adds to the built indexes (the revision, then each chunk).
+    assert scripts == {"read_state.lua", "snapshot.lua", "sync_chunk.lua", "mark.lua", "live.lua", "add_entry.lua"}
     tags_seen = set()
     for path, script_keys in calls:
         assert script_keys, path
         slots = {key_slot(k.encode()) for k in script_keys}
         assert len(slots) == 1, (path, script_keys)
-        tags_seen.add(script_keys[0].split("{", 1)[1].split("}", 1)[0])
+        if "{" in script_keys[0]:  # the platform revision: one key, no tag
+            tags_seen.add(script_keys[0].split("{", 1)[1].split("}", 1)[0])
     # Chunks and platforms live under their own tags, so they spread over a cluster.
     assert {"user", "customer", "user:3", "customer:3"} <= tags_seen
 

@@ -68,9 +68,10 @@ def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
         second = announce(["user"], title="Second")
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s], statements
-    # BEGIN, two INSERTs, COMMIT, then the platform's entries after commit.
-    assert len(statements) == 5, statements
-    # The revision (one pipeline), then one script call for the one chunk.
+    # BEGIN, two INSERTs, COMMIT: the new entry is added after commit without
+    # reading the platform's entries again (readmodel.platform_add).
+    assert len(statements) == 4, statements
+    # The revision and the chunk set (one pipeline), then one script call for the one chunk.
     assert trips[0] == 2
     assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
     assert {first.pk, second.pk} == {pk for pk, _, _ in readmodel._platform_entries("user")}
