@@ -184,3 +184,25 @@ def test_with_a_broker_the_task_is_enqueued_after_commit(operator: Any, monkeypa
     assert queued == [message.pk]
     assert Message.objects.get(pk=message.pk).status == MessageStatus.QUEUED
     assert redis.zcard(keys.mc_pull()) == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_pull_status_write_waits_for_no_flush_and_leaves_the_session_as_it_was(operator: Any) -> None:
+    # Committed for real (a transactional test): the delivery runs in autocommit.
+    message = everyone(operator)
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # set_config(..., true) ended with that statement's transaction
+    # Only a queued row moves: a rerun, or a retraction that went first, is told apart.
+    assert messages_module._mark_pulled_delivered(message) is False
+    Message.objects.filter(pk=message.pk).update(status=MessageStatus.RETRACTED)
+    assert messages_module._mark_pulled_delivered(message) is False
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.RETRACTED
+    Message.objects.filter(pk=message.pk).update(status=MessageStatus.QUEUED)
+    with CaptureQueriesContext(connection) as queries:
+        assert messages_module._mark_pulled_delivered(message) is True
+    assert len(queries.captured_queries) == 1
+    assert "synchronous_commit" in queries.captured_queries[0]["sql"]
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
