@@ -111,9 +111,10 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     """Push one item into these users' inboxes; returns how many inboxes gained it.
 
     Idempotent (ZADD NX); hidden refs stay out. Each recipient whose inbox
-    changed gets its live version bumped and its event published inside the
-    same script. On a single Redis: deliver.lua calls of ``DELIVER_BATCH``
-    recipients streamed on one connection (``LuaScript.stream``); on Redis
+    changed gets its live version bumped and, if a page of theirs listens,
+    its event published inside the same script. On a single Redis: deliver.lua
+    calls of ``DELIVER_BATCH`` recipients streamed on one connection
+    (``LuaScript.stream``, keys packed from templates); on Redis
     Cluster one call per slot (recipients' keys carry their own hash tags).
     ``notification`` also records the item in each recipient's notification
     zset and the holders index (what the expiry sweep walks).
