@@ -225,22 +225,17 @@ def mc_inbox_scratch(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "scratch")
 
 
-def mc_deliver_keys(
-    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
-) -> list[str]:
-    """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
-    recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
-    ``mc_inbox_hidden``, ``mc_inbox_expiry`` (only with ``expiry``: an item that never
-    expires leaves that zset alone), ``mc_inbox_months``, ``mc_push_bitmap``,
-    ``mc_read_bitmap`` (of ``month``), ``live_user_version`` and, with ``notifications``,
-    ``mc_user_notifications``.
+# Stands for a user id in key templates (a fan-out fills a template per recipient):
+# SOH occurs in no key name.
+USER_ID_FILL = "\x01"
 
-    The same names as those functions (a test holds them equal), filled into
-    one template per call: a fan-out builds them for every recipient, and a
-    function call per key cost more than the Redis work itself.
-    """
+
+def mc_deliver_key_templates(
+    category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
+) -> list[str]:
+    """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id."""
     p = _key()
-    t = "{u\x01}"
+    t = f"{{u{USER_ID_FILL}}}"
     names = [
         f"{p}inbox:{t}:all",
         f"{p}inbox:{t}:cat:{category}",
@@ -257,9 +252,29 @@ def mc_deliver_keys(
     ]
     if notifications:
         names.append(f"{p}inbox:{t}:notif")
-    # NUL and SOH occur in no key name: one join, a replace per recipient, one split.
+    return names
+
+
+def mc_deliver_keys(
+    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
+) -> list[str]:
+    """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
+    recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
+    ``mc_inbox_hidden``, ``mc_inbox_expiry`` (only with ``expiry``: an item that never
+    expires leaves that zset alone), ``mc_inbox_months``, ``mc_push_bitmap``,
+    ``mc_read_bitmap`` (of ``month``), ``live_user_version`` and, with ``notifications``,
+    ``mc_user_notifications``.
+
+    The same names as those functions (a test holds them equal), filled into
+    one template per call: a fan-out builds them for every recipient, and a
+    function call per key cost more than the Redis work itself. (On a single
+    Redis the fan-out packs the templates straight into the protocol instead:
+    core.lua.pack_filled.)
+    """
+    names = mc_deliver_key_templates(category, month, notifications=notifications, expiry=expiry)
+    # NUL occurs in no key name: one join, a replace per recipient, one split.
     template = "\x00".join(names)
-    joined = "\x00".join(template.replace("\x01", str(int(u))) for u in user_ids)
+    joined = "\x00".join(template.replace(USER_ID_FILL, str(int(u))) for u in user_ids)
     return joined.split("\x00") if joined else []
 
 
@@ -428,3 +443,8 @@ def live_user_channels(user_ids: Iterable[int]) -> list[str]:
     """``live_user_channel`` of many users at once (a fan-out publishes to each recipient's)."""
     p = _key()
     return [f"{p}live:channel:{{u{int(u)}}}" for u in user_ids]
+
+
+def live_user_channel_template() -> str:
+    """``live_user_channel`` with ``USER_ID_FILL`` for the user id."""
+    return f"{_key()}live:channel:{{u{USER_ID_FILL}}}"

@@ -19,12 +19,16 @@
 -- Per recipient this is inbox.lua's add (keep the two in step): NX, so a
 -- rerun changes nothing; hidden refs stay out; the unread counter moves only
 -- when the read bit is 0. A recipient whose inbox changed gets its live
--- version bumped and, when asked, the event published on its channel: the
--- same event live.inbox_changed sends, without a round trip per recipient.
+-- version bumped and, when asked, the event published on its channel if
+-- anyone subscribes to it: the same event live.inbox_changed sends, without a
+-- round trip per recipient.
 
 local member, ref, category = ARGV[1], ARGV[2], ARGV[3]
-local offset, month, score = tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local expire, now, stride = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+-- Offset, score and expiry go back to Redis as the strings they came in as:
+-- a Lua number passed to redis.call is formatted by sprintf every time, which
+-- cost more than some of the commands themselves.
+local offset, month, score, expire_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local expire, now, stride = tonumber(expire_ms), tonumber(ARGV[8]), tonumber(ARGV[9])
 local head, tail = ARGV[10], ARGV[11]
 local live = expire == 0 or expire > now
 local E = expire > 0 and 1 or 0
@@ -32,26 +36,36 @@ local notify = stride - 8 - E
 if (notify ~= 0 and notify ~= 1) or #KEYS % stride ~= 0 then
   return redis.error_reply("deliver.lua: KEYS do not fit the stride " .. stride)
 end
+local call = redis.call
 local MONTHS, PUSH, READ, VERSION, NOTIF = 5 + E, 6 + E, 7 + E, 8 + E, 9 + E
+local n = #KEYS / stride
+-- An event reaches only subscribers of the channel (the project subscribes
+-- by channel, never by pattern): one PUBSUB NUMSUB for the whole batch, then
+-- a PUBLISH only where someone listens, instead of one per recipient. The
+-- script runs atomically, so nobody subscribes in between.
+local listening = nil
+if tail ~= "" then
+  listening = call("PUBSUB", "NUMSUB", unpack(ARGV, 12, 11 + n))
+end
 local gained = 0
-for i = 0, #KEYS / stride - 1 do
+for i = 0, n - 1 do
   local k = i * stride
   if notify == 1 then
     -- The sweep's index (score = expiry); NX like the inbox itself.
-    redis.call("ZADD", KEYS[k + NOTIF], "NX", expire, member)
+    call("ZADD", KEYS[k + NOTIF], "NX", expire_ms, member)
   end
-  if live and redis.call("SISMEMBER", KEYS[k + 4], ref) == 0
-      and redis.call("ZADD", KEYS[k + 1], "NX", score, member) == 1 then
-    redis.call("ZADD", KEYS[k + 2], score, member)
-    if E == 1 then redis.call("ZADD", KEYS[k + 5], expire, member) end
-    redis.call("SADD", KEYS[k + MONTHS], month)
-    redis.call("SETBIT", KEYS[k + PUSH], offset, 1)
-    if redis.call("GETBIT", KEYS[k + READ], offset) == 0 then
-      redis.call("HINCRBY", KEYS[k + 3], category, 1)
+  if live and call("SISMEMBER", KEYS[k + 4], ref) == 0
+      and call("ZADD", KEYS[k + 1], "NX", score, member) == 1 then
+    call("ZADD", KEYS[k + 2], score, member)
+    if E == 1 then call("ZADD", KEYS[k + 5], expire_ms, member) end
+    call("SADD", KEYS[k + MONTHS], month)
+    call("SETBIT", KEYS[k + PUSH], offset, "1")
+    if call("GETBIT", KEYS[k + READ], offset) == 0 then
+      call("HINCRBY", KEYS[k + 3], category, "1")
     end
-    local version = redis.call("INCR", KEYS[k + VERSION])
-    if tail ~= "" then
-      redis.call("PUBLISH", ARGV[12 + i], head .. version .. tail)
+    local version = call("INCR", KEYS[k + VERSION])
+    if listening and listening[2 * i + 2] > 0 then
+      call("PUBLISH", ARGV[12 + i], head .. version .. tail)
     end
     gained = gained + 1
   end

@@ -9,6 +9,7 @@ from pyroaring import BitMap
 from redis.crc import key_slot
 
 from core import keys
+from core.lua import Packed, pack_filled
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import (
@@ -110,9 +111,10 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     """Push one item into these users' inboxes; returns how many inboxes gained it.
 
     Idempotent (ZADD NX); hidden refs stay out. Each recipient whose inbox
-    changed gets its live version bumped and its event published inside the
-    same script. On a single Redis: deliver.lua calls of ``DELIVER_BATCH``
-    recipients streamed on one connection (``LuaScript.stream``); on Redis
+    changed gets its live version bumped and, if a page of theirs listens,
+    its event published inside the same script. On a single Redis: deliver.lua
+    calls of ``DELIVER_BATCH`` recipients streamed on one connection
+    (``LuaScript.stream``, keys packed from templates); on Redis
     Cluster one call per slot (recipients' keys carry their own hash tags).
     ``notification`` also records the item in each recipient's notification
     zset and the holders index (what the expiry sweep walks).
@@ -138,24 +140,29 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         tail,
     ]
     if is_cluster():
+        # One call per slot, keys as strings (redis-py's cluster client routes them).
         by_slot: dict[int, list[int]] = {}
         for user_id in targets:
             by_slot.setdefault(key_slot(keys.user_tag(user_id).encode()), []).append(user_id)
-        batches = list(by_slot.values())
-    else:
-        batches = [targets[i : i + DELIVER_BATCH] for i in range(0, len(targets), DELIVER_BATCH)]
-
-    def calls() -> Iterator[tuple[list[str], list[Any]]]:
-        # Built lazily: on a single Redis each call is sent while the next is built.
-        for batch in batches:
+        gained = 0
+        for batch in by_slot.values():
             script_keys = keys.mc_deliver_keys(
                 batch, entry.category, entry.month, notifications=notification, expiry=expiry
             )
-            yield script_keys, args + keys.live_user_channels(batch) if tail else args
-
-    if is_cluster():
-        gained = sum(int(DELIVER_SCRIPT(script_keys, call_args)) for script_keys, call_args in calls())
+            gained += int(DELIVER_SCRIPT(script_keys, [*args, *keys.live_user_channels(batch)] if tail else args))
     else:
+        templates = keys.mc_deliver_key_templates(
+            entry.category, entry.month, notifications=notification, expiry=expiry
+        )
+        channel = [keys.live_user_channel_template()]
+
+        def calls() -> Iterator[tuple[Packed, list[Any]]]:
+            # Built lazily: each call is sent while the next is packed (straight
+            # into the protocol from the key templates: core.lua.pack_filled).
+            for i in range(0, len(targets), DELIVER_BATCH):
+                batch = targets[i : i + DELIVER_BATCH]
+                yield pack_filled(templates, batch), [*args, pack_filled(channel, batch)] if tail else args
+
         gained = sum(int(r) for r in DELIVER_SCRIPT.stream(calls()))
     if notification:
         get_redis().sadd(keys.mc_notification_holders(), *targets)

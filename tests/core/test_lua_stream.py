@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.connection import Connection
 from redis.exceptions import ResponseError
 
-from core.lua import LuaScript
+from core.lua import LuaScript, Packed, pack_evalsha, pack_filled
 
 # stream() is the single-Redis lane (one pooled connection); a cluster client has no such pool.
 pytestmark = pytest.mark.not_on_cluster(reason="LuaScript.stream is single-Redis only by design")
@@ -43,3 +44,43 @@ def test_an_error_reply_is_raised_after_all_replies(incr_script: LuaScript, redi
     assert int(redis.get("test:stream:n")) == 2
     assert incr_script.stream([(["test:stream:n"], [5])]) == [7]
     assert redis.ping()
+
+
+# --- packed calls (a fan-out's key lists go straight into the protocol) ----------------
+
+
+@pytest.mark.parametrize("ids", [[7], [9, 10, 99_999, 100_000, 3], []], ids=["one", "mixed digits", "none"])
+@pytest.mark.parametrize("notifications", [False, True])
+@pytest.mark.parametrize("expiry", [False, True])
+def test_packed_keys_are_the_packed_names(ids: list[int], notifications: bool, expiry: bool) -> None:
+    from core import keys
+
+    templates = keys.mc_deliver_key_templates("system", 202611, notifications=notifications, expiry=expiry)
+    names = keys.mc_deliver_keys(ids, "system", 202611, notifications=notifications, expiry=expiry)
+    packed = pack_filled(templates, ids)
+    args = ["m1|system|202611|3", 5, "", "é"]
+    channels = keys.live_user_channels(ids)
+    # The same bytes as redis-py's own packer gives for the plain strings, keys and arguments alike.
+    expected = b"".join(Connection().pack_command("EVALSHA", "f" * 40, len(names), *names, *args, *channels))
+    assert packed.count == len(names)
+    assert pack_evalsha("f" * 40, packed, [*args, pack_filled([keys.live_user_channel_template()], ids)]) == expected
+    assert pack_evalsha("f" * 40, names, [*args, *channels]) == expected
+
+
+def test_packed_calls_survive_a_flushed_script_cache(incr_script: LuaScript, redis: Any) -> None:
+    templates = ["test:stream:{u\x01}:n"]
+    assert incr_script.stream([(pack_filled(templates, [5]), [1])]) == [1]
+    redis.script_flush()
+    calls = [(pack_filled(templates, [5]), [1]), (["test:stream:{u6}:n"], [Packed(1, b"$2\r\n10\r\n")])]
+    assert incr_script.stream(calls) == [2, 10]
+    assert int(redis.get("test:stream:{u5}:n")) == 2
+
+
+def test_packing_without_hiredis_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core import lua
+
+    args = ["EVALSHA", "f" * 40, 2, "k:{u1}", "ü", 7, 1.5, b"raw"]
+    expected = b"".join(Connection().pack_command(*args))
+    assert lua.pack_evalsha("f" * 40, ["k:{u1}", "ü"], args[5:]) == expected
+    monkeypatch.setattr(lua, "HIREDIS_AVAILABLE", False)
+    assert lua.pack_evalsha("f" * 40, ["k:{u1}", "ü"], args[5:]) == expected

@@ -59,6 +59,26 @@ def test_pull_above_threshold(
     assert client_for(dave).get("/api/v1/inbox/").json()["results"] == []
 
 
+def test_overlapping_groups_count_each_member_once(
+    operator: Any, recipient: Any, other_recipient: Any, outsider: Any, redis: Any, clock: Any
+) -> None:
+    # The members of all the groups come back in one query (one array on
+    # PostgreSQL, with no DISTINCT): a user in two groups and named
+    # explicitly too is one recipient; an empty group adds nobody.
+    carol = UserFactory(username="carol")
+    both = make_group("both-a", recipient, other_recipient)
+    other = make_group("both-b", other_recipient, carol)
+    empty = make_group("nobody")
+    message = send(operator, to={"groups": [both, other, empty], "users": [other_recipient]})
+    assert message.audience_size == 3
+    assert message.audience == BitMap([recipient.pk, other_recipient.pk, carol.pk])
+    assert message.delivery == "push"
+    for user in (recipient, other_recipient, carol):
+        assert redis.hget(keys.mc_inbox_counters(user.pk), "system") == b"1"
+    assert redis.zcard(keys.mc_inbox(outsider.pk)) == 0
+    assert services.message_audience_preview(group_ids=[empty.pk]) == 0
+
+
 def test_everyone_is_pull_and_reaches_new_users(operator: Any, recipient: Any, clock: Any) -> None:
     message = send(operator, to={"everyone": True}, category="promotion")
     assert message.delivery == "pull"

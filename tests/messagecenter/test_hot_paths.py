@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,6 +111,50 @@ def test_each_recipient_hears_of_the_delivery_from_the_script(monkeypatch: pytes
         for subscription in subscriptions:
             subscription.__exit__(None, None, None)
     assert got == [{"v": 1, "reason": "deliver"}, {"v": 1, "reason": "deliver"}, {"v": 2, "reason": "deliver"}]
+
+
+@SINGLE_REDIS
+def test_only_listened_channels_get_the_event_and_every_version_still_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    # deliver.lua asks PUBSUB NUMSUB once per call and publishes only where
+    # someone listens: listeners at every position of a call (first, middle,
+    # last) and recipients without one in between, two calls of four.
+    monkeypatch.setattr(publish, "DELIVER_BATCH", 4)
+    users = [UserFactory() for _ in range(8)]
+    live_readmodel.inbox_changed(user_ids=[users[5].pk], reason="read")  # version 1 before the delivery
+    listened = [users[0], users[2], users[3], users[5]]
+    subscriptions = [live_readmodel.subscribe(user_id=u.pk) for u in listened]
+    pubsubs = [s.__enter__() for s in subscriptions]
+    try:
+        assert publish.inbox_deliver(entry=_entry(), user_ids=[u.pk for u in users], now_ms=1) == 8
+        got = []
+        for pubsub in pubsubs:
+            events, deadline = [], time.monotonic() + 1
+            while time.monotonic() < deadline and len(events) < 2:
+                event = live_readmodel.decode_event(pubsub.get_message(timeout=0.1))
+                if event is not None:
+                    events.append(event)
+            got.append(events)
+    finally:
+        for subscription in subscriptions:
+            subscription.__exit__(None, None, None)
+    # Exactly one event each, carrying the version the delivery gave that recipient.
+    assert got == [[{"v": 1, "reason": "deliver"}]] * 3 + [[{"v": 2, "reason": "deliver"}]]
+    assert [live_readmodel.user_version(user_id=u.pk) for u in users] == [1, 1, 1, 1, 1, 2, 1, 1]
+    for user in users:
+        assert inbox.inbox_counts(user_id=user.pk, now_ms=2).unread_by_category["promotion"] == 1
+
+
+def test_nothing_subscribes_by_pattern() -> None:
+    # deliver.lua counts a channel's listeners with PUBSUB NUMSUB, which leaves
+    # out pattern subscriptions: a PSUBSCRIBE would miss fan-out events.
+    root = Path(__file__).resolve().parents[2]
+    users = [
+        path
+        for app in ("core", "messagecenter", "notices", "config")
+        for path in (root / app).rglob("*.py")
+        if "psubscribe" in path.read_text(encoding="utf-8").lower()
+    ]
+    assert users == []
 
 
 def test_expired_items_are_not_delivered(redis: Any) -> None:
