@@ -17,7 +17,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
 
-from core.redis import RedisClient, get_redis
+from core.redis import RedisClient, get_redis, round_trip
 
 if HIREDIS_AVAILABLE:  # redis-py's own C packer (requirements.txt pins it)
     import hiredis
@@ -142,24 +142,11 @@ class LuaScript:
         refusal changed nothing: the script is loaded and the call sent again."""
         command = ("EVALSHA", self._registered(client).sha, len(keys), *keys, *args)
         try:
-            packed = [hiredis.pack_command(command)]
-        except TypeError:  # an argument hiredis cannot pack: redis-py's own route says why
+            return round_trip(client, [command])[0]
+        except TypeError:  # an argument hiredis cannot pack (nothing was sent): redis-py's own route says why
             return self._registered(client)(keys=list(keys), args=list(args), client=client)
-        pool = client.connection_pool
-        connection = pool.get_connection()
-        try:
-            connection.send_packed_command(packed)
-            try:
-                return connection.read_response()
-            except NoScriptError:
-                pass
-        except ResponseError:
-            raise  # an error reply: the connection is in step, it goes back to the pool
-        except BaseException:
-            connection.disconnect()  # a reply may be left unread
-            raise
-        finally:
-            pool.release(connection)
+        except NoScriptError:
+            pass
         client.script_load(self.source)
         return self._direct(client, keys, args)
 
