@@ -213,9 +213,10 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
 
 
 def mc_inbox_pages(user_id: int) -> str:
-    """hash: query ("<category>|<unread only>|<limit>") -> the API's rendered first page (JSON),
-    and query + "#" -> "<tag>|<valid until ms>"; served while inbox.lua finds the tag current
-    (a cache, with a short lifetime: only users polling now hold one)."""
+    """hash, the user's read cache: query ("<category>|<unread only>|<limit>") -> the API's
+    rendered first page (JSON), "counts" -> the unread counters and unseen count, and each
+    field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (inbox.lua's
+    "Read cache"; a cache with a short lifetime: only users polling now hold one)."""
     return _key("inbox", user_tag(user_id), "pages")
 
 

@@ -140,15 +140,23 @@ class LuaScript:
         connection: none of redis-py's per-command machinery (its argument
         walk, retry wrapper and SCRIPT EXISTS) on the hot paths. A NOSCRIPT
         refusal changed nothing: the script is loaded and the call sent again."""
-        command = ("EVALSHA", self._registered(client).sha, len(keys), *keys, *args)
         try:
-            return round_trip(client, [command])[0]
+            return round_trip(client, [self.command(keys, args, client=client)])[0]
         except TypeError:  # an argument hiredis cannot pack (nothing was sent): redis-py's own route says why
             return self._registered(client)(keys=list(keys), args=list(args), client=client)
         except NoScriptError:
             pass
         client.script_load(self.source)
         return self._direct(client, keys, args)
+
+    def command(
+        self, keys: Sequence[str], args: Sequence[Any] = (), client: RedisClient | None = None
+    ) -> tuple[Any, ...]:
+        """The call as a bare EVALSHA command, to send among others in one
+        ``core.redis.round_trip`` (single Redis). A NOSCRIPT reply there is raised
+        as ``NoScriptError``: the call changed nothing, run it again through ``self``."""
+        client = client if client is not None else get_redis()
+        return ("EVALSHA", self._registered(client).sha, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
         """Queue a call on a single Redis's pipeline as a bare EVALSHA.

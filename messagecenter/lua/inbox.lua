@@ -16,8 +16,9 @@
 -- Fast path ("2", single Redis only: the global keys live in another cluster
 -- slot): six more KEYS after all others, 1 removal version, 2 pull sequence,
 -- 3 bulletin update time, 4 bulletin config zset, 5 item detail hash, 6 item
--- detail version (op "page" there also takes, after the bitmaps, the user's
--- page cache hash and live version: see "Page cache" below). The
+-- detail version (ops "page" and "counts" there also take, after the
+-- bitmaps, the user's page cache hash and live version: see "Read cache"
+-- below). The
 -- script checks here, atomically, what the caller's planning pipeline would
 -- have checked: nothing to settle or merge (the user's watermarks are level
 -- with the global markers) and every month of the user is among the n passed.
@@ -198,6 +199,42 @@ else
   a = a + 1
 end
 
+-- Read cache (fast path): the user's page-cache hash keeps rendered first
+-- pages (op "page") and the counts (op "counts"), each under a field with
+-- "<tag>|<valid until>" under the field plus "#". The tag is every value
+-- they depend on: the user's rev, the live version deliveries bump, the
+-- item details' version edits bump, and what level() compared (removal
+-- version, pull sequence, bulletin update time, the user's bulletin marks).
+-- Valid until: the earliest expiry in the inbox or the next bulletin display
+-- time, whichever comes first (time moves them then, no write does). While
+-- every value of the tag is unchanged and that time has not come, a stored
+-- value is what a computation now would give: it is served as stored, here
+-- or by the caller's check of the same values without this script
+-- (readmodel/inbox.py _cache_check_commands; keep the two in step).
+local function cache_tag()
+  local rev = LEVEL_REV
+  if TOUCHED then rev = redis.call("HGET", KEYS[10], "rev") or "0" end
+  return rev .. ":" .. (redis.call("GET", KEYS[13 + 2 * n]) or "0") .. ":" .. LEVEL_TAIL
+end
+
+local function cache_until()
+  local until_ = NEXT_EXPIRY
+  local after_now = "(" .. ARGV[2]
+  local shows = redis.call("ZRANGEBYSCORE", KEYS[G + 3], after_now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
+  if #shows == 2 and (until_ == "" or tonumber(shows[2]) < tonumber(until_)) then until_ = shows[2] end
+  return until_
+end
+
+-- The value held under field if its tag is current, else nil.
+local function cache_held(field, tag)
+  local held = redis.call("HMGET", KEYS[12 + 2 * n], field .. "#", field)
+  if held[1] and held[2] then
+    local t, until_ = string.match(held[1], "^([^|]*)|([^|]*)$")
+    if t == tag and (until_ == "" or now < tonumber(until_)) then return held[2] end
+  end
+  return nil
+end
+
 local function counts()
   local flat = redis.call("HGETALL", KEYS[6])
   local seen = redis.call("HGET", KEYS[10], "seen") or "-inf"
@@ -209,8 +246,23 @@ end
 if op == "add" then
   return add(ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
 
-elseif op == "sync" or op == "counts" then
+elseif op == "sync" then
   return counts()
+
+elseif op == "counts" then
+  local result = counts()
+  -- On the fast path, with ARGV[a] the read cache's lifetime (s), the counts
+  -- are kept in the read cache as "<name>,<n>,...|<unseen>" (rewritten only
+  -- when they or their tag changed).
+  if FAST and (ARGV[a] or "") ~= "" then
+    local tag = cache_tag()
+    local value = table.concat(result[1], ",") .. "|" .. result[2]
+    if cache_held("counts", tag) ~= value then
+      redis.call("HSET", KEYS[12 + 2 * n], "counts", value, "counts#", tag .. "|" .. cache_until())
+      redis.call("EXPIRE", KEYS[12 + 2 * n], ARGV[a])
+    end
+  end
+  return result
 
 elseif op == "page" then
   -- Seed 001's scroll: items with score <= max, skipping the first `skip`
@@ -218,37 +270,17 @@ elseif op == "page" then
   -- have higher scores, so they never shift a page a client is walking.
   local cat, max, skip = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local limit, unread_only, min = tonumber(ARGV[a + 3]), ARGV[a + 4] == "1", ARGV[a + 5]
-  -- Page cache (fast path, ARGV[a + 6] a field naming the query, "" = none):
-  -- the caller keeps the rendered page under that field and "<tag>|<valid
-  -- until>" under the field plus "#". The tag is every value the page
-  -- depends on: the user's rev, the live version deliveries bump, the item
-  -- details' version edits bump, and what level() compared (removal version,
-  -- pull sequence, bulletin update time, the user's bulletin marks). Valid
-  -- until: the earliest expiry in the inbox or the next bulletin display
-  -- time, whichever comes first (time moves the page then, no write does).
-  -- While every value of the tag is unchanged and that time has not come,
-  -- the page is what a computation now would give: it is served as stored,
-  -- here or by the caller's check of the same values without this script
-  -- (readmodel/inbox.py page_cache_get; keep the two in step).
-  -- Otherwise the page is computed and comes back with {tag, valid until}
-  -- for the caller to store.
+  -- Page cache (fast path, ARGV[a + 6] a field naming the query, "" = none;
+  -- see "Read cache" above): the caller keeps the rendered page under that
+  -- field. A current one is served; otherwise the page is computed and comes
+  -- back with {tag, valid until} for the caller to store.
   local cache = nil
   local field = ARGV[a + 6] or ""
   if FAST and field ~= "" then
-    local pages, version = KEYS[12 + 2 * n], KEYS[13 + 2 * n]
-    local rev = LEVEL_REV
-    if TOUCHED then rev = redis.call("HGET", KEYS[10], "rev") or "0" end
-    local tag = rev .. ":" .. (redis.call("GET", version) or "0") .. ":" .. LEVEL_TAIL
-    local held = redis.call("HMGET", pages, field .. "#", field)
-    if held[1] and held[2] then
-      local t, until_ = string.match(held[1], "^([^|]*)|([^|]*)$")
-      if t == tag and (until_ == "" or now < tonumber(until_)) then return {"HIT", held[2]} end
-    end
-    local until_ = NEXT_EXPIRY
-    local after_now = "(" .. ARGV[2]
-    local shows = redis.call("ZRANGEBYSCORE", KEYS[G + 3], after_now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
-    if #shows == 2 and (until_ == "" or tonumber(shows[2]) < tonumber(until_)) then until_ = shows[2] end
-    cache = {tag, until_}
+    local tag = cache_tag()
+    local held = cache_held(field, tag)
+    if held then return {"HIT", held} end
+    cache = {tag, cache_until()}
   end
   local key = KEYS[1]
   if cat ~= "" then key = KEYS[CAT[cat]] end

@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from core import keys
 from core.insight import hour_of
@@ -202,7 +202,7 @@ def _op_keys_named(_prefix: str, user_id: int, months: tuple[str, ...], op: str,
         if fast:  # the script queues the first reads itself
             script_keys.append(keys.mc_first_reads_pending())
     if fast:
-        if op == "page":  # the page cache and what its tag reads
+        if op in ("page", "counts"):  # the read cache and what its tag reads
             script_keys += [keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)]
         script_keys += [
             keys.mc_removed_version(),
@@ -328,7 +328,7 @@ def inbox_page(
     (``CachedPage``); a computed page then carries the tag to store its
     rendering under (``page_cache_put``)."""
     if cache_field:
-        body = page_cache_get(user_id=user_id, field=cache_field, now_ms=now_ms)
+        body = cache_get(user_id=user_id, field=cache_field, now_ms=now_ms)
         if body is not None:
             return CachedPage(body=body)
     result = _read(
@@ -346,7 +346,7 @@ def inbox_page(
         ],
     )
     if result[0] == b"HIT":
-        _page_hint_add(user_id, cache_field)
+        _cache_hint_add(user_id, cache_field)
         return CachedPage(body=result[1])
     members, scores, reads, position, counts, *fetched = result
     refs = [m.decode().split("|", 1)[0] for m in members]
@@ -368,31 +368,39 @@ def inbox_page(
 
 
 def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
-    """Keep a computed page's rendering for the next identical read (see inbox.lua's page cache).
+    """Keep a computed page's rendering for the next identical read (see inbox.lua's read cache).
     A write racing a change is harmless: its tag is already out of date."""
     pipe = get_redis().pipeline(transaction=False)
     pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": f"{tag[0]}|{tag[1]}"})
     pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
     pipe.execute()
-    _page_hint_add(user_id, field)
+    _cache_hint_add(user_id, field)
 
 
-# (user id, query field) of pages this process stored or was served from the
-# page cache lately: only those are checked without the script first (a poll),
-# so a page that is not cached costs one round trip (the script), not two.
+# The read cache's field of the counts (inbox.lua keeps them there itself).
+COUNTS_FIELD = "counts"
+
+# (user id, field) of what this process stored in the read cache or was
+# served from it lately: only those are checked without the script first (a
+# poll), so what is not cached costs one round trip (the script), not two.
 # Only a hint, like _months_hint.
-_page_hint: set[tuple[int, str]] = set()
-PAGE_HINT_ENTRIES = 100_000
+_cache_hint: set[tuple[int, str]] = set()
+CACHE_HINT_ENTRIES = 100_000
 
 
-def _page_hint_add(user_id: int, field: str) -> None:
-    if len(_page_hint) >= PAGE_HINT_ENTRIES:
-        _page_hint.clear()
-    _page_hint.add((user_id, field))
+def _cache_hint_add(user_id: int, field: str) -> None:
+    if len(_cache_hint) >= CACHE_HINT_ENTRIES:
+        _cache_hint.clear()
+    _cache_hint.add((user_id, field))
+
+
+def _cache_checkable(user_id: int, field: str) -> bool:
+    # Single Redis only: the values the check reads live in two cluster slots.
+    return (user_id, field) in _cache_hint and not is_cluster()
 
 
 @lru_cache(maxsize=8192)
-def _page_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple[str, ...], ...]:
+def _cache_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple[str, ...], ...]:
     """The check's commands: one MULTI, so the values are read at one instant."""
     return (
         ("MULTI",),
@@ -411,19 +419,13 @@ def _page_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple[
     )
 
 
-def page_cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
-    """The stored rendering of a polled first page, if it is still current,
-    checked without inbox.lua: the script costs Redis ~10x the CPU of the
-    three plain reads that tell the same (its page cache section says why
-    equal values mean an equal page). Single Redis only: the values live in
-    two cluster slots. None when this process holds no hint of such a page
-    (the script then checks and computes in one round trip) or it is stale."""
-    if (user_id, field) not in _page_hint or is_cluster():
-        return None
-    replies = round_trip(get_redis(), _page_check_commands(keys.prefix(), user_id, field))
-    (held_tag, body), (rev, shown), (live, details, removed, pulled, updated, access) = replies[-1]
-    if held_tag is None or body is None or shown is None or access is None:
-        _page_hint.discard((user_id, field))
+def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> bytes | None:
+    """The value the check's EXEC read, if still current: the same tag
+    inbox.lua builds (its "Read cache" section says why equal values mean an
+    equal answer) and its time not yet come."""
+    (held_tag, value), (rev, shown), (live, details, removed, pulled, updated, access) = exec_reply
+    if held_tag is None or value is None or shown is None or access is None:
+        _cache_hint.discard((user_id, field))
         return None
     tag, _, until = held_tag.partition(b"|")
     current = b":".join(
@@ -431,31 +433,77 @@ def page_cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     )
     if tag != current or (until and now_ms >= float(until)):
         return None
-    return bytes(body)
+    return bytes(value)
+
+
+def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
+    """What the read cache holds under ``field`` (a polled first page's
+    rendering, the counts), if it is still current, checked without inbox.lua:
+    the script costs Redis ~10x the CPU of the three plain reads that tell the
+    same. None when this process holds no hint of it (the script then checks
+    and computes in one round trip) or it is stale."""
+    if not _cache_checkable(user_id, field):
+        return None
+    replies = round_trip(get_redis(), _cache_check_commands(keys.prefix(), user_id, field))
+    return _cache_checked(user_id, field, replies[-1], now_ms)
+
+
+def _cached_counts(value: bytes) -> Counts:
+    """Counts as inbox.lua keeps them: ``<name>,<n>,...|<unseen>``."""
+    flat, _, unseen = value.rpartition(b"|")
+    return _counts([flat.split(b",") if flat else [], unseen])
+
+
+def _counts_computed(user_id: int, now_ms: int) -> Counts:
+    """The counts from the script (which keeps them in the read cache on the fast path)."""
+    result = _fast(user_id, now_ms, "counts", [PAGE_CACHE_SECONDS])
+    if result is None:
+        result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
+    else:
+        _cache_hint_add(user_id, COUNTS_FIELD)
+    return _counts(result)
 
 
 def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
-    return _counts(_read(user_id, now_ms, "counts", []))
+    cached = cache_get(user_id=user_id, field=COUNTS_FIELD, now_ms=now_ms)
+    return _cached_counts(cached) if cached is not None else _counts_computed(user_id, now_ms)
 
 
 def inbox_counts_alongside(
     *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
 ) -> tuple[Counts, Any] | None:
     """The counts and another script's reply (unsettled: pass it to the
-    script's ``settle``) in one round trip: one pipeline on a single Redis when
-    the user is settled. None when that cannot apply (a cluster, no months
-    hint); when the inbox needed settling after all, its counts take the
-    planned route and the other reply is still returned."""
-    call = _fast_call(user_id, now_ms, "counts", [])
+    script's ``settle``) in one round trip on a single Redis: the read cache's
+    check and the other script when the counts are cached (a poll), else the
+    fast counts script and the other one, pipelined. None when that cannot
+    apply (a cluster, no months hint); when the inbox needed settling after
+    all, its counts take the planned route and the other reply is still returned."""
+    client = get_redis()
+    if _cache_checkable(user_id, COUNTS_FIELD):
+        commands = [
+            *_cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD),
+            script.command(script_keys, script_args, client=client),
+        ]
+        try:
+            replies = round_trip(client, commands)
+        except NoScriptError:
+            replies = None  # nothing ran but reads: the pipeline below loads the script
+        if replies is not None:
+            cached = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
+            counts = _cached_counts(cached) if cached is not None else _counts_computed(user_id, now_ms)
+            return counts, replies[-1]
+    call = _fast_call(user_id, now_ms, "counts", [PAGE_CACHE_SECONDS])
     if call is None:
         return None
-    pipe = get_redis().pipeline(transaction=False)
+    pipe = client.pipeline(transaction=False)
     INBOX_SCRIPT.queue(pipe, *call)
     script.queue(pipe, script_keys, script_args)
     inbox_reply, other = pipe.execute(raise_on_error=False)
     result = INBOX_SCRIPT.settle(inbox_reply, *call)
     if result == STALE:
         result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
+    else:
+        _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result), other
 
 

@@ -70,7 +70,7 @@ def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, ren
 
 @pytest.fixture
 def scripts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the read model ran inbox.lua."""
+    """How many times the read model ran inbox.lua (alone or in a pipeline)."""
     count = [0]
     real = inbox_readmodel.INBOX_SCRIPT
 
@@ -78,6 +78,10 @@ def scripts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             count[0] += 1
             return real(*args, **kwargs)
+
+        def queue(self, *args: Any, **kwargs: Any) -> Any:  # a call sent in a pipeline
+            count[0] += 1
+            return real.queue(*args, **kwargs)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
@@ -103,7 +107,7 @@ def test_a_polled_page_is_checked_without_the_script(
     # A process that never served the page lets the script check it: it is
     # served as stored too, in as many round trips (the request's others are
     # the session's user and the throttle's history).
-    inbox_readmodel._page_hint.clear()
+    inbox_readmodel._cache_hint.clear()
     scripts_before = scripts[0]
     with round_trips() as script_trips:
         assert _get(client) == stored
@@ -243,3 +247,74 @@ def test_every_change_a_page_shows_makes_the_cache_stale(
     assert after == _fresh(recipient)
     assert after != ctx["before"], "the change shows on the page"
     assert _get(client) == after  # and the new rendering is what gets cached next
+
+
+# --- the counts, kept in the same read cache ------------------------------------------------
+
+
+def _counts(client: Any) -> dict[str, Any]:
+    response = client.get("/api/v1/inbox/counts/")
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+def _fresh_counts(user: Any) -> dict[str, Any]:
+    """The counts computed by the script, as a process without a hint would."""
+    inbox_readmodel._cache_hint.discard((user.pk, inbox_readmodel.COUNTS_FIELD))
+    return selectors.inbox_counts(user=user)
+
+
+def test_polled_counts_are_checked_without_the_inbox_script(
+    operator: Any, recipient: Any, scripts: list[int], redis: Any
+) -> None:
+    send(operator, to={"users": [recipient]}, title="one")
+    send(operator, to={"users": [recipient]}, title="two", category="promotion")
+    client = client_for(recipient)
+    _counts(client)  # plans
+    stored = _counts(client)  # the fast script computes them and keeps them
+    assert redis.hget(keys.mc_inbox_pages(recipient.pk), "counts") is not None
+    before = scripts[0]
+    with round_trips() as polled_trips:
+        polled = _counts(client)
+    assert scripts[0] == before  # the read cache's check (and count.lua) only
+    assert polled == stored == _fresh_counts(recipient)
+    assert polled["by_category"]["system"] == polled["by_category"]["promotion"] == 1
+    # Without the hint the script answers, in as many round trips.
+    inbox_readmodel._cache_hint.clear()
+    with round_trips() as script_trips:
+        assert _counts(client) == stored
+    assert scripts[0] == before + 2  # + 1: _fresh_counts above
+    assert polled_trips == script_trips
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_every_change_the_counts_show_makes_them_stale(
+    change: str, operator: Any, recipient: Any, clock: Any, scripts: list[int]
+) -> None:
+    group = make_group("staff", recipient)
+    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
+    message = send(operator, to={"users": [recipient]}, title="kept")
+    clock.advance(minutes=1)
+    client = client_for(recipient)
+
+    def prime() -> None:
+        _counts(client)
+        _counts(client)
+        computed = scripts[0]
+        _counts(client)
+        assert scripts[0] == computed, "primed: the counts come from the cache"
+
+    prime()
+    ctx: dict[str, Any] = {
+        "user": recipient,
+        "operator": operator,
+        "message": message,
+        "bulletin": bulletin,
+        "group": group,
+        "clock": clock,
+        "prime": prime,
+    }
+    CHANGES[change](ctx)
+    after = _counts(client)
+    assert after == _fresh_counts(recipient)
+    assert _counts(client) == after

@@ -175,16 +175,18 @@ def test_a_rebuild_while_serving_keeps_newer_marks(operator: Any, recipient: Any
 
 def _dump(redis: Any) -> dict[str, Any]:
     """Every key with its value, except the markers a rebuild refreshes by design
-    (index tokens, revisions, bulletin change times, live versions and inbox revs, restore markers)."""
+    (index tokens, revisions, bulletin change times, live versions and inbox revs, restore markers)
+    and the inbox read caches (tagged with those markers: a rebuild makes them stale by design)."""
     ignored = {keys.notice_snapshot_restored(), keys.mc_snapshot_restored(), keys.mc_bulletin_update_time()}
     for platform in ALL_PLATFORMS:
         ignored |= {keys.notice_meta(platform, 0), keys.notice_revision(platform)}
     version_prefix = keys.live_user_version(0).split("{")[0]
     access_prefix = keys.mc_bulletin_access_time(0).split("{")[0]
+    read_cache = keys.mc_inbox_pages(0).split("}", 1)[1]
     dump: dict[str, Any] = {}
     for raw in redis.scan_iter(count=1000):
         key = raw.decode()
-        if key in ignored or key.startswith((version_prefix, access_prefix)):
+        if key in ignored or key.startswith((version_prefix, access_prefix)) or key.endswith(read_cache):
             continue
         kind = redis.type(raw).decode()
         if kind == "string":
