@@ -70,7 +70,15 @@ def reset_breakers() -> None:
             breaker.open_until = 0.0
 
 
+# Commands sent through breaker connections by this process: core.tracking
+# reads it to know whether this process may have written since it last made
+# sure Redis's invalidations had arrived.
+sent = [0]
+
+
 class BreakerConnection(Connection):
+    counts_sends = True  # core.tracking's own connection does not count
+
     def __init__(self, *args: Any, breaker_cooldown: float = 5.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.breaker = breaker_for(self.host, int(self.port), breaker_cooldown)
@@ -86,6 +94,8 @@ class BreakerConnection(Connection):
             raise
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self.counts_sends:
+            sent[0] += 1
         if not self._sock:
             self.breaker.check()
         try:

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
+from core.selectors import user_platforms
 from messagecenter import fallback
 from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
@@ -241,13 +242,23 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
-    """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``."""
+    """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``.
+
+    A repeated poll is answered from this process (``inbox.COUNTS_HELD``, no
+    round trip) for as long as Redis reports none of what the answer was read
+    from changed and no expiry or publish time has passed."""
     from notices.readmodel import COUNT_SCRIPT
     from notices.selectors import announcement_count_call, announcement_count_settle, announcement_counts
 
     now = now or timezone.now()
+    now_ms = to_ms(now)
+    held_as = (int(user.pk), tuple(user_platforms(user=user)))
+    held = inbox.counts_held_get(held_as, now_ms)
+    if held is not None:
+        return _counts_answer(*held)
     counts: Counts | None = None
     announcements: dict[str, int] | None = None
+    hold: inbox.CountsHold | None = None
     try:
         # One round trip for both when it can: the inbox's fast counts and the
         # user's cached announcement count, pipelined.
@@ -257,17 +268,25 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
             if call is None
             else inbox.inbox_counts_alongside(
                 user_id=int(user.pk),
-                now_ms=to_ms(now),
+                now_ms=now_ms,
                 script=COUNT_SCRIPT,
                 script_keys=call.keys,
                 script_args=call.args(),
             )
         )
         if call is not None and both is not None:
-            counts, reply = both
+            counts, reply, hold = both
+            if hold is not None and int(reply) < 0:
+                hold = None  # the announcement count needed more than that read
             announcements = announcement_count_settle(call, reply)
+            if hold is not None:
+                unread = (*counts.unread_by_category.items(), ("announcement", int(announcements["unread"])))
+                answer = (counts.unread, counts.unseen, unread)
+                until_ms = min(hold.until_ms, call.until_ms)
+                inbox.COUNTS_HELD.hold(held_as, answer, keys=hold.keys, until_ms=until_ms, ticket=hold.ticket)
+                return _counts_answer(*answer)
         else:
-            counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=to_ms(now))
+            counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=now_ms)
     except RedisError as exc:
         _redis_down("inbox counts", user, exc)
         if counts is None:
@@ -277,6 +296,10 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
     by_category: dict[str, int] = dict(counts.unread_by_category)
     by_category["announcement"] = int(announcements["unread"])
     return {"unread": counts.unread, "unseen": counts.unseen, "by_category": by_category}
+
+
+def _counts_answer(unread: int, unseen: int, by_category: tuple[tuple[str, int], ...]) -> dict[str, Any]:
+    return {"unread": unread, "unseen": unseen, "by_category": dict(by_category)}
 
 
 def user_group_member_count(*, group: UserGroup) -> int:

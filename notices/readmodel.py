@@ -19,6 +19,7 @@ when missing (new chunk, flushed Redis), on first read.
 """
 
 import logging
+import math
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -409,6 +410,7 @@ class CountCall:
     now_ms: int
     digest: str
     keys: tuple[str, ...]
+    until_ms: float  # when the live set changes next (a publish or expiry time); inf: never
 
     def args(self) -> list[Any]:
         return [self.index.token, self.offset, self.digest, COUNT_CACHE_SECONDS]
@@ -433,6 +435,7 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
             keys.notice_reads_epoch(platform, chunk),
             keys.notice_user_count(platform, chunk, user_id),
         ),
+        until_ms=math.inf if window.end is None else window.end,
     )
 
 

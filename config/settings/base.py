@@ -251,6 +251,9 @@ MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", 
 MESSAGECENTER_INBOX_MAX_ITEMS: int = env.int("MESSAGECENTER_INBOX_MAX_ITEMS", default=10000)
 MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
+# Unread counts held in each process while Redis tracks what they were read
+# from (core/tracking.py, CLIENT TRACKING): a repeated poll costs no round trip.
+MESSAGECENTER_COUNTS_HELD: bool = env.bool("MESSAGECENTER_COUNTS_HELD", default=True)
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
 # check_redis's push-delivery check: recipients sampled per message, newest

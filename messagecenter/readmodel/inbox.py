@@ -27,6 +27,7 @@ process (the script checks it against the user's months set).
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -39,6 +40,7 @@ from core import keys
 from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
+from core.tracking import HeldAnswers, Ticket
 from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
@@ -419,10 +421,11 @@ def _cache_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple
     )
 
 
-def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> bytes | None:
-    """The value the check's EXEC read, if still current: the same tag
-    inbox.lua builds (its "Read cache" section says why equal values mean an
-    equal answer) and its time not yet come."""
+def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> tuple[bytes, float] | None:
+    """The value the check's EXEC read, if still current, with the time it
+    stops being so (inf: none): the same tag inbox.lua builds (its "Read
+    cache" section says why equal values mean an equal answer) and its time
+    not yet come."""
     (held_tag, value), (rev, shown), (live, details, removed, pulled, updated, access) = exec_reply
     if held_tag is None or value is None or shown is None or access is None:
         _cache_hint.discard((user_id, field))
@@ -431,9 +434,10 @@ def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int)
     current = b":".join(
         (rev or b"0", live or b"0", details or b"0", removed or b"0", pulled or b"0", updated or b"0", shown, access)
     )
-    if tag != current or (until and now_ms >= float(until)):
+    until_ms = float(until) if until else math.inf
+    if tag != current or now_ms >= until_ms:
         return None
-    return bytes(value)
+    return bytes(value), until_ms
 
 
 def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
@@ -445,7 +449,8 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     if not _cache_checkable(user_id, field):
         return None
     replies = round_trip(get_redis(), _cache_check_commands(keys.prefix(), user_id, field))
-    return _cache_checked(user_id, field, replies[-1], now_ms)
+    checked = _cache_checked(user_id, field, replies[-1], now_ms)
+    return checked[0] if checked is not None else None
 
 
 def _cached_counts(value: bytes) -> Counts:
@@ -469,29 +474,64 @@ def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
     return _cached_counts(cached) if cached is not None else _counts_computed(user_id, now_ms)
 
 
+# Unread counts held in this process while Redis tracks the keys they were
+# read from (core.tracking): the selector's whole answer, by (user, platforms).
+COUNTS_HELD = HeldAnswers()
+
+
+def counts_held_on() -> bool:
+    return bool(settings.MESSAGECENTER_COUNTS_HELD) and COUNTS_HELD.available()
+
+
+def counts_held_get(name: tuple[Any, ...], now_ms: int) -> Any | None:
+    """The answer held under ``name`` (see ``COUNTS_HELD``), if any is current."""
+    return COUNTS_HELD.get(name, now_ms) if settings.MESSAGECENTER_COUNTS_HELD else None
+
+
+@dataclass(frozen=True)
+class CountsHold:
+    """How an answer built on counts read through ``COUNTS_HELD`` may be held:
+    the read's ticket, every key it read and when the counts stop being true."""
+
+    ticket: Ticket
+    keys: tuple[str, ...]
+    until_ms: float
+
+
 def inbox_counts_alongside(
     *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
-) -> tuple[Counts, Any] | None:
+) -> tuple[Counts, Any, CountsHold | None] | None:
     """The counts and another script's reply (unsettled: pass it to the
     script's ``settle``) in one round trip on a single Redis: the read cache's
     check and the other script when the counts are cached (a poll), else the
     fast counts script and the other one, pipelined. None when that cannot
     apply (a cluster, no months hint); when the inbox needed settling after
-    all, its counts take the planned route and the other reply is still returned."""
+    all, its counts take the planned route and the other reply is still returned.
+
+    A poll's check goes through ``COUNTS_HELD``'s tracking connection when it
+    is on: the third item then tells how to hold an answer built on the
+    cached counts and that reply (None when the counts were not cached)."""
     client = get_redis()
     if _cache_checkable(user_id, COUNTS_FIELD):
-        commands = [
-            *_cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD),
-            script.command(script_keys, script_args, client=client),
-        ]
+        check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
+        commands = [*check, script.command(script_keys, script_args, client=client)]
+        ticket: Ticket | None = None
         try:
-            replies = round_trip(client, commands)
+            if counts_held_on():
+                replies, ticket = COUNTS_HELD.read(commands)
+            else:
+                replies = round_trip(client, commands)
         except NoScriptError:
             replies = None  # nothing ran but reads: the pipeline below loads the script
         if replies is not None:
-            cached = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
-            counts = _cached_counts(cached) if cached is not None else _counts_computed(user_id, now_ms)
-            return counts, replies[-1]
+            checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
+            if checked is None:
+                return _counts_computed(user_id, now_ms), replies[-1], None
+            hold = None
+            if ticket is not None:
+                read = [key for command in check for key in _read_keys(command)]
+                hold = CountsHold(ticket, (*read, *script_keys), checked[1])
+            return _cached_counts(checked[0]), replies[-1], hold
     call = _fast_call(user_id, now_ms, "counts", [PAGE_CACHE_SECONDS])
     if call is None:
         return None
@@ -504,7 +544,13 @@ def inbox_counts_alongside(
         result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
-    return _counts(result), other
+    return _counts(result), other, None
+
+
+def _read_keys(command: Sequence[str]) -> Sequence[str]:
+    """The keys a command of the read cache's check reads (HMGET: one, MGET: all)."""
+    name = command[0]
+    return command[1:2] if name == "HMGET" else command[1:] if name == "MGET" else ()
 
 
 def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:

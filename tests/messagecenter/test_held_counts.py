@@ -1,0 +1,263 @@
+"""Unread counts held in the process (``inbox.COUNTS_HELD``, core/tracking.py):
+a repeated poll costs no round trip, and Redis's client tracking drops the
+held answer as soon as anything it was read from changes.
+
+Each change case holds the counts, makes one change *as another process
+would* (this process's sends are not counted, so only Redis's invalidation
+push can tell the held answer), and holds the next answer equal to one
+computed from scratch. The same changes made by this process are covered
+too: there the next poll first waits for Redis's PONG (a barrier).
+
+On the embedded pass (fakeredis has no client tracking) these tests run on a
+private redis-server; on a cluster held answers are off.
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from config.settings.base import _redis_cache
+from core import breaker
+from core.breaker import reset_breakers
+from core.selectors import user_platforms
+from core.services import user_set_platforms
+from core.tracking import HeldAnswers
+from messagecenter import selectors
+from messagecenter.readmodel import inbox as inbox_readmodel
+from notices import readmodel as notices_readmodel
+from notices.services import announcement_create, announcement_mark_read
+from notices.services import announcement_delete as notice_delete
+from tests.conftest import client_for, round_trips
+from tests.faults.conftest import RedisServer, _free_port
+from tests.messagecenter.conftest import send
+from tests.messagecenter.test_page_cache import CHANGES as INBOX_CHANGES
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.redis_server,
+    pytest.mark.not_on_cluster(reason="held answers need one Redis's client tracking (off on a cluster)"),
+]
+
+HELD = inbox_readmodel.COUNTS_HELD
+
+
+@pytest.fixture(autouse=True)
+def _tracking_redis(tmp_path: Path) -> Iterator[RedisServer | None]:
+    """The suite's Redis when it is a real one; on the embedded pass a private redis-server."""
+    HELD.clear()
+    if HeldAnswers.available():
+        yield None
+        HELD.clear()
+        return
+    server = RedisServer(port=_free_port(), workdir=tmp_path)
+    server.start()
+    try:
+        with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
+            reset_breakers()
+            notices_readmodel.clear_local_cache()
+            yield server
+    finally:
+        HELD.clear()
+        server.close()
+        reset_breakers()
+        notices_readmodel.clear_local_cache()
+
+
+def _name(user: Any) -> tuple[Any, ...]:
+    return (user.pk, tuple(user_platforms(user=user)))
+
+
+def _fresh(user: Any) -> dict[str, Any]:
+    """The counts computed by the scripts, nothing held or cached in the process."""
+    hint = (user.pk, inbox_readmodel.COUNTS_FIELD)
+    had = hint in inbox_readmodel._cache_hint
+    inbox_readmodel._cache_hint.discard(hint)
+    try:
+        with override_settings(MESSAGECENTER_COUNTS_HELD=False):
+            return selectors.inbox_counts(user=user)
+    finally:
+        inbox_readmodel._cache_hint.discard(hint)
+        if had:
+            inbox_readmodel._cache_hint.add(hint)
+
+
+def _hold(user: Any) -> dict[str, Any]:
+    """Poll until the answer is held; then a poll costs no round trip."""
+    for _ in range(3):
+        selectors.inbox_counts(user=user)
+    with round_trips() as trips:
+        answer = selectors.inbox_counts(user=user)
+    assert trips == [0], "the third poll onwards is answered by the process"
+    assert inbox_readmodel.counts_held_get(_name(user), _now_ms()) == (
+        answer["unread"],
+        answer["unseen"],
+        tuple(answer["by_category"].items()),
+    )
+    return answer
+
+
+def _now_ms() -> int:
+    from django.utils import timezone
+
+    from messagecenter.readmodel import to_ms
+
+    return to_ms(timezone.now())
+
+
+@contextmanager
+def elsewhere() -> Iterator[None]:
+    """Make a change as another process would: what this process sends meanwhile
+    is not counted, so the next poll takes no barrier and only Redis's
+    invalidation push can drop the held answer."""
+    sent = breaker.sent[0]
+    try:
+        yield
+    finally:
+        breaker.sent[0] = sent
+
+
+def test_a_repeated_poll_is_answered_by_the_process(operator: Any, recipient: Any) -> None:
+    send(operator, to={"users": [recipient]}, title="one")
+    send(operator, to={"users": [recipient]}, title="two", category="promotion")
+    announcement_create(
+        author=operator, title="A", body_html="<p>x</p>", platforms=["user"], publish_at=_past(), expire_at=None
+    )
+    answer = _hold(recipient)
+    assert answer == _fresh(recipient)
+    assert answer["by_category"]["system"] == answer["by_category"]["promotion"] == 1
+    assert answer["by_category"]["announcement"] == 1
+    # The API's poll too: its only round trips are the request's own (credential,
+    # throttle), and the counts' PING after them (this process sent those).
+    client = client_for(recipient)
+    client.get("/api/v1/inbox/counts/")
+    with round_trips() as api_trips:
+        assert client.get("/api/v1/inbox/counts/").json() == answer
+    with override_settings(MESSAGECENTER_COUNTS_HELD=False), round_trips() as unheld_trips:
+        assert client.get("/api/v1/inbox/counts/").json() == answer
+    assert api_trips == unheld_trips  # the PING in place of the read cache's check
+
+
+def _past() -> Any:
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(hours=1)
+
+
+# --- every change drops the held answer -------------------------------------------------------
+
+
+def _announcement_published(ctx: dict[str, Any]) -> None:
+    announcement_create(
+        author=ctx["operator"], title="new", body_html="<p>x</p>", platforms=["user"], publish_at=ctx["clock"].now
+    )
+
+
+def _announcement_read(ctx: dict[str, Any]) -> None:
+    announcement_mark_read(user=ctx["user"], announcement_id=ctx["announcement"].pk)
+
+
+def _announcement_deleted(ctx: dict[str, Any]) -> None:
+    notice_delete(announcement=ctx["announcement"])
+
+
+def _announcement_expires(ctx: dict[str, Any]) -> None:
+    announcement_create(
+        author=ctx["operator"],
+        title="brief",
+        body_html="<p>x</p>",
+        platforms=["user"],
+        publish_at=ctx["clock"].now,
+        expire_at=ctx["clock"].now + timedelta(minutes=5),
+    )
+    ctx["prime"]()
+    ctx["clock"].advance(minutes=6)
+
+
+def _announcement_scheduled_shows(ctx: dict[str, Any]) -> None:
+    announcement_create(
+        author=ctx["operator"],
+        title="later",
+        body_html="<p>x</p>",
+        platforms=["user"],
+        publish_at=ctx["clock"].now + timedelta(minutes=5),
+    )
+    ctx["prime"]()
+    ctx["clock"].advance(minutes=6)
+
+
+def _platform_changed(ctx: dict[str, Any]) -> None:
+    announcement_create(
+        author=ctx["operator"],
+        title="for customers",
+        body_html="<p>x</p>",
+        platforms=["customer"],
+        publish_at=ctx["clock"].now,
+    )
+    ctx["prime"]()
+    user_set_platforms(user=ctx["user"], platforms=["user", "customer"])
+
+
+CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
+    **INBOX_CHANGES,
+    "announcement published": _announcement_published,
+    "announcement read": _announcement_read,
+    "announcement deleted": _announcement_deleted,
+    "announcement expires": _announcement_expires,
+    "scheduled announcement shows": _announcement_scheduled_shows,
+    "platforms changed": _platform_changed,
+}
+# Changes that are the passing of time: no write, so no push to wait for.
+BY_TIME = {"scheduled bulletin shows", "item expires", "announcement expires", "scheduled announcement shows"}
+
+
+@pytest.mark.parametrize("by", ["another process", "this process"])
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_every_change_drops_the_held_answer(change: str, by: str, operator: Any, recipient: Any, clock: Any) -> None:
+    from messagecenter import services
+    from tests.messagecenter.conftest import make_group
+
+    group = make_group("staff", recipient)
+    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
+    message = send(operator, to={"users": [recipient]}, title="kept")
+    announcement = announcement_create(
+        author=operator, title="A", body_html="<p>x</p>", platforms=["user"], publish_at=clock.now
+    )
+    clock.advance(minutes=1)
+
+    def prime() -> None:
+        ctx["before"] = _hold(recipient)
+        assert ctx["before"] == _fresh(recipient)
+        selectors.inbox_counts(user=recipient)  # settles the fresh computation's sends: no barrier pending
+
+    ctx: dict[str, Any] = {}
+    prime()
+    ctx |= {
+        "user": recipient,
+        "operator": operator,
+        "message": message,
+        "bulletin": bulletin,
+        "announcement": announcement,
+        "group": group,
+        "clock": clock,
+        "prime": prime,
+    }
+    if by == "another process":
+        with elsewhere():
+            CHANGES[change](ctx)
+        if change not in BY_TIME:
+            # The push comes a moment after the write; a change that touched
+            # nothing the answer was read from never sends one (then the held
+            # answer must still be right).
+            HELD.news(timeout=0.5)
+    else:
+        CHANGES[change](ctx)
+    after = selectors.inbox_counts(user=recipient)
+    assert after == _fresh(recipient), f"{change} ({by})"
+    if change not in {"message edit", "bulletin edit"}:  # the two that change no count
+        assert after != ctx["before"], "the change shows in the counts"
