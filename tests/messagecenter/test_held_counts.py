@@ -37,6 +37,7 @@ from tests.conftest import client_for, round_trips
 from tests.faults.conftest import RedisServer, _free_port
 from tests.messagecenter.conftest import send
 from tests.messagecenter.test_page_cache import CHANGES as INBOX_CHANGES
+from tests.messagecenter.test_page_cache import change_scene
 
 pytestmark = [
     pytest.mark.django_db,
@@ -152,10 +153,22 @@ def _past() -> Any:
 # --- every change drops the held answer -------------------------------------------------------
 
 
-def _announcement_published(ctx: dict[str, Any]) -> None:
-    announcement_create(
-        author=ctx["operator"], title="new", body_html="<p>x</p>", platforms=["user"], publish_at=ctx["clock"].now
+def _announce(ctx: dict[str, Any], title: str, *, platform: str = "user", **times: timedelta) -> Any:
+    """An announcement published ``after`` from the test's now (expiring ``lasts`` later)."""
+    publish = ctx["clock"].now + times.get("after", timedelta(0))
+    lasts = times.get("lasts")
+    return announcement_create(
+        author=ctx["operator"],
+        title=title,
+        body_html="<p>x</p>",
+        platforms=[platform],
+        publish_at=publish,
+        expire_at=publish + lasts if lasts else None,
     )
+
+
+def _announcement_published(ctx: dict[str, Any]) -> None:
+    _announce(ctx, "new")
 
 
 def _announcement_read(ctx: dict[str, Any]) -> None:
@@ -167,38 +180,19 @@ def _announcement_deleted(ctx: dict[str, Any]) -> None:
 
 
 def _announcement_expires(ctx: dict[str, Any]) -> None:
-    announcement_create(
-        author=ctx["operator"],
-        title="brief",
-        body_html="<p>x</p>",
-        platforms=["user"],
-        publish_at=ctx["clock"].now,
-        expire_at=ctx["clock"].now + timedelta(minutes=5),
-    )
+    _announce(ctx, "brief", lasts=timedelta(minutes=5))
     ctx["prime"]()
     ctx["clock"].advance(minutes=6)
 
 
 def _announcement_scheduled_shows(ctx: dict[str, Any]) -> None:
-    announcement_create(
-        author=ctx["operator"],
-        title="later",
-        body_html="<p>x</p>",
-        platforms=["user"],
-        publish_at=ctx["clock"].now + timedelta(minutes=5),
-    )
+    _announce(ctx, "later", after=timedelta(minutes=5))
     ctx["prime"]()
     ctx["clock"].advance(minutes=6)
 
 
 def _platform_changed(ctx: dict[str, Any]) -> None:
-    announcement_create(
-        author=ctx["operator"],
-        title="for customers",
-        body_html="<p>x</p>",
-        platforms=["customer"],
-        publish_at=ctx["clock"].now,
-    )
+    _announce(ctx, "for customers", platform="customer")
     ctx["prime"]()
     user_set_platforms(user=ctx["user"], platforms=["user", "customer"])
 
@@ -219,34 +213,18 @@ BY_TIME = {"scheduled bulletin shows", "item expires", "announcement expires", "
 @pytest.mark.parametrize("by", ["another process", "this process"])
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_every_change_drops_the_held_answer(change: str, by: str, operator: Any, recipient: Any, clock: Any) -> None:
-    from messagecenter import services
-    from tests.messagecenter.conftest import make_group
-
-    group = make_group("staff", recipient)
-    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
-    message = send(operator, to={"users": [recipient]}, title="kept")
-    announcement = announcement_create(
+    ctx = change_scene(operator=operator, user=recipient, clock=clock)
+    ctx["announcement"] = announcement_create(
         author=operator, title="A", body_html="<p>x</p>", platforms=["user"], publish_at=clock.now
     )
-    clock.advance(minutes=1)
 
     def prime() -> None:
         ctx["before"] = _hold(recipient)
         assert ctx["before"] == _fresh(recipient)
         selectors.inbox_counts(user=recipient)  # settles the fresh computation's sends: no barrier pending
 
-    ctx: dict[str, Any] = {}
+    ctx["prime"] = prime
     prime()
-    ctx |= {
-        "user": recipient,
-        "operator": operator,
-        "message": message,
-        "bulletin": bulletin,
-        "announcement": announcement,
-        "group": group,
-        "clock": clock,
-        "prime": prime,
-    }
     if by == "another process":
         with elsewhere():
             CHANGES[change](ctx)

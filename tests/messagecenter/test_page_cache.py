@@ -201,6 +201,23 @@ def _expiry(ctx: dict[str, Any]) -> None:
     ctx["clock"].advance(minutes=6)
 
 
+def change_scene(*, operator: Any, user: Any, clock: Any) -> dict[str, Any]:
+    """What the changes act on: the user in a group with a bulletin, and a message
+    pushed to them a minute ago. The test adds ``prime`` (read, so it is cached)."""
+    group = make_group("staff", user)
+    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
+    message = send(operator, to={"users": [user]}, title="kept")
+    clock.advance(minutes=1)
+    return {
+        "user": user,
+        "operator": operator,
+        "message": message,
+        "bulletin": bulletin,
+        "group": group,
+        "clock": clock,
+    }
+
+
 CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "read": _mark_read,
     "unread": _mark_unread,
@@ -273,10 +290,7 @@ def test_every_change_makes_the_cached_read_stale(
 ) -> None:
     """The first page and the counts are kept in the same read cache: primed,
     then one change, then the API's answer equals one computed from scratch."""
-    group = make_group("staff", recipient)
-    bulletin = services.bulletin_create(title="group news", body_html="", display_time=clock.now, group_ids=[group.pk])
-    message = send(operator, to={"users": [recipient]}, title="kept")
-    clock.advance(minutes=1)
+    ctx = change_scene(operator=operator, user=recipient, clock=clock)
     client = client_for(recipient)
     # The API's answer, one computed from scratch, and what counts a computation.
     get, fresh, computed = {
@@ -292,17 +306,8 @@ def test_every_change_makes_the_cached_read_stale(
         assert computed[0] == before, f"primed: the {read} come(s) from the cache"
         ctx["before"] = fresh()
 
-    ctx: dict[str, Any] = {}
+    ctx["prime"] = prime
     prime()
-    ctx |= {
-        "user": recipient,
-        "operator": operator,
-        "message": message,
-        "bulletin": bulletin,
-        "group": group,
-        "clock": clock,
-        "prime": prime,
-    }
     CHANGES[change](ctx)
     after = get()
     assert after == fresh()
