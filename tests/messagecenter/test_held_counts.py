@@ -8,8 +8,8 @@ push can tell the held answer), and holds the next answer equal to one
 computed from scratch. The same changes made by this process are covered
 too: there the next poll first waits for Redis's PONG (a barrier).
 
-On the embedded pass (fakeredis has no client tracking) these tests run on a
-private redis-server; on a cluster held answers are off.
+They run on a private redis-server (see ``_tracking_redis``); on a cluster
+held answers are off.
 """
 
 from collections.abc import Callable, Iterator
@@ -27,7 +27,6 @@ from core import breaker
 from core.breaker import reset_breakers
 from core.selectors import user_platforms
 from core.services import user_set_platforms
-from core.tracking import HeldAnswers
 from messagecenter import selectors
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices import readmodel as notices_readmodel
@@ -49,13 +48,11 @@ HELD = inbox_readmodel.COUNTS_HELD
 
 
 @pytest.fixture(autouse=True)
-def _tracking_redis(tmp_path: Path) -> Iterator[RedisServer | None]:
-    """The suite's Redis when it is a real one; on the embedded pass a private redis-server."""
+def _tracking_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server: the embedded pass's fakeredis has no client
+    tracking, and on a shared server a FLUSHDB of another test process (any
+    database) sends every tracking client an invalidation of everything."""
     HELD.clear()
-    if HeldAnswers.available():
-        yield None
-        HELD.clear()
-        return
     server = RedisServer(port=_free_port(), workdir=tmp_path)
     server.start()
     try:
