@@ -26,6 +26,8 @@ from unittest import mock
 
 import pytest
 from django.conf import settings
+from django.core.management import sql as management_sql
+from django.core.management.commands import flush as flush_command
 from django.test import override_settings
 from django_redis import get_redis_connection
 from redis.cluster import ClusterPipeline, RedisCluster
@@ -246,6 +248,39 @@ def _celery_workers_unavailable() -> str | None:
     except OSError:
         return "RabbitMQ does not answer on 127.0.0.1:5672"
     return None
+
+
+# Tables whose rows come from migrate (post_migrate), not from tests.
+MIGRATE_ROWS = frozenset({"django_content_type", "auth_permission"})
+
+
+def _sql_flush_test_rows(
+    style: Any, connection: Any, reset_sequences: bool = True, allow_cascade: bool = False
+) -> list[str]:
+    """The SQL the ``flush`` after each database test runs: a DELETE per table,
+    leaving the rows migrate made (content types, permissions).
+
+    Django's own flush is one TRUNCATE of every table (~60-90 ms on PostgreSQL
+    here: new files for each of ~35 tables), after which post_migrate creates
+    the content types and permissions again (~50 ms): most of the time of a
+    small test. A test leaves a few rows, which DELETEs remove in about a
+    millisecond, and post_migrate then finds its rows and only checks them.
+    The constraints are deferred, so the order of the DELETEs does not matter.
+    A flush asked with other options (reset sequences, cascade) is Django's own.
+    """
+    if reset_sequences or allow_cascade:
+        return management_sql.sql_flush(style, connection, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+    tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+    quote = connection.ops.quote_name
+    # Table names from the database's own catalogue, quoted: no outside input.
+    return [f"DELETE FROM {quote(table)};" for table in sorted(tables) if table not in MIGRATE_ROWS]  # noqa: S608
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_flush() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flush_command, "sql_flush", _sql_flush_test_rows)
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
