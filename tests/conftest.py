@@ -20,6 +20,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -283,6 +284,53 @@ def _fast_flush() -> Iterator[None]:
         yield
 
 
+DESELECTION_NOTES = pytest.StashKey[list[str]]()
+
+
+@dataclass(frozen=True)
+class DeselectedInWorker:
+    """A test an xdist worker deselected, as the controller's summary counts it
+    (plugins read the entries of the summary's stats like reports)."""
+
+    nodeid: str
+
+
+def note_deselection(config: pytest.Config, text: str) -> None:
+    """Say why tests were deselected. Under xdist the workers collect, and what
+    they print is not shown: the controller prints the first worker's notes."""
+    print(f"\n{text}")
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output.setdefault("deselection_notes", []).append(text)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    # In an xdist worker: the ids go to the controller, whose summary line counts
+    # them (the controller passes them on as DeselectedInWorker: nothing more to do).
+    if not items or not isinstance(items[0], pytest.Item):
+        return
+    output = getattr(items[0].config, "workeroutput", None)
+    if output is not None:
+        output.setdefault("deselected", []).extend(item.nodeid for item in items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The xdist controller: count and keep the deselections of the first worker
+    that finishes (every worker collects the same tests)."""
+    output = getattr(node, "workeroutput", None) or {}
+    config = node.config
+    if "deselected" not in output or config.stash.get(DESELECTION_NOTES, None) is not None:
+        return
+    config.stash[DESELECTION_NOTES] = list(output.get("deselection_notes", []))
+    config.hook.pytest_deselected(items=[DeselectedInWorker(nodeid) for nodeid in output["deselected"]])
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for text in config.stash.get(DESELECTION_NOTES, []):
+        terminalreporter.write_line(text)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every database test runs with real transactions.
 
@@ -297,19 +345,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if cluster_items:
             config.hook.pytest_deselected(items=cluster_items)
             items[:] = [item for item in items if not item.get_closest_marker("cluster")]
-            print(f"\n{len(cluster_items)} Redis Cluster tests deselected: redis-server is not installed")
+            note_deselection(
+                config, f"{len(cluster_items)} Redis Cluster tests deselected: redis-server is not installed"
+            )
     if "sqlite" in settings.DATABASES["default"]["ENGINE"]:
         pg_items = [item for item in items if item.get_closest_marker("postgres")]
         if pg_items:
             config.hook.pytest_deselected(items=pg_items)
             items[:] = [item for item in items if not item.get_closest_marker("postgres")]
-            print(f"\n{len(pg_items)} PostgreSQL concurrency tests deselected: the database is SQLite")
+            note_deselection(config, f"{len(pg_items)} PostgreSQL concurrency tests deselected: the database is SQLite")
     worker_items = [item for item in items if item.get_closest_marker("celery_worker")]
     worker_off = _celery_workers_unavailable() if worker_items else None
     if worker_off:
         config.hook.pytest_deselected(items=worker_items)
         items[:] = [item for item in items if not item.get_closest_marker("celery_worker")]
-        print(f"\n{len(worker_items)} Celery worker tests deselected: {worker_off}")
+        note_deselection(config, f"{len(worker_items)} Celery worker tests deselected: {worker_off}")
     if on_cluster():
         # Tests that cannot work on a cluster by design (each carries its
         # reason): deselected visibly, never skipped silently.
@@ -332,9 +382,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for item in off:
                 reason = str(off_reason(item))
                 reasons[reason] = reasons.get(reason, 0) + 1
-            print(f"\n{len(off)} tests deselected on the Redis Cluster (marker not_on_cluster):")
-            for reason, count in sorted(reasons.items()):
-                print(f"  {count} x {reason}")
+            lines = [f"{len(off)} tests deselected on the Redis Cluster (marker not_on_cluster):"]
+            lines += [f"  {count} x {reason}" for reason, count in sorted(reasons.items())]
+            note_deselection(config, "\n".join(lines))
     for item in items:
         marker = item.get_closest_marker("django_db")
         if marker is not None and not marker.kwargs.get("transaction"):

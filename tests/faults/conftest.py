@@ -26,6 +26,7 @@ from django.test import override_settings
 from config.settings.base import _redis_cache
 from core.breaker import reset_breakers
 from notices import readmodel as notices_readmodel
+from tests.conftest import note_deselection
 
 BASE_PORT = 6390
 
@@ -37,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if chosen:
         config.hook.pytest_deselected(items=chosen)
         items[:] = [item for item in items if not item.get_closest_marker("redis_server")]
-        print(f"\n{len(chosen)} fault tests deselected: redis-server is not installed")
+        note_deselection(config, f"{len(chosen)} fault tests deselected: redis-server is not installed")
 
 
 def _port_free(port: int) -> bool:
