@@ -133,8 +133,35 @@ def _cluster_slot_guard() -> Iterator[None]:
     assert not seen, f"cross-slot errors on the Redis Cluster: {seen[:3]}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cluster_own_keys(_cluster_run_prefix: None) -> Iterator[None]:
+    """On a cluster a test's FLUSHDB and SCAN reach only the keys under the
+    current prefix: the cluster's one database is shared with other runs (and
+    the run's other xdist worker), and tests flush and scan it as they would
+    the plain-Redis db of their own."""
+    if not on_cluster():
+        yield
+        return
+    real_scan_iter = RedisCluster.scan_iter
+
+    def own(pattern: str | bytes | None) -> str:
+        prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
+        text = (pattern.decode() if isinstance(pattern, bytes) else pattern) or "*"
+        return text if text.startswith(prefix) else prefix + text
+
+    def flushdb(self: RedisCluster, asynchronous: bool = False, **kwargs: Any) -> bool:
+        _flush_cluster_prefix(self, str(settings.MESSAGECENTER_KEY_PREFIX))
+        return True
+
+    def scan_iter(self: RedisCluster, match: str | bytes | None = None, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return real_scan_iter(self, own(match), *args, **kwargs)
+
+    with mock.patch.object(RedisCluster, "flushdb", flushdb), mock.patch.object(RedisCluster, "scan_iter", scan_iter):
+        yield
+
+
 @pytest.fixture(autouse=True)
-def _clean_redis(_cluster_run_prefix: None, _cluster_slot_guard: None) -> Iterator[None]:
+def _clean_redis(_cluster_run_prefix: None, _cluster_slot_guard: None, _cluster_own_keys: None) -> Iterator[None]:
     flush_redis()
     yield
     flush_redis()
