@@ -13,17 +13,20 @@ its own and only keys under it are deleted, on every master. Tests marked
 ``celery_worker`` tests where no worker can run (no RabbitMQ, SQLite).
 """
 
+import fcntl
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -31,6 +34,7 @@ from django.core.management import sql as management_sql
 from django.core.management.commands import flush as flush_command
 from django.test import override_settings
 from django_redis import get_redis_connection
+from redis import Redis
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 from rest_framework.authtoken.models import Token
@@ -160,8 +164,48 @@ def _cluster_own_keys(_cluster_run_prefix: None) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def _script_cache_lock() -> Iterator[Any]:
+    """A lock file per Redis server, for its script cache (see _script_cache_guard)."""
+    location = str(settings.CACHES["default"]["LOCATION"])
+    if settings.REDIS_EMBEDDED or on_cluster():
+        yield None  # an in-process server, or a read model without scripts on this one
+        return
+    server = re.sub(r"[^0-9A-Za-z.]+", "-", urlsplit(location).netloc)
+    with open(os.path.join(tempfile.gettempdir(), f"messagecenter-redis-scripts-{server}.lock"), "w") as handle:
+        yield handle
+
+
 @pytest.fixture(autouse=True)
-def _clean_redis(_cluster_run_prefix: None, _cluster_slot_guard: None, _cluster_own_keys: None) -> Iterator[None]:
+def _script_cache_guard(_script_cache_lock: Any) -> Iterator[None]:
+    """Every Redis db of a server shares its script cache. A test that flushes
+    it (SCRIPT FLUSH) would make another test on the same server, in the run's
+    other xdist worker or in another run, pay a NOSCRIPT reload in the middle
+    of counting its round trips. So every test holds the server's lock shared,
+    and one that flushes the script cache first takes it exclusively: it waits
+    for the tests running beside it to end, and no other test starts until it ends."""
+    handle = _script_cache_lock
+    if handle is None:
+        yield
+        return
+    real_script_flush = Redis.script_flush
+
+    def script_flush(self: Redis, *args: Any, **kwargs: Any) -> Any:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # shared -> exclusive (let go first, then waited for)
+        return real_script_flush(self, *args, **kwargs)
+
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    try:
+        with mock.patch.object(Redis, "script_flush", script_flush):
+            yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis(
+    _cluster_run_prefix: None, _cluster_slot_guard: None, _cluster_own_keys: None, _script_cache_guard: None
+) -> Iterator[None]:
     flush_redis()
     yield
     flush_redis()
