@@ -8,15 +8,17 @@ read model's client follows) and hands the test ``stop()``, ``start()``,
 and are deselected, visibly, where ``redis-server`` is not installed.
 """
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import redis as redis_py
@@ -50,11 +52,20 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
+def _free_port() -> tuple[int, IO[str]]:
+    """A free port, with a lock file held for it: two test processes (xdist
+    workers, runs side by side) that both find a port free cannot both take it."""
     start = BASE_PORT + int(getattr(settings, "TEST_SLOT", 0))
     for port in range(start, start + 200):
+        handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-port-{port}.lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
         if _port_free(port):
-            return port
+            return port, handle
+        handle.close()
     raise RuntimeError("no free port for a test redis-server")
 
 
@@ -92,10 +103,14 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                if self.client().ping():
+                # Ours, not another process's server that took the port meanwhile.
+                if self.client().info("server")["process_id"] == self.process.pid:
                     return
             except (redis_py.RedisError, OSError):
-                time.sleep(0.02)
+                pass
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
     def stop(self, *, keep_data: bool = False) -> None:
@@ -138,14 +153,16 @@ class RedisServer:
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(port=_free_port(), workdir=tmp_path)
-    server.start()
+    port, port_lock = _free_port()
+    server = RedisServer(port=port, workdir=tmp_path)
     try:
+        server.start()
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
             reset_breakers()
             notices_readmodel.clear_local_cache()  # id lists of the suite's Redis mean nothing here
             yield server
     finally:
         server.close()
+        port_lock.close()
         reset_breakers()
         notices_readmodel.clear_local_cache()
