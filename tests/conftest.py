@@ -297,18 +297,43 @@ def _cluster_answers() -> bool:
     return True
 
 
+CLUSTER_DIR = Path(os.environ.get("REDIS_CLUSTER_DIR", "/tmp/messagecenter-redis-cluster"))  # noqa: S108
+
+
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A real Redis Cluster: the one at MESSAGECENTER_TEST_CLUSTER_URL, or the
-    local six-node cluster, started here (and stopped after the session)."""
-    started = False
-    if not _cluster_answers():
-        subprocess.run(["bash", str(CLUSTER_SCRIPT), "start"], check=True, capture_output=True)  # noqa: S603, S607
-        started = True
-    assert _cluster_answers(), f"no Redis Cluster answers at {CLUSTER_URL}"
-    yield CLUSTER_URL
-    if started:
-        subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], check=False, capture_output=True)  # noqa: S603, S607
+    local six-node cluster, started here when none answers, and stopped after
+    the session unless another session still uses it. Sessions (the xdist
+    workers of a run, runs side by side) share it as ``scripts/redis-cluster.sh
+    with`` does: each holds the lock file shared while it uses the cluster, and
+    the last one out stops a cluster that one of them started."""
+    mark = CLUSTER_DIR / "started-for-a-run"
+    with open(f"{CLUSTER_DIR}.turn.lock", "w") as turn, open(f"{CLUSTER_DIR}.users.lock", "w") as users:
+        with _flocked(turn):
+            if not _cluster_answers():
+                subprocess.run(["bash", str(CLUSTER_SCRIPT), "start"], check=True, capture_output=True)  # noqa: S603, S607
+                mark.touch()
+            assert _cluster_answers(), f"no Redis Cluster answers at {CLUSTER_URL}"
+            fcntl.flock(users, fcntl.LOCK_SH)
+        yield CLUSTER_URL
+        fcntl.flock(users, fcntl.LOCK_UN)
+        with _flocked(turn):
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # another run is on it: the last one out stops it
+            if mark.exists():
+                subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], check=False, capture_output=True)  # noqa: S603, S607
+
+
+@contextmanager
+def _flocked(handle: Any) -> Iterator[None]:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _celery_workers_unavailable() -> str | None:
