@@ -6,9 +6,12 @@
 
 Every test starts with an empty read model: the Redis database the suite
 uses (db 15 in CI, or the embedded fakeredis server) is flushed around it.
+Each run, and each xdist worker of a run, takes a test slot of its own
+(config/settings/test.py: a Redis db counted down from that one, a PostgreSQL
+test database) and a key prefix of its own (``test:s<slot>:``).
 With ``MESSAGECENTER_REDIS_CLUSTER_URL`` set (``make test-cluster``, the CI's
-third pass) the read model is on a Redis Cluster: the run gets a key prefix of
-its own and only keys under it are deleted, on every master. Tests marked
+third pass) the read model is on a Redis Cluster: only keys under the run's
+prefix are deleted, on every master. Tests marked
 ``not_on_cluster`` are deselected there, visibly, with their reasons;
 ``celery_worker`` tests where no worker can run (no RabbitMQ, SQLite).
 """
@@ -80,12 +83,12 @@ def flush_redis() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _cluster_run_prefix() -> Iterator[None]:
-    """On a cluster every run gets its own key prefix (the test slot's), since
-    runs share the cluster's one database while each has its own plain-Redis db."""
-    if not on_cluster():
-        yield
-        return
+def _run_prefix() -> Iterator[None]:
+    """Every run (each xdist worker) gets a key prefix of its own (its test
+    slot's). Each has a plain-Redis db of its own, but runs share the cluster's
+    one database, and pub/sub channels, named with the prefix, are server-wide:
+    with one prefix, a worker's live events would reach the other's listeners
+    of the same user id (each worker's test database counts ids from 1)."""
     from config.settings.test import TEST_SLOT
 
     with override_settings(MESSAGECENTER_KEY_PREFIX=f"{settings.MESSAGECENTER_KEY_PREFIX}s{TEST_SLOT}:"):
@@ -138,7 +141,7 @@ def _cluster_slot_guard() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _cluster_own_keys(_cluster_run_prefix: None) -> Iterator[None]:
+def _cluster_own_keys(_run_prefix: None) -> Iterator[None]:
     """On a cluster a test's FLUSHDB and SCAN reach only the keys under the
     current prefix: the cluster's one database is shared with other runs (and
     the run's other xdist worker), and tests flush and scan it as they would
@@ -204,7 +207,7 @@ def _script_cache_guard(_script_cache_lock: Any) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _clean_redis(
-    _cluster_run_prefix: None, _cluster_slot_guard: None, _cluster_own_keys: None, _script_cache_guard: None
+    _run_prefix: None, _cluster_slot_guard: None, _cluster_own_keys: None, _script_cache_guard: None
 ) -> Iterator[None]:
     flush_redis()
     yield
