@@ -42,6 +42,7 @@ from redis.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from bench.harness import RoundTrips
 from core.breaker import reset_breakers
@@ -380,6 +381,50 @@ def _sql_flush_test_rows(
 def _fast_flush() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(flush_command, "sql_flush", _sql_flush_test_rows)
+        yield
+
+
+# What WhiteNoise's list of static files depends on (the files, and the headers it gives each).
+STATIC_SETTINGS = (
+    "DEBUG",
+    "FORCE_SCRIPT_NAME",
+    "INSTALLED_APPS",
+    "STATIC_ROOT",
+    "STATIC_URL",
+    "STATICFILES_DIRS",
+    "STATICFILES_FINDERS",
+    "WHITENOISE_ADD_HEADERS_FUNCTION",
+    "WHITENOISE_ALLOW_ALL_ORIGINS",
+    "WHITENOISE_CHARSET",
+    "WHITENOISE_IMMUTABLE_FILE_TEST",
+    "WHITENOISE_INDEX_FILE",
+    "WHITENOISE_MAX_AGE",
+    "WHITENOISE_MIMETYPES",
+    "WHITENOISE_STATIC_PREFIX",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _static_files_listed_once() -> Iterator[None]:
+    """Every test client loads the middleware anew, and WhiteNoise then lists
+    and stats every static file the finders know (~170 files, ~5 ms): a test
+    paid that for each client it made, and many make one per request. The
+    files do not change during a run: each process lists them once for each
+    value of the settings they depend on, and every middleware gets the list."""
+    real = WhiteNoiseMiddleware.add_files_from_finders
+    listed: dict[str, dict[str, Any]] = {}
+
+    def add_files_from_finders(self: WhiteNoiseMiddleware) -> None:
+        key = repr([getattr(settings, name, None) for name in STATIC_SETTINGS])
+        if key in listed:
+            self.files.update(listed[key])
+            return
+        before = dict(self.files)
+        real(self)
+        listed[key] = {url: file for url, file in self.files.items() if before.get(url) is not file}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WhiteNoiseMiddleware, "add_files_from_finders", add_files_from_finders)
         yield
 
 
