@@ -90,9 +90,8 @@ def _run_prefix() -> Iterator[None]:
     one database, and pub/sub channels, named with the prefix, are server-wide:
     with one prefix, a worker's live events would reach the other's listeners
     of the same user id (each worker's test database counts ids from 1)."""
-    from config.settings.test import TEST_SLOT
-
-    with override_settings(MESSAGECENTER_KEY_PREFIX=f"{settings.MESSAGECENTER_KEY_PREFIX}s{TEST_SLOT}:"):
+    slot = getattr(settings, "TEST_SLOT", 0)  # config.settings.test
+    with override_settings(MESSAGECENTER_KEY_PREFIX=f"{settings.MESSAGECENTER_KEY_PREFIX}s{slot}:"):
         yield
 
 
@@ -310,8 +309,9 @@ def redis_cluster_url() -> Iterator[str]:
     local six-node cluster, started here when none answers, and stopped after
     the session unless another session still uses it. Sessions (the xdist
     workers of a run, runs side by side) share it as ``scripts/redis-cluster.sh
-    with`` does: each holds the lock file shared while it uses the cluster, and
-    the last one out stops a cluster that one of them started."""
+    with`` does: each takes turns to join and to leave, holds the users' lock
+    shared while it uses the cluster, and the last one out stops a cluster that
+    one of them started."""
     mark = CLUSTER_DIR / "started-for-a-run"
     with open(f"{CLUSTER_DIR}.turn.lock", "w") as turn, open(f"{CLUSTER_DIR}.users.lock", "w") as users:
         with _flocked(turn):
