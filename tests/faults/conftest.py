@@ -52,11 +52,18 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> tuple[int, IO[str]]:
-    """A free port, with a lock file held for it: two test processes (xdist
-    workers, runs side by side) that both find a port free cannot both take it."""
+# Lock files of the ports this process took, held until RedisServer.close().
+_PORT_LOCKS: dict[int, IO[str]] = {}
+
+
+def _free_port() -> int:
+    """A free port, with a lock file held for it until the server on it is
+    closed: two test processes (xdist workers, runs side by side) that both
+    find a port free cannot both take it."""
     start = BASE_PORT + int(getattr(settings, "TEST_SLOT", 0))
     for port in range(start, start + 200):
+        if port in _PORT_LOCKS:
+            continue
         handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-port-{port}.lock"), "w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,7 +71,8 @@ def _free_port() -> tuple[int, IO[str]]:
             handle.close()
             continue
         if _port_free(port):
-            return port, handle
+            _PORT_LOCKS[port] = handle
+            return port
         handle.close()
     raise RuntimeError("no free port for a test redis-server")
 
@@ -149,12 +157,14 @@ class RedisServer:
             self.process.kill()
             self.process.wait(10)
             self.process = None
+        lock = _PORT_LOCKS.pop(self.port, None)
+        if lock is not None:
+            lock.close()
 
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    port, port_lock = _free_port()
-    server = RedisServer(port=port, workdir=tmp_path)
+    server = RedisServer(port=_free_port(), workdir=tmp_path)
     try:
         server.start()
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
@@ -163,6 +173,5 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
             yield server
     finally:
         server.close()
-        port_lock.close()
         reset_breakers()
         notices_readmodel.clear_local_cache()
