@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# pytest-xdist workers of make test and make test-cluster (0: one process). Each
+# worker takes a test slot of its own (config/settings/test.py: a Redis db, a
+# PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
+TEST_WORKERS ?= 2
 
 .PHONY: setup migrate demo run test test-cluster lint format bench cluster-up cluster-down clean
 
@@ -28,24 +32,19 @@ run: migrate
 	$(PY) manage.py serve $(HOST):$(PORT)
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The Redis-facing tests with the read model on the local six-node Redis
 # Cluster (Django's cache stays on plain Redis). Starts the cluster when none
-# answers on port 7000 and then stops it again; a running one is left alone.
+# answers on port 7000 and then stops it again, unless another run still uses
+# it; a cluster started by hand is left alone (scripts/redis-cluster.sh with).
 # tests/security (input validation, no Redis behaviour) runs in the other passes only.
 CLUSTER_PYTEST_ARGS ?= -m 'not browser' --ignore=tests/browser --ignore=tests/security tests
 test-cluster: setup
-	@started=0; \
-	if ! redis-cli -p 7000 cluster info 2>/dev/null | grep -q cluster_state:ok; then \
-	  bash scripts/redis-cluster.sh start && started=1; \
-	fi; \
 	MESSAGECENTER_REDIS_CLUSTER_URL=redis://127.0.0.1:7000 \
 	DATABASE_URL="$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/messagecenter}" \
 	REDIS_URL="$${REDIS_URL:-redis://127.0.0.1:6379/15}" \
-	  $(PY) -m pytest $(CLUSTER_PYTEST_ARGS); status=$$?; \
-	if [ $$started = 1 ]; then bash scripts/redis-cluster.sh stop; fi; \
-	exit $$status
+	  bash scripts/redis-cluster.sh with $(PY) -m pytest -n $(TEST_WORKERS) $(CLUSTER_PYTEST_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -3,9 +3,18 @@
 # three masters, three replicas), for the cluster tests and for trying the
 # read model on a cluster (MESSAGECENTER_REDIS_CLUSTER_URL=redis://127.0.0.1:7000).
 #   scripts/redis-cluster.sh start|stop|status
+#   scripts/redis-cluster.sh with COMMAND...   run COMMAND with the cluster up (see with_cluster)
 set -euo pipefail
 DIR="${REDIS_CLUSTER_DIR:-/tmp/messagecenter-redis-cluster}"
 PORTS=(7000 7001 7002 7003 7004 7005)
+# Test runs share the cluster (make test-cluster, the session fixture of each
+# xdist worker, a developer's run beside CI): each holds USERS shared while it
+# uses the cluster, and takes TURN to join (start the cluster if none is up)
+# and to leave (stop it if no run is left on it and MARK says a run started
+# it). tests/conftest.py (redis_cluster_url) follows the same protocol.
+USERS="$DIR.users.lock"
+TURN="$DIR.turn.lock"
+MARK="$DIR/started-for-a-run"
 
 start() {
   mkdir -p "$DIR"
@@ -59,9 +68,32 @@ stop() {
 
 status() { redis-cli -p 7000 cluster info 2>/dev/null | head -n 1 || echo "down"; }
 
+up() { redis-cli -p 7000 cluster info 2>/dev/null | grep -q "cluster_state:ok"; }
+
+# Start the cluster unless one is up, run the command, and stop the cluster
+# again if a run started it and no other run still uses it. A cluster started
+# by hand (`start`) stays up. Exits with the command's status.
+with_cluster() {
+  exec 8>"$TURN" 9>"$USERS"
+  flock -x 8
+  if ! up; then
+    start 8>&- 9>&-
+    touch "$MARK"
+  fi
+  flock -s 9
+  flock -u 8
+  local status=0
+  "$@" 8>&- 9>&- || status=$?
+  flock -u 9
+  flock -x 8
+  if flock -xn 9 && [ -e "$MARK" ]; then stop; fi
+  exit "$status"
+}
+
 case "${1:-}" in
-  start) start ;;
+  start) start; rm -f "$MARK" ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  with) shift; with_cluster "$@" ;;
+  *) echo "usage: $0 start|stop|status|with COMMAND..." >&2; exit 2 ;;
 esac

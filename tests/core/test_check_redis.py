@@ -11,6 +11,8 @@ from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import core.redis
 from core import drift, keys
@@ -140,7 +142,9 @@ def test_unknown_area_is_a_command_error(db: None) -> None:
 
 def test_redis_down_exits_2_with_a_message_and_an_error_run(db: None, settings: Any) -> None:
     # Every read-model client comes from core.redis: aim it at a port nothing listens on.
-    dead = redis_py.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
+    dead = redis_py.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
     settings.MESSAGECENTER_REDIS_CLUSTER_URL = ""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core.redis, "get_redis_connection", lambda alias="default": dead)

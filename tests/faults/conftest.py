@@ -8,15 +8,17 @@ read model's client follows) and hands the test ``stop()``, ``start()``,
 and are deselected, visibly, where ``redis-server`` is not installed.
 """
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import redis as redis_py
@@ -26,6 +28,7 @@ from django.test import override_settings
 from config.settings.base import _redis_cache
 from core.breaker import reset_breakers
 from notices import readmodel as notices_readmodel
+from tests.conftest import note_deselection
 
 BASE_PORT = 6390
 
@@ -37,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if chosen:
         config.hook.pytest_deselected(items=chosen)
         items[:] = [item for item in items if not item.get_closest_marker("redis_server")]
-        print(f"\n{len(chosen)} fault tests deselected: redis-server is not installed")
+        note_deselection(config, f"{len(chosen)} fault tests deselected: redis-server is not installed")
 
 
 def _port_free(port: int) -> bool:
@@ -49,11 +52,28 @@ def _port_free(port: int) -> bool:
     return True
 
 
+# Lock files of the ports this process took, held until RedisServer.close().
+_PORT_LOCKS: dict[int, IO[str]] = {}
+
+
 def _free_port() -> int:
+    """A free port, with a lock file held for it until the server on it is
+    closed: two test processes (xdist workers, runs side by side) that both
+    find a port free cannot both take it."""
     start = BASE_PORT + int(getattr(settings, "TEST_SLOT", 0))
     for port in range(start, start + 200):
+        if port in _PORT_LOCKS:
+            continue
+        handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-port-{port}.lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
         if _port_free(port):
+            _PORT_LOCKS[port] = handle
             return port
+        handle.close()
     raise RuntimeError("no free port for a test redis-server")
 
 
@@ -91,10 +111,14 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                if self.client().ping():
+                # Ours, not another process's server that took the port meanwhile.
+                if self.client().info("server")["process_id"] == self.process.pid:
                     return
             except (redis_py.RedisError, OSError):
-                time.sleep(0.02)
+                pass
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
     def stop(self, *, keep_data: bool = False) -> None:
@@ -133,13 +157,16 @@ class RedisServer:
             self.process.kill()
             self.process.wait(10)
             self.process = None
+        lock = _PORT_LOCKS.pop(self.port, None)
+        if lock is not None:
+            lock.close()
 
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(port=_free_port(), workdir=tmp_path)
-    server.start()
     try:
+        server.start()
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
             reset_breakers()
             notices_readmodel.clear_local_cache()  # id lists of the suite's Redis mean nothing here
