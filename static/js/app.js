@@ -35,8 +35,12 @@
     document.dispatchEvent(new CustomEvent("mc:counts", { detail: counts }));
   }
 
+  // An event that comes while a fetch is on its way may postdate that
+  // fetch's answer: fetch once more when it is done.
+  var again = false;
+
   function refresh() {
-    if (inFlight) { return inFlight; }
+    if (inFlight) { again = true; return inFlight; }
     var headers = { "Accept": "application/json" };
     if (etag) { headers["If-None-Match"] = etag; }
     inFlight = fetch(url, { credentials: "same-origin", cache: "no-store", headers: headers })
@@ -47,7 +51,10 @@
       })
       .then(function (data) { if (data) { render(data); } })
       .catch(function () {})
-      .finally(function () { inFlight = null; });
+      .finally(function () {
+        inFlight = null;
+        if (again) { again = false; refresh(); }
+      });
     return inFlight;
   }
 
