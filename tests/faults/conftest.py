@@ -162,11 +162,27 @@ class RedisServer:
             lock.close()
 
 
+def start_private_server(workdir: Path, attempts: int = 5) -> RedisServer:
+    """A started redis-server on a free port. A port can still be taken between
+    the check and the start by a server no lock knows of (one left running by
+    a killed run): ours then exits, and the next free port is tried."""
+    for attempt in range(attempts):
+        server = RedisServer(port=_free_port(), workdir=workdir)
+        try:
+            server.start()
+        except RuntimeError:
+            server.close()
+            if attempt == attempts - 1:
+                raise
+            continue
+        return server
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(port=_free_port(), workdir=tmp_path)
+    server = start_private_server(tmp_path)
     try:
-        server.start()
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
             reset_breakers()
             notices_readmodel.clear_local_cache()  # id lists of the suite's Redis mean nothing here

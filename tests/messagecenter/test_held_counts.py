@@ -33,7 +33,7 @@ from notices import readmodel as notices_readmodel
 from notices.services import announcement_create, announcement_mark_read
 from notices.services import announcement_delete as notice_delete
 from tests.conftest import client_for, round_trips
-from tests.faults.conftest import RedisServer, _free_port
+from tests.faults.conftest import RedisServer, start_private_server
 from tests.messagecenter.conftest import send
 from tests.messagecenter.test_page_cache import CHANGES as INBOX_CHANGES
 from tests.messagecenter.test_page_cache import change_scene
@@ -53,8 +53,7 @@ def _tracking_redis(tmp_path: Path) -> Iterator[RedisServer]:
     tracking, and on a shared server a FLUSHDB of another test process (any
     database) sends every tracking client an invalidation of everything."""
     HELD.clear()
-    server = RedisServer(port=_free_port(), workdir=tmp_path)
-    server.start()
+    server = start_private_server(tmp_path)
     try:
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
             reset_breakers()
