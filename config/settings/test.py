@@ -25,8 +25,21 @@ STORAGES = {
 import fcntl  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
 
 from config.settings.base import CACHES, DATABASES, REDIS_URL, _redis_cache  # noqa: E402
+
+
+def try_lock(name: str) -> Any:
+    """An open file in the temp dir under an exclusive lock, held until it is
+    closed (or the process ends); None when another process holds it."""
+    handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-{name}.lock"), "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
 
 
 def _take_slot(slots: int = 12) -> int:
@@ -36,14 +49,10 @@ def _take_slot(slots: int = 12) -> int:
 
     while True:
         for slot in range(slots):
-            handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-slot-{slot}.lock"), "w")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                handle.close()
-                continue
-            _held_locks.append(handle)
-            return slot
+            handle = try_lock(f"slot-{slot}")
+            if handle is not None:
+                _held_locks.append(handle)
+                return slot
         time.sleep(1)
 
 

@@ -8,13 +8,11 @@ read model's client follows) and hands the test ``stop()``, ``start()``,
 and are deselected, visibly, where ``redis-server`` is not installed.
 """
 
-import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from config.settings.base import _redis_cache
+from config.settings.test import try_lock
 from core.breaker import reset_breakers
 from notices import readmodel as notices_readmodel
 from tests.conftest import note_deselection
@@ -64,11 +63,8 @@ def _free_port() -> int:
     for port in range(start, start + 200):
         if port in _PORT_LOCKS:
             continue
-        handle = open(os.path.join(tempfile.gettempdir(), f"messagecenter-test-port-{port}.lock"), "w")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
+        handle = try_lock(f"port-{port}")
+        if handle is None:
             continue
         if _port_free(port):
             _PORT_LOCKS[port] = handle
