@@ -117,7 +117,10 @@ def start_worker(queue: str, tmp_path: Path) -> Iterator[Any]:
     workers: list[Worker] = []
 
     def start() -> Worker:
-        worker = Worker(name=f"w{len(workers)}", queue=queue, log=tmp_path / f"worker{len(workers)}.log", env=env)
+        # The node name is the queue's too: a worker's remote-control queue on the
+        # broker (<name>.celery.pidbox) is exclusive, and runs side by side share the broker.
+        name = f"w{len(workers)}-{queue}"
+        worker = Worker(name=name, queue=queue, log=tmp_path / f"worker{len(workers)}.log", env=env)
         workers.append(worker)
         return worker
 
