@@ -77,6 +77,23 @@ class Row:
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def timed(
+        cls, case: str, measure: str, ours: Stats, baseline_name: str, theirs: dict[str, Any], **extra: Any
+    ) -> "Row":
+        """Our timings next to the incumbent's (its runner's ``median`` and ``p99``), in seconds."""
+        return cls(
+            case,
+            measure,
+            ours.median,
+            "s",
+            baseline_name,
+            theirs["median"],
+            p99=ours.p99,
+            baseline_p99=theirs["p99"],
+            **extra,
+        )
+
     @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.ours <= 0 or self.baseline <= 0:

@@ -103,16 +103,13 @@ def run(*, users: int, quick: bool) -> list[Row]:
                     inbox_counts(user=counter)
             ours = measure(lambda: inbox_counts(user=counter), repeat=calls, warmup=50)
         rows.append(
-            Row(
+            Row.timed(
                 "unread counts",
                 f"{inbox_items:,} inbox items + {announcements:,} announcements, 30% read, "
                 + ("polled again (held by the process)" if held else "nothing held (the read cache's check)"),
-                ours.median,
-                "s",
+                ours,
                 f"unread().count() ({source})",
-                theirs["median"],
-                p99=ours.p99,
-                baseline_p99=theirs["p99"],
+                theirs,
                 target=20 if held else None,
                 trips=trips.count / 10,
                 max_trips=1,
@@ -147,15 +144,12 @@ def run(*, users: int, quick: bool) -> list[Row]:
     assert set(marked) == {size.mark_items}, set(marked)
     theirs = incumbent["mark_all_read"]
     rows.append(
-        Row(
+        Row.timed(
             "mark-all-read",
             f"{size.mark_items:,} unread items",
-            ours.median,
-            "s",
+            ours,
             f"mark_all_as_read() ({source})",
-            theirs["median"],
-            p99=ours.p99,
-            baseline_p99=theirs["p99"],
+            theirs,
             target=20,
             trips=mark_trips,
             max_trips=1,

@@ -171,15 +171,12 @@ def run(*, users: int, quick: bool) -> list[Row]:
         )
     )
     rows.append(
-        Row(
+        Row.timed(
             "inbox",
             label,
-            ours.median,
-            "s",
+            ours,
             f"first 20 unread + unread count ({incumbent_client.source(incumbent)})",
-            theirs["median"],
-            p99=ours.p99,
-            baseline_p99=theirs["p99"],
+            theirs,
             at_most=1e-3,
             ceiling_on_p99=True,
             note=f"theirs: what its live_unread_notification_list does, for a user with {theirs['items']:,} "
