@@ -53,7 +53,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy core notices messagecenter config scripts
-	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
 
 format: setup
