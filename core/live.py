@@ -108,10 +108,11 @@ def subscribe(*, user_id: int) -> Iterator[Any]:
 def _async_client() -> Any:
     if settings.REDIS_EMBEDDED:
         # fakeredis is the embedded default's server, not a dependency of a
-        # deployment: imported only when the embedded default runs.
-        from fakeredis import aioredis  # import-rules: optional (embedded server)
+        # deployment: imported only when the embedded default runs (listed in
+        # pyproject.toml under [tool.check_imports]).
+        from fakeredis import aioredis
 
-        from core.embedded import SERVER  # import-rules: optional (imports fakeredis)
+        from core.embedded import SERVER
 
         return aioredis.FakeRedis(server=SERVER)
     # The server (and db) the read model uses; its own connection, since a
