@@ -46,10 +46,15 @@ test-cluster: setup
 	REDIS_URL="$${REDIS_URL:-redis://127.0.0.1:6379/15}" \
 	  bash scripts/redis-cluster.sh with $(PY) -m pytest -n $(TEST_WORKERS) $(CLUSTER_PYTEST_ARGS)
 
+# The import rules: import-linter's contracts (layers core < notices <
+# messagecenter, no cycles between sibling modules; pyproject.toml) and
+# scripts/check_imports.py (imports at module top, no module-level cycles).
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy core notices messagecenter config
+	$(PY) -m mypy core notices messagecenter config scripts
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) scripts/check_imports.py
 
 format: setup
 	$(PY) -m ruff check --fix .

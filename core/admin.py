@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from core.models import RedisCheckRun, UserPlatform
+from core.tasks import check_redis_task
 
 
 class UserPlatformInline(admin.TabularInline):
@@ -103,8 +104,6 @@ class RedisCheckRunAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not request.user.has_perm(RUN_PERMISSION):
             raise PermissionDenied
-        from core.tasks import check_redis_task
-
         repair = request.POST.get("repair") == "1"
         try:
             check_redis_task.delay(repair=repair)

@@ -7,4 +7,6 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self) -> None:
-        from core import signals  # noqa: F401  (connects receivers)
+        from core import demo, signals  # noqa: F401  (signals: connects receivers)
+
+        demo.register(self.label, demo.seed)

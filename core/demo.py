@@ -1,11 +1,31 @@
-"""Demo data of the core app: the operator and three users."""
+"""Demo data: the registry of the apps' seeds, and core's own (the operator and three users).
 
+Each app registers a ``seed(stdout)`` from ``AppConfig.ready()``;
+``manage.py seed_demo`` runs them in registration order (INSTALLED_APPS
+order, so users exist before the items addressed to them).
+"""
+
+from collections.abc import Callable
 from typing import TextIO
 
 from django.contrib.auth import get_user_model
 
 from core.models import Platform
 from core.services import user_set_platforms
+
+Seed = Callable[[TextIO], None]
+
+# app label -> its seed, in registration order.
+_seeds: dict[str, Seed] = {}
+
+
+def register(app: str, seed: Seed) -> None:
+    _seeds[app] = seed
+
+
+def seeds() -> list[Seed]:
+    return list(_seeds.values())
+
 
 DEMO_USERS = {
     "alice": ("alice-demo-pass", [Platform.USER, Platform.CUSTOMER]),

@@ -1,7 +1,8 @@
 """Drift between PostgreSQL (the truth) and the Redis read model: find it, mend it.
 
-Each app declares its checks in its ``drift`` module (``CHECKS``, a list of
-``DriftCheck``); ``check_run`` runs them in order, optionally repairs what
+Each app declares its checks (``DriftCheck``) and registers them from its
+``AppConfig.ready()`` (``register``): core names no app. ``check_run`` runs
+them in registration order (the order of INSTALLED_APPS), optionally repairs what
 each found, checks again and records a ``RedisCheckRun``. A repair re-runs
 the idempotent mirror or sync of exactly the things that drifted, never a
 flush, so it is safe while the site serves. ``manage.py check_redis``, the
@@ -16,7 +17,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from importlib import import_module
 from typing import Any
 
 from django.utils import timezone
@@ -27,8 +27,6 @@ from core.models import RedisCheckRun
 
 logger = logging.getLogger(__name__)
 
-# The apps whose ``drift`` module declares checks, in the order they run.
-CHECK_MODULES = ("notices.drift", "messagecenter.drift")
 # Findings kept on a run row (all are counted): a flushed Redis can drift
 # by millions of keys, and the admin only needs enough to see the pattern.
 STORED_FINDINGS = 200
@@ -75,13 +73,22 @@ class UnknownArea(ValueError):
     pass
 
 
+# area -> check, filled by the apps' AppConfig.ready() (``register``).
+_checks: dict[str, DriftCheck] = {}
+
+
+def register(*checks: DriftCheck) -> None:
+    """Add an app's checks; they run after those registered before them.
+
+    Registering an area again replaces its check (a reloaded app stays one entry).
+    """
+    for check in checks:
+        _checks[check.area] = check
+
+
 def drift_checks() -> dict[str, DriftCheck]:
     """Every registered check by area, in running order."""
-    checks: dict[str, DriftCheck] = {}
-    for name in CHECK_MODULES:
-        for check in import_module(name).CHECKS:
-            checks[check.area] = check
-    return checks
+    return dict(_checks)
 
 
 @dataclass

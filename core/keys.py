@@ -422,7 +422,7 @@ def mc_notification_holders() -> str:
 
 
 # --- live updates -------------------------------------------------------------------
-# (owned by messagecenter/readmodel/live.py)
+# (owned by core/live.py, the transport; the counts ETag is messagecenter/readmodel/live.py)
 #
 # Every change to what a user's inbox or announcement counts show bumps the
 # user's version and publishes a small event on the user's channel; the SSE

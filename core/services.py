@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from core.models import UserPlatform
-from core.platforms import clean_platforms
+from core.platforms import clean_platforms, default_platforms
 from core.selectors import PLATFORMS_ATTR
 
 
@@ -32,8 +32,6 @@ def user_set_platforms(*, user: User, platforms: Iterable[str]) -> list[str]:
 
 def user_ensure_default_platform(*, user: User) -> None:
     """Give a new user the default platform (operator for staff, user otherwise)."""
-    from core.platforms import default_platforms
-
     if not UserPlatform.objects.filter(user=user).exists():
         for platform in default_platforms(is_staff=bool(getattr(user, "is_staff", False))):
             UserPlatform.objects.get_or_create(user=user, platform=platform)

@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 
 from core import readmodel
 from core.models import UserPlatform
+from core.services import user_ensure_default_platform
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,6 @@ def user_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **k
     if raw:
         return
     if created:
-        from core.services import user_ensure_default_platform
-
         user_ensure_default_platform(user=instance)
     user_id = instance.pk
     _after_commit(lambda: _user_drop(user_id))

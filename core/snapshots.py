@@ -6,12 +6,16 @@ the same everywhere: a batch PostgreSQL could not take goes back into the
 dirty set (and the error propagates, so the task retries), and a batch read
 while Redis lost its data is handed back untouched (the fresh Redis gets
 restored from PostgreSQL on the next run, before anything is copied).
+
+The apps register their jobs (``register``, from ``AppConfig.ready()``) so
+that ``manage.py snapshot_read_state`` runs them all without core naming an app.
 """
 
 import logging
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from django.db import DatabaseError
 
@@ -20,6 +24,31 @@ from core.progress import Progress
 logger = logging.getLogger(__name__)
 
 Member = TypeVar("Member")
+
+
+class SnapshotRun(Protocol):
+    def __call__(self, *, progress: Progress) -> int: ...
+
+
+@dataclass(frozen=True)
+class SnapshotJob:
+    """One app's read-state snapshot: ``run`` copies what changed and returns the rows written."""
+
+    name: str  # what the rows are, as ``snapshot_read_state`` reports them
+    run: SnapshotRun
+
+
+# name -> job, in registration order (INSTALLED_APPS order).
+_jobs: dict[str, SnapshotJob] = {}
+
+
+def register(*, name: str, run: SnapshotRun) -> None:
+    _jobs[name] = SnapshotJob(name=name, run=run)
+
+
+def snapshot_jobs() -> list[SnapshotJob]:
+    """Every registered job, in registration order."""
+    return list(_jobs.values())
 
 
 class RedisLost(Exception):

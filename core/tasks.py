@@ -1,8 +1,10 @@
 """Celery adapters of the core app."""
 
 from celery import shared_task
+from django.conf import settings
 
 from core import outbox
+from core.drift import check_run
 
 
 @shared_task(name="core.outbox_replay")
@@ -23,10 +25,6 @@ def check_redis_task(repair: bool | None = None) -> dict[str, int | str]:
     ``repair`` None means MESSAGECENTER_CHECK_REPAIR. Idempotent: a repair only
     re-runs mirrors. Redis being down ends in an error run, not a task failure.
     """
-    from django.conf import settings
-
-    from core.drift import check_run
-
     result = check_run(repair=bool(settings.MESSAGECENTER_CHECK_REPAIR) if repair is None else repair)
     return {
         "run": result.run.pk,

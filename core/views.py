@@ -1,5 +1,6 @@
 """Page adapters of the core app and the project's error handlers."""
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -11,7 +12,7 @@ from core.api.exception_handler import error_body
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     try:
-        return redirect(reverse("messagecenter:inbox"))
+        return redirect(reverse(getattr(settings, "MESSAGECENTER_HOME_URL", "")))
     except NoReverseMatch:
         return render(request, "core/home.html")
 

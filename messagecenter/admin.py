@@ -3,7 +3,9 @@ adapts forms to them."""
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -245,8 +247,6 @@ class MessageAdmin(ReadInsightAdmin):
     ) -> HttpResponse:
         """Compose and send: "Preview audience" shows the size and delivery mode first."""
         if not self.has_add_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         form = MessageComposeForm(request.POST or None, request.FILES or None)
         preview: dict[str, Any] | None = None
@@ -260,8 +260,6 @@ class MessageAdmin(ReadInsightAdmin):
             try:
                 if "_send" not in request.POST:
                     size = services.message_audience_preview(**audience)
-                    from django.conf import settings
-
                     pull = size is None or size > int(settings.MESSAGECENTER_PUSH_THRESHOLD)
                     preview = {"size": size, "delivery": "pull" if pull else "push"}
                 else:

@@ -7,11 +7,20 @@ class MessagecenterConfig(AppConfig):
     verbose_name = "Message centre"
 
     def ready(self) -> None:
-        from core import outbox
+        # Core names no app: this app hands it what it contributes (outbox
+        # handlers, drift checks, the snapshot job, the rebuild, demo data).
+        from core import demo, drift, outbox, rebuild, snapshots
+        from messagecenter import demo as messagecenter_demo
+        from messagecenter import drift as messagecenter_drift
         from messagecenter import signals
         from messagecenter.services import inbox
+        from messagecenter.services.snapshots import inbox_read_snapshot
 
         signals.connect()
         outbox.register(signals.MIRROR_TOPIC, signals.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():
             outbox.register(topic, handler)
+        drift.register(*messagecenter_drift.CHECKS)
+        snapshots.register(name="inboxes", run=inbox_read_snapshot)
+        rebuild.register("messagecenter_rebuild")
+        demo.register(self.label, messagecenter_demo.seed)

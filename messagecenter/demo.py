@@ -9,10 +9,20 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
+from django.contrib.contenttypes.models import ContentType
 from django.utils import timezone
 
 from messagecenter import services
-from messagecenter.models import Bulletin, Message, UserGroup
+from messagecenter.models import (
+    Bulletin,
+    Message,
+    MessageType,
+    Notification,
+    NotificationRule,
+    StockLevel,
+    Subscription,
+    UserGroup,
+)
 
 GROUPS = {"staff-news": ["alice", "bob"], "vip": ["alice", "carol"]}
 
@@ -76,12 +86,8 @@ STOCK = [("WH1", "A-01-01", "SKU-1001", 40), ("WH1", "A-01-02", "SKU-1002", -3),
 
 
 def _seed_notifications(stdout: TextIO, *, operator: Any) -> None:
-    """Seed 003's example: the operator subscribes to "replenish" in WH1; a rule
+    """The subscription example: the operator subscribes to "replenish" in WH1; a rule
     turns negative stock into a notification; one notification sent by hand."""
-    from django.contrib.contenttypes.models import ContentType
-
-    from messagecenter.models import MessageType, Notification, NotificationRule, StockLevel, Subscription
-
     replenish = MessageType.objects.filter(code="replenish").first() or services.message_type_create(
         code="replenish", name="Replenish a location"
     )

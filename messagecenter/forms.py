@@ -5,8 +5,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.exceptions import ApplicationError
 from messagecenter import selectors
 from messagecenter.models import CATEGORIES, Bulletin, NotificationRule, UserGroup
+from messagecenter.services import rule_validate
 
 
 class UserListField(forms.CharField):
@@ -95,9 +97,6 @@ class NotificationRuleForm(forms.ModelForm):
         ]
 
     def clean(self) -> dict[str, Any]:
-        from core.exceptions import ApplicationError
-        from messagecenter.services import rule_validate
-
         cleaned = super().clean() or {}
         if self.errors:
             return cleaned

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from core.html import summarize
 from messagecenter.models import Bulletin, Message, Notification
 from messagecenter.readmodel import InboxEntry, to_ms
 
@@ -51,8 +52,6 @@ def bulletin_entry(bulletin: Bulletin) -> InboxEntry:
 
 
 def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
-    from core.html import summarize
-
     return {
         "id": bulletin.ref,
         "kind": "bulletin",
@@ -78,8 +77,6 @@ def notification_entry(notification: Notification) -> InboxEntry:
 
 
 def notification_detail(notification: Notification) -> dict[str, Any]:
-    from core.html import summarize
-
     return {
         "id": notification.ref,
         "kind": "notification",

@@ -35,6 +35,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
+from notices.selectors import COUNT_SCRIPT, announcement_count_call, announcement_count_settle, announcement_counts
 
 logger = logging.getLogger(__name__)
 
@@ -247,9 +248,6 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
     A repeated poll is answered from this process (``inbox.COUNTS_HELD``, no
     round trip) for as long as Redis reports none of what the answer was read
     from changed and no expiry or publish time has passed."""
-    from notices.readmodel import COUNT_SCRIPT
-    from notices.selectors import announcement_count_call, announcement_count_settle, announcement_counts
-
     now = now or timezone.now()
     now_ms = to_ms(now)
     held_as = (int(user.pk), tuple(user_platforms(user=user)))

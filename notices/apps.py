@@ -7,8 +7,17 @@ class NoticesConfig(AppConfig):
     verbose_name = "Announcements"
 
     def ready(self) -> None:
-        from core import outbox
+        # Core names no app: this app hands it what it contributes (outbox
+        # handlers, drift checks, the snapshot job, the rebuild, demo data).
+        from core import demo, drift, outbox, rebuild, snapshots
+        from notices import demo as notices_demo
+        from notices import drift as notices_drift
         from notices import services, signals  # signals: connects receivers
+        from notices.snapshots import announcement_read_snapshot
 
         outbox.register(signals.PLATFORM_SYNC_TOPIC, signals.replay_platform_sync)
         outbox.register(services.READ_TOPIC, services.replay_mark)
+        drift.register(*notices_drift.CHECKS)
+        snapshots.register(name="announcements", run=announcement_read_snapshot)
+        rebuild.register("notices_rebuild")
+        demo.register(self.label, notices_demo.seed)

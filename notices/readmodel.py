@@ -38,8 +38,10 @@ from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
 from core.exceptions import LimitExceeded
 from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
+from core.live import inbox_changed
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis, is_cluster
+from notices.models import Announcement
 
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
@@ -123,8 +125,6 @@ def _platform_entries(platform: str) -> list[Entry]:
     bounded; their bitmaps remain for statistics until the announcement is deleted.
     Uses the index announcementplatform_idx.
     """
-    from notices.models import Announcement
-
     now = timezone.now()
     connection = connections[router.db_for_read(Announcement)]
     if connection.vendor != "postgresql":  # the embedded SQLite default: the ORM's portable query
@@ -507,9 +507,7 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     if changed:
         # The inbox counts include unread announcements: open pages refresh,
         # and the counts ETag moves on.
-        from messagecenter.readmodel import live
-
-        live.inbox_changed(user_ids=[user_id], reason="announcement")
+        inbox_changed(user_ids=[user_id], reason="announcement")
     return changed
 
 

@@ -131,9 +131,14 @@ def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str,
     return {"read": read, "unread": len(visible) - read}
 
 
+# The script ``announcement_count_call`` describes a call of: a caller that runs
+# the call in its own round trip queues it on this (``COUNT_SCRIPT.queue``).
+COUNT_SCRIPT = readmodel.COUNT_SCRIPT
+
+
 def announcement_count_call(*, user: User, now: datetime) -> readmodel.CountCall | None:
     """The cached count's script call of a one-platform user, for a caller that
-    runs it in its own round trip (``readmodel.COUNT_SCRIPT.queue``); None when
+    runs it in its own round trip (``COUNT_SCRIPT.queue``); None when
     ``announcement_counts`` must answer instead (several platforms)."""
     platforms = user_platforms(user=user)
     if not user.is_authenticated or len(platforms) != 1:

@@ -186,6 +186,9 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Where "/" sends a signed-in user (a URL name): the project picks the page,
+# core's home view names no app. Unset or unknown: core's own home page.
+MESSAGECENTER_HOME_URL: str = "messagecenter:inbox"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

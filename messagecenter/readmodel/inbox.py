@@ -36,12 +36,11 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
 
-from core import keys
+from core import keys, live
 from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
-from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads

@@ -8,10 +8,9 @@ from django.conf import settings
 from pyroaring import BitMap
 from redis.crc import key_slot
 
-from core import keys
+from core import keys, live
 from core.lua import Packed, pack_filled
 from core.redis import get_redis, is_cluster
-from messagecenter.readmodel import live
 from messagecenter.readmodel.entries import (
     CATEGORY_ORDER,
     DELIVER_SCRIPT,

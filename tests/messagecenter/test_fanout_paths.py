@@ -11,10 +11,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from core import keys
+from core import live as live_transport
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import InboxEntry, inbox, publish
-from messagecenter.readmodel import live as live_readmodel
 from messagecenter.readmodel.entries import DELIVER_SCRIPT
 from messagecenter.services import messages
 from tests.factories import UserFactory
@@ -57,7 +57,7 @@ def test_every_key_of_the_layout_is_written(redis: Any, notification: bool, expi
         assert redis.hget(keys.mc_inbox_counters(user_id), "system") == b"1"
         assert redis.smembers(keys.mc_inbox_months(user_id)) == {str(MONTH).encode()}
         assert redis.getbit(keys.mc_push_bitmap(user_id, MONTH), entry.offset) == 1
-        assert live_readmodel.user_version(user_id=user_id) == 1
+        assert live_transport.user_version(user_id=user_id) == 1
         # The expiry zset holds the item only when it expires; untouched otherwise.
         assert redis.zscore(keys.mc_inbox_expiry(user_id), entry.member) == (expire_ms or None)
         assert redis.exists(keys.mc_inbox_expiry(user_id)) == (1 if expire_ms else 0)
@@ -85,7 +85,7 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
     assert inbox.inbox_counts(user_id=reader.pk, now_ms=2).unread_by_category["system"] == 0
     assert inbox.inbox_counts(user_id=plain.pk, now_ms=2).unread_by_category["system"] == 1
     assert redis.zscore(keys.mc_inbox(reader.pk), entry.member) == entry.score
-    assert [live_readmodel.user_version(user_id=u.pk) for u in (hider, reader, plain)] == [0, 1, 1]
+    assert [live_transport.user_version(user_id=u.pk) for u in (hider, reader, plain)] == [0, 1, 1]
 
 
 def test_the_script_refuses_keys_that_do_not_fit_the_stride(redis: Any) -> None:

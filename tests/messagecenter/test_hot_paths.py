@@ -15,11 +15,11 @@ from django.test import override_settings
 from redis.crc import key_slot
 
 from core import keys
+from core import live as live_transport
 from core.redis import get_redis, is_cluster
 from messagecenter import services
 from messagecenter.models import Message
 from messagecenter.readmodel import InboxEntry, inbox, publish
-from messagecenter.readmodel import live as live_readmodel
 from messagecenter.selectors import inbox_counts, inbox_list
 from tests.conftest import round_trips
 from tests.factories import UserFactory
@@ -84,20 +84,20 @@ def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPa
         assert counts.unread_by_category["promotion"] == expected, user
         assert redis.zscore(keys.mc_inbox(user.pk), entry.member) == (None if user is hider else entry.score)
         assert redis.getbit(keys.mc_push_bitmap(user.pk, MONTH), entry.offset) == (0 if user is hider else 1)
-        assert live_readmodel.user_version(user_id=user.pk) == (0 if user is hider else 1)
+        assert live_transport.user_version(user_id=user.pk) == (0 if user is hider else 1)
     assert {m.decode() for m in redis.smembers(keys.mc_inbox_months(users[0].pk))} == {str(MONTH)}
 
     # A rerun (retried task) changes nothing: no inbox gains it, no version moves.
     assert publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=3) == 0
-    assert [live_readmodel.user_version(user_id=u.pk) for u in users] == [1, 0, 1, 1, 1]
+    assert [live_transport.user_version(user_id=u.pk) for u in users] == [1, 0, 1, 1, 1]
 
 
 @SINGLE_REDIS
 def test_each_recipient_hears_of_the_delivery_from_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(publish, "DELIVER_BATCH", 2)
     users = [UserFactory() for _ in range(3)]
-    live_readmodel.inbox_changed(user_ids=[users[2].pk], reason="read")  # version 1 before the delivery
-    subscriptions = [live_readmodel.subscribe(user_id=u.pk) for u in users]
+    live_transport.inbox_changed(user_ids=[users[2].pk], reason="read")  # version 1 before the delivery
+    subscriptions = [live_transport.subscribe(user_id=u.pk) for u in users]
     pubsubs = [s.__enter__() for s in subscriptions]
     try:
         publish.inbox_deliver(entry=_entry(), user_ids=[u.pk for u in users], now_ms=1)
@@ -105,7 +105,7 @@ def test_each_recipient_hears_of_the_delivery_from_the_script(monkeypatch: pytes
         for pubsub in pubsubs:
             deadline, event = time.monotonic() + 2, None
             while event is None and time.monotonic() < deadline:
-                event = live_readmodel.decode_event(pubsub.get_message(timeout=0.2))
+                event = live_transport.decode_event(pubsub.get_message(timeout=0.2))
             got.append(event)
     finally:
         for subscription in subscriptions:
@@ -120,9 +120,9 @@ def test_only_listened_channels_get_the_event_and_every_version_still_moves(monk
     # last) and recipients without one in between, two calls of four.
     monkeypatch.setattr(publish, "DELIVER_BATCH", 4)
     users = [UserFactory() for _ in range(8)]
-    live_readmodel.inbox_changed(user_ids=[users[5].pk], reason="read")  # version 1 before the delivery
+    live_transport.inbox_changed(user_ids=[users[5].pk], reason="read")  # version 1 before the delivery
     listened = [users[0], users[2], users[3], users[5]]
-    subscriptions = [live_readmodel.subscribe(user_id=u.pk) for u in listened]
+    subscriptions = [live_transport.subscribe(user_id=u.pk) for u in listened]
     pubsubs = [s.__enter__() for s in subscriptions]
     try:
         assert publish.inbox_deliver(entry=_entry(), user_ids=[u.pk for u in users], now_ms=1) == 8
@@ -130,7 +130,7 @@ def test_only_listened_channels_get_the_event_and_every_version_still_moves(monk
         for pubsub in pubsubs:
             events, deadline = [], time.monotonic() + 1
             while time.monotonic() < deadline and len(events) < 2:
-                event = live_readmodel.decode_event(pubsub.get_message(timeout=0.1))
+                event = live_transport.decode_event(pubsub.get_message(timeout=0.1))
                 if event is not None:
                     events.append(event)
             got.append(events)
@@ -139,7 +139,7 @@ def test_only_listened_channels_get_the_event_and_every_version_still_moves(monk
             subscription.__exit__(None, None, None)
     # Exactly one event each, carrying the version the delivery gave that recipient.
     assert got == [[{"v": 1, "reason": "deliver"}]] * 3 + [[{"v": 2, "reason": "deliver"}]]
-    assert [live_readmodel.user_version(user_id=u.pk) for u in users] == [1, 1, 1, 1, 1, 2, 1, 1]
+    assert [live_transport.user_version(user_id=u.pk) for u in users] == [1, 1, 1, 1, 1, 2, 1, 1]
     for user in users:
         assert inbox.inbox_counts(user_id=user.pk, now_ms=2).unread_by_category["promotion"] == 1
 
@@ -200,7 +200,7 @@ def test_fanout_on_a_real_cluster(redis_cluster_url: str) -> None:
             assert publish.inbox_deliver(entry=_entry(), user_ids=user_ids, now_ms=1, notification=True) == 0
             for user_id in (1, 17, 40):
                 assert inbox.inbox_counts(user_id=user_id, now_ms=2).unread_by_category["promotion"] == 1
-                assert live_readmodel.user_version(user_id=user_id) == 1
+                assert live_transport.user_version(user_id=user_id) == 1
     finally:
         probe = RedisCluster.from_url(redis_cluster_url, socket_connect_timeout=0.3)
         for node in probe.get_primaries():
@@ -397,7 +397,7 @@ def test_read_all_on_a_settled_inbox_skips_planning(
     _page(recipient)
     now_ms = int(clock.now.timestamp() * 1000)
     redis = get_redis()
-    version = live_readmodel.user_version(user_id=recipient.pk)
+    version = live_transport.user_version(user_id=recipient.pk)
     redis.delete(keys.mc_snapshot_dirty())
     with round_trips() as trips:
         assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 3
@@ -407,7 +407,7 @@ def test_read_all_on_a_settled_inbox_skips_planning(
     assert _page(recipient)[1] == 0
     assert redis.llen(keys.mc_first_reads_pending()) == 1
     assert redis.smembers(keys.mc_snapshot_dirty()) == {f"{recipient.pk}:{clock.now:%Y%m}".encode()}
-    assert live_readmodel.user_version(user_id=recipient.pk) == version + 1
+    assert live_transport.user_version(user_id=recipient.pk) == version + 1
     services.inbox_first_reads_fold()
     refs = [f"m{m.pk}" for m in Message.objects.filter(title__in=["T0", "T1", "T2"])]
     assert all(redis.hgetall(keys.mc_item_read_hours(ref)) for ref in refs)

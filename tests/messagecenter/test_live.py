@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from core import live as live_transport
 from messagecenter import live, services
-from messagecenter.readmodel import live as live_readmodel
 from notices.services import announcement_create, announcement_mark_read
 from tests.conftest import client_for
 from tests.messagecenter.conftest import make_group, send
@@ -33,7 +33,7 @@ def events(pubsub: Any, *, wait: float = 1.0) -> list[dict[str, Any]]:
     deadline = time.monotonic() + wait
     while (remaining := deadline - time.monotonic()) > 0:
         # None also stands for the (ignored) subscribe confirmation: keep waiting.
-        event = live_readmodel.decode_event(pubsub.get_message(timeout=remaining))
+        event = live_transport.decode_event(pubsub.get_message(timeout=remaining))
         if event is not None:
             found.append(event)
             deadline = time.monotonic() + 0.2
@@ -51,7 +51,7 @@ def parse_frames(chunks: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
 
 @PUBSUB_ONLY
 def test_every_inbox_change_bumps_the_version_and_publishes(operator: Any, recipient: Any) -> None:
-    with live_readmodel.subscribe(user_id=recipient.pk) as pubsub:
+    with live_transport.subscribe(user_id=recipient.pk) as pubsub:
         message = send(operator, to={"users": [recipient]})
         item_id = f"m{message.pk}"
         services.inbox_mark_read(user=recipient, item_id=item_id)
@@ -62,26 +62,26 @@ def test_every_inbox_change_bumps_the_version_and_publishes(operator: Any, recip
         got = events(pubsub)
     assert [e["reason"] for e in got] == ["deliver", "read", "unread", "read_all", "seen", "hide"]
     assert [e["v"] for e in got] == [1, 2, 3, 4, 5, 6]
-    assert live_readmodel.user_version(user_id=recipient.pk) == 6
+    assert live_transport.user_version(user_id=recipient.pk) == 6
 
 
 @PUBSUB_ONLY
 def test_only_the_addressed_users_hear_of_a_delivery(operator: Any, recipient: Any, outsider: Any) -> None:
     group = make_group("team", recipient)
     with (
-        live_readmodel.subscribe(user_id=recipient.pk) as mine,
-        live_readmodel.subscribe(user_id=outsider.pk) as theirs,
+        live_transport.subscribe(user_id=recipient.pk) as mine,
+        live_transport.subscribe(user_id=outsider.pk) as theirs,
     ):
         send(operator, to={"groups": [group]})
         assert [e["reason"] for e in events(mine)] == ["deliver"]
         assert events(theirs, wait=0.3) == []
-    assert live_readmodel.user_version(user_id=outsider.pk) == 0
+    assert live_transport.user_version(user_id=outsider.pk) == 0
 
 
 @PUBSUB_ONLY
 def test_reading_an_announcement_is_an_inbox_change(operator: Any, recipient: Any) -> None:
     announcement = announcement_create(author=operator, title="A", body_html="<p>x</p>", platforms=["user"])
-    with live_readmodel.subscribe(user_id=recipient.pk) as pubsub:
+    with live_transport.subscribe(user_id=recipient.pk) as pubsub:
         announcement_mark_read(user=recipient, announcement_id=announcement.pk)
         announcement_mark_read(user=recipient, announcement_id=announcement.pk)  # no change, no event
         assert [e["reason"] for e in events(pubsub)] == ["announcement"]
@@ -90,17 +90,17 @@ def test_reading_an_announcement_is_an_inbox_change(operator: Any, recipient: An
 def test_a_failing_publish_never_fails_the_write(
     operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = live_readmodel.get_redis
+    real = live_transport.get_redis
 
     class Broken:
         def __getattr__(self, name: str) -> Any:  # every command, script or pipeline
             raise RedisConnectionError("down")
 
-    monkeypatch.setattr(live_readmodel, "get_redis", lambda: Broken())
+    monkeypatch.setattr(live_transport, "get_redis", lambda: Broken())
     message = send(operator, to={"users": [recipient]})
     assert services.inbox_mark_read(user=recipient, item_id=f"m{message.pk}") is True
     assert "not published" in caplog.text
-    monkeypatch.setattr(live_readmodel, "get_redis", real)
+    monkeypatch.setattr(live_transport, "get_redis", real)
     body = client_for(recipient).get("/api/v1/inbox/").json()
     assert ids_of(body) == [f"m{message.pk}"]
     assert body["results"][0]["read"] is True
@@ -197,7 +197,7 @@ def test_async_stream_forwards_events(operator: Any, recipient: Any, settings: A
         stream = live.inbox_event_stream_async(user_id=recipient.pk)
         chunks = [await anext(stream)]
         # Publish from another thread while the loop waits on the subscription.
-        await asyncio.to_thread(live_readmodel.inbox_changed, user_ids=[recipient.pk], reason="deliver")
+        await asyncio.to_thread(live_transport.inbox_changed, user_ids=[recipient.pk], reason="deliver")
         while not any(b"event: inbox" in c for c in chunks):
             chunks.append(await asyncio.wait_for(anext(stream), timeout=3))
         await stream.aclose()
@@ -227,14 +227,14 @@ def test_stream_endpoint_sends_pages_to_polling_when_it_cannot_stream(
 ) -> None:
     client = Client()
     client.force_login(recipient)
-    monkeypatch.setattr(live_readmodel, "available", lambda: False)
+    monkeypatch.setattr(live_transport, "available", lambda: False)
     assert client.get(STREAM).status_code == 204  # Redis Cluster: EventSource stops, the page polls
-    monkeypatch.setattr(live_readmodel, "available", lambda: True)
+    monkeypatch.setattr(live_transport, "available", lambda: True)
 
     def down(*, user_id: int) -> int:
         raise RedisConnectionError("down")
 
-    monkeypatch.setattr(live_readmodel, "user_version", down)
+    monkeypatch.setattr(live_transport, "user_version", down)
     assert client.get(STREAM).status_code == 503
 
 

@@ -1,5 +1,6 @@
 """``manage.py rebuild_redis``: restore every Redis structure from PostgreSQL.
 
+Runs every app's rebuild command (``core.rebuild.register``) in turn.
 Idempotent and safe while the site serves: each app's rebuild writes what
 PostgreSQL holds now, and restores read state (announcement read bitmaps,
 inbox read bitmaps, unseen watermarks) from the durable snapshots only where
@@ -14,7 +15,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-REBUILDS = ("notices_rebuild", "messagecenter_rebuild")
+from core.rebuild import rebuild_commands
 
 
 class Command(BaseCommand):
@@ -24,7 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
     def handle(self, *args: Any, quiet: bool = False, **options: Any) -> None:
-        for name in REBUILDS:
+        for name in rebuild_commands():
             if not quiet:
                 self.stdout.write(f"{name}:")
             call_command(name, stdout=self.stdout, quiet=quiet)

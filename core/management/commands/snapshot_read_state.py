@@ -1,8 +1,9 @@
 """``manage.py snapshot_read_state``: copy changed read state to PostgreSQL now.
 
 The same work as the periodic snapshot tasks (every
-``MESSAGECENTER_SNAPSHOT_SECONDS``): announcement read bitmaps, inbox read
-bitmaps and unseen watermarks that changed since the last run. Useful before
+``MESSAGECENTER_SNAPSHOT_SECONDS``): every job the apps registered
+(``core.snapshots.register``; announcement read bitmaps, inbox read bitmaps and
+unseen watermarks) copies what changed since the last run. Useful before
 planned Redis maintenance, to shrink the loss window to nothing.
 """
 
@@ -11,8 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from core.progress import SILENT, Progress
-from messagecenter.services.snapshots import inbox_read_snapshot
-from notices.snapshots import announcement_read_snapshot
+from core.snapshots import snapshot_jobs
 
 
 class Command(BaseCommand):
@@ -23,7 +23,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, quiet: bool = False, **options: Any) -> None:
         progress = SILENT if quiet else Progress(self.stdout)
-        announcements = announcement_read_snapshot(progress=progress)
-        inboxes = inbox_read_snapshot(progress=progress)
+        written = [(job.name, job.run(progress=progress)) for job in snapshot_jobs()]
         if not quiet:
-            self.stdout.write(f"  rows written: announcements {announcements}, inboxes {inboxes}")
+            self.stdout.write(f"  rows written: {', '.join(f'{name} {rows}' for name, rows in written)}")

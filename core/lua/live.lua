@@ -4,7 +4,7 @@
 -- KEYS[1] the user's live version counter.
 -- ARGV[1] the user's pub/sub channel ("" = no pub/sub: Redis Cluster, where
 -- pages poll), ARGV[2] event head, ARGV[3] event tail (the event is
--- head .. version .. tail, see readmodel/live.py event_parts).
+-- head .. version .. tail, see core/live.py event_parts).
 -- Returns the new version.
 
 local version = redis.call("INCR", KEYS[1])
