@@ -7,4 +7,10 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self) -> None:
+        from django.urls import register_converter
+
+        from core.converters import IdConverter
+
+        # Registered before any URLconf is imported: every app's id paths use it.
+        register_converter(IdConverter, "id")
         from core import signals  # noqa: F401  (connects receivers)

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS
 from core.params import parse_limit
 from core.permissions import IsOperator
@@ -168,8 +168,8 @@ class AnnouncementCreateApi(APIView):
         body_html = StrictCharField(max_length=MAX_BODY)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field()
-        publish_at = serializers.DateTimeField(required=False, allow_null=True)
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        publish_at = TimeField(required=False, allow_null=True)
+        expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):
@@ -204,8 +204,8 @@ class AnnouncementManageApi(APIView):
         body_html = StrictCharField(max_length=MAX_BODY, required=False)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field(required=False)
-        publish_at = serializers.DateTimeField(required=False, allow_null=True)
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        publish_at = TimeField(required=False, allow_null=True)
+        expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):
