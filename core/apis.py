@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.shortcuts import get_object_or_404
@@ -144,4 +145,5 @@ class HealthApi(APIView):
     )
     def get(self, request: Request) -> Response:
         body, code = health_status()
-        return Response(body, status=code)
+        headers = {"Retry-After": str(int(settings.DATABASE_RETRY_AFTER_SECONDS))} if code == 503 else None
+        return Response(body, status=code, headers=headers)

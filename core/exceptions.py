@@ -3,6 +3,11 @@ handler renders them as the envelope of API.md, pages as form errors."""
 
 from typing import Any
 
+import psycopg
+from django.db import InterfaceError, OperationalError
+
+_OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
 
 class ApplicationError(Exception):
     """Base of every domain error: a stable ``code``, a human ``message``."""
@@ -52,3 +57,16 @@ class LimitExceeded(ApplicationError):
 
     status_code = 400
     code = "out_of_range"
+
+
+def is_database_outage(exc: BaseException | None) -> bool:
+    """True for errors meaning PostgreSQL cannot be reached or the connection
+    died (as opposed to a query bug): Django's wrapped ones and psycopg's own,
+    which escape Django's wrapper when they come from the pool or a connect."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, _OUTAGE_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

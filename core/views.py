@@ -1,11 +1,15 @@
 """Page adapters of the core app and the project's error handlers."""
 
+import sys
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 
 from core.api.exception_handler import error_body
+from core.exceptions import is_database_outage
+from core.middleware import database_unavailable_response
 
 
 @login_required
@@ -27,6 +31,10 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Errors raised outside a view (a middleware, the session saved on the way
+    # out) land here; a PostgreSQL outage among them is a 503, not our bug.
+    if is_database_outage(sys.exc_info()[1]):
+        return database_unavailable_response(request)
     if _wants_json(request):
         return JsonResponse(error_body("server_error", "Something went wrong on our side."), status=500)
     return render(request, "500.html", status=500)

@@ -45,6 +45,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
+    # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
+    "core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -78,6 +80,8 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Retry-After of the 503 answered while PostgreSQL cannot be reached.
+DATABASE_RETRY_AFTER_SECONDS: int = env.int("DATABASE_RETRY_AFTER_SECONDS", default=30)
 
 # --- Redis ------------------------------------------------------------------
 # The read model and Django's cache share django-redis's "default" alias.
