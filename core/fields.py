@@ -5,7 +5,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 # Our tables use bigint keys; auth_user.id is a PostgreSQL integer and user
@@ -79,15 +78,6 @@ def id_value(raw: Any, *, max_value: int = MAX_ROW_ID) -> int | None:
     return value if 1 <= value <= max_value else None
 
 
-@extend_schema_field(
-    {
-        "oneOf": [
-            {"type": "string", "pattern": f"^{ID_PATTERN}$"},
-            {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
-        ],
-        "description": "An id as the API returned it (a string of digits); a JSON integer is accepted too.",
-    }
-)
 class IdField(serializers.Field):
     """Every id a request carries: ``"8"`` (the form responses give) or ``8``.
 

@@ -241,6 +241,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every <id:...> path parameter: the spelling core.converters.IdConverter
+    # accepts (core.fields.ID_PATTERN; a test holds the two equal).
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]{0,18}$", "description": "An id as the API returned it."}
+    },
 }
 
 # --- The message centre's own tunables (MESSAGECENTER_*) ------------------------
