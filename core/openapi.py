@@ -83,7 +83,7 @@ class TimeFieldExtension(OpenApiSerializerFieldExtension):
     target_class = "core.fields.TimeField"
 
     def map_serializer_field(self, auto_schema: Any, direction: Direction) -> Any:
-        schema = build_basic_type(OpenApiTypes.DATETIME)
+        schema: dict[str, Any] = dict(build_basic_type(OpenApiTypes.DATETIME) or {})
         if direction == "request":
             schema["description"] = (
                 f"ISO 8601 (without an offset: UTC), from {EARLIEST_TIME.date()} up to {LATEST_TIME.date()}."
