@@ -34,6 +34,17 @@ class ValidationFailed(ApplicationError):
     code = "invalid"
 
 
+class TooManyAttempts(ApplicationError):
+    """Sign-in attempts over the limit for this username or address."""
+
+    status_code = 429
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class NotFound(ApplicationError):
     """Absent, or not addressed to the caller: the two are never told apart."""
 

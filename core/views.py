@@ -1,7 +1,9 @@
 """Page adapters of the core app and the project's error handlers."""
 
 import sys
+from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -50,3 +52,16 @@ def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if _wants_json(request):
         return JsonResponse(error_body("permission_denied", "Not allowed."), status=403)
     return render(request, "403.html", status=403)
+
+
+def locked_out(request: HttpRequest, *args: Any) -> HttpResponse:
+    """django-axes' lockout answer (``AXES_LOCKOUT_CALLABLE``): 429 with
+    ``Retry-After``, the envelope for the API, a page for people."""
+    seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    response: HttpResponse
+    if _wants_json(request):
+        response = JsonResponse(error_body("throttled", "Too many failed sign-ins; try again later."), status=429)
+    else:
+        response = render(request, "registration/locked_out.html", {"minutes": seconds // 60}, status=429)
+    response["Retry-After"] = str(seconds)
+    return response

@@ -50,7 +50,9 @@ def _first_message(detail: Any) -> str:
 
 def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
-        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+        retry_after = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code, headers=headers)
     if is_database_outage(exc):
         # PostgreSQL is down or the connection died: the client may retry, the
         # request was not wrong. (Pages get the same answer from the middleware.)
