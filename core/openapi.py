@@ -100,8 +100,8 @@ class AutoSchema(_AutoSchema):
     """
 
     def _get_response_bodies(self, direction: Direction = "response") -> dict[str, Any]:
-        # Stated centrally: any operation can meet a PostgreSQL outage (503), and
-        # exactly the throttled ones answer 429.
+        # Stated centrally: any operation can meet a PostgreSQL outage (503), any
+        # body can be too large (413), and exactly the throttled ones answer 429.
         responses: dict[str, Any] = super()._get_response_bodies(direction)
         throttled = bool(self.view.get_throttles())
         if throttled and "429" not in responses:
@@ -110,6 +110,11 @@ class AutoSchema(_AutoSchema):
             }
         elif not throttled:
             responses.pop("429", None)
+        if self.method != "GET" and "413" not in responses:
+            # core.middleware.RequestSizeLimitMiddleware refuses any oversize API body.
+            responses["413"] = self._get_response_for_code(ErrorEnvelope, "413", direction=direction) | {
+                "description": _DESCRIPTIONS[413]
+            }
         if "503" not in responses:
             responses["503"] = self._get_response_for_code(ErrorEnvelope, "503", direction=direction) | {
                 "description": _DESCRIPTIONS[503]

@@ -126,3 +126,9 @@ def test_every_time_input_states_its_range(schema: dict[str, Any]) -> None:
     since = [prm for _, _, op in _operations(schema) for prm in op.get("parameters", []) if prm["name"] == "since"]
     assert since
     assert all("from 1970-01-01 up to 2100-01-01" in prm["description"] for prm in since)
+
+
+def test_every_write_states_413(schema: dict[str, Any]) -> None:
+    for path, method, op in _operations(schema):
+        if method != "get":
+            assert op["responses"]["413"]["content"]["application/json"]["schema"]["$ref"] == ERROR_REF, (method, path)
