@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from core.api.exception_handler import error_body
+from core.api.exception_handler import error_body, unavailable_body
 from core.exceptions import is_database_outage
 
 logger = logging.getLogger(__name__)
@@ -38,9 +38,7 @@ def database_unavailable_response(request: HttpRequest) -> HttpResponse:
     retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
     response: HttpResponse
     if request.path.startswith("/api/") or request.path == "/healthz":
-        response = JsonResponse(
-            error_body("service_unavailable", "The service is briefly unavailable; please retry shortly."), status=503
-        )
+        response = JsonResponse(unavailable_body(), status=503)
     else:
         # No request context: the page must render without the database (no
         # user, no messages, no session lookups).
@@ -66,7 +64,5 @@ class DatabaseUnavailableMiddleware:
         if not is_database_outage(exception):
             return None
         # (Django drops the broken connection when the request finishes.)
-        logger.warning(
-            "PostgreSQL unavailable on %s %s: %s", request.method, request.path, exception, exc_info=exception
-        )
+        logger.warning("PostgreSQL unavailable on %s %s: %s", request.method, request.path, exception)
         return database_unavailable_response(request)

@@ -38,6 +38,11 @@ def error_body(code: str, message: str, fields: Any = None) -> dict[str, Any]:
     return {"error": error}
 
 
+def unavailable_body() -> dict[str, Any]:
+    """The 503 envelope of a PostgreSQL outage (the API's handler and the middleware)."""
+    return error_body("service_unavailable", "The service is briefly unavailable; please retry shortly.")
+
+
 def _first_message(detail: Any) -> str:
     if isinstance(detail, dict):
         for key, value in detail.items():
@@ -59,7 +64,7 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
         logger.warning("PostgreSQL unavailable: %s", exc)
         retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
         return Response(
-            error_body("service_unavailable", "The service is briefly unavailable; please retry shortly."),
+            unavailable_body(),
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": retry_after},
         )
