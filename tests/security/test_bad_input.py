@@ -489,6 +489,59 @@ INT_ID_PATHS = [
 ]
 
 
+# Every id path with a real id, in the string form responses give it (bodies too).
+def announcement_pk(w: World) -> int:
+    return int(w.public_announcement.pk)
+
+
+def bulletin_pk(w: World) -> int:
+    return int(w.alice_bulletin.pk)
+
+
+def group_pk(w: World) -> int:
+    return int(w.alice_group.pk)
+
+
+GOOD_ID_PATHS: list[tuple[str, str, str, Callable[[World], int], Callable[[World], Any] | None, int]] = [
+    ("alice", "get", "/api/v1/announcements/{id}/", announcement_pk, None, 200),
+    ("alice", "post", "/api/v1/announcements/{id}/read/", announcement_pk, None, 204),
+    ("alice", "post", "/api/v1/announcements/{id}/unread/", announcement_pk, None, 204),
+    ("operator", "put", "/api/v1/manage/users/{id}/platforms/", lambda w: w.mallory.pk,
+     lambda w: {"platforms": ["user"]}, 200),
+    ("operator", "post", "/api/v1/manage/user-groups/{id}/members/", group_pk,
+     lambda w: {"user_ids": [str(w.mallory.pk)]}, 200),
+    ("operator", "delete", "/api/v1/manage/user-groups/{id}/members/", group_pk,
+     lambda w: {"user_ids": [str(w.alice.pk)]}, 200),
+    ("operator", "patch", "/api/v1/manage/announcements/{id}/", announcement_pk, lambda w: {"title": "x"}, 200),
+    ("operator", "delete", "/api/v1/manage/announcements/{id}/", announcement_pk, None, 204),
+    ("operator", "get", "/api/v1/manage/announcements/{id}/stats/", announcement_pk, None, 200),
+    ("operator", "patch", "/api/v1/manage/bulletins/{id}/", bulletin_pk, lambda w: {"title": "x"}, 200),
+    ("operator", "delete", "/api/v1/manage/bulletins/{id}/", bulletin_pk, None, 204),
+    ("operator", "delete", "/api/v1/manage/messages/{id}/", lambda w: w.alice_message.pk, None, 204),
+    ("operator", "delete", "/api/v1/manage/subscriptions/{id}/", lambda w: w.alice_subscription.pk, None, 204),
+]  # fmt: skip
+
+
+def test_every_id_path_has_a_good_case() -> None:
+    assert {(m, t) for _, m, t, *_ in GOOD_ID_PATHS} == {(m, t) for m, t, _ in INT_ID_PATHS}
+
+
+@pytest.mark.parametrize(("who", "method", "template", "pk", "body", "status"), GOOD_ID_PATHS)
+def test_ids_in_paths_are_taken_in_the_form_responses_give(
+    world: World,
+    who: str,
+    method: str,
+    template: str,
+    pk: Callable[[World], int],
+    body: Callable[[World], Any] | None,
+    status: int,
+) -> None:
+    client = client_for(getattr(world, who))
+    kwargs = {"data": body(world), "format": "json"} if body is not None else {}
+    response = getattr(client, method)(template.format(id=str(pk(world))), **kwargs)
+    assert response.status_code == status, response.content
+
+
 @pytest.mark.parametrize(("method", "template", "body"), INT_ID_PATHS)
 def test_bad_ids_in_paths_are_404(world: World, redis: Any, method: str, template: str, body: Any) -> None:
     client = client_for(world.operator)
