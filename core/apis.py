@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.shortcuts import get_object_or_404
@@ -16,12 +17,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import readmodel
+from core.exceptions import TooManyAttempts
 from core.fields import StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from core.selectors import user_platforms
 from core.services import user_set_platforms
+
+
+def lockout_seconds() -> int:
+    return int(settings.AXES_COOLOFF_TIME.total_seconds())
 
 
 class TokenObtainApi(APIView):
@@ -38,7 +44,7 @@ class TokenObtainApi(APIView):
     @extend_schema(
         operation_id="auth_token_obtain",
         request=InputSerializer,
-        responses={200: OutputSerializer, **ERRORS(400)},
+        responses={200: OutputSerializer, **ERRORS(400, 429)},
         auth=[],
     )
     def post(self, request: Request) -> Response:
@@ -46,7 +52,12 @@ class TokenObtainApi(APIView):
         # username and hash a megabyte password), then the credentials.
         self.InputSerializer(data=request.data).is_valid(raise_exception=True)
         serializer = AuthTokenSerializer(data=request.data, context={"request": request})
-        serializer.is_valid(raise_exception=True)
+        if not serializer.is_valid():
+            # The brute-force limit (django-axes, via the auth backends) flags
+            # the request when this username or address is locked out.
+            if getattr(request, "axes_locked_out", False):
+                raise TooManyAttempts("Too many failed sign-ins; try again later.", retry_after=lockout_seconds())
+            raise serializers.ValidationError(serializer.errors)
         token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
         return Response({"token": token.key})
 
@@ -144,4 +155,5 @@ class HealthApi(APIView):
     )
     def get(self, request: Request) -> Response:
         body, code = health_status()
-        return Response(body, status=code)
+        headers = {"Retry-After": str(int(settings.DATABASE_RETRY_AFTER_SECONDS))} if code == 503 else None
+        return Response(body, status=code, headers=headers)

@@ -7,6 +7,11 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self) -> None:
-        from core import demo, signals  # noqa: F401  (signals: connects receivers)
+        from django.urls import register_converter
 
+        from core import demo, signals  # noqa: F401  (signals: connects receivers)
+        from core.converters import IdConverter
+
+        # Registered before any URLconf is imported: every app's id paths use it.
+        register_converter(IdConverter, "id")
         demo.register(self.label, demo.seed)

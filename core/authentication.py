@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from axes.backends import AxesStandaloneBackend
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
@@ -140,3 +141,19 @@ class CachedModelBackend(ModelBackend):
         except (TypeError, ValueError):
             return None
         return user if user is not None and self.user_can_authenticate(user) else None
+
+
+class LoginLimitBackend(AxesStandaloneBackend):
+    """django-axes' lockout check, for sign-ins that come with a request.
+
+    Every sign-in from outside (the login pages, the admin, the token
+    endpoint) carries its request; a call without one is in-process (a
+    management command, the test client's ``login``) and is no guessing
+    attempt, where axes would refuse it outright."""
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kwargs)

@@ -112,3 +112,9 @@ class BreakerConnection(Connection):
             raise
         self.breaker.record_success()
         return response
+
+
+def any_open() -> bool:
+    """True while some Redis server of this process recently failed (its breaker is open)."""
+    with _registry_lock:
+        return any(breaker.is_open for breaker in _breakers.values())

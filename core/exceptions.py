@@ -3,6 +3,11 @@ handler renders them as the envelope of API.md, pages as form errors."""
 
 from typing import Any
 
+import psycopg
+from django.db import InterfaceError, OperationalError
+
+_OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
 
 class ApplicationError(Exception):
     """Base of every domain error: a stable ``code``, a human ``message``."""
@@ -29,6 +34,17 @@ class ValidationFailed(ApplicationError):
     code = "invalid"
 
 
+class TooManyAttempts(ApplicationError):
+    """Sign-in attempts over the limit for this username or address."""
+
+    status_code = 429
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class NotFound(ApplicationError):
     """Absent, or not addressed to the caller: the two are never told apart."""
 
@@ -52,3 +68,16 @@ class LimitExceeded(ApplicationError):
 
     status_code = 400
     code = "out_of_range"
+
+
+def is_database_outage(exc: BaseException | None) -> bool:
+    """True for errors meaning PostgreSQL cannot be reached or the connection
+    died (as opposed to a query bug): Django's wrapped ones and psycopg's own,
+    which escape Django's wrapper when they come from the pool or a connect."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, _OUTAGE_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

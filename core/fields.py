@@ -1,19 +1,28 @@
 """Serializer fields every API of the project shares."""
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from rest_framework import serializers
 
+# Our tables use bigint keys; auth_user.id is a PostgreSQL integer and user
+# audiences are 32-bit roaring bitmaps, so a larger user id can name no one
+# (and would overflow the bitmap).
+MAX_ROW_ID = 2**63 - 1
+MAX_USER_ID = 2**31 - 1
 
-class OffsetDateTimeField(serializers.DateTimeField):
-    """ISO 8601 with an explicit offset (``+00:00``) as API.md shows; DRF would write ``Z``."""
+# The one spelling of an id: a positive decimal without sign, spaces or
+# leading zeros, exactly as the API writes ids in its responses.
+ID_PATTERN = r"[1-9][0-9]{0,18}"
+_ID_RE = re.compile(rf"\A{ID_PATTERN}\Z")
 
-    def to_representation(self, value: datetime | None) -> Any:
-        if value is None:
-            return None
-        return value.astimezone(UTC).isoformat()
+# Times a client may send: anything outside can only be a mistake (a year
+# 0001 or 9999 typo, a zero epoch), and the extremes overflow on the way to
+# UTC or in millisecond scores of the read model.
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 class StrictCharField(serializers.CharField):
@@ -54,3 +63,85 @@ class StrictInputSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         return super().to_internal_value(data)
+
+
+def id_value(raw: Any, *, max_value: int = MAX_ROW_ID) -> int | None:
+    """The id ``raw`` names (a JSON integer or the string form), or None when malformed."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and _ID_RE.match(raw):
+        value = int(raw)
+    else:
+        return None
+    return value if 1 <= value <= max_value else None
+
+
+class IdField(serializers.Field):
+    """Every id a request carries: ``"8"`` (the form responses give) or ``8``.
+
+    Anything else (``"abc"``, ``"8.5"``, ``8.5``, ``true``, ``""``, zero,
+    negatives, or past ``max_value``) is refused, naming the field."""
+
+    default_error_messages = {
+        "invalid": 'A valid id is a positive integer or its decimal string (e.g. "8").',
+        "max_value": "No id is larger than {max_value}.",
+    }
+
+    def __init__(self, *, max_value: int = MAX_ROW_ID, **kwargs: Any) -> None:
+        self.max_value = max_value
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        value = id_value(data, max_value=MAX_ROW_ID)
+        if value is None:
+            self.fail("invalid")
+        if value > self.max_value:
+            self.fail("max_value", max_value=self.max_value)
+        return value
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+def user_id_field(**kwargs: Any) -> IdField:
+    return IdField(max_value=MAX_USER_ID, **kwargs)
+
+
+def time_in_range(value: datetime) -> bool:
+    return EARLIEST_TIME <= value < LATEST_TIME
+
+
+class TimeField(serializers.DateTimeField):
+    """Every time a request carries: ISO 8601 (naive means UTC) between 1970 and 2100."""
+
+    default_error_messages = {
+        "out_of_range": "Times must fall between 1970-01-01 and 2100-01-01 (UTC).",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("default_timezone", UTC)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, value: Any) -> datetime:
+        if not isinstance(value, str):
+            # DRF would take a datetime object or (via parse) other types; JSON brings strings only.
+            self.fail("invalid", format="ISO 8601")
+        try:
+            parsed = super().to_internal_value(value)
+        except (OverflowError, ValueError):
+            self.fail("out_of_range")
+        if not time_in_range(parsed):
+            self.fail("out_of_range")
+        return parsed
+
+    def to_representation(self, value: datetime | None) -> Any:
+        # An explicit offset (``+00:00``); DRF would write ``Z``.
+        if value is None:
+            return None
+        return value.astimezone(UTC).isoformat()
+
+
+# Responses write times with the same field inputs read them with.
+OffsetDateTimeField = TimeField

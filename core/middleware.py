@@ -1,16 +1,21 @@
-"""Refuses oversize request bodies with the API's 413 envelope.
+"""Request-level guards: oversize bodies (413) and a PostgreSQL outage (503).
 
-Django enforces DATA_UPLOAD_MAX_MEMORY_SIZE lazily, and DRF turns the
+Oversize bodies: Django enforces DATA_UPLOAD_MAX_MEMORY_SIZE lazily, and DRF turns the
 overflow into Django's HTML 400 page; checking Content-Length up front keeps
 the answer a JSON error and the body unread.
 """
 
+import logging
 from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
 
-from core.api.exception_handler import error_body
+from core.api.exception_handler import error_body, unavailable_body
+from core.exceptions import is_database_outage
+
+logger = logging.getLogger(__name__)
 
 
 class RequestSizeLimitMiddleware:
@@ -26,3 +31,38 @@ class RequestSizeLimitMiddleware:
         if limit is not None and length > limit and request.path.startswith("/api/"):
             return JsonResponse(error_body("too_large", f"The request body exceeds {limit} bytes."), status=413)
         return self.get_response(request)
+
+
+def database_unavailable_response(request: HttpRequest) -> HttpResponse:
+    """503 with ``Retry-After``: the API's envelope, or a page for people."""
+    retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
+    response: HttpResponse
+    if request.path.startswith("/api/") or request.path == "/healthz":
+        response = JsonResponse(unavailable_body(), status=503)
+    else:
+        # No request context: the page must render without the database (no
+        # user, no messages, no session lookups).
+        response = HttpResponse(render_to_string("503.html", {"retry_after": retry_after}), status=503)
+    response["Retry-After"] = retry_after
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """Turns a PostgreSQL outage raised by any view into the 503 answer.
+
+    Errors raised outside views (another middleware, the session saved on the
+    way out) reach ``handler500``, which asks ``is_database_outage`` too; DRF
+    views answer through the API's exception handler first."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not is_database_outage(exception):
+            return None
+        # (Django drops the broken connection when the request finishes.)
+        logger.warning("PostgreSQL unavailable on %s %s: %s", request.method, request.path, exception)
+        return database_unavailable_response(request)

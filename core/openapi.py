@@ -1,8 +1,18 @@
-"""Schema helpers: the error envelope, declared on every operation that can answer it."""
+"""Schema helpers: the error envelope, declared on every operation that can
+answer it, and the schemas of the shared request fields and parameters (so
+the document states each bound the code enforces)."""
 
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema as _AutoSchema
-from drf_spectacular.utils import Direction, OpenApiResponse, inline_serializer
+from drf_spectacular.plumbing import build_basic_type
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import Direction, OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
+
+from core.fields import EARLIEST_TIME, ID_PATTERN, LATEST_TIME
 
 ErrorDetail = inline_serializer(
     "ErrorDetail",
@@ -22,6 +32,7 @@ _DESCRIPTIONS = {
     409: "Conflict",
     413: "Body too large",
     429: "Throttled",
+    503: "Briefly unavailable (the database cannot be reached); retry after `Retry-After` seconds",
 }
 
 
@@ -31,6 +42,55 @@ def ERRORS(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: OpenApiResponse(ErrorEnvelope, description=_DESCRIPTIONS[code]) for code in sorted(wanted)}
 
 
+def limit_parameter() -> OpenApiParameter:
+    page, cap = int(settings.MESSAGECENTER_PAGE_SIZE), int(settings.MESSAGECENTER_MAX_PAGE_SIZE)
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1},
+        description=f"Page size, default {page}. A larger value than {cap} is capped at {cap}; "
+        "zero, negative or non-numeric is 400.",
+    )
+
+
+def cursor_parameter() -> OpenApiParameter:
+    return OpenApiParameter("cursor", OpenApiTypes.STR, description="`next_cursor` of the previous page (opaque).")
+
+
+def time_parameter(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        OpenApiTypes.DATETIME,
+        description=f"{description} ISO 8601 (without an offset: UTC), from {EARLIEST_TIME.date()} "
+        f"up to {LATEST_TIME.date()}.",
+    )
+
+
+class IdFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = "core.fields.IdField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Direction) -> Any:
+        return {
+            "oneOf": [
+                {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+                {"type": "integer", "minimum": 1, "maximum": self.target.max_value},
+            ],
+            "description": f"An id as the API returned it (a string of digits) or a JSON integer; "
+            f"at most {self.target.max_value}.",
+        }
+
+
+class TimeFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = "core.fields.TimeField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Direction) -> Any:
+        schema: dict[str, Any] = dict(build_basic_type(OpenApiTypes.DATETIME) or {})
+        if direction == "request":
+            schema["description"] = (
+                f"ISO 8601 (without an offset: UTC), from {EARLIEST_TIME.date()} up to {LATEST_TIME.date()}."
+            )
+        return schema
+
+
 class AutoSchema(_AutoSchema):
     """Names nested serializers after their API class.
 
@@ -38,6 +98,34 @@ class AutoSchema(_AutoSchema):
     ``UserPlatformsApiInput``, so every API class can keep its own nested
     ``InputSerializer``/``OutputSerializer`` without component clashes.
     """
+
+    def _get_response_bodies(self, direction: Direction = "response") -> dict[str, Any]:
+        # Stated centrally: any operation can meet a PostgreSQL outage (503), any
+        # body can be too large (413), and exactly the throttled ones answer 429.
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        throttled = bool(self.view.get_throttles())
+        if throttled and "429" not in responses:
+            responses["429"] = self._get_response_for_code(ErrorEnvelope, "429", direction=direction) | {
+                "description": _DESCRIPTIONS[429]
+            }
+        elif not throttled:
+            responses.pop("429", None)
+        if self.method != "GET" and "413" not in responses:
+            # core.middleware.RequestSizeLimitMiddleware refuses any oversize API body.
+            responses["413"] = self._get_response_for_code(ErrorEnvelope, "413", direction=direction) | {
+                "description": _DESCRIPTIONS[413]
+            }
+        if "503" not in responses:
+            responses["503"] = self._get_response_for_code(ErrorEnvelope, "503", direction=direction) | {
+                "description": _DESCRIPTIONS[503]
+            }
+        for code in ("429", "503"):
+            if code in responses:
+                responses[code].setdefault("headers", {})["Retry-After"] = {
+                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "Seconds to wait before retrying.",
+                }
+        return responses
 
     def get_serializer_name(self, serializer: serializers.Serializer, direction: Direction) -> str:
         qualname = type(serializer).__qualname__

@@ -1,12 +1,12 @@
 """Parsing of common query parameters, with the API's error rules."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.conf import settings
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
+from rest_framework import serializers
 
 from core.exceptions import ValidationFailed
+from core.fields import TimeField
 
 
 def parse_limit(raw: str | None) -> int:
@@ -28,17 +28,13 @@ def parse_time(raw: str | None, *, name: str) -> datetime | None:
     """An ISO 8601 time (naive ones are taken as UTC); None when absent."""
     if raw is None or raw == "":
         return None
+    # An unescaped "+" offset in a query string arrives as a space.
+    text = raw.replace(" ", "+") if "T" in raw and " " in raw else raw
     try:
-        value = parse_datetime(raw.replace(" ", "+") if "T" in raw and " " in raw else raw)
-    except ValueError:
-        value = None
-    if value is None:
-        raise ValidationFailed(
-            f"{name} must be an ISO 8601 time.", code="invalid_time", fields={name: ["Must be an ISO 8601 time."]}
-        )
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)
-    return value
+        return TimeField().run_validation(text)
+    except serializers.ValidationError as exc:
+        message = str(exc.detail[0]) if isinstance(exc.detail, list) and exc.detail else "Must be an ISO 8601 time."
+        raise ValidationFailed(f"{name}: {message}", code="invalid_time", fields={name: [message]}) from exc
 
 
 def parse_bool(raw: str | None, *, name: str) -> bool:

@@ -7,5 +7,5 @@ app_name = "core"
 api_urlpatterns = [
     path("auth/token/", apis.TokenObtainApi.as_view(), name="auth-token"),
     path("me/", apis.MeApi.as_view(), name="me"),
-    path("manage/users/<int:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
+    path("manage/users/<id:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
 ]

@@ -1,5 +1,8 @@
 """Page adapters of the core app and the project's error handlers."""
 
+import sys
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -7,6 +10,8 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 
 from core.api.exception_handler import error_body
+from core.exceptions import is_database_outage
+from core.middleware import database_unavailable_response
 
 
 @login_required
@@ -28,6 +33,10 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Errors raised outside a view (a middleware, the session saved on the way
+    # out) land here; a PostgreSQL outage among them is a 503, not our bug.
+    if is_database_outage(sys.exc_info()[1]):
+        return database_unavailable_response(request)
     if _wants_json(request):
         return JsonResponse(error_body("server_error", "Something went wrong on our side."), status=500)
     return render(request, "500.html", status=500)
@@ -43,3 +52,16 @@ def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if _wants_json(request):
         return JsonResponse(error_body("permission_denied", "Not allowed."), status=403)
     return render(request, "403.html", status=403)
+
+
+def locked_out(request: HttpRequest, *args: Any) -> HttpResponse:
+    """django-axes' lockout answer (``AXES_LOCKOUT_CALLABLE``): 429 with
+    ``Retry-After``, the envelope for the API, a page for people."""
+    seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    response: HttpResponse
+    if _wants_json(request):
+        response = JsonResponse(error_body("throttled", "Too many failed sign-ins; try again later."), status=429)
+    else:
+        response = render(request, "registration/locked_out.html", {"minutes": seconds // 60}, status=429)
+    response["Retry-After"] = str(seconds)
+    return response

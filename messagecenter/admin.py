@@ -96,7 +96,7 @@ class ReadInsightAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.insight_view)
-        return [path("<int:object_id>/insight/", view, name=self._insight_url_name()), *super().get_urls()]
+        return [path("<id:object_id>/insight/", view, name=self._insight_url_name()), *super().get_urls()]
 
     def insight_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         """Delivered and read counts, the read ratio and the read rate over time."""

@@ -10,6 +10,7 @@ from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.openapi import ErrorEnvelope
 from messagecenter import live
 from messagecenter.apis.inbox import InboxCountsApi
 
@@ -32,8 +33,8 @@ class InboxCountsLiveApi(InboxCountsApi):
         responses={
             200: InboxCountsApi.OutputSerializer,
             304: OpenApiResponse(description="Not modified since the ETag given in If-None-Match."),
-            401: OpenApiResponse(description="No credentials."),
-            503: OpenApiResponse(description="The read model is unavailable."),
+            401: OpenApiResponse(ErrorEnvelope, description="No credentials."),
+            503: OpenApiResponse(ErrorEnvelope, description="The read model or the database is unavailable."),
         },
     )
     def get(self, request: Request) -> Response:

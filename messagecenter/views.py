@@ -8,12 +8,13 @@ refuse renders the "unavailable" page.
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from core.exceptions import NotFound, ValidationFailed
+from core.exceptions import NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
 from messagecenter import selectors, services
 from messagecenter.exceptions import InboxUnavailable
@@ -89,6 +90,11 @@ def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
         # The item was read from PostgreSQL but the mark was refused: show it
         # anyway; it stays unread in the list, which is the truth.
         pass
+    except DatabaseError as exc:
+        if not is_database_outage(exc):
+            raise
+        # Read from Redis while PostgreSQL is down: the mark on open waits for
+        # another visit; the item itself is shown.
     return render(request, "messagecenter/item.html", {"item": item})
 
 

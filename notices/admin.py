@@ -91,7 +91,7 @@ class AnnouncementAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.insight_view)
-        return [path("<int:announcement_id>/insight/", view, name="notices_announcement_insight"), *super().get_urls()]
+        return [path("<id:announcement_id>/insight/", view, name="notices_announcement_insight"), *super().get_urls()]
 
     def insight_view(self, request: HttpRequest, announcement_id: int) -> HttpResponse:
         """Read counts per platform, the read rate over time and who has not read it yet."""

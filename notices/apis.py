@@ -4,14 +4,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer
-from core.openapi import ERRORS
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
+from core.openapi import ERRORS, cursor_parameter, limit_parameter
 from core.params import parse_limit
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
@@ -68,8 +68,8 @@ class AnnouncementListApi(APIView):
         description="Live announcements of the user's platforms, newest first by publish time "
         "(pinned ones are not moved up; `pinned` flags them).",
         parameters=[
-            OpenApiParameter("limit", int, description="Page size, default 20, capped at 100."),
-            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+            limit_parameter(),
+            cursor_parameter(),
         ],
         responses={200: OutputSerializer, **ERRORS(400, 401)},
     )
@@ -168,8 +168,8 @@ class AnnouncementCreateApi(APIView):
         body_html = StrictCharField(max_length=MAX_BODY)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field()
-        publish_at = serializers.DateTimeField(required=False, allow_null=True)
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        publish_at = TimeField(required=False, allow_null=True)
+        expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):
@@ -204,8 +204,8 @@ class AnnouncementManageApi(APIView):
         body_html = StrictCharField(max_length=MAX_BODY, required=False)
         summary = StrictCharField(max_length=300, required=False, allow_blank=True)
         platforms = _platforms_field(required=False)
-        publish_at = serializers.DateTimeField(required=False, allow_null=True)
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        publish_at = TimeField(required=False, allow_null=True)
+        expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):

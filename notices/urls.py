@@ -5,21 +5,21 @@ from notices import apis, views
 api_urlpatterns: list[URLPattern] = [
     path("announcements/", apis.AnnouncementListApi.as_view(), name="announcement-list"),
     path("announcements/counts/", apis.AnnouncementCountsApi.as_view(), name="announcement-counts"),
-    path("announcements/<int:announcement_id>/", apis.AnnouncementDetailApi.as_view(), name="announcement-detail"),
-    path("announcements/<int:announcement_id>/read/", apis.AnnouncementMarkReadApi.as_view(), name="announcement-read"),
+    path("announcements/<id:announcement_id>/", apis.AnnouncementDetailApi.as_view(), name="announcement-detail"),
+    path("announcements/<id:announcement_id>/read/", apis.AnnouncementMarkReadApi.as_view(), name="announcement-read"),
     path(
-        "announcements/<int:announcement_id>/unread/",
+        "announcements/<id:announcement_id>/unread/",
         apis.AnnouncementMarkUnreadApi.as_view(),
         name="announcement-unread",
     ),
     path("manage/announcements/", apis.AnnouncementCreateApi.as_view(), name="manage-announcement-create"),
     path(
-        "manage/announcements/<int:announcement_id>/",
+        "manage/announcements/<id:announcement_id>/",
         apis.AnnouncementManageApi.as_view(),
         name="manage-announcement",
     ),
     path(
-        "manage/announcements/<int:announcement_id>/stats/",
+        "manage/announcements/<id:announcement_id>/stats/",
         apis.AnnouncementStatsApi.as_view(),
         name="manage-announcement-stats",
     ),
@@ -27,5 +27,5 @@ api_urlpatterns: list[URLPattern] = [
 
 page_urlpatterns: list[URLPattern] = [
     path("announcements/", views.announcement_list_page, name="list"),
-    path("announcements/<int:announcement_id>/", views.announcement_detail_page, name="detail"),
+    path("announcements/<id:announcement_id>/", views.announcement_detail_page, name="detail"),
 ]

@@ -7,6 +7,7 @@ server (with Lua through lupa) and eager Celery tasks, so it starts on a
 machine with nothing but Python.
 """
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "core",
     "notices",
     "messagecenter",
@@ -45,12 +48,17 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
+    # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
+    "core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: turns a lockout the auth backend flagged into the lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -78,6 +86,8 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Retry-After of the 503 answered while PostgreSQL cannot be reached.
+DATABASE_RETRY_AFTER_SECONDS: int = env.int("DATABASE_RETRY_AFTER_SECONDS", default=30)
 
 # --- Redis ------------------------------------------------------------------
 # The read model and Django's cache share django-redis's "default" alias.
@@ -178,7 +188,43 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
 
 # --- Auth, i18n, static -------------------------------------------------------
 # Session auth's per-request user lookup comes from the Redis cache (no SQL).
-AUTHENTICATION_BACKENDS = ["core.authentication.CachedModelBackend"]
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out username or address before any password check.
+    "core.authentication.LoginLimitBackend",
+    "core.authentication.CachedModelBackend",
+]
+
+# --- Brute-force limits (django-axes) -----------------------------------------
+# Failed sign-ins (pages, admin, the token endpoint) are counted in PostgreSQL
+# (the database handler), so the limits hold while Redis is down. Username and
+# address are separate parameters: either one reaching the limit locks it out.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT: int = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "core.views.locked_out"
+
+# --- Content-Security-Policy (django-csp) -------------------------------------
+# No inline script anywhere: every script is a static file, so script-src is
+# 'self' alone and an injected <script> or on* handler never runs. Styles allow
+# 'unsafe-inline': the API docs (Swagger UI, Redoc) set style attributes from
+# their scripts, and a style cannot run code. Message images may come from any
+# https host.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:", "https:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -221,8 +267,9 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        # DRF's, keeping their counts in memory while Redis is down (core/throttles.py).
+        "core.throttles.AnonRateThrottle",
+        "core.throttles.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="60/min"),
@@ -240,6 +287,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every <id:...> path parameter: the spelling core.converters.IdConverter
+    # accepts (core.fields.ID_PATTERN; a test holds the two equal).
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]{0,18}$", "description": "An id as the API returned it."}
+    },
 }
 
 # --- The message centre's own tunables (MESSAGECENTER_*) ------------------------

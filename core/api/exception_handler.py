@@ -1,7 +1,9 @@
 """Renders every API error as ``{"error": {"code", "message", "fields"?}}``."""
 
+import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -11,7 +13,9 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler
 
-from core.exceptions import ApplicationError
+from core.exceptions import ApplicationError, is_database_outage
+
+logger = logging.getLogger(__name__)
 
 _CODES = {
     exceptions.ParseError: "malformed_request",
@@ -34,6 +38,11 @@ def error_body(code: str, message: str, fields: Any = None) -> dict[str, Any]:
     return {"error": error}
 
 
+def unavailable_body() -> dict[str, Any]:
+    """The 503 envelope of a PostgreSQL outage (the API's handler and the middleware)."""
+    return error_body("service_unavailable", "The service is briefly unavailable; please retry shortly.")
+
+
 def _first_message(detail: Any) -> str:
     if isinstance(detail, dict):
         for key, value in detail.items():
@@ -46,7 +55,19 @@ def _first_message(detail: Any) -> str:
 
 def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
-        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+        retry_after = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code, headers=headers)
+    if is_database_outage(exc):
+        # PostgreSQL is down or the connection died: the client may retry, the
+        # request was not wrong. (Pages get the same answer from the middleware.)
+        logger.warning("PostgreSQL unavailable: %s", exc)
+        retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
+        return Response(
+            unavailable_body(),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": retry_after},
+        )
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("too_large", "The request body is too large."),

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.fields import OffsetDateTimeField, StrictInputSerializer
-from core.openapi import ERRORS, ErrorEnvelope
+from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
 from messagecenter import selectors, services
 from messagecenter.models import CATEGORIES
@@ -86,9 +86,9 @@ class InboxListApi(APIView):
         parameters=[
             OpenApiParameter("category", OpenApiTypes.STR, enum=list(CATEGORIES)),
             OpenApiParameter("unread", OpenApiTypes.BOOL),
-            OpenApiParameter("limit", OpenApiTypes.INT),
-            OpenApiParameter("cursor", OpenApiTypes.STR),
-            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Only items created after this time."),
+            limit_parameter(),
+            cursor_parameter(),
+            time_parameter("since", "Only items created after this time."),
         ],
         responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
     )

@@ -11,11 +11,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.fields import (
+    IdField,
     OffsetDateTimeField,
     StrictBooleanField,
     StrictCharField,
     StrictInputSerializer,
-    StrictIntegerField,
+    TimeField,
+    user_id_field,
 )
 from core.openapi import ERRORS
 from core.permissions import IsOperator
@@ -23,19 +25,6 @@ from messagecenter import services
 from messagecenter.models import CATEGORIES, Bulletin, Message, UserGroup
 
 MAX_IDS = 10_000
-# auth_user.id is a PostgreSQL integer and audiences are 32-bit roaring
-# bitmaps: a larger id can name no user, and would overflow the bitmap.
-MAX_USER_ID = 2**31 - 1
-# Our own tables use bigint keys.
-MAX_ROW_ID = 2**63 - 1
-
-
-def user_id_field() -> serializers.IntegerField:
-    return StrictIntegerField(min_value=1, max_value=MAX_USER_ID)
-
-
-def row_id_field() -> serializers.IntegerField:
-    return StrictIntegerField(min_value=1, max_value=MAX_ROW_ID)
 
 
 class UserIdsSerializer(StrictInputSerializer):
@@ -133,9 +122,9 @@ class BulletinCreateApi(APIView):
     class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200)
         body_html = StrictCharField(allow_blank=True, max_length=100_000)
-        display_time = serializers.DateTimeField()
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
-        user_groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
+        display_time = TimeField()
+        expire_at = TimeField(required=False, allow_null=True)
+        user_groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -171,9 +160,9 @@ class BulletinDetailApi(APIView):
     class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200, required=False)
         body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
-        display_time = serializers.DateTimeField(required=False)
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
-        user_groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
+        display_time = TimeField(required=False)
+        expire_at = TimeField(required=False, allow_null=True)
+        user_groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -202,7 +191,7 @@ class BulletinDetailApi(APIView):
 
 class MessageAudienceSerializer(StrictInputSerializer):
     users = serializers.ListField(child=user_id_field(), required=False, max_length=MAX_IDS)
-    groups = serializers.ListField(child=row_id_field(), required=False, max_length=1000)
+    groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
     everyone = StrictBooleanField(required=False, default=False)
 
 
@@ -218,7 +207,7 @@ class MessageSendApi(APIView):
         link = serializers.URLField(max_length=500, required=False, allow_blank=True, allow_null=True)
         images = serializers.ListField(child=serializers.URLField(max_length=500), required=False, max_length=20)
         to = MessageAudienceSerializer()
-        expire_at = serializers.DateTimeField(required=False, allow_null=True)
+        expire_at = TimeField(required=False, allow_null=True)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()

@@ -11,11 +11,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer, StrictIntegerField
+from core.fields import (
+    IdField,
+    OffsetDateTimeField,
+    StrictCharField,
+    StrictInputSerializer,
+    StrictIntegerField,
+    user_id_field,
+)
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
-from messagecenter.apis.manage import MAX_ROW_ID, MAX_USER_ID
 from messagecenter.models import CATEGORIES, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
@@ -63,8 +69,8 @@ class SubscriptionCreateApi(APIView):
     class InputSerializer(StrictInputSerializer):
         message_type = StrictCharField(max_length=64)
         scope = StrictCharField(max_length=100)
-        user = StrictIntegerField(min_value=1, max_value=MAX_USER_ID, required=False, allow_null=True)
-        group = StrictIntegerField(min_value=1, max_value=MAX_ROW_ID, required=False, allow_null=True)
+        user = user_id_field(required=False, allow_null=True)
+        group = IdField(required=False, allow_null=True)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()

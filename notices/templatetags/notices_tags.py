@@ -3,8 +3,10 @@
 from typing import Any
 
 from django import template
+from django.db import DatabaseError
 from django.utils.safestring import SafeString, mark_safe
 
+from core.exceptions import is_database_outage
 from core.html import sanitize_html
 from notices.selectors import announcement_pinned_unread
 
@@ -18,7 +20,14 @@ def announcement_banner(context: template.Context) -> dict[str, Any]:
     user = getattr(request, "user", None) or context.get("user")
     if user is None or not user.is_authenticated:
         return {"announcements": []}
-    return {"announcements": announcement_pinned_unread(user=user)}
+    try:
+        return {"announcements": announcement_pinned_unread(user=user)}
+    except DatabaseError as exc:
+        if not is_database_outage(exc):
+            raise
+        # The banner is an extra: with PostgreSQL down the page it sits on
+        # (served from Redis) still renders, without it.
+        return {"announcements": []}
 
 
 @register.filter

@@ -2,6 +2,7 @@
 the outbox and replayed later, committed writes are kept (the mirror waits in
 the outbox, and the rebuild restores it)."""
 
+import json
 from io import StringIO
 from typing import Any
 
@@ -16,6 +17,8 @@ from core import outbox
 from core.models import OutboxEntry
 from messagecenter import services
 from messagecenter.models import Bulletin
+from messagecenter.readmodel import inbox as readmodel_inbox
+from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import assert_error, client_for
 
 pytestmark = pytest.mark.django_db
@@ -47,27 +50,70 @@ def test_inbox_marks_are_accepted_and_replayed(recipient: Any, clock: Any, redis
     dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     for module in (core.lua, entries, inbox, publish):
         redis_down.setattr(module, "get_redis", lambda: dead)
-    assert client.post(f"/api/v1/inbox/{ref}/read/").status_code == 204
-    assert [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]] == [(ref, True)]
+    response = client.post(f"/api/v1/inbox/{ref}/read/")
+    assert (response.status_code, response.content) == (204, b"")
+    # The mark is stored in PostgreSQL, pending for Redis, and shown at once.
+    pending = OutboxEntry.objects.get(user_id=recipient.pk)
+    assert (pending.topic, pending.attempts) == ("inbox.read", 0)
+    assert ref in json.dumps(pending.payload)
+    listed = client.get("/api/v1/inbox/").json()
+    assert [(i["id"], i["read"]) for i in listed["results"]] == [(ref, True)]
+    assert listed["unread_count"] == 0
     assert_error(client.post("/api/v1/inbox/m999/read/"), 404, "not_found")
     assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 0}
-    assert client.post(f"/api/v1/inbox/{ref}/unread/").status_code == 204
+    response = client.post(f"/api/v1/inbox/{ref}/unread/")
+    assert (response.status_code, response.content) == (204, b"")
+    assert client.get("/api/v1/inbox/").json()["unread_count"] == 1
     assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 1}
-    assert client.post("/api/v1/inbox/seen/").status_code == 204
+    response = client.post("/api/v1/inbox/seen/")
+    assert (response.status_code, response.content) == (204, b"")
+    assert client.get("/api/v1/inbox/counts/").json()["unseen"] == 0
     topics = list(OutboxEntry.objects.filter(user_id=recipient.pk).values_list("topic", flat=True))
     assert topics == ["inbox.read", "inbox.read_all", "inbox.read", "inbox.read_all", "inbox.seen"]
-
+    # Nothing reached Redis meanwhile: its copy of the item is still unread.
     redis_down.undo()
+    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=int(clock.now.timestamp() * 1000))
+    assert row is not None
+    assert row.read is False
+
     assert outbox.replay() == 5
+    assert not OutboxEntry.objects.exists()  # every pending mark applied
+    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=int(clock.now.timestamp() * 1000))
+    assert row is not None
+    assert row.read is True  # the mark reached Redis itself
     body = client.get("/api/v1/inbox/").json()
     assert [(i["id"], i["read"]) for i in body["results"]] == [(ref, True)]
     assert (body["unread_count"], body["unseen_count"]) == (0, 0)
 
 
-def test_inbox_page_answers_from_postgresql(recipient: Any, redis_down: Any) -> None:
+def test_inbox_page_answers_from_postgresql(recipient: Any, operator: Any, clock: Any, redis_down: Any) -> None:
+    redis_down.undo()  # the items reach Redis first
+    from tests.messagecenter.conftest import send
+
+    read = send(operator, to={"users": [recipient]}, title="already read")
+    unread = send(operator, to={"users": [recipient]}, title="still unread")
+    services.inbox_mark_read(user=recipient, item_id=read.ref)
+    # The snapshot job copies read state to PostgreSQL: what a degraded read lays marks over.
+    assert inbox_read_snapshot() == 1
+    import core.lua
+    from messagecenter.readmodel import entries, inbox, publish
+
+    dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    for module in (core.lua, entries, inbox, publish):
+        redis_down.setattr(module, "get_redis", lambda: dead)
     browser = Client()
     browser.force_login(recipient)
-    assert browser.get("/inbox/").status_code == 200
+    response = browser.get("/inbox/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    # Both items, from PostgreSQL, with their read state, and the page says it is degraded.
+    assert "already read" in html
+    assert "still unread" in html
+    assert "Live updates paused" in html
+    assert response.context["counts"]["unread"] == 1
+    flags = {item.id: item.read for item in response.context["page"].results}
+    assert flags == {read.ref: True, unread.ref: False}
+    assert response.context["page"].degraded
 
 
 def test_committed_bulletin_survives_and_the_rebuild_restores_it(

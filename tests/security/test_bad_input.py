@@ -12,6 +12,7 @@ import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from messagecenter.models import Bulletin, Subscription, UserGroupMembership
 from tests.conftest import assert_error, client_for
 from tests.security.seed import World, build_world, db_state, redis_state, warm_up
 
@@ -33,17 +34,21 @@ def operator_api(world: World) -> Any:
 
 # A valid body of every JSON write endpoint; each bad-input test breaks one thing.
 # The value of each field is its kind: what it must refuse depends on it.
-STRING, TEXT, BOOL, INT, TIME, IDS, STRINGS, CHOICE, OBJECT = (
+STRING, TEXT, BOOL, INT, TIME, ID, USER_ID, IDS, USER_IDS, STRINGS, CHOICE, OBJECT = (
     "string",
     "text",
     "bool",
     "int",
     "time",
+    "id",
+    "user id",
     "ids",
+    "user ids",
     "strings",
     "choice",
     "object",
 )
+ID_KINDS = (ID, USER_ID, IDS, USER_IDS)
 
 
 class Endpoint:
@@ -80,13 +85,13 @@ ENDPOINTS: dict[str, Endpoint] = {
         "post",
         lambda w: f"/api/v1/manage/user-groups/{w.alice_group.pk}/members/",
         lambda w: {"user_ids": [w.mallory.pk]},
-        {"user_ids": IDS},
+        {"user_ids": USER_IDS},
     ),
     "members remove": Endpoint(
         "delete",
         lambda w: f"/api/v1/manage/user-groups/{w.alice_group.pk}/members/",
         lambda w: {"user_ids": [w.alice.pk]},
-        {"user_ids": IDS},
+        {"user_ids": USER_IDS},
     ),
     "announcement create": Endpoint(
         "post",
@@ -155,7 +160,7 @@ ENDPOINTS: dict[str, Endpoint] = {
             "link": STRING,
             "images": STRINGS,
             "to": OBJECT,
-            "to.users": IDS,
+            "to.users": USER_IDS,
             "to.groups": IDS,
             "to.everyone": BOOL,
             "expire_at": TIME,
@@ -171,7 +176,13 @@ ENDPOINTS: dict[str, Endpoint] = {
         "post",
         lambda w: "/api/v1/manage/subscriptions/",
         lambda w: {"message_type": "shipment", "scope": "warehouse-9", "user": w.mallory.pk},
-        {"message_type": STRING, "scope": STRING, "user": INT, "group": INT},
+        {"message_type": STRING, "scope": STRING, "user": USER_ID},
+    ),
+    "subscription create (group)": Endpoint(
+        "post",
+        lambda w: "/api/v1/manage/subscriptions/",
+        lambda w: {"message_type": "shipment", "scope": "warehouse-9", "group": w.alice_group.pk},
+        {"message_type": STRING, "scope": STRING, "group": ID},
     ),
     "notification send": Endpoint(
         "post",
@@ -194,14 +205,39 @@ ENDPOINTS: dict[str, Endpoint] = {
     ),
 }
 
+# Ids that are not ids: every id input refuses them, whether sent alone or in a list.
+MALFORMED_IDS: list[Any] = [
+    "abc", "8.5", 8.5, 1.0, True, False, None, "", " ", " 8", "8 ", "08", "+8", "-1", -1, 0, "0", "1e3", "0x10",
+    "٣", PG_BIGINT_MAX + 1, str(PG_BIGINT_MAX + 1), 2**70, [8], {"id": 8},
+]  # fmt: skip
+# Past the bound of user ids (a PostgreSQL integer, and 32-bit audience bitmaps).
+MALFORMED_USER_IDS: list[Any] = [*MALFORMED_IDS, PG_INT_MAX + 1, str(PG_INT_MAX + 1)]
+# Times outside 1970..2100, including years that overflow on the way to UTC.
+OUT_OF_RANGE_TIMES = [
+    "0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00",
+    "1969-12-31T23:59:59Z", "2100-01-01T00:00:00Z", "1900-01-01", "2999-01-01T00:00:00",
+]  # fmt: skip
+
+NOT_TIMES: list[Any] = [
+    True,
+    1_700_000_000,
+    ["2026-01-01T00:00:00Z"],
+    {"nested": 1},
+    "yesterday",
+    "2026-13-45T99:00:00Z",
+]
+
 # Values of the wrong type for each kind of field.
 WRONG: dict[str, list[Any]] = {
     STRING: [True, 123, 1.5, ["x"], {"nested": "x"}],
     TEXT: [True, 123, ["<p>x</p>"], {"nested": "<p>x</p>"}],
     BOOL: ["true", "yes", 1, 0, [True], {"nested": True}],
     INT: ["7", 7.5, True, [7], {"nested": 7}, -1, 0, PG_BIGINT_MAX + 1, 2**70],
-    TIME: [True, 1_700_000_000, ["2026-01-01T00:00:00Z"], {"nested": 1}, "yesterday", "2026-13-45T99:00:00Z"],
-    IDS: ["1", 1, [True], [1.5], ["1"], [[1]], [{"id": 1}], [-1], [0], [PG_BIGINT_MAX + 1], [2**70], {"nested": [1]}],
+    TIME: [*NOT_TIMES, *OUT_OF_RANGE_TIMES],
+    ID: [value for value in MALFORMED_IDS if value is not None],  # null means "not this one" where allowed
+    USER_ID: [value for value in MALFORMED_USER_IDS if value is not None],
+    IDS: ["1", 1, None, {"nested": [1]}, *[[value] for value in MALFORMED_IDS]],
+    USER_IDS: ["1", 1, None, {"nested": [1]}, *[[value] for value in MALFORMED_USER_IDS]],
     STRINGS: ["user", [1], [True], [["user"]], [{"nested": "user"}], {"nested": ["user"]}],
     CHOICE: [True, 1, ["system"], {"nested": "system"}, "no-such-choice"],
     OBJECT: ["users", [1], True, 1],
@@ -261,10 +297,88 @@ def test_the_valid_bodies_are_accepted(world: World, name: str) -> None:
     assert response.status_code < 300, response.content
 
 
+def _with_kinds(*kinds: str) -> list[str]:
+    """The endpoints with at least one field of these kinds: a case parametrised
+    over them always has something to send."""
+    names = [name for name, endpoint in ENDPOINTS.items() if set(endpoint.kinds.values()) & set(kinds)]
+    assert names, kinds
+    return names
+
+
+def _fields(endpoint: Endpoint, *kinds: str) -> list[str]:
+    fields = [field for field, kind in endpoint.kinds.items() if kind in kinds]
+    assert fields, (endpoint.path, kinds)  # never a loop over nothing
+    return fields
+
+
+def _get(body: dict[str, Any], dotted: str) -> Any:
+    outer, _, inner = dotted.partition(".")
+    return body[outer][inner] if inner else body[outer]
+
+
+def _group_ids(queryset: Any) -> list[int]:
+    return sorted(queryset.values_list("pk", flat=True))
+
+
+# What each id field's request must have done, checked in PostgreSQL.
+ID_EFFECTS: dict[tuple[str, str], Callable[[World, Any], None]] = {
+    ("members add", "user_ids"): lambda w, r: _assert(
+        UserGroupMembership.objects.filter(group=w.alice_group, user=w.mallory).exists()
+    ),
+    ("members remove", "user_ids"): lambda w, r: _assert(
+        not UserGroupMembership.objects.filter(group=w.alice_group, user=w.alice).exists()
+    ),
+    ("bulletin create", "user_groups"): lambda w, r: _assert(
+        _group_ids(Bulletin.objects.get(pk=r.json()["id"]).groups) == [w.alice_group.pk]
+    ),
+    ("bulletin change", "user_groups"): lambda w, r: _assert(
+        _group_ids(Bulletin.objects.get(pk=w.alice_bulletin.pk).groups) == [w.alice_group.pk]
+        and r.json()["user_groups"] == [str(w.alice_group.pk)]
+    ),
+    # Mallory named directly plus alice through her group: two recipients.
+    ("message send", "to.users"): lambda w, r: _assert(r.json()["recipients"] == 2),
+    ("message send", "to.groups"): lambda w, r: _assert(r.json()["recipients"] == 2),
+    ("subscription create", "user"): lambda w, r: _assert(
+        Subscription.objects.get(pk=r.json()["id"]).user_id == w.mallory.pk and r.json()["user"] == str(w.mallory.pk)
+    ),
+    ("subscription create (group)", "group"): lambda w, r: _assert(
+        Subscription.objects.get(pk=r.json()["id"]).group_id == w.alice_group.pk
+    ),
+}
+
+
+def _assert(condition: bool) -> None:
+    assert condition
+
+
+ID_FIELDS = [(name, f) for name, e in ENDPOINTS.items() for f, kind in e.kinds.items() if kind in ID_KINDS]
+
+
+def test_every_id_field_is_covered() -> None:
+    assert set(ID_FIELDS) == set(ID_EFFECTS)
+
+
+@pytest.mark.parametrize("form", [str, int], ids=["string", "integer"])
+@pytest.mark.parametrize(("name", "field"), ID_FIELDS)
+def test_ids_are_accepted_as_strings_and_integers(world: World, name: str, field: str, form: Any) -> None:
+    # Ids come back as strings; a client sends them back as it got them (or as numbers).
+    endpoint = ENDPOINTS[name]
+    body = endpoint.body(world)
+    value = _get(body, field)
+    sent = [form(item) for item in value] if isinstance(value, list) else form(value)
+    response = getattr(_client(world, endpoint), endpoint.method)(
+        endpoint.path(world), _set(body, field, sent), format="json"
+    )
+    assert response.status_code < 300, response.content
+    ID_EFFECTS[(name, field)](world, response)
+
+
 @pytest.mark.parametrize("name", list(ENDPOINTS))
 def test_wrong_types_are_400_naming_the_field(world: World, redis: Any, name: str) -> None:
     attempts = Attempts(world, redis, name)
-    for field, kind in attempts.endpoint.kinds.items():
+    for field in _fields(attempts.endpoint, *WRONG):
+        kind = attempts.endpoint.kinds[field]
+        assert WRONG[kind], kind
         for value in WRONG[kind]:
             body = _set(attempts.endpoint.body(world), field, value)
             error = attempts.json(body, (field, value))
@@ -295,23 +409,20 @@ def test_unknown_fields_are_400_naming_them(world: World, redis: Any, name: str)
     assert {"is_superuser", "id"} <= set(error["fields"]), error
 
 
-@pytest.mark.parametrize("name", list(ENDPOINTS))
+@pytest.mark.parametrize("name", _with_kinds(IDS, USER_IDS, STRINGS))
 def test_huge_lists_are_400(world: World, redis: Any, name: str) -> None:
     attempts = Attempts(world, redis, name)
-    for field, kind in attempts.endpoint.kinds.items():
-        if kind not in (IDS, STRINGS):
-            continue
-        value: list[Any] = list(range(1, 100_001)) if kind == IDS else ["user"] * 100_000
+    for field in _fields(attempts.endpoint, IDS, USER_IDS, STRINGS):
+        kind = attempts.endpoint.kinds[field]
+        value: list[Any] = list(range(1, 100_001)) if kind != STRINGS else ["user"] * 100_000
         error = attempts.json(_set(attempts.endpoint.body(world), field, value), field)
         assert field.split(".")[0] in error["fields"], error
 
 
-@pytest.mark.parametrize("name", list(ENDPOINTS))
+@pytest.mark.parametrize("name", _with_kinds(STRING, TEXT))
 def test_huge_or_unstorable_strings_are_400(world: World, redis: Any, name: str) -> None:
     attempts = Attempts(world, redis, name)
-    for field, kind in attempts.endpoint.kinds.items():
-        if kind not in (STRING, TEXT):
-            continue
+    for field in _fields(attempts.endpoint, STRING, TEXT):
         for value in ["x" * 200_000, "nul\x00inside", "lone \ud800 surrogate", "\udfff"]:
             # json.dumps escapes the surrogates as JSON allows ("\\ud800"); the test
             # client could not encode them as UTF-8 bytes at all.
@@ -357,7 +468,10 @@ def test_wrong_content_type_is_415(world: World, redis: Any, name: str) -> None:
 
 # --- ids in paths and query parameters -------------------------------------------------------
 
-BAD_INT_IDS = ["-1", "0", "00", "1e3", "0x10", "1.0", "%20", str(PG_INT_MAX + 1), str(PG_BIGINT_MAX + 1), "9" * 40]
+BAD_INT_IDS = [
+    "-1", "0", "00", "08", "1e3", "0x10", "1.0", "8.5", "abc", "true", "", "%20", "%208", "+8", "%D9%A3",
+    str(PG_INT_MAX + 1), str(PG_BIGINT_MAX + 1), "9" * 40,
+]  # fmt: skip
 INT_ID_PATHS = [
     ("get", "/api/v1/announcements/{id}/", None),
     ("post", "/api/v1/announcements/{id}/read/", None),
@@ -373,6 +487,59 @@ INT_ID_PATHS = [
     ("delete", "/api/v1/manage/messages/{id}/", None),
     ("delete", "/api/v1/manage/subscriptions/{id}/", None),
 ]
+
+
+# Every id path with a real id, in the string form responses give it (bodies too).
+def announcement_pk(w: World) -> int:
+    return int(w.public_announcement.pk)
+
+
+def bulletin_pk(w: World) -> int:
+    return int(w.alice_bulletin.pk)
+
+
+def group_pk(w: World) -> int:
+    return int(w.alice_group.pk)
+
+
+GOOD_ID_PATHS: list[tuple[str, str, str, Callable[[World], int], Callable[[World], Any] | None, int]] = [
+    ("alice", "get", "/api/v1/announcements/{id}/", announcement_pk, None, 200),
+    ("alice", "post", "/api/v1/announcements/{id}/read/", announcement_pk, None, 204),
+    ("alice", "post", "/api/v1/announcements/{id}/unread/", announcement_pk, None, 204),
+    ("operator", "put", "/api/v1/manage/users/{id}/platforms/", lambda w: w.mallory.pk,
+     lambda w: {"platforms": ["user"]}, 200),
+    ("operator", "post", "/api/v1/manage/user-groups/{id}/members/", group_pk,
+     lambda w: {"user_ids": [str(w.mallory.pk)]}, 200),
+    ("operator", "delete", "/api/v1/manage/user-groups/{id}/members/", group_pk,
+     lambda w: {"user_ids": [str(w.alice.pk)]}, 200),
+    ("operator", "patch", "/api/v1/manage/announcements/{id}/", announcement_pk, lambda w: {"title": "x"}, 200),
+    ("operator", "delete", "/api/v1/manage/announcements/{id}/", announcement_pk, None, 204),
+    ("operator", "get", "/api/v1/manage/announcements/{id}/stats/", announcement_pk, None, 200),
+    ("operator", "patch", "/api/v1/manage/bulletins/{id}/", bulletin_pk, lambda w: {"title": "x"}, 200),
+    ("operator", "delete", "/api/v1/manage/bulletins/{id}/", bulletin_pk, None, 204),
+    ("operator", "delete", "/api/v1/manage/messages/{id}/", lambda w: w.alice_message.pk, None, 204),
+    ("operator", "delete", "/api/v1/manage/subscriptions/{id}/", lambda w: w.alice_subscription.pk, None, 204),
+]  # fmt: skip
+
+
+def test_every_id_path_has_a_good_case() -> None:
+    assert {(m, t) for _, m, t, *_ in GOOD_ID_PATHS} == {(m, t) for m, t, _ in INT_ID_PATHS}
+
+
+@pytest.mark.parametrize(("who", "method", "template", "pk", "body", "status"), GOOD_ID_PATHS)
+def test_ids_in_paths_are_taken_in_the_form_responses_give(
+    world: World,
+    who: str,
+    method: str,
+    template: str,
+    pk: Callable[[World], int],
+    body: Callable[[World], Any] | None,
+    status: int,
+) -> None:
+    client = client_for(getattr(world, who))
+    kwargs = {"data": body(world), "format": "json"} if body is not None else {}
+    response = getattr(client, method)(template.format(id=str(pk(world))), **kwargs)
+    assert response.status_code == status, response.content
 
 
 @pytest.mark.parametrize(("method", "template", "body"), INT_ID_PATHS)
@@ -420,6 +587,8 @@ def test_bad_inbox_item_ids_are_404(world: World, redis: Any, method: str, templ
         "limit=0", "limit=-5", "limit=abc", "limit=1e3", "limit=%00",
         "cursor=garbage", "cursor=%00", "cursor=" + "A" * 5000, "cursor=%ff%fe",
         "since=yesterday", "since=%00", "since=2026-13-45T00:00:00Z", "since=" + "9" * 40,
+        "since=0001-01-01T00:00:00Z", "since=0001-01-01T00:00:00%2B01:00", "since=9999-12-31T23:59:59Z",
+        "since=9999-12-31T23:59:59-01:00", "since=1969-12-31T23:59:59Z", "since=2100-01-01T00:00:00Z",
         "unread=maybe", "unread=%00", "category=nope", "category=%00", "category=" + "x" * 5000,
     ],
 )  # fmt: skip
@@ -431,4 +600,5 @@ def test_bad_query_parameters_are_400(world: World, path: str, query: str) -> No
         # Parameters the announcement list does not take are ignored.
         assert response.status_code == 200, response.content
         return
-    assert_error(response, 400)
+    error = assert_error(response, 400)
+    assert key in (error.get("fields") or {}), error
