@@ -20,11 +20,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 from pyroaring import BitMap
 
+from core import healing, journal
 from core.bitmaps import bitmap_serialize
 from core.progress import SILENT, Progress
 from core.snapshots import RedisLost, drain_dirty
 from notices import readmodel
 from notices.models import AnnouncementPlatform, AnnouncementReadSnapshot
+from notices.selectors import READ_TOPIC
 
 BATCH = 1000
 
@@ -36,9 +38,14 @@ def announcement_read_snapshot(*, batch: int = BATCH, progress: Progress = SILEN
     it running forever: later ones wait for the next run). If PostgreSQL fails,
     the batch goes back into the dirty set and the error propagates (the task retries).
     """
+    if not healing.ready():
+        # Lost or being rebuilt: the rebuild restores the snapshots, and the
+        # marks journal holds the marks made since, until a run after it.
+        return 0
     if not readmodel.snapshot_restored():
         announcement_read_restore(progress=progress)
-    return drain_dirty(
+    started = journal.database_now()
+    drained = drain_dirty(
         label="announcement snapshots",
         pending=readmodel.snapshot_dirty_count(),
         pop=lambda count: readmodel.snapshot_dirty_pop(count=count),
@@ -47,6 +54,11 @@ def announcement_read_snapshot(*, batch: int = BATCH, progress: Progress = SILEN
         batch=batch,
         progress=progress,
     )
+    if drained.emptied:
+        # Every mark journaled before the run started is in the rows just
+        # written (or in earlier ones).
+        journal.compact(topics=[READ_TOPIC], before=started)
+    return drained.written
 
 
 def _snapshot_batch(members: list[readmodel.SnapshotMember]) -> int:
