@@ -12,7 +12,9 @@ PostgreSQL (``ReadModelState``):
   is held in between, so a request pays nothing). The marker missing, or a
   number other than PostgreSQL's, means the read model is lost or stale.
   PostgreSQL is asked only when the marker shows a number this process has
-  not seen (after a rebuild, or on a stale replica).
+  not seen (after a rebuild, or on a stale replica). After any Redis
+  connection failure the next call looks afresh: a Redis that was down may
+  be back empty.
 - **Serving meanwhile.** Callers treat "not ready" like Redis being down
   (``require_ready`` raises ``ReadModelNotReady``, a RedisError): reads answer
   from PostgreSQL, marks are kept in the outbox. A 404 computed from Redis is
@@ -43,7 +45,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import keys
+from core import breaker, keys
 from core.progress import SILENT, Progress, Stage
 from core.redis import get_redis
 
@@ -80,6 +82,10 @@ def register_rebuild(name: str, step: RebuildStep, *, order: int = 100) -> None:
     _steps[name] = _Step(name, order, step)
 
 
+def unregister_rebuild(name: str) -> None:
+    _steps.pop(name, None)
+
+
 def registered_steps() -> list[str]:
     return [step.name for step in sorted(_steps.values(), key=lambda s: (s.order, s.name))]
 
@@ -90,7 +96,7 @@ def enabled() -> bool:
 
 # --- Detection (process-local, cheap) ---------------------------------------------------
 
-_state: dict[str, Any] = {"checked_at": -1e18, "ready": True, "generation": None}
+_state: dict[str, Any] = {"checked_at": -1e18, "ready": True, "generation": None, "failures": 0}
 _state_lock = threading.Lock()
 
 
@@ -119,9 +125,15 @@ def check(*, fresh: bool = False) -> bool:
     if not enabled():
         return True
     now = time.monotonic()
-    if not fresh and now - _state["checked_at"] < _check_seconds():
+    failed = breaker.failures[0]
+    if not fresh and now - _state["checked_at"] < _check_seconds() and failed == _state["failures"]:
         return bool(_state["ready"])
-    marker = _marker()
+    try:
+        marker = _marker()
+    except RedisError:
+        _state["checked_at"] = -1e18  # look again as soon as it answers: it may come back empty
+        raise
+    _state["failures"] = failed
     if marker is not None and marker != _state["generation"]:
         # A number this process has not seen: another process's rebuild, or a stale replica.
         _state["generation"] = _stored_generation()

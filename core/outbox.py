@@ -234,7 +234,7 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
     """
     if not while_rebuilding:
         try:
-            if not healing.ready():
+            if not healing.check(fresh=True):
                 return 0
         except RedisError:
             return 0  # Redis is down: nothing can be applied now
