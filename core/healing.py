@@ -171,8 +171,9 @@ def confirm_ready() -> None:
 
 
 def forget() -> None:
-    """Drop the process's memory of the last check (tests)."""
-    _state.update(checked_at=-1e18, ready=True, generation=None)
+    """Drop the process's memory of the last check and healing attempt (tests)."""
+    _state.update(checked_at=-1e18, ready=True, generation=None, failures=0)
+    _healer["next"] = 0.0
 
 
 # --- Healing in the background ---------------------------------------------------------

@@ -158,8 +158,10 @@ def database_now() -> datetime:
             cursor.execute("SELECT clock_timestamp()")
             row = cursor.fetchone()
         return row[0] if isinstance(row[0], datetime) else timezone.now()
-    # SQLite has no time zone: Now() writes UTC, as Django reads it back.
-    return datetime.now(tz=UTC)
+    # SQLite: Now() writes UTC to the millisecond, so the same clock floored to
+    # the millisecond (a row written in that millisecond is not "before" it).
+    now = datetime.now(tz=UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 def compact(*, topics: Iterable[str], before: datetime) -> int:

@@ -162,12 +162,14 @@ def user_marks(*, user_id: int, topics: Iterable[str]) -> list[Mark]:
     wanted = list(topics)
     journaled = (
         MarkJournal.objects.filter(user_id=user_id, topic__in=wanted)
+        .order_by()  # a part of a UNION takes no ORDER BY (SQLite refuses one)
         .annotate(source=Value(0, output_field=IntegerField()))
         .values_list("source", "marked_at", "id", "topic", "payload")
     )
     pending = (
         _pending()
         .filter(user_id=user_id, topic__in=wanted)
+        .order_by()
         # Pending entries go in id order: one time for all of them.
         .annotate(source=Value(1, output_field=IntegerField()), at=Value(_EPOCH, output_field=DateTimeField()))
         .values_list("source", "at", "id", "topic", "payload")

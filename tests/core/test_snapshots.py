@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from core import keys
-from core.models import MarkJournal
 from core.bitmaps import bitmap_from_redis, bitmap_serialize, bitmap_split, bitmap_to_redis
+from core.models import MarkJournal
 from core.progress import Progress
 from core.redis import get_redis
 from messagecenter import services as mc_services
