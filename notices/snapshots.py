@@ -5,8 +5,9 @@ snapshot job copies the bitmaps that changed (the dirty set kept by
 ``readmodel.mark``) into ``AnnouncementReadSnapshot`` rows, one compressed
 pyroaring BitMap of user ids per (announcement, platform), every
 ``MESSAGECENTER_SNAPSHOT_SECONDS``. The rebuild writes them back where Redis
-has no bitmap. Worst case, a Redis loss forgets the marks of the last
-interval (plus the job's own run time, or longer while no worker runs it).
+has no bitmap. Marks made since the last run are in the marks journal
+(``core.journal``), which a run that drained everything then forgets up to
+its start.
 
 A fresh Redis (flushed, or a new server) has no "restored" marker: the job
 then restores from PostgreSQL before it copies anything, so the near-empty

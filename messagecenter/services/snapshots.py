@@ -7,8 +7,8 @@ user and month, the read and ever-read bitmaps as compressed pyroaring
 BitMaps of item offsets) and ``InboxSeenSnapshot`` rows, every
 ``MESSAGECENTER_SNAPSHOT_SECONDS``. The rebuild writes them back where Redis
 has nothing, before items are delivered, and keeps the unread counters exact.
-Worst case, a Redis loss forgets the marks of the last interval (plus the
-job's own run time, or longer while no worker runs it).
+Marks made since the last run are in the marks journal (``core.journal``),
+which a run that drained everything then forgets up to its start.
 
 A fresh Redis (flushed, or a new server) has no "restored" marker: the job
 then restores from PostgreSQL before it copies anything, so the near-empty
