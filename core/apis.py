@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core import readmodel
+from core import healing, readmodel
 from core.exceptions import TooManyAttempts
 from core.fields import StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS
@@ -109,9 +109,11 @@ class UserPlatformsApi(APIView):
         return Response(self.OutputSerializer({"user_id": str(user.pk), "platforms": platforms}).data)
 
 
-def health_status() -> tuple[dict[str, str], int]:
-    """PostgreSQL must answer; Redis may be down (the project serves degraded)."""
-    body = {"status": "ok", "database": "ok", "redis": "ok"}
+def health_status() -> tuple[dict[str, Any], int]:
+    """PostgreSQL must answer; Redis may be down (the project serves degraded), or
+    answer without its read model: "rebuilding" (still 200, served from
+    PostgreSQL meanwhile), with the rebuild's progress under "rebuild"."""
+    body: dict[str, Any] = {"status": "ok", "database": "ok", "redis": "ok"}
     code: int = status.HTTP_200_OK
     try:
         with connection.cursor() as cursor:
@@ -123,6 +125,15 @@ def health_status() -> tuple[dict[str, str], int]:
         readmodel.health_probe()
     except RedisError:
         body["redis"] = "down"
+        return body, code
+    if code == status.HTTP_200_OK:
+        try:
+            rebuild = healing.health()
+        except RedisError:
+            body["redis"] = "down"
+        else:
+            if rebuild is not None:
+                body["redis"], body["rebuild"] = "rebuilding", rebuild
     return body, code
 
 
@@ -139,7 +150,18 @@ class HealthApi(APIView):
                 {
                     "status": serializers.CharField(),
                     "database": serializers.CharField(),
-                    "redis": serializers.CharField(),
+                    "redis": serializers.ChoiceField(choices=["ok", "down", "rebuilding"]),
+                    "rebuild": inline_serializer(
+                        "HealthRebuild",
+                        {
+                            "stage": serializers.CharField(),
+                            "done": serializers.IntegerField(),
+                            "total": serializers.IntegerField(),
+                            "started_at": serializers.DateTimeField(allow_null=True),
+                            "elapsed_seconds": serializers.FloatField(),
+                        },
+                        required=False,
+                    ),
                 },
             ),
             503: inline_serializer(

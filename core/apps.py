@@ -9,9 +9,12 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.urls import register_converter
 
-        from core import demo, signals  # noqa: F401  (signals: connects receivers)
+        from core import demo, healing, outbox, rebuild, signals  # noqa: F401  (signals: connects receivers)
         from core.converters import IdConverter
 
         # Registered before any URLconf is imported: every app's id paths use it.
         register_converter(IdConverter, "id")
         demo.register(self.label, demo.seed)
+        # The healer thread rebuilds through core.rebuild; a read model back in
+        # order makes the outbox look for pending marks afresh.
+        healing.connect(heal=rebuild.heal, on_ready=outbox.forget_local_state)

@@ -38,6 +38,7 @@ class CircuitBreaker:
                 self.open_until = now + self.cooldown
 
     def record_failure(self) -> None:
+        failures[0] += 1
         with self._lock:
             self.open_until = time.monotonic() + self.cooldown
 
@@ -69,6 +70,10 @@ def reset_breakers() -> None:
         for breaker in _breakers.values():
             breaker.open_until = 0.0
 
+
+# Connection failures seen by this process: core.healing looks at Redis's
+# generation marker afresh after any (a Redis that failed may come back empty).
+failures = [0]
 
 # Commands sent through breaker connections by this process: core.tracking
 # reads it to know whether this process may have written since it last made

@@ -66,6 +66,12 @@ def health_probe() -> str:
     return _key("healthz")
 
 
+def readmodel_generation() -> str:
+    """string: the generation number of the last full rebuild that filled this Redis
+    (core/healing.py; PostgreSQL keeps the same number). Missing: Redis lost its data."""
+    return _key("readmodel", "generation")
+
+
 # --- notices (announcements) --------------------------------------------------------
 # (owned by notices/readmodel.py)
 # Read bitmaps are split by user-id range into chunks of

@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 
 
 class Platform(models.TextChoices):
@@ -75,3 +76,60 @@ class RedisCheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"check {self.started_at:%Y-%m-%d %H:%M:%S}: {self.drift_count} drift"
+
+
+class MarkJournal(models.Model):
+    """An acknowledged mark (read, unread, read all, seen) kept until a read-state
+    snapshot holds it (``core.journal``).
+
+    Append-only: each process buffers its marks and writes them here every
+    ``MESSAGECENTER_JOURNAL_FLUSH_SECONDS``; marks replayed from the outbox
+    land here too. The snapshot jobs delete what their last complete run
+    copied; a rebuild applies what is left on top of the snapshots, so a
+    Redis that loses its data forgets no mark older than one flush interval.
+    """
+
+    topic = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+    user_id = models.BigIntegerField()
+    # When the mark was made (the process's clock): the order marks are applied in.
+    marked_at = models.DateTimeField()
+    # When the row was written, by the database's clock: compaction compares it
+    # with the start of a snapshot run on that same clock, so the clocks of
+    # the web hosts never decide what may be forgotten.
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["marked_at", "id"]
+        indexes = [
+            # Degraded reads: one user's marks, in order.
+            models.Index(fields=["user_id", "marked_at"], name="markjournal_user_idx"),
+            # Compaction's range delete.
+            models.Index(fields=["created_at"], name="markjournal_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.topic} u{self.user_id}"
+
+
+class ReadModelState(models.Model):
+    """The one row (pk 1) describing the Redis read model as a whole (``core.healing``).
+
+    ``generation`` moves on at the end of every full rebuild; the same number
+    goes into Redis (``keys.readmodel_generation``), so a Redis without it
+    (lost data) or with another one (a stale replica) is told apart from the
+    one PostgreSQL last filled. The other fields show a rebuild's progress.
+    """
+
+    generation = models.BigIntegerField(default=0)
+    rebuilding = models.BooleanField(default=False)
+    stage = models.CharField(max_length=64, blank=True)
+    done = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_seconds = models.FloatField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"read model generation {self.generation}"

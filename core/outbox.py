@@ -15,8 +15,16 @@ Two kinds of entries:
   ``user_id`` set. Degraded reads lay a user's pending marks (``pending_user_marks``)
   over the last read-state snapshot, so the user sees what they did.
 
+A replayed mark is not forgotten: the replay moves it into the marks journal
+(``core.journal``) in the same transaction, where it stays until a read-state
+snapshot holds it. Replaying it into a Redis that then loses its data (or
+that came back empty) therefore loses nothing: the rebuild applies the
+journal on top of the snapshots. Replay waits while the read model is being
+rebuilt (``core.healing``): applying marks to an empty Redis would only have
+them overwritten.
+
 Replay runs from Celery beat (``core.outbox_replay`` every
-``MESSAGECENTER_OUTBOX_REPLAY_SECONDS``). Requests do not replay when the
+``MESSAGECENTER_OUTBOX_REPLAY_SECONDS``) and at the end of a rebuild. Requests do not replay when the
 circuit breaker closes again: a request would pay for everybody's backlog. The
 one exception is a mark of a user who still has pending marks (``settle_user``):
 it must not overtake them, so that request replays first (or queues behind them).
@@ -28,12 +36,17 @@ Handlers are registered per topic by the app that owns the write
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import DateTimeField, IntegerField, Value
+from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core.models import OutboxEntry
+from core import healing, journal
+from core.journal import Mark
+from core.models import MarkJournal, OutboxEntry
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +56,7 @@ Handler = Callable[[dict[str, Any], int | None], None]
 # bug, or data the handler cannot apply) is parked after this many attempts:
 # kept for an operator to look at, skipped by every later replay.
 POISON_ATTEMPTS = 5
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PARKED_PREFIX = "parked: "
 BATCH_SIZE = 100
 
@@ -56,6 +70,14 @@ def register(topic: str, handler: Handler) -> None:
 
 def registered_topics() -> list[str]:
     return sorted(_handlers)
+
+
+def apply(*, topic: str, payload: dict[str, Any], user_id: int | None) -> None:
+    """Run the handler of ``topic`` (the marks journal's replay uses the outbox's handlers)."""
+    handler = _handlers.get(topic)
+    if handler is None:
+        raise LookupError(f"no handler for topic {topic!r}")
+    handler(payload, user_id)
 
 
 # --- Is there anything pending? (process-local, cheap) -----------------------
@@ -123,8 +145,40 @@ def enqueue_after_failure(*, topic: str, payload: dict[str, Any], user_id: int |
 
 
 def pending_user_marks(*, user_id: int, topics: Iterable[str]) -> list[OutboxEntry]:
-    """The user's pending entries of these topics, oldest first (degraded reads apply them in order)."""
+    """The user's pending entries of these topics, oldest first."""
     return list(_pending().filter(user_id=user_id, topic__in=list(topics)).order_by("id"))
+
+
+def user_marks(*, user_id: int, topics: Iterable[str]) -> list[Mark]:
+    """The user's marks of these topics that a snapshot may not hold yet, oldest
+    first (degraded reads lay them over the snapshot in order): the marks
+    journal, this process's marks not yet written to it, then the pending
+    entries. Pending entries are the newest: a mark of a user with pending
+    entries queues behind them instead of going to Redis and the journal.
+    One query for both tables.
+    """
+    wanted = list(topics)
+    journaled = (
+        MarkJournal.objects.filter(user_id=user_id, topic__in=wanted)
+        .order_by()  # a part of a UNION takes no ORDER BY (SQLite refuses one)
+        .annotate(source=Value(0, output_field=IntegerField()))
+        .values_list("source", "marked_at", "id", "topic", "payload")
+    )
+    pending = (
+        _pending()
+        .filter(user_id=user_id, topic__in=wanted)
+        .order_by()
+        # Pending entries go in id order: one time for all of them.
+        .annotate(source=Value(1, output_field=IntegerField()), at=Value(_EPOCH, output_field=DateTimeField()))
+        .values_list("source", "at", "id", "topic", "payload")
+    )
+    rows = list(journaled.union(pending, all=True).order_by("source", "marked_at", "id"))
+    marks = [Mark(topic, payload) for source, _, _, topic, payload in rows if source == 0]
+    return [
+        *marks,
+        *journal.unflushed_user_marks(user_id=user_id, topics=wanted),
+        *(Mark(topic, payload) for source, _, _, topic, payload in rows if source == 1),
+    ]
 
 
 def pending_count() -> int:
@@ -165,8 +219,12 @@ def _record_failure(entry: OutboxEntry, exc: Exception, *, poison: bool) -> None
     entry.save(update_fields=["attempts", "last_error"])
 
 
-def replay(*, limit: int = 500) -> int:
+def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
     """Apply up to ``limit`` pending entries in id order; returns how many were applied.
+
+    Does nothing while the read model is lost or being rebuilt (the rebuild
+    replays at its end, ``while_rebuilding``). A mark's entry moves into the
+    marks journal when applied.
 
     Stops at the first RedisError (Redis is still down: later entries must not
     overtake that one). An entry whose handler raises anything else is kept
@@ -174,6 +232,12 @@ def replay(*, limit: int = 500) -> int:
     ``POISON_ATTEMPTS`` runs it is parked, so one bad entry cannot hold the
     rest back for ever.
     """
+    if not while_rebuilding:
+        try:
+            if not healing.check(fresh=True):
+                return 0
+        except RedisError:
+            return 0  # Redis is down: nothing can be applied now
     applied = 0
     failed: set[int] = set()
     while applied < limit:
@@ -198,6 +262,10 @@ def replay(*, limit: int = 500) -> int:
                     _record_failure(entry, exc, poison=True)
                     failed.add(entry.pk)
                     continue
+                if entry.user_id is not None:
+                    MarkJournal.objects.create(
+                        topic=entry.topic, payload=entry.payload, user_id=entry.user_id, marked_at=timezone.now()
+                    )
                 entry.delete()
                 applied += 1
     return applied
@@ -208,8 +276,11 @@ def settle_user(*, user_id: int) -> bool:
 
     If some are, replay first (they are older than the mark about to be made);
     False means they are still pending (Redis failed again, or another replay
-    holds them) and the caller must queue its mark behind them.
+    holds them) and the caller must queue its mark behind them. Raises
+    ``healing.ReadModelNotReady`` (a RedisError) while the read model is lost
+    or being rebuilt: the caller queues the mark as when Redis is down.
     """
+    healing.require_ready()
     if not _may_have_user_marks() or not user_has_pending(user_id=user_id):
         return True
     replay()

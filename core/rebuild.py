@@ -1,19 +1,271 @@
-"""The apps' rebuild commands, which ``manage.py rebuild_redis`` runs in turn.
+"""The full rebuild of the read model from PostgreSQL, run by a healing process or by hand.
 
-Each app owns a management command that restores its part of the Redis read
-model from PostgreSQL and registers its name here from ``AppConfig.ready()``,
-so core runs them all without naming an app.
+Each app registers the step that restores its part (``register_rebuild`` in
+``AppConfig.ready``); ``rebuild`` runs them all under one lock, then applies
+the marks journal and the outbox on top, and only then writes the new
+generation that ``core.healing`` looks for. ``manage.py rebuild_redis`` and
+the healer thread of ``core.healing`` both come here.
 """
 
-# Command names in registration order (INSTALLED_APPS order): an app's
-# structures are rebuilt after those of the apps it builds on.
-_commands: list[str] = []
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+
+from django.db import connection, transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from core import healing, journal, keys, outbox
+from core.models import MarkJournal, ReadModelState
+from core.progress import SILENT, Progress, Stage
+from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
+
+# pg_advisory_lock key of the rebuild: any bigint unique to this purpose.
+LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
+# How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
+PROGRESS_SECONDS = 0.5
+# Journal marks applied per query (keyset paging).
+REPLAY_BATCH = 1000
 
 
-def register(command: str) -> None:
-    if command not in _commands:
-        _commands.append(command)
+# --- The rebuild steps of the apps ------------------------------------------------------
+
+RebuildStep = Callable[[Progress], dict[str, int] | None]
 
 
-def rebuild_commands() -> list[str]:
-    return list(_commands)
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    order: int
+    run: RebuildStep
+
+
+_steps: dict[str, _Step] = {}
+
+
+def register_rebuild(name: str, step: RebuildStep, *, order: int = 100) -> None:
+    """Name a function (``step(progress)``) that rebuilds an app's part of the read model
+    from PostgreSQL; idempotent and safe while serving. Lower ``order`` runs first."""
+    _steps[name] = _Step(name, order, step)
+
+
+def unregister_rebuild(name: str) -> None:
+    _steps.pop(name, None)
+
+
+def registered_steps() -> list[str]:
+    return [step.name for step in sorted(_steps.values(), key=lambda s: (s.order, s.name))]
+
+
+# --- The rebuild ---------------------------------------------------------------------------
+
+_local_lock = threading.Lock()  # embedded (SQLite): one process, so a lock in it will do
+
+
+@contextmanager
+def _rebuild_lock(*, wait: bool) -> Iterator[bool]:
+    if connection.vendor != "postgresql":
+        acquired = _local_lock.acquire(blocking=wait)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                _local_lock.release()
+        return
+    # A session lock on this thread's connection: a process that dies mid-rebuild
+    # loses its connection, and the lock with it.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)" if wait else "SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        row = cursor.fetchone()
+    acquired = bool(row[0]) if wait is False and row else True
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    generation: int
+    seconds: float
+    steps: dict[str, dict[str, int] | None]
+    journal: int
+    outbox: int
+
+
+def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: bool = False) -> RebuildResult | None:
+    """Rebuild the whole read model from PostgreSQL and write a new generation.
+
+    Holds the rebuild lock throughout (``wait``: block for it; else return
+    None when another process holds it). ``only_if_needed``: do nothing (None)
+    when, once the lock is held, Redis turns out ready (another rebuild just
+    ended). Safe while serving: every step only adds what is missing.
+    """
+    with _rebuild_lock(wait=wait) as acquired:
+        if not acquired:
+            return None
+        stored = healing.stored_generation()
+        intact = stored > 0 and healing.marker() == stored
+        if only_if_needed and intact:
+            return None
+        started = time.monotonic()
+        ReadModelState.objects.update_or_create(
+            pk=1,
+            defaults={
+                "rebuilding": True,
+                "stage": "",
+                "done": 0,
+                "total": 0,
+                "started_at": timezone.now(),
+                "finished_at": None,
+                "last_error": "",
+            },
+        )
+        recorded = _RecordedProgress(progress)
+        try:
+            results: dict[str, dict[str, int] | None] = {}
+            for step in sorted(_steps.values(), key=lambda s: (s.order, s.name)):
+                results[step.name] = step.run(recorded)
+            # Marks made just before the loss may still sit in a process's
+            # journal buffer: give every process one flush before reading it.
+            journal.flush()
+            remaining = 2 * journal.flush_seconds() - (time.monotonic() - started)
+            if remaining > 0:
+                time.sleep(remaining)
+            replayed = _replay_journal(progress=recorded)
+            pending = _drain_outbox(recorded)
+            with transaction.atomic():
+                # A rebuild of an intact Redis keeps its number (running it
+                # twice changes nothing); one that refilled a lost or stale
+                # Redis takes a new one, which older copies of Redis lack.
+                generation = stored if intact else stored + 1
+                ReadModelState.objects.filter(pk=1).update(
+                    generation=generation,
+                    rebuilding=False,
+                    stage="",
+                    finished_at=timezone.now(),
+                    last_seconds=time.monotonic() - started,
+                )
+            get_redis().set(keys.readmodel_generation(), generation)
+            healing.adopt(generation)
+            # Marks queued between the last drain and the marker: applied now
+            # (beat would within seconds too).
+            pending += outbox.replay(limit=10_000)
+        except BaseException as exc:
+            ReadModelState.objects.filter(pk=1).update(
+                rebuilding=False, last_error=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now()
+            )
+            raise
+        seconds = time.monotonic() - started
+        logger.info("read model rebuilt in %.1fs (generation %s)", seconds, generation)
+        return RebuildResult(generation, seconds, results, replayed, pending)
+
+
+def _drain_outbox(progress: Progress) -> int:
+    """Replay the outbox until it is empty, or stops shrinking (Redis failed, or
+    entries that keep failing): marks keep arriving there while the marker is missing."""
+
+    applied = 0
+    with progress.stage("outbox", outbox.pending_count()) as stage:
+        for _ in range(100):
+            done = outbox.replay(limit=10_000, while_rebuilding=True)
+            applied += done
+            stage.advance(done)
+            if done == 0 or outbox.pending_count() == 0:
+                break
+    return applied
+
+
+class _RecordedStage(Stage):
+    """A stage that also drives the caller's stage (``inner``) and is written down."""
+
+    def __init__(self, progress: "_RecordedProgress", name: str, total: int) -> None:
+        self.recorder = progress
+        self.inner = progress.inner.stage(name, total)
+        super().__init__(progress, name, total)
+        progress.record(self, force=True)
+
+    def advance(self, amount: int = 1) -> None:
+        super().advance(amount)
+        self.inner.advance(amount)
+        self.recorder.record(self)
+
+    def done(self) -> None:
+        super().done()
+        self.inner.done()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.done()
+        else:
+            self.inner.__exit__(exc_type, exc, traceback)
+
+
+class _RecordedProgress(Progress):
+    """Passes stages on to ``inner`` (a command's bar) and writes them to ``ReadModelState``."""
+
+    def __init__(self, inner: Progress) -> None:
+        super().__init__(None)
+        self.inner = inner
+        self._written_at = 0.0
+
+    def stage(self, name: str, total: int) -> Stage:
+        return _RecordedStage(self, name, total)
+
+    def record(self, stage: Stage, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written_at < PROGRESS_SECONDS:
+            return
+        self._written_at = now
+        ReadModelState.objects.filter(pk=1).update(stage=stage.name[:64], done=stage.count, total=stage.total)
+
+
+def _replay_journal(*, progress: Progress = SILENT) -> int:
+    """Apply every journal mark to Redis, oldest first (a rebuild, after the snapshots
+    are restored and the items delivered); returns how many were applied.
+
+    A RedisError stops it (the rebuild fails and runs again). A mark its
+    handler cannot apply for another reason (an item deleted since) is logged
+    and skipped, as the mark itself would have changed nothing.
+    """
+    applied = 0
+    last: tuple[datetime, int] | None = None
+    queryset = MarkJournal.objects.order_by("marked_at", "id")
+    with progress.stage("marks journal", queryset.count()) as stage:
+        while True:
+            page = queryset
+            if last is not None:
+                # Keyset paging on (marked_at, id); the journal holds about a
+                # snapshot interval of marks, so the sort stays small.
+                page = page.filter(marked_at__gte=last[0]).exclude(marked_at=last[0], id__lte=last[1])
+            rows = list(page.values_list("id", "marked_at", "topic", "payload", "user_id")[:REPLAY_BATCH])
+            if not rows:
+                return applied
+            for pk, marked_at, topic, payload, user_id in rows:
+                last = (marked_at, pk)
+                try:
+                    outbox.apply(topic=topic, payload=payload, user_id=user_id)
+                except RedisError:
+                    raise
+                except Exception:
+                    logger.exception("journal mark #%s (%s) could not be applied; skipped", pk, topic)
+                    continue
+                applied += 1
+            stage.advance(len(rows))
+
+
+def heal() -> None:
+    """The healer thread's work (``core.healing``): rebuild unless another process does,
+    or already did."""
+    rebuild(wait=False, only_if_needed=True)

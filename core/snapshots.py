@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from django.db import DatabaseError
 
@@ -55,6 +55,13 @@ class RedisLost(Exception):
     """The "restored" marker vanished while a batch was read: Redis lost its data."""
 
 
+class Drained(NamedTuple):
+    written: int  # rows ``write`` wrote
+    # The dirty set was seen empty: everything dirty when the run started was
+    # copied (the marks journal may then forget what is older than the run).
+    emptied: bool
+
+
 def drain_dirty(
     *,
     label: str,
@@ -64,16 +71,22 @@ def drain_dirty(
     write: Callable[[list[Member]], int],
     batch: int,
     progress: Progress,
-) -> int:
-    """Copy ``pending`` dirty members in batches; returns how many rows ``write`` wrote.
+) -> Drained:
+    """Copy ``pending`` dirty members in batches; returns how many rows ``write``
+    wrote and whether the set was seen empty.
 
-    Drains what was dirty when it started: a steady stream of marks cannot
-    keep it running forever, later ones wait for the next run.
+    Drains what was dirty when it started: SPOP picks at random, so members
+    added meanwhile may be taken first; up to twice as many batches are run
+    to take every older one too, and no more, so a steady stream of marks
+    cannot keep it running forever (later ones wait for the next run).
     """
     written = 0
+    emptied = pending == 0
     with progress.stage(label, pending) as stage:
-        for _ in range(math.ceil(pending / batch)):
+        for _ in range(2 * math.ceil(pending / batch)):
             members = pop(batch)
+            if len(members) < batch:
+                emptied = True
             if not members:
                 break
             try:
@@ -81,9 +94,11 @@ def drain_dirty(
             except RedisLost:
                 logger.warning("Redis lost its data during a read-state snapshot; restoring on the next run")
                 give_back(members)
-                break
+                return Drained(written, False)
             except DatabaseError:
                 give_back(members)
                 raise
             stage.advance(len(members))
-    return written
+            if emptied:
+                break
+    return Drained(written, emptied)

@@ -14,6 +14,7 @@ class MessagecenterConfig(AppConfig):
         from messagecenter import drift as messagecenter_drift
         from messagecenter import signals
         from messagecenter.services import inbox
+        from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
         signals.connect()
@@ -22,5 +23,5 @@ class MessagecenterConfig(AppConfig):
             outbox.register(topic, handler)
         drift.register(*messagecenter_drift.CHECKS)
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
-        rebuild.register("messagecenter_rebuild")
+        rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
         demo.register(self.label, messagecenter_demo.seed)

@@ -172,7 +172,7 @@ class _Inbox:
 
 def _pending(user_id: int) -> list[tuple[str, dict[str, Any]]]:
     """The user's marks accepted while Redis was down and not replayed yet, oldest first."""
-    entries = outbox.pending_user_marks(user_id=user_id, topics=INBOX_TOPICS)
+    entries = outbox.user_marks(user_id=user_id, topics=INBOX_TOPICS)
     return [(entry.topic, entry.payload) for entry in entries if isinstance(entry.payload, dict)]
 
 

@@ -2,7 +2,8 @@
 
 The inbox selectors run no SQL while Redis answers: everything they need
 (items, read state, counts, the user's groups) is in Redis, kept in step
-after commit. When Redis fails they answer from PostgreSQL instead
+after commit. When Redis fails, or answers without its read model (lost
+data being rebuilt, ``core.healing``), they answer from PostgreSQL instead
 (``messagecenter.fallback``: same items, order, cursors and counts; read
 state from the last snapshot plus the pending marks), slower, and say so.
 """
@@ -19,6 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from core import healing
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
 from core.selectors import user_platforms
@@ -203,6 +205,7 @@ def _inbox_list(
     degraded = False
     page: Page
     try:
+        healing.require_ready()
         result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **query)
         if isinstance(result, CachedPage):
             return None, result.body
@@ -233,7 +236,11 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
         raise NotFound("No such item in your inbox.")
     now = now or timezone.now()
     try:
+        healing.require_ready()
         row = inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now))
+        if row is None:
+            # Not a 404 from a Redis that lost its data a moment ago.
+            healing.confirm_ready()
     except RedisError as exc:
         _redis_down("inbox item", user, exc)
         row = fallback.inbox_get(user_id=int(user.pk), ref=item_id, now=now)
@@ -258,6 +265,7 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
     announcements: dict[str, int] | None = None
     hold: inbox.CountsHold | None = None
     try:
+        healing.require_ready()
         # One round trip for both when it can: the inbox's fast counts and the
         # user's cached announcement count, pipelined.
         call = announcement_count_call(user=user, now=now)

@@ -13,11 +13,12 @@ class NoticesConfig(AppConfig):
         from notices import demo as notices_demo
         from notices import drift as notices_drift
         from notices import services, signals  # signals: connects receivers
+        from notices.rebuild import announcements_rebuild
         from notices.snapshots import announcement_read_snapshot
 
         outbox.register(signals.PLATFORM_SYNC_TOPIC, signals.replay_platform_sync)
         outbox.register(services.READ_TOPIC, services.replay_mark)
         drift.register(*notices_drift.CHECKS)
         snapshots.register(name="announcements", run=announcement_read_snapshot)
-        rebuild.register("notices_rebuild")
+        rebuild.register_rebuild("notices", lambda progress: announcements_rebuild(progress=progress), order=10)
         demo.register(self.label, notices_demo.seed)

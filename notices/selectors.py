@@ -3,7 +3,8 @@
 A user sees an announcement while it is live (``publish_at <= now < expire_at``)
 and targets one of the user's platforms. Which ones are live, and which the
 user read, comes from Redis (one script per platform of the user); rows for a
-page come from PostgreSQL by primary key. With Redis down, lists and details
+page come from PostgreSQL by primary key. With Redis down (or its read model
+lost and being rebuilt, ``core.healing``), lists and details
 fall back to PostgreSQL: read flags come from the last read-state snapshot
 (``AnnouncementReadSnapshot``) with the user's marks still waiting in the
 outbox laid over it, in order, so a user sees their own marks at once.
@@ -23,7 +24,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import outbox
+from core import healing, outbox
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
 from core.selectors import platform_user_counts, user_platforms
@@ -56,6 +57,7 @@ def _visible_from_redis(*, user: User, now: datetime) -> dict[int, tuple[int, bo
     """id -> (publish ms, read) over the user's platforms; read if read on any of them."""
     user_id = readmodel.user_id_of(user)
     readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
+    healing.require_ready()  # a read model being rebuilt is answered like a Redis that is down
     visible: dict[int, tuple[int, bool]] = {}
     for platform in user_platforms(user=user):
         for pk, (publish_ms, read) in readmodel.read_state(platform=platform, user_id=user_id, now=now).items():
@@ -95,7 +97,7 @@ def degraded_read_ids(*, user: User, announcement_ids: list[int]) -> set[int]:
     for announcement_id, readers in snapshots:
         if announcement_id not in read and user_id in BitMap.deserialize(bytes(readers)):
             read.add(announcement_id)
-    for entry in outbox.pending_user_marks(user_id=user_id, topics=[READ_TOPIC]):
+    for entry in outbox.user_marks(user_id=user_id, topics=[READ_TOPIC]):
         announcement_id = int(entry.payload["announcement_id"])
         if announcement_id in wanted:
             if entry.payload["read"]:
@@ -117,6 +119,7 @@ def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str,
     user_id = readmodel.user_id_of(user)
     readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
     try:
+        healing.require_ready()
         platforms = user_platforms(user=user)
         if len(platforms) == 1:  # the cached count (several platforms need the per-item union)
             live, read_count = readmodel.read_count(platform=platforms[0], user_id=user_id, now=now)
@@ -210,6 +213,8 @@ def announcement_get(*, user: User, announcement_id: int, now: datetime | None =
     try:
         visible = _visible_from_redis(user=user, now=now)
         if int(announcement_id) not in visible:
+            # Not a 404 from a Redis that lost its data a moment ago.
+            healing.confirm_ready()
             raise NotFound("Announcement not found.")
         read = visible[int(announcement_id)][1]
         announcement = Announcement.objects.filter(pk=announcement_id).first()

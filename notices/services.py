@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import outbox
+from core import journal, outbox
 from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
@@ -199,19 +199,22 @@ def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read:
     try:
         # A mark must not overtake the user's marks still waiting in the outbox.
         if outbox.settle_user(user_id=user_id):
-            return readmodel.mark(platforms=targets, user_id=user_id, announcement_id=announcement_id, read=read)
+            changed = readmodel.mark(platforms=targets, user_id=user_id, announcement_id=announcement_id, read=read)
+            # Kept until a read-state snapshot holds it (a Redis loss before then).
+            journal.record(topic=READ_TOPIC, payload=_payload(announcement_id, targets, read, now), user_id=user_id)
+            return changed
     except RedisError:
         pass
     # Redis is down (or the user's older marks still wait): PostgreSQL has
     # just confirmed the announcement is live to the user; keep the mark in
     # the outbox, where degraded reads see it and the replay applies it.
     was_read = announcement_id in degraded_read_ids(user=user, announcement_ids=[announcement_id])
-    outbox.enqueue(
-        topic=READ_TOPIC,
-        payload={"announcement_id": announcement_id, "platforms": targets, "read": read, "at_ms": readmodel.to_ms(now)},
-        user_id=user_id,
-    )
+    outbox.enqueue(topic=READ_TOPIC, payload=_payload(announcement_id, targets, read, now), user_id=user_id)
     return was_read != read
+
+
+def _payload(announcement_id: int, targets: list[str], read: bool, now: datetime) -> dict[str, Any]:
+    return {"announcement_id": announcement_id, "platforms": targets, "read": read, "at_ms": readmodel.to_ms(now)}
 
 
 def replay_mark(payload: dict[str, Any], user_id: int | None) -> None:

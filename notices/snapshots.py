@@ -5,8 +5,9 @@ snapshot job copies the bitmaps that changed (the dirty set kept by
 ``readmodel.mark``) into ``AnnouncementReadSnapshot`` rows, one compressed
 pyroaring BitMap of user ids per (announcement, platform), every
 ``MESSAGECENTER_SNAPSHOT_SECONDS``. The rebuild writes them back where Redis
-has no bitmap. Worst case, a Redis loss forgets the marks of the last
-interval (plus the job's own run time, or longer while no worker runs it).
+has no bitmap. Marks made since the last run are in the marks journal
+(``core.journal``), which a run that drained everything then forgets up to
+its start.
 
 A fresh Redis (flushed, or a new server) has no "restored" marker: the job
 then restores from PostgreSQL before it copies anything, so the near-empty
@@ -20,11 +21,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 from pyroaring import BitMap
 
+from core import healing, journal
 from core.bitmaps import bitmap_serialize
 from core.progress import SILENT, Progress
 from core.snapshots import RedisLost, drain_dirty
 from notices import readmodel
 from notices.models import AnnouncementPlatform, AnnouncementReadSnapshot
+from notices.selectors import READ_TOPIC
 
 BATCH = 1000
 
@@ -36,9 +39,14 @@ def announcement_read_snapshot(*, batch: int = BATCH, progress: Progress = SILEN
     it running forever: later ones wait for the next run). If PostgreSQL fails,
     the batch goes back into the dirty set and the error propagates (the task retries).
     """
+    if not healing.ready():
+        # Lost or being rebuilt: the rebuild restores the snapshots, and the
+        # marks journal holds the marks made since, until a run after it.
+        return 0
     if not readmodel.snapshot_restored():
         announcement_read_restore(progress=progress)
-    return drain_dirty(
+    started = journal.database_now()
+    drained = drain_dirty(
         label="announcement snapshots",
         pending=readmodel.snapshot_dirty_count(),
         pop=lambda count: readmodel.snapshot_dirty_pop(count=count),
@@ -47,6 +55,11 @@ def announcement_read_snapshot(*, batch: int = BATCH, progress: Progress = SILEN
         batch=batch,
         progress=progress,
     )
+    if drained.emptied:
+        # Every mark journaled before the run started is in the rows just
+        # written (or in earlier ones).
+        journal.compact(topics=[READ_TOPIC], before=started)
+    return drained.written
 
 
 def _snapshot_batch(members: list[readmodel.SnapshotMember]) -> int:

@@ -154,6 +154,15 @@ MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REP
 # How often beat copies changed read state (read bitmaps, unseen watermarks) to
 # PostgreSQL: the worst-case loss of read marks when Redis loses its data.
 MESSAGECENTER_SNAPSHOT_SECONDS: float = env.float("MESSAGECENTER_SNAPSHOT_SECONDS", default=60.0)
+# Self-healing read model (core/healing.py): each process checks Redis's
+# generation marker at most this often and, when it is missing or stale,
+# serves reads from PostgreSQL while one process rebuilds Redis.
+MESSAGECENTER_SELF_HEALING: bool = env.bool("MESSAGECENTER_SELF_HEALING", default=True)
+MESSAGECENTER_HEALING_CHECK_SECONDS: float = env.float("MESSAGECENTER_HEALING_CHECK_SECONDS", default=1.0)
+# Marks journal (core/journal.py): each process writes its acknowledged marks to
+# PostgreSQL this often (0: at once, in the request), so a Redis that loses
+# its data forgets at most this much of them.
+MESSAGECENTER_JOURNAL_FLUSH_SECONDS: float = env.float("MESSAGECENTER_JOURNAL_FLUSH_SECONDS", default=1.0)
 # check_redis: how often beat compares the Redis read model with PostgreSQL, and
 # whether that run also mends the drift it finds (by re-running the mirrors).
 MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)

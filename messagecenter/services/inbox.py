@@ -12,7 +12,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import outbox
+from core import healing, journal, outbox
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback
 from messagecenter.models import CATEGORIES, InboxHidden
@@ -69,6 +69,9 @@ def inbox_publish_pull(*, entry: InboxEntry, detail: Mapping[str, Any], audience
 # payloads are a contract with the fallback, which lays pending marks over the
 # read-state snapshot) and the answer is the one the Redis path would give.
 # ``core.outbox.replay`` applies the entries through the same Redis calls.
+# A mark that went straight to Redis is noted in the marks journal
+# (``core.journal``): a Redis that loses its data before the next read-state
+# snapshot gets it back from there. (Hides need no note: their row is the record.)
 
 
 def _direct(user_id: int) -> bool:
@@ -83,7 +86,11 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     try:
         if _direct(user_id):
             if not inbox.inbox_set_read(user_id=user_id, ref=ref, read=read, now_ms=to_ms(now)):
+                healing.confirm_ready()  # not a 404 from a Redis that lost its data a moment ago
                 raise NotFound("No such item in your inbox.")
+            journal.record(
+                topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": to_ms(now)}, user_id=user_id
+            )
             return True
     except RedisError:
         logger.warning("redis unavailable; queueing an inbox mark of user %s", user_id)
@@ -117,7 +124,13 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
     user_id = int(user.pk)
     try:
         if _direct(user_id):
-            return inbox.inbox_read_all(user_id=user_id, category=category, now_ms=to_ms(now))
+            marked = inbox.inbox_read_all(user_id=user_id, category=category, now_ms=to_ms(now))
+            journal.record(
+                topic=fallback.TOPIC_READ_ALL,
+                payload={"category": category or "", "at_ms": to_ms(now)},
+                user_id=user_id,
+            )
+            return marked
     except RedisError:
         logger.warning("redis unavailable; queueing mark-all-read of user %s", user_id)
     marked = len(fallback.inbox_unread_refs(user_id=user_id, category=category, now=now))
@@ -134,6 +147,7 @@ def inbox_mark_seen(*, user: AbstractBaseUser, now: datetime | None = None) -> N
     try:
         if _direct(user_id):
             inbox.inbox_seen(user_id=user_id, now_ms=now_ms)
+            journal.record(topic=fallback.TOPIC_SEEN, payload={"at_ms": now_ms}, user_id=user_id)
             return
     except RedisError:
         logger.warning("redis unavailable; queueing the seen mark of user %s", user_id)
@@ -155,6 +169,8 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
     try:
         direct = _direct(user_id)
         live = inbox.inbox_get(user_id=user_id, ref=ref, now_ms=now_ms) is not None if direct else False
+        if direct and not live:
+            healing.confirm_ready()  # not a 404 from a Redis that lost its data a moment ago
     except RedisError:
         logger.warning("redis unavailable; queueing a hide of user %s", user_id)
         direct = False

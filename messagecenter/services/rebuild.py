@@ -5,7 +5,8 @@ from their snapshots), then groups, hidden items, bulletins, message details,
 pull items, push fan-outs, subscriber sets and live notifications, all
 idempotently. Deliveries and merges count an item unread only when its
 restored read bit is 0, so the unread counters come out as PostgreSQL plus
-the snapshots imply; marks made after the last snapshot are the only ones lost.
+the snapshots imply. Marks made after the last snapshot come back from the
+marks journal, which ``core.rebuild.rebuild`` applies after this step.
 """
 
 import math

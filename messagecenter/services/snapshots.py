@@ -7,8 +7,8 @@ user and month, the read and ever-read bitmaps as compressed pyroaring
 BitMaps of item offsets) and ``InboxSeenSnapshot`` rows, every
 ``MESSAGECENTER_SNAPSHOT_SECONDS``. The rebuild writes them back where Redis
 has nothing, before items are delivered, and keeps the unread counters exact.
-Worst case, a Redis loss forgets the marks of the last interval (plus the
-job's own run time, or longer while no worker runs it).
+Marks made since the last run are in the marks journal (``core.journal``),
+which a run that drained everything then forgets up to its start.
 
 A fresh Redis (flushed, or a new server) has no "restored" marker: the job
 then restores from PostgreSQL before it copies anything, so the near-empty
@@ -21,9 +21,11 @@ from django.db.models import Q
 from django.utils import timezone
 from pyroaring import BitMap
 
+from core import healing, journal
 from core.bitmaps import bitmap_serialize
 from core.progress import SILENT, Progress
 from core.snapshots import RedisLost, drain_dirty
+from messagecenter.fallback import INBOX_TOPICS
 from messagecenter.models import InboxReadSnapshot, InboxSeenSnapshot
 from messagecenter.readmodel import snapshots as readmodel
 
@@ -37,9 +39,14 @@ def inbox_read_snapshot(*, batch: int = BATCH, progress: Progress = SILENT) -> i
     it running forever: later ones wait for the next run). If PostgreSQL fails,
     the batch goes back into the dirty set and the error propagates.
     """
+    if not healing.ready():
+        # Lost or being rebuilt: the rebuild restores the snapshots, and the
+        # marks journal holds the marks made since, until a run after it.
+        return 0
     if not readmodel.snapshot_restored():
         inbox_read_restore(progress=progress)
-    return drain_dirty(
+    started = journal.database_now()
+    drained = drain_dirty(
         label="inbox snapshots",
         pending=readmodel.snapshot_dirty_count(),
         pop=lambda count: readmodel.snapshot_dirty_pop(count=count),
@@ -48,6 +55,11 @@ def inbox_read_snapshot(*, batch: int = BATCH, progress: Progress = SILENT) -> i
         batch=batch,
         progress=progress,
     )
+    if drained.emptied:
+        # Every mark journaled before the run started is in the rows just
+        # written (or in earlier ones).
+        journal.compact(topics=INBOX_TOPICS, before=started)
+    return drained.written
 
 
 def _snapshot_batch(members: list[readmodel.DirtyMember]) -> int:

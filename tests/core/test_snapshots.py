@@ -12,6 +12,7 @@ from pyroaring import BitMap
 
 from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_serialize, bitmap_split, bitmap_to_redis
+from core.models import MarkJournal
 from core.progress import Progress
 from core.redis import get_redis
 from messagecenter import services as mc_services
@@ -128,7 +129,7 @@ def _visible_state(user: Any) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_flushed_redis_comes_back_as_of_the_last_snapshot(
+def test_flushed_redis_comes_back_as_of_the_last_snapshot_and_journal(
     operator: Any, recipient: Any, other_recipient: Any, settings: Any
 ) -> None:
     settings.MESSAGECENTER_PUSH_THRESHOLD = 1  # two recipients: a pull item
@@ -148,11 +149,24 @@ def test_flushed_redis_comes_back_as_of_the_last_snapshot(
     assert expected[recipient.pk]["announcements"] == {a1.pk: True, a2.pk: False}
     assert expected[recipient.pk]["counts"]["by_category"]["promotion"] == 0
 
-    # Marks after the snapshot: the only ones a Redis loss may take.
+    # Marks after the snapshot: the marks journal keeps them for the rebuild.
     announcement_mark_read(user=recipient, announcement_id=a2.pk)
     mc_services.inbox_mark_read(user=recipient, item_id=later.ref)
     assert _visible_state(recipient) != expected[recipient.pk]
+    marked = {user.pk: _visible_state(user) for user in (recipient, other_recipient)}
+    # The snapshot run forgot the marks it copied: only the two made since are left.
+    assert list(MarkJournal.objects.values_list("user_id", "topic")) == [
+        (recipient.pk, "notices.read"),
+        (recipient.pk, "inbox.read"),
+    ]
 
+    get_redis().flushdb()
+    call_command("rebuild_redis", "--quiet", stdout=StringIO())
+    for user in (recipient, other_recipient):
+        assert _visible_state(user) == marked[user.pk]
+
+    # Without the journal, the snapshots alone: as of the last snapshot run.
+    MarkJournal.objects.all().delete()
     get_redis().flushdb()
     out = StringIO()
     call_command("rebuild_redis", stdout=out)

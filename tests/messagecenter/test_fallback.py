@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from core.exceptions import NotFound
-from core.models import OutboxEntry
+from core.models import MarkJournal, OutboxEntry
 from core.redis import get_redis
 from messagecenter import fallback, services
 from messagecenter.models import (
@@ -125,6 +125,7 @@ class FallbackMachine(RuleBasedStateMachine):
             InboxReadSnapshot,
             InboxSeenSnapshot,
             OutboxEntry,
+            MarkJournal,
             ItemSlotMonth,
         ):
             model.objects.all().delete()

@@ -1,21 +1,21 @@
 """``manage.py rebuild_redis``: restore every Redis structure from PostgreSQL.
 
-Runs every app's rebuild command (``core.rebuild.register``) in turn.
-Idempotent and safe while the site serves: each app's rebuild writes what
-PostgreSQL holds now, and restores read state (announcement read bitmaps,
-inbox read bitmaps, unseen watermarks) from the durable snapshots only where
-Redis has none, so a mark newer than its snapshot is never undone. After a
-Redis loss, read state comes back as of the last snapshot (at most
-``MESSAGECENTER_SNAPSHOT_SECONDS`` old while the snapshot job runs).
-Batched, with a progress bar on a terminal and one line per stage otherwise.
+Idempotent and safe while the site serves: each app's rebuild (registered
+with ``core.rebuild.register_rebuild``) writes what PostgreSQL holds now, and
+restores read state (announcement read bitmaps, inbox read bitmaps, unseen
+watermarks) from the durable snapshots only where Redis has none, so a mark
+newer than its snapshot is never undone; the marks journal and the outbox are
+applied on top. It ends by writing a new read-model generation, and holds
+the same lock as the automatic rebuild (``core.healing``), waiting for one in
+progress. Batched, with a progress bar on a terminal and one line per stage otherwise.
 """
 
 from typing import Any
 
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from core.rebuild import rebuild_commands
+from core import rebuild
+from core.progress import SILENT, Progress
 
 
 class Command(BaseCommand):
@@ -25,9 +25,14 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
     def handle(self, *args: Any, quiet: bool = False, **options: Any) -> None:
-        for name in rebuild_commands():
-            if not quiet:
-                self.stdout.write(f"{name}:")
-            call_command(name, stdout=self.stdout, quiet=quiet)
-        if not quiet:
-            self.stdout.write(self.style.SUCCESS("Redis read model rebuilt."))
+        result = rebuild.rebuild(progress=SILENT if quiet else Progress(self.stdout))
+        if not quiet and result is not None:
+            for name, done in result.steps.items():
+                summary = ", ".join(f"{k}: {v}" for k, v in (done or {}).items())
+                self.stdout.write(f"  {name}: {summary}")
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Redis read model rebuilt. Generation {result.generation} in {result.seconds:.1f}s "
+                    f"(journal marks {result.journal}, outbox entries {result.outbox})."
+                )
+            )

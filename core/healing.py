@@ -1,0 +1,225 @@
+"""The read model heals itself: a lost or stale Redis is noticed and rebuilt, while serving.
+
+Redis is a read model of PostgreSQL. When it loses its data (a crash without
+persistence, FLUSHALL, a failover to an empty replica) or comes back with an
+older copy (a failover to a stale replica), nothing fails: Redis simply
+answers "nothing here". So a full rebuild ends by writing a generation
+number to Redis (``keys.readmodel_generation``) after recording it in
+PostgreSQL (``ReadModelState``):
+
+- **Detection.** ``ready()`` reads the marker at most every
+  ``MESSAGECENTER_HEALING_CHECK_SECONDS`` per process (one GET; the answer
+  is held in between, so a request pays nothing). The marker missing, or a
+  number other than PostgreSQL's, means the read model is lost or stale.
+  PostgreSQL is asked only when the marker shows a number this process has
+  not seen (after a rebuild, or on a stale replica). After any Redis
+  connection failure the next call looks afresh: a Redis that was down may
+  be back empty.
+- **Serving meanwhile.** Callers treat "not ready" like Redis being down
+  (``require_ready`` raises ``ReadModelNotReady``, a RedisError): reads answer
+  from PostgreSQL, marks are kept in the outbox. A 404 computed from Redis is
+  double-checked with a fresh read of the marker (``confirm_ready``), so the
+  moments between a loss and its detection give no false 404.
+- **Rebuild.** The process that notices starts a thread (``heal_soon``) that
+  runs ``core.rebuild`` (connected in ``CoreConfig.ready``): it takes a
+  PostgreSQL advisory lock (Redis may be what was lost, and the Celery broker
+  with it), so one rebuild runs however many processes notice; the others
+  keep serving from PostgreSQL. It runs every app's registered step
+  (``register_rebuild`` in ``AppConfig.ready``), then the marks journal, then
+  the outbox, and only then writes the new generation. The embedded
+  (SQLite, one process) setup uses a lock in the process instead.
+
+``/healthz`` says ``"redis": "rebuilding"`` with the progress (``health``).
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from core import breaker, keys
+from core.models import ReadModelState
+from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
+
+# pg_advisory_lock key of the rebuild: any bigint unique to this purpose.
+LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
+# How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
+PROGRESS_SECONDS = 0.5
+
+
+class ReadModelNotReady(RedisError):
+    """Redis answers but the read model is lost or being rebuilt: use PostgreSQL."""
+
+
+def enabled() -> bool:
+    return bool(getattr(settings, "MESSAGECENTER_SELF_HEALING", True))
+
+
+# --- Detection (process-local, cheap) ---------------------------------------------------
+
+_state: dict[str, Any] = {"checked_at": -1e18, "ready": True, "generation": None, "failures": 0}
+_state_lock = threading.Lock()
+
+
+def _check_seconds() -> float:
+    return float(getattr(settings, "MESSAGECENTER_HEALING_CHECK_SECONDS", 1.0))
+
+
+def stored_generation() -> int:
+    """The generation PostgreSQL says Redis should hold (0: never rebuilt)."""
+    row = ReadModelState.objects.filter(pk=1).values_list("generation", flat=True).first()
+    return int(row or 0)
+
+
+def marker() -> int | None:
+    """The generation Redis holds (None: lost). Raises RedisError when Redis does not answer."""
+    raw = get_redis().get(keys.readmodel_generation())
+    return None if raw is None else int(raw)
+
+
+def check(*, fresh: bool = False) -> bool:
+    """Whether Redis holds the read model PostgreSQL last filled it with (see the module).
+
+    Raises RedisError when Redis does not answer (callers already handle that).
+    When it answers "no", a rebuild is started (``heal_soon``).
+    """
+    if not enabled():
+        return True
+    now = time.monotonic()
+    failed = breaker.failures[0]
+    if not fresh and now - _state["checked_at"] < _check_seconds() and failed == _state["failures"]:
+        return bool(_state["ready"])
+    try:
+        held = marker()
+    except RedisError:
+        _state["checked_at"] = -1e18  # look again as soon as it answers: it may come back empty
+        raise
+    _state["failures"] = failed
+    if held is not None and held != _state["generation"]:
+        # A number this process has not seen: another process's rebuild, or a stale replica.
+        _state["generation"] = stored_generation()
+    ready = held is not None and held == _state["generation"]
+    was_ready = _state["ready"]
+    _state["checked_at"], _state["ready"] = now, ready
+    if not ready:
+        if was_ready:
+            logger.warning("redis read model lost or stale (marker %s, expected %s)", held, _state["generation"])
+        heal_soon()
+    elif not was_ready:
+        # Marks were queued meanwhile by every process: what this process
+        # remembers of them (the outbox's "nothing pending") is out of date.
+        for listener in _hooks.on_ready:
+            listener()
+    return ready
+
+
+def ready() -> bool:
+    """``check`` at most once per check interval; in between, the last answer."""
+    return check()
+
+
+def require_ready() -> None:
+    """Raise ``ReadModelNotReady`` unless the read model is ready (RedisError if Redis is down)."""
+    if not check():
+        raise ReadModelNotReady("the Redis read model is being rebuilt")
+
+
+def confirm_ready() -> None:
+    """``require_ready`` with a fresh look at the marker: before answering 404 from Redis."""
+    if not check(fresh=True):
+        raise ReadModelNotReady("the Redis read model is being rebuilt")
+
+
+def forget() -> None:
+    """Drop the process's memory of the last check and healing attempt (tests)."""
+    _state.update(checked_at=-1e18, ready=True, generation=None, failures=0)
+    _healer["next"] = 0.0
+
+
+# --- Healing in the background ---------------------------------------------------------
+
+
+@dataclass
+class _Hooks:
+    # Set from CoreConfig.ready(): the rebuild (core.rebuild) and the outbox
+    # build on this module, so it reaches them through these, not imports.
+    heal: Callable[[], object] | None = None
+    on_ready: list[Callable[[], None]] = field(default_factory=list)
+
+
+_hooks = _Hooks()
+
+
+def connect(*, heal: Callable[[], object], on_ready: Callable[[], None]) -> None:
+    """Name what a process runs to heal (in its healer thread) and what it calls when
+    the read model is back (``CoreConfig.ready``)."""
+    _hooks.heal = heal
+    if on_ready not in _hooks.on_ready:
+        _hooks.on_ready.append(on_ready)
+
+
+def adopt(generation: int) -> None:
+    """A rebuild of this process wrote ``generation``: expect it, and look again at once."""
+    _state.update(generation=generation, checked_at=-1e18)
+
+
+_healer: dict[str, Any] = {"thread": None, "next": 0.0}
+
+
+def heal_soon() -> None:
+    """Start a rebuild in a thread of this process unless one runs here already (it
+    only rebuilds if it wins the lock and the read model is still not ready)."""
+    now = time.monotonic()
+    with _state_lock:
+        thread = _healer["thread"]
+        if (thread is not None and thread.is_alive()) or now < _healer["next"]:
+            return
+        _healer["next"] = now + _check_seconds()
+        thread = threading.Thread(target=_heal, name="readmodel-healer", daemon=True)
+        _healer["thread"] = thread
+        thread.start()
+
+
+def _heal() -> None:
+    try:
+        if _hooks.heal is not None:
+            _hooks.heal()
+    except Exception:
+        logger.exception("read model rebuild failed; the next check starts another")
+    finally:
+        connection.close()  # this thread's own connection (and any session lock on it)
+
+
+def healer_thread() -> threading.Thread | None:
+    """The rebuild thread this process started last (tests wait for it)."""
+    return _healer["thread"]
+
+
+# --- Health ---------------------------------------------------------------------------------
+
+
+def health() -> dict[str, Any] | None:
+    """None when the read model is ready; else what /healthz shows of the rebuild.
+    Raises RedisError when Redis does not answer."""
+    if check(fresh=True):
+        return None
+    row = ReadModelState.objects.filter(pk=1).first()
+    if row is None or not row.rebuilding:
+        return {"stage": "starting", "done": 0, "total": 0, "started_at": None, "elapsed_seconds": 0.0}
+    elapsed = (timezone.now() - row.started_at).total_seconds() if row.started_at else 0.0
+    return {
+        "stage": row.stage or "starting",
+        "done": row.done,
+        "total": row.total,
+        "started_at": row.started_at.isoformat() if row.started_at else None,
+        "elapsed_seconds": round(elapsed, 1),
+    }

@@ -1,0 +1,279 @@
+"""The read model heals itself: a private redis-server loses its data (FLUSHALL,
+a restart without persistence) while a client keeps working. The loss is
+noticed within seconds, one rebuild restores Redis from PostgreSQL, reads stay
+correct meanwhile (no false 404, "read all" works), /healthz says
+"rebuilding" then "ok", and no acknowledged mark is lost."""
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from core import healing, journal, keys, outbox, rebuild
+from core.breaker import reset_breakers
+from core.models import MarkJournal, OutboxEntry, ReadModelState
+from messagecenter import services as mc_services
+from messagecenter.models import Message
+from messagecenter.selectors import inbox_list
+from messagecenter.services.snapshots import inbox_read_snapshot
+from notices import readmodel
+from notices.models import Announcement
+from notices.snapshots import announcement_read_snapshot
+from tests.conftest import client_for
+from tests.faults.conftest import RedisServer
+from tests.notices.conftest import announce
+
+pytestmark = [pytest.mark.django_db, pytest.mark.redis_server]
+
+# Detection is at most one check interval (1 s) away; the rebuild of a few rows
+# waits two journal flush intervals (2 s) for the marks other processes hold.
+HEALED_WITHIN_SECONDS = 8.0
+
+
+def _wait_healer() -> None:
+    thread = healing.healer_thread()
+    if thread is not None:
+        thread.join(30)
+
+
+@pytest.fixture
+def healing_on(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """Self-healing on, and the marks journal written by its thread every second.
+
+    override_settings, not pytest-django's ``settings``: that one would restore
+    the settings of when it was first changed, the private server's CACHES
+    included, after the server fixture has put the suite's back."""
+    healing.forget()
+    outbox.forget_local_state()
+    try:
+        with override_settings(
+            MESSAGECENTER_SELF_HEALING=True,
+            MESSAGECENTER_HEALING_CHECK_SECONDS=1.0,
+            MESSAGECENTER_JOURNAL_FLUSH_SECONDS=1.0,
+        ):
+            try:
+                yield redis_server
+            finally:
+                _wait_healer()
+                journal.flush()
+    finally:
+        healing.forget()
+        outbox.forget_local_state()
+
+
+def _world(operator: Any, recipient: Any) -> tuple[list[str], Announcement]:
+    sent = [
+        mc_services.message_send(
+            sender=operator, category="system", title=f"m{i}", body_html="<p>m</p>", user_ids=[recipient.pk]
+        )
+        for i in range(3)
+    ]
+    bulletin = mc_services.bulletin_create(title="bulletin", body_html="<p>b</p>", display_time=timezone.now())
+    announcement = announce(["user"], publish_at=timezone.now() - timedelta(hours=1))
+    return [*(Message.objects.get(pk=m.pk).ref for m in sent), f"b{bulletin.pk}"], announcement
+
+
+def _built() -> None:
+    """What the first start of a deployment does (or the healer would on the first read)."""
+    assert rebuild.rebuild() is not None
+    inbox_read_snapshot()
+    announcement_read_snapshot()
+
+
+def _inbox(client: Any) -> dict[str, bool]:
+    response = client.get("/api/v1/inbox/")
+    assert response.status_code == 200, response.content[:300]
+    return {item["id"]: item["read"] for item in response.json()["results"]}
+
+
+def _from_redis(user: Any) -> dict[str, bool] | None:
+    """The inbox as the selector answers it, or None when PostgreSQL answered."""
+    page = inbox_list(user=user, limit=50)
+    return None if page.degraded else {item.id: item.read for item in page.results}
+
+
+def _flags(client: Any) -> dict[int, bool]:
+    response = client.get("/api/v1/announcements/")
+    assert response.status_code == 200
+    return {int(item["id"]): item["read"] for item in response.json()["results"]}
+
+
+def _marker(server: RedisServer) -> bytes | None:
+    value: bytes | None = server.client().get(keys.readmodel_generation())
+    return value
+
+
+def test_flushall_is_noticed_and_rebuilt_while_reads_stay_right(
+    healing_on: RedisServer, operator: Any, recipient: Any
+) -> None:
+    refs, announcement = _world(operator, recipient)
+    _built()
+    user = client_for(recipient)
+    assert user.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    assert user.post(f"/api/v1/announcements/{announcement.pk}/read/").status_code == 204
+    expected = {ref: ref == refs[0] for ref in refs}
+    assert _inbox(user) == expected
+    assert user.get("/healthz").json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    generation = ReadModelState.objects.get().generation
+
+    healing_on.client().flushall()
+    flushed = time.monotonic()
+    health: list[str] = []
+    read_all_done = False
+    detected_at = None
+    while time.monotonic() - flushed < HEALED_WITHIN_SECONDS:
+        # An item that exists is never a 404, and the page shows every item.
+        for ref in refs:
+            response = user.get(f"/api/v1/inbox/{ref}/")
+            assert response.status_code == 200, (ref, response.status_code)
+        assert user.get(f"/api/v1/announcements/{announcement.pk}/").status_code == 200
+        assert _inbox(user) == expected
+        assert _flags(user) == {announcement.pk: True}
+        body = user.get("/healthz").json()
+        assert body["status"] == "ok"
+        health.append(body["redis"])
+        if body["redis"] == "rebuilding":
+            detected_at = detected_at or time.monotonic()
+            assert {"stage", "done", "total", "elapsed_seconds"} <= set(body["rebuild"])
+            if not read_all_done:
+                # "Read all" during the rebuild: answered from PostgreSQL, applied after it.
+                response = user.post("/api/v1/inbox/read-all/")
+                assert response.status_code == 200, response.content[:300]
+                assert response.json() == {"marked": len(refs) - 1}
+                expected = dict.fromkeys(refs, True)
+                read_all_done = True
+        if body["redis"] == "ok" and read_all_done:
+            break
+        time.sleep(0.1)
+    healed = time.monotonic() - flushed
+    assert health[-1] == "ok", health
+    assert "rebuilding" in health
+    assert read_all_done
+    assert detected_at is not None
+    assert detected_at - flushed < 2.5
+    assert healed < HEALED_WITHIN_SECONDS
+    # Served from Redis again, with what was done during the rebuild.
+    assert _from_redis(recipient) == expected
+    assert int(_marker(healing_on) or 0) == generation + 1 == ReadModelState.objects.get().generation
+    assert not OutboxEntry.objects.exists()
+    assert readmodel.read_bits(platform="user", announcement_id=announcement.pk, user_ids=[recipient.pk]) == [True]
+
+
+def test_marks_taken_during_an_outage_survive_an_empty_restart_and_a_later_flush(
+    healing_on: RedisServer, operator: Any, recipient: Any
+) -> None:
+    refs, announcement = _world(operator, recipient)
+    _built()
+    user = client_for(recipient)
+    assert _inbox(user) == dict.fromkeys(refs, False)
+
+    healing_on.stop()  # a crash: no dump, the next server starts empty
+    assert user.post(f"/api/v1/inbox/{refs[1]}/read/").status_code == 204
+    assert user.post(f"/api/v1/announcements/{announcement.pk}/read/").status_code == 204
+    assert user.post("/api/v1/inbox/seen/").status_code == 204
+    assert OutboxEntry.objects.filter(user_id=recipient.pk).count() == 3
+    expected = {ref: ref == refs[1] for ref in refs}
+    assert _inbox(user) == expected
+
+    healing_on.start()
+    reset_breakers()  # what the cooldown does a few seconds later
+    # Beat's replay must not pour the marks into an empty Redis (where the
+    # rebuild would overwrite them and nothing would keep them).
+    assert outbox.replay() == 0
+    assert OutboxEntry.objects.filter(user_id=recipient.pk).count() == 3
+    started = time.monotonic()
+    while _marker(healing_on) is None and time.monotonic() - started < HEALED_WITHIN_SECONDS:
+        assert _inbox(user) == expected  # from PostgreSQL meanwhile; the read notices the loss
+        time.sleep(0.1)
+    _wait_healer()
+    assert _marker(healing_on) is not None
+    assert not OutboxEntry.objects.exists()
+    # Applied, and kept in the journal until a snapshot holds them.
+    assert MarkJournal.objects.filter(user_id=recipient.pk).count() == 3
+    assert _from_redis(recipient) == expected
+    assert _flags(user) == {announcement.pk: True}
+    counts = user.get("/api/v1/inbox/counts/").json()
+    assert counts["unseen"] == 0
+
+    # Lost again before any snapshot ran: the journal brings the marks back.
+    healing_on.client().flushall()
+    healing.forget()  # this process's next read looks at the marker at once
+    assert _inbox(user) == expected
+    _wait_healer()
+    assert _marker(healing_on) is not None
+    assert _from_redis(recipient) == expected
+    assert _flags(user) == {announcement.pk: True}
+
+    # A snapshot run that saw everything lets the journal forget them.
+    inbox_read_snapshot()
+    announcement_read_snapshot()
+    assert not MarkJournal.objects.exists()
+
+
+def test_marks_made_just_before_a_flushall_survive(healing_on: RedisServer, operator: Any, recipient: Any) -> None:
+    refs, announcement = _world(operator, recipient)
+    _built()
+    user = client_for(recipient)
+    before = time.monotonic()
+    assert user.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    time.sleep(0.5)
+    assert user.post(f"/api/v1/announcements/{announcement.pk}/read/").status_code == 204
+    time.sleep(0.5)
+    assert user.post(f"/api/v1/inbox/{refs[2]}/read/").status_code == 204
+    assert user.post(f"/api/v1/inbox/{refs[0]}/unread/").status_code == 204
+    # 1-2 s before the loss the first marks were written; the last ones are
+    # still in this process's journal buffer.
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - before)))
+    assert journal.unflushed_count() >= 1
+    healing_on.client().flushall()
+    healing.forget()
+    expected = {ref: ref == refs[2] for ref in refs}
+    assert _inbox(user) == expected  # laid over the snapshot from PostgreSQL (and this process's buffer)
+    _wait_healer()
+    assert _marker(healing_on) is not None
+    assert _from_redis(recipient) == expected
+    assert _flags(user) == {announcement.pk: True}
+
+
+def test_two_threads_that_notice_at_once_run_one_rebuild(healing_on: RedisServer, operator: Any) -> None:
+    _world(operator, operator)
+    _built()
+    runs: list[float] = []
+
+    def slow_step(progress: Any) -> dict[str, int]:
+        runs.append(time.monotonic())
+        time.sleep(0.5)  # long enough for the other thread to try the lock meanwhile
+        return {}
+
+    rebuild.register_rebuild("test-slow", slow_step, order=999)
+    try:
+        healing_on.client().flushall()
+        results: list[Any] = []
+        barrier = threading.Barrier(2)
+
+        def notice() -> None:
+            from django.db import connection
+
+            try:
+                barrier.wait()
+                results.append(rebuild.rebuild(wait=False, only_if_needed=True))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=notice) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        rebuild.unregister_rebuild("test-slow")
+    assert len(runs) == 1
+    assert sorted(result is None for result in results) == [False, True]
+    assert _marker(healing_on) is not None
+    # A third one after it, as a process whose last look was before the rebuild: nothing to do.
+    assert rebuild.rebuild(wait=False, only_if_needed=True) is None
