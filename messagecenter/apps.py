@@ -8,10 +8,11 @@ class MessagecenterConfig(AppConfig):
 
     def ready(self) -> None:
         from core import outbox
-        from messagecenter import signals
+        from messagecenter import projection, signals
         from messagecenter.services import inbox
 
+        projection.register()
         signals.connect()
-        outbox.register(signals.MIRROR_TOPIC, signals.replay_mirror)
+        outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():
             outbox.register(topic, handler)

@@ -8,7 +8,8 @@ class NoticesConfig(AppConfig):
 
     def ready(self) -> None:
         from core import outbox
-        from notices import services, signals  # signals: connects receivers
+        from notices import projection, services, signals  # noqa: F401  (signals: connects receivers)
 
-        outbox.register(signals.PLATFORM_SYNC_TOPIC, signals.replay_platform_sync)
+        projection.register()
+        outbox.register(projection.PLATFORM_SYNC_TOPIC, projection.replay_platform_sync)
         outbox.register(services.READ_TOPIC, services.replay_mark)

@@ -40,6 +40,7 @@ from core.exceptions import LimitExceeded
 from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis, is_cluster
+from notices.snapshot_rows import announcement_chunk_readers
 
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
@@ -689,8 +690,6 @@ def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dic
 
 
 def _restore_chunk(client: RedisClient, *, platform: str, chunk: int, announcement_ids: Sequence[int]) -> None:
-    from notices.snapshots import announcement_chunk_readers
-
     size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
     readers = announcement_chunk_readers(
         platform=platform, announcement_ids=announcement_ids, first_user=chunk * size, end_user=(chunk + 1) * size

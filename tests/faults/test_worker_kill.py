@@ -157,15 +157,16 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     sender = Celery("sender", broker=BROKER_URL)
     sent: list[int] = []
 
-    class DeliverOnCommit:
-        def delay_on_commit(self, message_id: int) -> None:
-            def send() -> None:
-                sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
-                sent.append(message_id)
+    def delay_on_commit(message_id: int) -> None:
+        def send() -> None:
+            sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
+            sent.append(message_id)
 
-            transaction.on_commit(send)
+        transaction.on_commit(send)
 
-    monkeypatch.setattr(tasks, "message_deliver_task", DeliverOnCommit())
+    task = tasks.message_deliver_task
+    monkeypatch.setattr(task, "delay_on_commit", delay_on_commit)
+    monkeypatch.setattr(task.app.conf, "task_always_eager", False)
     first = start_worker()
     message = services.message_send(
         sender=operator,
