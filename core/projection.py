@@ -161,7 +161,14 @@ def project(
     if batch is None or batch.hooks is not connection.run_on_commit:
         batch = _Batch(hooks=connection.run_on_commit)
         _batches[connection] = batch
-    request = _Request(batch=batch, name=name, keys=frozen, facts=given, savepoints=frozenset(connection.savepoint_ids))
+    request = _Request(
+        batch=batch,
+        name=name,
+        keys=frozen,
+        facts=given,
+        # atomic(savepoint=False) pushes a None: no savepoint, nothing to roll back on its own.
+        savepoints=frozenset(s for s in connection.savepoint_ids if s is not None),
+    )
     batch.add(request)
     transaction.on_commit(request, using=using)
 

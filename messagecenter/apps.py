@@ -8,7 +8,10 @@ class MessagecenterConfig(AppConfig):
 
     def ready(self) -> None:
         from core import outbox
-        from messagecenter import projection, signals
+
+        # tasks: registers the Celery tasks, which the services send by name
+        # (the tasks import the services; the services do not import them back).
+        from messagecenter import projection, signals, tasks  # noqa: F401
         from messagecenter.services import inbox
 
         projection.register()
