@@ -97,8 +97,8 @@ def run(name: str, keys: list[Any], facts: Mapping[Any, Any] | None = None) -> N
 class _Request:
     batch: "_Batch"
     name: str
-    keys: tuple[Any, ...]
-    facts: Mapping[Any, Any]
+    keys: dict[Any, None]  # an ordered set
+    facts: dict[Any, Any]
     savepoints: frozenset[str]
 
     def __call__(self) -> None:
@@ -112,10 +112,31 @@ class _Batch:
     last: dict[tuple[str, Any], _Request] = field(default_factory=dict)
     done: set[tuple[str, Any]] = field(default_factory=set)
 
-    def add(self, request: _Request) -> None:
+    def add(self, request: _Request) -> bool:
+        """Record a request; False when it joined the previous one (no callback of its own needed)."""
+        previous = self.requests[-1] if self.requests else None
+        if (
+            previous is not None
+            and previous.name == request.name
+            and previous.savepoints == request.savepoints
+            and self.hooks
+            and self.hooks[-1][1] is previous
+        ):
+            # The same projection again with nothing registered in between, and
+            # the same fate on rollback (a cascade deleting 1,000 rows, one
+            # signal each): one request, one callback.
+            for key in request.keys:
+                previous.keys.setdefault(key)
+                if key in request.facts:
+                    previous.facts[key] = request.facts[key]
+                else:
+                    previous.facts.pop(key, None)
+                self.last[(request.name, key)] = previous
+            return False
         self.requests.append(request)
         for key in request.keys:
             self.last[(request.name, key)] = request
+        return True
 
     def run(self, request: _Request) -> None:
         name = request.name
@@ -164,13 +185,13 @@ def project(
     request = _Request(
         batch=batch,
         name=name,
-        keys=frozen,
+        keys=dict.fromkeys(frozen),
         facts=given,
         # atomic(savepoint=False) pushes a None: no savepoint, nothing to roll back on its own.
         savepoints=frozenset(s for s in connection.savepoint_ids if s is not None),
     )
-    batch.add(request)
-    transaction.on_commit(request, using=using)
+    if batch.add(request):
+        transaction.on_commit(request, using=using)
 
 
 class LoadedValues:
@@ -189,20 +210,22 @@ class LoadedValues:
     def of(self, instance: Model) -> tuple[Any, ...]:
         return tuple(instance.__dict__.get(name) for name in self.fields)
 
-    def remember(self, instance: Model) -> None:
+    def remember(self, instance: Model, values: tuple[Any, ...] | None = None) -> None:
+        """Keep the instance's values now (or ``values``, read elsewhere)."""
+        values_now = self.of(instance) if values is None else values
         key = id(instance)
         held = self._values.get(key)
         if held is not None and held[0]() is instance:
-            self._values[key] = (held[0], self.of(instance))
+            self._values[key] = (held[0], values_now)
             return
-        values = self._values
+        table = self._values
 
         def forget(_ref: Any, key: int = key) -> None:
-            entry = values.get(key)
+            entry = table.get(key)
             if entry is not None and entry[0] is _ref:
-                del values[key]
+                del table[key]
 
-        self._values[key] = (weakref.ref(instance, forget), self.of(instance))
+        self._values[key] = (weakref.ref(instance, forget), values_now)
 
     def get(self, instance: Model) -> tuple[Any, ...] | None:
         held = self._values.get(id(instance))

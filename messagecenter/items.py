@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
+from core.html import summarize
 from messagecenter.models import Bulletin, Message, MessageImage, Notification
 from messagecenter.readmodel import InboxEntry, to_ms
 
@@ -54,8 +55,6 @@ def bulletin_entry(bulletin: Bulletin) -> InboxEntry:
 
 
 def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
-    from core.html import summarize
-
     return {
         "id": bulletin.ref,
         "kind": "bulletin",
@@ -81,8 +80,6 @@ def notification_entry(notification: Notification) -> InboxEntry:
 
 
 def notification_detail(notification: Notification) -> dict[str, Any]:
-    from core.html import summarize
-
     return {
         "id": notification.ref,
         "kind": "notification",

@@ -11,7 +11,7 @@ its task, enqueued by its service, not from here.
 
 from typing import Any
 
-from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete
+from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete, pre_save
 
 from core.projection import LoadedValues
 from messagecenter import projection
@@ -33,7 +33,7 @@ _bulletins = LoadedValues(BULLETIN_FIELDS)
 _messages = LoadedValues(MESSAGE_FIELDS)
 _subscriptions = LoadedValues(("message_type_id", "scope"))
 _notifications = LoadedValues(("withdrawn",))
-_memberships = LoadedValues(("user_id",))
+_memberships = LoadedValues(("user_id",))  # as stored before an update (not on load)
 
 
 def _remember(loaded: LoadedValues) -> Any:
@@ -47,10 +47,19 @@ def _remember(loaded: LoadedValues) -> Any:
 # --- memberships ---------------------------------------------------------------------
 
 
+def on_membership_saving(sender: Any, instance: UserGroupMembership, raw: bool = False, **kwargs: Any) -> None:
+    # An update may move the row to another user, who leaves the group: read
+    # the stored user (one query, on updates only, which the app never makes)
+    # rather than remember it for every membership loaded.
+    if not raw and not instance._state.adding:
+        stored = UserGroupMembership.objects.filter(pk=instance.pk).values_list("user_id", flat=True).first()
+        _memberships.remember(instance, (stored,))
+
+
 def on_membership_saved(sender: Any, instance: UserGroupMembership, raw: bool = False, **kwargs: Any) -> None:
     before = _memberships.get(instance)
-    _memberships.remember(instance)
-    projection.user_groups_changed({instance.user_id} | ({before[0]} if before and before[0] is not None else set()))
+    left = {before[0]} if before is not None and before[0] is not None else set()
+    projection.user_groups_changed({instance.user_id} | left)
 
 
 def on_membership_deleted(sender: Any, instance: UserGroupMembership, **kwargs: Any) -> None:
@@ -160,9 +169,7 @@ def on_notification_deleted(sender: Any, instance: Notification, **kwargs: Any) 
 
 
 def connect() -> None:
-    post_init.connect(
-        _remember(_memberships), sender=UserGroupMembership, weak=False, dispatch_uid="mc_membership_init"
-    )
+    pre_save.connect(on_membership_saving, sender=UserGroupMembership, dispatch_uid="mc_membership_saving")
     post_save.connect(on_membership_saved, sender=UserGroupMembership, dispatch_uid="mc_membership_saved")
     post_delete.connect(on_membership_deleted, sender=UserGroupMembership, dispatch_uid="mc_membership_deleted")
     # The through model is the sender from both sides (group.members, user.message_groups).

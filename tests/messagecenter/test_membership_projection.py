@@ -18,7 +18,16 @@ from django.test import Client
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
 
 from core.redis import get_redis
 from messagecenter import selectors, services
@@ -76,6 +85,14 @@ class MembershipMachine(RuleBasedStateMachine):
         return model.objects.filter(pk=obj.pk).first()
 
     # --- the pool ------------------------------------------------------------------
+
+    @initialize(target=users)
+    def first_users(self) -> Any:
+        return multiple(*(self.new_user() for _ in range(N_USERS)))
+
+    @initialize(target=groups)
+    def first_groups(self) -> Any:
+        return multiple(*(self.new_group() for _ in range(N_GROUPS)))
 
     @rule(target=users)
     def new_user(self) -> Any:
@@ -276,6 +293,10 @@ def test_memberships_reach_redis_however_they_change() -> None:
             max_examples=25,
             stateful_step_count=25,
             deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            suppress_health_check=[
+                HealthCheck.too_slow,
+                HealthCheck.function_scoped_fixture,
+                HealthCheck.filter_too_much,
+            ],
         ),
     )
