@@ -31,7 +31,10 @@ facts of a key are used only when its last request is trusted that way;
 otherwise the runner reloads. A batch belongs to one list of pending
 callbacks: Django replaces that list on commit, rollback and savepoint
 rollback, so a new list means a new batch (at worst a key then runs twice,
-which an idempotent runner allows).
+which an idempotent runner allows). A request of the same projection as the
+request just before it, under the same savepoints and with no other callback
+registered in between, joins it: a cascade deleting 1,000 rows (one signal
+each) is one request and one callback.
 """
 
 import logging
