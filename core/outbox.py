@@ -9,7 +9,8 @@ sets a bit to a given value).
 
 Two kinds of entries:
 
-- mirrors of committed data (``notices.platform_sync``, ``messagecenter.mirror``),
+- projections of committed data that Redis refused at commit
+  (``notices.platform_sync``, ``messagecenter.mirror``; see ``core.projection``),
   with no user;
 - marks a user made while Redis was down (``inbox.*``, ``notices.read``), with
   ``user_id`` set. Degraded reads lay a user's pending marks (``pending_user_marks``)

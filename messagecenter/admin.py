@@ -307,7 +307,7 @@ class MessageTypeAdmin(admin.ModelAdmin):
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
     """Saves go through the ORM (model validation checks "exactly one of user or
-    group" and uniqueness); signals mirror the Redis subscriber sets."""
+    group" and uniqueness); the receivers project the Redis subscriber sets."""
 
     list_display = ["message_type", "scope", "user", "group", "created_at"]
     list_filter = ["message_type", "scope"]

@@ -12,13 +12,17 @@ class MessagecenterConfig(AppConfig):
         from core import demo, drift, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
-        from messagecenter import signals
+
+        # tasks: registers the Celery tasks, which the services send by name
+        # (the tasks import the services; the services do not import them back).
+        from messagecenter import projection, signals, tasks  # noqa: F401
         from messagecenter.services import inbox
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
+        projection.register()
         signals.connect()
-        outbox.register(signals.MIRROR_TOPIC, signals.replay_mirror)
+        outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():
             outbox.register(topic, handler)
         drift.register(*messagecenter_drift.CHECKS)

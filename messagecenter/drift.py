@@ -3,9 +3,10 @@
 Each area reads PostgreSQL first and Redis second (through
 ``messagecenter/readmodel/drift.py``), so a change committed between the two
 reads is in Redis already or shows as drift once, mended by a repair that
-rewrites the same state. Repairs call the same idempotent mirrors the
-signals, the outbox and ``messagecenter_rebuild`` use, for the drifted
-things only.
+rewrites the same state. Repairs of memberships, bulletins, removals and
+subscriber sets call the same idempotent functions of
+``messagecenter.projection`` that the receivers, the outbox and
+``messagecenter_rebuild`` use, for the drifted things only.
 """
 
 import functools
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from core import keys
 from core.drift import DriftCheck, Finding
+from messagecenter import projection
 from messagecenter.items import (
     bulletin_detail,
     bulletin_entry,
@@ -109,10 +111,8 @@ def user_groups_find() -> list[Finding]:
 
 
 def user_groups_repair(findings: Sequence[Finding]) -> None:
-    from messagecenter.signals import mirror_user_groups
-
     for batch in _batches(sorted({int(f.fix) for f in findings})):
-        mirror_user_groups(list(batch))
+        projection.user_groups(batch)
 
 
 # --- hidden items -------------------------------------------------------------------
@@ -233,19 +233,17 @@ def _stale_bulletin_member(bid: str, members: Sequence[str], config_details: dic
 
 
 def _bulletin_remirror(bulletin_id: int, stray: tuple[str, ...]) -> None:
-    from messagecenter.signals import mirror_bulletin
-
     rm.bulletin_config_drop(members=stray)
     # As an edit: inboxes that merged it settle it and merge it again from
     # the mended config (read bits live in the bitmaps and survive).
-    mirror_bulletin(bulletin_id, True)
+    projection.bulletins([bulletin_id], edit=True)
 
 
 def _bulletin_forget(bid: str, members: tuple[str, ...], inbox_member: str) -> None:
     rm.bulletin_config_drop(members=members, bulletin_ids=[int(bid)] if bid.isdigit() else [])
     if inbox_member and bid.isdigit():
-        # The same removal a delete mirrors: config, detail, and every inbox settles it.
-        publish.bulletin_delete(bulletin_id=int(bid), entry=InboxEntry.from_member(inbox_member), now_ms=_now_ms())
+        # The same removal a delete projects: config, detail, and every inbox settles it.
+        projection.bulletin_removed(int(bid), InboxEntry.from_member(inbox_member))
     else:
         rm.item_details_drop(refs=[f"b{bid}"])
 
@@ -304,7 +302,7 @@ def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tupl
         entry = message_entry(row)
         pull = publish.pull_member(entry, everyone=row.everyone) if row.delivery == DeliveryMode.PULL else ""
         if row.status == MessageStatus.RETRACTED:
-            return "message retracted", functools.partial(publish.item_remove, entry=entry, pull_member=pull)
+            return "message retracted", functools.partial(projection.item_removed, entry, pull)
         if row.status == MessageStatus.EXPIRED:
             return "message expired and cleaned up", functools.partial(
                 publish.pull_expired_drop, pull_members=[pull] if pull else [], refs=[ref], audience_chunks={}
@@ -312,7 +310,7 @@ def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tupl
         return None
     if isinstance(row, Notification):
         if row.withdrawn:
-            return "notification withdrawn", functools.partial(publish.item_remove, entry=notification_entry(row))
+            return "notification withdrawn", functools.partial(projection.item_removed, notification_entry(row))
         if row.details_freed:
             return "notification expired and swept", functools.partial(
                 publish.pull_expired_drop, pull_members=[], refs=[ref], audience_chunks={}
@@ -321,7 +319,7 @@ def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tupl
     member = str((stored or {}).get("member") or "")
     if member:
         # Deleted: every inbox settles the member it still holds.
-        return "deleted in PostgreSQL", functools.partial(publish.item_remove, entry=InboxEntry.from_member(member))
+        return "deleted in PostgreSQL", functools.partial(projection.item_removed, InboxEntry.from_member(member))
     return "deleted in PostgreSQL", functools.partial(rm.item_details_drop, refs=[ref])
 
 
@@ -393,10 +391,8 @@ def subscribers_find() -> list[Finding]:
 
 
 def subscribers_repair(findings: Sequence[Finding]) -> None:
-    from messagecenter.services.notifications import subscription_mirror
-
     for type_id, scope in sorted({f.fix for f in findings}):
-        subscription_mirror(message_type_id=type_id, scope=scope)
+        projection.subscribers(type_id, scope)
 
 
 # --- push deliveries ----------------------------------------------------------------

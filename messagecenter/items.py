@@ -1,9 +1,10 @@
 """How messages and bulletins look in the read model (pure conversions, no I/O)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from core.html import summarize
-from messagecenter.models import Bulletin, Message, Notification
+from messagecenter.models import Bulletin, Message, MessageImage, Notification
 from messagecenter.readmodel import InboxEntry, to_ms
 
 KIND_BY_PREFIX = {"m": "message", "b": "bulletin", "n": "notification"}
@@ -20,13 +21,15 @@ def message_entry(message: Message) -> InboxEntry:
     )
 
 
-def message_images(message: Message) -> list[str]:
+def message_images(message: Message, image_files: Sequence[MessageImage] | None = None) -> list[str]:
+    """Linked images, then uploaded ones (``image_files`` when the caller holds them)."""
     urls = [str(u) for u in (message.images or [])]
-    urls.extend(image.file.url for image in message.image_files.all())
+    files = message.image_files.all() if image_files is None else image_files
+    urls.extend(image.file.url for image in files)
     return urls
 
 
-def message_detail(message: Message) -> dict[str, Any]:
+def message_detail(message: Message, image_files: Sequence[MessageImage] | None = None) -> dict[str, Any]:
     return {
         "id": message.ref,
         "kind": "message",
@@ -34,7 +37,7 @@ def message_detail(message: Message) -> dict[str, Any]:
         "title": message.title,
         "summary": message.summary,
         "body_html": message.body_html,
-        "images": message_images(message),
+        "images": message_images(message, image_files),
         "link": message.link or None,
         "member": message_entry(message).member,
     }

@@ -1,331 +1,192 @@
-"""Receivers that mirror committed changes into the Redis read model.
+"""Receivers: model changes made anywhere (services, admin, shell) reach Redis.
 
-Connected in ``MessagecenterConfig.ready()``. Each one skips saves that
-changed nothing the read model shows and defers the Redis write to
-``transaction.on_commit``: PostgreSQL commits first, Redis follows.
-Membership writes go through services, which send ``memberships_changed``
-once per batch (no receiver on the membership rows: a bulk change should
-not become thousands of callbacks).
+Connected in ``MessagecenterConfig.ready()``. Each one is an adapter that asks
+``messagecenter.projection`` for a run after commit; the projection coalesces
+the requests of one transaction (a service's own request included) into one
+run per key. Saves that change nothing the read model shows are skipped: the
+values as loaded are kept by ``core.projection.LoadedValues`` (by instance
+identity, not on the instance). A new message or notification is delivered by
+its task, enqueued by its service, not from here.
 """
 
-import logging
-from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete
-from django.dispatch import Signal
-from django.utils import timezone
-from redis.exceptions import RedisError
+from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete, pre_save
 
-from core import outbox
-from messagecenter.readmodel import InboxEntry, publish, to_ms
-
-logger = logging.getLogger(__name__)
-
-memberships_changed = Signal()  # kwargs: user_ids
+from core.projection import LoadedValues
+from messagecenter import projection
+from messagecenter.models import (
+    Bulletin,
+    Message,
+    MessageImage,
+    MessageStatus,
+    Notification,
+    Subscription,
+    UserGroup,
+    UserGroupMembership,
+)
 
 BULLETIN_FIELDS = ("title", "body_html", "display_time", "expire_at")
 MESSAGE_FIELDS = ("category", "title", "summary", "body_html", "link", "images", "expire_at", "status")
 
-
-def _snapshot(instance: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
-    return tuple(instance.__dict__.get(name) for name in fields)
-
-
-MIRROR_TOPIC = "messagecenter.mirror"
-
-
-def mirror_after_commit(name: str, *args: Any, **at_hand: Any) -> None:
-    """Run mirror ``name`` after commit; if Redis fails, the outbox keeps it.
-
-    PostgreSQL has committed by then, so a Redis failure must not lose the
-    change: it is recorded in the outbox (``{"name", "args"}``, args as JSON)
-    and replayed once Redis answers; ``manage.py messagecenter_rebuild``
-    restores everything if even that is lost. A later mirror may run before
-    the replay of an earlier one: every mirror reloads its rows from
-    PostgreSQL or removes a given entry, so the order does not change the result.
-    ``at_hand`` (objects the caller holds) go to the attempt at commit only,
-    which may write from them instead of reloading; the outbox keeps ``name``
-    and ``args``, so a replay reloads.
-    """
-
-    def run() -> None:
-        try:
-            MIRRORS[name](*args, **at_hand)
-        except RedisError:
-            logger.warning("could not mirror %s%r into redis; queued in the outbox", name, args)
-            outbox.enqueue_after_failure(topic=MIRROR_TOPIC, payload={"name": name, "args": list(args)})
-
-    transaction.on_commit(run)
+_bulletins = LoadedValues(BULLETIN_FIELDS)
+_messages = LoadedValues(MESSAGE_FIELDS)
+_subscriptions = LoadedValues(("message_type_id", "scope"))
+_notifications = LoadedValues(("withdrawn",))
+_memberships = LoadedValues(("user_id",))  # as stored before an update (not on load)
 
 
-def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
-    """Outbox handler of ``messagecenter.mirror`` (each mirror is idempotent)."""
-    MIRRORS[str(payload["name"])](*payload["args"])
+def _remember(loaded: LoadedValues) -> Any:
+    def on_init(sender: Any, instance: Any, **kwargs: Any) -> None:
+        if instance.pk is not None:  # loaded from a row (a new instance has nothing to compare with)
+            loaded.remember(instance)
+
+    return on_init
 
 
-# --- memberships ---------------------------------------------------------------
+# --- memberships ---------------------------------------------------------------------
 
 
-def mirror_user_groups(user_ids: list[int]) -> None:
-    from messagecenter.models import UserGroupMembership
-
-    groups: dict[int, list[int]] = {int(u): [] for u in user_ids}
-    rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
-    for user_id, group_id in rows:
-        groups[user_id].append(group_id)
-    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
-
-
-def on_memberships_changed(sender: Any, user_ids: list[int], **kwargs: Any) -> None:
-    mirror_after_commit("user_groups", [int(u) for u in user_ids])
+def on_membership_saving(sender: Any, instance: UserGroupMembership, raw: bool = False, **kwargs: Any) -> None:
+    # An update may move the row to another user, who leaves the group: read
+    # the stored user (one query, on updates only, which the app never makes)
+    # rather than remember it for every membership loaded.
+    if not raw and not instance._state.adding:
+        stored = UserGroupMembership.objects.filter(pk=instance.pk).values_list("user_id", flat=True).first()
+        _memberships.remember(instance, (stored,))
 
 
-def on_group_pre_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
-    # The cascade removes memberships and bulletin links without signals:
-    # remember whom and what to refresh.
-    member_ids = list(instance.memberships.values_list("user_id", flat=True))
-    bulletin_ids = list(instance.bulletins.values_list("pk", flat=True))
-
-    if member_ids:
-        mirror_after_commit("user_groups", member_ids)
-    for bulletin_id in bulletin_ids:
-        mirror_after_commit("bulletin", bulletin_id, True)
+def on_membership_saved(sender: Any, instance: UserGroupMembership, raw: bool = False, **kwargs: Any) -> None:
+    before = _memberships.get(instance)
+    left = {before[0]} if before is not None and before[0] is not None else set()
+    projection.user_groups_changed({instance.user_id} | left)
 
 
-# --- bulletins -----------------------------------------------------------------
+def on_membership_deleted(sender: Any, instance: UserGroupMembership, **kwargs: Any) -> None:
+    # Also each row of a cascade (a user or a group deleted): one run for all after commit.
+    projection.user_groups_changed([instance.user_id])
 
 
-def mirror_bulletin(bulletin_id: int, edit: bool, *, bulletin: Any = None) -> None:
-    """Write a bulletin's config and detail, reloaded from PostgreSQL; or from
-    ``bulletin`` (the instance at hand, at commit) when ``bulletin_create``
-    vouched for its whole state and nothing changed it since."""
-    from messagecenter.items import bulletin_detail, bulletin_entry
-    from messagecenter.models import Bulletin
-
-    group_ids = getattr(bulletin, "_mc_written", None)
-    if group_ids is None or _snapshot(bulletin, BULLETIN_FIELDS) != getattr(bulletin, "_mc_snapshot", None):
-        # Not created by the service, or its groups or fields changed since
-        # (unsaved, or saved: that save has its own mirror, run after this one).
-        bulletin = Bulletin.objects.filter(pk=bulletin_id).first()
-        if bulletin is None:
-            return
-        group_ids = list(bulletin.groups.values_list("pk", flat=True))
-    publish.bulletin_put(
-        bulletin_id=bulletin.pk,
-        entry=bulletin_entry(bulletin),
-        detail=bulletin_detail(bulletin),
-        group_ids=group_ids,
-        now_ms=to_ms(timezone.now()),
-        edit=edit,
-    )
+def on_members_changed(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: set[int] | None = None, **kwargs: Any
+) -> None:
+    """``group.members.add/remove/clear/set`` and ``user.message_groups.…`` (which
+    write the through rows with bulk queries, no row signals)."""
+    if action in {"post_add", "post_remove"} and pk_set:
+        projection.user_groups_changed(sorted(pk_set) if not reverse else [instance.pk])
+    elif action == "pre_clear":
+        if reverse:
+            projection.user_groups_changed([instance.pk])
+        else:
+            projection.user_groups_changed(instance.memberships.values_list("user_id", flat=True))
 
 
-def bulletin_created(bulletin: Any, *, group_ids: list[int]) -> None:
-    """``bulletin_create`` has written a new bulletin and all of its groups:
-    its mirror at commit may write this state to Redis instead of reloading it."""
-    bulletin._mc_written = list(group_ids)
+def on_group_pre_delete(sender: Any, instance: UserGroup, **kwargs: Any) -> None:
+    projection.group_deleting(instance)
 
 
-def on_bulletin_init(sender: Any, instance: Any, **kwargs: Any) -> None:
-    instance._mc_snapshot = _snapshot(instance, BULLETIN_FIELDS)
+# --- bulletins -----------------------------------------------------------------------
 
 
-def on_bulletin_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    if raw:
+def on_bulletin_saved(sender: Any, instance: Bulletin, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    before = _bulletins.get(instance)
+    _bulletins.remember(instance)
+    if raw or (not created and before == _bulletins.of(instance)):
         return
-    if not created and _snapshot(instance, BULLETIN_FIELDS) == getattr(instance, "_mc_snapshot", None):
-        return
-    instance._mc_snapshot = _snapshot(instance, BULLETIN_FIELDS)
-    if created:
-        instance._mc_created = True
-    bulletin_id = instance.pk
-
-    transaction.on_commit(lambda: setattr(instance, "_mc_created", False))
-    # A new one goes with the instance: the publish path writes Redis from it
-    # when bulletin_create vouched for its whole state (no reload).
-    mirror_after_commit("bulletin", bulletin_id, not created, **({"bulletin": instance} if created else {}))
+    projection.bulletin_changed([instance.pk])
 
 
 def on_bulletin_groups_changed(
-    sender: Any, instance: Any, action: str, reverse: bool = False, pk_set: Any = None, **kwargs: Any
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: set[int] | None = None, **kwargs: Any
 ) -> None:
-    from messagecenter.models import Bulletin
+    # From the bulletin's side (bulletin.groups...) or the group's (group.bulletins...).
+    if action == "pre_clear" and reverse:
+        projection.bulletin_changed(instance.bulletins.values_list("pk", flat=True))
+    elif action in {"post_add", "post_remove"} and reverse:
+        projection.bulletin_changed(pk_set or ())
+    elif action in {"post_add", "post_remove", "post_clear"} and not reverse:
+        projection.bulletin_changed([instance.pk])
 
-    if reverse:
-        # Changed from a group's side (group.bulletins.add/remove/clear):
-        # each bulletin concerned reloads after commit.
-        if action == "pre_clear":
-            pk_set = set(instance.bulletins.values_list("pk", flat=True))
-        elif action not in {"post_add", "post_remove"}:
-            return
-        for bulletin_id in sorted(pk_set or ()):
-            mirror_after_commit("bulletin", bulletin_id, True)
+
+def on_bulletin_deleted(sender: Any, instance: Bulletin, **kwargs: Any) -> None:
+    projection.bulletin_deleted(instance)
+
+
+# --- messages ------------------------------------------------------------------------
+
+
+def on_message_saved(sender: Any, instance: Message, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    before = _messages.get(instance)
+    _messages.remember(instance)
+    if raw or created or before == _messages.of(instance):
         return
-    if action not in {"post_add", "post_remove", "post_clear"}:
-        return
-    if getattr(instance, "_mc_created", False):
-        # A new bulletin is mirrored once, groups included, after commit;
-        # groups changed after bulletin_create vouched for them: reload.
-        instance._mc_written = None
-        return
-    if isinstance(instance, Bulletin):
-        mirror_after_commit("bulletin", instance.pk, True)
+    if instance.status != MessageStatus.RETRACTED:
+        projection.message_changed(instance.pk)
+    elif before is None or before[-1] != MessageStatus.RETRACTED:
+        projection.message_removed(instance)
 
 
-def on_bulletin_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
-    from messagecenter.items import bulletin_entry
-
-    mirror_after_commit("bulletin_delete", instance.pk, _entry_args(bulletin_entry(instance)))
+def on_message_deleted(sender: Any, instance: Message, **kwargs: Any) -> None:
+    projection.message_removed(instance)
 
 
-# --- messages ------------------------------------------------------------------
+def on_image_changed(sender: Any, instance: MessageImage, raw: bool = False, **kwargs: Any) -> None:
+    if not raw:
+        projection.message_changed(instance.message_id)
 
 
-def _entry_args(entry: InboxEntry) -> list[Any]:
-    return [entry.ref, entry.category, entry.month, entry.offset, entry.score, entry.expire_ms]
+# --- subscriptions and notifications ---------------------------------------------------
 
 
-def delete_bulletin(bulletin_id: int, entry_args: list[Any]) -> None:
-    publish.bulletin_delete(bulletin_id=bulletin_id, entry=InboxEntry(*entry_args), now_ms=to_ms(timezone.now()))
-
-
-def remove_item(entry_args: list[Any], pull_member: str) -> None:
-    publish.item_remove(entry=InboxEntry(*entry_args), pull_member=pull_member)
-
-
-def _remove_message_after_commit(message: Any) -> None:
-    from messagecenter.items import message_entry
-    from messagecenter.models import DeliveryMode
-
-    entry = message_entry(message)
-    pull_member = publish.pull_member(entry, everyone=message.everyone) if message.delivery == DeliveryMode.PULL else ""
-    mirror_after_commit("remove_item", _entry_args(entry), pull_member)
-
-
-def refresh_message_detail(message_id: int) -> None:
-    from messagecenter.items import message_detail
-    from messagecenter.models import Message, MessageStatus
-
-    message = Message.objects.filter(pk=message_id).first()
-    if message is None or message.status in {MessageStatus.QUEUED, MessageStatus.RETRACTED, MessageStatus.EXPIRED}:
-        return
-    publish.item_detail_put(ref=message.ref, detail=message_detail(message))
-
-
-def on_message_init(sender: Any, instance: Any, **kwargs: Any) -> None:
-    instance._mc_snapshot = _snapshot(instance, MESSAGE_FIELDS)
-
-
-def on_message_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    from messagecenter.models import MessageStatus
-
-    before = getattr(instance, "_mc_snapshot", None)
-    now = _snapshot(instance, MESSAGE_FIELDS)
-    instance._mc_snapshot = now
-    if raw or created or before == now:
-        return  # a new message is delivered by its task, enqueued by message_send
-    if instance.status == MessageStatus.RETRACTED:
-        if before is not None and before[-1] != MessageStatus.RETRACTED:
-            _remove_message_after_commit(instance)
-        return
-    mirror_after_commit("message_detail", instance.pk)
-
-
-def on_message_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
-    _remove_message_after_commit(instance)
-
-
-def on_image_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-    if raw:
-        return
-    mirror_after_commit("message_detail", instance.message_id)
-
-
-# --- subscriptions and notifications (seed 003) ------------------------------------
-
-
-def mirror_subscribers(message_type_id: int, scope: str) -> None:
-    from messagecenter.services.notifications import subscription_mirror
-
-    subscription_mirror(message_type_id=message_type_id, scope=scope)
-
-
-def on_subscription_init(sender: Any, instance: Any, **kwargs: Any) -> None:
-    instance._mc_snapshot = (instance.__dict__.get("message_type_id"), instance.__dict__.get("scope"))
-
-
-def _subscription_pairs(instance: Any) -> set[tuple[int, str]]:
+def _subscription_pairs(instance: Subscription) -> set[tuple[int, str]]:
     pairs = {(instance.message_type_id, instance.scope)}
-    before = getattr(instance, "_mc_snapshot", None)
+    before = _subscriptions.get(instance)
     if before is not None and before[0] is not None:
         pairs.add(before)  # an edit moving it to another (type, scope) leaves the old set
     return pairs
 
 
-def on_subscription_saved(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-    if raw:
-        return
-    # Each refresh reloads the (type, scope) from PostgreSQL: idempotent and order-free.
-    for type_id, scope in _subscription_pairs(instance):
-        mirror_after_commit("subscribers", type_id, scope)
-    instance._mc_snapshot = (instance.message_type_id, instance.scope)
+def on_subscription_saved(sender: Any, instance: Subscription, raw: bool = False, **kwargs: Any) -> None:
+    if not raw:
+        projection.subscribers_changed(_subscription_pairs(instance))
+    _subscriptions.remember(instance)
 
 
-def on_subscription_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
-    for type_id, scope in _subscription_pairs(instance):
-        mirror_after_commit("subscribers", type_id, scope)
+def on_subscription_deleted(sender: Any, instance: Subscription, **kwargs: Any) -> None:
+    projection.subscribers_changed(_subscription_pairs(instance))
 
 
-def on_notification_init(sender: Any, instance: Any, **kwargs: Any) -> None:
-    instance._mc_withdrawn = instance.__dict__.get("withdrawn")
+def on_notification_saved(sender: Any, instance: Notification, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    before = _notifications.get(instance)
+    _notifications.remember(instance)
+    if not (raw or created) and before == (False,) and instance.withdrawn:
+        projection.notification_removed(instance)
 
 
-def on_notification_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    before = getattr(instance, "_mc_withdrawn", None)
-    instance._mc_withdrawn = instance.withdrawn
-    if raw or created or before is None or before or not instance.withdrawn:
-        return  # a new notification is delivered by its task, enqueued by notification_send
-    from messagecenter.items import notification_entry
-
-    mirror_after_commit("remove_item", _entry_args(notification_entry(instance)), "")
-
-
-def on_notification_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
-    from messagecenter.items import notification_entry
-
-    if not instance.withdrawn:
-        mirror_after_commit("remove_item", _entry_args(notification_entry(instance)), "")
-
-
-MIRRORS: dict[str, Callable[..., None]] = {
-    "subscribers": mirror_subscribers,
-    "user_groups": mirror_user_groups,
-    "bulletin": mirror_bulletin,
-    "bulletin_delete": delete_bulletin,
-    "remove_item": remove_item,
-    "message_detail": refresh_message_detail,
-}
+def on_notification_deleted(sender: Any, instance: Notification, **kwargs: Any) -> None:
+    if not instance.withdrawn:  # a withdrawn one left already
+        projection.notification_removed(instance)
 
 
 def connect() -> None:
-    from messagecenter.models import Bulletin, Message, MessageImage, Notification, Subscription, UserGroup
-
-    memberships_changed.connect(on_memberships_changed, dispatch_uid="mc_memberships_changed")
+    pre_save.connect(on_membership_saving, sender=UserGroupMembership, dispatch_uid="mc_membership_saving")
+    post_save.connect(on_membership_saved, sender=UserGroupMembership, dispatch_uid="mc_membership_saved")
+    post_delete.connect(on_membership_deleted, sender=UserGroupMembership, dispatch_uid="mc_membership_deleted")
+    # The through model is the sender from both sides (group.members, user.message_groups).
+    m2m_changed.connect(on_members_changed, sender=UserGroup.members.through, dispatch_uid="mc_members_changed")
     pre_delete.connect(on_group_pre_delete, sender=UserGroup, dispatch_uid="mc_group_pre_delete")
-    post_init.connect(on_bulletin_init, sender=Bulletin, dispatch_uid="mc_bulletin_init")
+    post_init.connect(_remember(_bulletins), sender=Bulletin, weak=False, dispatch_uid="mc_bulletin_init")
     post_save.connect(on_bulletin_saved, sender=Bulletin, dispatch_uid="mc_bulletin_saved")
     post_delete.connect(on_bulletin_deleted, sender=Bulletin, dispatch_uid="mc_bulletin_deleted")
     m2m_changed.connect(on_bulletin_groups_changed, sender=Bulletin.groups.through, dispatch_uid="mc_bulletin_groups")
-    post_init.connect(on_message_init, sender=Message, dispatch_uid="mc_message_init")
+    post_init.connect(_remember(_messages), sender=Message, weak=False, dispatch_uid="mc_message_init")
     post_save.connect(on_message_saved, sender=Message, dispatch_uid="mc_message_saved")
     post_delete.connect(on_message_deleted, sender=Message, dispatch_uid="mc_message_deleted")
     post_save.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_saved")
     post_delete.connect(on_image_changed, sender=MessageImage, dispatch_uid="mc_image_deleted")
-    post_init.connect(on_subscription_init, sender=Subscription, dispatch_uid="mc_subscription_init")
+    post_init.connect(_remember(_subscriptions), sender=Subscription, weak=False, dispatch_uid="mc_subscription_init")
     post_save.connect(on_subscription_saved, sender=Subscription, dispatch_uid="mc_subscription_saved")
     post_delete.connect(on_subscription_deleted, sender=Subscription, dispatch_uid="mc_subscription_deleted")
-    post_init.connect(on_notification_init, sender=Notification, dispatch_uid="mc_notification_init")
+    post_init.connect(_remember(_notifications), sender=Notification, weak=False, dispatch_uid="mc_notification_init")
     post_save.connect(on_notification_saved, sender=Notification, dispatch_uid="mc_notification_saved")
     post_delete.connect(on_notification_deleted, sender=Notification, dispatch_uid="mc_notification_deleted")

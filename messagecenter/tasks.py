@@ -6,8 +6,9 @@ from typing import Any
 from celery import shared_task
 from redis.exceptions import RedisError
 
-from messagecenter import services
+from messagecenter import projection, services
 from messagecenter.models import Message, Notification
+from messagecenter.services.snapshots import inbox_read_snapshot
 
 
 @shared_task(name="messagecenter.message_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
@@ -28,10 +29,8 @@ def message_fanout_chunk_task(message_id: int, index: int) -> int:
 
 @shared_task(name="messagecenter.mirror", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
 def mirror_task(name: str, args: list[Any]) -> None:
-    """Retry of a signal's Redis mirror that failed after commit (idempotent)."""
-    from messagecenter.signals import MIRRORS
-
-    MIRRORS[name](*args)
+    """Retry of a projection that failed after commit, as the outbox keeps it (idempotent)."""
+    projection.replay_mirror({"name": name, "args": args}, None)
 
 
 @shared_task(name="messagecenter.cleanup_expired", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
@@ -89,6 +88,4 @@ def rules_run_due_task() -> int:
 def read_snapshot_task() -> int:
     """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed inbox read
     bitmaps and unseen watermarks to PostgreSQL. Idempotent: a second run finds nothing dirty."""
-    from messagecenter.services.snapshots import inbox_read_snapshot
-
     return inbox_read_snapshot()

@@ -12,11 +12,12 @@ class NoticesConfig(AppConfig):
         from core import demo, drift, outbox, rebuild, snapshots
         from notices import demo as notices_demo
         from notices import drift as notices_drift
-        from notices import services, signals  # signals: connects receivers
+        from notices import projection, services, signals  # noqa: F401  (signals: connects receivers)
         from notices.rebuild import announcements_rebuild
         from notices.snapshots import announcement_read_snapshot
 
-        outbox.register(signals.PLATFORM_SYNC_TOPIC, signals.replay_platform_sync)
+        projection.register()
+        outbox.register(projection.PLATFORM_SYNC_TOPIC, projection.replay_platform_sync)
         outbox.register(services.READ_TOPIC, services.replay_mark)
         drift.register(*notices_drift.CHECKS)
         snapshots.register(name="announcements", run=announcement_read_snapshot)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from core import keys
 from core.drift import DriftCheck, Finding
 from core.platforms import ALL_PLATFORMS
-from notices import readmodel
+from notices import projection, readmodel
 from notices.models import Announcement
 
 AREA = "announcements"
@@ -89,7 +89,7 @@ def announcements_repair(findings: Sequence[Finding]) -> None:
         drops.setdefault(platform, set()).update(gone)
     for platform, gone in drops.items():
         # One sync rebuilds every built chunk of the platform from PostgreSQL.
-        readmodel.platform_sync(platform=platform, drop_ids=sorted(gone))
+        projection.platform(platform, sorted(gone))
 
 
 CHECKS = [

@@ -42,6 +42,7 @@ from core.live import inbox_changed
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
+from notices.snapshot_rows import announcement_chunk_readers
 
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
@@ -687,8 +688,6 @@ def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dic
 
 
 def _restore_chunk(client: RedisClient, *, platform: str, chunk: int, announcement_ids: Sequence[int]) -> None:
-    from notices.snapshots import announcement_chunk_readers
-
     size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
     readers = announcement_chunk_readers(
         platform=platform, announcement_ids=announcement_ids, first_user=chunk * size, end_user=(chunk + 1) * size

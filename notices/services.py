@@ -1,7 +1,9 @@
 """Write use cases of announcements.
 
 PostgreSQL is written here; the Redis read model follows after commit through
-the receivers in ``notices.signals`` (indexes) and ``readmodel.mark`` (read bits).
+``notices.projection`` (indexes; asked by the receivers in ``notices.signals``
+and, for a new announcement, by ``announcement_create``) and ``readmodel.mark``
+(read bits).
 
 Multi-platform users: marking read sets the user's bit in *every* platform of
 the user that the announcement targets, and marking unread clears all of them.
@@ -23,7 +25,7 @@ from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
 from core.selectors import user_platforms
-from notices import readmodel
+from notices import projection, readmodel
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
 from notices.selectors import READ_TOPIC, degraded_read_ids
 
@@ -105,14 +107,11 @@ def announcement_create(
             expire_at=expire_at,
             pinned=bool(pinned),
         )
-        # Its rows go in with the announcement, in this transaction and with
-        # exactly these times: while they are created the receiver may add the
-        # entry to the index instead of rebuilding it (signals.platform_added).
-        announcement.notices_new = True  # type: ignore[attr-defined]
-        try:
-            _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
-        finally:
-            del announcement.notices_new  # type: ignore[attr-defined]
+        _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
+        # Its rows went in with the announcement, in this transaction and with
+        # exactly these times: the run at commit may add the entry to each
+        # index instead of rebuilding it.
+        projection.announcement_created(announcement, platforms=clean_platforms)
     return announcement
 
 

@@ -14,8 +14,6 @@ then restores from PostgreSQL before it copies anything, so the near-empty
 bitmaps of marks made since the loss never overwrite good snapshots.
 """
 
-from collections.abc import Sequence
-
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -123,25 +121,3 @@ def announcement_read_restore(*, batch: int = BATCH, progress: Progress = SILENT
             stage.advance(len(rows))
     readmodel.snapshot_restored_set()
     return written
-
-
-def announcement_chunk_readers(
-    *, platform: str, announcement_ids: Sequence[int], first_user: int, end_user: int
-) -> dict[int, BitMap]:
-    """Snapshot readers among users ``first_user`` <= id < ``end_user`` (one bitmap chunk)
-    of these announcements on ``platform``; announcements without any are left out.
-
-    For the first build of a chunk index (see ``readmodel._write_chunk``): it
-    reads the rows of the platform's live announcements (a handful) through
-    announcementreadsnapshot_unique.
-    """
-    if not announcement_ids:
-        return {}
-    window = BitMap(range(first_user, end_user))
-    readers: dict[int, BitMap] = {}
-    rows = AnnouncementReadSnapshot.objects.filter(platform=platform, announcement_id__in=announcement_ids)
-    for pk, data in rows.values_list("announcement_id", "readers"):
-        users = BitMap.deserialize(bytes(data)) & window if data else BitMap()
-        if users:
-            readers[pk] = users
-    return readers

@@ -5,7 +5,7 @@ from celery import shared_task
 from redis.exceptions import RedisError
 
 from core.platforms import ALL_PLATFORMS
-from notices import readmodel
+from notices import projection
 from notices.snapshots import announcement_read_snapshot
 
 
@@ -18,14 +18,14 @@ from notices.snapshots import announcement_read_snapshot
 )
 def platform_sync_task(platform: str, drop_ids: list[int]) -> None:
     """Retry of a sync that failed after commit (Redis was unreachable)."""
-    readmodel.platform_sync(platform=platform, drop_ids=drop_ids)
+    projection.platform(platform, drop_ids)
 
 
 @shared_task(name="notices.rebuild_all")
 def rebuild_all_task() -> None:
     """Periodic safety net: rebuild every platform's indexes (also prunes expired ids)."""
     for platform in ALL_PLATFORMS:
-        readmodel.platform_sync(platform=platform)
+        projection.platform(platform)
 
 
 @shared_task(name="notices.read_snapshot", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from core.exceptions import ValidationFailed
 from core.html import sanitize_html
+from messagecenter import projection
 from messagecenter.models import Bulletin, UserGroup
 from messagecenter.services.slots import slot_allocate
-from messagecenter.signals import bulletin_created
 
 
 def _groups(group_ids: Iterable[int]) -> list[UserGroup]:
@@ -47,7 +47,7 @@ def bulletin_create(
     group_ids: Iterable[int] = (),
     actor: AbstractBaseUser | None = None,
 ) -> Bulletin:
-    """Create a bulletin; no groups means everyone. Redis follows after commit (signals)."""
+    """Create a bulletin; no groups means everyone. Redis follows after commit (projection)."""
     _check_times(display_time, expire_at)
     groups = _groups(group_ids)
     body = sanitize_html(body_html)
@@ -66,9 +66,10 @@ def bulletin_create(
         )
         if groups:  # a new bulletin has none: add() without set()'s SELECT of the current ones
             bulletin.groups.add(*groups)
-        # The whole state of the new bulletin: its after-commit mirror
-        # (messagecenter.signals) writes Redis from it instead of reloading.
-        bulletin_created(bulletin, group_ids=[g.pk for g in groups])
+        # The whole state of the new bulletin: the projection's run at commit
+        # writes Redis from it instead of reloading (the receivers' requests
+        # of the insert and the groups coalesce into that run).
+        projection.bulletin_created(bulletin, group_ids=[g.pk for g in groups])
     return bulletin
 
 

@@ -4,10 +4,11 @@ from collections.abc import Iterable
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 
 from core.exceptions import ValidationFailed
-from messagecenter.models import UserGroup, UserGroupMembership
-from messagecenter.signals import memberships_changed
+from messagecenter import projection
+from messagecenter.models import Bulletin, UserGroup, UserGroupMembership
 
 
 def _existing_user_ids(user_ids: Iterable[int]) -> set[int]:
@@ -47,8 +48,8 @@ def user_group_add_members(*, group: UserGroup, user_ids: Iterable[int]) -> int:
         UserGroupMembership.objects.bulk_create(
             [UserGroupMembership(group=group, user_id=u) for u in new], ignore_conflicts=True
         )
-        if new:
-            memberships_changed.send(sender=UserGroup, user_ids=new)
+        # bulk_create sends no signals: ask for the projection here.
+        projection.user_groups_changed(new)
     return len(new)
 
 
@@ -59,9 +60,8 @@ def user_group_remove_members(*, group: UserGroup, user_ids: Iterable[int]) -> i
         present = sorted(
             UserGroupMembership.objects.filter(group=group, user_id__in=wanted).values_list("user_id", flat=True)
         )
+        # Each deleted row's receiver asks for its user; all coalesce into one run at commit.
         UserGroupMembership.objects.filter(group=group, user_id__in=present).delete()
-        if present:
-            memberships_changed.send(sender=UserGroup, user_ids=present)
     return len(present)
 
 
@@ -70,12 +70,8 @@ def user_group_delete(*, group: UserGroup) -> int:
 
     A bulletin shown only to this group would otherwise be left with no
     groups, which means everyone: it is deleted instead. Members' Redis
-    state follows after commit (signals).
+    state follows after commit (the cascade's receivers).
     """
-    from django.db.models import Count
-
-    from messagecenter.models import Bulletin
-
     with transaction.atomic():
         orphans = list(
             # annotate() before filter(): n counts all of a bulletin's groups, not the joined one.

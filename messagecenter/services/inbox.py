@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +17,8 @@ from core import healing, journal, outbox
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback
 from messagecenter.models import CATEGORIES, InboxHidden
-from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
+from messagecenter.readmodel import InboxEntry, inbox, publish, reads, to_ms
+from messagecenter.selectors import item_refs_at_slots
 
 logger = logging.getLogger(__name__)
 
@@ -246,8 +248,6 @@ def inbox_removed_trim(*, keep: int | None = None) -> int:
     Users who had not settled past the dropped entries re-check their whole
     inbox against the item details on their next read, so nothing is missed.
     """
-    from django.conf import settings
-
     if keep is None:
         keep = int(getattr(settings, "MESSAGECENTER_REMOVED_KEEP", REMOVED_KEEP_DEFAULT))
     return publish.removed_trim(keep=keep)
@@ -256,7 +256,4 @@ def inbox_removed_trim(*, keep: int | None = None) -> int:
 def inbox_first_reads_fold() -> int:
     """Fold the pending first reads into the per-item hourly counters (a periodic
     task keeps the list short; the admin chart folds before it reads)."""
-    from messagecenter.readmodel import reads
-    from messagecenter.selectors import item_refs_at_slots
-
     return reads.first_reads_fold(resolve=item_refs_at_slots)

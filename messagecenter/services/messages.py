@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from celery import Task
+from celery import Task, current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -152,32 +152,35 @@ def message_send(
     return message
 
 
+DELIVER_TASK = "messagecenter.message_deliver"
+FANOUT_CHUNK_TASK = "messagecenter.message_fanout_chunk"
+
+
+def _task(name: str) -> Task:
+    """A task of messagecenter.tasks, by name: the tasks import these services,
+    so the services do not import them back (Celery's registry holds them)."""
+    return current_app.tasks[name]
+
+
 def _deliver_on_commit(message: Message, uploaded: list[MessageImage]) -> None:
     """Enqueue the delivery task after commit; when Celery runs tasks in this
     process anyway (CELERY_TASK_ALWAYS_EAGER, the default without a broker),
     deliver the message at hand instead of reloading it through the task.
 
     Still correct if the transaction changed the message after this point:
-    every later save, retraction, image change or delete registers its own
-    after-commit mirror, which runs after this one and reloads the row.
+    every later save, retraction, image change or delete asks for its own
+    projection after commit, which runs after this one and reloads the row.
     """
-    from messagecenter import tasks
-
-    task = tasks.message_deliver_task
-    if not (isinstance(task, Task) and task.app.conf.task_always_eager):
+    task = _task(DELIVER_TASK)
+    if not task.app.conf.task_always_eager:
         task.delay_on_commit(message.pk)
         return
-    # message_detail lists message.image_files: exactly the rows created
-    # above. Filled in as prefetch_related fills it (Django's
-    # prefetch_one_level), so the delivery does not SELECT them again.
-    images = message.image_files.get_queryset()
-    images._result_cache = list(uploaded)
-    images._prefetch_done = True  # type: ignore[attr-defined]
-    message._prefetched_objects_cache = {"image_files": images}  # type: ignore[attr-defined]
 
     def deliver() -> None:
         try:
-            message_deliver(message=message)
+            # The image rows are exactly those created above: the detail
+            # lists them as given instead of selecting them again.
+            message_deliver(message=message, image_files=uploaded)
         except RedisError:
             # The task's own retries (autoretry_for RedisError) from here on;
             # message_deliver is idempotent.
@@ -233,12 +236,14 @@ def _mark_pulled_delivered(message: Message) -> bool:
         return bool(cursor.rowcount)
 
 
-def message_deliver(*, message: Message) -> int:
+def message_deliver(*, message: Message, image_files: Sequence[MessageImage] | None = None) -> int:
     """Publish a stored message: its detail, then pull registration or push
-    chunk tasks. Idempotent. Returns the number of chunks to fan out."""
+    chunk tasks. Idempotent. Returns the number of chunks to fan out.
+    ``image_files``: the message's image rows when the caller holds them all
+    (None: the detail loads them)."""
     if message.status == MessageStatus.RETRACTED:
         return 0
-    detail = message_detail(message)
+    detail = message_detail(message, image_files=image_files)
     entry = message_entry(message)
     if message.delivery == DeliveryMode.PULL:
         inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
@@ -257,11 +262,9 @@ def message_deliver(*, message: Message) -> int:
     # Chunks are sent only after that UPDATE: when it found the row still
     # queued (a first run) none can be done yet; only a rerun looks them up.
     done = set(FanoutChunk.objects.filter(message=message).values_list("index", flat=True)) if not started else set()
-    from messagecenter import tasks
-
-    task = tasks.message_fanout_chunk_task
+    task = _task(FANOUT_CHUNK_TASK)
     todo = [index for index in range(chunks) if index not in done]
-    if not (isinstance(task, Task) and task.app.conf.task_always_eager):
+    if not task.app.conf.task_always_eager:
         for index in todo:
             task.delay(message.pk, index)
         return chunks
@@ -360,7 +363,7 @@ def message_retract(*, message: Message, actor: AbstractBaseUser | None = None) 
         locked = Message.objects.select_for_update().get(pk=message.pk)
         if locked.status == MessageStatus.RETRACTED:
             return False
-        # The post_save receiver removes it from Redis after commit.
+        # The post_save receiver asks for its removal from Redis after commit.
         locked.status = MessageStatus.RETRACTED
         locked.retracted_at = timezone.now()
         locked.save(update_fields=["status", "retracted_at"])

@@ -16,6 +16,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
@@ -25,6 +26,7 @@ from pyroaring import BitMap
 
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html
+from messagecenter import projection
 from messagecenter.items import notification_detail, notification_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -44,6 +46,9 @@ MAX_SCOPE_LENGTH = 100
 SWEEP_USERS_BATCH = 500
 SWEEP_ITEMS_LIMIT = 1000
 SWEEP_DETAILS_BATCH = 500
+# Tasks of messagecenter.tasks, sent by name: the tasks import these services.
+DELIVER_TASK = "messagecenter.notification_deliver"
+FANOUT_CHUNK_TASK = "messagecenter.notification_fanout_chunk"
 
 
 def _invalid(field: str, message: str, code: str = "invalid") -> ValidationFailed:
@@ -109,7 +114,7 @@ def subscription_create(
         raise _invalid("group", f"Unknown group id {group_id}.", "unknown_group")
     try:
         with transaction.atomic():
-            # The post_save receiver mirrors the subscriber set after commit.
+            # The post_save receiver asks for the subscriber set's projection after commit.
             return Subscription.objects.create(message_type=mtype, scope=scope, user_id=user_id, group_id=group_id)
     except IntegrityError as exc:
         raise Conflict("This subscription exists already.", code="duplicate") from exc
@@ -117,7 +122,7 @@ def subscription_create(
 
 def subscription_delete(*, subscription: Subscription) -> None:
     with transaction.atomic():
-        subscription.delete()  # post_delete mirrors the subscriber set after commit
+        subscription.delete()  # post_delete asks for the subscriber set's projection
 
 
 def subscription_audience(*, message_type: MessageType, scope: str) -> BitMap:
@@ -177,9 +182,7 @@ def notification_send(
             slot_month=month,
             slot_offset=offset,
         )
-        from messagecenter.tasks import notification_deliver_task
-
-        notification_deliver_task.delay_on_commit(notification.pk)
+        current_app.tasks[DELIVER_TASK].delay_on_commit(notification.pk)
     return notification
 
 
@@ -194,11 +197,10 @@ def notification_deliver(*, notification: Notification, now: datetime | None = N
     if notification.withdrawn or notification.expire_at <= now:
         return 0
     publish.item_detail_put(ref=notification.ref, detail=notification_detail(notification))
-    from messagecenter.tasks import notification_fanout_chunk_task
-
     chunks = _chunk_count(notification)
+    task = current_app.tasks[FANOUT_CHUNK_TASK]
     for index in range(chunks):
-        notification_fanout_chunk_task.delay(notification.pk, index)
+        task.delay(notification.pk, index)
     _undo_if_withdrawn(notification)
     return chunks
 
@@ -234,7 +236,7 @@ def notification_withdraw(*, notification: Notification) -> bool:
         locked = Notification.objects.select_for_update().get(pk=notification.pk)
         if locked.withdrawn:
             return False
-        # The post_save receiver removes it from Redis after commit.
+        # The post_save receiver asks for its removal from Redis after commit.
         locked.withdrawn = True
         locked.withdrawn_at = timezone.now()
         locked.save(update_fields=["withdrawn", "withdrawn_at"])
@@ -270,20 +272,12 @@ def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
     return {"users": visited, "removed": removed, "details_freed": freed}
 
 
-def subscription_mirror(*, message_type_id: int, scope: str) -> None:
-    """Replace the Redis subscriber set of one (type, scope) with PostgreSQL's."""
-    rows = Subscription.objects.filter(message_type_id=message_type_id, scope=scope)
-    notifications_rm.subscribers_replace(
-        message_type_id=message_type_id, scope=scope, members=[s.subscriber for s in rows]
-    )
-
-
 def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
     """Restore subscriber sets and live notifications from PostgreSQL (idempotent)."""
     now = now or timezone.now()
     pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
     for type_id, scope in pairs:
-        subscription_mirror(message_type_id=type_id, scope=scope)
+        projection.subscribers(type_id, scope)
     live = Notification.objects.filter(withdrawn=False, expire_at__gt=now)
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     count = 0

@@ -15,10 +15,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.progress import SILENT, Progress
+from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import Bulletin, DeliveryMode, InboxHidden, Message, MessageStatus, UserGroupMembership
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
+from messagecenter.services.notifications import notification_rebuild
 from messagecenter.services.snapshots import inbox_read_restore
 
 BATCH = 1000
@@ -30,9 +32,6 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     Safe while the site serves: every step only adds what is missing (NX
     writes, snapshots restored where Redis has no key), so newer marks stay.
     """
-    from messagecenter.services.notifications import notification_rebuild
-    from messagecenter.signals import mirror_bulletin, mirror_user_groups
-
     now = timezone.now()
     now_ms = to_ms(now)
     # Read state before any item lands in an inbox (restore.lua would correct
@@ -43,7 +42,7 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     with progress.stage("group memberships", len(user_ids)) as stage:
         for start in range(0, len(user_ids), BATCH):
             batch = user_ids[start : start + BATCH]
-            mirror_user_groups(batch)
+            projection.user_groups(batch)
             stage.advance(len(batch))
 
     hidden_rows = InboxHidden.objects.values_list("user_id", "item_id")
@@ -57,7 +56,7 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     bulletin_ids = list(Bulletin.objects.values_list("pk", flat=True))
     with progress.stage("bulletins", len(bulletin_ids)) as stage:
         for bulletin_id in bulletin_ids:
-            mirror_bulletin(bulletin_id, edit=False)
+            projection.bulletins([bulletin_id], edit=False)
             stage.advance()
 
     messages = 0

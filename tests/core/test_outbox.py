@@ -217,9 +217,7 @@ def test_a_mark_queues_behind_pending_marks_that_cannot_be_replayed(recipient: A
 
 
 def test_a_failed_inbox_mirror_is_recorded_and_replayed(recipient: Any) -> None:
-    from messagecenter import signals
-
-    with mock.patch.dict(signals.MIRRORS, {"bulletin": mock.Mock(side_effect=RedisConnectionError("down"))}):
+    with mock.patch("messagecenter.readmodel.publish.bulletin_put", side_effect=RedisConnectionError("down")):
         bulletin = mc_services.bulletin_create(title="kept", body_html="<p>b</p>", display_time=timezone.now())
     entry = OutboxEntry.objects.get()
     assert (entry.topic, entry.payload) == ("messagecenter.mirror", {"name": "bulletin", "args": [bulletin.pk, False]})

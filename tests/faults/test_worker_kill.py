@@ -145,9 +145,7 @@ def chunks_done() -> int:
 
 
 @override_settings(MESSAGECENTER_FANOUT_CHUNK=CHUNK, MESSAGECENTER_PUSH_THRESHOLD=USERS)
-def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
-    start_worker: Any, queue: str, operator: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, queue: str, operator: Any) -> None:
     user_model = get_user_model()
     user_model.objects.bulk_create(user_model(username=f"fan{i}", password="!") for i in range(USERS))
     user_ids = list(user_model.objects.filter(username__startswith="fan").values_list("pk", flat=True))
@@ -157,23 +155,30 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     sender = Celery("sender", broker=BROKER_URL)
     sent: list[int] = []
 
-    class DeliverOnCommit:
-        def delay_on_commit(self, message_id: int) -> None:
-            def send() -> None:
-                sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
-                sent.append(message_id)
+    def delay_on_commit(message_id: int) -> None:
+        def send() -> None:
+            sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
+            sent.append(message_id)
 
-            transaction.on_commit(send)
+        transaction.on_commit(send)
 
-    monkeypatch.setattr(tasks, "message_deliver_task", DeliverOnCommit())
+    task = tasks.message_deliver_task
     first = start_worker()
-    message = services.message_send(
-        sender=operator,
-        category="system",
-        title="to everyone, chunk by chunk",
-        body_html="<p>hi</p>",
-        user_ids=user_ids,
-    )
+    eager = task.app.conf.task_always_eager
+    # message_send enqueues (through the sender above) instead of delivering here.
+    task.app.conf.task_always_eager = False
+    task.delay_on_commit = delay_on_commit
+    try:
+        message = services.message_send(
+            sender=operator,
+            category="system",
+            title="to everyone, chunk by chunk",
+            body_html="<p>hi</p>",
+            user_ids=user_ids,
+        )
+    finally:
+        task.app.conf.task_always_eager = eager
+        del task.delay_on_commit
     assert message.delivery == "push"
     assert sent == [message.pk]
 

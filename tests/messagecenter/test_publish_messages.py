@@ -143,11 +143,11 @@ def test_redis_failing_at_delivery_falls_back_to_the_task(
     real = messages_module.message_deliver
     calls: list[int] = []
 
-    def flaky(*, message: Message) -> int:
+    def flaky(*, message: Message, **kwargs: Any) -> int:
         calls.append(message.pk)
         if len(calls) == 1:
             raise RedisConnectionError("connection reset")
-        return real(message=message)
+        return real(message=message, **kwargs)
 
     monkeypatch.setattr(messages_module, "message_deliver", flaky)
     retried: list[int] = []

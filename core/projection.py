@@ -1,0 +1,237 @@
+"""Projections: read-model writes of committed changes, run once per transaction.
+
+An app names each of its projections and registers a runner for it
+(``register`` in ``AppConfig.ready``): ``runner(keys, facts)`` writes Redis
+for those keys (ids, or small JSON values such as an inbox entry to remove),
+reloading from PostgreSQL what it needs, idempotently. Core knows no app:
+it only schedules, coalesces and keeps failures.
+
+``project(name, keys, facts=...)`` asks for a run after the current
+transaction commits (at once outside one). If Redis fails then, the run goes to the
+outbox under the topic the app registered with the projection, and the app's
+handler of that topic runs it again once Redis answers (without facts: it
+reloads).
+
+Coalescing. A service that writes a row also triggers the model signals, so
+the receiver and the service may both ask for the same key in one
+transaction. Requests of one transaction are collected in a ``_Batch``; the
+first request of a projection to run at commit runs all keys asked for so far
+by requests known to have survived, in one runner call (1,000 membership rows
+removed become one call for 1,000 users), and later requests find their keys
+done. ``facts`` are what the caller knows of a key's whole state (a bulletin
+"just created with these groups"): the last request for a key decides, so a
+plain request after one with facts (the row changed again) means "reload".
+
+Savepoints. Django forgets the on-commit callbacks of a savepoint that rolls
+back; each request registers its own callback, so a rolled-back request never
+runs by itself. When one request runs for others, it only trusts those whose
+savepoints are a subset of its own (they cannot have been rolled back while
+it survived); a key asked for only elsewhere runs with its own callback. The
+facts of a key are used only when its last request is trusted that way;
+otherwise the runner reloads. A batch belongs to one list of pending
+callbacks: Django replaces that list on commit, rollback and savepoint
+rollback, so a new list means a new batch (at worst a key then runs twice,
+which an idempotent runner allows). A request of the same projection as the
+request just before it, under the same savepoints and with no other callback
+registered in between, joins it: a cascade deleting 1,000 rows (one signal
+each) is one request and one callback.
+"""
+
+import logging
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
+from redis.exceptions import RedisError
+
+from core import outbox
+
+logger = logging.getLogger(__name__)
+
+Runner = Callable[[list[Any], Mapping[Any, Any]], None]
+Payloads = Callable[[list[Any], Mapping[Any, Any]], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Projection:
+    runner: Runner
+    topic: str  # the outbox topic of a run that Redis refused
+    payloads: Payloads  # what that topic's handler (registered by the app) needs to run it again
+
+
+_projections: dict[str, _Projection] = {}
+
+
+def register(name: str, runner: Runner, *, topic: str, payloads: Payloads) -> None:
+    """Name a projection: ``runner(keys, facts)`` writes the read model for
+    ``keys``; when Redis fails, ``payloads(keys, facts)`` are recorded under the
+    outbox ``topic``, whose handler the app registers with ``core.outbox``."""
+    _projections[name] = _Projection(runner=runner, topic=topic, payloads=payloads)
+
+
+def registered() -> list[str]:
+    return sorted(_projections)
+
+
+def freeze(value: Any) -> Hashable:
+    """A key made hashable (lists, as JSON gives them back, become tuples)."""
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def run(name: str, keys: list[Any], facts: Mapping[Any, Any] | None = None) -> None:
+    """Run projection ``name`` now; if Redis fails, keep it in the outbox."""
+    projection = _projections[name]
+    given = facts or {}
+    try:
+        projection.runner(keys, given)
+    except RedisError:
+        logger.warning("could not project %s %r into redis; queued in the outbox", name, keys[:10])
+        for payload in projection.payloads(keys, given):
+            outbox.enqueue_after_failure(topic=projection.topic, payload=payload)
+
+
+@dataclass(eq=False)
+class _Request:
+    batch: "_Batch"
+    name: str
+    keys: dict[Any, None]  # an ordered set
+    facts: dict[Any, Any]
+    savepoints: frozenset[str]
+
+    def __call__(self) -> None:
+        self.batch.run(self)
+
+
+@dataclass(eq=False)
+class _Batch:
+    hooks: list[Any]  # the connection's list of pending on-commit callbacks it belongs to
+    requests: list[_Request] = field(default_factory=list)
+    last: dict[tuple[str, Any], _Request] = field(default_factory=dict)
+    done: set[tuple[str, Any]] = field(default_factory=set)
+
+    def add(self, request: _Request) -> bool:
+        """Record a request; False when it joined the previous one (no callback of its own needed)."""
+        previous = self.requests[-1] if self.requests else None
+        if (
+            previous is not None
+            and previous.name == request.name
+            and previous.savepoints == request.savepoints
+            and self.hooks
+            and self.hooks[-1][1] is previous
+        ):
+            # The same projection again with nothing registered in between, and
+            # the same fate on rollback (a cascade deleting 1,000 rows, one
+            # signal each): one request, one callback.
+            for key in request.keys:
+                previous.keys.setdefault(key)
+                if key in request.facts:
+                    previous.facts[key] = request.facts[key]
+                else:
+                    previous.facts.pop(key, None)
+                self.last[(request.name, key)] = previous
+            return False
+        self.requests.append(request)
+        for key in request.keys:
+            self.last[(request.name, key)] = request
+        return True
+
+    def run(self, request: _Request) -> None:
+        name = request.name
+        if all((name, key) in self.done for key in request.keys):
+            return
+        keys: list[Any] = []
+        for other in self.requests:
+            if other.name != name or not other.savepoints <= request.savepoints:
+                continue
+            for key in other.keys:
+                if (name, key) not in self.done:
+                    self.done.add((name, key))
+                    keys.append(key)
+        facts = {}
+        for key in keys:
+            last = self.last[(name, key)]
+            if key in last.facts and last.savepoints <= request.savepoints:
+                facts[key] = last.facts[key]
+        run(name, keys, facts)
+
+
+_batches: "weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Batch]" = weakref.WeakKeyDictionary()
+
+
+def project(
+    name: str, keys: Iterable[Any], *, facts: Mapping[Any, Any] | None = None, using: str | None = None
+) -> None:
+    """Run projection ``name`` for ``keys`` after commit, once per transaction
+    and key (see the module docstring); ``facts`` by key, when the caller knows
+    a key's whole committed state."""
+    if name not in _projections:
+        # A typo would otherwise show only at commit, or at replay.
+        raise ValueError(f"No projection registered as {name!r}.")
+    frozen = tuple(dict.fromkeys(freeze(k) for k in keys))
+    if not frozen:
+        return
+    given = {freeze(k): v for k, v in (facts or {}).items()}
+    connection = transaction.get_connection(using)
+    if not connection.in_atomic_block:
+        run(name, list(frozen), given)
+        return
+    batch = _batches.get(connection)
+    if batch is None or batch.hooks is not connection.run_on_commit:
+        batch = _Batch(hooks=connection.run_on_commit)
+        _batches[connection] = batch
+    request = _Request(
+        batch=batch,
+        name=name,
+        keys=dict.fromkeys(frozen),
+        facts=given,
+        # atomic(savepoint=False) pushes a None: no savepoint, nothing to roll back on its own.
+        savepoints=frozenset(s for s in connection.savepoint_ids if s is not None),
+    )
+    if batch.add(request):
+        transaction.on_commit(request, using=using)
+
+
+class LoadedValues:
+    """Field values of model instances as they were loaded or last saved,
+    held by instance identity and weakly (gone with the instance).
+
+    For receivers that skip saves changing nothing they care about, without
+    writing attributes onto the instances: ``remember`` in ``post_init`` and
+    after a save, ``get`` in ``post_save`` (None: not loaded from a row).
+    """
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields
+        self._values: dict[int, tuple[weakref.ref[Model], tuple[Any, ...]]] = {}
+
+    def of(self, instance: Model) -> tuple[Any, ...]:
+        return tuple(instance.__dict__.get(name) for name in self.fields)
+
+    def remember(self, instance: Model, values: tuple[Any, ...] | None = None) -> None:
+        """Keep the instance's values now (or ``values``, read elsewhere)."""
+        values_now = self.of(instance) if values is None else values
+        key = id(instance)
+        held = self._values.get(key)
+        if held is not None and held[0]() is instance:
+            self._values[key] = (held[0], values_now)
+            return
+        table = self._values
+
+        def forget(_ref: Any, key: int = key) -> None:
+            entry = table.get(key)
+            if entry is not None and entry[0] is _ref:
+                del table[key]
+
+        self._values[key] = (weakref.ref(instance, forget), values_now)
+
+    def get(self, instance: Model) -> tuple[Any, ...] | None:
+        held = self._values.get(id(instance))
+        if held is None or held[0]() is not instance:
+            return None
+        return held[1]

@@ -1,0 +1,291 @@
+"""The message centre's read-model writes for model changes: the one path to Redis.
+
+Memberships (a user's groups), bulletins (config and detail), details of
+messages, removals of retracted, withdrawn or deleted items, and subscriber
+sets are written to Redis only by the functions here. Two ways in:
+
+- *now* (``user_groups``, ``bulletin``, ``item_removed``, ...): take ids,
+  reload from PostgreSQL what they need, write Redis; idempotent, so tasks,
+  the outbox replay, ``messagecenter_rebuild`` and the drift repair call them
+  as they are;
+- *after commit* (``user_groups_changed``, ``bulletin_changed``, ...): what
+  the model signals' receivers (``messagecenter.signals``, one line each) and
+  the services call. They go through ``core.projection.project``: one run per
+  projection and key per transaction, after commit, and into the outbox if
+  Redis fails then.
+
+A service that knows more than a receiver passes it explicitly:
+``bulletin_created`` hands over the new bulletin's entry, detail and group
+ids (taken when it is called), so the run at commit writes them without
+reloading. The receiver's own requests of that transaction (the insert, the
+groups added) coalesce with it into that one run, and a later change in the
+same transaction (a save, groups changed) asks again without facts: the last
+request decides, so the run then reloads (see ``core.projection``).
+
+Membership changes reach Redis right after commit however they are made: the
+group services (bulk inserts, which send no signals, call
+``user_groups_changed`` themselves), the admin, and the ORM (``post_save``
+and ``post_delete`` of ``UserGroupMembership``, ``m2m_changed`` of
+``group.members`` and ``user.message_groups`` from either side, cascades of a
+deleted user or group): each asks for ``user_groups`` of the users concerned,
+and the requests of one transaction become one run.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from core import projection
+from messagecenter.items import bulletin_detail, bulletin_entry, message_entry, notification_entry
+from messagecenter.items import message_detail as build_message_detail
+from messagecenter.models import (
+    Bulletin,
+    DeliveryMode,
+    Message,
+    MessageStatus,
+    Notification,
+    Subscription,
+    UserGroup,
+    UserGroupMembership,
+)
+from messagecenter.readmodel import InboxEntry, publish, to_ms
+from messagecenter.readmodel import notifications as notifications_rm
+
+USER_GROUPS = "messagecenter.user_groups"
+BULLETIN = "messagecenter.bulletin"
+BULLETIN_REMOVED = "messagecenter.bulletin_removed"
+ITEM_REMOVED = "messagecenter.item_removed"
+MESSAGE_DETAIL = "messagecenter.message_detail"
+SUBSCRIBERS = "messagecenter.subscribers"
+
+
+@dataclass(frozen=True)
+class BulletinState:
+    """A bulletin's whole state as its creating service wrote it."""
+
+    entry: InboxEntry
+    detail: dict[str, Any]
+    group_ids: tuple[int, ...]
+
+
+def _entry_key(entry: InboxEntry) -> tuple[Any, ...]:
+    return (entry.ref, entry.category, entry.month, entry.offset, entry.score, entry.expire_ms)
+
+
+def _entry_of(key: Sequence[Any]) -> InboxEntry:
+    ref, category, month, offset, score, expire_ms = key
+    return InboxEntry(str(ref), str(category), int(month), int(offset), int(score), int(expire_ms))
+
+
+# --- now: idempotent writes from PostgreSQL's state ------------------------------------
+
+
+def user_groups(user_ids: Iterable[int]) -> None:
+    """Replace the users' group sets with their membership rows (none: an empty set)."""
+    groups: dict[int, list[int]] = {int(u): [] for u in user_ids}
+    if not groups:
+        return
+    # mc_membership_user_idx serves this lookup by user.
+    rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
+    for user_id, group_id in rows:
+        groups[user_id].append(group_id)
+    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
+
+
+def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool) -> None:
+    publish.bulletin_put(
+        bulletin_id=bulletin_id,
+        entry=state.entry,
+        detail=state.detail,
+        group_ids=list(state.group_ids),
+        now_ms=to_ms(timezone.now()),
+        edit=edit,
+    )
+
+
+def bulletin_state(bulletin: Bulletin, *, group_ids: Iterable[int]) -> BulletinState:
+    return BulletinState(
+        entry=bulletin_entry(bulletin), detail=bulletin_detail(bulletin), group_ids=tuple(int(g) for g in group_ids)
+    )
+
+
+def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
+    """Write the bulletins' config and detail as PostgreSQL holds them (gone: nothing).
+
+    An edit also makes every inbox that merged a bulletin settle and merge it
+    again; ``edit=False`` (the rebuild) only writes.
+    """
+    wanted = [int(b) for b in bulletin_ids]
+    if not wanted:
+        return
+    groups: dict[int, list[int]] = {b: [] for b in wanted}
+    for bulletin_id, group_id in Bulletin.groups.through.objects.filter(bulletin_id__in=wanted).values_list(
+        "bulletin_id", "usergroup_id"
+    ):
+        groups[bulletin_id].append(group_id)
+    for bulletin in Bulletin.objects.filter(pk__in=wanted).order_by("pk"):
+        _bulletin_put(bulletin.pk, bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk])), edit=edit)
+
+
+def bulletin_removed(bulletin_id: int, entry: InboxEntry) -> None:
+    """A deleted bulletin leaves its config, its detail and (on their next read) every inbox."""
+    publish.bulletin_delete(bulletin_id=int(bulletin_id), entry=entry, now_ms=to_ms(timezone.now()))
+
+
+def item_removed(entry: InboxEntry, pull_member: str = "") -> None:
+    """A retracted, withdrawn or deleted item leaves every inbox at once (settled on read)."""
+    publish.item_remove(entry=entry, pull_member=pull_member)
+
+
+def message_details(message_ids: Iterable[int]) -> None:
+    """Refresh what inboxes show of delivered messages (queued, retracted or expired: nothing)."""
+    live = (
+        Message.objects.filter(pk__in=[int(m) for m in message_ids])
+        .exclude(status__in=[MessageStatus.QUEUED, MessageStatus.RETRACTED, MessageStatus.EXPIRED])
+        .defer("audience_bitmap", "users_bitmap")  # a detail never needs the audience
+        .prefetch_related("image_files")
+    )
+    for message in live:
+        publish.item_detail_put(ref=message.ref, detail=build_message_detail(message))
+
+
+def subscribers(message_type_id: int, scope: str) -> None:
+    """Replace the Redis subscriber set of one (type, scope) with PostgreSQL's."""
+    rows = Subscription.objects.filter(message_type_id=message_type_id, scope=scope)
+    notifications_rm.subscribers_replace(
+        message_type_id=message_type_id, scope=scope, members=[s.subscriber for s in rows]
+    )
+
+
+# --- runners: what core.projection calls with the keys of one transaction -------------
+
+
+def _run_user_groups(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    user_groups(keys)
+
+
+def _run_bulletins(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    # Known (just created, unchanged since): written as given, not as an edit.
+    for bulletin_id in keys:
+        if bulletin_id in facts:
+            _bulletin_put(int(bulletin_id), facts[bulletin_id], edit=False)
+    bulletins([b for b in keys if b not in facts])
+
+
+def _run_bulletins_removed(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    for bulletin_id, *entry in keys:
+        bulletin_removed(int(bulletin_id), _entry_of(entry))
+
+
+def _run_items_removed(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    for *entry, pull_member in keys:
+        item_removed(_entry_of(entry), str(pull_member))
+
+
+def _run_message_details(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    message_details(keys)
+
+
+def _run_subscribers(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    for message_type_id, scope in keys:
+        subscribers(int(message_type_id), str(scope))
+
+
+# A run Redis refused is kept in the outbox under ``messagecenter.mirror``, one
+# entry ``{"name", "args"}`` per write, and ``replay_mirror`` runs it again.
+MIRROR_TOPIC = "messagecenter.mirror"
+
+
+def _mirror(name: str, *args: Any) -> dict[str, Any]:
+    return {"name": name, "args": list(args)}
+
+
+PAYLOADS: dict[str, projection.Payloads] = {
+    USER_GROUPS: lambda keys, facts: [_mirror("user_groups", [int(u) for u in keys])],
+    BULLETIN: lambda keys, facts: [_mirror("bulletin", b, b not in facts) for b in keys],
+    BULLETIN_REMOVED: lambda keys, facts: [_mirror("bulletin_delete", k[0], list(k[1:])) for k in keys],
+    ITEM_REMOVED: lambda keys, facts: [_mirror("remove_item", list(k[:-1]), k[-1]) for k in keys],
+    MESSAGE_DETAIL: lambda keys, facts: [_mirror("message_detail", m) for m in keys],
+    SUBSCRIBERS: lambda keys, facts: [_mirror("subscribers", t, s) for t, s in keys],
+}
+
+RUNNERS: dict[str, projection.Runner] = {
+    USER_GROUPS: _run_user_groups,
+    BULLETIN: _run_bulletins,
+    BULLETIN_REMOVED: _run_bulletins_removed,
+    ITEM_REMOVED: _run_items_removed,
+    MESSAGE_DETAIL: _run_message_details,
+    SUBSCRIBERS: _run_subscribers,
+}
+
+
+def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``messagecenter.mirror``: the same projection, reloading (idempotent)."""
+    name, args = str(payload["name"]), list(payload["args"])
+    if name == "user_groups":
+        user_groups(args[0])
+    elif name == "bulletin":
+        bulletins([args[0]], edit=bool(args[1]) if len(args) > 1 else True)
+    elif name == "bulletin_delete":
+        bulletin_removed(int(args[0]), _entry_of(args[1]))
+    elif name == "remove_item":
+        item_removed(_entry_of(args[0]), str(args[1]))
+    elif name == "message_detail":
+        message_details([args[0]])
+    elif name == "subscribers":
+        subscribers(int(args[0]), str(args[1]))
+    else:
+        raise LookupError(f"unknown mirror {name!r}")
+
+
+def register() -> None:
+    """Name the projections to core (``MessagecenterConfig.ready``)."""
+    for name, runner in RUNNERS.items():
+        projection.register(name, runner, topic=MIRROR_TOPIC, payloads=PAYLOADS[name])
+
+
+# --- after commit: what receivers and services ask for -----------------------------------
+
+
+def user_groups_changed(user_ids: Iterable[int]) -> None:
+    projection.project(USER_GROUPS, [int(u) for u in user_ids])
+
+
+def bulletin_changed(bulletin_ids: Iterable[int]) -> None:
+    projection.project(BULLETIN, [int(b) for b in bulletin_ids])
+
+
+def bulletin_created(bulletin: Bulletin, *, group_ids: Iterable[int]) -> None:
+    """``bulletin_create`` wrote this new bulletin and all of its groups: the run
+    at commit writes this state instead of reloading it (unless the bulletin
+    changes again in the same transaction)."""
+    projection.project(BULLETIN, [bulletin.pk], facts={bulletin.pk: bulletin_state(bulletin, group_ids=group_ids)})
+
+
+def bulletin_deleted(bulletin: Bulletin) -> None:
+    projection.project(BULLETIN_REMOVED, [(bulletin.pk, *_entry_key(bulletin_entry(bulletin)))])
+
+
+def group_deleting(group: UserGroup) -> None:
+    """Before a group is deleted: its bulletins lose it in the cascade, which sends no signal."""
+    bulletin_changed(group.bulletins.values_list("pk", flat=True))
+
+
+def message_changed(message_id: int) -> None:
+    projection.project(MESSAGE_DETAIL, [message_id])
+
+
+def message_removed(message: Message) -> None:
+    entry = message_entry(message)
+    pull = publish.pull_member(entry, everyone=message.everyone) if message.delivery == DeliveryMode.PULL else ""
+    projection.project(ITEM_REMOVED, [(*_entry_key(entry), pull)])
+
+
+def notification_removed(notification: Notification) -> None:
+    projection.project(ITEM_REMOVED, [(*_entry_key(notification_entry(notification)), "")])
+
+
+def subscribers_changed(pairs: Iterable[tuple[int, str]]) -> None:
+    projection.project(SUBSCRIBERS, [(int(t), str(s)) for t, s in pairs])
