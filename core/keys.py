@@ -157,7 +157,12 @@ MC_GLOBAL_TAG = "{mcg}"
 
 
 def mc_inbox(user_id: int) -> str:
-    """zset: every item of the user's inbox; member ``<ref>|<category>|<month>|<offset>``, score = ms."""
+    """zset: every item of the user's inbox; member ``<ref>|<category>|<month>|<offset>``.
+
+    Score = the item's time in ms (creation, or a bulletin's display time): the
+    inbox's one time axis. A page cursor (time_max, skip), ``since`` and the
+    seen watermark (``mc_inbox_state`` "seen") are points on that axis, named
+    as such in the read model and its scripts; nothing else is kept in it."""
     return _key("inbox", user_tag(user_id), "all")
 
 
@@ -167,7 +172,7 @@ def mc_inbox_category(user_id: int, category: str) -> str:
 
 
 def mc_inbox_counters(user_id: int) -> str:
-    """hash: category -> number of live unread items (kept exact by messagecenter/lua/inbox.lua)."""
+    """hash: category -> number of live unread items (kept exact by the inbox scripts, messagecenter/lua/)."""
     return _key("inbox", user_tag(user_id), "unread")
 
 
@@ -187,7 +192,8 @@ def mc_inbox_months(user_id: int) -> str:
 
 
 def mc_inbox_state(user_id: int) -> str:
-    """hash: ``seen`` watermark (ms), ``settled`` removal version, ``pull`` sequence, ``bd`` display marker."""
+    """hash: ``seen`` watermark (a time on ``mc_inbox``'s score axis, ms), ``settled`` removal
+    version, ``pull`` sequence, ``bd`` display marker."""
     return _key("inbox", user_tag(user_id), "state")
 
 
@@ -215,13 +221,13 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
 def mc_inbox_pages(user_id: int) -> str:
     """hash, the user's read cache: query ("<category>|<unread only>|<limit>") -> the API's
     rendered first page (JSON), "counts" -> the unread counters and unseen count, and each
-    field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (inbox.lua's
+    field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (the inbox scripts'
     "Read cache"; a cache with a short lifetime: only users polling now hold one)."""
     return _key("inbox", user_tag(user_id), "pages")
 
 
 def mc_inbox_scratch(user_id: int) -> str:
-    """bitmap, transient: inbox.lua's work space within one call ("read all"
+    """bitmap, transient: read_all.lua's work space within one call ("read all"
     computes each month's first reads there); deleted before the call ends."""
     return _key("inbox", user_tag(user_id), "scratch")
 
@@ -360,7 +366,7 @@ def mc_snapshot_restored() -> str:
 def mc_item_read_hours(ref: str) -> str:
     """hash: hour (ms since the epoch // 3,600,000) -> users who first read the item (``m12``,
     ``b3``) in that hour (0 -> 1 transitions of their read bit; the admin's read-rate chart).
-    Global, one key per item: written from Python after inbox.lua, never by a script."""
+    Global, one key per item: written from Python after the inbox scripts, never by a script."""
     return _key("inbox", "reads", ref)
 
 

@@ -104,25 +104,40 @@ def pack_evalsha(sha: str, keys: Sequence[str] | Packed, args: Sequence[Any]) ->
 
 
 @cache
-def _source(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8")
+def _source(path: str, preambles: tuple[str, ...]) -> str:
+    # One chunk: the preambles' local helpers are in scope of the script below.
+    return "\n".join(Path(p).read_text(encoding="utf-8") for p in (*preambles, path))
+
+
+# Every script declared, by path: the static key checks read the source
+# Redis runs (preamble included).
+SCRIPTS: dict[str, "LuaScript"] = {}
 
 
 class LuaScript:
     """A script file next to the module that declares it.
 
     ``LuaScript(__file__, "lua/counts.lua")`` resolves relative to that module.
+    With ``preambles`` (paths relative to the same module) those files come
+    first, in order: helpers several scripts share live once, and each script
+    still runs as one self-contained chunk by EVALSHA. (Redis Functions would
+    share them too, and fakeredis runs them, but a library has no
+    NOSCRIPT-style recovery: a restarted or flushed Redis, or each node of a
+    cluster, would need an explicit FUNCTION LOAD before the first call.)
     The SHA is computed once; redis-py's Script falls back to EVAL (and loads
     it) on NOSCRIPT, so a flushed or restarted Redis needs no special care.
     """
 
-    def __init__(self, anchor: str, relative: str) -> None:
-        self.path = str(Path(anchor).resolve().parent / relative)
+    def __init__(self, anchor: str, relative: str, *, preambles: Sequence[str] = ()) -> None:
+        base = Path(anchor).resolve().parent
+        self.path = str((base / relative).resolve())
+        self.preambles = tuple(str((base / p).resolve()) for p in preambles)
         self._script: Script | None = None
+        SCRIPTS[self.path] = self
 
     @property
     def source(self) -> str:
-        return _source(self.path)
+        return _source(self.path, self.preambles)
 
     def __call__(
         self,

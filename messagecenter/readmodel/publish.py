@@ -12,16 +12,13 @@ from core import keys
 from core.lua import Packed, pack_filled
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import live
-from messagecenter.readmodel.entries import (
-    CATEGORY_ORDER,
+from messagecenter.readmodel.entries import CATEGORY_ORDER, GLOBAL_SCRIPT, InboxEntry, dumps, global_keys
+from messagecenter.readmodel.scripts import (
     DELIVER_SCRIPT,
-    GLOBAL_SCRIPT,
-    INBOX_SCRIPT,
-    InboxEntry,
-    dumps,
-    global_keys,
-    run_inbox_scripts,
-    user_keys,
+    DropPrefixOp,
+    hide_ref_call,
+    inbox_call,
+    run_inbox_calls,
 )
 
 AUDIENCE_EVERYONE = "all"
@@ -188,16 +185,15 @@ def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: 
     months_by_user: dict[int, list[str]] = {}
     for user_id, result in zip(user_ids, [r for r in results if isinstance(r, set)], strict=True):
         months_by_user[user_id] = sorted(m.decode() for m in result)
-    calls = []
-    for user_id in user_ids:
-        months = months_by_user[user_id]
-        calls.append((user_keys(user_id, months), ["drop_prefix", now_ms, len(months), *months, "0", "b"]))
-    run_inbox_scripts(calls)
+    drop = DropPrefixOp(prefix="b")
+    run_inbox_calls(
+        [inbox_call(drop, user_id=user_id, now_ms=now_ms, months=months_by_user[user_id]) for user_id in user_ids]
+    )
 
 
 def user_hidden_add(*, user_id: int, ref: str, now_ms: int) -> None:
     """Rebuild path: record a hidden ref even when the item is not merged."""
-    INBOX_SCRIPT(user_keys(user_id, []), ["hide_ref", now_ms, 0, "0", ref])
+    hide_ref_call(user_id=user_id, ref=ref)()
 
 
 def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chunks: dict[str, list[int]]) -> None:
