@@ -7,7 +7,7 @@ slot on Redis Cluster; the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -240,26 +240,28 @@ USER_ID_FILL = "\x01"
 def mc_deliver_key_templates(
     category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
 ) -> list[str]:
-    """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id."""
-    p = _key()
-    t = f"{{u{USER_ID_FILL}}}"
-    names = [
-        f"{p}inbox:{t}:all",
-        f"{p}inbox:{t}:cat:{category}",
-        f"{p}inbox:{t}:unread",
-        f"{p}inbox:{t}:hidden",
+    """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id:
+    the named functions' own names, for a stand-in id whose tag becomes the fill."""
+    stand_in = 0
+    tag, fill_tag = user_tag(stand_in), "{u" + USER_ID_FILL + "}"
+    namers: list[Callable[[int], str]] = [
+        mc_inbox,
+        lambda u: mc_inbox_category(u, category),
+        mc_inbox_counters,
+        mc_inbox_hidden,
     ]
     if expiry:
-        names.append(f"{p}inbox:{t}:expiry")
-    names += [
-        f"{p}inbox:{t}:months",
-        f"{p}message:push:{t}:{month}",
-        f"{p}message:read:{t}:{month}",
-        f"{p}live:version:{t}",
+        namers.append(mc_inbox_expiry)
+    namers += [
+        mc_inbox_months,
+        lambda u: mc_push_bitmap(u, month),
+        lambda u: mc_read_bitmap(u, month),
+        live_user_version,
     ]
     if notifications:
-        names.append(f"{p}inbox:{t}:notif")
-    return names
+        namers.append(mc_user_notifications)
+    # The tag is the only place an id appears in these names.
+    return [namer(stand_in).replace(tag, fill_tag) for namer in namers]
 
 
 def mc_deliver_keys(

@@ -133,7 +133,25 @@ class LuaScript:
         self.path = str((base / relative).resolve())
         self.preambles = tuple(str((base / p).resolve()) for p in preambles)
         self._script: Script | None = None
+        # Scripts loaded together with this one (``load_together``).
+        self.family: tuple[LuaScript, ...] = (self,)
         SCRIPTS[self.path] = self
+
+    @staticmethod
+    def load_together(scripts: Sequence["LuaScript"]) -> None:
+        """A Redis missing one of these scripts (restarted, flushed) gets all
+        of them at once: a request running several (a page, then a read-all
+        queued in a pipeline) then pays one NOSCRIPT retry, not one per script."""
+        family = tuple(scripts)
+        for script in family:
+            script.family = family
+
+    def load(self, client: Redis) -> None:
+        """SCRIPT LOAD this script and its family in one round trip."""
+        pipe = client.pipeline(transaction=False)
+        for script in self.family:
+            pipe.script_load(script.source)
+        pipe.execute()
 
     @property
     def source(self) -> str:
@@ -161,7 +179,7 @@ class LuaScript:
             return self._registered(client)(keys=list(keys), args=list(args), client=client)
         except NoScriptError:
             pass
-        client.script_load(self.source)
+        self.load(client)
         return self._direct(client, keys, args)
 
     def command(
@@ -229,7 +247,7 @@ class LuaScript:
         replies = self._send_all(client, packed())
         again = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
-            client.script_load(self.source)
+            self.load(client)
             for index, reply in zip(again, self._send_all(client, (sent[i] for i in again)), strict=True):
                 replies[index] = reply
         for reply in replies:

@@ -54,6 +54,7 @@ INBOX_SCRIPTS = (
     DROP_PREFIX_SCRIPT,
     SWEEP_SCRIPT,
 )
+LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT, HIDE_REF_SCRIPT])
 
 
 def inbox_keys(user_id: int) -> list[str]:
