@@ -1,4 +1,4 @@
--- Shared by page.lua and counts.lua (after _item.lua and _inbox.lua), which
+-- Shared by page.lua and counts.lua (after the inbox preambles), which
 -- name its keys.
 --
 -- Read cache (fast path): the user's

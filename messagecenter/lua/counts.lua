@@ -1,5 +1,5 @@
 -- The user's unread counters and unseen count, once the inbox is settled and
--- merged (the shared _item.lua, _inbox.lua and _cache.lua come first). Without a cache
+-- merged (the shared inbox preambles and _cache.lua come first). Without a cache
 -- lifetime it only settles and merges (a read of one item that has no detail).
 -- On the fast path, with a lifetime (s), the counts are kept in the read
 -- cache as "<name>,<n>,...|<unseen>" (rewritten only when they or their tag

@@ -1,4 +1,4 @@
--- Group membership changed (the shared _item.lua and _inbox.lua come first): drop
+-- Group membership changed (the shared inbox preambles come first): drop
 -- the items of one kind (bulletins, ARGV[1] their ref prefix) and forget the
 -- merge marker, so the next read merges what is visible now. Read bits live
 -- in the bitmaps and survive. Returns how many items left.

@@ -1,4 +1,4 @@
--- One item of the user's inbox (the shared _item.lua and _inbox.lua come first):
+-- One item of the user's inbox (the shared inbox preambles come first):
 -- {time, read bit} if the member is live there, else false.
 
 local member = ARGV[1]

@@ -1,4 +1,4 @@
--- The user deletes one item from the inbox (the shared _item.lua and _inbox.lua
+-- The user deletes one item from the inbox (the shared inbox preambles
 -- come first): its ref joins the hidden set, so no merge brings it back.
 -- Returns 1 if it was live and is gone, else 0.
 

@@ -1,4 +1,4 @@
--- Mark one item read ("1") or unread ("0") (the shared _item.lua and _inbox.lua
+-- Mark one item read ("1") or unread ("0") (the shared inbox preambles
 -- come first; the ever-read bitmaps are passed). Returns 0 if the item is
 -- not live, 2 for the user's first read of it (the caller counts it: the
 -- per-item counter is a global key, so it is not touched here), else 1.

@@ -1,5 +1,5 @@
 -- One page of a user's inbox, newest first, with the whole inbox's counts
--- (the shared _item.lua, _inbox.lua and _cache.lua come first: open_inbox
+-- (the shared inbox preambles and _cache.lua come first: open_inbox
 -- names the keys).
 --
 -- Paging walks the time axis (scores: item times in ms) downwards: items

@@ -1,5 +1,5 @@
 -- Every live unread item of the category (or all) becomes read, in one step
--- (the shared _item.lua and _inbox.lua come first; the ever-read bitmaps are
+-- (the shared inbox preambles come first; the ever-read bitmaps are
 -- passed). An optional upper bound on the time axis (time_max, "" = none)
 -- limits it to items that existed when the user asked: a "read all" accepted
 -- while Redis was down and replayed later must not swallow items that

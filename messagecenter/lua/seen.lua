@@ -1,4 +1,4 @@
--- The user has seen everything up to now (the shared _item.lua and _inbox.lua
+-- The user has seen everything up to now (the shared inbox preambles
 -- come first): the seen watermark, a time on the score axis, moves to now,
 -- or to the newest item's time if that is later (an item timed ahead of the
 -- clock is seen too).

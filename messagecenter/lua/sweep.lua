@@ -1,5 +1,5 @@
--- The expiry job for one user's notifications, bounded (the shared _item.lua
--- and _inbox.lua come first). Own key: the user's notification zset (score =
+-- The expiry job for one user's notifications, bounded (the shared inbox
+-- preambles come first). Own key: the user's notification zset (score =
 -- expire_at ms). Expired notifications leave the inbox (counters kept
 -- exact), then the zset. Returns {removed from the inbox, 1 if more expired
 -- ones remain, left}.

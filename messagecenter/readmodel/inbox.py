@@ -350,7 +350,7 @@ def inbox_page(
 
 
 def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
-    """Keep a computed page's rendering for the next identical read (see _inbox.lua's read cache).
+    """Keep a computed page's rendering for the next identical read (see _cache.lua).
     A write racing a change is harmless: its tag is already out of date."""
     pipe = get_redis().pipeline(transaction=False)
     pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": f"{tag[0]}|{tag[1]}"})
@@ -403,7 +403,7 @@ def _cache_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple
 
 def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> tuple[bytes, float] | None:
     """The value the check's EXEC read, if still current, with the time it
-    stops being so (inf: none): the same tag _inbox.lua builds (its "Read
+    stops being so (inf: none): the same tag _cache.lua builds (its "Read
     cache" section says why equal values mean an equal answer) and its time
     not yet come."""
     (held_tag, value), (rev, shown), (live, details, removed, pulled, updated, access) = exec_reply

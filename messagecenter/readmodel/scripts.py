@@ -1,5 +1,5 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_item.lua`` and ``_inbox.lua`` first) and the typed calls that build their KEYS and
+preambles ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua`` first) and the typed calls that build their KEYS and
 ARGV, so no caller counts positions.
 
 Every script names the same inbox (``open_inbox`` in the preamble): the
@@ -22,17 +22,22 @@ from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
-# The shared helpers: an item's layout and insertion (deliver.lua too), the
-# inbox's opening and upkeep, the read cache (page and counts).
-ITEM, INBOX, CACHE = "../lua/_item.lua", "../lua/_inbox.lua", "../lua/_cache.lua"
+# The shared helpers, each in one file: an item's layout and insertion
+# (deliver.lua runs only this one), the call's state with the read marks and
+# counters, settling and merging, the inbox's opening, the read cache (page
+# and counts only). Each script runs as one chunk, so a helper is defined
+# before the helpers that call it: this order.
+ITEM = "../lua/_item.lua"
+INBOX = (ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
+CACHE = "../lua/_cache.lua"
 
 
 def _script(name: str, *preambles: str) -> LuaScript:
-    return LuaScript(__file__, f"../lua/{name}", preambles=preambles or (ITEM, INBOX))
+    return LuaScript(__file__, f"../lua/{name}", preambles=preambles or INBOX)
 
 
-PAGE_SCRIPT = _script("page.lua", ITEM, INBOX, CACHE)
-COUNTS_SCRIPT = _script("counts.lua", ITEM, INBOX, CACHE)
+PAGE_SCRIPT = _script("page.lua", *INBOX, CACHE)
+COUNTS_SCRIPT = _script("counts.lua", *INBOX, CACHE)
 GET_SCRIPT = _script("get.lua")
 MARK_SCRIPT = _script("mark.lua")
 HIDE_SCRIPT = _script("hide.lua")

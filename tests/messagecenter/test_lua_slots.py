@@ -406,3 +406,12 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         assert call.keys[11 : 11 + len(own)] == own
         assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
         assert call.args == [*op.own_args(), 5, 1, "202611", "2", 9]
+
+
+# Past this a script mixes concerns: its helpers go to a preamble of their own.
+LUA_MAX_LINES = 150
+
+
+def test_every_lua_file_stays_short() -> None:
+    long = {p.name: n for p in _lua_files() if (n := len(p.read_text(encoding="utf-8").splitlines())) > LUA_MAX_LINES}
+    assert not long, long
