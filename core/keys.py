@@ -318,7 +318,8 @@ def mc_item_detail() -> str:
 
 
 def mc_item_detail_version() -> str:
-    """string: counter global.lua bumps on every item detail write (an edit changes what pages show)."""
+    """string: counter the global write scripts bump when an item detail is
+    written over (an edit changes what pages show)."""
     return _key("inbox", "detail", "version", MC_GLOBAL_TAG)
 
 

@@ -5,11 +5,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from core import keys
-from core.lua import LuaScript
-
-GLOBAL_SCRIPT = LuaScript(__file__, "../lua/global.lua")
-
 # The category zsets' order in every per-user inbox script's KEYS.
 CATEGORY_ORDER = ("system", "promotion", "transaction", "interaction")
 
@@ -55,19 +50,3 @@ def parse_member(member: str) -> tuple[str, str, str, int]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def global_keys() -> list[str]:
-    return [
-        keys.mc_item_detail(),
-        keys.mc_bulletin_config(),
-        keys.mc_bulletin_detail(),
-        keys.mc_bulletin_members(),
-        keys.mc_bulletin_update_time(),
-        keys.mc_removed(),
-        keys.mc_removed_version(),
-        keys.mc_pull(),
-        keys.mc_pull_sequence(),
-        keys.mc_removed_floor(),
-        keys.mc_item_detail_version(),
-    ]

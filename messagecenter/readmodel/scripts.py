@@ -1,6 +1,7 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua`` first) and the typed calls that build their KEYS and
-ARGV, so no caller counts positions.
+preambles ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua``
+first) and the typed calls that build their KEYS and ARGV, so no caller
+counts positions.
 
 Every script names the same inbox (``open_inbox`` in the preamble): the
 user's eleven keys, the script's own keys, on the fast path the global

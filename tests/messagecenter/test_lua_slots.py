@@ -9,8 +9,8 @@ and breaks after a reshard; fakeredis and a single Redis never notice. So:
   operation that runs a script is exercised, with the read model's cluster
   routing switched on (on whatever Redis this run has), checks that every
   ``.lua`` file under messagecenter/lua (its shared preambles ``_*.lua``
-  run inside the others) and every reachable ``op`` branch was seen, and
-  that each call's keys map to ONE slot;
+  run inside the others) was seen, and that each call's keys map to ONE
+  slot (one script per operation: no script dispatches on an argument);
 - a static proof reads every ``.lua`` file of the repository, as Redis runs it
   (a script declared with a preamble: the preamble first), and checks that
   each key a ``redis.call`` (or its alias ``call``) touches is a ``KEYS[...]`` expression or a name
@@ -46,10 +46,6 @@ pytestmark = pytest.mark.django_db
 
 MC_LUA = ROOT / "messagecenter" / "lua"
 
-# Ops of a script that no Python caller sends any more, with the reason. The
-# dynamic test fails if one of them is reached again (then it must be proven).
-UNREACHABLE_OPS: set[tuple[str, str]] = set()
-
 OPEN_INBOX = re.compile(r"open_inbox\((\d+), (\d+), (true|false)\)")
 
 
@@ -65,11 +61,6 @@ class Call:
     keys: list[str]
     args: list[str]
 
-    @property
-    def op(self) -> str | None:
-        """The ``op`` branch (ARGV[1]) of the scripts that dispatch on one."""
-        return self.args[0] if self.script == "global.lua" else None
-
     def settle_merge(self) -> tuple[int, int] | None:
         """(removals, merge candidates) of an inbox script call that settles and merges, else None."""
         opened = _open_inbox(self.script)
@@ -82,10 +73,6 @@ class Call:
             return None
         removals = int(self.args[a + 2])
         return removals, int(self.args[a + 3 + removals])
-
-
-def _ops_in(source: str) -> set[str]:
-    return set(re.findall(r'\bop == "(\w+)"', source))
 
 
 @pytest.fixture
@@ -134,7 +121,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     alice, bob, carol = (UserFactory(username=n) for n in ("alice", "bob", "carol"))
     team = make_group("team", alice, bob)
 
-    # Global writes (global.lua): details, bulletins, pull items; push
+    # Global writes (item_put.lua, bulletin_put.lua, ...): details, bulletins, pull items; push
     # fan-out (deliver.lua, one call per slot), with and without the
     # notification index.
     pushed = send(operator, to={"users": [alice, bob]}, title="push")
@@ -183,16 +170,10 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     inbox_rebuild()
     assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]
 
-    # Every script file and every reachable op was seen ...
+    # Every script file was seen ...
     files = {p.name for p in MC_LUA.glob("*.lua") if not p.name.startswith("_")}
     mc_calls = [c for c in recorded if c.script in files]
     assert {c.script for c in mc_calls} == files
-    for script in ("global.lua",):
-        ops = _ops_in((MC_LUA / script).read_text())
-        seen = {c.op for c in mc_calls if c.script == script}
-        unreachable = {op for s, op in UNREACHABLE_OPS if s == script}
-        assert ops - unreachable <= seen, (script, sorted(ops - unreachable - seen))
-        assert not unreachable & seen, f"{script}: reached again, prove it: {unreachable & seen}"
     # ... with the planned settle and merge of the inbox scripts both removing and adding.
     preludes = [p for c in mc_calls if (p := c.settle_merge())]
     assert any(removals for removals, _ in preludes)
@@ -202,7 +183,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     for call in recorded:
         assert call.keys, call
         slots = {key_slot(k.encode()) for k in call.keys}
-        assert len(slots) == 1, (call.script, call.op, call.keys)
+        assert len(slots) == 1, (call.script, call.keys)
     # Per-user keys (alice's, bob's) and the global ones do spread over slots.
     assert len({key_slot(c.keys[0].encode()) for c in mc_calls}) >= 3
 
@@ -415,3 +396,14 @@ LUA_MAX_LINES = 150
 def test_every_lua_file_stays_short() -> None:
     long = {p.name: n for p in _lua_files() if (n := len(p.read_text(encoding="utf-8").splitlines())) > LUA_MAX_LINES}
     assert not long, long
+
+
+# A script that branches on an operation name passed in ARGV ("op == ...").
+DISPATCH = re.compile(r"""\b(?:op|mode|kind)\s*==\s*['"][a-z_]+['"]""")
+
+
+def test_one_script_per_operation() -> None:
+    """No script picks its operation from an argument: each operation has its
+    own script and call object (its KEYS named, no unused keys passed)."""
+    dispatching = [p.name for p in _lua_files() if DISPATCH.search(_strip_comments(p.read_text(encoding="utf-8")))]
+    assert not dispatching, dispatching
