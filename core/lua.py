@@ -5,7 +5,7 @@ rejects, or after a reshard breaks, scripts that build key names themselves),
 and callers pass keys that share one hash tag.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -103,10 +103,25 @@ def pack_evalsha(sha: str, keys: Sequence[str] | Packed, args: Sequence[Any]) ->
     return head + b"".join(segments)
 
 
+def _lua_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def lua_constants(constants: Mapping[str, str | Sequence[str]]) -> str:
+    """``local NAME = "value"`` (or a table of strings) per constant: data a
+    Python module defines once, handed to the scripts that follow the same rule."""
+    lines = []
+    for name, value in constants.items():
+        literal = _lua_string(value) if isinstance(value, str) else "{" + ", ".join(map(_lua_string, value)) + "}"
+        lines.append(f"local {name} = {literal}")
+    return "\n".join(lines)
+
+
 @cache
-def _source(path: str, preambles: tuple[str, ...]) -> str:
-    # One chunk: the preambles' local helpers are in scope of the script below.
-    return "\n".join(Path(p).read_text(encoding="utf-8") for p in (*preambles, path))
+def _source(path: str, preambles: tuple[str, ...], head: str) -> str:
+    # One chunk: the constants and the preambles' local helpers are in scope of the script below.
+    texts = [Path(p).read_text(encoding="utf-8") for p in (*preambles, path)]
+    return "\n".join([head, *texts] if head else texts)
 
 
 # Every script declared, by path: the static key checks read the source
@@ -124,14 +139,23 @@ class LuaScript:
     share them too, and fakeredis runs them, but a library has no
     NOSCRIPT-style recovery: a restarted or flushed Redis, or each node of a
     cluster, would need an explicit FUNCTION LOAD before the first call.)
+    ``constants`` (``lua_constants``) come before them all.
     The SHA is computed once; redis-py's Script falls back to EVAL (and loads
     it) on NOSCRIPT, so a flushed or restarted Redis needs no special care.
     """
 
-    def __init__(self, anchor: str, relative: str, *, preambles: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        anchor: str,
+        relative: str,
+        *,
+        preambles: Sequence[str] = (),
+        constants: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> None:
         base = Path(anchor).resolve().parent
         self.path = str((base / relative).resolve())
         self.preambles = tuple(str((base / p).resolve()) for p in preambles)
+        self.head = lua_constants(constants or {})
         self._script: Script | None = None
         # Scripts loaded together with this one (``load_together``).
         self.family: tuple[LuaScript, ...] = (self,)
@@ -155,7 +179,7 @@ class LuaScript:
 
     @property
     def source(self) -> str:
-        return _source(self.path, self.preambles)
+        return _source(self.path, self.preambles, self.head)
 
     def __call__(
         self,

@@ -46,8 +46,9 @@ local function trim(max_items)
   end
 end
 
--- What level() read that the read cache's tag needs too.
-local LEVEL_REV, LEVEL_TAIL = "0", ""
+-- What level() read that the read cache's tag needs too, by the tag's
+-- names (readcache.TAG): _cache.lua adds the rest.
+local LEVEL = {}
 
 -- Would planning find nothing to settle or merge? Mirrors readmodel/inbox.py _plan.
 local function level()
@@ -63,8 +64,8 @@ local function level()
   if tonumber(marks[3] or "0") > tonumber(access) then return false end
   local latest = call("ZREVRANGEBYSCORE", bulletin_config_key, NOW, "-inf", "WITHSCORES", "LIMIT", 0, 1)
   if #latest == 2 and tonumber(latest[2]) > tonumber(state[3]) then return false end
-  LEVEL_REV = state[4] or "0"
-  LEVEL_TAIL = table.concat({marks[4] or "0", marks[1] or "0", marks[2] or "0", marks[3] or "0", state[3], access}, ":")
+  LEVEL = {rev = state[4] or "0", details = marks[4] or "0", removed = marks[1] or "0", pulled = marks[2] or "0",
+           updated = marks[3] or "0", shown = state[3], access = access}
   return true
 end
 

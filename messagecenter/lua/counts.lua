@@ -14,7 +14,7 @@ if FAST and lifetime ~= "" then
   local tag = cache_tag()
   local value = table.concat(result[1], ",") .. "|" .. result[2]
   if cache_held("counts", tag) ~= value then
-    call("HSET", pages_key, "counts", value, "counts#", tag .. "|" .. cache_until())
+    call("HSET", pages_key, "counts", value, "counts#", tag .. CACHE_UNTIL .. cache_until())
     call("EXPIRE", pages_key, lifetime)
   end
 end

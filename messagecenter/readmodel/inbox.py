@@ -28,7 +28,6 @@ process (the script checks it against the user's months set).
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,7 +41,7 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
-from messagecenter.readmodel import live
+from messagecenter.readmodel import live, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
@@ -353,7 +352,7 @@ def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: byte
     """Keep a computed page's rendering for the next identical read (see _cache.lua).
     A write racing a change is harmless: its tag is already out of date."""
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": f"{tag[0]}|{tag[1]}"})
+    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": readcache.held_tag(*tag)})
     pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
     pipe.execute()
     _cache_hint_add(user_id, field)
@@ -383,41 +382,18 @@ def _cache_checkable(user_id: int, field: str) -> bool:
 
 @lru_cache(maxsize=8192)
 def _cache_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple[str, ...], ...]:
-    """The check's commands: one MULTI, so the values are read at one instant."""
-    return (
-        ("MULTI",),
-        ("HMGET", keys.mc_inbox_pages(user_id), f"{field}#", field),
-        ("HMGET", keys.mc_inbox_state(user_id), "rev", "bd"),
-        (
-            "MGET",
-            keys.live_user_version(user_id),
-            keys.mc_item_detail_version(),
-            keys.mc_removed_version(),
-            keys.mc_pull_sequence(),
-            keys.mc_bulletin_update_time(),
-            keys.mc_bulletin_access_time(user_id),
-        ),
-        ("EXEC",),
-    )
+    """readcache's check commands, built once per (prefix, user, field)."""
+    return readcache.check_commands(user_id, field)
 
 
 def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> tuple[bytes, float] | None:
     """The value the check's EXEC read, if still current, with the time it
-    stops being so (inf: none): the same tag _cache.lua builds (its "Read
-    cache" section says why equal values mean an equal answer) and its time
-    not yet come."""
-    (held_tag, value), (rev, shown), (live, details, removed, pulled, updated, access) = exec_reply
-    if held_tag is None or value is None or shown is None or access is None:
+    stops being so (readcache.checked: the rule _cache.lua follows too)."""
+    checked = readcache.checked(exec_reply, now_ms)
+    if isinstance(checked, readcache.Missing):
         _cache_hint.discard((user_id, field))
         return None
-    tag, _, until = held_tag.partition(b"|")
-    current = b":".join(
-        (rev or b"0", live or b"0", details or b"0", removed or b"0", pulled or b"0", updated or b"0", shown, access)
-    )
-    until_ms = float(until) if until else math.inf
-    if tag != current or now_ms >= until_ms:
-        return None
-    return bytes(value), until_ms
+    return checked
 
 
 def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:

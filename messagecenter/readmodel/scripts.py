@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
 # The shared helpers, each in one file: an item's layout and insertion
@@ -37,8 +38,13 @@ def _script(name: str, *preambles: str) -> LuaScript:
     return LuaScript(__file__, f"../lua/{name}", preambles=preambles or INBOX)
 
 
-PAGE_SCRIPT = _script("page.lua", *INBOX, CACHE)
-COUNTS_SCRIPT = _script("counts.lua", *INBOX, CACHE)
+def _cached_script(name: str) -> LuaScript:
+    # The read cache's tag as readcache defines it, for _cache.lua.
+    return LuaScript(__file__, f"../lua/{name}", preambles=(*INBOX, CACHE), constants=readcache.LUA_CONSTANTS)
+
+
+PAGE_SCRIPT = _cached_script("page.lua")
+COUNTS_SCRIPT = _cached_script("counts.lua")
 GET_SCRIPT = _script("get.lua")
 MARK_SCRIPT = _script("mark.lua")
 HIDE_SCRIPT = _script("hide.lua")

@@ -314,3 +314,18 @@ def test_every_change_makes_the_cached_read_stale(
     if read == "page":
         assert after != ctx["before"], "the change shows on the page"
     assert get() == after  # and the new answer is what gets cached next
+
+
+def test_the_scripts_take_the_tag_from_its_one_definition() -> None:
+    """readcache.TAG is the tag's shape for both sides: the cached scripts get
+    its names and separators as constants, and the check reads every part."""
+    from messagecenter.readmodel import readcache, scripts
+
+    head = 'local CACHE_TAG = {"' + '", "'.join(part.name for part in readcache.TAG) + '"}'
+    for script in (scripts.PAGE_SCRIPT, scripts.COUNTS_SCRIPT):
+        assert script.source.startswith(head)
+        assert f'local CACHE_JOIN = "{readcache.JOIN}"' in script.source
+    read = [key for command in readcache.check_commands(7, "f")[2:-1] for key in command[1:]]
+    for part in readcache.TAG:
+        assert part.key(7) in read
+        assert part.field is None or part.field in read

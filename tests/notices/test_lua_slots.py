@@ -27,6 +27,7 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
     def recording(self: LuaScript, keys: Sequence[str], args: Sequence[Any] = (), client: Any = None) -> Any:
         calls.append((self.path, list(keys)))
         return original(self, keys, args, client)
+
     original_queue = LuaScript.queue
 
     def queueing(self: LuaScript, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
