@@ -9,6 +9,7 @@ only the preambles whose keys it binds. Every key comes from core.keys and
 carries the global hash tag: each call runs on one Redis Cluster slot.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -32,17 +33,17 @@ REMOVED_TRIM_SCRIPT = _script("removed_trim.lua")
 
 
 @dataclass(frozen=True)
-class GlobalOp:
+class GlobalOp(ABC):
     """One global script's call: ``keys()`` in the order the script binds them."""
 
     script: ClassVar[LuaScript]
 
     @staticmethod
-    def keys() -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def keys() -> list[str]: ...
 
-    def args(self) -> list[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def args(self) -> list[Any]: ...
 
     def __call__(self) -> Any:
         return self.script(self.keys(), self.args())
