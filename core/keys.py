@@ -7,7 +7,7 @@ slot on Redis Cluster; the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -163,7 +163,12 @@ MC_GLOBAL_TAG = "{mcg}"
 
 
 def mc_inbox(user_id: int) -> str:
-    """zset: every item of the user's inbox; member ``<ref>|<category>|<month>|<offset>``, score = ms."""
+    """zset: every item of the user's inbox; member ``<ref>|<category>|<month>|<offset>``.
+
+    Score = the item's time in ms (creation, or a bulletin's display time): the
+    inbox's one time axis. A page cursor (time_max, skip), ``since`` and the
+    seen watermark (``mc_inbox_state`` "seen") are points on that axis, named
+    as such in the read model and its scripts; nothing else is kept in it."""
     return _key("inbox", user_tag(user_id), "all")
 
 
@@ -173,7 +178,7 @@ def mc_inbox_category(user_id: int, category: str) -> str:
 
 
 def mc_inbox_counters(user_id: int) -> str:
-    """hash: category -> number of live unread items (kept exact by messagecenter/lua/inbox.lua)."""
+    """hash: category -> number of live unread items (kept exact by the inbox scripts, messagecenter/lua/)."""
     return _key("inbox", user_tag(user_id), "unread")
 
 
@@ -193,7 +198,8 @@ def mc_inbox_months(user_id: int) -> str:
 
 
 def mc_inbox_state(user_id: int) -> str:
-    """hash: ``seen`` watermark (ms), ``settled`` removal version, ``pull`` sequence, ``bd`` display marker."""
+    """hash: ``seen`` watermark (a time on ``mc_inbox``'s score axis, ms), ``settled`` removal
+    version, ``pull`` sequence, ``bd`` display marker."""
     return _key("inbox", user_tag(user_id), "state")
 
 
@@ -221,13 +227,13 @@ def mc_read_ever_bitmap(user_id: int, month: int | str) -> str:
 def mc_inbox_pages(user_id: int) -> str:
     """hash, the user's read cache: query ("<category>|<unread only>|<limit>") -> the API's
     rendered first page (JSON), "counts" -> the unread counters and unseen count, and each
-    field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (inbox.lua's
+    field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (the inbox scripts'
     "Read cache"; a cache with a short lifetime: only users polling now hold one)."""
     return _key("inbox", user_tag(user_id), "pages")
 
 
 def mc_inbox_scratch(user_id: int) -> str:
-    """bitmap, transient: inbox.lua's work space within one call ("read all"
+    """bitmap, transient: read_all.lua's work space within one call ("read all"
     computes each month's first reads there); deleted before the call ends."""
     return _key("inbox", user_tag(user_id), "scratch")
 
@@ -240,26 +246,28 @@ USER_ID_FILL = "\x01"
 def mc_deliver_key_templates(
     category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
 ) -> list[str]:
-    """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id."""
-    p = _key()
-    t = f"{{u{USER_ID_FILL}}}"
-    names = [
-        f"{p}inbox:{t}:all",
-        f"{p}inbox:{t}:cat:{category}",
-        f"{p}inbox:{t}:unread",
-        f"{p}inbox:{t}:hidden",
+    """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id:
+    the named functions' own names, for a stand-in id whose tag becomes the fill."""
+    stand_in = 0
+    tag, fill_tag = user_tag(stand_in), "{u" + USER_ID_FILL + "}"
+    namers: list[Callable[[int], str]] = [
+        mc_inbox,
+        lambda u: mc_inbox_category(u, category),
+        mc_inbox_counters,
+        mc_inbox_hidden,
     ]
     if expiry:
-        names.append(f"{p}inbox:{t}:expiry")
-    names += [
-        f"{p}inbox:{t}:months",
-        f"{p}message:push:{t}:{month}",
-        f"{p}message:read:{t}:{month}",
-        f"{p}live:version:{t}",
+        namers.append(mc_inbox_expiry)
+    namers += [
+        mc_inbox_months,
+        lambda u: mc_push_bitmap(u, month),
+        lambda u: mc_read_bitmap(u, month),
+        live_user_version,
     ]
     if notifications:
-        names.append(f"{p}inbox:{t}:notif")
-    return names
+        namers.append(mc_user_notifications)
+    # The tag is the only place an id appears in these names.
+    return [namer(stand_in).replace(tag, fill_tag) for namer in namers]
 
 
 def mc_deliver_keys(
@@ -316,7 +324,8 @@ def mc_item_detail() -> str:
 
 
 def mc_item_detail_version() -> str:
-    """string: counter global.lua bumps on every item detail write (an edit changes what pages show)."""
+    """string: counter the global write scripts bump when an item detail is
+    written over (an edit changes what pages show)."""
     return _key("inbox", "detail", "version", MC_GLOBAL_TAG)
 
 
@@ -366,7 +375,7 @@ def mc_snapshot_restored() -> str:
 def mc_item_read_hours(ref: str) -> str:
     """hash: hour (ms since the epoch // 3,600,000) -> users who first read the item (``m12``,
     ``b3``) in that hour (0 -> 1 transitions of their read bit; the admin's read-rate chart).
-    Global, one key per item: written from Python after inbox.lua, never by a script."""
+    Global, one key per item: written from Python after the inbox scripts, never by a script."""
     return _key("inbox", "reads", ref)
 
 

@@ -5,7 +5,7 @@ rejects, or after a reshard breaks, scripts that build key names themselves),
 and callers pass keys that share one hash tag.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -103,26 +103,83 @@ def pack_evalsha(sha: str, keys: Sequence[str] | Packed, args: Sequence[Any]) ->
     return head + b"".join(segments)
 
 
+def _lua_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def lua_constants(constants: Mapping[str, str | Sequence[str]]) -> str:
+    """``local NAME = "value"`` (or a table of strings) per constant: data a
+    Python module defines once, handed to the scripts that follow the same rule."""
+    lines = []
+    for name, value in constants.items():
+        literal = _lua_string(value) if isinstance(value, str) else "{" + ", ".join(map(_lua_string, value)) + "}"
+        lines.append(f"local {name} = {literal}")
+    return "\n".join(lines)
+
+
 @cache
-def _source(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8")
+def _source(path: str, preambles: tuple[str, ...], head: str) -> str:
+    # One chunk: the constants and the preambles' local helpers are in scope of the script below.
+    texts = [Path(p).read_text(encoding="utf-8") for p in (*preambles, path)]
+    return "\n".join([head, *texts] if head else texts)
+
+
+# Every script declared, by path: the static key checks read the source
+# Redis runs (preamble included).
+SCRIPTS: dict[str, "LuaScript"] = {}
 
 
 class LuaScript:
     """A script file next to the module that declares it.
 
     ``LuaScript(__file__, "lua/counts.lua")`` resolves relative to that module.
+    With ``preambles`` (paths relative to the same module) those files come
+    first, in order: helpers several scripts share live once, and each script
+    still runs as one self-contained chunk by EVALSHA. (Redis Functions would
+    share them too, and fakeredis runs them, but a library has no
+    NOSCRIPT-style recovery: a restarted or flushed Redis, or each node of a
+    cluster, would need an explicit FUNCTION LOAD before the first call.)
+    ``constants`` (``lua_constants``) come before them all.
     The SHA is computed once; redis-py's Script falls back to EVAL (and loads
     it) on NOSCRIPT, so a flushed or restarted Redis needs no special care.
     """
 
-    def __init__(self, anchor: str, relative: str) -> None:
-        self.path = str(Path(anchor).resolve().parent / relative)
+    def __init__(
+        self,
+        anchor: str,
+        relative: str,
+        *,
+        preambles: Sequence[str] = (),
+        constants: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> None:
+        base = Path(anchor).resolve().parent
+        self.path = str((base / relative).resolve())
+        self.preambles = tuple(str((base / p).resolve()) for p in preambles)
+        self.head = lua_constants(constants or {})
         self._script: Script | None = None
+        # Scripts loaded together with this one (``load_together``).
+        self.family: tuple[LuaScript, ...] = (self,)
+        SCRIPTS[self.path] = self
+
+    @staticmethod
+    def load_together(scripts: Sequence["LuaScript"]) -> None:
+        """A Redis missing one of these scripts (restarted, flushed) gets all
+        of them at once: a request running several (a page, then a read-all
+        queued in a pipeline) then pays one NOSCRIPT retry, not one per script."""
+        family = tuple(scripts)
+        for script in family:
+            script.family = family
+
+    def load(self, client: Redis) -> None:
+        """SCRIPT LOAD this script and its family in one round trip."""
+        pipe = client.pipeline(transaction=False)
+        for script in self.family:
+            pipe.script_load(script.source)
+        pipe.execute()
 
     @property
     def source(self) -> str:
-        return _source(self.path)
+        return _source(self.path, self.preambles, self.head)
 
     def __call__(
         self,
@@ -146,7 +203,7 @@ class LuaScript:
             return self._registered(client)(keys=list(keys), args=list(args), client=client)
         except NoScriptError:
             pass
-        client.script_load(self.source)
+        self.load(client)
         return self._direct(client, keys, args)
 
     def command(
@@ -214,7 +271,7 @@ class LuaScript:
         replies = self._send_all(client, packed())
         again = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
-            client.script_load(self.source)
+            self.load(client)
             for index, reply in zip(again, self._send_all(client, (sent[i] for i in again)), strict=True):
                 replies[index] = reply
         for reply in replies:

@@ -166,7 +166,7 @@ class _Inbox:
         for entry in self.items:
             if entry.ref not in self.read and entry.category in by_category:
                 by_category[entry.category] += 1
-        # inbox.lua counts unseen as ZCOUNT (seen, +inf]: strictly newer than the watermark.
+        # counts() in _state.lua counts unseen as ZCOUNT (seen, +inf]: strictly newer than the watermark.
         return Counts(by_category, sum(1 for entry in self.items if entry.score > self.seen_ms))
 
 

@@ -153,7 +153,7 @@ def inbox_list_rendered(
     """``render(inbox_list(...))``, served from the user's page cache when it
     holds a current rendering of this first page (no cursor, no ``since``):
     a polled inbox costs one script call and no rendering. The script decides
-    whether the rendering is current (inbox.lua, "Page cache")."""
+    whether the rendering is current (_cache.lua, "Read cache")."""
     field = "" if cursor or since else f"{category or ''}|{int(unread_only)}|{limit}"
     page, cached = _inbox_list(
         user=user,

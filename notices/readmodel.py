@@ -47,7 +47,9 @@ from notices.snapshot_rows import announcement_chunk_readers
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
-_ADD_ENTRY = LuaScript(__file__, "lua/add_entry.lua")
+# Adding one announcement: the revision first, then each built chunk.
+_ADD_REVISION = LuaScript(__file__, "lua/add_revision.lua")
+_ADD_CHUNK = LuaScript(__file__, "lua/add_chunk.lua")
 _MARK = LuaScript(__file__, "lua/mark.lua")
 COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua")
 
@@ -211,7 +213,7 @@ def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
 
     ``seen`` is ``platform_revision_seen`` read before the announcement's
     commit. The add happens only while the platform's revision is still
-    ``seen`` and every chunk is built at it (add_entry.lua says why that keeps
+    ``seen`` and every chunk is built at it (add_chunk.lua says why that keeps
     a rebuild that started after the commit, which may hold a newer state of
     the row, from being overwritten); the entry then goes in under a new
     revision, so an older rebuild still in flight is refused and a newer one
@@ -233,18 +235,18 @@ def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
 def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
     client = get_redis()
     pk, publish_ms, expire_ms = entry
-    rev_call = (keys.notice_revision(platform),), ("rev", seen)
+    rev_call = (keys.notice_revision(platform),), (seen,)
     if is_cluster():
-        rev = int(_ADD_ENTRY(keys=rev_call[0], args=rev_call[1], client=client))
+        rev = int(_ADD_REVISION(keys=rev_call[0], args=rev_call[1], client=client))
         chunks_raw = client.smembers(keys.notice_chunks()) if rev != -1 else set()
     else:
         # One round trip: on a single Redis the pipeline runs in order, so the
         # chunk set is read after the revision moved on.
         pipe = client.pipeline(transaction=False)
-        _ADD_ENTRY.queue(pipe, rev_call[0], rev_call[1])
+        _ADD_REVISION.queue(pipe, rev_call[0], rev_call[1])
         pipe.smembers(keys.notice_chunks())
         rev_reply, chunks_raw = pipe.execute(raise_on_error=False)
-        rev = int(_ADD_ENTRY.settle(rev_reply, rev_call[0], rev_call[1], client=client))
+        rev = int(_ADD_REVISION.settle(rev_reply, rev_call[0], rev_call[1], client=client))
         if isinstance(rev_reply, Exception) and rev != -1:
             # Refused unknown (a flushed script cache) and run again since: the
             # chunk set above was read before the revision moved.
@@ -258,7 +260,6 @@ def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
     added = True
     for chunk in chunks:
         args = [
-            "chunk",
             seen,
             f"{token}:{chunk}",
             int(pk),
@@ -266,7 +267,7 @@ def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
             "" if expire_ms is None else int(expire_ms),
         ]
         added = (
-            bool(int(_ADD_ENTRY(keys=_chunk_keys(platform, chunk), args=[*args, now_ms, rev], client=client))) and added
+            bool(int(_ADD_CHUNK(keys=_chunk_keys(platform, chunk), args=[*args, now_ms, rev], client=client))) and added
         )
         _ids_cache.pop((platform, chunk), None)
     if added:

@@ -16,9 +16,9 @@
 -- pub/sub), then one channel per recipient when publishing.
 -- Returns how many inboxes gained the item.
 --
--- Per recipient this is inbox.lua's add (keep the two in step): NX, so a
--- rerun changes nothing; hidden refs stay out; the unread counter moves only
--- when the read bit is 0. A recipient whose inbox changed gets its live
+-- Per recipient this is the merge's insert (the shared _item.lua comes
+-- first and holds it): NX, so a rerun changes nothing; hidden refs
+-- stay out; the unread counter moves only when the read bit is 0. A recipient whose inbox changed gets its live
 -- version bumped and, when asked, the event published on its channel if
 -- anyone subscribes to it: the same event live.inbox_changed sends, without a
 -- round trip per recipient.
@@ -36,8 +36,7 @@ local notify = stride - 8 - E
 if (notify ~= 0 and notify ~= 1) or #KEYS % stride ~= 0 then
   return redis.error_reply("deliver.lua: KEYS do not fit the stride " .. stride)
 end
-local call = redis.call
-local MONTHS, PUSH, READ, VERSION, NOTIF = 5 + E, 6 + E, 7 + E, 8 + E, 9 + E
+local MONTHS, PUSHED, READ_BITS, VERSION, NOTIF = 5 + E, 6 + E, 7 + E, 8 + E, 9 + E
 local n = #KEYS / stride
 -- An event reaches only subscribers of the channel (the project subscribes
 -- by channel, never by pattern): one PUBSUB NUMSUB for the whole batch, then
@@ -54,15 +53,10 @@ for i = 0, n - 1 do
     -- The sweep's index (score = expiry); NX like the inbox itself.
     call("ZADD", KEYS[k + NOTIF], "NX", expire_ms, member)
   end
-  if live and call("SISMEMBER", KEYS[k + 4], ref) == 0
-      and call("ZADD", KEYS[k + 1], "NX", score, member) == 1 then
-    call("ZADD", KEYS[k + 2], score, member)
-    if E == 1 then call("ZADD", KEYS[k + 5], expire_ms, member) end
-    call("SADD", KEYS[k + MONTHS], month)
-    call("SETBIT", KEYS[k + PUSH], offset, "1")
-    if call("GETBIT", KEYS[k + READ], offset) == 0 then
-      call("HINCRBY", KEYS[k + 3], category, "1")
-    end
+  all_key, counters_key, hidden_key, months_key = KEYS[k + 1], KEYS[k + 3], KEYS[k + 4], KEYS[k + MONTHS]
+  category_keys[category], PUSH[month], READ[month] = KEYS[k + 2], KEYS[k + PUSHED], KEYS[k + READ_BITS]
+  if E == 1 then expiry_key = KEYS[k + 5] end
+  if live and insert(member, ref, category, month, offset, score, expire_ms, E == 1) then
     local version = call("INCR", KEYS[k + VERSION])
     if listening and listening[2 * i + 2] > 0 then
       call("PUBLISH", ARGV[12 + i], head .. version .. tail)

@@ -11,7 +11,7 @@
 --
 -- A bitmap is written only where the key is missing (SET NX) and the
 -- watermark only where the field is (HSETNX): a restore while the site serves
--- never undoes a newer mark. inbox.lua's invariant (counters[c] = members of
+-- never undoes a newer mark. The inbox's invariant (_item.lua: counters[c] = members of
 -- category c whose read bit is 0) must survive: items merged or delivered
 -- before the restore were counted unread against a missing bitmap, so each
 -- of them whose restored bit is 1 leaves its counter here, in the same step.
@@ -46,6 +46,6 @@ local seen = ARGV[2 + 3 * n]
 if seen ~= "" and redis.call("HSETNX", KEYS[3], "seen", seen) == 1 then
   written = written + 1
 end
--- Read flags or counts may have changed: cached pages are stale (inbox.lua's "rev").
+-- Read flags or counts may have changed: cached pages are stale (the state hash's "rev", _item.lua).
 if written > 0 then redis.call("HINCRBY", KEYS[3], "rev", 1) end
 return written

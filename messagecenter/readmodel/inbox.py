@@ -10,7 +10,8 @@ Every user-facing call takes the same route:
    members above the user's version, pull items above their watermark,
    bulletin configs of their groups (and a third one their details and the
    pull audience bits);
-3. one call of ``inbox.lua`` settles (removals, expiry), merges (bulletins,
+3. one call of the op's script (messagecenter/lua/, built by
+   ``scripts.inbox_call``) settles (removals, expiry), merges (bulletins,
    pull items; idempotent ZADD NX, hidden refs skipped) and runs the op,
    keeping the per-category unread counters exact.
 
@@ -27,7 +28,6 @@ process (the script checks it against the user's months set).
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,9 +41,24 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
-from messagecenter.readmodel.entries import CATEGORY_ORDER, INBOX_SCRIPT, parse_member, user_keys
+from messagecenter.readmodel import readcache
+from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
+from messagecenter.readmodel.scripts import (
+    CountsOp,
+    Fast,
+    GetOp,
+    HideOp,
+    InboxCall,
+    InboxOp,
+    MarkOp,
+    Merge,
+    PageOp,
+    ReadAllOp,
+    SeenOp,
+    inbox_call,
+)
 from messagecenter.readmodel.snapshots import dirty_members, record_seen
 
 logger = logging.getLogger(__name__)
@@ -60,7 +75,7 @@ def _int(value: Any, default: int = 0) -> int:
 @dataclass
 class _Plan:
     months: set[str] = field(default_factory=set)
-    sync_args: list[Any] = field(default_factory=list)
+    merge: Merge | None = None
     detail: dict[str, Any] | None = None
 
 
@@ -165,17 +180,15 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
-    args: list[Any] = ["1", version if version > settled else ""]
-    args.append(len(removed))
-    args.extend(removed)
-    args.append(len(candidates))
-    for member, score, expire in candidates:
-        args.extend([member, score, expire])
-    args.append(update_time if merge_bulletins else "")
-    args.append(latest_display if merge_bulletins else "")
-    args.append(seq if seq > pull_wm else "")
-    args.append(int(settings.MESSAGECENTER_INBOX_MAX_ITEMS))
-    plan.sync_args = args
+    plan.merge = Merge(
+        settled_version=version if version > settled else None,
+        removals=removed,
+        candidates=candidates,
+        access=update_time if merge_bulletins else None,
+        display=latest_display if merge_bulletins else None,
+        pull=seq if seq > pull_wm else None,
+        max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),
+    )
     return plan
 
 
@@ -187,46 +200,16 @@ MONTHS_HINT_USERS = 100_000
 STALE = b"STALE"
 
 
-def _op_keys(user_id: int, months: list[str], op: str, *, fast: bool) -> list[str]:
-    """inbox.lua's KEYS for an op (see the script's header for the layout)."""
-    return list(_op_keys_named(keys.prefix(), user_id, tuple(months), op, fast))
-
-
-@lru_cache(maxsize=8192)
-def _op_keys_named(_prefix: str, user_id: int, months: tuple[str, ...], op: str, fast: bool) -> tuple[str, ...]:
-    """``_op_keys`` built once per (prefix, user, months, op): a page call names about 20 keys."""
-    script_keys = user_keys(user_id, list(months))
-    if op in ("read", "read_all"):  # they also set the ever-read bits (first reads)
-        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
-    if op == "read_all":
-        script_keys.append(keys.mc_inbox_scratch(user_id))
-        if fast:  # the script queues the first reads itself
-            script_keys.append(keys.mc_first_reads_pending())
-    if fast:
-        if op in ("page", "counts"):  # the read cache and what its tag reads
-            script_keys += [keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)]
-        script_keys += [
-            keys.mc_removed_version(),
-            keys.mc_pull_sequence(),
-            keys.mc_bulletin_update_time(),
-            keys.mc_bulletin_config(),
-            keys.mc_item_detail(),
-            keys.mc_item_detail_version(),
-        ]
-    return tuple(script_keys)
-
-
-def _run(user_id: int, now_ms: int, op: str, plan: _Plan, op_args: list[Any]) -> Any:
+def _run(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any:
     months = sorted(plan.months)
     if len(_months_hint) >= MONTHS_HINT_USERS:
         _months_hint.clear()
     _months_hint[user_id] = tuple(months)
-    script_keys = _op_keys(user_id, months, op, fast=False)
-    return INBOX_SCRIPT(script_keys, [op, now_ms, len(months), *months, *plan.sync_args, *op_args])
+    return inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge)()
 
 
-def _fast_call(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> tuple[list[str], list[Any]] | None:
-    """(KEYS, ARGV) of the op's one-round-trip call, or None when it cannot apply.
+def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
+    """The op's one-round-trip call, or None when it cannot apply.
 
     Single Redis only: the script reads the global markers itself, which on
     a cluster live in another slot. None also when the months hint is missing;
@@ -236,25 +219,24 @@ def _fast_call(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> tuple[
     months = _months_hint.get(user_id)
     if months is None or is_cluster():
         return None
-    script_keys = _op_keys(user_id, list(months), op, fast=True)
-    max_items = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
-    return script_keys, [op, now_ms, len(months), *months, "2", max_items, *op_args]
+    mode = Fast(max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS))
+    return inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=mode)
 
 
-def _fast(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any | None:
+def _fast(user_id: int, now_ms: int, op: InboxOp) -> Any | None:
     """The op in one round trip when nothing needs settling or merging, else None."""
-    call = _fast_call(user_id, now_ms, op, op_args)
+    call = _fast_call(user_id, now_ms, op)
     if call is None:
         return None
-    result = INBOX_SCRIPT(*call)
+    result = call()
     return None if result == STALE else result
 
 
-def _read(user_id: int, now_ms: int, op: str, op_args: list[Any]) -> Any:
+def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
     """Run a read op: the one-round-trip path when it applies, else plan and run."""
-    result = _fast(user_id, now_ms, op, op_args)
+    result = _fast(user_id, now_ms, op)
     if result is None:
-        result = _run(user_id, now_ms, op, _plan(user_id, now_ms), op_args)
+        result = _run(user_id, now_ms, op, _plan(user_id, now_ms))
     return result
 
 
@@ -332,20 +314,18 @@ def inbox_page(
         body = cache_get(user_id=user_id, field=cache_field, now_ms=now_ms)
         if body is not None:
             return CachedPage(body=body)
-    result = _read(
-        user_id,
-        now_ms,
-        "page",
-        [
-            category or "",
-            "+inf" if max_score is None else max_score,
-            skip,
-            limit,
-            "1" if unread_only else "0",
-            "-inf" if since_ms is None else f"({since_ms}",
-            cache_field,
-        ],
+    # The cursor (max_score, skip) and since_ms are times on the inbox's one
+    # axis: item scores are their times in ms (core.keys.mc_inbox).
+    op = PageOp(
+        category=category or "",
+        time_max=max_score,
+        skip=skip,
+        limit=limit,
+        unread_only=unread_only,
+        since_time=since_ms,
+        cache_field=cache_field,
     )
+    result = _read(user_id, now_ms, op)
     if result[0] == b"HIT":
         _cache_hint_add(user_id, cache_field)
         return CachedPage(body=result[1])
@@ -369,16 +349,16 @@ def inbox_page(
 
 
 def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
-    """Keep a computed page's rendering for the next identical read (see inbox.lua's read cache).
+    """Keep a computed page's rendering for the next identical read (see _cache.lua).
     A write racing a change is harmless: its tag is already out of date."""
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": f"{tag[0]}|{tag[1]}"})
+    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": readcache.held_tag(*tag)})
     pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
     pipe.execute()
     _cache_hint_add(user_id, field)
 
 
-# The read cache's field of the counts (inbox.lua keeps them there itself).
+# The read cache's field of the counts (counts.lua keeps them there itself).
 COUNTS_FIELD = "counts"
 
 # (user id, field) of what this process stored in the read cache or was
@@ -402,46 +382,23 @@ def _cache_checkable(user_id: int, field: str) -> bool:
 
 @lru_cache(maxsize=8192)
 def _cache_check_commands(_prefix: str, user_id: int, field: str) -> tuple[tuple[str, ...], ...]:
-    """The check's commands: one MULTI, so the values are read at one instant."""
-    return (
-        ("MULTI",),
-        ("HMGET", keys.mc_inbox_pages(user_id), f"{field}#", field),
-        ("HMGET", keys.mc_inbox_state(user_id), "rev", "bd"),
-        (
-            "MGET",
-            keys.live_user_version(user_id),
-            keys.mc_item_detail_version(),
-            keys.mc_removed_version(),
-            keys.mc_pull_sequence(),
-            keys.mc_bulletin_update_time(),
-            keys.mc_bulletin_access_time(user_id),
-        ),
-        ("EXEC",),
-    )
+    """readcache's check commands, built once per (prefix, user, field)."""
+    return readcache.check_commands(user_id, field)
 
 
 def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int) -> tuple[bytes, float] | None:
     """The value the check's EXEC read, if still current, with the time it
-    stops being so (inf: none): the same tag inbox.lua builds (its "Read
-    cache" section says why equal values mean an equal answer) and its time
-    not yet come."""
-    (held_tag, value), (rev, shown), (live, details, removed, pulled, updated, access) = exec_reply
-    if held_tag is None or value is None or shown is None or access is None:
+    stops being so (readcache.checked: the rule _cache.lua follows too)."""
+    checked = readcache.checked(exec_reply, now_ms)
+    if isinstance(checked, readcache.Missing):
         _cache_hint.discard((user_id, field))
         return None
-    tag, _, until = held_tag.partition(b"|")
-    current = b":".join(
-        (rev or b"0", live or b"0", details or b"0", removed or b"0", pulled or b"0", updated or b"0", shown, access)
-    )
-    until_ms = float(until) if until else math.inf
-    if tag != current or now_ms >= until_ms:
-        return None
-    return bytes(value), until_ms
+    return checked
 
 
 def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     """What the read cache holds under ``field`` (a polled first page's
-    rendering, the counts), if it is still current, checked without inbox.lua:
+    rendering, the counts), if it is still current, checked without a script:
     the script costs Redis ~10x the CPU of the three plain reads that tell the
     same. None when this process holds no hint of it (the script then checks
     and computes in one round trip) or it is stale."""
@@ -453,16 +410,16 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
 
 
 def _cached_counts(value: bytes) -> Counts:
-    """Counts as inbox.lua keeps them: ``<name>,<n>,...|<unseen>``."""
+    """Counts as counts.lua keeps them: ``<name>,<n>,...|<unseen>``."""
     flat, _, unseen = value.rpartition(b"|")
     return _counts([flat.split(b",") if flat else [], unseen])
 
 
 def _counts_computed(user_id: int, now_ms: int) -> Counts:
     """The counts from the script (which keeps them in the read cache on the fast path)."""
-    result = _fast(user_id, now_ms, "counts", [PAGE_CACHE_SECONDS])
+    result = _fast(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS))
     if result is None:
-        result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
+        result = _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result)
@@ -531,16 +488,16 @@ def inbox_counts_alongside(
                 read = [key for command in check for key in _read_keys(command)]
                 hold = CountsHold(ticket, (*read, *script_keys), checked[1])
             return _cached_counts(checked[0]), replies[-1], hold
-    call = _fast_call(user_id, now_ms, "counts", [PAGE_CACHE_SECONDS])
+    call = _fast_call(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS))
     if call is None:
         return None
     pipe = client.pipeline(transaction=False)
-    INBOX_SCRIPT.queue(pipe, *call)
+    call.queue(pipe)
     script.queue(pipe, script_keys, script_args)
     inbox_reply, other = pipe.execute(raise_on_error=False)
-    result = INBOX_SCRIPT.settle(inbox_reply, *call)
+    result = call.settle(inbox_reply)
     if result == STALE:
-        result = _run(user_id, now_ms, "counts", _plan(user_id, now_ms), [])
+        result = _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result), other, None
@@ -556,9 +513,9 @@ def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
     """The item if it is live in this user's inbox, else None (never tells why)."""
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
-        _run(user_id, now_ms, "sync", plan, [])
+        _run(user_id, now_ms, CountsOp(), plan)  # settle and merge only
         return None
-    result = _run(user_id, now_ms, "get", plan, [plan.detail["member"]])
+    result = _run(user_id, now_ms, GetOp(member=plan.detail["member"]), plan)
     if not result:
         return None
     score, read = result
@@ -569,7 +526,7 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    result = int(_run(user_id, now_ms, "read" if read else "unread", plan, [plan.detail["member"]]))
+    result = int(_run(user_id, now_ms, MarkOp(member=plan.detail["member"], read=read), plan))
     if result:
         # 2: the user's first read of the item (counted in the same round trip).
         month = parse_member(plan.detail["member"])[2]
@@ -582,7 +539,7 @@ def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    done = bool(_run(user_id, now_ms, "hide", plan, [plan.detail["member"]]))
+    done = bool(_run(user_id, now_ms, HideOp(member=plan.detail["member"]), plan))
     if done:
         live.inbox_changed(user_ids=[user_id], reason="hide")
     return done
@@ -596,13 +553,13 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
     queues the first reads itself), the snapshot job's dirty note and the live
     update go in one pipeline. Otherwise plan, run, then note and tell.
     """
-    op_args = [category or "", "" if max_score is None else max_score, hour_of(now_ms)]
-    call = _fast_call(user_id, now_ms, "read_all", op_args)
+    op = ReadAllOp(category=category or "", time_max=max_score, hour=hour_of(now_ms))
+    call = _fast_call(user_id, now_ms, op)
     if call is not None:
         months = _months_hint.get(user_id, ())
         live_calls = live.changed_calls(user_ids=[user_id], reason="read_all")
         pipe = get_redis().pipeline(transaction=False)
-        INBOX_SCRIPT.queue(pipe, *call)
+        call.queue(pipe)
         # Noted before the script's answer is known: a month noted in vain, or
         # a version bumped for nothing, costs a re-copy or a refresh, no more.
         dirty = dirty_members(user_id=user_id, months=months)
@@ -616,11 +573,11 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
                 live.SCRIPT.settle(reply, live_keys, live_args)
             except RedisError:
                 logger.warning("live update for user %s not published", user_id, exc_info=True)
-        result = INBOX_SCRIPT.settle(replies[0], *call)
+        result = call.settle(replies[0])
         if result != STALE:
             return int(result[0])
     plan = _plan(user_id, now_ms)
-    marked, first, first_maps = _run(user_id, now_ms, "read_all", plan, op_args)
+    marked, first, first_maps = _run(user_id, now_ms, op, plan)
     if marked:
         record_reads(
             user_id=user_id,
@@ -634,6 +591,6 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
 
 
 def inbox_seen(*, user_id: int, now_ms: int) -> None:
-    _run(user_id, now_ms, "seen", _plan(user_id, now_ms), [])
+    _run(user_id, now_ms, SeenOp(), _plan(user_id, now_ms))
     record_seen(user_id=user_id)
     live.inbox_changed(user_ids=[user_id], reason="seen")

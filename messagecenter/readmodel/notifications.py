@@ -3,11 +3,11 @@ each user's notification zset (score = expiry) and the holders index the
 sweep walks. Delivery into inboxes itself goes through ``publish.inbox_deliver``."""
 
 from collections.abc import Iterable
-from typing import Any
 
 from core import keys
 from core.redis import get_redis
-from messagecenter.readmodel.entries import InboxEntry, run_inbox_scripts, user_keys
+from messagecenter.readmodel.entries import InboxEntry
+from messagecenter.readmodel.scripts import InboxCall, SweepOp, inbox_call, run_inbox_calls
 
 
 def subscribers_replace(*, message_type_id: int, scope: str, members: Iterable[str]) -> None:
@@ -48,11 +48,12 @@ def _sweep_users(user_ids: list[int], *, now_ms: int, limit: int) -> int:
         for user_id in pending:
             pipe.smembers(keys.mc_inbox_months(user_id))
         months_by_user = [sorted(m.decode() for m in raw) for raw in pipe.execute()]
-        calls: list[tuple[list[str], list[Any]]] = []
-        for user_id, months in zip(pending, months_by_user, strict=True):
-            script_keys = [*user_keys(user_id, months), keys.mc_user_notifications(user_id)]
-            calls.append((script_keys, ["sweep", now_ms, len(months), *months, "0", limit]))
-        results = run_inbox_scripts(calls)
+        sweep = SweepOp(limit=limit)
+        calls: list[InboxCall] = [
+            inbox_call(sweep, user_id=user_id, now_ms=now_ms, months=months)
+            for user_id, months in zip(pending, months_by_user, strict=True)
+        ]
+        results = run_inbox_calls(calls)
         emptied = []
         again = []
         for user_id, (gone, more, left) in zip(pending, results, strict=True):

@@ -11,16 +11,21 @@ from redis.crc import key_slot
 from core import keys, live
 from core.lua import Packed, pack_filled
 from core.redis import get_redis, is_cluster
-from messagecenter.readmodel.entries import (
-    CATEGORY_ORDER,
+from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, dumps
+from messagecenter.readmodel.global_ops import (
+    BulletinDelete,
+    BulletinPut,
+    ItemPut,
+    ItemRemove,
+    PullRegister,
+    RemovedTrim,
+)
+from messagecenter.readmodel.scripts import (
     DELIVER_SCRIPT,
-    GLOBAL_SCRIPT,
-    INBOX_SCRIPT,
-    InboxEntry,
-    dumps,
-    global_keys,
-    run_inbox_scripts,
-    user_keys,
+    DropPrefixOp,
+    hide_ref_call,
+    inbox_call,
+    run_inbox_calls,
 )
 
 AUDIENCE_EVERYONE = "all"
@@ -29,7 +34,7 @@ AUDIENCE_BITMAP = "bm"
 
 def item_detail_put(*, ref: str, detail: Mapping[str, Any]) -> None:
     """Write (or refresh) what the inbox shows of an item."""
-    GLOBAL_SCRIPT(global_keys(), ["item_put", 0, ref, dumps(detail)])
+    ItemPut(ref=ref, detail_json=dumps(detail))()
 
 
 def bulletin_put(
@@ -42,17 +47,20 @@ def bulletin_put(
     its read bit, which lives in the bitmaps) if it is still visible to them.
     """
     config_detail = dumps({"member": entry.member, "score": entry.score, "expire": entry.expire_ms})
-    args: list[Any] = ["bulletin_put", now_ms, bulletin_id, entry.ref, dumps(detail)]
-    args.append(entry.member if edit else "")
     groups = list(group_ids) or [0]
-    args.append(len(groups))
-    for group_id in groups:
-        args.extend([f"{bulletin_id}_{group_id}", entry.score, config_detail])
-    return int(GLOBAL_SCRIPT(global_keys(), args))
+    op = BulletinPut(
+        now_ms=now_ms,
+        bulletin_id=bulletin_id,
+        ref=entry.ref,
+        detail_json=dumps(detail),
+        removed_member=entry.member if edit else "",
+        configs=[(f"{bulletin_id}_{group_id}", entry.score, config_detail) for group_id in groups],
+    )
+    return int(op())
 
 
 def bulletin_delete(*, bulletin_id: int, entry: InboxEntry, now_ms: int) -> None:
-    GLOBAL_SCRIPT(global_keys(), ["bulletin_delete", now_ms, bulletin_id, entry.ref, entry.member])
+    BulletinDelete(now_ms=now_ms, bulletin_id=bulletin_id, ref=entry.ref, member=entry.member)()
 
 
 def _audience_chunks(audience: BitMap) -> dict[int, bytes]:
@@ -83,7 +91,7 @@ def pull_register(*, entry: InboxEntry, detail: Mapping[str, Any], audience: Bit
             pipe.set(keys.mc_pull_audience(entry.ref, chunk), data)
         pipe.execute()
     member = pull_member(entry, everyone=audience is None)
-    return int(GLOBAL_SCRIPT(global_keys(), ["pull_register", 0, entry.ref, dumps(detail), member]))
+    return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member)())
 
 
 def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
@@ -93,7 +101,7 @@ def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
 
 def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:
     """Remove an item from every inbox at once: readers settle it on their next read."""
-    GLOBAL_SCRIPT(global_keys(), ["remove_item", 0, entry.ref, entry.member, pull_member])
+    ItemRemove(ref=entry.ref, member=entry.member, pull_member=pull_member)()
 
 
 def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:
@@ -187,16 +195,15 @@ def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: 
     months_by_user: dict[int, list[str]] = {}
     for user_id, result in zip(user_ids, [r for r in results if isinstance(r, set)], strict=True):
         months_by_user[user_id] = sorted(m.decode() for m in result)
-    calls = []
-    for user_id in user_ids:
-        months = months_by_user[user_id]
-        calls.append((user_keys(user_id, months), ["drop_prefix", now_ms, len(months), *months, "0", "b"]))
-    run_inbox_scripts(calls)
+    drop = DropPrefixOp(prefix="b")
+    run_inbox_calls(
+        [inbox_call(drop, user_id=user_id, now_ms=now_ms, months=months_by_user[user_id]) for user_id in user_ids]
+    )
 
 
 def user_hidden_add(*, user_id: int, ref: str, now_ms: int) -> None:
     """Rebuild path: record a hidden ref even when the item is not merged."""
-    INBOX_SCRIPT(user_keys(user_id, []), ["hide_ref", now_ms, 0, "0", ref])
+    hide_ref_call(user_id=user_id, ref=ref)()
 
 
 def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chunks: dict[str, list[int]]) -> None:
@@ -216,4 +223,4 @@ def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chun
 
 def removed_trim(*, keep: int) -> int:
     """Keep the newest ``keep`` removals; returns how many were dropped."""
-    return int(GLOBAL_SCRIPT(global_keys(), ["removed_trim", 0, keep]))
+    return int(RemovedTrim(keep=keep)())

@@ -84,3 +84,11 @@ def test_packing_without_hiredis_gives_the_same_bytes(monkeypatch: pytest.Monkey
     assert lua.pack_evalsha("f" * 40, ["k:{u1}", "ü"], args[5:]) == expected
     monkeypatch.setattr(lua, "HIREDIS_AVAILABLE", False)
     assert lua.pack_evalsha("f" * 40, ["k:{u1}", "ü"], args[5:]) == expected
+
+
+def test_constants_reach_the_script_as_lua_values(tmp_path: Path, redis: Any) -> None:
+    """Data a Python module defines once arrives in the script as locals, any text intact."""
+    (tmp_path / "echo.lua").write_text("return {NAME, LIST[1], LIST[2], #LIST}", encoding="utf-8")
+    odd = 'quote " back \\ line\nend'
+    script = LuaScript(str(tmp_path / "anchor.py"), "echo.lua", constants={"NAME": odd, "LIST": ["a", "b|c"]})
+    assert script(["k"], []) == [odd.encode(), b"a", b"b|c", 2]

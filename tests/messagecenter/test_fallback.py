@@ -1,11 +1,8 @@
-"""Degraded reads: the inbox answered from PostgreSQL alone (``messagecenter.fallback``).
+"""Degraded reads: the inbox answered from PostgreSQL alone (``messagecenter.fallback``)
+with Redis unreachable: the API, the pages, pending marks, bounds.
 
-The property test applies random sequences of operations through the normal
-services with Redis up, runs the read-state snapshot job now and then, and
-notes every later mark as the pending outbox entry the degraded write path
-would have enqueued; at any point the fallback (snapshot plus those entries)
-must give the Redis path's pages (walked by cursor), counts and single items.
-The other tests make Redis unreachable and check the API and the pages.
+That the fallback equals the Redis path over random operations is the one
+property of test_inbox_property.py.
 """
 
 from collections.abc import Callable
@@ -14,46 +11,20 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
-from django.conf import settings as django_settings
 from django.test import Client
-from django.utils import timezone
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.exceptions import NotFound
-from core.models import MarkJournal, OutboxEntry
-from core.redis import get_redis
+from core.models import OutboxEntry
 from messagecenter import fallback, services
 from messagecenter.models import (
-    CATEGORIES,
-    Bulletin,
     InboxHidden,
-    InboxReadSnapshot,
-    InboxSeenSnapshot,
-    ItemSlotMonth,
     Message,
-    MessageStatus,
-    MessageType,
-    Notification,
-    Subscription,
-    UserGroup,
 )
-from messagecenter.readmodel import inbox, to_ms
-from messagecenter.readmodel.inbox import Page
+from messagecenter.readmodel import to_ms
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import assert_error, client_for
-from tests.factories import SuperuserFactory, UserFactory
 from tests.messagecenter.conftest import make_group, send
-from tests.messagecenter.test_stateful import CLOCK, DISPLAY, EXPIRY, START
 
 pytestmark = pytest.mark.django_db
 
@@ -85,273 +56,6 @@ def take_redis_down(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
                     monkeypatch.setattr(module, "get_redis", lambda: dead)
 
     return down
-
-
-def walk(path: Callable[..., Page], **query: Any) -> list[Page]:
-    """Every page of one listing, each asked for with the previous page's position."""
-    pages: list[Page] = []
-    position: tuple[int, int] | None = None
-    while True:
-        max_score, skip = position or (None, 0)
-        page = path(max_score=max_score, skip=skip, **query)
-        pages.append(page)
-        if page.next_position is None:
-            return pages
-        position = page.next_position
-        assert len(pages) < 200, "the walk does not end"
-
-
-# --- the property: fallback == Redis ------------------------------------------------------
-
-N_USERS = 3
-READ_ALL = fallback.TOPIC_READ_ALL
-
-
-class FallbackMachine(RuleBasedStateMachine):
-    users: list[Any] = []
-    operator: Any = None
-
-    def __init__(self) -> None:
-        super().__init__()
-        # One example = one fresh world (rows of the message centre, Redis).
-        for model in (
-            Notification,
-            Subscription,
-            MessageType,
-            Message,
-            Bulletin,
-            UserGroup,
-            InboxHidden,
-            InboxReadSnapshot,
-            InboxSeenSnapshot,
-            OutboxEntry,
-            MarkJournal,
-            ItemSlotMonth,
-        ):
-            model.objects.all().delete()
-        get_redis().flushdb()
-        CLOCK.now = START
-        self.groups: list[UserGroup] = []
-        # Marks made since the last snapshot, as outbox entries (user id, topic, payload).
-        # They become rows only while the fallback is asked: as rows they would
-        # make the next mark replay them first (core.outbox.settle_user).
-        self.marks: list[tuple[int, str, dict[str, Any]]] = []
-
-    @initialize()
-    def world(self) -> None:
-        self.groups = [services.user_group_create(name=f"fb{i}") for i in range(2)]
-        services.message_type_create(code="alert", name="Alert", category="system")
-        services.message_type_create(code="deal", name="Deal", category="promotion")
-        services.subscription_create(message_type="alert", scope="s", user_id=self.users[0].pk)
-        services.subscription_create(message_type="alert", scope="s", group_id=self.groups[0].pk)
-        services.subscription_create(message_type="deal", scope="s", user_id=self.users[1].pk)
-        services.subscription_create(message_type="deal", scope="s", group_id=self.groups[1].pk)
-
-    def _before_backdating(self) -> None:
-        # "read all" pending in the outbox means "every item with score <= at_ms":
-        # an item that appears later with an older score (a bulletin displayed in
-        # the past, a group joined) is outside what the contract can tell, so the
-        # snapshot job runs first, as it would once Redis is back.
-        if any(topic == READ_ALL for _user, topic, _payload in self.marks):
-            self.snapshot()
-
-    # --- sources ------------------------------------------------------------------------
-
-    @rule(
-        users=st.sets(st.integers(0, N_USERS - 1), max_size=N_USERS),
-        groups=st.sets(st.integers(0, 1), max_size=2),
-        everyone=st.booleans(),
-        category=st.sampled_from(CATEGORIES),
-        expire_minutes=EXPIRY,
-    )
-    def send(
-        self, users: set[int], groups: set[int], everyone: bool, category: str, expire_minutes: int | None
-    ) -> None:
-        user_ids = [self.users[i].pk for i in users]
-        group_ids = [self.groups[i].pk for i in groups]
-        services.message_send(
-            sender=self.operator,
-            category=category,
-            title=f"m-{category}",
-            body_html="<p>b</p>",
-            link="https://example.com/x" if everyone else "",
-            user_ids=user_ids,
-            group_ids=group_ids,
-            everyone=everyone or not (user_ids or group_ids),
-            expire_at=timezone.now() + timedelta(minutes=expire_minutes) if expire_minutes else None,
-        )
-
-    @rule(groups=st.sets(st.integers(0, 1), max_size=2), display_minutes=DISPLAY, expire_minutes=EXPIRY)
-    def bulletin(self, groups: set[int], display_minutes: int, expire_minutes: int | None) -> None:
-        self._before_backdating()
-        display = timezone.now() + timedelta(minutes=display_minutes)
-        services.bulletin_create(
-            title="b",
-            body_html="<p>bulletin</p>",
-            display_time=display,
-            expire_at=display + timedelta(minutes=expire_minutes) if expire_minutes else None,
-            group_ids=[self.groups[i].pk for i in groups],
-        )
-
-    @precondition(lambda self: Bulletin.objects.exists())
-    @rule(data=st.data(), display_minutes=st.one_of(st.none(), DISPLAY))
-    def edit_bulletin(self, data: Any, display_minutes: int | None) -> None:
-        self._before_backdating()
-        bulletin = data.draw(st.sampled_from(list(Bulletin.objects.order_by("pk"))))
-        changes: dict[str, Any] = {"title": "edited"}
-        if display_minutes is not None:
-            changes["display_time"] = timezone.now() + timedelta(minutes=display_minutes)
-            changes["expire_at"] = None
-        services.bulletin_update(bulletin=bulletin, data=changes)
-
-    @precondition(lambda self: Bulletin.objects.exists())
-    @rule(data=st.data())
-    def delete_bulletin(self, data: Any) -> None:
-        services.bulletin_delete(bulletin=data.draw(st.sampled_from(list(Bulletin.objects.order_by("pk")))))
-
-    @rule(code=st.sampled_from(["alert", "deal"]), ttl_minutes=st.sampled_from([5, 30, 60]))
-    def notify(self, code: str, ttl_minutes: int) -> None:
-        services.notification_send(
-            message_type=code, scope="s", title=f"n-{code}", body_html="<p>n</p>", ttl_seconds=ttl_minutes * 60
-        )
-
-    @precondition(lambda self: Notification.objects.filter(withdrawn=False).exists())
-    @rule(data=st.data())
-    def withdraw(self, data: Any) -> None:
-        notification = data.draw(st.sampled_from(list(Notification.objects.filter(withdrawn=False).order_by("pk"))))
-        assert services.notification_withdraw(notification=notification) is True
-
-    @precondition(lambda self: Message.objects.exclude(status=MessageStatus.RETRACTED).exists())
-    @rule(data=st.data())
-    def retract(self, data: Any) -> None:
-        message = data.draw(
-            st.sampled_from(list(Message.objects.exclude(status=MessageStatus.RETRACTED).order_by("pk")))
-        )
-        assert services.message_retract(message=message) is True
-
-    @rule(user=st.integers(0, N_USERS - 1), group=st.integers(0, 1), join=st.booleans())
-    def membership(self, user: int, group: int, join: bool) -> None:
-        self._before_backdating()
-        change = services.user_group_add_members if join else services.user_group_remove_members
-        change(group=self.groups[group], user_ids=[self.users[user].pk])
-
-    @rule(minutes=st.sampled_from([1, 5, 30]))
-    def tick(self, minutes: int) -> None:
-        CLOCK.now = CLOCK.now + timedelta(minutes=minutes)
-
-    # --- the user's marks (recorded as pending until the next snapshot) -------------------
-
-    def _pick_ref(self, data: Any) -> str:
-        refs = [f"m{pk}" for pk in Message.objects.values_list("pk", flat=True)]
-        refs += [f"b{pk}" for pk in Bulletin.objects.values_list("pk", flat=True)]
-        refs += [f"n{pk}" for pk in Notification.objects.values_list("pk", flat=True)]
-        return str(data.draw(st.sampled_from([*refs, "m999999"])))
-
-    @rule(data=st.data(), user=st.integers(0, N_USERS - 1), read=st.booleans())
-    def mark(self, data: Any, user: int, read: bool) -> None:
-        who, ref = self.users[user], self._pick_ref(data)
-        try:
-            (services.inbox_mark_read if read else services.inbox_mark_unread)(user=who, item_id=ref)
-        except NotFound:
-            return
-        self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": read, "at_ms": to_ms(timezone.now())}))
-
-    @rule(data=st.data(), user=st.integers(0, N_USERS - 1))
-    def hide(self, data: Any, user: int) -> None:
-        who, ref = self.users[user], self._pick_ref(data)
-        try:
-            services.inbox_hide(user=who, item_id=ref)
-        except NotFound:
-            return
-        self.marks.append((who.pk, fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(timezone.now())}))
-
-    @rule(user=st.integers(0, N_USERS - 1), category=st.one_of(st.none(), st.sampled_from(CATEGORIES)))
-    def read_all(self, user: int, category: str | None) -> None:
-        who = self.users[user]
-        services.inbox_mark_all_read(user=who, category=category)
-        self.marks.append((who.pk, READ_ALL, {"category": category or "", "at_ms": to_ms(timezone.now())}))
-        # Time passes: anything sent afterwards is newer than at_ms.
-        CLOCK.now = CLOCK.now + timedelta(seconds=1)
-
-    @rule(user=st.integers(0, N_USERS - 1))
-    def seen(self, user: int) -> None:
-        who = self.users[user]
-        services.inbox_mark_seen(user=who)
-        self.marks.append((who.pk, fallback.TOPIC_SEEN, {"at_ms": to_ms(timezone.now())}))
-
-    @rule()
-    def snapshot(self) -> None:
-        inbox_read_snapshot()
-        self.marks = []
-
-    # --- the property -------------------------------------------------------------------
-
-    @rule(data=st.data())
-    def compare(self, data: Any) -> None:
-        category = data.draw(st.one_of(st.none(), st.sampled_from(CATEGORIES)))
-        unread_only = data.draw(st.booleans())
-        since = data.draw(st.one_of(st.none(), st.sampled_from([10, 45])))
-        self.check(category=category, unread_only=unread_only, since_minutes=since)
-
-    def teardown(self) -> None:
-        self.check(category=None, unread_only=True, since_minutes=None)
-
-    def check(self, *, category: str | None, unread_only: bool, since_minutes: int | None) -> None:
-        OutboxEntry.objects.bulk_create(
-            OutboxEntry(user_id=user_id, topic=topic, payload=payload) for user_id, topic, payload in self.marks
-        )
-        try:
-            self._check(category=category, unread_only=unread_only, since_minutes=since_minutes)
-        finally:
-            OutboxEntry.objects.all().delete()
-
-    def _check(self, *, category: str | None, unread_only: bool, since_minutes: int | None) -> None:
-        now = timezone.now()
-        now_ms = to_ms(now)
-        since_ms = to_ms(now - timedelta(minutes=since_minutes)) if since_minutes else None
-        refs = [f"m{pk}" for pk in Message.objects.values_list("pk", flat=True)]
-        refs += [f"b{pk}" for pk in Bulletin.objects.values_list("pk", flat=True)]
-        refs += [f"n{pk}" for pk in Notification.objects.values_list("pk", flat=True)]
-        for user in self.users:
-            uid = user.pk
-
-            def redis_path(uid: int = uid, **query: Any) -> Page:
-                return inbox.inbox_page(user_id=uid, now_ms=now_ms, **query)
-
-            def postgres_path(uid: int = uid, **query: Any) -> Page:
-                return fallback.inbox_page(user_id=uid, now=now, **query)
-
-            everything = walk(redis_path, category=None, unread_only=False, since_ms=None, limit=2)
-            assert walk(postgres_path, category=None, unread_only=False, since_ms=None, limit=2) == everything
-            query = {"category": category, "unread_only": unread_only, "since_ms": since_ms, "limit": 3}
-            assert walk(postgres_path, **query) == walk(redis_path, **query), (user.username, query)
-            assert fallback.inbox_counts(user_id=uid, now=now) == inbox.inbox_counts(user_id=uid, now_ms=now_ms)
-            for ref in [*refs, "m999999", "x1", "m1|x"]:
-                row = inbox.inbox_get(user_id=uid, ref=ref, now_ms=now_ms)
-                assert fallback.inbox_get(user_id=uid, ref=ref, now=now) == row, (user.username, ref)
-                assert fallback.inbox_item_live(user_id=uid, ref=ref, now=now) is (row is not None)
-            rows = [row for page in everything for row in page.rows]
-            for cat in (None, *CATEGORIES):
-                assert fallback.inbox_unread_refs(user_id=uid, category=cat, now=now) == [
-                    row.ref for row in rows if not row.read and cat in (None, row.detail["category"])
-                ]
-
-
-def test_fallback_answers_equal_the_redis_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(timezone, "now", CLOCK)
-    monkeypatch.setattr(django_settings, "MESSAGECENTER_PUSH_THRESHOLD", 2)
-    monkeypatch.setattr(django_settings, "MESSAGECENTER_FANOUT_CHUNK", 2)
-    FallbackMachine.users = [UserFactory(username=f"fb-user{i}") for i in range(N_USERS)]
-    FallbackMachine.operator = SuperuserFactory(username="fb-operator")
-    run_state_machine_as_test(
-        FallbackMachine,
-        settings=settings(
-            max_examples=12,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
-    )
 
 
 # --- with Redis unreachable ---------------------------------------------------------------

@@ -15,7 +15,7 @@ from core import live as live_transport
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import InboxEntry, inbox, publish
-from messagecenter.readmodel.entries import DELIVER_SCRIPT
+from messagecenter.readmodel.scripts import DELIVER_SCRIPT
 from messagecenter.services import messages
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import send

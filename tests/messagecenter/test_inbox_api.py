@@ -261,12 +261,14 @@ def test_hot_path_query_budget(django_assert_max_num_queries: Any, operator: Any
 def test_all_user_keys_share_one_slot(recipient: Any) -> None:
     from redis.crc import key_slot
 
-    from messagecenter.readmodel.entries import global_keys, user_keys
+    from messagecenter.readmodel.global_ops import GLOBAL_OPS
+    from messagecenter.readmodel.scripts import ReadAllOp, inbox_call
 
-    slots = {key_slot(k.encode()) for k in user_keys(recipient.pk, ["202611", "202612"])}
+    op = ReadAllOp(category="", time_max=None, hour=0)
+    slots = {key_slot(k.encode()) for k in inbox_call(op, user_id=recipient.pk, now_ms=0, months=["202611"]).keys}
     slots.add(key_slot(keys.mc_user_groups(recipient.pk).encode()))
     assert len(slots) == 1
-    assert len({key_slot(k.encode()) for k in global_keys()}) == 1
+    assert len({key_slot(k.encode()) for op in GLOBAL_OPS for k in op.keys()}) == 1
 
 
 _texts = st.text(max_size=30)

@@ -190,11 +190,13 @@ def test_statistics_failure_does_not_fail_the_read(
 def test_read_script_keys_share_one_cluster_slot() -> None:
     from redis.crc import key_slot
 
-    from messagecenter.readmodel.entries import user_keys
+    from messagecenter.readmodel.scripts import MarkOp, ReadAllOp, inbox_call
 
     months = ["202611", "202612"]
-    script_keys = [*user_keys(42, months), *(keys.mc_read_ever_bitmap(42, m) for m in months)]
-    assert len({key_slot(k.encode()) for k in script_keys}) == 1
+    for op in (MarkOp(member="m1|system|202611|1", read=True), ReadAllOp(category="", time_max=None, hour=0)):
+        script_keys = inbox_call(op, user_id=42, now_ms=0, months=months).keys
+        assert {keys.mc_read_ever_bitmap(42, m) for m in months} <= set(script_keys)
+        assert len({key_slot(k.encode()) for k in script_keys}) == 1
 
 
 @pytest.mark.cluster

@@ -8,10 +8,12 @@ and breaks after a reshard; fakeredis and a single Redis never notice. So:
 - a dynamic proof records every LuaScript call while every message-centre
   operation that runs a script is exercised, with the read model's cluster
   routing switched on (on whatever Redis this run has), checks that every
-  ``.lua`` file under messagecenter/lua and every reachable ``op`` branch was
-  seen, and that each call's keys map to ONE slot;
-- a static proof reads every ``.lua`` file of the repository and checks that
-  each key a ``redis.call`` touches is a ``KEYS[...]`` expression or a name
+  ``.lua`` file under messagecenter/lua (its shared preambles ``_*.lua``
+  run inside the others) was seen, and that each call's keys map to ONE
+  slot (one script per operation: no script dispatches on an argument);
+- a static proof reads every ``.lua`` file of the repository, as Redis runs it
+  (a script declared with a preamble: the preamble first), and checks that
+  each key a ``redis.call`` (or its alias ``call``) touches is a ``KEYS[...]`` expression or a name
   bound only from ``KEYS[...]``: never built from ARGV or by concatenation.
 """
 
@@ -31,7 +33,7 @@ from redis.cluster import key_slot
 
 import core.redis
 from core.exceptions import NotFound
-from core.lua import LuaScript
+from core.lua import SCRIPTS, LuaScript
 from messagecenter import selectors, services
 from messagecenter.models import Bulletin, Message
 from messagecenter.services.rebuild import inbox_rebuild
@@ -44,14 +46,13 @@ pytestmark = pytest.mark.django_db
 
 MC_LUA = ROOT / "messagecenter" / "lua"
 
-# Ops of a script that no Python caller sends any more, with the reason. The
-# dynamic test fails if one of them is reached again (then it must be proven).
-UNREACHABLE_OPS = {
-    # Push delivery moved to deliver.lua (a batch of recipients per call);
-    # inbox.lua keeps "add" as the reference of the per-recipient logic that
-    # deliver.lua repeats.
-    ("inbox.lua", "add"),
-}
+OPEN_INBOX = re.compile(r"open_inbox\((\d+), (\d+), (true|false)\)")
+
+
+def _open_inbox(script: str) -> tuple[int, int, bool] | None:
+    """(own keys, own arguments, ever-read bitmaps) an inbox script opens its inbox with."""
+    match = OPEN_INBOX.search((MC_LUA / script).read_text())
+    return (int(match[1]), int(match[2]), match[3] == "true") if match else None
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,18 @@ class Call:
     keys: list[str]
     args: list[str]
 
-    @property
-    def op(self) -> str | None:
-        """The ``op`` branch (ARGV[1]) of the scripts that dispatch on one."""
-        return self.args[0] if self.script in ("inbox.lua", "global.lua") else None
-
     def settle_merge(self) -> tuple[int, int] | None:
-        """(removals, merge candidates) of an inbox.lua call that settles and merges, else None."""
-        n = int(self.args[2])
-        a = 3 + n
+        """(removals, merge candidates) of an inbox script call that settles and merges, else None."""
+        opened = _open_inbox(self.script)
+        if opened is None:
+            return None
+        own_args = opened[1]
+        n = int(self.args[own_args + 1])
+        a = own_args + 2 + n
         if self.args[a] != "1":
             return None
         removals = int(self.args[a + 2])
         return removals, int(self.args[a + 3 + removals])
-
-
-def _ops_in(source: str) -> set[str]:
-    return set(re.findall(r'\bop == "(\w+)"', source))
 
 
 @pytest.fixture
@@ -125,7 +121,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     alice, bob, carol = (UserFactory(username=n) for n in ("alice", "bob", "carol"))
     team = make_group("team", alice, bob)
 
-    # Global writes (global.lua): details, bulletins, pull items; push
+    # Global writes (item_put.lua, bulletin_put.lua, ...): details, bulletins, pull items; push
     # fan-out (deliver.lua, one call per slot), with and without the
     # notification index.
     pushed = send(operator, to={"users": [alice, bob]}, title="push")
@@ -139,7 +135,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     services.subscription_create(message_type="stock", scope="WH1", user_id=alice.pk)
     services.notification_send(message_type="stock", scope="WH1", title="low", body_html="<p>low</p>")
 
-    # One user's inbox (inbox.lua): the first page merges bulletins and pull items.
+    # One user's inbox (page.lua and the other inbox scripts): the first page merges bulletins and pull items.
     page = selectors.inbox_list(user=alice, limit=3)
     assert len(page.results) == 3
     assert selectors.inbox_list(user=alice, cursor=page.next_cursor, limit=10).results
@@ -174,18 +170,12 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     inbox_rebuild()
     assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]
 
-    # Every script file and every reachable op was seen ...
-    files = {p.name for p in MC_LUA.glob("*.lua")}
+    # Every script file was seen ...
+    files = {p.name for p in MC_LUA.glob("*.lua") if not p.name.startswith("_")}
     mc_calls = [c for c in recorded if c.script in files]
     assert {c.script for c in mc_calls} == files
-    for script in ("inbox.lua", "global.lua"):
-        ops = _ops_in((MC_LUA / script).read_text())
-        seen = {c.op for c in mc_calls if c.script == script}
-        unreachable = {op for s, op in UNREACHABLE_OPS if s == script}
-        assert ops - unreachable <= seen, (script, sorted(ops - unreachable - seen))
-        assert not unreachable & seen, f"{script}: reached again, prove it: {unreachable & seen}"
-    # ... with the settle and merge prelude of inbox.lua both removing and adding.
-    preludes = [p for c in mc_calls if c.script == "inbox.lua" and (p := c.settle_merge())]
+    # ... with the planned settle and merge of the inbox scripts both removing and adding.
+    preludes = [p for c in mc_calls if (p := c.settle_merge())]
     assert any(removals for removals, _ in preludes)
     assert any(candidates for _, candidates in preludes)
 
@@ -193,7 +183,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     for call in recorded:
         assert call.keys, call
         slots = {key_slot(k.encode()) for k in call.keys}
-        assert len(slots) == 1, (call.script, call.op, call.keys)
+        assert len(slots) == 1, (call.script, call.keys)
     # Per-user keys (alice's, bob's) and the global ones do spread over slots.
     assert len({key_slot(c.keys[0].encode()) for c in mc_calls}) >= 3
 
@@ -222,6 +212,8 @@ KEY_ARGS: dict[str, str | tuple[int, ...]] = {
     "UNLINK": "all",
     # BITOP <operation> <destkey> <srckey>...: every argument after the operation.
     "BITOP": "after_first",
+    # PUBSUB NUMSUB names channels, not keys.
+    "PUBSUB": (),
     # PUBLISH names a channel, not a key: channels are not slot-bound for
     # scripts (Redis Cluster broadcasts PUBLISH), so deliver.lua takes them in ARGV.
     "PUBLISH": (),
@@ -254,7 +246,8 @@ def _split_args(text: str) -> list[str]:
 def _calls(source: str) -> list[list[str]]:
     """Argument lists of every redis.call / redis.pcall."""
     found = []
-    for match in re.finditer(r"redis\.p?call\(", source):
+    # "call" is the scripts' local alias of redis.call.
+    for match in re.finditer(r"(?<![\w.])(?:redis\.p?call|call)\(", source):
         depth, i = 1, match.end()
         while depth:
             depth += {"(": 1, ")": -1}.get(source[i], 0)
@@ -285,7 +278,7 @@ def _assignments(source: str) -> list[tuple[str, str]]:
 def _key_expression_ok(expr: str, assignments: list[tuple[str, str]], depth: int = 0) -> bool:
     """KEYS[...] itself; a name every assignment of which is such a key
     expression; or an element of a table created empty and filled only with
-    such key expressions (inbox.lua's READ/PUSH by month)."""
+    such key expressions (_item.lua's READ/PUSH by month)."""
     if KEYS_EXPR.match(expr):
         return True
     name = re.match(r"^([A-Za-z_]\w*)(\[.*\])?$", expr)
@@ -313,8 +306,13 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
     files = _lua_files()
     assert {p.name for p in MC_LUA.glob("*.lua")} <= {p.name for p in files}
     checked = 0
+    import messagecenter.readmodel.scripts  # noqa: F401  (declares the inbox scripts)
+
     for path in files:
-        source = _strip_comments(path.read_text(encoding="utf-8"))
+        declared = SCRIPTS.get(str(path.resolve()))
+        if path.name.startswith("_"):
+            continue  # a preamble: checked as part of each script that runs it
+        source = _strip_comments(declared.source if declared else path.read_text(encoding="utf-8"))
         assignments = _assignments(source)
         for args in _calls(source):
             command = args[0].strip("'\"").upper()
@@ -360,3 +358,52 @@ def test_the_static_check_tells_keys_from_built_names(snippet: str, ok: bool) ->
         key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]
         verdicts.extend(_key_expression_ok(expr, assignments) for expr in key_args)
     assert all(verdicts) is ok
+
+
+def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
+    """An op object's own keys and arguments are what its script names at its
+    top and opens its inbox with (``open_inbox(own keys, own args, ever)``)."""
+    from messagecenter.readmodel import scripts
+
+    ops = [
+        scripts.PageOp(
+            category="", time_max=None, skip=0, limit=20, unread_only=False, since_time=None, cache_field=""
+        ),
+        scripts.CountsOp(),
+        scripts.GetOp(member="m1|system|202611|1"),
+        scripts.MarkOp(member="m1|system|202611|1", read=True),
+        scripts.HideOp(member="m1|system|202611|1"),
+        scripts.ReadAllOp(category="", time_max=None, hour=0),
+        scripts.SeenOp(),
+        scripts.DropPrefixOp(prefix="b"),
+        scripts.SweepOp(limit=10),
+    ]
+    assert {id(op.script) for op in ops} == {id(s) for s in scripts.INBOX_SCRIPTS}
+    for op in ops:
+        name = Path(op.script.path).name
+        assert _open_inbox(name) == (len(op.own_keys(42)), len(op.own_args()), op.ever), name
+        call = scripts.inbox_call(op, user_id=42, now_ms=5, months=["202611"], mode=scripts.Fast(max_items=9))
+        own = list(op.own_keys(42))
+        assert call.keys[11 : 11 + len(own)] == own
+        assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
+        assert call.args == [*op.own_args(), 5, 1, "202611", "2", 9]
+
+
+# Past this a script mixes concerns: its helpers go to a preamble of their own.
+LUA_MAX_LINES = 150
+
+
+def test_every_lua_file_stays_short() -> None:
+    long = {p.name: n for p in _lua_files() if (n := len(p.read_text(encoding="utf-8").splitlines())) > LUA_MAX_LINES}
+    assert not long, long
+
+
+# A script that branches on an operation name passed in ARGV ("op == ...").
+DISPATCH = re.compile(r"""\b(?:op|mode|kind)\s*==\s*['"][a-z_]+['"]""")
+
+
+def test_one_script_per_operation() -> None:
+    """No script picks its operation from an argument: each operation has its
+    own script and call object (its KEYS named, no unused keys passed)."""
+    dispatching = [p.name for p in _lua_files() if DISPATCH.search(_strip_comments(p.read_text(encoding="utf-8")))]
+    assert not dispatching, dispatching

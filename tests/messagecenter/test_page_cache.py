@@ -1,5 +1,5 @@
 """The API's page cache: a polled first page is served as stored while
-inbox.lua finds its tag current, and every change a page shows makes it stale.
+the inbox scripts find its tag current, and every change a page shows makes it stale.
 
 Each case primes the cache, makes one change, and holds the API's answer equal
 to a page computed from scratch (the selector, rendered the same way).
@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from core import keys
+from core.lua import LuaScript
 from messagecenter import selectors, services
 from messagecenter.apis import inbox as inbox_api
 from messagecenter.models import Message
 from messagecenter.readmodel import inbox as inbox_readmodel
+from messagecenter.readmodel.scripts import INBOX_SCRIPTS
 from tests.conftest import client_for, round_trips
 from tests.messagecenter.conftest import make_group, send
 
@@ -77,23 +79,21 @@ def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, ren
 
 @pytest.fixture
 def scripts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the read model ran inbox.lua (alone or in a pipeline)."""
+    """How many times the read model ran one of the inbox scripts (alone or in a pipeline)."""
     count = [0]
-    real = inbox_readmodel.INBOX_SCRIPT
+    inbox_scripts = {id(script) for script in INBOX_SCRIPTS}
+    real_call, real_queue = LuaScript.__call__, LuaScript.queue
 
-    class Counting:
-        def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            count[0] += 1
-            return real(*args, **kwargs)
+    def calling(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
+        count[0] += id(self) in inbox_scripts
+        return real_call(self, *args, **kwargs)
 
-        def queue(self, *args: Any, **kwargs: Any) -> Any:  # a call sent in a pipeline
-            count[0] += 1
-            return real.queue(*args, **kwargs)
+    def queueing(self: LuaScript, *args: Any, **kwargs: Any) -> Any:  # a call sent in a pipeline
+        count[0] += id(self) in inbox_scripts
+        return real_queue(self, *args, **kwargs)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-    monkeypatch.setattr(inbox_readmodel, "INBOX_SCRIPT", Counting())
+    monkeypatch.setattr(LuaScript, "__call__", calling)
+    monkeypatch.setattr(LuaScript, "queue", queueing)
     return count
 
 
@@ -314,3 +314,18 @@ def test_every_change_makes_the_cached_read_stale(
     if read == "page":
         assert after != ctx["before"], "the change shows on the page"
     assert get() == after  # and the new answer is what gets cached next
+
+
+def test_the_scripts_take_the_tag_from_its_one_definition() -> None:
+    """readcache.TAG is the tag's shape for both sides: the cached scripts get
+    its names and separators as constants, and the check reads every part."""
+    from messagecenter.readmodel import readcache, scripts
+
+    head = 'local CACHE_TAG = {"' + '", "'.join(part.name for part in readcache.TAG) + '"}'
+    for script in (scripts.PAGE_SCRIPT, scripts.COUNTS_SCRIPT):
+        assert script.source.startswith(head)
+        assert f'local CACHE_JOIN = "{readcache.JOIN}"' in script.source
+    read = [key for command in readcache.check_commands(7, "f")[2:-1] for key in command[1:]]
+    for part in readcache.TAG:
+        assert part.key(7) in read
+        assert part.field is None or part.field in read

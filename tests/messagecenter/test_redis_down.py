@@ -30,9 +30,9 @@ def redis_down(monkeypatch: pytest.MonkeyPatch) -> Any:
         host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
     )
     import core.lua
-    from messagecenter.readmodel import entries, inbox, publish
+    from messagecenter.readmodel import inbox, publish, scripts
 
-    for module in (core.lua, entries, inbox, publish):
+    for module in (core.lua, scripts, inbox, publish):
         monkeypatch.setattr(module, "get_redis", lambda: dead)
     return monkeypatch
 
@@ -45,10 +45,10 @@ def test_inbox_marks_are_accepted_and_replayed(recipient: Any, clock: Any, redis
     assert [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]] == [(ref, False)]
 
     import core.lua
-    from messagecenter.readmodel import entries, inbox, publish
+    from messagecenter.readmodel import inbox, publish, scripts
 
     dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    for module in (core.lua, entries, inbox, publish):
+    for module in (core.lua, scripts, inbox, publish):
         redis_down.setattr(module, "get_redis", lambda: dead)
     response = client.post(f"/api/v1/inbox/{ref}/read/")
     assert (response.status_code, response.content) == (204, b"")
@@ -120,10 +120,10 @@ def test_committed_bulletin_survives_and_the_rebuild_restores_it(
     recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import core.lua
-    from messagecenter.readmodel import entries, inbox, publish
+    from messagecenter.readmodel import inbox, publish, scripts
 
     dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    real = {m: m.get_redis for m in (core.lua, entries, inbox, publish)}
+    real = {m: m.get_redis for m in (core.lua, scripts, inbox, publish)}
     for module in real:
         monkeypatch.setattr(module, "get_redis", lambda: dead)
     bulletin = services.bulletin_create(title="kept", body_html="", display_time=clock.now)  # no exception
@@ -140,7 +140,7 @@ def test_replayed_read_all_leaves_items_that_arrived_later_unread(
     from datetime import timedelta
 
     import core.lua
-    from messagecenter.readmodel import entries, inbox, publish
+    from messagecenter.readmodel import inbox, publish, scripts
     from tests.messagecenter.conftest import send
 
     first = send(operator, to={"users": [recipient]}, title="before the outage")
@@ -148,7 +148,7 @@ def test_replayed_read_all_leaves_items_that_arrived_later_unread(
     assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
 
     dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    real = {m: m.get_redis for m in (core.lua, entries, inbox, publish)}
+    real = {m: m.get_redis for m in (core.lua, scripts, inbox, publish)}
     for module in real:
         monkeypatch.setattr(module, "get_redis", lambda: dead)
     clock.now += timedelta(minutes=1)

@@ -256,7 +256,8 @@ def kept_member(notification: Notification) -> str:
 def test_sweep_script_keys_share_one_cluster_slot() -> None:
     from redis.crc import key_slot
 
-    from messagecenter.readmodel.entries import user_keys
+    from messagecenter.readmodel.scripts import SweepOp, inbox_call
 
-    script_keys = [*user_keys(42, ["202611", "202612"]), keys.mc_user_notifications(42)]
+    script_keys = inbox_call(SweepOp(limit=10), user_id=42, now_ms=0, months=["202611", "202612"]).keys
+    assert keys.mc_user_notifications(42) in script_keys
     assert len({key_slot(k.encode()) for k in script_keys}) == 1

@@ -28,7 +28,14 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
         calls.append((self.path, list(keys)))
         return original(self, keys, args, client)
 
-    with mock.patch.object(LuaScript, "__call__", recording):
+    original_queue = LuaScript.queue
+
+    def queueing(self: LuaScript, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
+        # A call queued on a single Redis's pipeline (the revision step of an add).
+        calls.append((self.path, list(keys)))
+        original_queue(self, pipe, keys, args)
+
+    with mock.patch.object(LuaScript, "__call__", recording), mock.patch.object(LuaScript, "queue", queueing):
         low, high = UserFactory(id=2), UserFactory(id=4 * 3 + 1)
         for user in (low, high):
             on_platforms(user, "user", "customer")
@@ -45,8 +52,16 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
 
     scripts = {path.rsplit("/", 1)[-1] for path, _ in calls}
     # live.lua: a mark that changed a bit bumps the user's live version (one key).
-    # add_entry.lua: a publish adds to the built indexes (the revision, then each chunk).
-    assert scripts == {"read_state.lua", "snapshot.lua", "sync_chunk.lua", "mark.lua", "live.lua", "add_entry.lua"}
+    # add_revision.lua then add_chunk.lua: a publish adds to the built indexes (the revision, then each chunk).
+    assert scripts == {
+        "read_state.lua",
+        "snapshot.lua",
+        "sync_chunk.lua",
+        "mark.lua",
+        "live.lua",
+        "add_revision.lua",
+        "add_chunk.lua",
+    }
     tags_seen = set()
     for path, script_keys in calls:
         assert script_keys, path

@@ -1,0 +1,51 @@
+-- Shared by the per-user inbox scripts (after _item.lua, _state.lua and
+-- _settle.lua): open_inbox names the user's keys from KEYS and ARGV and
+-- settles or merges as the caller asked.
+
+-- Names one user's inbox for a script (readmodel/scripts.py builds the call):
+-- KEYS: 1 all-items zset, 2..5 category zsets (CATEGORIES order), 6 unread
+-- counters hash, 7 hidden set, 8 expiry zset, 9 months set, 10 state hash,
+-- 11 bulletin access time; then the script's own `own_keys` keys (named at
+-- its top); on the fast path the 7 global keys below; then n read bitmaps, n
+-- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month.
+-- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
+-- months, then the mode: "0" run as is, "1" + the planned settle and merge's
+-- arguments, "2" + the most items kept: the fast path (single Redis only:
+-- the global keys live in another cluster slot), which checks atomically what
+-- the caller's planning would have checked (nothing to settle or merge, every
+-- month of the user passed), then settles expiry. False when that check
+-- fails: the script then answers "STALE" having changed nothing, and the
+-- caller plans (the slower, cluster-safe route).
+local function open_inbox(own_keys, own_args, with_ever)
+  all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
+  months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
+  for i, cat in ipairs(CATEGORIES) do category_keys[cat] = KEYS[1 + i] end
+  local a = own_args + 1
+  NOW_ARG = ARGV[a]
+  NOW = tonumber(NOW_ARG)
+  local n = tonumber(ARGV[a + 1])
+  local mode = ARGV[a + 2 + n]
+  local g = 11 + own_keys
+  local b = g
+  if mode == "2" then b = g + 7 end
+  for i = 1, n do
+    local month = ARGV[a + 1 + i]
+    MONTHS[i] = month
+    READ[month] = KEYS[b + i]
+    PUSH[month] = KEYS[b + n + i]
+    if with_ever then EVER[month] = KEYS[b + 2 * n + i] end
+  end
+  a = a + 3 + n
+  if mode == "2" then
+    FAST = true
+    removal_version_key, pull_sequence_key, bulletin_update_key = KEYS[g + 1], KEYS[g + 2], KEYS[g + 3]
+    bulletin_config_key, detail_key, detail_version_key = KEYS[g + 4], KEYS[g + 5], KEYS[g + 6]
+    pending_key = KEYS[g + 7]
+    if not level() then return false end
+    settle_expired()
+    trim(tonumber(ARGV[a]))
+  elseif mode == "1" then
+    settle_and_merge(a)
+  end
+  return true
+end

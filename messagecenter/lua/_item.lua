@@ -1,0 +1,45 @@
+-- Shared by the per-user inbox scripts and deliver.lua: core.lua prepends
+-- this file to each of them (LuaScript(..., preambles=...)), so the item's
+-- layout and its insertion exist once. It defines names only; each script
+-- names its own keys (_inbox.lua's open_inbox for the inbox scripts).
+--
+-- A member is "<ref>|<category>|<month>|<offset>": the category names its
+-- zset and counter, (month, offset) its bits in the read/push bitmaps.
+-- Score = the item's time in ms (creation, or a bulletin's display time):
+-- the inbox's one time axis. Page positions ("time_max"), "since" and the
+-- seen watermark are points on that axis, named as such below.
+-- Invariants kept by every script: counters[c] = members of category c whose
+-- read bit is 0; a member's push bit is 1 exactly while it is in the inbox;
+-- the state hash's "rev" moves whenever anything a page shows changes in the
+-- user's keys (items, read bits, counters, the seen watermark).
+
+local call = redis.call
+local CATEGORIES = {"system", "promotion", "transaction", "interaction"}
+-- The user's keys (open_inbox sets them; deliver.lua sets them per recipient).
+local all_key, counters_key, hidden_key, expiry_key, months_key = nil, nil, nil, nil, nil
+local state_key, access_key = nil, nil
+local category_keys = {}
+-- By month (yyyymm): the read, push and ever-read bitmaps passed.
+local READ, PUSH, EVER, MONTHS = {}, {}, {}, {}
+
+local function parse(member)
+  local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
+  return ref, cat, month, tonumber(off)
+end
+
+-- Put one item into the inbox named by the keys above (its category's zset
+-- and its month's bitmaps looked up in category_keys, PUSH and READ): NX, so
+-- running a fan-out or a merge twice changes nothing; hidden refs stay out;
+-- the unread counter moves only when the read bit is 0. Time, offset and
+-- expiry go to Redis as given (deliver.lua passes the strings it got:
+-- formatting Lua numbers costs more than some commands). True if added.
+local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
+  if call("SISMEMBER", hidden_key, ref) == 1 then return false end
+  if call("ZADD", all_key, "NX", time, member) == 0 then return false end
+  call("ZADD", category_keys[cat], time, member)
+  if expiring then call("ZADD", expiry_key, expire_ms, member) end
+  call("SADD", months_key, month)
+  call("SETBIT", PUSH[month], off, "1")
+  if call("GETBIT", READ[month], off) == 0 then call("HINCRBY", counters_key, cat, "1") end
+  return true
+end

@@ -1,0 +1,11 @@
+-- Shared by the global scripts that remove an item from every inbox
+-- (bulletin_put.lua, bulletin_delete.lua, item_remove.lua): each binds these
+-- keys from its KEYS. The removed zset (member -> version) and its version.
+local removed_key, removed_version_key = nil, nil
+
+-- Users settle removals above their version on their next read.
+local function mark_removed(member)
+  if member == "" then return end
+  local version = redis.call("INCR", removed_version_key)
+  redis.call("ZADD", removed_key, version, member)
+end

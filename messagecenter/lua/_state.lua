@@ -1,0 +1,47 @@
+-- Shared by the per-user inbox scripts (after _item.lua): the call's state
+-- (now, the fast path's global marker keys, whether anything changed) and
+-- the read marks and counters every operation reads.
+
+-- The global markers' keys (fast path only, single Redis).
+local removal_version_key, pull_sequence_key, bulletin_update_key = nil, nil, nil
+local bulletin_config_key, detail_key, detail_version_key, pending_key = nil, nil, nil, nil
+local NOW, NOW_ARG, FAST, TOUCHED = 0, "0", false, false
+
+local function touch()
+  if not TOUCHED then
+    call("HINCRBY", state_key, "rev", 1)
+    TOUCHED = true
+  end
+end
+
+-- nil when the month's bitmap was not passed (the caller's view of the
+-- months set was older than this item): such items are left alone.
+local function read_bit(month, off)
+  local key = READ[month]
+  if not key then return nil end
+  return call("GETBIT", key, off)
+end
+
+-- Is the member a live item of this inbox ("is readable": pushed and present)?
+local function present(member)
+  local ref, cat, month, off = parse(member)
+  if not ref or not READ[month] then return false end
+  if not call("ZSCORE", all_key, member) then return false end
+  return call("GETBIT", PUSH[month], off) == 1
+end
+
+-- Ever-read bits (never cleared by "unread"): a read bit going 0 -> 1 is a
+-- first read only when the ever-read bit was 0, so read/unread/read counts once.
+local function first_read(month, off)
+  local key = EVER[month]
+  return call("SETBIT", key, off, 1) == 0
+end
+
+-- The unread counters (flat) and how many items are newer than the seen
+-- watermark (a time on the score axis; unseen = ZCOUNT (seen_time, +inf]).
+local function counts()
+  local flat = call("HGETALL", counters_key)
+  local seen_time = call("HGET", state_key, "seen") or "-inf"
+  if seen_time ~= "-inf" then seen_time = "(" .. seen_time end
+  return {flat, call("ZCOUNT", all_key, seen_time, "+inf")}
+end

@@ -1,0 +1,26 @@
+-- Replace a bulletin's config members and detail (_detail.lua,
+-- _removals.lua and _bulletins.lua first).
+-- KEYS: 1 item detail hash, 2 item detail version, 3 bulletin config zset,
+-- 4 bulletin detail hash, 5 bulletin members hash, 6 bulletin update
+-- marker, 7 removed zset, 8 removed version.
+-- ARGV: 1 now (ms), 2 bulletin id, 3 ref, 4 item JSON, 5 member to remove
+-- from every inbox ("" for a new bulletin), 6 n, then n x (config member,
+-- display ms, config JSON). Returns n.
+
+detail_key, detail_version_key, config_key, bulletin_detail_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+members_key, update_key, removed_key, removed_version_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local now, bid = tonumber(ARGV[1]), ARGV[2]
+drop_bulletin_config(bid)
+detail_put(ARGV[3], ARGV[4])
+local n = tonumber(ARGV[6])
+local members = {}
+for i = 0, n - 1 do
+  local member, score, json = ARGV[7 + 3 * i], ARGV[8 + 3 * i], ARGV[9 + 3 * i]
+  redis.call("ZADD", config_key, score, member)
+  redis.call("HSET", bulletin_detail_key, member, json)
+  members[#members + 1] = member
+end
+redis.call("HSET", members_key, bid, table.concat(members, ","))
+mark_removed(ARGV[5])
+bump_update_time(now)
+return n

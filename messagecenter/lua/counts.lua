@@ -1,0 +1,21 @@
+-- The user's unread counters and unseen count, once the inbox is settled and
+-- merged (the shared inbox preambles and _cache.lua come first). Without a cache
+-- lifetime it only settles and merges (a read of one item that has no detail).
+-- On the fast path, with a lifetime (s), the counts are kept in the read
+-- cache as "<name>,<n>,...|<unseen>" (rewritten only when they or their tag
+-- changed). Returns {flat counters, unseen}.
+
+pages_key, live_version_key = KEYS[12], KEYS[13]
+local lifetime = ARGV[1]
+if not open_inbox(2, 1, false) then return "STALE" end
+
+local result = counts()
+if FAST and lifetime ~= "" then
+  local tag = cache_tag()
+  local value = table.concat(result[1], ",") .. "|" .. result[2]
+  if cache_held("counts", tag) ~= value then
+    call("HSET", pages_key, "counts", value, "counts#", tag .. CACHE_UNTIL .. cache_until())
+    call("EXPIRE", pages_key, lifetime)
+  end
+end
+return result

@@ -1,0 +1,15 @@
+-- Group membership changed (the shared inbox preambles come first): drop
+-- the items of one kind (bulletins, ARGV[1] their ref prefix) and forget the
+-- merge marker, so the next read merges what is visible now. Read bits live
+-- in the bitmaps and survive. Returns how many items left.
+
+local prefix = ARGV[1]
+if not open_inbox(0, 1, false) then return "STALE" end
+
+local dropped = 0
+for _, member in ipairs(call("ZRANGE", all_key, 0, -1)) do
+  if string.sub(member, 1, #prefix) == prefix then dropped = dropped + remove(member) end
+end
+call("DEL", access_key)
+call("HDEL", state_key, "bd")
+return dropped

@@ -1,0 +1,67 @@
+-- Every live unread item of the category (or all) becomes read, in one step
+-- (the shared inbox preambles come first; the ever-read bitmaps are
+-- passed). An optional upper bound on the time axis (time_max, "" = none)
+-- limits it to items that existed when the user asked: a "read all" accepted
+-- while Redis was down and replayed later must not swallow items that
+-- arrived meanwhile. `hour` is the hour bucket the first reads count in.
+-- First reads (read bit 0 -> 1 while the ever-read bit was 0) are counted
+-- per item by the caller (the per-item counters are global keys): they come
+-- back as {marked, first refs, {month, first-read bitmap, ...}}. On the fast
+-- path the script queues them itself on the pending list (a global key of
+-- the fast path), in reads.py's entry formats, and returns {marked, {}, {}}.
+
+local scratch_key = KEYS[12]
+local category, time_max, hour = ARGV[1], ARGV[2], ARGV[3]
+if not open_inbox(1, 3, true) then return "STALE" end
+
+if time_max == "" then time_max = "+inf" end
+local marked, first, first_maps = 0, {}, {}
+if category == "" and time_max == "+inf" then
+  -- Everything: a month's push bitmap is the month's present items, so the
+  -- read bits become read OR push, with bit operations instead of a walk over
+  -- every item (10,000 items cost a few BITOPs per month). The counters say
+  -- how many were unread; all of them are 0 afterwards.
+  for _, v in ipairs(call("HVALS", counters_key)) do
+    local count = tonumber(v)
+    if count > 0 then marked = marked + count end
+  end
+  for _, month in ipairs(MONTHS) do
+    local read_key, push_key, ever_key = READ[month], PUSH[month], EVER[month]
+    if call("EXISTS", push_key) == 1 then
+      -- first reads = push AND NOT ever = push XOR (push AND ever)
+      call("BITOP", "AND", scratch_key, push_key, ever_key)
+      call("BITOP", "XOR", scratch_key, scratch_key, push_key)
+      if call("BITCOUNT", scratch_key) > 0 then
+        first_maps[#first_maps + 1] = month
+        first_maps[#first_maps + 1] = call("GET", scratch_key)
+      end
+      call("BITOP", "OR", read_key, read_key, push_key)
+      call("BITOP", "OR", ever_key, ever_key, push_key)
+    end
+  end
+  call("DEL", scratch_key, counters_key)
+  if marked > 0 then touch() end
+else
+  local key = all_key
+  if category ~= "" then key = category_keys[category] end
+  local by_cat = {}
+  for _, member in ipairs(call("ZRANGEBYSCORE", key, "-inf", time_max)) do
+    local ref, c, month, off = parse(member)
+    if READ[month] and call("SETBIT", READ[month], off, 1) == 0 then
+      marked = marked + 1
+      by_cat[c] = (by_cat[c] or 0) + 1
+      if first_read(month, off) then first[#first + 1] = ref end
+    end
+  end
+  -- One counter write per category, not one per item.
+  for c, count in pairs(by_cat) do call("HINCRBY", counters_key, c, -count) end
+  if marked > 0 then touch() end
+end
+if FAST then
+  if #first > 0 then call("RPUSH", pending_key, hour .. "|" .. table.concat(first, ",")) end
+  for i = 1, #first_maps, 2 do
+    call("RPUSH", pending_key, hour .. "|@" .. first_maps[i] .. "|" .. first_maps[i + 1])
+  end
+  return {marked, {}, {}}
+end
+return {marked, first, first_maps}

@@ -1,0 +1,165 @@
+"""The global write scripts (messagecenter/lua/): one script per operation
+and a typed call object per script that names its KEYS and ARGV, so no
+caller counts positions.
+
+Their shared helpers live once in preambles, each naming its own keys: an
+item's detail (``_detail.lua``), removals from every inbox
+(``_removals.lua``), bulletin configs (``_bulletins.lua``). A script runs
+only the preambles whose keys it binds. Every key comes from core.keys and
+carries the global hash tag: each call runs on one Redis Cluster slot.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from core import keys
+from core.lua import LuaScript
+
+DETAIL, REMOVALS, BULLETINS = "../lua/_detail.lua", "../lua/_removals.lua", "../lua/_bulletins.lua"
+
+
+def _script(name: str, *preambles: str) -> LuaScript:
+    return LuaScript(__file__, f"../lua/{name}", preambles=preambles)
+
+
+ITEM_PUT_SCRIPT = _script("item_put.lua", DETAIL)
+BULLETIN_PUT_SCRIPT = _script("bulletin_put.lua", DETAIL, REMOVALS, BULLETINS)
+BULLETIN_DELETE_SCRIPT = _script("bulletin_delete.lua", REMOVALS, BULLETINS)
+PULL_REGISTER_SCRIPT = _script("pull_register.lua", DETAIL)
+ITEM_REMOVE_SCRIPT = _script("item_remove.lua", REMOVALS)
+REMOVED_TRIM_SCRIPT = _script("removed_trim.lua")
+
+
+@dataclass(frozen=True)
+class GlobalOp(ABC):
+    """One global script's call: ``keys()`` in the order the script binds them."""
+
+    script: ClassVar[LuaScript]
+
+    @staticmethod
+    @abstractmethod
+    def keys() -> list[str]: ...
+
+    @abstractmethod
+    def args(self) -> list[Any]: ...
+
+    def __call__(self) -> Any:
+        return self.script(self.keys(), self.args())
+
+
+@dataclass(frozen=True)
+class ItemPut(GlobalOp):
+    script: ClassVar[LuaScript] = ITEM_PUT_SCRIPT
+    ref: str
+    detail_json: str
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [keys.mc_item_detail(), keys.mc_item_detail_version()]
+
+    def args(self) -> list[Any]:
+        return [self.ref, self.detail_json]
+
+
+@dataclass(frozen=True)
+class BulletinPut(GlobalOp):
+    script: ClassVar[LuaScript] = BULLETIN_PUT_SCRIPT
+    now_ms: int
+    bulletin_id: int
+    ref: str
+    detail_json: str
+    removed_member: str  # the member every inbox drops ("" for a new bulletin)
+    configs: Sequence[tuple[str, int, str]]  # (config member, display ms, config JSON)
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [
+            keys.mc_item_detail(),
+            keys.mc_item_detail_version(),
+            keys.mc_bulletin_config(),
+            keys.mc_bulletin_detail(),
+            keys.mc_bulletin_members(),
+            keys.mc_bulletin_update_time(),
+            keys.mc_removed(),
+            keys.mc_removed_version(),
+        ]
+
+    def args(self) -> list[Any]:
+        out: list[Any] = [self.now_ms, self.bulletin_id, self.ref, self.detail_json, self.removed_member]
+        out.append(len(self.configs))
+        for config in self.configs:
+            out.extend(config)
+        return out
+
+
+@dataclass(frozen=True)
+class BulletinDelete(GlobalOp):
+    script: ClassVar[LuaScript] = BULLETIN_DELETE_SCRIPT
+    now_ms: int
+    bulletin_id: int
+    ref: str
+    member: str
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [
+            keys.mc_item_detail(),
+            keys.mc_bulletin_config(),
+            keys.mc_bulletin_detail(),
+            keys.mc_bulletin_members(),
+            keys.mc_bulletin_update_time(),
+            keys.mc_removed(),
+            keys.mc_removed_version(),
+        ]
+
+    def args(self) -> list[Any]:
+        return [self.now_ms, self.bulletin_id, self.ref, self.member]
+
+
+@dataclass(frozen=True)
+class PullRegister(GlobalOp):
+    script: ClassVar[LuaScript] = PULL_REGISTER_SCRIPT
+    ref: str
+    detail_json: str
+    pull_member: str
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [keys.mc_item_detail(), keys.mc_item_detail_version(), keys.mc_pull(), keys.mc_pull_sequence()]
+
+    def args(self) -> list[Any]:
+        return [self.ref, self.detail_json, self.pull_member]
+
+
+@dataclass(frozen=True)
+class ItemRemove(GlobalOp):
+    script: ClassVar[LuaScript] = ITEM_REMOVE_SCRIPT
+    ref: str
+    member: str
+    pull_member: str  # "" for push items
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [keys.mc_item_detail(), keys.mc_pull(), keys.mc_removed(), keys.mc_removed_version()]
+
+    def args(self) -> list[Any]:
+        return [self.ref, self.member, self.pull_member]
+
+
+@dataclass(frozen=True)
+class RemovedTrim(GlobalOp):
+    script: ClassVar[LuaScript] = REMOVED_TRIM_SCRIPT
+    keep: int
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [keys.mc_removed(), keys.mc_removed_floor()]
+
+    def args(self) -> list[Any]:
+        return [self.keep]
+
+
+GLOBAL_OPS: tuple[type[GlobalOp], ...] = (ItemPut, BulletinPut, BulletinDelete, PullRegister, ItemRemove, RemovedTrim)
+LuaScript.load_together([op.script for op in GLOBAL_OPS])

@@ -1,0 +1,337 @@
+"""One user's inbox scripts (messagecenter/lua/, each run with the shared
+preambles ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua``
+first) and the typed calls that build their KEYS and ARGV, so no caller
+counts positions.
+
+Every script names the same inbox (``open_inbox`` in the preamble): the
+user's eleven keys, the script's own keys, on the fast path the global
+markers' keys, then the months' bitmaps; in ARGV the script's own arguments,
+then now, the months, and the mode (run as is, planned settle and merge, or
+the fast path). An op object holds the script's own keys and arguments by
+name; ``inbox_call`` lays out the rest. Every key comes from core.keys;
+those of one call share the user's hash tag, except the fast path's global
+markers (single Redis only).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from core import keys
+from core.lua import LuaScript
+from core.redis import get_redis, is_cluster
+from messagecenter.readmodel import readcache
+from messagecenter.readmodel.entries import CATEGORY_ORDER
+
+# The shared helpers, each in one file: an item's layout and insertion
+# (deliver.lua runs only this one), the call's state with the read marks and
+# counters, settling and merging, the inbox's opening, the read cache (page
+# and counts only). Each script runs as one chunk, so a helper is defined
+# before the helpers that call it: this order.
+ITEM = "../lua/_item.lua"
+INBOX = (ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
+CACHE = "../lua/_cache.lua"
+
+
+def _script(name: str, *preambles: str) -> LuaScript:
+    return LuaScript(__file__, f"../lua/{name}", preambles=preambles or INBOX)
+
+
+def _cached_script(name: str) -> LuaScript:
+    # The read cache's tag as readcache defines it, for _cache.lua.
+    return LuaScript(__file__, f"../lua/{name}", preambles=(*INBOX, CACHE), constants=readcache.LUA_CONSTANTS)
+
+
+PAGE_SCRIPT = _cached_script("page.lua")
+COUNTS_SCRIPT = _cached_script("counts.lua")
+GET_SCRIPT = _script("get.lua")
+MARK_SCRIPT = _script("mark.lua")
+HIDE_SCRIPT = _script("hide.lua")
+READ_ALL_SCRIPT = _script("read_all.lua")
+SEEN_SCRIPT = _script("seen.lua")
+DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
+SWEEP_SCRIPT = _script("sweep.lua")
+DELIVER_SCRIPT = _script("deliver.lua", ITEM)
+HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
+
+INBOX_SCRIPTS = (
+    PAGE_SCRIPT,
+    COUNTS_SCRIPT,
+    GET_SCRIPT,
+    MARK_SCRIPT,
+    HIDE_SCRIPT,
+    READ_ALL_SCRIPT,
+    SEEN_SCRIPT,
+    DROP_PREFIX_SCRIPT,
+    SWEEP_SCRIPT,
+)
+LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT, HIDE_REF_SCRIPT])
+
+
+def inbox_keys(user_id: int) -> list[str]:
+    """The eleven keys every inbox script opens, in the preamble's order."""
+    return [
+        keys.mc_inbox(user_id),
+        *(keys.mc_inbox_category(user_id, c) for c in CATEGORY_ORDER),
+        keys.mc_inbox_counters(user_id),
+        keys.mc_inbox_hidden(user_id),
+        keys.mc_inbox_expiry(user_id),
+        keys.mc_inbox_months(user_id),
+        keys.mc_inbox_state(user_id),
+        keys.mc_bulletin_access_time(user_id),
+    ]
+
+
+def fast_keys() -> list[str]:
+    """The global markers the fast path checks itself, in the preamble's order."""
+    return [
+        keys.mc_removed_version(),
+        keys.mc_pull_sequence(),
+        keys.mc_bulletin_update_time(),
+        keys.mc_bulletin_config(),
+        keys.mc_item_detail(),
+        keys.mc_item_detail_version(),
+        keys.mc_first_reads_pending(),
+    ]
+
+
+@dataclass(frozen=True)
+class Merge:
+    """The planned settle and merge (mode "1"): what ``_plan`` found to do."""
+
+    settled_version: int | None  # the removal version settled to (None: unchanged)
+    removals: Sequence[str]
+    candidates: Sequence[tuple[str, int, int]]  # (member, time ms, expire ms) to merge
+    access: int | None  # bulletin update marker taken in (None: unchanged)
+    display: int | None  # latest bulletin display time taken in
+    pull: int | None  # pull sequence taken in
+    max_items: int
+
+    def args(self) -> list[Any]:
+        out: list[Any] = ["1", "" if self.settled_version is None else self.settled_version, len(self.removals)]
+        out.extend(self.removals)
+        out.append(len(self.candidates))
+        for member, time_ms, expire_ms in self.candidates:
+            out.extend((member, time_ms, expire_ms))
+        for marker in (self.access, self.display, self.pull):
+            out.append("" if marker is None else marker)
+        out.append(self.max_items)
+        return out
+
+
+@dataclass(frozen=True)
+class Fast:
+    """The fast path (mode "2"): the script checks itself that nothing needs
+    settling or merging, else answers STALE having changed nothing."""
+
+    max_items: int
+
+
+Mode = Merge | Fast | None
+
+
+@dataclass(frozen=True)
+class InboxOp:
+    """One script's own KEYS (after the inbox's eleven) and ARGV (first)."""
+
+    script: ClassVar[LuaScript]
+    ever: ClassVar[bool] = False  # the script also takes the ever-read bitmaps
+    kinds: ClassVar[dict[str, type["InboxOp"]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        InboxOp.kinds[cls.__name__] = cls
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return ()
+
+    def own_args(self) -> list[Any]:
+        return []
+
+
+@dataclass(frozen=True)
+class PageOp(InboxOp):
+    """page.lua: positions are times on the inbox's score axis (ms)."""
+
+    script: ClassVar[LuaScript] = PAGE_SCRIPT
+    category: str
+    time_max: int | None  # the page starts at this time (None: the newest)
+    skip: int  # items at exactly time_max already returned
+    limit: int
+    unread_only: bool
+    since_time: int | None  # only items strictly newer
+    cache_field: str  # the read cache's field of this query ("" = none)
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)
+
+    def own_args(self) -> list[Any]:
+        return [
+            self.category,
+            "+inf" if self.time_max is None else self.time_max,
+            self.skip,
+            self.limit,
+            "1" if self.unread_only else "0",
+            "-inf" if self.since_time is None else f"({self.since_time}",
+            self.cache_field,
+        ]
+
+
+@dataclass(frozen=True)
+class CountsOp(InboxOp):
+    """counts.lua; without a cache lifetime it only settles and merges."""
+
+    script: ClassVar[LuaScript] = COUNTS_SCRIPT
+    cache_seconds: int | None = None
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)
+
+    def own_args(self) -> list[Any]:
+        return ["" if self.cache_seconds is None else self.cache_seconds]
+
+
+@dataclass(frozen=True)
+class GetOp(InboxOp):
+    script: ClassVar[LuaScript] = GET_SCRIPT
+    member: str
+
+    def own_args(self) -> list[Any]:
+        return [self.member]
+
+
+@dataclass(frozen=True)
+class MarkOp(InboxOp):
+    script: ClassVar[LuaScript] = MARK_SCRIPT
+    ever: ClassVar[bool] = True
+    member: str
+    read: bool
+
+    def own_args(self) -> list[Any]:
+        return [self.member, 1 if self.read else 0]
+
+
+@dataclass(frozen=True)
+class HideOp(InboxOp):
+    script: ClassVar[LuaScript] = HIDE_SCRIPT
+    member: str
+
+    def own_args(self) -> list[Any]:
+        return [self.member]
+
+
+@dataclass(frozen=True)
+class ReadAllOp(InboxOp):
+    script: ClassVar[LuaScript] = READ_ALL_SCRIPT
+    ever: ClassVar[bool] = True
+    category: str  # "" = every category
+    time_max: int | None  # only items timed at or before it (None: all)
+    hour: int  # the hour bucket first reads count in
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return (keys.mc_inbox_scratch(user_id),)
+
+    def own_args(self) -> list[Any]:
+        return [self.category, "" if self.time_max is None else self.time_max, self.hour]
+
+
+@dataclass(frozen=True)
+class SeenOp(InboxOp):
+    script: ClassVar[LuaScript] = SEEN_SCRIPT
+
+
+@dataclass(frozen=True)
+class DropPrefixOp(InboxOp):
+    script: ClassVar[LuaScript] = DROP_PREFIX_SCRIPT
+    prefix: str
+
+    def own_args(self) -> list[Any]:
+        return [self.prefix]
+
+
+@dataclass(frozen=True)
+class SweepOp(InboxOp):
+    script: ClassVar[LuaScript] = SWEEP_SCRIPT
+    limit: int
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return (keys.mc_user_notifications(user_id),)
+
+    def own_args(self) -> list[Any]:
+        return [self.limit]
+
+
+@dataclass(frozen=True)
+class InboxCall:
+    """One script call, laid out: run it alone, or queue it among others."""
+
+    script: LuaScript
+    keys: list[str]
+    args: list[Any]
+
+    def __call__(self, client: Any = None) -> Any:
+        return self.script(self.keys, self.args, client=client)
+
+    def command(self) -> tuple[Any, ...]:
+        return self.script.command(self.keys, self.args)
+
+    def queue(self, pipe: Any) -> None:
+        self.script.queue(pipe, self.keys, self.args)
+
+    def settle(self, reply: Any) -> Any:
+        return self.script.settle(reply, self.keys, self.args)
+
+
+@lru_cache(maxsize=8192)
+def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], fast: bool) -> tuple[str, ...]:
+    """A call's KEYS, built once per (prefix, script, user, months, path): a page names about 20."""
+    op = InboxOp.kinds[kind]
+    names = [*inbox_keys(user_id), *op.own_keys(user_id)]
+    if fast:
+        names += fast_keys()
+    names += [keys.mc_read_bitmap(user_id, m) for m in months]
+    names += [keys.mc_push_bitmap(user_id, m) for m in months]
+    if op.ever:
+        names += [keys.mc_read_ever_bitmap(user_id, m) for m in months]
+    return tuple(names)
+
+
+def inbox_call(op: InboxOp, *, user_id: int, now_ms: int, months: Sequence[str], mode: Mode = None) -> InboxCall:
+    """The call of ``op``'s script on this user's inbox with these months' bitmaps."""
+    months = tuple(months)
+    names = _call_keys(keys.prefix(), type(op).__name__, user_id, months, isinstance(mode, Fast))
+    args = [*op.own_args(), now_ms, len(months), *months]
+    if isinstance(mode, Merge):
+        args += mode.args()
+    elif isinstance(mode, Fast):
+        args += ["2", mode.max_items]
+    else:
+        args.append("0")
+    return InboxCall(op.script, list(names), args)
+
+
+def hide_ref_call(*, user_id: int, ref: str) -> InboxCall:
+    """hide_ref.lua: the ref is hidden even if it is not (yet) merged."""
+    return InboxCall(HIDE_REF_SCRIPT, [keys.mc_inbox_hidden(user_id)], [ref])
+
+
+def run_inbox_calls(calls: Sequence[InboxCall]) -> list[Any]:
+    """Run many per-user script calls: one pipeline on a single Redis.
+
+    On Redis Cluster each call goes to its own slot's node one by one:
+    redis-py's ClusterPipeline refuses EVALSHA.
+    """
+    if not calls:
+        return []
+    if is_cluster():
+        return [call() for call in calls]
+    pipe = get_redis().pipeline(transaction=False)
+    for call in calls:
+        call(client=pipe)
+    return list(pipe.execute())
