@@ -218,8 +218,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        "core.throttling.AnonRateThrottle",
+        "core.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="60/min"),
