@@ -13,7 +13,7 @@ from pyroaring import BitMap
 from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_serialize, bitmap_split, bitmap_to_redis
 from core.progress import Progress
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import services as mc_services
 from messagecenter.models import InboxReadSnapshot, InboxSeenSnapshot
 from messagecenter.selectors import inbox_counts, inbox_list
@@ -153,7 +153,7 @@ def test_flushed_redis_comes_back_as_of_the_last_snapshot(
     mc_services.inbox_mark_read(user=recipient, item_id=later.ref)
     assert _visible_state(recipient) != expected[recipient.pk]
 
-    get_redis().flushdb()
+    keyspace_flush()
     out = StringIO()
     call_command("rebuild_redis", stdout=out)
     for user in (recipient, other_recipient):

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from core.exceptions import NotFound
 from core.models import OutboxEntry
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import fallback, services
 from messagecenter.models import (
     CATEGORIES,
@@ -128,7 +128,7 @@ class FallbackMachine(RuleBasedStateMachine):
             ItemSlotMonth,
         ):
             model.objects.all().delete()
-        get_redis().flushdb()
+        keyspace_flush()
         CLOCK.now = START
         self.groups: list[UserGroup] = []
         # Marks made since the last snapshot, as outbox entries (user id, topic, payload).

@@ -20,7 +20,7 @@ from hypothesis.stateful import (
 )
 
 from core.exceptions import NotFound
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import selectors, services
 from messagecenter.items import bulletin_entry, message_entry
 from messagecenter.models import (
@@ -64,7 +64,7 @@ class InboxMachine(RuleBasedStateMachine):
         UserGroup.objects.all().delete()
         InboxHidden.objects.all().delete()
         ItemSlotMonth.objects.all().delete()
-        get_redis().flushdb()
+        keyspace_flush()
         CLOCK.now = START
         self.reads: dict[tuple[int, str], bool] = {}
         self.seen: dict[int, int] = {}
