@@ -79,4 +79,9 @@ _TEST_ENGINES = {
     "django.db.backends.postgresql": "tests.fixtures.backends.postgresql",
     "django.db.backends.sqlite3": "tests.fixtures.backends.sqlite3",
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's own choice for a SQLite test database, said out loud: pytest-django
+    # recognises SQLite by the engine's name, and would otherwise give each xdist
+    # worker a database file named after the path of db.sqlite3.
+    DATABASES["default"]["TEST"] = {"NAME": ":memory:"}
 DATABASES["default"]["ENGINE"] = _TEST_ENGINES.get(DATABASES["default"]["ENGINE"], DATABASES["default"]["ENGINE"])
