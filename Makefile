@@ -4,7 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+# Stamps of what the venv holds, keyed on the files' checksums: the runtime
+# (make run), and the runtime plus the test and lint tools (every other target).
+STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+DEV_STAMP := $(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -13,14 +16,22 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: setup migrate demo run test test-cluster lint format bench cluster-up cluster-down clean
+.PHONY: setup setup-dev migrate demo run test test-cluster lint format bench cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+# requirements-dev.txt includes requirements.txt: the runtime stamp holds too.
+$(DEV_STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	rm -f $(VENV)/.installed-* && touch $(STAMP) $(DEV_STAMP)
+
 setup: $(STAMP)
+
+setup-dev: $(DEV_STAMP)
 
 migrate: setup
 	$(PY) manage.py migrate --noinput
@@ -31,7 +42,7 @@ demo: migrate
 run: migrate
 	$(PY) manage.py serve $(HOST):$(PORT)
 
-test: setup
+test: setup-dev
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The Redis-facing tests with the read model on the local six-node Redis
@@ -40,7 +51,7 @@ test: setup
 # it; a cluster started by hand is left alone (scripts/redis-cluster.sh with).
 # tests/security (input validation, no Redis behaviour) runs in the other passes only.
 CLUSTER_PYTEST_ARGS ?= -m 'not browser' --ignore=tests/browser --ignore=tests/security tests
-test-cluster: setup
+test-cluster: setup-dev
 	MESSAGECENTER_REDIS_CLUSTER_URL=redis://127.0.0.1:7000 \
 	DATABASE_URL="$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/messagecenter}" \
 	REDIS_URL="$${REDIS_URL:-redis://127.0.0.1:6379/15}" \
@@ -49,14 +60,14 @@ test-cluster: setup
 # The import rules: import-linter's contracts (layers core < notices <
 # messagecenter, no cycles between sibling modules; pyproject.toml) and
 # scripts/check_imports.py (imports at module top, no module-level cycles).
-lint: setup
+lint: setup-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy core notices messagecenter config scripts
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
 
-format: setup
+format: setup-dev
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
@@ -69,10 +80,18 @@ $(INCUMBENT_STAMP): bench/requirements-incumbent.txt
 	$(INCUMBENT)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements-incumbent.txt
 	rm -f $(INCUMBENT)/.installed-* && touch $(INCUMBENT_STAMP)
 
-bench: setup $(INCUMBENT_STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt -r requirements-load.txt
+bench: setup-dev $(INCUMBENT_STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The local six-node Redis Cluster by hand (ports 7000-7005), e.g. to try the
+# read model on it; make test-cluster leaves a cluster started this way up
+# (stop it only when no test run is using it).
+cluster-up:
+	bash scripts/redis-cluster.sh start
+
+cluster-down:
+	bash scripts/redis-cluster.sh stop
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles

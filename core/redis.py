@@ -18,6 +18,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
+from core import keys
+
 RedisClient = Any  # redis.Redis | redis.cluster.RedisCluster; both speak the same commands
 
 
@@ -72,3 +74,25 @@ def round_trip(client: RedisClient, commands: Sequence[Sequence[Any]]) -> list[A
         if isinstance(reply, ResponseError):
             raise reply
     return replies
+
+
+def keyspace_flush() -> None:
+    """Delete the read model's whole keyspace: FLUSHDB on a single Redis, and
+    on a Redis Cluster only the keys under ``MESSAGECENTER_KEY_PREFIX``.
+
+    For tests and the benchmark, which own their Redis database. A cluster has
+    one database that every run beside this one shares, so FLUSHDB there would
+    wipe their keys too. Keys go one DEL each: a node refuses a multi-key DEL
+    across hash slots even when it holds them all.
+    """
+    client = get_redis()
+    if not isinstance(client, RedisCluster):
+        client.flushdb()
+        return
+    pattern = f"{keys.prefix()}*"
+    for node in client.get_primaries():
+        node_client = client.get_redis_connection(node)
+        pipe = node_client.pipeline(transaction=False)
+        for key in node_client.scan_iter(match=pattern, count=1000):
+            pipe.delete(key)
+        pipe.execute()

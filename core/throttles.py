@@ -1,5 +1,9 @@
 """The API's throttles, counting in Redis and, while Redis is down, in memory.
 
+They read their rates from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` each
+time one is built (once per request): DRF's own classes copy the rates when
+their module is imported, so a changed setting would not reach them.
+
 DRF's throttles keep each client's request history in Django's cache, which
 swallows Redis errors (``IGNORE_EXCEPTIONS``): with Redis down every history
 read would come back empty and every limit would be off. Here the history
@@ -9,12 +13,13 @@ per-process memory cache while it is open. The memory counts are per process
 when the outage starts and again when it ends: a rougher limit, but a limit.
 """
 
-from typing import Any
+from typing import Any, cast
 
 from django.core.cache import cache as shared_cache
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 from rest_framework import throttling
+from rest_framework.settings import api_settings
 
 from core.breaker import any_open
 
@@ -48,9 +53,18 @@ class FallbackCache(BaseCache):
 fallback_cache = FallbackCache()
 
 
-class AnonRateThrottle(throttling.AnonRateThrottle):
+class _Throttle(throttling.SimpleRateThrottle):
     cache = fallback_cache
 
+    def __init__(self) -> None:
+        # Rate strings ("60/min") or None; the stubs type the setting loosely.
+        self.THROTTLE_RATES = cast(dict[str, str | None], api_settings.DEFAULT_THROTTLE_RATES)
+        super().__init__()
 
-class UserRateThrottle(throttling.UserRateThrottle):
-    cache = fallback_cache
+
+class AnonRateThrottle(_Throttle, throttling.AnonRateThrottle):
+    pass
+
+
+class UserRateThrottle(_Throttle, throttling.UserRateThrottle):
+    pass

@@ -11,7 +11,7 @@ PORTS=(7000 7001 7002 7003 7004 7005)
 # xdist worker, a developer's run beside CI): each holds USERS shared while it
 # uses the cluster, and takes TURN to join (start the cluster if none is up)
 # and to leave (stop it if no run is left on it and MARK says a run started
-# it). tests/conftest.py (redis_cluster_url) follows the same protocol.
+# it). tests/fixtures/cluster.py (redis_cluster_url) follows the same protocol.
 USERS="$DIR.users.lock"
 TURN="$DIR.turn.lock"
 MARK="$DIR/started-for-a-run"

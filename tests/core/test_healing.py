@@ -16,7 +16,7 @@ from core import healing, journal, keys, outbox, rebuild
 from core.apis import health_status
 from core.models import MarkJournal, ReadModelState
 from core.progress import SILENT
-from core.redis import get_redis
+from core.redis import get_redis, keyspace_flush
 from core.snapshots import drain_dirty
 from messagecenter import services as mc_services
 from messagecenter.models import Message
@@ -69,7 +69,7 @@ def test_a_flushed_redis_is_rebuilt_by_the_process_that_notices(
     assert inbox_list(user=recipient).degraded is False
     mc_services.inbox_mark_read(user=recipient, item_id=ref)
 
-    get_redis().flushdb()
+    keyspace_flush()
     healing.forget()  # as after the check interval
     started = time.monotonic()
     page = inbox_list(user=recipient)  # notices, starts the healer, answers from PostgreSQL
@@ -94,7 +94,7 @@ def test_a_flushed_redis_is_rebuilt_by_the_process_that_notices(
 def test_a_stale_replica_is_told_by_its_older_generation(healing_on: None, operator: Any, recipient: Any) -> None:
     _message(operator, recipient)
     rebuild.rebuild()
-    get_redis().flushdb()
+    keyspace_flush()
     rebuild.rebuild()  # generation 2 after a loss
     assert ReadModelState.objects.get().generation == 2
     get_redis().set(keys.readmodel_generation(), 1)  # what a replica synced before that loss holds

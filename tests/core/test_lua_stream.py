@@ -10,6 +10,7 @@ from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from core.lua import LuaScript, Packed, pack_evalsha, pack_filled
+from tests.fixtures.readmodel import script_cache_flush
 
 # stream() is the single-Redis lane (one pooled connection); a cluster client has no such pool.
 pytestmark = pytest.mark.not_on_cluster(reason="LuaScript.stream is single-Redis only by design")
@@ -29,7 +30,7 @@ def test_replies_come_back_in_order(incr_script: LuaScript, redis: Any) -> None:
 
 def test_a_flushed_script_cache_is_survived(incr_script: LuaScript, redis: Any) -> None:
     assert incr_script.stream([(["test:stream:a"], [1])]) == [1]
-    redis.script_flush()
+    script_cache_flush(redis)
     # Every call came back NOSCRIPT (nothing ran): each runs again, once.
     assert incr_script.stream([(["test:stream:a"], [1]), (["test:stream:a"], [10])]) == [2, 12]
     assert int(redis.get("test:stream:a")) == 12
@@ -70,7 +71,7 @@ def test_packed_keys_are_the_packed_names(ids: list[int], notifications: bool, e
 def test_packed_calls_survive_a_flushed_script_cache(incr_script: LuaScript, redis: Any) -> None:
     templates = ["test:stream:{u\x01}:n"]
     assert incr_script.stream([(pack_filled(templates, [5]), [1])]) == [1]
-    redis.script_flush()
+    script_cache_flush(redis)
     calls = [(pack_filled(templates, [5]), [1]), (["test:stream:{u6}:n"], [Packed(1, b"$2\r\n10\r\n")])]
     assert incr_script.stream(calls) == [2, 10]
     assert int(redis.get("test:stream:{u5}:n")) == 2

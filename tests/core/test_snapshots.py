@@ -14,7 +14,7 @@ from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_serialize, bitmap_split, bitmap_to_redis
 from core.models import MarkJournal
 from core.progress import Progress
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import services as mc_services
 from messagecenter.models import InboxReadSnapshot, InboxSeenSnapshot
 from messagecenter.selectors import inbox_counts, inbox_list
@@ -160,14 +160,14 @@ def test_flushed_redis_comes_back_as_of_the_last_snapshot_and_journal(
         (recipient.pk, "inbox.read"),
     ]
 
-    get_redis().flushdb()
+    keyspace_flush()
     call_command("rebuild_redis", "--quiet", stdout=StringIO())
     for user in (recipient, other_recipient):
         assert _visible_state(user) == marked[user.pk]
 
     # Without the journal, the snapshots alone: as of the last snapshot run.
     MarkJournal.objects.all().delete()
-    get_redis().flushdb()
+    keyspace_flush()
     out = StringIO()
     call_command("rebuild_redis", stdout=out)
     for user in (recipient, other_recipient):

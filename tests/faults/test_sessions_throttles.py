@@ -30,7 +30,6 @@ from django.core.cache import cache
 from django.test import Client, override_settings
 from django.urls import reverse
 from rest_framework.test import APIClient
-from rest_framework.throttling import SimpleRateThrottle
 
 from config.settings.base import _redis_cache
 from core.breaker import reset_breakers
@@ -144,21 +143,20 @@ def test_token_calls_authenticate_and_throttles_fail_open(dead_cache: str) -> No
 STRICT = {"anon": "2/min", "user": "2/min"}
 
 
-def _strict_statuses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    # DRF binds the rates to the throttle class at import: patch them there.
-    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", STRICT)
+def _strict_statuses() -> list[int]:
     client = client_for(UserFactory(username="alice"))
-    return [timed(client.get, "/api/v1/inbox/counts/").status_code for _ in range(4)]
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": STRICT}):
+        return [timed(client.get, "/api/v1/inbox/counts/").status_code for _ in range(4)]
 
 
-def test_strict_throttles_bite_with_a_live_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_strict_throttles_bite_with_a_live_cache() -> None:
     # The control: the suite's own cache counts, and the third call is refused.
-    assert _strict_statuses(monkeypatch) == [200, 200, 429, 429]
+    assert _strict_statuses() == [200, 200, 429, 429]
 
 
-def test_strict_throttles_still_bite_with_the_cache_dead(dead_cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_strict_throttles_still_bite_with_the_cache_dead(dead_cache: str) -> None:
     # With the cache dead the first call opens the breaker and the throttles
     # count in this process's memory: the third call is refused all the same.
     fallback_cache.local.clear()
-    statuses = _strict_statuses(monkeypatch)
+    statuses = _strict_statuses()
     assert statuses == [200, 200, 429, 429]

@@ -11,6 +11,7 @@ from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import to_ms
 from tests.conftest import client_for
 from tests.factories import UserFactory
+from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import ids, make_group, send
 
 pytestmark = pytest.mark.django_db
@@ -95,10 +96,10 @@ def test_fanout_twice_changes_nothing(
     message = send(operator, to={"users": [recipient, other_recipient]})
     client = client_for(recipient)
     client.post(f"/api/v1/inbox/m{message.pk}/read/")
-    before = {k: redis.dump(k) for k in sorted(redis.scan_iter(match="*{u*"))}
+    before = {k: redis.dump(k) for k in sorted(keyspace_scan(redis, "*{u*"))}
     tasks.message_deliver_task(message.pk)
     tasks.message_fanout_chunk_task(message.pk, 0)
-    after = {k: redis.dump(k) for k in sorted(redis.scan_iter(match="*{u*"))}
+    after = {k: redis.dump(k) for k in sorted(keyspace_scan(redis, "*{u*"))}
     assert before
     assert before == after
     assert FanoutChunk.objects.filter(message=message).count() == 1

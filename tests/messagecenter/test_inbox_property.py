@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 
 from core.exceptions import NotFound
 from core.models import MarkJournal, OutboxEntry
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import fallback, selectors, services
 from messagecenter.items import bulletin_entry, message_entry
 from messagecenter.models import (
@@ -114,7 +114,7 @@ class InboxMachine(RuleBasedStateMachine):
             ItemSlotMonth,
         ):
             model.objects.all().delete()
-        get_redis().flushdb()
+        keyspace_flush()
         CLOCK.now = START
         self.groups: list[UserGroup] = []
         # Marks made since the last snapshot, as outbox entries (user id, topic, payload).

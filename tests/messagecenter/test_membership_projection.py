@@ -29,7 +29,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import selectors, services
 from messagecenter.models import Bulletin, UserGroup, UserGroupMembership
 from messagecenter.readmodel import drift as rm
@@ -70,7 +70,7 @@ class MembershipMachine(RuleBasedStateMachine):
         Bulletin.objects.all().delete()
         UserGroup.objects.all().delete()
         get_user_model().objects.filter(username__startswith="member").delete()
-        get_redis().flushdb()
+        keyspace_flush()
         self.serial = 0
         self.bulletins: dict[int, str] = {}  # group id -> ref of its bulletin
         self.known_users: set[int] = set()  # every user id the example made (deleted ones too)

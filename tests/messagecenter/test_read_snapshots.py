@@ -14,7 +14,7 @@ from pyroaring import BitMap
 
 from core import keys
 from core.platforms import ALL_PLATFORMS
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import services
 from messagecenter.models import InboxReadSnapshot, InboxSeenSnapshot
 from messagecenter.readmodel import snapshots as readmodel
@@ -23,6 +23,7 @@ from messagecenter.services import rebuild
 from messagecenter.services.snapshots import inbox_read_restore, inbox_read_snapshot
 from messagecenter.tasks import read_snapshot_task
 from tests.factories import UserFactory
+from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = pytest.mark.django_db
@@ -129,7 +130,7 @@ def test_flush_then_rebuild_restores_read_state_as_of_the_snapshot(
     services.inbox_mark_seen(user=recipient)
     assert state(recipient) != expected[recipient.pk]
 
-    get_redis().flushdb()
+    keyspace_flush()
     call_command("messagecenter_rebuild", stdout=StringIO())
     assert {u.pk: state(u) for u in (recipient, other_recipient)} == expected
 
@@ -145,7 +146,7 @@ def test_items_already_in_the_inbox_are_counted_against_the_restored_bits(
     _scenario(operator, recipient, other_recipient, clock)
     inbox_read_snapshot()
     expected = state(recipient)
-    get_redis().flushdb()
+    keyspace_flush()
     monkeypatch.setattr(rebuild, "inbox_read_restore", lambda **kwargs: 0)
     call_command("messagecenter_rebuild", stdout=StringIO())
     merged = state(recipient)
@@ -184,7 +185,7 @@ def _dump(redis: Any) -> dict[str, Any]:
     access_prefix = keys.mc_bulletin_access_time(0).split("{")[0]
     read_cache = keys.mc_inbox_pages(0).split("}", 1)[1]
     dump: dict[str, Any] = {}
-    for raw in redis.scan_iter(count=1000):
+    for raw in keyspace_scan(redis, count=1000):
         key = raw.decode()
         if key in ignored or key.startswith((version_prefix, access_prefix)) or key.endswith(read_cache):
             continue
@@ -209,7 +210,7 @@ def test_rebuilding_twice_changes_nothing(
     settings.MESSAGECENTER_PUSH_THRESHOLD = 1
     _scenario(operator, recipient, other_recipient, clock)
     inbox_read_snapshot()
-    redis.flushdb()
+    keyspace_flush()
     call_command("rebuild_redis", "--quiet", stdout=StringIO())
     state(recipient)  # merges pull items and bulletins
     once = _dump(redis)

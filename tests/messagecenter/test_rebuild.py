@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from core.redis import get_redis
+from core.redis import keyspace_flush
 from messagecenter import services
 from messagecenter.selectors import inbox_counts, inbox_list
 from tests.messagecenter.conftest import make_group, send
@@ -26,7 +26,7 @@ def test_rebuild_restores_the_inbox_from_postgres(
     services.inbox_hide(user=recipient, item_id=f"m{push.pk}")
     before = [i.id for i in inbox_list(user=recipient).results]
     assert len(before) == 3
-    get_redis().flushdb()
+    keyspace_flush()
     assert inbox_list(user=recipient).results == []
     call_command("messagecenter_rebuild", stdout=StringIO())
     call_command("messagecenter_rebuild", stdout=StringIO())  # idempotent

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from core import keys
-from core.redis import get_redis
+from core.redis import get_redis, keyspace_flush
 from messagecenter import services, tasks
 from messagecenter.models import Notification, Subscription
 from messagecenter.readmodel import to_ms
@@ -235,7 +235,7 @@ def test_rebuild_restores_subscriptions_and_notifications(
     expired = notify(title="expired", ttl_seconds=1)
     clock.advance(seconds=2)
     assert refs(recipient) == [f"n{kept.pk}"]
-    get_redis().flushdb()
+    keyspace_flush()
     call_command("messagecenter_rebuild", stdout=StringIO())
     assert refs(recipient) == [f"n{kept.pk}"]
     assert refs(other_recipient) == [f"n{hidden.pk}", f"n{kept.pk}"]

@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import keys, outbox
 from core.models import OutboxEntry
+from core.redis import keyspace_flush
 from notices import readmodel
 from tests.conftest import assert_error
 from tests.notices.conftest import announce
@@ -73,7 +74,7 @@ def test_failed_sync_is_recorded_in_the_outbox() -> None:
 
 def test_rebuild_command_restores_the_indexes(redis: Any) -> None:
     a = announce(["user", "customer"])
-    redis.flushdb()
+    keyspace_flush()
     call_command("notices_rebuild", stdout=StringIO())
     assert redis.zscore(keys.notice_index("user", 0), a.pk) is not None
     assert redis.zscore(keys.notice_index("customer", 0), a.pk) is not None

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from core import keys
 from core.exceptions import ValidationFailed
+from core.redis import keyspace_flush
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts
@@ -85,7 +86,7 @@ def test_a_chunk_never_built_is_restored_before_its_index_opens(
     a = announce(["user"])
     announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
     announcement_read_snapshot()
-    redis.flushdb()
+    keyspace_flush()
     readmodel.clear_local_cache()
     b = announce(["user"])  # the first sync after the loss builds the chunk
     assert redis.exists(keys.notice_meta("user", 0))
@@ -99,7 +100,7 @@ def test_the_sync_drops_bitmaps_on_a_chunk_never_built(redis: Any, recipient: An
     on_platforms(recipient, "user")
     a = announce(["user"])
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
-    redis.flushdb()
+    keyspace_flush()
     redis.set(keys.notice_bitmap("user", 0, a.pk), b"\xff")  # left over without an index
     readmodel.clear_local_cache()
     pk = a.pk

@@ -9,6 +9,7 @@ from django.db import DatabaseError
 from pyroaring import BitMap
 
 from core import keys
+from core.redis import keyspace_flush
 from notices import readmodel
 from notices.models import AnnouncementReadSnapshot
 from notices.selectors import announcement_counts, announcement_list
@@ -66,7 +67,7 @@ def test_flush_then_rebuild_restores_reads_as_of_the_snapshot(recipient: Any, ot
     counts = {u.pk: announcement_counts(user=u, now=T0 + HOUR) for u in (recipient, other_recipient)}
     announcement_mark_read(user=recipient, announcement_id=c.pk, now=T0)  # after the snapshot: lost
 
-    redis.flushdb()
+    keyspace_flush()
     readmodel.clear_local_cache()
     call_command("notices_rebuild", stdout=StringIO())
     assert {u.pk: read_flags(u) for u in (recipient, other_recipient)} == before
@@ -100,7 +101,7 @@ def test_bitmaps_of_every_chunk_come_back(redis: Any, settings: Any) -> None:
     assert announcement_read_snapshot() == 1
     assert readers(a) == {u.pk for u in users[::2]}
 
-    redis.flushdb()
+    keyspace_flush()
     readmodel.clear_local_cache()
     call_command("notices_rebuild", stdout=StringIO())
     expected = [i % 2 == 0 for i in range(len(users))]
@@ -116,7 +117,7 @@ def test_a_fresh_redis_restores_a_chunk_before_its_first_mark(recipient: Any, ot
     announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
     announcement_mark_read(user=recipient, announcement_id=b.pk, now=T0)
     announcement_read_snapshot()
-    redis.flushdb()
+    keyspace_flush()
     readmodel.clear_local_cache()
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
     assert read_flags(other_recipient) == {a.pk: True, b.pk: False}
@@ -172,7 +173,7 @@ def test_a_platform_the_announcement_left_loses_its_snapshot(recipient: Any, red
     assert announcement_read_snapshot() == 1
     assert list(AnnouncementReadSnapshot.objects.values_list("platform", flat=True)) == ["user"]
     # And a restore never writes a bitmap back for a platform it no longer targets.
-    redis.flushdb()
+    keyspace_flush()
     readmodel.clear_local_cache()
     call_command("notices_rebuild", stdout=StringIO())
     assert redis.exists(keys.notice_bitmap("customer", 0, a.pk)) == 0

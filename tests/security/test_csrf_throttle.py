@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
-from django.test import Client
-from rest_framework.throttling import SimpleRateThrottle
+from django.test import Client, override_settings
 
 from tests.conftest import assert_error, client_for
 from tests.security.seed import World, build_world, db_state, item_id, redis_state, warm_up
@@ -117,12 +117,12 @@ def _forget_history(world: World) -> None:
 
 
 @pytest.fixture
-def low_rates(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # DRF binds the rates to the throttle class at import: patch them there.
-    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "3/min", "user": "5/min"})
-    _forget_history(world)
-    yield
-    _forget_history(world)
+def low_rates(world: World) -> Iterator[None]:
+    rates = {"anon": "3/min", "user": "5/min"}
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        _forget_history(world)
+        yield
+        _forget_history(world)
 
 
 def test_anonymous_callers_are_throttled(world: World, low_rates: None) -> None:
