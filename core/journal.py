@@ -60,6 +60,10 @@ class Mark:
 # (user id, topic, payload, marked_at) not yet written, oldest first.
 _Row = tuple[int, str, dict[str, Any], datetime]
 _buffer: list[_Row] = []
+# Rows taken out of the buffer by a flush whose INSERT has not committed yet:
+# still this process's to show (a degraded read between the two would see
+# the mark in neither place and answer as if it had not been made).
+_writing: list[_Row] = []
 _lock = threading.Lock()
 _flusher: dict[str, Any] = {"thread": None, "pid": 0}
 
@@ -122,6 +126,7 @@ def flush() -> int:
     with _lock:
         rows = _buffer[:]
         del _buffer[:]
+        _writing.extend(rows)
     if not rows:
         return 0
     try:
@@ -129,9 +134,18 @@ def flush() -> int:
     except DatabaseError:
         logger.warning("marks journal not written (%d marks kept for the next try)", len(rows), exc_info=True)
         with _lock:
+            _forget_writing(rows)
             _buffer[:0] = rows
         return 0
+    with _lock:
+        _forget_writing(rows)
     return len(rows)
+
+
+def _forget_writing(rows: list[_Row]) -> None:
+    # Called with _lock held; by identity, as equal marks may be in flight twice.
+    written = {id(row) for row in rows}
+    _writing[:] = [row for row in _writing if id(row) not in written]
 
 
 atexit.register(flush)
@@ -145,7 +159,10 @@ def unflushed_user_marks(*, user_id: int, topics: Iterable[str]) -> list[Mark]:
     """The user's marks of these topics that this process has not written yet, oldest first."""
     wanted = set(topics)
     with _lock:
-        local = [row for row in _buffer if row[0] == user_id and row[1] in wanted]
+        # Rows being written are older than the buffered ones. One may also be
+        # in the journal's table already (committed, not yet forgotten here):
+        # a mark sets a value, so seeing it twice in order changes nothing.
+        local = [row for row in (*_writing, *_buffer) if row[0] == user_id and row[1] in wanted]
     return [Mark(topic, payload) for _, topic, payload, _ in local]
 
 

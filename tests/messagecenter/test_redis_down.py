@@ -96,10 +96,10 @@ def test_inbox_page_answers_from_postgresql(recipient: Any, operator: Any, clock
     # The snapshot job copies read state to PostgreSQL: what a degraded read lays marks over.
     assert inbox_read_snapshot() == 1
     import core.lua
-    from messagecenter.readmodel import entries, inbox, publish
+    from messagecenter.readmodel import inbox, publish, scripts
 
     dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    for module in (core.lua, entries, inbox, publish):
+    for module in (core.lua, scripts, inbox, publish):
         redis_down.setattr(module, "get_redis", lambda: dead)
     browser = Client()
     browser.force_login(recipient)
