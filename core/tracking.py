@@ -70,6 +70,10 @@ RECENT_KEYS = 10_000
 round_trips = [0]
 
 
+# What reading a push returns on the tracking connection (see HeldAnswers._invalidated).
+_PUSHED = object()
+
+
 @dataclass(frozen=True)
 class Ticket:
     """Where the tracking connection stood when a ``read`` got its first reply."""
@@ -157,7 +161,7 @@ class HeldAnswers:
                 ticket = None
                 for _ in commands:
                     try:
-                        replies.append(connection.read_response())
+                        replies.append(self._reply(connection))
                     except ResponseError as exc:
                         replies.append(exc)
                     if ticket is None:
@@ -261,25 +265,36 @@ class HeldAnswers:
             connection.send_command("PING")
             self._ping_sent = now
 
+    def _reply(self, connection: Connection) -> Any:
+        """The next reply, taking in the pushes queued before it one at a time:
+        left to itself the parser handles a push and reads on one call deeper,
+        so a few thousand invalidations queued behind a burst of writes
+        overflowed the stack."""
+        while True:
+            reply = connection.read_response(push_request=True)
+            if reply is not _PUSHED:
+                return reply
+
     def _await_pong(self, connection: Connection) -> None:
         while self._ping_sent:
             self._take(connection.read_response(push_request=True), time.monotonic())
 
     def _take(self, reply: Any, now: float) -> None:
         """A reply read outside a ``read``: a push (already handled by
-        ``_invalidated``, which returns None) or the PONG of our PING."""
+        ``_invalidated``, which returns ``_PUSHED``) or the PONG of our PING."""
         self._heard = now
-        if reply is not None:
+        if reply is not _PUSHED:
             self._ping_sent = 0.0
 
-    def _invalidated(self, message: list[Any]) -> None:
-        """Redis's push: ``[b"invalidate", [keys]]``, or ``None`` for every key."""
+    def _invalidated(self, message: list[Any]) -> object:
+        """Redis's push: ``[b"invalidate", [keys]]``, or ``None`` for every key.
+        Returns ``_PUSHED``: what a read sees in place of a reply (a reply may be None)."""
         self._sequence += 1
         names = message[1]
         if names is None:
             self._flushed_at = self._sequence
             self._forget_answers()
-            return
+            return _PUSHED
         if len(self._recent) > RECENT_KEYS:
             self._recent.clear()
             self._horizon = self._sequence
@@ -288,6 +303,7 @@ class HeldAnswers:
             self._recent[key] = self._sequence
             for name in self._by_key.pop(key, ()):
                 self._drop(name)
+        return _PUSHED
 
     def _drop(self, name: Hashable) -> None:
         held = self._answers.pop(name, None)

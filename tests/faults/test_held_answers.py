@@ -205,3 +205,22 @@ def test_a_bounded_number_of_answers(redis_server: RedisServer) -> None:
         assert [held.get(name, 0) for name in "abcd"] == [None, None, None, "answer d"]
     finally:
         held.clear()
+
+
+def test_thousands_of_pushes_queued_before_a_reply_are_taken_in(held: HeldAnswers, redis_server: RedisServer) -> None:
+    """A burst of writes to keys this process read queues one invalidation per
+    key ahead of the next reply: every one is taken in before the reply (the
+    parser alone handled them one call deeper each, past the stack's limit)."""
+    names = [f"burst:{i}" for i in range(5000)]
+    other = redis_server.client()
+    other.mset(dict.fromkeys(names, 1))
+    _hold(held, "burst", *names)
+    pipe = other.pipeline(transaction=False)
+    for name in names:
+        pipe.set(name, 2)  # one command, one push, per key
+    pipe.execute()
+    time.sleep(0.2)  # let the pushes reach the tracking connection's socket
+    other.set("after", 3)
+    replies, _ = held.read([("GET", "after")])
+    assert replies == [b"3"]
+    assert held.get("burst", 0) is None
