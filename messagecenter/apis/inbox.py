@@ -1,5 +1,6 @@
 """The signed-in user's inbox: ``/api/v1/inbox/``."""
 
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -46,23 +47,25 @@ def _category(raw: str | None) -> str | None:
     return raw
 
 
-def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
-    """``InboxListApi.OutputSerializer(page).data``, built directly: the hot
-    path's JSON without DRF's per-field machinery (a page of 20 cost ~0.5 ms
-    there). The serializer still documents the shape; a test holds the two equal."""
+# The list's JSON is generated from ItemSerializer (the one description of an
+# item, which the OpenAPI document shows): its fields, in its order, read from
+# the page's items without DRF's per-field machinery (that cost ~0.5 ms for a
+# page of 20). Only the time needs a conversion: ISO 8601 in UTC, with offset.
+_ITEM_FIELDS = tuple(ItemSerializer().fields)
+_CONVERT: dict[str, Callable[[Any], Any]] = {"created_at": lambda value: value.astimezone(UTC).isoformat()}
+
+
+def _item_payload(item: Any) -> dict[str, Any]:
     return {
-        "results": [
-            {
-                "id": item.id,
-                "kind": item.kind,
-                "category": item.category,
-                "title": item.title,
-                "summary": item.summary,
-                "created_at": item.created_at.astimezone(UTC).isoformat(),
-                "read": item.read,
-            }
-            for item in page.results
-        ],
+        name: _CONVERT[name](getattr(item, name)) if name in _CONVERT else getattr(item, name) for name in _ITEM_FIELDS
+    }
+
+
+def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
+    """``InboxListApi.OutputSerializer(page).data``, built from the serializer's
+    fields directly (the hot path: see ``_ITEM_FIELDS``)."""
+    return {
+        "results": [_item_payload(item) for item in page.results],
         "next_cursor": page.next_cursor,
         "unread_count": page.unread_count,
         "unseen_count": page.unseen_count,
