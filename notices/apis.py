@@ -48,7 +48,7 @@ def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
 
 
 class AnnouncementItemSerializer(serializers.Serializer):
-    """``Announcement`` of API.md (component ``AnnouncementItem``)."""
+    """The API's ``Announcement`` object (OpenAPI component ``AnnouncementItem``)."""
 
     id = serializers.CharField()
     title = serializers.CharField()

@@ -1,4 +1,4 @@
-"""Seed 003's configurable business rules: scan a table on a schedule and
+"""Configurable business rules: scan a table on a schedule and
 raise a notification per matching object.
 
 A rule is a model (any installed one), a filter written as field lookups
