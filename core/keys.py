@@ -200,7 +200,9 @@ def mc_inbox_months(user_id: int) -> str:
 
 def mc_inbox_state(user_id: int) -> str:
     """hash: ``seen`` watermark (a time on ``mc_inbox``'s score axis, ms), ``settled`` removal
-    version, ``pull`` sequence, ``bd`` display marker."""
+    version, ``pull`` sequence, ``bd`` bulletin display marker (display time, ms, of the latest
+    bulletin merged into the inbox: a due bulletin displayed later still needs merging), ``rev``
+    (moves with any change to the user's keys)."""
     return _key("inbox", user_tag(user_id), "state")
 
 
@@ -458,8 +460,8 @@ def live_user_channel(user_id: int) -> str:
 
 def live_user_channels(user_ids: Iterable[int]) -> list[str]:
     """``live_user_channel`` of many users at once (a fan-out publishes to each recipient's)."""
-    p = _key()
-    return [f"{p}live:channel:{{u{int(u)}}}" for u in user_ids]
+    key_prefix = _key()
+    return [f"{key_prefix}live:channel:{{u{int(user_id)}}}" for user_id in user_ids]
 
 
 def live_user_channel_template() -> str:
