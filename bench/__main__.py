@@ -135,7 +135,7 @@ def main() -> int:
             *_tools(),
             "",
             "Ratios are how many times better ours is than the baseline measured in the same run (below 1: the "
-            "baseline is faster). The target column states what issue 8 asks and whether this run meets it.",
+            "baseline is faster). The target column states the goal set for the measure and whether this run meets it.",
             "",
             table(rows),
             "",

@@ -67,12 +67,12 @@ class Row:
     better: str = "lower"
     p99: float | None = None
     baseline_p99: float | None = None
-    target: float | None = None  # minimum ratio, when the issue sets one
+    target: float | None = None  # minimum ratio, when the measure has a goal
     at_least: float | None = None  # absolute floor for ours (rates)
     at_most: float | None = None  # absolute ceiling for ours (p99 when ``ceiling_on_p99``)
     ceiling_on_p99: bool = False
     trips: float | None = None  # Redis round trips per call, measured
-    max_trips: int | None = None  # the issue's limit on them
+    max_trips: int | None = None  # the most the hot path may spend
     failures: int | None = None  # failed requests (non-2xx, socket errors): any fails the row
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -101,7 +101,7 @@ class Row:
         return self.baseline / self.ours if self.better == "lower" else self.ours / self.baseline
 
     def _checks(self) -> list[tuple[str, bool]]:
-        """(what the issue asks, whether this run meets it) for every target set."""
+        """(the goal, whether this run meets it) for every target set."""
         checks = []
         if self.target is not None:
             checks.append((f"≥{_num(self.target)}x", self.ratio is not None and self.ratio >= self.target))

@@ -21,10 +21,10 @@ VENV_PYTHON = ROOT / "bench" / ".venv-incumbent" / "bin" / "python"
 class Shapes:
     """Per-user data sizes, the same on both sides of every comparison."""
 
-    page_items: int  # case 2: the inbox page's user
-    inbox_items: int  # case 3: inbox items of the counts user ...
+    page_items: int  # the user whose inbox first page is timed
+    inbox_items: int  # inbox items of the user whose unread counts are timed ...
     announcements: int  # ... and their live announcements
-    mark_items: int  # case 4: unread items marked read at once
+    mark_items: int  # unread items marked read at once (mark-all-read)
 
 
 FULL = Shapes(page_items=1_000, inbox_items=10_000, announcements=1_000, mark_items=10_000)

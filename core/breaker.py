@@ -13,6 +13,7 @@ the pool (django-redis's cache, the read model) without wrapping commands.
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import Connection
@@ -38,7 +39,7 @@ class CircuitBreaker:
                 self.open_until = now + self.cooldown
 
     def record_failure(self) -> None:
-        failures[0] += 1
+        traffic.failures += 1
         with self._lock:
             self.open_until = time.monotonic() + self.cooldown
 
@@ -71,14 +72,20 @@ def reset_breakers() -> None:
             breaker.open_until = 0.0
 
 
-# Connection failures seen by this process: core.healing looks at Redis's
-# generation marker afresh after any (a Redis that failed may come back empty).
-failures = [0]
+@dataclass
+class Traffic:
+    """Running totals of what this process's breaker connections did."""
 
-# Commands sent through breaker connections by this process: core.tracking
-# reads it to know whether this process may have written since it last made
-# sure Redis's invalidations had arrived.
-sent = [0]
+    # Connection failures: core.healing looks at Redis's generation marker
+    # afresh after any (a Redis that failed may come back empty).
+    failures: int = 0
+    # Commands sent (core.tracking's own connection does not count): core.tracking
+    # reads it to know whether this process may have written since it last made
+    # sure Redis's invalidations had arrived.
+    commands_sent: int = 0
+
+
+traffic = Traffic()
 
 
 class BreakerConnection(Connection):
@@ -100,7 +107,7 @@ class BreakerConnection(Connection):
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if self.counts_sends:
-            sent[0] += 1
+            traffic.commands_sent += 1
         if not self._sock:
             self.breaker.check()
         try:

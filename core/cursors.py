@@ -1,8 +1,8 @@
 """Opaque, signed paging cursors.
 
 A cursor is a small dict (for the inbox: the last score seen and how many
-items at that score were already returned, seed 001's max-score-plus-offset
-scroll), signed so that a forged or garbled cursor is a clear 400.
+items at that score were already returned: paging by max score plus offset,
+so items arriving meanwhile never make a page repeat or skip), signed so that a forged or garbled cursor is a clear 400.
 """
 
 from typing import Any

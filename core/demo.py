@@ -1,4 +1,4 @@
-"""Demo data: the registry of the apps' seeds, and core's own (the operator and three users).
+"""Demo data: the registry of each app's demo loader, and core's own (the operator and three users).
 
 Each app registers a ``seed(stdout)`` from ``AppConfig.ready()``;
 ``manage.py seed_demo`` runs them in registration order (INSTALLED_APPS
@@ -23,7 +23,8 @@ def register(app: str, seed: Seed) -> None:
     _seeds[app] = seed
 
 
-def seeds() -> list[Seed]:
+def demo_seeds() -> list[Seed]:
+    """Every registered demo loader, in registration order."""
     return list(_seeds.values())
 
 

@@ -1,5 +1,5 @@
 """The domain's error family. Services raise these; the API's exception
-handler renders them as the envelope of API.md, pages as form errors."""
+handler renders them as the API's error envelope, pages as form errors."""
 
 from typing import Any
 

@@ -95,7 +95,7 @@ def check(*, fresh: bool = False) -> bool:
     if not enabled():
         return True
     now = time.monotonic()
-    failed = breaker.failures[0]
+    failed = breaker.traffic.failures
     if not fresh and now - _state["checked_at"] < _check_seconds() and failed == _state["failures"]:
         return bool(_state["ready"])
     try:

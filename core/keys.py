@@ -1,9 +1,10 @@
 """Every Redis key name of the project is built here, and nowhere else.
 
-Names follow the seeds (``notice:<platform>:<id>``, ``bulletin:update:time``,
-...), preceded by ``settings.MESSAGECENTER_KEY_PREFIX``. Keys that one Lua
-script touches share a hash tag (the part in braces) so that they map to one
-slot on Redis Cluster; the tests check that with ``redis.cluster.key_slot``.
+Names keep the shapes the design started from (``notice:<platform>:<id>``,
+``bulletin:update:time``, ...; see docs/ARCHITECTURE.md), preceded by
+``settings.MESSAGECENTER_KEY_PREFIX``. Keys that one Lua script touches share
+a hash tag (the part in braces) so that they map to one slot on Redis Cluster;
+the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.
 """
 
@@ -82,7 +83,7 @@ def readmodel_generation() -> str:
 
 
 def notice_tag(platform: str, chunk: int) -> str:
-    """Hash tag of one (platform, chunk): ``{user}`` for chunk 0 (the seed's
+    """Hash tag of one (platform, chunk): ``{user}`` for chunk 0 (the plain
     ``notice:<platform>:<id>`` shape), ``{user:1}`` for chunk 1, ..."""
     return f"{{{platform}}}" if int(chunk) == 0 else f"{{{platform}:{int(chunk)}}}"
 
@@ -199,7 +200,9 @@ def mc_inbox_months(user_id: int) -> str:
 
 def mc_inbox_state(user_id: int) -> str:
     """hash: ``seen`` watermark (a time on ``mc_inbox``'s score axis, ms), ``settled`` removal
-    version, ``pull`` sequence, ``bd`` display marker."""
+    version, ``pull`` sequence, ``bd`` bulletin display marker (display time, ms, of the latest
+    bulletin merged into the inbox: a due bulletin displayed later still needs merging), ``rev``
+    (moves with any change to the user's keys)."""
     return _key("inbox", user_tag(user_id), "state")
 
 
@@ -209,12 +212,12 @@ def mc_user_groups(user_id: int) -> str:
 
 
 def mc_push_bitmap(user_id: int, month: int | str) -> str:
-    """bitmap (seed 004): bit = item offset within ``month``; 1 = pushed to the user ("is readable")."""
+    """bitmap: bit = item offset within ``month``; 1 = pushed to the user (the item is readable by them)."""
     return _key("message", "push", user_tag(user_id), month)
 
 
 def mc_read_bitmap(user_id: int, month: int | str) -> str:
-    """bitmap (seed 004): bit = item offset within ``month``; 1 = read ("has been read")."""
+    """bitmap: bit = item offset within ``month``; 1 = the user has read the item."""
     return _key("message", "read", user_tag(user_id), month)
 
 
@@ -294,17 +297,17 @@ def mc_deliver_keys(
 
 
 def mc_bulletin_access_time(user_id: int) -> str:
-    """string (seed 002): bulletin update marker the user's list last took in."""
+    """string: bulletin update marker the user's list last took in."""
     return _key("bulletin", "access", "time", user_tag(user_id))
 
 
 def mc_bulletin_config() -> str:
-    """zset (seed 002): member ``<bulletin_id>_<usergroup_id>`` (0 = everyone), score = display time ms."""
+    """zset: member ``<bulletin_id>_<usergroup_id>`` (0 = everyone), score = display time ms."""
     return _key("bulletin_notification_config", MC_GLOBAL_TAG)
 
 
 def mc_bulletin_detail() -> str:
-    """hash (seed 002): field ``<bulletin_id>_<usergroup_id>`` -> bulletin JSON."""
+    """hash: field ``<bulletin_id>_<usergroup_id>`` -> bulletin JSON."""
     return _key("bulletin_notification_detail", MC_GLOBAL_TAG)
 
 
@@ -314,12 +317,12 @@ def mc_bulletin_members() -> str:
 
 
 def mc_bulletin_update_time() -> str:
-    """string (seed 002): strictly increasing ms marker of the last bulletin change."""
+    """string: strictly increasing ms marker of the last bulletin change."""
     return _key("bulletin", "update", "time", MC_GLOBAL_TAG)
 
 
 def mc_item_detail() -> str:
-    """hash (seed 002): item ref (``m12``, ``b3``) -> item JSON (title, body, images, ...)."""
+    """hash: item ref (``m12``, ``b3``) -> item JSON (title, body, images, ...)."""
     return _key("inbox", "detail", MC_GLOBAL_TAG)
 
 
@@ -390,21 +393,21 @@ def mc_first_reads_pending() -> str:
     return _key("inbox", "reads", "pending")
 
 
-# --- messagecenter: subscriptions and notifications (seed 003) ----------------------
+# --- messagecenter: subscriptions and notifications ---------------------------------
 # (owned by messagecenter/readmodel/notifications.py)
 #
 # A notification reaches a user's inbox through ``mc_inbox`` like any item
 # (kind ``notification``, ref ``n<id>``): that zset, scored by creation time,
-# is seed 003's per-subscriber list clients poll with ``since``. Beside it each
+# is the per-subscriber list clients poll with ``since``. Beside it each
 # user has ``mc_user_notifications``, scored by expiry, which the sweep trims
 # with ZREMRANGEBYSCORE; it shares the user's hash tag so the inbox script
 # can trim it together with the inbox. ``mc_notification_holders`` is the
-# index the sweep walks (SSCAN), standing in for seed 003's ``WMS_SUBSCRIBERS``.
+# index the sweep walks (SSCAN): the users who may hold notifications.
 
 
 def mc_subscribers(message_type_id: int, scope: str) -> str:
-    """set (seed 003's ``WMS_SUBSCRIBER_TYPE_<type>_<warehouse>``): ``u<id>`` / ``g<id>``
-    subscribed to a message type in a scope (mirror of PostgreSQL)."""
+    """set: ``u<id>`` / ``g<id>`` subscribed to a message type in a scope (a warehouse, ...);
+    a mirror of PostgreSQL."""
     return _key("sub", "type", int(message_type_id), scope)
 
 
@@ -457,8 +460,8 @@ def live_user_channel(user_id: int) -> str:
 
 def live_user_channels(user_ids: Iterable[int]) -> list[str]:
     """``live_user_channel`` of many users at once (a fan-out publishes to each recipient's)."""
-    p = _key()
-    return [f"{p}live:channel:{{u{int(u)}}}" for u in user_ids]
+    key_prefix = _key()
+    return [f"{key_prefix}live:channel:{{u{int(user_id)}}}" for user_id in user_ids]
 
 
 def live_user_channel_template() -> str:

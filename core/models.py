@@ -4,7 +4,8 @@ from django.db.models.functions import Now
 
 
 class Platform(models.TextChoices):
-    """The "ends" of seed 000: each user belongs to one or more of them."""
+    """The "ends" (operator, user, customer) announcements target: each user belongs to one or more
+    of them, and read state is kept per end."""
 
     OPERATOR = "operator", "Operator"
     USER = "user", "User"

@@ -3,7 +3,7 @@
 Normally that is django-redis's ``default`` alias (real Redis, or the embedded
 fakeredis server). When ``MESSAGECENTER_REDIS_CLUSTER_URL`` is set the read
 model talks to a Redis Cluster through redis-py's ``RedisCluster`` instead:
-django-redis cannot follow cluster redirects (MovedError, its issue #606).
+django-redis's client cannot follow cluster redirects (it fails with MovedError).
 """
 
 from collections.abc import Sequence

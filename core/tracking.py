@@ -26,8 +26,8 @@ Why it stays correct:
   invalidation to us in the same event-loop pass, but writes the two sockets
   one after the other, so the writer may read its reply before the push
   reaches us. After anything this process sent on a pooled connection
-  (``core.breaker.sent`` counts every command; telling writes from reads is
-  not worth the risk), the next ``get`` sends a PING on the tracking
+  (``core.breaker.traffic.commands_sent`` counts every command; telling
+  writes from reads is not worth the risk), the next ``get`` sends a PING on the tracking
   connection and reads to its PONG first: Redis queued any invalidation of
   that write before the PONG. Repeated reads with nothing sent in between
   cost no round trip.
@@ -110,7 +110,7 @@ class HeldAnswers:
         self._recent: dict[bytes, int] = {}
         self._horizon = 0
         self._flushed_at = 0
-        self._writes_seen = breaker.sent[0]
+        self._writes_seen = breaker.traffic.commands_sent
         self._heard = 0.0  # monotonic time Redis last said anything on the connection
         self._ping_sent = 0.0  # monotonic time of the PING awaiting its PONG, or 0
 
@@ -154,7 +154,7 @@ class HeldAnswers:
             try:
                 connection = self._connected()
                 self._await_pong(connection)
-                self._writes_seen = breaker.sent[0]  # this round trip is a barrier too
+                self._writes_seen = breaker.traffic.commands_sent  # this round trip is a barrier too
                 round_trips[0] += 1
                 connection.send_packed_command([hiredis.pack_command(tuple(c)) for c in commands])
                 replies: list[Any] = []
@@ -239,7 +239,7 @@ class HeldAnswers:
             self._connection, self._pool = connection, pool
             self._heard = time.monotonic()
             self._ping_sent = 0.0
-            self._writes_seen = breaker.sent[0]
+            self._writes_seen = breaker.traffic.commands_sent
         return self._connection
 
     def _settle(self) -> None:
@@ -249,8 +249,8 @@ class HeldAnswers:
         if connection is None:
             raise RedisError("no tracking connection")
         now = time.monotonic()
-        if self._writes_seen != breaker.sent[0]:
-            self._writes_seen = breaker.sent[0]
+        if self._writes_seen != breaker.traffic.commands_sent:
+            self._writes_seen = breaker.traffic.commands_sent
             if not self._ping_sent:
                 connection.send_command("PING")
                 self._ping_sent = now

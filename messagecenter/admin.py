@@ -294,7 +294,7 @@ class MessageAdmin(ReadInsightAdmin):
         return super().get_queryset(request).select_related("sender")
 
 
-# --- subscriptions, notifications and rules (seed 003) -------------------------------
+# --- subscriptions, notifications and rules --------------------------------------
 
 
 @admin.register(MessageType)

@@ -43,7 +43,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
-from messagecenter.readmodel import drift as rm
+from messagecenter.readmodel import drift as drift_rm
 
 BATCH = 1000
 
@@ -95,7 +95,7 @@ def user_groups_find() -> list[Finding]:
             "user_id", "group_id"
         ):
             want[int(user_id)].add(int(group_id))
-        have = rm.user_groups_get(user_ids=list(want))
+        have = drift_rm.user_groups_get(user_ids=list(want))
         for user_id, groups in want.items():
             if have[user_id] == groups:
                 continue
@@ -125,7 +125,7 @@ def hidden_find() -> list[Finding]:
     rows = list(InboxHidden.objects.order_by("pk").values_list("user_id", "item_id"))
     for batch in _batches(rows):
         pairs = [(int(u), str(ref)) for u, ref in batch]
-        for (user_id, ref), present in zip(pairs, rm.hidden_contains(pairs=pairs), strict=True):
+        for (user_id, ref), present in zip(pairs, drift_rm.hidden_contains(pairs=pairs), strict=True):
             if not present:
                 findings.append(
                     Finding(
@@ -169,8 +169,8 @@ def bulletins_find() -> list[Finding]:
     """Config zset members and scores, config detail hash, members hash and the
     item detail of every bulletin equal what PostgreSQL's bulletins and groups imply."""
     bulletins = list(Bulletin.objects.prefetch_related("groups").order_by("pk"))
-    redis_config = rm.bulletin_config_read()
-    details = rm.item_details_get(refs=[b.ref for b in bulletins])
+    redis_config = drift_rm.bulletin_config_read()
+    details = drift_rm.item_details_get(refs=[b.ref for b in bulletins])
     by_bulletin: dict[str, list[str]] = {}
     for member in redis_config.scores:
         by_bulletin.setdefault(member.partition("_")[0], []).append(member)
@@ -206,7 +206,7 @@ def bulletins_find() -> list[Finding]:
                 )
             )
     stale_ids = (set(by_bulletin) | set(redis_config.members)) - known
-    stale_ids |= {ref[1:] for ref in rm.item_detail_refs() if ref.startswith("b")} - known
+    stale_ids |= {ref[1:] for ref in drift_rm.item_detail_refs() if ref.startswith("b")} - known
     for bid in sorted(stale_ids, key=lambda b: (len(b), b)):
         members = tuple(by_bulletin.get(bid, []))
         inbox_member = _stale_bulletin_member(bid, members, redis_config.details)
@@ -228,24 +228,24 @@ def _stale_bulletin_member(bid: str, members: Sequence[str], config_details: dic
         config = _loads(config_details.get(member))
         if isinstance(config, dict) and config.get("member"):
             return str(config["member"])
-    detail = rm.item_details_get(refs=[f"b{bid}"]).get(f"b{bid}")
+    detail = drift_rm.item_details_get(refs=[f"b{bid}"]).get(f"b{bid}")
     return str(detail.get("member") or "") if detail else ""
 
 
 def _bulletin_remirror(bulletin_id: int, stray: tuple[str, ...]) -> None:
-    rm.bulletin_config_drop(members=stray)
+    drift_rm.bulletin_config_drop(members=stray)
     # As an edit: inboxes that merged it settle it and merge it again from
     # the mended config (read bits live in the bitmaps and survive).
     projection.bulletins([bulletin_id], edit=True)
 
 
 def _bulletin_forget(bid: str, members: tuple[str, ...], inbox_member: str) -> None:
-    rm.bulletin_config_drop(members=members, bulletin_ids=[int(bid)] if bid.isdigit() else [])
+    drift_rm.bulletin_config_drop(members=members, bulletin_ids=[int(bid)] if bid.isdigit() else [])
     if inbox_member and bid.isdigit():
         # The same removal a delete projects: config, detail, and every inbox settles it.
         projection.bulletin_removed(int(bid), InboxEntry.from_member(inbox_member))
     else:
-        rm.item_details_drop(refs=[f"b{bid}"])
+        drift_rm.item_details_drop(refs=[f"b{bid}"])
 
 
 # --- item details -------------------------------------------------------------------
@@ -276,7 +276,7 @@ def _live_notifications() -> Any:
 
 
 def _detail_findings(items: Sequence[Any], build: Callable[[Any], dict[str, Any]]) -> list[Finding]:
-    stored = rm.item_details_get(refs=[item.ref for item in items])
+    stored = drift_rm.item_details_get(refs=[item.ref for item in items])
     findings = []
     for item in items:
         want = _roundtrip(build(item))
@@ -320,7 +320,7 @@ def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tupl
     if member:
         # Deleted: every inbox settles the member it still holds.
         return "deleted in PostgreSQL", functools.partial(projection.item_removed, InboxEntry.from_member(member))
-    return "deleted in PostgreSQL", functools.partial(rm.item_details_drop, refs=[ref])
+    return "deleted in PostgreSQL", functools.partial(drift_rm.item_details_drop, refs=[ref])
 
 
 def item_details_find() -> list[Finding]:
@@ -335,13 +335,13 @@ def item_details_find() -> list[Finding]:
     for batch in _batches(notifications, 500):
         findings.extend(_detail_findings(batch, notification_detail))
     live = {m.ref for m in messages} | {n.ref for n in notifications}
-    refs = [r for r in rm.item_detail_refs() if r[:1] in {"m", "n"} and r[1:].isdigit() and r not in live]
+    refs = [r for r in drift_rm.item_detail_refs() if r[:1] in {"m", "n"} and r[1:].isdigit() and r not in live]
     for batch in _batches(refs):
         rows: dict[str, Any] = {}
         for model, kind in ((Message, "m"), (Notification, "n")):
             pks = [int(r[1:]) for r in batch if r[0] == kind]
             rows.update({f"{kind}{pk}": row for pk, row in model.objects.in_bulk(pks).items()} if pks else {})
-        stored = rm.item_details_get(refs=list(batch))
+        stored = drift_rm.item_details_get(refs=list(batch))
         for ref in batch:
             stale = _stale_detail_fix(ref, rows.get(ref), stored.get(ref))
             if stale is not None:
@@ -367,10 +367,10 @@ def subscribers_find() -> list[Finding]:
     want: dict[tuple[int, str], set[str]] = {}
     for subscription in Subscription.objects.only("message_type_id", "scope", "user_id", "group_id"):
         want.setdefault((subscription.message_type_id, subscription.scope), set()).add(subscription.subscriber)
-    pairs = sorted(set(want) | rm.subscriber_set_pairs())
+    pairs = sorted(set(want) | drift_rm.subscriber_set_pairs())
     findings: list[Finding] = []
     for batch in _batches(pairs):
-        for (type_id, scope), have in zip(batch, rm.subscribers_get_many(pairs=list(batch)), strict=True):
+        for (type_id, scope), have in zip(batch, drift_rm.subscribers_get_many(pairs=list(batch)), strict=True):
             expected = want.get((type_id, scope), set())
             if have == expected:
                 continue
@@ -434,7 +434,7 @@ def push_deliveries_find() -> list[Finding]:
         hidden = set(
             InboxHidden.objects.filter(item_id=entry.ref, user_id__in=sample).values_list("user_id", flat=True)
         )
-        probes = rm.inbox_probe(member=entry.member, ref=entry.ref, user_ids=sample)
+        probes = drift_rm.inbox_probe(member=entry.member, ref=entry.ref, user_ids=sample)
         for user_id, probe in probes.items():
             if probe.present or probe.hidden or user_id in hidden or user_id not in existing:
                 continue

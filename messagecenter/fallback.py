@@ -257,7 +257,7 @@ def inbox_page(
 ) -> Page:
     """A page as ``readmodel.inbox.inbox_page`` returns it, from PostgreSQL.
 
-    The walk is the script's (seed 001's scroll): items with score <= max,
+    The walk is the script's (max score plus offset): items with score <= max,
     the first ``skip`` of them dropped, newest first; the position counts
     every item walked (read ones too on unread-only pages), so a cursor means
     the same in both paths.

@@ -56,7 +56,7 @@ class UserGroupMembership(models.Model):
 
 
 class ItemSlotMonth(models.Model):
-    """Allocates (month, offset) slots for seed 004's per-user bitmaps.
+    """Allocates (month, offset) slots for the per-user push and read bitmaps.
 
     Offsets are dense per month (the "month base"): a user's push/read bitmap
     for a month is as large as the number of items created that month, not
@@ -71,7 +71,7 @@ class ItemSlotMonth(models.Model):
 
 
 class Bulletin(models.Model):
-    """Operator-configured bulletin (seed 002), merged into members' system lists on read."""
+    """Operator-configured bulletin, merged into members' system lists on read."""
 
     title = models.CharField(max_length=200)
     body_html = models.TextField(blank=True)
@@ -219,7 +219,7 @@ class InboxHidden(models.Model):
 
 
 class InboxReadSnapshot(models.Model):
-    """Durable copy of one user's read state for one month (seed 004's bitmaps).
+    """Durable copy of one user's read state for one month (their Redis bitmaps).
 
     ``read`` and ``ever`` are serialized pyroaring BitMaps of item offsets
     within ``month`` (the Redis read and ever-read bitmaps). Written by the
@@ -256,7 +256,7 @@ class InboxSeenSnapshot(models.Model):
         return f"{self.user_id} seen at {self.seen_ms}"
 
 
-# --- Subscriptions and typed notifications (seed 003) ----------------------------
+# --- Subscriptions and typed notifications -------------------------------------
 
 
 def _default_ttl() -> int:
@@ -264,7 +264,7 @@ def _default_ttl() -> int:
 
 
 class MessageType(models.Model):
-    """A kind of notification business systems raise (seed 003's ``REP_NOTICE``)."""
+    """A kind of notification business systems raise (low stock, a failed import, ...)."""
 
     code = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=100)
@@ -280,7 +280,7 @@ class MessageType(models.Model):
 
 
 class Subscription(models.Model):
-    """Seed 003's ``GV_SUBSCRIBER``: a user or a group ("role") subscribes to a
+    """A subscriber: a user or a group ("role") subscribes to a
     message type in a scope (a warehouse, ...). A group is resolved to its
     members when a notification is sent."""
 
@@ -381,7 +381,7 @@ class Notification(models.Model):
 
 
 class NotificationRule(models.Model):
-    """Seed 003's configurable business rule: scan a table on a schedule and
+    """A configurable business rule: scan a table on a schedule and
     notify once per matching object, withdrawing when it stops matching."""
 
     name = models.CharField(max_length=100)
@@ -450,7 +450,7 @@ class RuleRun(models.Model):
 
 
 class StockLevel(models.Model):
-    """DEMO ONLY: a stand-in business table (seed 003's warehouse stock) so the
+    """DEMO ONLY: a stand-in business table (warehouse stock) so the
     demo rule "negative stock at a location means replenish" has rows to scan.
     Real projects point rules at their own models."""
 

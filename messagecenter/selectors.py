@@ -127,7 +127,7 @@ def inbox_list(
 ) -> InboxPage:
     """A page of the user's inbox, newest first, with whole-inbox counts.
 
-    Paging is seed 001's scroll: the cursor holds the last score returned and
+    Paging is by max score plus offset: the cursor holds the last score returned and
     how many items at that score were returned, so items arriving meanwhile
     (newer, higher scores) never make a page repeat or skip. Both paths walk
     the same way, so a cursor stays valid when Redis goes down or comes back.

@@ -51,7 +51,7 @@ def first_reads_fold_task() -> int:
     return services.inbox_first_reads_fold()
 
 
-# --- subscriptions and notifications (seed 003) ------------------------------------
+# --- subscriptions and notifications ---------------------------------------------
 
 
 @shared_task(name="messagecenter.notification_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
@@ -74,7 +74,7 @@ def notification_fanout_chunk_task(notification_id: int, index: int) -> int:
 
 @shared_task(name="messagecenter.notifications_sweep", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
 def notifications_sweep_task() -> dict[str, int]:
-    """Periodic (Celery beat): drop expired notifications from Redis (seed 003's ZREMRANGEBYSCORE job)."""
+    """Periodic (Celery beat): drop expired notifications from Redis (ZREMRANGEBYSCORE on the expiry score)."""
     return services.notification_sweep()
 
 

@@ -32,15 +32,15 @@ def _platforms_field(*, required: bool = True) -> serializers.ListField:
 
 
 def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
-    a = item.announcement
+    announcement = item.announcement
     return {
-        "id": str(a.pk),
-        "title": a.title,
-        "summary": a.summary,
-        "published_at": a.publish_at,
-        "pinned": a.pinned,
+        "id": str(announcement.pk),
+        "title": announcement.title,
+        "summary": announcement.summary,
+        "published_at": announcement.publish_at,
+        "pinned": announcement.pinned,
         "read": item.read,
-        "body_html": a.body_html,
+        "body_html": announcement.body_html,
     }
 
 
@@ -48,7 +48,7 @@ def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
 
 
 class AnnouncementItemSerializer(serializers.Serializer):
-    """``Announcement`` of API.md (component ``AnnouncementItem``)."""
+    """The API's ``Announcement`` object (OpenAPI component ``AnnouncementItem``)."""
 
     id = serializers.CharField()
     title = serializers.CharField()

@@ -1,4 +1,4 @@
-"""Announcements (seed 000): broadcast to platforms, read state kept in Redis bitmaps."""
+"""Announcements: broadcast to platforms, read state kept in Redis bitmaps."""
 
 from datetime import datetime
 

@@ -151,7 +151,8 @@ def _write_chunk(
 
 
 def _built_chunks(client: RedisClient) -> list[int]:
-    # Chunk 0 always: it holds most users, and keeps the seed's keys current.
+    # Chunk 0 always: it holds most users, and its keys keep the plain
+    # ``notice:<platform>:<id>`` shape current.
     return sorted({0} | {int(c) for c in client.smembers(keys.notice_chunks())})
 
 

@@ -264,7 +264,7 @@ def announcement_stats(*, announcement: Announcement) -> dict[str, Any]:
     """Readers per targeted platform, with the platform's user count and ratio.
 
     ``read_total`` adds the platforms up: a user on two targeted platforms who
-    read it counts on each (seed 000 keeps read state per platform).
+    read it counts on each (read state is kept per platform).
     """
     platforms = announcement.platforms
     try:

@@ -1,4 +1,4 @@
-"""One walk through the REST contract of API.md as a client sees it: operators
+"""One walk through the REST contract as a client sees it: operators
 create groups, messages, bulletins, announcements and notifications; a
 recipient reads them; an outsider gets 404; bad input gets the envelope."""
 

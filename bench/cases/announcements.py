@@ -1,4 +1,4 @@
-"""Announcements (issue 3): one user's counts, bytes of read state (case 6).
+"""Announcements: one user's counts, and the bytes of read state per (user, announcement).
 
 Baseline: one PostgreSQL row per (user, announcement), the way most Django
 notification apps store a broadcast, measured in the same run.

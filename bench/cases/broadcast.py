@@ -1,4 +1,4 @@
-"""Case 1, broadcast to every user: an announcement, an everyone-message and a
+"""Broadcast to every user: an announcement, an everyone-message and a
 bulletin, each against django-notifications-hq's ``notify.send`` to the same
 number of users (its own virtual environment and database, see
 bench/incumbent/), a plain row-per-recipient table filled by one

@@ -1,8 +1,8 @@
-"""Cases 3 and 4: unread counts for a user with 1,000 live announcements and
+"""Unread counts for a user with 1,000 live announcements and
 10,000 inbox items (30% read), and mark-all-read of 10,000 unread items, each
 against django-notifications-hq on the same shapes (its unread().count() over
 11,000 notifications, its mark_all_as_read() of 10,000). Also the read state's
-bytes per (user, item) on the inbox side (case 6)."""
+bytes per (user, item) on the inbox side."""
 
 import random
 from datetime import timedelta
@@ -89,7 +89,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     source = incumbent_client.source(incumbent)
     rows: list[Row] = []
 
-    # --- case 3: unread counts ----------------------------------------------------------------
+    # --- unread counts ------------------------------------------------------------------------
     # A repeated poll is answered by the process (inbox.COUNTS_HELD, invalidated
     # by Redis's client tracking); a poll where nothing is held (another process,
     # or after a change) takes the read cache's check: one round trip. Both shown.
@@ -126,7 +126,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
             )
         )
 
-    # --- case 4: mark-all-read of 10,000 unread -------------------------------------------------
+    # --- mark-all-read of 10,000 unread ---------------------------------------------------------
     if not both:
         data.inbox_messages(operator=operator, audiences=[(size.mark_items, [marker.pk])])
     saved = _dump(marker.pk)
@@ -158,7 +158,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
         )
     )
 
-    # --- case 6: read state on the inbox side ----------------------------------------------------
+    # --- read state on the inbox side ------------------------------------------------------------
     months = [m.decode() for m in client.smembers(keys.mc_inbox_months(counter.pk))]
     read_bytes = sum(client.memory_usage(keys.mc_read_bitmap(counter.pk, m), samples=0) or 0 for m in months)
     ever_bytes = sum(client.memory_usage(keys.mc_read_ever_bitmap(counter.pk, m), samples=0) or 0 for m in months)

@@ -1,4 +1,4 @@
-"""The inbox (issue 4): first page with counts, push fan-out rate, pull publish
+"""The inbox: first page with counts, push fan-out rate, pull publish
 time, and Redis bytes per (user, message), each next to a one-row-per-recipient
 PostgreSQL baseline measured in the same run."""
 

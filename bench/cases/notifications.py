@@ -1,4 +1,4 @@
-"""Subscriptions (issue 5): notification fan-out rate to 10,000 subscribers, and
+"""Subscriptions: notification fan-out rate to 10,000 subscribers, and
 the expiry sweep's rate over 100,000 expired entries, each next to a
 one-row-per-recipient PostgreSQL baseline measured in the same run."""
 

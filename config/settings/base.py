@@ -181,8 +181,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # First reads are written behind (one list entry per mark); this folds them
     # into the per-item hourly counters of the read-rate chart.
     "messagecenter-first-reads-fold": {"task": "messagecenter.first_reads_fold", "schedule": 60},
-    # Seed 003's expiry job: expired notifications leave the per-user zsets in bounded
-    # batches (reads already hide them exactly at expiry).
+    # Expiry job: expired notifications leave the per-user zsets (ZREMRANGEBYSCORE
+    # on the expiry score) in bounded batches (reads already hide them exactly at expiry).
     "messagecenter-notifications-sweep": {"task": "messagecenter.notifications_sweep", "schedule": 60},
     # Operator-configured rules that are due (last_run_at + interval <= now).
     "messagecenter-rules-run-due": {"task": "messagecenter.rules_run_due", "schedule": 60},

@@ -1,1 +1,2 @@
-"""REST adapters of the message centre (API.md): one class per operation."""
+"""REST adapters of the message centre (the ``/api/v1/`` contract, schema at
+``/api/schema/``): one class per operation."""

@@ -1,4 +1,4 @@
-"""Operators: ``/api/v1/manage/`` message types, subscriptions and notifications (seed 003).
+"""Operators: ``/api/v1/manage/`` message types, subscriptions and notifications.
 
 A duplicate subscription (same type, scope and user or group) answers 409.
 """

@@ -35,8 +35,8 @@ local function cache_held(field, tag)
   if held[1] and held[2] then
     local cut = string.find(held[1], CACHE_UNTIL, 1, true)
     if not cut then return nil end
-    local t, until_ = string.sub(held[1], 1, cut - 1), string.sub(held[1], cut + 1)
-    if t == tag and (until_ == "" or NOW < tonumber(until_)) then return held[2] end
+    local held_tag, until_ = string.sub(held[1], 1, cut - 1), string.sub(held[1], cut + 1)
+    if held_tag == tag and (until_ == "" or NOW < tonumber(until_)) then return held[2] end
   end
   return nil
 end

@@ -20,32 +20,33 @@ local function open_inbox(own_keys, own_args, with_ever)
   all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
   for i, cat in ipairs(CATEGORIES) do category_keys[cat] = KEYS[1 + i] end
-  local a = own_args + 1
-  NOW_ARG = ARGV[a]
+  local arg_pos = own_args + 1  -- walks ARGV past what has been read
+  NOW_ARG = ARGV[arg_pos]
   NOW = tonumber(NOW_ARG)
-  local n = tonumber(ARGV[a + 1])
-  local mode = ARGV[a + 2 + n]
-  local g = 11 + own_keys
-  local b = g
-  if mode == "2" then b = g + 7 end
-  for i = 1, n do
-    local month = ARGV[a + 1 + i]
+  local month_count = tonumber(ARGV[arg_pos + 1])
+  local mode = ARGV[arg_pos + 2 + month_count]
+  local global_base = 11 + own_keys  -- the fast path's global keys follow the script's own
+  local bitmap_base = global_base  -- the month bitmaps follow those, when sent
+  if mode == "2" then bitmap_base = global_base + 7 end
+  for i = 1, month_count do
+    local month = ARGV[arg_pos + 1 + i]
     MONTHS[i] = month
-    READ[month] = KEYS[b + i]
-    PUSH[month] = KEYS[b + n + i]
-    if with_ever then EVER[month] = KEYS[b + 2 * n + i] end
+    READ[month] = KEYS[bitmap_base + i]
+    PUSH[month] = KEYS[bitmap_base + month_count + i]
+    if with_ever then EVER[month] = KEYS[bitmap_base + 2 * month_count + i] end
   end
-  a = a + 3 + n
+  arg_pos = arg_pos + 3 + month_count
   if mode == "2" then
     FAST = true
-    removal_version_key, pull_sequence_key, bulletin_update_key = KEYS[g + 1], KEYS[g + 2], KEYS[g + 3]
-    bulletin_config_key, detail_key, detail_version_key = KEYS[g + 4], KEYS[g + 5], KEYS[g + 6]
-    pending_key = KEYS[g + 7]
+    removal_version_key, pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]
+    bulletin_update_key, bulletin_config_key = KEYS[global_base + 3], KEYS[global_base + 4]
+    detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
+    pending_key = KEYS[global_base + 7]
     if not level() then return false end
     settle_expired()
-    trim(tonumber(ARGV[a]))
+    trim(tonumber(ARGV[arg_pos]))
   elseif mode == "1" then
-    settle_and_merge(a)
+    settle_and_merge(arg_pos)
   end
   return true
 end

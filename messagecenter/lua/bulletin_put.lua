@@ -12,9 +12,9 @@ members_key, update_key, removed_key, removed_version_key = KEYS[5], KEYS[6], KE
 local now, bid = tonumber(ARGV[1]), ARGV[2]
 drop_bulletin_config(bid)
 detail_put(ARGV[3], ARGV[4])
-local n = tonumber(ARGV[6])
+local member_count = tonumber(ARGV[6])
 local members = {}
-for i = 0, n - 1 do
+for i = 0, member_count - 1 do
   local member, score, json = ARGV[7 + 3 * i], ARGV[8 + 3 * i], ARGV[9 + 3 * i]
   redis.call("ZADD", config_key, score, member)
   redis.call("HSET", bulletin_detail_key, member, json)
@@ -23,4 +23,4 @@ end
 redis.call("HSET", members_key, bid, table.concat(members, ","))
 mark_removed(ARGV[5])
 bump_update_time(now)
-return n
+return member_count

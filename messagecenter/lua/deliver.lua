@@ -31,33 +31,34 @@ local offset, month, score, expire_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local expire, now, stride = tonumber(expire_ms), tonumber(ARGV[8]), tonumber(ARGV[9])
 local head, tail = ARGV[10], ARGV[11]
 local live = expire == 0 or expire > now
-local E = expire > 0 and 1 or 0
-local notify = stride - 8 - E
+-- How many expiry-zset keys each recipient's stride holds: 1 for an item that expires, else 0.
+local EXPIRY_KEYS = expire > 0 and 1 or 0
+local notify = stride - 8 - EXPIRY_KEYS
 if (notify ~= 0 and notify ~= 1) or #KEYS % stride ~= 0 then
   return redis.error_reply("deliver.lua: KEYS do not fit the stride " .. stride)
 end
-local MONTHS, PUSHED, READ_BITS, VERSION, NOTIF = 5 + E, 6 + E, 7 + E, 8 + E, 9 + E
-local n = #KEYS / stride
+local MONTHS, PUSHED, READ_BITS, VERSION, NOTIF = 5 + EXPIRY_KEYS, 6 + EXPIRY_KEYS, 7 + EXPIRY_KEYS, 8 + EXPIRY_KEYS, 9 + EXPIRY_KEYS
+local recipients = #KEYS / stride
 -- An event reaches only subscribers of the channel (the project subscribes
 -- by channel, never by pattern): one PUBSUB NUMSUB for the whole batch, then
 -- a PUBLISH only where someone listens, instead of one per recipient. The
 -- script runs atomically, so nobody subscribes in between.
 local listening = nil
 if tail ~= "" then
-  listening = call("PUBSUB", "NUMSUB", unpack(ARGV, 12, 11 + n))
+  listening = call("PUBSUB", "NUMSUB", unpack(ARGV, 12, 11 + recipients))
 end
 local gained = 0
-for i = 0, n - 1 do
-  local k = i * stride
+for i = 0, recipients - 1 do
+  local base = i * stride  -- this recipient's keys are KEYS[base + 1 ..]
   if notify == 1 then
     -- The sweep's index (score = expiry); NX like the inbox itself.
-    call("ZADD", KEYS[k + NOTIF], "NX", expire_ms, member)
+    call("ZADD", KEYS[base + NOTIF], "NX", expire_ms, member)
   end
-  all_key, counters_key, hidden_key, months_key = KEYS[k + 1], KEYS[k + 3], KEYS[k + 4], KEYS[k + MONTHS]
-  category_keys[category], PUSH[month], READ[month] = KEYS[k + 2], KEYS[k + PUSHED], KEYS[k + READ_BITS]
-  if E == 1 then expiry_key = KEYS[k + 5] end
-  if live and insert(member, ref, category, month, offset, score, expire_ms, E == 1) then
-    local version = call("INCR", KEYS[k + VERSION])
+  all_key, counters_key, hidden_key, months_key = KEYS[base + 1], KEYS[base + 3], KEYS[base + 4], KEYS[base + MONTHS]
+  category_keys[category], PUSH[month], READ[month] = KEYS[base + 2], KEYS[base + PUSHED], KEYS[base + READ_BITS]
+  if EXPIRY_KEYS == 1 then expiry_key = KEYS[base + 5] end
+  if live and insert(member, ref, category, month, offset, score, expire_ms, EXPIRY_KEYS == 1) then
+    local version = call("INCR", KEYS[base + VERSION])
     if listening and listening[2 * i + 2] > 0 then
       call("PUBLISH", ARGV[12 + i], head .. version .. tail)
     end

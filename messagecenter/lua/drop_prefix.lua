@@ -11,5 +11,5 @@ for _, member in ipairs(call("ZRANGE", all_key, 0, -1)) do
   if string.sub(member, 1, #prefix) == prefix then dropped = dropped + remove(member) end
 end
 call("DEL", access_key)
-call("HDEL", state_key, "bd")
+call("HDEL", state_key, "bd")  -- the bulletin display marker: no bulletin merged any more
 return dropped

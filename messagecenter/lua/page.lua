@@ -52,11 +52,11 @@ while more == 0 do
       times[#times + 1] = raw
       reads[#reads + 1] = bit
     end
-    local t = tonumber(raw)
-    if pos_time ~= nil and t == pos_time then
+    local item_time = tonumber(raw)
+    if pos_time ~= nil and item_time == pos_time then
       pos_skip = pos_skip + 1
     else
-      pos_time, pos_raw, pos_skip = t, raw, 1
+      pos_time, pos_raw, pos_skip = item_time, raw, 1
     end
   end
   if #rows < 2 * batch then break end

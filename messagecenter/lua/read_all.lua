@@ -46,15 +46,15 @@ else
   if category ~= "" then key = category_keys[category] end
   local by_cat = {}
   for _, member in ipairs(call("ZRANGEBYSCORE", key, "-inf", time_max)) do
-    local ref, c, month, off = parse(member)
+    local ref, item_category, month, off = parse(member)
     if READ[month] and call("SETBIT", READ[month], off, 1) == 0 then
       marked = marked + 1
-      by_cat[c] = (by_cat[c] or 0) + 1
+      by_cat[item_category] = (by_cat[item_category] or 0) + 1
       if first_read(month, off) then first[#first + 1] = ref end
     end
   end
   -- One counter write per category, not one per item.
-  for c, count in pairs(by_cat) do call("HINCRBY", counters_key, c, -count) end
+  for unread_category, count in pairs(by_cat) do call("HINCRBY", counters_key, unread_category, -count) end
   if marked > 0 then touch() end
 end
 if FAST then

@@ -5,9 +5,9 @@
 
 local removed_key, floor_key = KEYS[1], KEYS[2]
 local keep = tonumber(ARGV[1])
-local n = redis.call("ZCARD", removed_key)
-if n <= keep then return 0 end
-local last = redis.call("ZRANGE", removed_key, n - keep - 1, n - keep - 1, "WITHSCORES")
-redis.call("ZREMRANGEBYRANK", removed_key, 0, n - keep - 1)
+local removed_count = redis.call("ZCARD", removed_key)
+if removed_count <= keep then return 0 end
+local last = redis.call("ZRANGE", removed_key, removed_count - keep - 1, removed_count - keep - 1, "WITHSCORES")
+redis.call("ZREMRANGEBYRANK", removed_key, 0, removed_count - keep - 1)
 redis.call("SET", floor_key, last[2])
-return n - keep
+return removed_count - keep

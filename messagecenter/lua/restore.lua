@@ -16,19 +16,19 @@
 -- before the restore were counted unread against a missing bitmap, so each
 -- of them whose restored bit is 1 leaves its counter here, in the same step.
 
-local n = tonumber(ARGV[1])
+local month_count = tonumber(ARGV[1])
 local restored = {}
 local any = false
 local written = 0
-for i = 1, n do
+for i = 1, month_count do
   local month = ARGV[1 + i]
-  local read, ever = ARGV[1 + n + i], ARGV[1 + 2 * n + i]
+  local read, ever = ARGV[1 + month_count + i], ARGV[1 + 2 * month_count + i]
   if read ~= "" and redis.call("SET", KEYS[3 + i], read, "NX") then
     restored[month] = KEYS[3 + i]
     any = true
     written = written + 1
   end
-  if ever ~= "" and redis.call("SET", KEYS[3 + n + i], ever, "NX") then
+  if ever ~= "" and redis.call("SET", KEYS[3 + month_count + i], ever, "NX") then
     written = written + 1
   end
 end
@@ -42,7 +42,7 @@ if any then
   end
 end
 
-local seen = ARGV[2 + 3 * n]
+local seen = ARGV[2 + 3 * month_count]
 if seen ~= "" and redis.call("HSETNX", KEYS[3], "seen", seen) == 1 then
   written = written + 1
 end

@@ -22,7 +22,7 @@ class InboxEntry:
     """One item as every inbox holds it.
 
     ``ref`` is the public id (``m12`` message, ``b3`` bulletin, ``n7`` for the
-    next source); (month, offset) is its slot in seed 004's bitmaps; ``score``
+    next source); (month, offset) is its bit in the per-user push/read bitmaps; ``score``
     orders the inbox (creation or display time, ms); ``expire_ms`` 0 = never.
     """
 

@@ -105,6 +105,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     pull_wm, seq = _int(state.get("pull")), _int(seq_raw)
     update_time = _int(update_raw)
     latest_display = _int(latest[0][1]) if latest else 0
+    # "bd" (bulletin display): display time of the latest bulletin merged into this inbox.
+    bulletins_shown = state.get("bd")
     # Removals below the floor were trimmed: such a user re-checks every
     # item against the details (removed items have none) and re-merges
     # bulletins (an edited one may have moved).
@@ -112,9 +114,9 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     merge_bulletins = (
         full_settle
         or access_raw is None
-        or "bd" not in state
+        or bulletins_shown is None
         or update_time > _int(access_raw)
-        or latest_display > _int(state["bd"])
+        or latest_display > _int(bulletins_shown)
     )
 
     removed: list[str] = []

@@ -1,4 +1,4 @@
-"""Redis side of seed 003's subscriptions: subscriber sets per (type, scope),
+"""Redis side of subscriptions: subscriber sets per (type, scope),
 each user's notification zset (score = expiry) and the holders index the
 sweep walks. Delivery into inboxes itself goes through ``publish.inbox_deliver``."""
 

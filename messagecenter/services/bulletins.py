@@ -1,4 +1,4 @@
-"""Bulletins (seed 002): operator-configured, shown to user groups from their
+"""Bulletins: operator-configured, shown to user groups from their
 display time until they expire, merged into each member's system list on read."""
 
 from collections.abc import Iterable

@@ -1,6 +1,6 @@
 """Messages: composed by operators, delivered by push (write fan-out) to small
 audiences and by pull (stored once, merged on read) to large ones and to
-everyone (seed 001's feed models)."""
+everyone. Either way the user sees the same inbox (docs/ARCHITECTURE.md)."""
 
 import math
 from collections.abc import Iterable, Sequence

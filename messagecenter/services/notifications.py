@@ -1,4 +1,4 @@
-"""Seed 003's typed notifications: message types, subscriptions per scope, and
+"""Typed notifications: message types, subscriptions per scope, and
 notifications fanned out to the subscribers at send time.
 
 A notification is stored once in PostgreSQL (with its send-time audience as a
@@ -245,7 +245,7 @@ def notification_withdraw(*, notification: Notification) -> bool:
 
 
 def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
-    """Seed 003's expiry job (Celery beat ``messagecenter.notifications_sweep``).
+    """The expiry job (Celery beat ``messagecenter.notifications_sweep``).
 
     Inboxes already hide a notification exactly at ``expire_at``; this frees
     Redis: each holder's expired members leave the inbox and the per-user

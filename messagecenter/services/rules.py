@@ -1,4 +1,4 @@
-"""Seed 003's configurable business rules: scan a table on a schedule and
+"""Configurable business rules: scan a table on a schedule and
 raise a notification per matching object.
 
 A rule is a model (any installed one), a filter written as field lookups
@@ -71,7 +71,7 @@ def rule_filters_validate(*, model: type[models.Model], filters: Any) -> Q:
     """
     if not isinstance(filters, Mapping):
         raise ValidationFailed("The filter must be a JSON object of field lookups.", code="invalid_filter")
-    q = Q()
+    condition = Q()
     for key, value in filters.items():
         if not isinstance(key, str) or not key:
             raise _lookup_error(str(key), "not a field lookup.")
@@ -107,8 +107,8 @@ def rule_filters_validate(*, model: type[models.Model], filters: Any) -> Q:
                 raise _lookup_error(key, "'range' needs two values.")
         elif not isinstance(value, scalar):
             raise _lookup_error(key, "the value must be a string, number, boolean or null.")
-        q &= Q(**{key: value})
-    return q
+        condition &= Q(**{key: value})
+    return condition
 
 
 def _template(source: str, name: str) -> Any:

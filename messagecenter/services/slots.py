@@ -1,4 +1,5 @@
-"""Allocation of seed 004 bitmap slots (month, offset) for new inbox items."""
+"""Allocation of (month, offset) slots for new inbox items: the bit each item takes in the per-user
+push and read bitmaps."""
 
 from datetime import datetime
 

@@ -22,8 +22,8 @@ local tag = token .. ":" .. (redis.call("GET", KEYS[2]) or "0") .. ":" .. ARGV[3
 if #KEYS == 3 then
   local held = redis.call("GET", KEYS[3])
   if held then
-    local t, read = string.match(held, "^([^|]*)|(%d+)$")
-    if t == tag then
+    local held_tag, read = string.match(held, "^([^|]*)|(%d+)$")
+    if held_tag == tag then
       return tonumber(read)
     end
   end

@@ -23,8 +23,8 @@ if stored >= tonumber(ARGV[1]) then
   return 0
 end
 redis.call('DEL', KEYS[2], KEYS[3])
-local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
+local announcement_count = tonumber(ARGV[4])
+for i = 0, announcement_count - 1 do
   local base = 5 + i * 3
   redis.call('ZADD', KEYS[2], ARGV[base + 1], ARGV[base])
   if ARGV[base + 2] ~= '' then

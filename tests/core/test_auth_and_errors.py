@@ -1,4 +1,4 @@
-"""Token auth and the error envelope of API.md for every kind of error."""
+"""Token auth and the API's error envelope for every kind of error."""
 
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""Bulletins (seed 002): display time, expiry, groups joined later, edits, merge idempotence."""
+"""Bulletins: display time, expiry, groups joined later, edits, merge idempotence."""
 
 from datetime import timedelta
 from typing import Any

@@ -1,4 +1,4 @@
-"""The hot paths of issue 8: push fan-out in batched deliver.lua calls (live
+"""The hot paths: push fan-out in batched deliver.lua calls (live
 events from inside the script), and the one-round-trip page and counts that
 fall back to planning whenever something global moved."""
 

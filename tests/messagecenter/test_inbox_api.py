@@ -1,4 +1,4 @@
-"""The signed-in user's inbox over REST (API.md), hot path without SQL."""
+"""The signed-in user's inbox over REST, hot path without SQL."""
 
 import json
 from datetime import UTC, datetime, timedelta, timezone

@@ -1,4 +1,4 @@
-"""``/api/v1/manage/`` message types, subscriptions and notifications (API.md),
+"""``/api/v1/manage/`` message types, subscriptions and notifications over REST,
 and notifications in the inbox endpoints: statuses, envelopes, permissions,
 nothing changed on error, privacy."""
 

@@ -1,4 +1,4 @@
-"""Seed 003's configurable rules: notify once per matching object, withdraw
+"""Configurable business rules: notify once per matching object, withdraw
 when it clears, notify again on a new match; validation, isolation of broken
 rules, dry runs, the beat task, ``run_rules`` and the admin."""
 

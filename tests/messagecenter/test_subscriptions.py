@@ -1,4 +1,4 @@
-"""Seed 003's subscriptions and typed notifications: audience at send time,
+"""Subscriptions and typed notifications: audience at send time,
 scope isolation, dedupe, polling, exact TTL expiry, the sweep job and
 idempotent fan-out. Each test checks PostgreSQL, then the read model."""
 

@@ -1,4 +1,4 @@
-"""The REST contract of API.md for announcements, black-box through the client."""
+"""The REST contract for announcements, black-box through the client."""
 
 from datetime import timedelta
 from typing import Any

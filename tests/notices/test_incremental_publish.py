@@ -1,5 +1,5 @@
 """A new announcement is added to the platform indexes without a rebuild
-(readmodel.platform_add, issue 8): the result must equal what the full
+(readmodel.platform_add): the result must equal what the full
 platform_sync builds, a concurrent rebuild must never lose against it, and a
 Redis failure after commit must still reach the outbox."""
 

@@ -1,6 +1,6 @@
 """Loads the demo data: the operator, users, groups and one of every kind of item.
 
-Each app contributes the seed it registered (``core.demo.register``); running
+Each app contributes the demo loader it registered (``core.demo.register``); running
 the command twice changes nothing the second time.
 """
 
@@ -9,7 +9,7 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from core.demo import seeds
+from core.demo import demo_seeds
 
 
 class Command(BaseCommand):
@@ -18,7 +18,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdout.write("Demo data:")
         stdout = cast(TextIO, self.stdout)  # OutputWrapper: a text stream in all but its type
-        for seed in seeds():
+        for seed in demo_seeds():
             with transaction.atomic():
                 seed(stdout)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
