@@ -93,8 +93,10 @@ def test_indexes_after_random_operations_equal_a_full_rebuild(seed: int, redis: 
 
 def test_an_add_prunes_expired_entries_as_a_rebuild_does(redis: Any) -> None:
     now = timezone.now()
-    soon = announce(["user"], publish_at=now - HOUR, expire_at=now + timedelta(milliseconds=50))
-    with mock.patch("notices.readmodel.timezone.now", return_value=now + timedelta(seconds=1)):
+    # Expires after its own publish has surely run (a busy machine may take a
+    # while), and before the add below, which runs "later".
+    soon = announce(["user"], publish_at=now - HOUR, expire_at=now + timedelta(seconds=10))
+    with mock.patch("notices.readmodel.timezone.now", return_value=now + timedelta(seconds=20)):
         later = readmodel.to_ms(now + HOUR)
         assert readmodel.platform_add(
             platform="user", entry=(soon.pk + 1000, later, None), seen=readmodel._revisions["user"]
