@@ -85,8 +85,8 @@ bench: setup-dev $(INCUMBENT_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
 # The fault drill (bench/drill): gunicorn, a Celery worker and beat, a private
-# redis-server on a spare port and a database of its own on the local
-# PostgreSQL, under load, with one fault at a time; writes bench/DRILLS.md.
+# redis-server and a private PostgreSQL cluster on spare ports, under load,
+# with one fault at a time; writes bench/DRILLS.md.
 # DRILL_ARGS=--quick: a 15 s Redis outage instead of 120 s.
 DRILL_ARGS ?=
 drill: setup-dev

@@ -22,6 +22,7 @@ from bench.drill.load import call, wait_until
 DATABASE = "messagecenter_drill"
 FINDINGS = "## Findings"
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+POSTGRES_FAULT = "PostgreSQL down"
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -52,18 +53,27 @@ def main() -> int:
     args = parser.parse_args()
     outage = args.outage_seconds if args.outage_seconds is not None else (15.0 if args.quick else 120.0)
 
+    # The PostgreSQL fault needs a PostgreSQL of the drill's own: then the whole
+    # stack runs on it. Otherwise the machine's, with a database of the drill's own.
+    private_pg = not args.only or any(part.lower() in POSTGRES_FAULT.lower() for part in args.only)
     signal.signal(signal.SIGTERM, _interrupted)
     workdir = Path(tempfile.mkdtemp(prefix="mc-drill-"))
     processes: list[stack.Process] = []
+    postgres: stack.PrivatePostgres | None = None
     started = time.monotonic()
     try:
+        if private_pg:
+            postgres = stack.PrivatePostgres(port=stack.free_port(6590), workdir=workdir)
+            postgres.init()
+            postgres.start()
+            PG["port"] = postgres.port
         redis = stack.RedisServer(port=stack.free_port(6490), workdir=workdir)
         processes.append(redis)
         redis.start()
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MESSAGECENTER_", "REDIS_"))},
             "DJANGO_SETTINGS_MODULE": "config.settings.drill",
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:{PG['port']}/{DATABASE}",
             "REDIS_URL": redis.url(0),
             "CELERY_BROKER_URL": redis.url(1),
             "PYTHONUNBUFFERED": "1",
@@ -89,7 +99,7 @@ def main() -> int:
         web = stack.gunicorn(port=port, env=env, log=workdir / "gunicorn.log")
         worker = stack.celery_worker(env=env, log=workdir / "worker.log", name="drill1")
         beat = stack.celery_beat(env=env, log=workdir / "beat.log", schedule=workdir / "beat-schedule")
-        drill = Drill(base=base, redis=redis, worker=worker, workdir=workdir)
+        drill = Drill(base=base, redis=redis, worker=worker, workdir=workdir, postgres=postgres)
         drill.seed()
         for process in (web, worker, beat):
             processes.append(process)
@@ -105,6 +115,8 @@ def main() -> int:
     finally:
         for process in reversed(processes):
             process.stop()
+        if postgres is not None:
+            postgres.stop()
     elapsed = time.monotonic() - started
     given = " ".join(arg for arg in sys.argv[1:] if arg != "--no-write")
     command = "make drill" + (f" DRILL_ARGS='{given}'" if given else "")
@@ -118,7 +130,7 @@ def main() -> int:
             f"- command: `{command}`",
             "- stack: gunicorn (2 gthread workers, 4 threads each), Celery worker (prefork, 2) and beat, a private "
             "redis-server (read model on db 0, broker on db 1), PostgreSQL database "
-            f"`{DATABASE}`; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
+            f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
             "- restore: seconds from the end of the fault (FLUSHALL, the restart, SIGCONT, the kill) until "
             "/healthz says redis ok and every reader's whole inbox over the API lists every acknowledged message "
             "once, shows every acknowledged mark and counts what it lists as unread; lost: acknowledged marks or "

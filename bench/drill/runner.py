@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from rest_framework.authtoken.models import Token
 
 from bench.drill import stack
@@ -118,7 +118,16 @@ def truth_view(user_id: int) -> View:
 
 
 class Drill:
-    def __init__(self, *, base: str, redis: stack.RedisServer, worker: stack.Process, workdir: Path) -> None:
+    def __init__(
+        self,
+        *,
+        base: str,
+        redis: stack.RedisServer,
+        worker: stack.Process,
+        workdir: Path,
+        postgres: stack.PrivatePostgres | None,
+    ) -> None:
+        self.postgres = postgres
         self.base = base
         self.redis = redis
         self.worker = worker
@@ -297,6 +306,19 @@ class Drill:
 
         return inject
 
+    def postgres_down(self, outage: float) -> Callable[[Row], float]:
+        def inject(row: Row) -> float:
+            assert self.postgres is not None
+            time.sleep(3)
+            self.postgres.stop(mode="immediate")  # no shutdown checkpoint: as a crash
+            time.sleep(outage)
+            self.postgres.start()
+            connections.close_all()  # this process's connections died with the server
+            row.notes.append(f"the stack's PostgreSQL down {outage:.0f} s; restore counted from its restart")
+            return time.monotonic()
+
+        return inject
+
     def worker_killed(self, row: Row) -> float:
         """SIGKILL the worker while it runs the chunks of a message to 5,000 users,
         start a new one two seconds later, and count the crowd's copies in Redis."""
@@ -373,12 +395,14 @@ class Drill:
             raise RuntimeError("the seed messages were not delivered: is the worker running?")
         self.load.start()
         freeze = 5.0 if quick else 10.0
+        pg_outage = 10.0 if quick else 30.0
         plan: list[tuple[str, Any, bool]] = [
             ("none (steady load, 10 s)", self.baseline(10), False),
             ("FLUSHALL", self.flushall, False),
             (f"Redis stopped {outage:.0f} s, restarted empty", self.redis_stopped(outage), False),
             (f"redis-server SIGSTOP {freeze:.0f} s, SIGCONT", self.redis_frozen(freeze), False),
             ("Celery worker SIGKILL mid fan-out (5,000 recipients)", self.worker_killed, False),
+            (f"PostgreSQL down {pg_outage:.0f} s (private cluster), restarted", self.postgres_down(pg_outage), True),
             # The marks of every fault above must have reached PostgreSQL: a
             # second loss of Redis shows the ones that live in Redis only.
             ("FLUSHALL again, after all the above", self.flushall, False),
@@ -389,14 +413,11 @@ class Drill:
                 if only and not any(part.lower() in name.lower() for part in only):
                     rows.append(Row(name, not_run="not selected (--only)"))
                     continue
+                if name.startswith("PostgreSQL") and self.postgres is None:
+                    rows.append(Row(name, not_run="no private PostgreSQL cluster was started"))
+                    continue
                 rows.append(self.run_fault(name, inject, allow_503=allow_503))
         finally:
             self.load.stop()
-        rows.append(
-            Row(
-                "PostgreSQL down (private PostgreSQL)",
-                not_run="not built in this session: needs a private initdb cluster for the stack",
-            )
-        )
         rows.append(Row("Redis Cluster master failover", not_run="not built in this session"))
         return rows

@@ -138,3 +138,45 @@ def celery_worker(*, env: dict[str, str], log: Path, name: str) -> Process:
 def celery_beat(*, env: dict[str, str], log: Path, schedule: Path) -> Process:
     command = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "WARNING", "-s", str(schedule)]
     return Process("celery beat", command, env=env, log=log)
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the drill's own (initdb in a temporary directory,
+    a spare port), run as the postgres system user, so that the PostgreSQL
+    fault stops this one and never the machine's."""
+
+    def __init__(self, *, port: int, workdir: Path) -> None:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+        if not found:
+            raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+        self.bin = found[-1].parent
+        self.port = port
+        self.data = workdir / "pgdata"
+        self.log = workdir / "postgres.log"
+        self.started = False
+
+    def _as_postgres(self, *command: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self.data.mkdir()
+        shutil.chown(self.data, "postgres", "postgres")
+        self.log.touch()
+        shutil.chown(self.log, "postgres", "postgres")
+        os.chmod(self.data.parent, 0o755)  # noqa: S103 - the postgres user must reach its data directory
+        self._as_postgres(
+            str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.log), "-w", "start"
+        )
+        self.started = True
+
+    def stop(self, *, mode: str = "fast") -> None:
+        """``immediate``: no shutdown checkpoint, as a crash."""
+        if self.started:
+            self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+            self.started = False
