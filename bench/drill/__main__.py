@@ -56,7 +56,9 @@ def main() -> int:
     # The PostgreSQL fault needs a PostgreSQL of the drill's own: then the whole
     # stack runs on it. Otherwise the machine's, with a database of the drill's own.
     private_pg = not args.only or any(part.lower() in POSTGRES_FAULT.lower() for part in args.only)
+    # SIGINT too: a shell without job control starts background jobs with it ignored.
     signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     workdir = Path(tempfile.mkdtemp(prefix="mc-drill-"))
     processes: list[stack.Process] = []
     postgres: stack.PrivatePostgres | None = None
@@ -156,4 +158,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: every process the drill started is stopped", file=sys.stderr)
+        sys.exit(130)
