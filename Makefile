@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-dev migrate demo run test test-cluster lint format bench cluster-up cluster-down clean
+.PHONY: setup setup-dev migrate demo run test test-cluster lint format bench drill cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,14 @@ $(INCUMBENT_STAMP): bench/requirements-incumbent.txt
 bench: setup-dev $(INCUMBENT_STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The fault drill (bench/drill): gunicorn, a Celery worker and beat, a private
+# redis-server and a private PostgreSQL cluster on spare ports, under load,
+# with one fault at a time; writes bench/DRILLS.md.
+# DRILL_ARGS=--quick: a 15 s Redis outage instead of 120 s.
+DRILL_ARGS ?=
+drill: setup-dev
+	$(PY) -m bench.drill $(DRILL_ARGS)
 
 # The local six-node Redis Cluster by hand (ports 7000-7005), e.g. to try the
 # read model on it; make test-cluster leaves a cluster started this way up

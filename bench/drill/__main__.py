@@ -1,0 +1,165 @@
+"""``python -m bench.drill``: start the stack, seed, load, inject the faults, print
+the table and write bench/DRILLS.md. Every process started here is stopped by
+its PID on the way out, also on Ctrl-C, SIGTERM or an error."""
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import psycopg
+
+from bench.drill import stack
+from bench.drill.load import call, wait_until
+
+DATABASE = "messagecenter_drill"
+FINDINGS = "## Findings"
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+POSTGRES_FAULT = "PostgreSQL down"
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _recreate_database() -> None:
+    """A database of the drill's own, empty at every run (never another one)."""
+    with psycopg.connect(dbname="postgres", autocommit=True, **PG) as conn:  # type: ignore[arg-type]
+        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def _machine(redis: stack.RedisServer) -> str:
+    with psycopg.connect(dbname="postgres", **PG) as conn:  # type: ignore[arg-type]
+        row = conn.execute("SHOW server_version").fetchone()
+    pg = row[0] if row else "?"
+    version = redis.client().info("server")["redis_version"]
+    return f"{platform.node()} · {os.cpu_count()} cores · Python {platform.python_version()} · PostgreSQL {pg} · Redis {version}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.drill")
+    parser.add_argument("--quick", action="store_true", help="a 15 s Redis outage and a 5 s freeze")
+    parser.add_argument("--outage-seconds", type=float, default=None, help="Redis down this long (default 120)")
+    parser.add_argument("--only", action="append", default=[], help="run only faults whose name contains this")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/DRILLS.md")
+    args = parser.parse_args()
+    outage = args.outage_seconds if args.outage_seconds is not None else (15.0 if args.quick else 120.0)
+
+    # The PostgreSQL fault needs a PostgreSQL of the drill's own: then the whole
+    # stack runs on it. Otherwise the machine's, with a database of the drill's own.
+    private_pg = not args.only or any(part.lower() in POSTGRES_FAULT.lower() for part in args.only)
+    # SIGINT too: a shell without job control starts background jobs with it ignored.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
+    workdir = Path(tempfile.mkdtemp(prefix="mc-drill-"))
+    processes: list[stack.Process] = []
+    postgres: stack.PrivatePostgres | None = None
+    started = time.monotonic()
+    try:
+        if private_pg:
+            postgres = stack.PrivatePostgres(port=stack.free_port(6590), workdir=workdir)
+            postgres.init()
+            postgres.start()
+            PG["port"] = postgres.port
+        redis = stack.RedisServer(port=stack.free_port(6490), workdir=workdir)
+        processes.append(redis)
+        redis.start()
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MESSAGECENTER_", "REDIS_"))},
+            "DJANGO_SETTINGS_MODULE": "config.settings.drill",
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:{PG['port']}/{DATABASE}",
+            "REDIS_URL": redis.url(0),
+            "CELERY_BROKER_URL": redis.url(1),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("DJANGO_SETTINGS_MODULE_OVERRIDE", None)
+        # This process seeds and checks; it is not part of the stack, so it
+        # does not heal (the stack's processes do).
+        os.environ.update(env)
+        os.environ["MESSAGECENTER_SELF_HEALING"] = "false"
+        _recreate_database()
+
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+        from bench.drill.runner import Drill, table
+
+        port = stack.free_port(8790)
+        base = f"http://127.0.0.1:{port}"
+        web = stack.gunicorn(port=port, env=env, log=workdir / "gunicorn.log")
+        worker = stack.celery_worker(env=env, log=workdir / "worker.log", name="drill1")
+        beat = stack.celery_beat(env=env, log=workdir / "beat.log", schedule=workdir / "beat-schedule")
+        drill = Drill(base=base, redis=redis, worker=worker, workdir=workdir, postgres=postgres)
+        drill.seed()
+        for process in (web, worker, beat):
+            processes.append(process)
+            process.start()
+        ready = wait_until(
+            lambda: call(base, None, "GET", "/healthz")[0] == 200 and drill.serving_from_redis(), timeout=120
+        )
+        if ready is None:
+            raise RuntimeError(f"the stack did not become ready; logs in {workdir}")
+        print(f"stack up: {base}, redis-server :{redis.port} (pid {redis.pid}), logs in {workdir}", flush=True)
+        machine = _machine(redis)
+        rows = drill.run(quick=args.quick, outage=outage, only=args.only)
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        if postgres is not None:
+            postgres.stop()
+    elapsed = time.monotonic() - started
+    given = " ".join(arg for arg in sys.argv[1:] if arg != "--no-write")
+    command = "make drill" + (f" DRILL_ARGS='{given}'" if given else "")
+    report = "\n".join(
+        [
+            "# Fault drill",
+            "",
+            f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+            f"- machine: {machine}",
+            f"- mode: {'quick' if args.quick else 'full'}, Redis outage {outage:.0f} s, {elapsed:.0f} s in all",
+            f"- command: `{command}`",
+            "- stack: gunicorn (2 gthread workers, 4 threads each), Celery worker (prefork, 2) and beat, a private "
+            "redis-server (read model on db 0, broker on db 1), PostgreSQL database "
+            f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
+            "- restore: seconds from the end of the fault (FLUSHALL, the restart, SIGCONT, the kill) until "
+            "/healthz says redis ok and every reader's whole inbox over the API lists every acknowledged message "
+            "once, shows every acknowledged mark and counts what it lists as unread; lost: acknowledged marks or "
+            "messages missing from the API or from what PostgreSQL alone gives (the fallback), checked after the "
+            "restore; items the two list differently are noted under the table",
+            "",
+            table(rows),
+            "",
+        ]
+    )
+    print()
+    print(report)
+    if not args.no_write:
+        path = stack.ROOT / "bench" / "DRILLS.md"
+        # The findings below the table are written by people: a new run keeps them.
+        kept = path.read_text(encoding="utf-8").partition(FINDINGS)[2] if path.exists() else ""
+        path.write_text(report + (f"\n{FINDINGS}{kept}" if kept else ""), encoding="utf-8")
+    if all(r.not_run or r.verdict() == "met" for r in rows):
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    print(f"targets missed: the processes' logs are kept in {workdir}")
+    return 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: every process the drill started is stopped", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,423 @@
+"""Seeding, the faults and the checks (Django is set up before this module is imported)."""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import close_old_connections, connection, connections
+from rest_framework.authtoken.models import Token
+
+from bench.drill import stack
+from bench.drill.load import Load, Reader, call, wait_until
+from core import keys
+from messagecenter import fallback
+from messagecenter.models import FanoutChunk, Message, MessageStatus
+from messagecenter.services import groups
+
+RESTORE_TARGET = 30.0  # seconds, without an operator
+SETTLE_TIMEOUT = 90.0  # how long the drill keeps looking before it counts what is missing
+CROWD = 5000  # the large message's audience: pushed (the threshold is 5,000), in chunks of 50
+READERS = 8
+
+
+@dataclass
+class Row:
+    fault: str
+    requests: int = 0
+    errors_5xx: int = 0
+    errors_503: int = 0
+    no_answer: int = 0
+    restore: float | None = None
+    marks_lost: int = 0
+    deliveries_lost: int = 0
+    duplicates: int = 0
+    allow_503: bool = False
+    blocked: bool = False  # the fault's own recovery (a fan-out) never finished
+    not_run: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def checks(self) -> list[tuple[str, bool]]:
+        bad = self.errors_5xx - (self.errors_503 if self.allow_503 else 0)
+        return [
+            ("0 5xx" + (" but 503" if self.allow_503 else ""), bad == 0 and self.no_answer == 0),
+            (f"restore ≤{RESTORE_TARGET:.0f} s", self.restore is not None and self.restore <= RESTORE_TARGET),
+            ("0 lost", self.marks_lost == 0 and self.deliveries_lost == 0),
+            ("0 duplicates", self.duplicates == 0),
+        ]
+
+    def verdict(self) -> str:
+        if self.not_run:
+            return f"not run: {self.not_run}"
+        missed = [text for text, ok in self.checks() if not ok]
+        return "met" if not missed else "MISSED (" + ", ".join(missed) + ")"
+
+
+def table(rows: list[Row]) -> str:
+    head = "| fault | requests | 5xx (503) | no answer | restore | acked marks lost | deliveries lost | duplicates |"
+    lines = [head + " target | verdict |", "|" + " --- |" * 10]
+    target = f"0 5xx, restore ≤{RESTORE_TARGET:.0f} s, 0 lost, 0 duplicates"
+    for r in rows:
+        if r.not_run:
+            lines.append(f"| {r.fault} | - | - | - | - | - | - | - | {target} | {r.verdict()} |")
+            continue
+        restore = "never" if r.restore is None else f"{r.restore:.1f} s"
+        lines.append(
+            f"| {r.fault} | {r.requests:,} | {r.errors_5xx} ({r.errors_503}) | {r.no_answer} | {restore} "
+            f"| {r.marks_lost} | {r.deliveries_lost} | {r.duplicates} | {target} | {r.verdict()} |"
+        )
+    notes = [f"- {r.fault}: {note}" for r in rows for note in r.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+@dataclass
+class View:
+    """One reader's inbox: refs in order (duplicates kept), read flags, unread count."""
+
+    refs: list[str]
+    read: dict[str, bool]
+    unread: int
+
+
+def api_view(base: str, token: str) -> View | None:
+    refs: list[str] = []
+    read: dict[str, bool] = {}
+    unread = 0
+    cursor = ""
+    for _ in range(50):
+        status, page = call(base, token, "GET", f"/api/v1/inbox/?limit=100{cursor}")
+        if status != 200 or not page:
+            return None
+        for item in page["results"]:
+            refs.append(item["id"])
+            read[item["id"]] = bool(item["read"])
+        unread = int(page["unread_count"])
+        if not page["next_cursor"]:
+            return View(refs, read, unread)
+        cursor = f"&cursor={page['next_cursor']}"
+    return None
+
+
+def truth_view(user_id: int) -> View:
+    """What PostgreSQL alone says (snapshots, journal, pending marks): the fallback's inbox."""
+    close_old_connections()
+    page = fallback.inbox_page(
+        user_id=user_id,
+        now=datetime.now(UTC),
+        category=None,
+        max_score=None,
+        skip=0,
+        limit=100_000,
+        unread_only=False,
+        since_ms=None,
+    )
+    return View([row.ref for row in page.rows], {row.ref: row.read for row in page.rows}, page.counts.unread)
+
+
+class Drill:
+    def __init__(
+        self,
+        *,
+        base: str,
+        redis: stack.RedisServer,
+        worker: stack.Process,
+        workdir: Path,
+        postgres: stack.PrivatePostgres | None,
+    ) -> None:
+        self.postgres = postgres
+        self.base = base
+        self.redis = redis
+        self.worker = worker
+        self.workdir = workdir
+        self.load: Load | None = None
+        self.readers: list[Reader] = []
+        self.operator_token = ""
+        self.crowd_group = 0
+        self.known_lost: set[tuple[str, int, str]] = set()
+        self.workers_started = 1
+
+    # --- seeding -------------------------------------------------------------
+
+    def seed(self) -> None:
+        user_model = get_user_model()
+        operator = user_model.objects.create_superuser("drill-operator", "op@example.com", "drill-operator-pass")
+        self.operator_token = Token.objects.create(user=operator).key
+        for index in range(READERS):
+            user = user_model.objects.create_user(f"drill-reader-{index}", password="drill-reader-pass")  # noqa: S106 - a throwaway database
+            self.readers.append(Reader(user_id=int(user.pk), token=Token.objects.create(user=user).key))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email,
+                                       is_staff, is_active, date_joined)
+                SELECT '!', false, 'drill' || g, '', '', '', false, true, now() FROM generate_series(1, %s) AS g
+                """,
+                [CROWD],
+            )
+            cursor.execute("SELECT id FROM auth_user WHERE username ~ '^drill[0-9]+$'")
+            crowd = [int(row[0]) for row in cursor.fetchall()]
+        group = groups.user_group_create(name="drill crowd")
+        groups.user_group_add_members(group=group, user_ids=crowd)
+        self.crowd_group = int(group.pk)
+
+    # --- health and correctness ----------------------------------------------
+
+    def serving_from_redis(self) -> bool:
+        status, body = call(self.base, None, "GET", "/healthz")
+        return status == 200 and bool(body) and body.get("redis") == "ok"
+
+    def correct(self) -> bool:
+        """The read model answers from Redis and every reader's whole inbox over
+        the API holds every acknowledged message once, shows every acknowledged
+        mark, and counts what it lists as unread."""
+        if not self.serving_from_redis():
+            return False
+        assert self.load is not None
+        marks, messages = self.load.snapshot()
+        for reader in self.readers:
+            api = api_view(self.base, reader.token)
+            if api is None or len(api.refs) != len(set(api.refs)):
+                return False
+            if api.unread != sum(1 for ref in api.refs if not api.read[ref]):
+                return False
+            if not all(f"m{message_id}" in api.read for message_id in messages):
+                return False
+            if not all(api.read.get(ref) for ref in marks[reader.user_id]):
+                return False
+        return True
+
+    def all_delivered(self, ids: list[int]) -> bool:
+        close_old_connections()
+        return not Message.objects.filter(pk__in=ids).exclude(status=MessageStatus.DELIVERED).exists()
+
+    def losses(self, row: Row) -> None:
+        """Acknowledged marks and messages missing from the API or from PostgreSQL,
+        and items listed twice; only those not already counted by an earlier fault."""
+        assert self.load is not None
+        marks, messages = self.load.snapshot()
+        if wait_until(lambda: self.all_delivered(messages), timeout=SETTLE_TIMEOUT) is None:
+            row.notes.append("some acknowledged messages were still not delivered after the settle time")
+        time.sleep(2.5)  # two journal flush intervals
+        differ: dict[str, list[int]] = {}
+        for reader in self.readers:
+            api = api_view(self.base, reader.token)
+            truth = truth_view(reader.user_id)
+            if api is not None and set(api.refs) != set(truth.refs):
+                # A message in delivery right now is listed by one side first: look again.
+                time.sleep(1.5)
+                api, truth = api_view(self.base, reader.token), truth_view(reader.user_id)
+            if api is None:
+                row.notes.append(f"reader {reader.user_id}: the API did not answer the check")
+                continue
+            row.duplicates += (len(api.refs) - len(set(api.refs))) + (len(truth.refs) - len(set(truth.refs)))
+            for message_id in messages:
+                ref = f"m{message_id}"
+                for where, view in (("api", api), ("pg", truth)):
+                    key = (f"delivery-{where}", reader.user_id, ref)
+                    if ref not in view.read and key not in self.known_lost:
+                        self.known_lost.add(key)
+                        row.deliveries_lost += 1
+                        row.notes.append(f"message {ref} acknowledged but missing for user {reader.user_id} ({where})")
+            for ref in sorted(set(api.refs) ^ set(truth.refs)):
+                key = ("differ", reader.user_id, ref)
+                if key not in self.known_lost:
+                    self.known_lost.add(key)
+                    side = (
+                        "listed by the API, not by PostgreSQL's fallback"
+                        if ref in api.read
+                        else "listed by PostgreSQL's fallback, not by the API"
+                    )
+                    differ.setdefault(f"{ref}: {side}", []).append(reader.user_id)
+            for ref in marks[reader.user_id]:
+                for where, view in (("api", api), ("pg", truth)):
+                    key = (f"mark-{where}", reader.user_id, ref)
+                    # A mark of an item the view does not list at all is reported above.
+                    if ref in view.read and not view.read[ref] and key not in self.known_lost:
+                        self.known_lost.add(key)
+                        row.marks_lost += 1
+                        row.notes.append(f"mark of {ref} by user {reader.user_id} answered 2xx, unread in {where}")
+        # One note per (side, readers): a run of messages that all readers see the same way is one line.
+        grouped: dict[str, list[str]] = {}
+        for what, users in differ.items():
+            ref, _, side = what.partition(": ")
+            grouped.setdefault(f"{side} (for {len(users)} of {len(self.readers)} readers)", []).append(ref)
+        for what, refs in grouped.items():
+            row.notes.append(f"{len(refs)} item(s) {what}: {', '.join(refs)}")
+
+    # --- one fault -----------------------------------------------------------
+
+    def run_fault(self, name: str, inject: Callable[[Row], float], *, allow_503: bool = False) -> Row:
+        """``inject`` breaks something, mends what an operator-less supervisor would
+        (a restart), and returns the monotonic time from which restore is measured."""
+        assert self.load is not None
+        print(f"== {name}", flush=True)
+        row = Row(name, allow_503=allow_503)
+        self.load.tally.take()
+        since = inject(row)
+        took = wait_until(self.correct, timeout=SETTLE_TIMEOUT, step=0.2)
+        row.restore = None if took is None or row.blocked else time.monotonic() - since
+        self.losses(row)
+        statuses, failed = self.load.tally.take()
+        for what, count in sorted(failed.items()):
+            row.notes.append(f"{count} x {what}" if not what.startswith("0 ") else f"{count} x no answer: {what[2:]}")
+        row.requests = sum(statuses.values())
+        row.errors_5xx = sum(n for code, n in statuses.items() if code >= 500)
+        row.errors_503 = statuses.get(503, 0)
+        row.no_answer = statuses.get(0, 0)
+        if took is None:
+            row.notes.append(f"the read model did not answer correctly within {SETTLE_TIMEOUT:.0f} s")
+        print(table([row]), flush=True)
+        return row
+
+    def baseline(self, seconds: float) -> Callable[[Row], float]:
+        def inject(row: Row) -> float:
+            time.sleep(seconds)
+            return time.monotonic()
+
+        return inject
+
+    def flushall(self, row: Row) -> float:
+        time.sleep(3)
+        self.redis.client().flushall()
+        return time.monotonic()
+
+    def redis_stopped(self, outage: float) -> Callable[[Row], float]:
+        def inject(row: Row) -> float:
+            time.sleep(3)
+            self.redis.kill()
+            time.sleep(outage)
+            self.redis.start()  # empty: no persistence
+            row.notes.append(f"Redis down {outage:.0f} s, restarted empty; restore counted from the restart")
+            return time.monotonic()
+
+        return inject
+
+    def redis_frozen(self, seconds: float) -> Callable[[Row], float]:
+        def inject(row: Row) -> float:
+            time.sleep(3)
+            self.redis.freeze()
+            time.sleep(seconds)
+            self.redis.thaw()
+            row.notes.append(f"SIGSTOP for {seconds:.0f} s; restore counted from SIGCONT")
+            return time.monotonic()
+
+        return inject
+
+    def postgres_down(self, outage: float) -> Callable[[Row], float]:
+        def inject(row: Row) -> float:
+            assert self.postgres is not None
+            time.sleep(3)
+            self.postgres.stop(mode="immediate")  # no shutdown checkpoint: as a crash
+            time.sleep(outage)
+            self.postgres.start()
+            connections.close_all()  # this process's connections died with the server
+            row.notes.append(f"the stack's PostgreSQL down {outage:.0f} s; restore counted from its restart")
+            return time.monotonic()
+
+        return inject
+
+    def worker_killed(self, row: Row) -> float:
+        """SIGKILL the worker while it runs the chunks of a message to 5,000 users,
+        start a new one two seconds later, and count the crowd's copies in Redis."""
+        assert self.load is not None
+        status, answer = self.load.request(
+            self.operator_token,
+            "POST",
+            "/api/v1/manage/messages/",
+            {
+                "category": "system",
+                "title": "to the crowd",
+                "body_html": "<p>many</p>",
+                "to": {"groups": [str(self.crowd_group)]},
+            },
+        )
+        if status != 202 or not answer:
+            row.notes.append(f"the large message was refused ({status})")
+            return time.monotonic()
+        message_id = int(answer["id"])
+        chunks = -(-CROWD // 50)
+
+        def done_chunks() -> int:
+            close_old_connections()
+            return FanoutChunk.objects.filter(message_id=message_id).count()
+
+        wait_until(lambda: done_chunks() >= 3, timeout=60, step=0.01)
+        at_kill = done_chunks()
+        self.worker.kill()
+        killed = time.monotonic()
+        row.notes.append(f"worker SIGKILLed with {at_kill} of {chunks} chunks done; a new one started 2 s later")
+        time.sleep(2)
+        self.workers_started += 1
+        self.worker.command[self.worker.command.index("-n") + 1] = f"drill{self.workers_started}@%h"
+        self.worker.start()
+        took = wait_until(lambda: self.all_delivered([message_id]) and done_chunks() >= chunks, timeout=SETTLE_TIMEOUT)
+        held = self.redis.client(1).hlen("unacked")  # kombu's Redis transport: delivered, not acknowledged
+        row.notes.append(f"{held} task(s) held unacknowledged on the broker after the restart")
+        if took is None:
+            row.blocked = True
+            row.notes.append(f"the large message's fan-out had not finished {SETTLE_TIMEOUT:.0f} s after the restart")
+        else:
+            row.notes.append(f"fan-out finished {time.monotonic() - killed:.1f} s after the kill")
+        self._count_crowd(row, message_id)
+        return killed
+
+    def _count_crowd(self, row: Row, message_id: int) -> None:
+        close_old_connections()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM auth_user WHERE username ~ '^drill[0-9]+$'")
+            crowd = [int(r[0]) for r in cursor.fetchall()]
+        client = self.redis.client()
+        prefix = f"m{message_id}|".encode()
+        copies: list[int] = []
+        for start in range(0, len(crowd), 500):
+            pipe = client.pipeline(transaction=False)
+            for user_id in crowd[start : start + 500]:
+                pipe.zrange(keys.mc_inbox(user_id), 0, -1)
+            copies += [sum(1 for m in members if m.startswith(prefix)) for members in pipe.execute()]
+        row.deliveries_lost += sum(1 for n in copies if n == 0)
+        row.duplicates += sum(n - 1 for n in copies if n > 1)
+        row.notes.append(
+            f"crowd of {len(crowd):,}: {sum(1 for n in copies if n == 1):,} hold the item once in Redis, "
+            f"{sum(1 for n in copies if n == 0):,} not at all, {sum(1 for n in copies if n > 1):,} more than once"
+        )
+
+    # --- the whole drill -----------------------------------------------------
+
+    def run(self, *, quick: bool, outage: float, only: list[str]) -> list[Row]:
+        self.load = Load(base=self.base, readers=self.readers, operator_token=self.operator_token, publish_every=2.0)
+        for index in range(10):
+            self.load.publish(f"seed message {index}")
+        _, seeded = self.load.snapshot()
+        if wait_until(lambda: self.all_delivered(seeded), timeout=60) is None:
+            raise RuntimeError("the seed messages were not delivered: is the worker running?")
+        self.load.start()
+        freeze = 5.0 if quick else 10.0
+        pg_outage = 10.0 if quick else 30.0
+        plan: list[tuple[str, Any, bool]] = [
+            ("none (steady load, 10 s)", self.baseline(10), False),
+            ("FLUSHALL", self.flushall, False),
+            (f"Redis stopped {outage:.0f} s, restarted empty", self.redis_stopped(outage), False),
+            (f"redis-server SIGSTOP {freeze:.0f} s, SIGCONT", self.redis_frozen(freeze), False),
+            ("Celery worker SIGKILL mid fan-out (5,000 recipients)", self.worker_killed, False),
+            (f"PostgreSQL down {pg_outage:.0f} s (private cluster), restarted", self.postgres_down(pg_outage), True),
+            # The marks of every fault above must have reached PostgreSQL: a
+            # second loss of Redis shows the ones that live in Redis only.
+            ("FLUSHALL again, after all the above", self.flushall, False),
+        ]
+        rows: list[Row] = []
+        try:
+            for name, inject, allow_503 in plan:
+                if only and not any(part.lower() in name.lower() for part in only):
+                    rows.append(Row(name, not_run="not selected (--only)"))
+                    continue
+                if name.startswith("PostgreSQL") and self.postgres is None:
+                    rows.append(Row(name, not_run="no private PostgreSQL cluster was started"))
+                    continue
+                rows.append(self.run_fault(name, inject, allow_503=allow_503))
+        finally:
+            self.load.stop()
+        rows.append(Row("Redis Cluster master failover", not_run="not built in this session"))
+        return rows

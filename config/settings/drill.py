@@ -1,0 +1,25 @@
+"""Settings of the fault drill's stack (``python -m bench.drill``).
+
+The drill starts gunicorn, a Celery worker and beat with these settings and
+passes ``DATABASE_URL`` (a database of its own), ``REDIS_URL`` and
+``CELERY_BROKER_URL`` (a private redis-server it started, the broker on db 1
+as in the README's production layout) in the environment; base.py reads them.
+Everything else is production behaviour: self-healing on, the journal
+flushed every second, late acknowledgement.
+"""
+
+import warnings
+
+from config.settings.base import *  # noqa: F403
+from config.settings.base import REST_FRAMEWORK, env
+
+DEBUG = False
+MESSAGECENTER_KEY_PREFIX = "drill:"
+# Small fan-out chunks: a large message runs long enough to kill a worker in the middle of it.
+MESSAGECENTER_FANOUT_CHUNK = env.int("MESSAGECENTER_FANOUT_CHUNK", default=50)
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# A handful of clients make thousands of requests: throttling them would be measured instead.
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
+ALLOWED_HOSTS = ["*"]
+LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
+warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
