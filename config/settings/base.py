@@ -160,7 +160,16 @@ CELERY_TIMEZONE = "UTC"
 # worker: its pending rows are handed over again after
 # MESSAGECENTER_DELIVERY_LEASE_SECONDS (running one twice changes nothing).
 MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT: int = env.int("MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT", default=30 * 60)
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+    "visibility_timeout": MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT,
+    # A publish to a broker that does not answer fails at once instead of
+    # kombu reconnecting for seconds (about 6 s against a refused port) while
+    # the request waits: delivery work is a committed row, so the relay is the
+    # retry (messagecenter/services/delivery.py). Workers reconnect on their
+    # own terms (broker_connection_retry).
+    "max_retries": 0,
+    "socket_connect_timeout": env.float("MESSAGECENTER_BROKER_CONNECT_TIMEOUT", default=1.0),
+}
 # Pending deliveries (messagecenter/services/delivery.py): how often beat's
 # relay hands due rows to the workers; the longest wait before a delivery that
 # failed on Redis (or on the broker) is tried again (the backoff doubles up to

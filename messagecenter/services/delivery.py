@@ -42,6 +42,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
+from core.breaker import CircuitBreaker
 from core.redis import get_redis
 from messagecenter.models import PendingDelivery
 
@@ -69,6 +70,10 @@ _state = threading.local()
 # Whether this process has seen a delivery fail since its piggyback last found
 # nothing pending (see _piggyback).
 _local: dict[str, bool] = {"failed": False}
+# A broker that refused a publish is not asked again for a few seconds: every
+# publish meanwhile would pay a connection attempt (a timeout, when its host
+# does not answer) for a row that waits for the relay anyway.
+_broker_breaker = CircuitBreaker(cooldown=2.0)
 
 
 def register(task: str, job: Job, *, chunked: bool) -> None:
@@ -150,16 +155,20 @@ def _send(task: str, rows: Sequence[tuple[int, int]]) -> bool:
     """
     registered = _jobs[task]
     celery_task = _celery_task(task)
+    delay = float(settings.MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS)
     for sent, (object_id, index) in enumerate(rows):
         args = [object_id, index] if registered.chunked else [object_id]
         try:
+            if _broker_breaker.is_open and not _eager():
+                raise BrokerError("the broker failed moments ago; not tried again yet")
             celery_task.apply_async(args=args, retry=False)
         except (BrokerError, OSError) as exc:
             logger.warning("broker refused %s%r, kept pending: %s", task, args, exc)
-            delay = float(settings.MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS)
+            _broker_breaker.record_failure()
             for rest_id, rest_index in rows[sent:]:
                 _note_failure(task, rest_id, rest_index, exc, delay=delay)
             return False
+    _broker_breaker.record_success()
     return True
 
 
@@ -303,6 +312,12 @@ def _piggyback() -> None:
     delivery_relay(limit=PIGGYBACK, inline=True)
     if not PendingDelivery.objects.exists():
         _local["failed"] = False
+
+
+def forget_local_state() -> None:
+    """Drop the process's memory of failures (tests that change the broker or Redis)."""
+    _local["failed"] = False
+    _broker_breaker.record_success()
 
 
 # --- Reading ---------------------------------------------------------------------
