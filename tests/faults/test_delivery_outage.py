@@ -15,9 +15,9 @@ from core import keys
 from core.breaker import reset_breakers
 from core.redis import get_redis
 from messagecenter import services
-from messagecenter.items import message_entry
-from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
-from messagecenter.services import delivery, messages
+from messagecenter.items import message_entry, notification_entry
+from messagecenter.models import FanoutChunk, Message, MessageStatus, Notification, PendingDelivery
+from messagecenter.services import delivery, messages, notifications
 from tests.faults.conftest import RedisServer
 
 pytestmark = [pytest.mark.django_db]
@@ -110,6 +110,35 @@ def test_publishing_with_the_broker_unreachable_answers_202_and_the_relay_sends_
     members = {message_entry(m).member.encode() for m in (message, later)}
     assert set(_inbox(recipient.pk)) == members
     assert _unread(recipient.pk) == 2
+
+
+@override_settings(MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS=0)
+def test_a_notification_sent_with_the_broker_unreachable_is_delivered_later(
+    dead_broker: Celery, operator_client: Any, recipient: Any
+) -> None:
+    created = operator_client.post("/api/v1/manage/message-types/", {"code": "stock", "name": "Stock"}, format="json")
+    assert created.status_code == 201, created.content
+    subscription = {"message_type": "stock", "scope": "WH1", "user": recipient.pk}
+    assert operator_client.post("/api/v1/manage/subscriptions/", subscription, format="json").status_code == 201
+    started = time.monotonic()
+    response = operator_client.post(
+        "/api/v1/manage/notifications/",
+        {"message_type": "stock", "scope": "WH1", "title": "Low", "body_html": "<p>x</p>"},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    assert time.monotonic() - started < PUBLISH_SECONDS
+    notification_id = int(response.json()["id"])
+    pending = list(PendingDelivery.objects.filter(object_id=notification_id).values_list("task", "index"))
+    assert pending == [(notifications.DELIVER_TASK, 0)]
+    assert _inbox(recipient.pk) == []
+
+    dead_broker.conf.task_always_eager = True  # the broker is back
+    delivery.forget_local_state()
+    assert delivery.delivery_relay() == 1
+    assert not PendingDelivery.objects.exists()
+    assert _inbox(recipient.pk) == [notification_entry(Notification.objects.get(pk=notification_id)).member.encode()]
+    assert _unread(recipient.pk) == 1
 
 
 @pytest.mark.redis_server
