@@ -23,10 +23,17 @@ def _send(operator: Any, recipient: Any) -> Message:
 
 
 def test_a_rolled_back_publish_leaves_no_pending_delivery(operator: Any, recipient: Any) -> None:
-    with pytest.raises(RuntimeError), transaction.atomic():
-        _send(operator, recipient)
-        assert PendingDelivery.objects.count() == 1  # written with the message
-        raise RuntimeError("rolled back")
+    written: list[int] = []
+
+    def publish_then_fail() -> None:
+        with transaction.atomic():
+            _send(operator, recipient)
+            written.append(PendingDelivery.objects.count())  # written with the message
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        publish_then_fail()
+    assert written == [1]
     assert not PendingDelivery.objects.exists()
     assert not Message.objects.exists()
 
