@@ -126,8 +126,9 @@ def delivery_add(
     if not wanted:
         return
     # Due once a hand-over had time to run: the beat relay does not send a row
-    # its hand-over is sending, and finds it if this process dies first.
-    due = _after(float(settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS))
+    # its hand-over is sending, and finds it if this process dies first. Due at
+    # once under an inline relay, which runs the rows itself (no hand-over).
+    due = timezone.now() if _relaying() else _after(float(settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS))
     PendingDelivery.objects.bulk_create(
         [PendingDelivery(task=task, object_id=object_id, index=index, due_at=due) for index in wanted],
         ignore_conflicts=True,  # a rerun's rows are there already

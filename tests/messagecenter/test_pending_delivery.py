@@ -9,9 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from core import keys
 from messagecenter import services
+from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import Message, MessageStatus, PendingDelivery
-from messagecenter.services import delivery, messages
+from messagecenter.services import delivery, messages, notifications
 
 pytestmark = pytest.mark.django_db
 
@@ -67,3 +69,30 @@ def test_an_unknown_task_is_refused_before_anything_is_written() -> None:
     with pytest.raises(ValueError, match="No delivery job"):
         delivery.delivery_add(task="messagecenter.nothing", object_id=1)
     assert not PendingDelivery.objects.exists()
+
+
+def test_without_a_broker_the_next_publish_relays_what_failed_before(
+    operator: Any, recipient: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, redis: Any
+) -> None:
+    settings.MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS = 0.0
+    message_type = services.message_type_create(code="stock", name="Stock")
+    services.subscription_create(message_type=message_type.code, scope="WH1", user_id=recipient.pk)
+
+    def down(**kwargs: Any) -> None:
+        raise RedisConnectionError("Redis went away")
+
+    monkeypatch.setattr(notifications.publish, "item_detail_put", down)
+    notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="<p>x</p>")
+    assert list(PendingDelivery.objects.values_list("task", "object_id")) == [
+        (notifications.DELIVER_TASK, notification.pk)
+    ]
+    monkeypatch.undo()
+
+    # Redis is back; no beat runs here: the next publish takes the backlog
+    # along, the notification's delivery and then the chunk it adds.
+    message = _send(operator, recipient)
+    assert not PendingDelivery.objects.exists()
+    members = redis.zrange(keys.mc_inbox(recipient.pk), 0, -1)
+    assert sorted(members) == sorted(
+        [notification_entry(notification).member.encode(), message_entry(message).member.encode()]
+    )
