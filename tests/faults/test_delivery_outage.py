@@ -2,12 +2,15 @@
 leaves the work pending in PostgreSQL, and it is delivered exactly once
 when they are back (the relay, or ``check_redis --repair``)."""
 
+import os
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from celery import Celery, current_app
+from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -19,6 +22,7 @@ from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, Notification, PendingDelivery
 from messagecenter.services import delivery, messages, notifications
 from tests.faults.conftest import RedisServer
+from tests.faults.test_worker_kill import Worker
 
 pytestmark = [pytest.mark.django_db]
 
@@ -213,3 +217,80 @@ def test_chunks_cut_off_by_an_outage_are_delivered_by_check_redis_repair(
     assert message.status == MessageStatus.DELIVERED
     assert FanoutChunk.objects.filter(message=message).count() == 3
     _assert_delivered_once(message, user_ids)
+
+
+# --- End to end: a real worker whose broker is the read model's Redis ----------------
+
+OUTAGE_SECONDS = 5.0
+# After Redis is back: the worker reconnects, the relay (beat's job, called here
+# as beat would) hands the pending row over, the worker delivers.
+RESUME_SECONDS = 30.0
+
+
+@pytest.mark.celery_worker
+@pytest.mark.redis_server
+@pytest.mark.django_db(transaction=True)
+def test_a_message_published_while_the_broker_redis_is_down_is_delivered_once_it_returns(
+    redis_server: RedisServer, operator_client: Any, django_user_model: Any, tmp_path: Any
+) -> None:
+    users = [django_user_model.objects.create(username=f"reader{i}") for i in range(3)]
+    user_ids = [u.pk for u in users]
+    broker_url = redis_server.url.rsplit("/", 1)[0] + "/1"  # the broker on the read model's Redis
+    queue = f"mc-test-{uuid.uuid4().hex[:12]}"
+    db = settings.DATABASES["default"]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MESSAGECENTER_"))},
+        "DJANGO_SETTINGS_MODULE": "config.settings.test_worker",
+        "MESSAGECENTER_TEST_DATABASE_NAME": str(db["NAME"]),
+        "MESSAGECENTER_TEST_CACHE_URL": redis_server.url,
+        "MESSAGECENTER_TEST_QUEUE": queue,
+        "MESSAGECENTER_KEY_PREFIX": str(settings.MESSAGECENTER_KEY_PREFIX),
+        "CELERY_BROKER_URL": broker_url,
+        "PYTHONUNBUFFERED": "1",
+    }
+    worker = Worker(name=f"w-{queue}", queue=queue, log=tmp_path / "worker.log", env=env)
+    previous = current_app._get_current_object()
+    app = Celery("redis-broker", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.broker_url = broker_url
+    app.conf.task_always_eager = False
+    app.conf.task_default_queue = queue
+    app.set_current()
+    delivery.forget_local_state()
+    try:
+        log = tmp_path / "worker.log"
+        ready = time.monotonic() + 60
+        while "ready." not in (log.read_text(errors="replace") if log.exists() else ""):
+            assert worker.process.poll() is None, "the worker died"
+            assert time.monotonic() < ready, "the worker did not start"
+            time.sleep(0.1)
+        redis_server.stop(keep_data=True)
+        payload = {"category": "system", "title": "Outage", "body_html": "<p>x</p>", "to": {"users": user_ids}}
+        started = time.monotonic()
+        response = operator_client.post("/api/v1/manage/messages/", payload, format="json")
+        assert response.status_code == 202, response.content
+        assert time.monotonic() - started < PUBLISH_SECONDS
+        message = Message.objects.get(pk=response.json()["id"])
+        assert _pending(message) == [(messages.DELIVER_TASK, 0)]
+        time.sleep(OUTAGE_SECONDS)
+        assert _pending(message) == [(messages.DELIVER_TASK, 0)]
+
+        redis_server.start()
+        reset_breakers()
+        back = time.monotonic()
+        while not Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERED).exists():
+            assert worker.process.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            assert time.monotonic() - back < RESUME_SECONDS, (tmp_path / "worker.log").read_text()[-3000:]
+            delivery.delivery_relay()
+            time.sleep(0.5)
+        resumed = time.monotonic() - back
+        deadline = time.monotonic() + RESUME_SECONDS
+        while _pending(message) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pending(message) == []
+        _assert_delivered_once(message, user_ids)
+        print(f"delivered {resumed:.1f} s after Redis returned")
+    finally:
+        previous.set_current()
+        delivery.forget_local_state()
+        worker.stop()
