@@ -16,7 +16,7 @@ class MessagecenterConfig(AppConfig):
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
         from messagecenter import projection, signals, tasks  # noqa: F401
-        from messagecenter.services import inbox
+        from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
@@ -25,6 +25,8 @@ class MessagecenterConfig(AppConfig):
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():
             outbox.register(topic, handler)
+        for task, (job, chunked) in {**messages.DELIVERY_JOBS, **notifications.DELIVERY_JOBS}.items():
+            delivery.register(task, job, chunked=chunked)
         drift.register(*messagecenter_drift.CHECKS)
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)

@@ -44,6 +44,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
+from messagecenter.services.delivery import delivery_pending, delivery_relay
 
 BATCH = 1000
 
@@ -465,7 +466,33 @@ def push_deliveries_repair(findings: Sequence[Finding]) -> None:
         publish.inbox_deliver(entry=message_entry(message), user_ids=by_message[message.pk], now_ms=now_ms)
 
 
+def deliveries_find() -> list[Finding]:
+    """Delivery work committed and not done yet (pending rows, services.delivery).
+
+    A row a worker is running right now shows too; the repair then runs it
+    here as well, which changes nothing (delivery is idempotent).
+    """
+    return [
+        Finding(
+            area="deliveries",
+            key=f"{row.task}:{row.object_id}:{row.index}",
+            detail=f"not delivered yet ({row.attempts} failed attempts) {row.last_error}".strip(),
+        )
+        for row in delivery_pending()
+    ]
+
+
+def deliveries_repair(findings: Sequence[Finding]) -> None:
+    """Run every pending delivery here, their chunks included, until done or
+    Redis fails (then the rows stay for the relay and show in the re-check)."""
+    delivery_relay(limit=max(len(findings), 1) * 1000, inline=True, due_only=False)
+
+
 CHECKS = [
+    # First: a delivery done here is what the other areas then find in Redis.
+    DriftCheck(
+        "deliveries", "committed messages and notifications not delivered yet", deliveries_find, deliveries_repair
+    ),
     DriftCheck(
         "bulletins",
         "bulletin config zset, config detail, members hash and bulletin details",

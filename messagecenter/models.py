@@ -201,6 +201,41 @@ class FanoutChunk(models.Model):
         return f"{self.message_id}#{self.index}"
 
 
+class PendingDelivery(models.Model):
+    """Delivery work (a message's or notification's delivery, or one fan-out
+    chunk) committed with the data it delivers and not done yet.
+
+    Written in the transaction that stores the message (or, for chunks, by
+    the delivery that splits the audience) and deleted only when the work has
+    reached Redis, so neither a broker nor a Redis that is down loses it:
+    ``messagecenter.services.delivery`` hands due rows to Celery and runs them
+    again until they succeed. ``task`` is the Celery task's name; ``index``
+    the chunk (0 for a whole delivery).
+    """
+
+    task = models.CharField(max_length=64)
+    object_id = models.BigIntegerField()
+    index = models.PositiveIntegerField(default=0)
+    # When the relay may hand it (again) to Celery: just after a failure, or
+    # once a hand-over had time to run without deleting the row.
+    due_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "object_id", "index"], name="mc_pendingdelivery_unique"),
+        ]
+        indexes = [
+            # The relay's scan of due rows.
+            models.Index(fields=["due_at"], name="mc_pendingdelivery_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task}({self.object_id}, {self.index})"
+
+
 class InboxHidden(models.Model):
     """A user deleted an item from their inbox: durable, so a rebuild keeps it hidden."""
 

@@ -7,24 +7,29 @@ from celery import shared_task
 from redis.exceptions import RedisError
 
 from messagecenter import projection, services
-from messagecenter.models import Message, Notification
+from messagecenter.services import delivery, messages, notifications
 from messagecenter.services.snapshots import inbox_read_snapshot
 
+# Delivery tasks take no Celery retries: a Redis error leaves the work's
+# pending row due again within seconds, and the relay sends it again however
+# long Redis is away (messagecenter/services/delivery.py).
 
-@shared_task(name="messagecenter.message_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+
+@shared_task(name="messagecenter.message_deliver")
 def message_deliver_task(message_id: int) -> int:
-    message = Message.objects.filter(pk=message_id).first()
-    if message is None:
-        return 0
-    return services.message_deliver(message=message)
+    return delivery.delivery_run(task=messages.DELIVER_TASK, object_id=message_id)
 
 
-@shared_task(name="messagecenter.message_fanout_chunk", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+@shared_task(name="messagecenter.message_fanout_chunk")
 def message_fanout_chunk_task(message_id: int, index: int) -> int:
-    message = Message.objects.filter(pk=message_id).first()
-    if message is None:
-        return 0
-    return services.message_fanout_chunk(message=message, index=index)
+    return delivery.delivery_run(task=messages.FANOUT_CHUNK_TASK, object_id=message_id, index=index)
+
+
+@shared_task(name="messagecenter.delivery_relay")
+def delivery_relay_task() -> int:
+    """Periodic (Celery beat, every MESSAGECENTER_DELIVERY_RELAY_SECONDS): hand
+    pending deliveries that are due to the workers; one indexed query when none is."""
+    return delivery.delivery_relay()
 
 
 @shared_task(name="messagecenter.mirror", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
@@ -54,22 +59,14 @@ def first_reads_fold_task() -> int:
 # --- subscriptions and notifications ---------------------------------------------
 
 
-@shared_task(name="messagecenter.notification_deliver", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8)
+@shared_task(name="messagecenter.notification_deliver")
 def notification_deliver_task(notification_id: int) -> int:
-    notification = Notification.objects.filter(pk=notification_id).first()
-    if notification is None:
-        return 0
-    return services.notification_deliver(notification=notification)
+    return delivery.delivery_run(task=notifications.DELIVER_TASK, object_id=notification_id)
 
 
-@shared_task(
-    name="messagecenter.notification_fanout_chunk", autoretry_for=(RedisError,), retry_backoff=True, max_retries=8
-)
+@shared_task(name="messagecenter.notification_fanout_chunk")
 def notification_fanout_chunk_task(notification_id: int, index: int) -> int:
-    notification = Notification.objects.filter(pk=notification_id).first()
-    if notification is None:
-        return 0
-    return services.notification_fanout_chunk(notification=notification, index=index)
+    return delivery.delivery_run(task=notifications.FANOUT_CHUNK_TASK, object_id=notification_id, index=index)
 
 
 @shared_task(name="messagecenter.notifications_sweep", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)

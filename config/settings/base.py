@@ -149,6 +149,36 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+# With Redis as the broker, a task a worker took but never acknowledged (late
+# acks: the worker died, or lost the broker) is handed out again once this many
+# seconds have passed; a task still running by then would run twice. So it
+# must exceed the longest task. Delivery tasks are short (one chunk is at most
+# MESSAGECENTER_FANOUT_CHUNK users in pipelined deliver.lua calls); the long
+# ones are the periodic jobs that walk the whole read model (check_redis,
+# notices.rebuild_all, the read snapshots), minutes on a large install. Half an
+# hour leaves them room. Delivery does not wait that long after a lost
+# worker: its pending rows are handed over again after
+# MESSAGECENTER_DELIVERY_LEASE_SECONDS (running one twice changes nothing).
+MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT: int = env.int("MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT", default=30 * 60)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+    "visibility_timeout": MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT,
+    # A publish to a broker that does not answer fails at once instead of
+    # kombu reconnecting for seconds (about 6 s against a refused port) while
+    # the request waits: delivery work is a committed row, so the relay is the
+    # retry (messagecenter/services/delivery.py). Workers reconnect on their
+    # own terms (broker_connection_retry).
+    "max_retries": 0,
+    "socket_connect_timeout": env.float("MESSAGECENTER_BROKER_CONNECT_TIMEOUT", default=1.0),
+}
+# Pending deliveries (messagecenter/services/delivery.py): how often beat's
+# relay hands due rows to the workers; the longest wait before a delivery that
+# failed on Redis (or on the broker) is tried again (the backoff doubles up to
+# it, so fan-out resumes within seconds of Redis' return); and how long a row
+# handed to Celery may stay before it is handed over again (longer than a
+# delivery task waits and runs; a duplicate is harmless, a lost task is not).
+MESSAGECENTER_DELIVERY_RELAY_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RELAY_SECONDS", default=2.0)
+MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS", default=4.0)
+MESSAGECENTER_DELIVERY_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_LEASE_SECONDS", default=5 * 60.0)
 # How often beat replays the outbox of read-model writes that failed while Redis was down.
 MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
 # How often beat copies changed read state (read bitmaps, unseen watermarks) to
@@ -190,6 +220,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "core-outbox-replay": {
         "task": "core.outbox_replay",
         "schedule": MESSAGECENTER_OUTBOX_REPLAY_SECONDS,
+    },
+    # Deliveries and fan-out chunks not done yet (broker or Redis was down), handed to the workers again.
+    "messagecenter-delivery-relay": {
+        "task": "messagecenter.delivery_relay",
+        "schedule": MESSAGECENTER_DELIVERY_RELAY_SECONDS,
     },
     # Drift between PostgreSQL and the Redis read model: found, recorded, mended.
     "core-check-redis": {"task": "core.check_redis", "schedule": MESSAGECENTER_CHECK_SECONDS},

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from celery import Task, current_app
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -31,6 +31,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import publish
+from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.slots import slot_allocate
 
@@ -156,37 +157,42 @@ DELIVER_TASK = "messagecenter.message_deliver"
 FANOUT_CHUNK_TASK = "messagecenter.message_fanout_chunk"
 
 
-def _task(name: str) -> Task:
-    """A task of messagecenter.tasks, by name: the tasks import these services,
-    so the services do not import them back (Celery's registry holds them)."""
-    return current_app.tasks[name]
-
-
 def _deliver_on_commit(message: Message, uploaded: list[MessageImage]) -> None:
-    """Enqueue the delivery task after commit; when Celery runs tasks in this
-    process anyway (CELERY_TASK_ALWAYS_EAGER, the default without a broker),
-    deliver the message at hand instead of reloading it through the task.
+    """Record the delivery in the send's transaction; after commit it goes to
+    its task (``services.delivery``). When Celery runs tasks in this process
+    anyway (CELERY_TASK_ALWAYS_EAGER, the default without a broker), deliver
+    the message at hand instead of reloading it through the task.
 
     Still correct if the transaction changed the message after this point:
     every later save, retraction, image change or delete asks for its own
     projection after commit, which runs after this one and reloads the row.
     """
-    task = _task(DELIVER_TASK)
-    if not task.app.conf.task_always_eager:
-        task.delay_on_commit(message.pk)
-        return
+    delivery_add(
+        task=DELIVER_TASK,
+        object_id=message.pk,
+        # The image rows are exactly those created above: the detail lists
+        # them as given instead of selecting them again.
+        first=lambda: message_deliver(message=message, image_files=uploaded),
+    )
 
-    def deliver() -> None:
-        try:
-            # The image rows are exactly those created above: the detail
-            # lists them as given instead of selecting them again.
-            message_deliver(message=message, image_files=uploaded)
-        except RedisError:
-            # The task's own retries (autoretry_for RedisError) from here on;
-            # message_deliver is idempotent.
-            task.delay(message.pk)
 
-    transaction.on_commit(deliver)
+def message_deliver_job(message_id: int, _index: int) -> int:
+    """A pending delivery's row: reload the message and deliver it (0 when gone)."""
+    message = Message.objects.filter(pk=message_id).first()
+    return 0 if message is None else message_deliver(message=message)
+
+
+def message_fanout_chunk_job(message_id: int, index: int) -> int:
+    """A pending chunk's row: reload the message and push the chunk (0 when gone)."""
+    message = Message.objects.filter(pk=message_id).first()
+    return 0 if message is None else message_fanout_chunk(message=message, index=index)
+
+
+# What runs each task's pending rows (registered with services.delivery): task -> (job, takes an index).
+DELIVERY_JOBS: dict[str, tuple[Job, bool]] = {
+    DELIVER_TASK: (message_deliver_job, False),
+    FANOUT_CHUNK_TASK: (message_fanout_chunk_job, True),
+}
 
 
 def _chunk_count(message: Message) -> int:
@@ -262,26 +268,25 @@ def message_deliver(*, message: Message, image_files: Sequence[MessageImage] | N
     # Chunks are sent only after that UPDATE: when it found the row still
     # queued (a first run) none can be done yet; only a rerun looks them up.
     done = set(FanoutChunk.objects.filter(message=message).values_list("index", flat=True)) if not started else set()
-    task = _task(FANOUT_CHUNK_TASK)
     todo = [index for index in range(chunks) if index not in done]
-    if not task.app.conf.task_always_eager:
-        for index in todo:
-            task.delay(message.pk, index)
+    if not current_app.conf.task_always_eager:
+        # One pending row per chunk, committed before this delivery's own row
+        # is deleted, then handed to the chunk tasks.
+        delivery_add(task=FANOUT_CHUNK_TASK, object_id=message.pk, indexes=todo)
         return chunks
     # Celery runs tasks in this process anyway (CELERY_TASK_ALWAYS_EAGER, the
     # default without a broker), one after another, and each chunk task
     # would only reload this message: push all the chunks of the message at
     # hand in one stream of deliver.lua calls, then record them in one
     # transaction (one commit, not one per chunk). On a Redis error every
-    # chunk goes to its task and the task's retries (the writes are
-    # idempotent; the rows of chunks recorded meanwhile roll back with the
-    # transaction if those fail too, and a rerun pushes them again).
+    # chunk becomes a pending row that goes to its task after commit and
+    # stays pending while Redis fails (the writes are idempotent; a chunk
+    # pushed before the error is pushed again without effect).
     with transaction.atomic(savepoint=False):
         try:
             _fanout(message, todo)
         except RedisError:
-            for index in todo:
-                task.delay(message.pk, index)
+            delivery_add(task=FANOUT_CHUNK_TASK, object_id=message.pk, indexes=todo)
     return chunks
 
 

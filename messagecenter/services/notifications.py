@@ -16,7 +16,6 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
@@ -39,6 +38,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import notifications as notifications_rm
 from messagecenter.readmodel import publish, to_ms
+from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.slots import slot_allocate
 
 MAX_TTL_SECONDS = 366 * 24 * 60 * 60  # a year and a day: anything longer is a mistake
@@ -182,7 +182,8 @@ def notification_send(
             slot_month=month,
             slot_offset=offset,
         )
-        current_app.tasks[DELIVER_TASK].delay_on_commit(notification.pk)
+        # Committed with the notification, sent to its task after commit (services.delivery).
+        delivery_add(task=DELIVER_TASK, object_id=notification.pk)
     return notification
 
 
@@ -198,9 +199,7 @@ def notification_deliver(*, notification: Notification, now: datetime | None = N
         return 0
     publish.item_detail_put(ref=notification.ref, detail=notification_detail(notification))
     chunks = _chunk_count(notification)
-    task = current_app.tasks[FANOUT_CHUNK_TASK]
-    for index in range(chunks):
-        task.delay(notification.pk, index)
+    delivery_add(task=FANOUT_CHUNK_TASK, object_id=notification.pk, indexes=range(chunks))
     _undo_if_withdrawn(notification)
     return chunks
 
@@ -227,6 +226,25 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
     )
     _undo_if_withdrawn(notification)
     return len(user_ids)
+
+
+def notification_deliver_job(notification_id: int, _index: int) -> int:
+    """A pending delivery's row: reload the notification and deliver it (0 when gone)."""
+    notification = Notification.objects.filter(pk=notification_id).first()
+    return 0 if notification is None else notification_deliver(notification=notification)
+
+
+def notification_fanout_chunk_job(notification_id: int, index: int) -> int:
+    """A pending chunk's row: reload the notification and push the chunk (0 when gone)."""
+    notification = Notification.objects.filter(pk=notification_id).first()
+    return 0 if notification is None else notification_fanout_chunk(notification=notification, index=index)
+
+
+# What runs each task's pending rows (registered with services.delivery): task -> (job, takes an index).
+DELIVERY_JOBS: dict[str, tuple[Job, bool]] = {
+    DELIVER_TASK: (notification_deliver_job, False),
+    FANOUT_CHUNK_TASK: (notification_fanout_chunk_job, True),
+}
 
 
 def notification_withdraw(*, notification: Notification) -> bool:

@@ -28,7 +28,16 @@ from tests.notices.conftest import announce
 
 pytestmark = pytest.mark.django_db
 
-AREAS = ["announcements", "bulletins", "item_details", "user_groups", "hidden", "subscribers", "push_deliveries"]
+AREAS = [
+    "announcements",
+    "deliveries",
+    "bulletins",
+    "item_details",
+    "user_groups",
+    "hidden",
+    "subscribers",
+    "push_deliveries",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,7 @@ from core import keys
 from core.redis import get_redis
 from messagecenter import services, tasks
 from messagecenter.items import message_entry
-from messagecenter.models import FanoutChunk, Message, MessageStatus
+from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
 from tests.conftest import ROOT
 
 BROKER_URL = os.environ.get("MESSAGECENTER_TEST_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -151,23 +151,23 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
     user_ids = list(user_model.objects.filter(username__startswith="fan").values_list("pk", flat=True))
 
     # The message goes to the workers' queue through the broker (this process
-    # runs tasks eagerly otherwise): message_send enqueues after commit.
+    # runs tasks eagerly otherwise): message_send hands its pending delivery
+    # to the task after commit.
     sender = Celery("sender", broker=BROKER_URL)
     sent: list[int] = []
+    committed: list[bool] = []
 
-    def delay_on_commit(message_id: int) -> None:
-        def send() -> None:
-            sender.send_task("messagecenter.message_deliver", args=[message_id], queue=queue)
-            sent.append(message_id)
-
-        transaction.on_commit(send)
+    def apply_async(args: list[int], **options: Any) -> None:
+        committed.append(not transaction.get_connection().in_atomic_block)
+        sender.send_task("messagecenter.message_deliver", args=args, queue=queue)
+        sent.append(args[0])
 
     task = tasks.message_deliver_task
     first = start_worker()
     eager = task.app.conf.task_always_eager
     # message_send enqueues (through the sender above) instead of delivering here.
     task.app.conf.task_always_eager = False
-    task.delay_on_commit = delay_on_commit
+    task.apply_async = apply_async
     try:
         message = services.message_send(
             sender=operator,
@@ -178,9 +178,10 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
         )
     finally:
         task.app.conf.task_always_eager = eager
-        del task.delay_on_commit
+        del task.apply_async
     assert message.delivery == "push"
     assert sent == [message.pk]
+    assert committed == [True]
 
     # Kill the first worker once 10 chunks are done, the second one at 25,
     # each while it runs a chunk (a message it holds unacknowledged).
@@ -196,6 +197,14 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
         lambda: Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERED).exists(),
         timeout=240,
         what="the fan-out to finish",
+        worker=third,
+    )
+
+    # Every pending delivery row (the delivery's, each chunk's) was cleared by its task.
+    wait_for(
+        lambda: not PendingDelivery.objects.filter(object_id=message.pk).exists(),
+        timeout=30,
+        what="the pending deliveries to clear",
         worker=third,
     )
 

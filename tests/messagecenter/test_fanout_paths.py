@@ -164,14 +164,14 @@ def test_a_redis_error_sends_every_chunk_to_its_task(
         return real(**kwargs)
 
     delayed: list[tuple[int, int]] = []
-    real_delay = tasks.message_fanout_chunk_task.delay
+    real_apply_async = tasks.message_fanout_chunk_task.apply_async
 
-    def delay(*args: Any) -> Any:
-        delayed.append(args)
-        return real_delay(*args)
+    def apply_async(args: list[int], **options: Any) -> Any:
+        delayed.append(tuple(args))
+        return real_apply_async(args=args, **options)
 
     monkeypatch.setattr(messages, "inbox_deliver", flaky)
-    monkeypatch.setattr(tasks.message_fanout_chunk_task, "delay", delay)
+    monkeypatch.setattr(tasks.message_fanout_chunk_task, "apply_async", apply_async)
     message = send(operator, to={"users": users})
     assert delayed == [(message.pk, 0), (message.pk, 1), (message.pk, 2)]
     assert message.status == MessageStatus.DELIVERED
