@@ -95,7 +95,7 @@ DATABASE_POOL_MIN_SIZE: int = env.int("DATABASE_POOL_MIN_SIZE", default=2)
 DATABASE_POOL_MAX_SIZE: int = env.int("DATABASE_POOL_MAX_SIZE", default=10)
 # How long a request waits for a free pooled connection before it fails
 # (a 503 with Retry-After, as for any PostgreSQL outage).
-DATABASE_POOL_TIMEOUT: float = env.float("DATABASE_POOL_TIMEOUT", default=10.0)
+DATABASE_POOL_TIMEOUT: float = env.float("DATABASE_POOL_TIMEOUT", default=5.0)
 # Connections above DATABASE_POOL_MIN_SIZE left idle this long are closed, one
 # per interval: a burst's connections go back to PostgreSQL afterwards.
 DATABASE_POOL_MAX_IDLE: float = env.float("DATABASE_POOL_MAX_IDLE", default=600.0)
