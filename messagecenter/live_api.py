@@ -67,13 +67,16 @@ def inbox_stream(request: HttpRequest) -> HttpResponseBase:
         # Any status but 200 closes EventSource for good: the page polls instead.
         return JsonResponse({"error": {"code": "unavailable", "message": "Live updates are unavailable."}}, status=503)
     user_id = int(request.user.pk)
+    # The stream needs no database, and Django gives the request's connection
+    # back only when the response is closed, up to a minute later: give it back
+    # now (to the pool, or closed when there is none). Under ASGI an open
+    # stream would otherwise keep a pooled connection out for its whole life,
+    # and a few dozen pages would drain the pool.
+    if not connection.in_atomic_block:
+        connection.close()
     if isinstance(request, ASGIRequest):
         stream = StreamingHttpResponse(live.inbox_event_stream_async(user_id=user_id), content_type="text/event-stream")
     else:
-        # A WSGI thread holds the stream: give its database connection back now
-        # rather than after the stream ends.
-        if not connection.in_atomic_block:
-            connection.close()
         stream = StreamingHttpResponse(live.inbox_event_stream(user_id=user_id), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass events through unbuffered

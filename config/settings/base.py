@@ -82,9 +82,49 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------
 # PostgreSQL (psycopg 3) when DATABASE_URL is set, else a SQLite file.
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+#
+# On PostgreSQL every process borrows its connections from psycopg's pool
+# (Django's "pool" option): a connection goes back to the pool when the request
+# that used it finishes, whichever thread ran it. Persistent connections
+# (CONN_MAX_AGE) belong to a thread instead, and an ASGI server runs each
+# request's sync code in a thread of its own: every such thread kept its own
+# connection open until PostgreSQL refused new clients. With the pool a
+# process never holds more than DATABASE_POOL_MAX_SIZE connections, under
+# uvicorn and gunicorn alike; CONN_MAX_AGE applies only with the pool off.
+DATABASE_POOL_MIN_SIZE: int = env.int("DATABASE_POOL_MIN_SIZE", default=2)
+DATABASE_POOL_MAX_SIZE: int = env.int("DATABASE_POOL_MAX_SIZE", default=10)
+# How long a request waits for a free pooled connection before it fails
+# (a 503 with Retry-After, as for any PostgreSQL outage).
+DATABASE_POOL_TIMEOUT: float = env.float("DATABASE_POOL_TIMEOUT", default=5.0)
+# Connections above DATABASE_POOL_MIN_SIZE left idle this long are closed, one
+# per interval: a burst's connections go back to PostgreSQL afterwards.
+DATABASE_POOL_MAX_IDLE: float = env.float("DATABASE_POOL_MAX_IDLE", default=600.0)
+
+
+def database_config(config: dict[str, Any], *, pool: bool, conn_max_age: int) -> dict[str, Any]:
+    """``config`` (a parsed database URL) with the connection policy: the pool
+    on PostgreSQL when ``pool`` is set, else persistent connections."""
+    config["CONN_HEALTH_CHECKS"] = True
+    if pool and config["ENGINE"] == "django.db.backends.postgresql":
+        config["CONN_MAX_AGE"] = 0  # the pool keeps the connections; Django refuses both
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": DATABASE_POOL_MIN_SIZE,
+            "max_size": DATABASE_POOL_MAX_SIZE,
+            "timeout": DATABASE_POOL_TIMEOUT,
+            "max_idle": DATABASE_POOL_MAX_IDLE,
+        }
+    else:
+        config["CONN_MAX_AGE"] = conn_max_age
+    return config
+
+
+DATABASES = {
+    "default": database_config(
+        env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        pool=env.bool("DATABASE_POOL", default=True),
+        conn_max_age=env.int("CONN_MAX_AGE", default=60),
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Retry-After of the 503 answered while PostgreSQL cannot be reached.
 DATABASE_RETRY_AFTER_SECONDS: int = env.int("DATABASE_RETRY_AFTER_SECONDS", default=30)

@@ -4,13 +4,16 @@ and Redis db so benchmarks never touch development or test data."""
 import warnings
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import CACHES, REST_FRAMEWORK, _redis_cache, env
+from config.settings.base import CACHES, REST_FRAMEWORK, _redis_cache, database_config, env
 
 DEBUG = False
 DATABASES = {
-    "default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messagecenter_bench"),
+    "default": database_config(
+        env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messagecenter_bench"),
+        pool=env.bool("DATABASE_POOL", default=True),
+        conn_max_age=600,
+    ),
 }
-DATABASES["default"]["CONN_MAX_AGE"] = 600
 # db 3: concurrent test runs take dbs 15 down to 8 (config/settings/test.py's slots) and flush
 # them; db 14 used to be wiped under the bench's feet mid-run.
 REDIS_URL = env("BENCH_REDIS_URL", default="redis://127.0.0.1:6379/3")

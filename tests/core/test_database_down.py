@@ -35,11 +35,19 @@ def postgres_down() -> Iterator[None]:
         conn = connections["default"]
         saved = dict(conn.settings_dict)
         conn.close()
-        conn.settings_dict.update(HOST="127.0.0.1", PORT=str(closed.getsockname()[1]))
+        # The pool keeps connections to the old address: a new one is built
+        # from the new settings, and waits a short while for a connection
+        # that never comes (a request's wait is the pool's timeout).
+        conn.close_pool()
+        options = dict(saved.get("OPTIONS") or {})
+        if options.get("pool"):
+            options["pool"] = {**options["pool"], "timeout": 0.2}
+        conn.settings_dict.update(HOST="127.0.0.1", PORT=str(closed.getsockname()[1]), OPTIONS=options)
         try:
             yield
         finally:
             conn.close()
+            conn.close_pool()
             conn.settings_dict.clear()
             conn.settings_dict.update(saved)
 
