@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -173,10 +173,12 @@ def database_now() -> datetime:
             cursor.execute("SELECT clock_timestamp()")
             row = cursor.fetchone()
         return row[0] if isinstance(row[0], datetime) else timezone.now()
-    # SQLite: Now() writes UTC to the millisecond, so the same clock floored to
-    # the millisecond (a row written in that millisecond is not "before" it).
+    # SQLite: Now() writes UTC to the millisecond from its own reading of the
+    # clock, which can land a millisecond off ours: floored, and one
+    # millisecond earlier, so a row written as a run starts is never taken
+    # for one written before it (compacting one interval later is harmless).
     now = datetime.now(tz=UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000) - timedelta(milliseconds=1)
 
 
 def compact(*, topics: Iterable[str], before: datetime) -> int:

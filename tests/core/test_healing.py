@@ -174,6 +174,9 @@ def test_user_marks_are_the_journal_then_the_pending_entries(recipient: Any, oth
 
 def test_compaction_only_after_a_run_that_drained_everything(recipient: Any) -> None:
     before = journal.database_now()
+    # The rows come later by more than a clock's rounding (SQLite's own clock
+    # writes them, Python's floors ``before``).
+    time.sleep(0.002)
     MarkJournal.objects.create(topic="inbox.read", payload={}, user_id=recipient.pk, marked_at=timezone.now())
     MarkJournal.objects.create(topic="notices.read", payload={}, user_id=recipient.pk, marked_at=timezone.now())
     assert journal.compact(topics=["inbox.read"], before=before) == 0  # written after the run started
