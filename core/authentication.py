@@ -2,34 +2,29 @@
 
 The inbox hot path must run no SQL at all, authentication included. An API
 token maps to its owner's fields in one Redis entry (one GET per request),
-and a user id to the same fields for session authentication. Entries are
-dropped after the commit that revokes a token or changes a user or their
-platforms (``core.signals``), so revocation takes effect at once. When Redis
-is down the lookups fall back to PostgreSQL.
-
-A request that misses the cache fills it from PostgreSQL. A revocation that
-commits while it reads would have dropped the entry before the fill wrote it,
-so after writing, the filler reads PostgreSQL once more and drops its own
-entry if the row moved on: a stale entry never survives the race.
+and a user id to the same fields for session authentication. Both are
+read-through entries (core/readthrough.py): a bad token or unknown id is
+remembered as a miss, concurrent misses of one key cost one query, and
+entries expire logically with jitter. After the commit that revokes a token
+or changes a user or their platforms, ``core.signals`` replaces the entries
+with tombstones, so revocation takes effect at once, and a fill that read
+PostgreSQL before that commit does not store its copy. When Redis is down
+the lookups read PostgreSQL.
 """
 
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
-from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
 from rest_framework.authtoken.models import Token
 
-from core import readmodel
+from core import keys
+from core.readthrough import auth_policy, read_through
 from core.selectors import PLATFORMS_ATTR, user_platforms
-
-logger = logging.getLogger(__name__)
 
 # Fields rebuilt from the cache: everything a request handler reads on
 # ``request.user``, including the password hash that session auth compares.
@@ -61,47 +56,20 @@ def _restore(data: dict[str, Any]) -> User:
     return user
 
 
-def _fill(
-    *, store: Callable[[dict[str, Any]], None], drop: Callable[[], None], load: Callable[[], User | None], user: User
-) -> None:
-    """Cache ``user``'s snapshot, then re-read PostgreSQL (``load``) and drop
-    the entry again if a change committed meanwhile (see the module docstring)."""
-    snapshot = _snapshot(user)
-    try:
-        store(snapshot)
-        again = load()
-        if again is None or _snapshot(again) != snapshot:
-            drop()
-    except RedisError:
-        logger.warning("redis unavailable; user %s not cached", user.pk)
-
-
-def _user_by_id(user_id: int) -> User | None:
-    return get_user_model().objects.filter(pk=user_id).first()
+def _user_snapshot_by_id(user_id: int) -> dict[str, Any] | None:
+    user = get_user_model().objects.filter(pk=user_id).first()
+    return _snapshot(user) if user is not None else None
 
 
 def cached_user(user_id: int) -> User | None:
     """The user with this id, from the cache when present; None if absent."""
-    try:
-        data = readmodel.user_fields_get(user_id=user_id)
-    except RedisError:
-        data = None
-    if data is not None:
-        return _restore(data)
-    user = _user_by_id(user_id)
-    if user is not None:
-        _fill(
-            store=lambda fields: readmodel.user_fields_set(user_id=user_id, fields=fields),
-            drop=lambda: readmodel.user_drop(user_id=user_id),
-            load=lambda: _user_by_id(user_id),
-            user=user,
-        )
-    return user
+    data = read_through(keys.auth_user(user_id), lambda: _user_snapshot_by_id(user_id), policy=auth_policy())
+    return _restore(data) if data is not None else None
 
 
-def _token_owner(key: str) -> User | None:
+def _owner_snapshot(key: str) -> dict[str, Any] | None:
     token = Token.objects.select_related("user").filter(key=key).first()
-    return token.user if token is not None else None
+    return _snapshot(token.user) if token is not None else None
 
 
 class TokenAuthentication(DRFTokenAuthentication):
@@ -110,23 +78,10 @@ class TokenAuthentication(DRFTokenAuthentication):
     keyword = "Token"
 
     def authenticate_credentials(self, key: str) -> tuple[User, Token | str]:
-        try:
-            data = readmodel.token_user_get(token_key=key)
-        except RedisError:
-            return super().authenticate_credentials(key)
-        user: User | None
-        if data is not None:
-            user = _restore(data)
-        else:
-            user = _token_owner(key)
-            if user is None:
-                raise exceptions.AuthenticationFailed("Invalid token.")
-            _fill(
-                store=lambda fields: readmodel.token_user_set(token_key=key, fields=fields),
-                drop=lambda: readmodel.token_drop(token_key=key),
-                load=lambda: _token_owner(key),
-                user=user,
-            )
+        data = read_through(keys.auth_token(key), lambda: _owner_snapshot(key), policy=auth_policy())
+        if data is None:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        user = _restore(data)
         if not user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         return user, key

@@ -48,18 +48,28 @@ def user_tag(user_id: int) -> str:
 
 
 def user_platforms(user_id: int) -> str:
-    """string: comma-separated platform codes of a user (cache of PostgreSQL)."""
+    """string: a read-through entry (core/readthrough.py) of the user's platform codes."""
     return _key("user", "platforms", user_tag(user_id))
 
 
 def auth_token(token_key: str) -> str:
-    """string: JSON of the token owner's fields (cache of PostgreSQL, dropped on revoke or user change)."""
-    return _key("auth", "token", token_key)
+    """string: a read-through entry (core/readthrough.py) of the token owner's fields, or of
+    the token's absence; a tombstone after a revocation or user change. The token is the
+    hash tag, which the entry's fill lock (``fill_lock``) shares."""
+    return _key("auth", "token", f"{{t{token_key}}}")
 
 
 def auth_user(user_id: int) -> str:
-    """string: JSON of the fields authentication needs for a user (cache of PostgreSQL)."""
+    """string: a read-through entry (core/readthrough.py) of the fields authentication needs
+    for a user, or of the id's absence (cache of PostgreSQL)."""
     return _key("auth", "user", user_tag(user_id))
+
+
+def fill_lock(entry_key: str) -> str:
+    """string: the fill lock of a read-through entry (core/readthrough.py): a random token
+    with a short lease (SET NX PX). The entry's own name plus a suffix, so it keeps the
+    entry's hash tag and one script can check the lock and write the entry."""
+    return f"{entry_key}:fill"
 
 
 def health_probe() -> str:

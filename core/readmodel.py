@@ -3,61 +3,62 @@
 It caches what every request needs and PostgreSQL would otherwise answer:
 a user's platforms, and the credential lookups of authentication (token ->
 the owner's fields, one GET per API request; user id -> the user's fields,
-for sessions). Every entry is dropped after the commit that changes its
-source, so a revoked token or a deactivated user stops working at once; TTLs
-only bound memory.
+for sessions). Every entry is replaced by a tombstone after the commit that
+changes its source, so a revoked token or a deactivated user stops working at
+once. What is cached when, and for how long, is core/readthrough.py's policy;
+this module only sends its commands.
 """
 
-import json
 from collections.abc import Iterable
-from typing import Any
-
-from django.conf import settings
 
 from core import keys
+from core.lua import LuaScript
 from core.redis import get_redis
 
-PLATFORM_CACHE_TTL = 60 * 60 * 24
+FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
+UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
 
 
-def platforms_get(*, user_id: int) -> list[str] | None:
-    cached = get_redis().get(keys.user_platforms(user_id))
-    if cached is None:
-        return None
-    return [p for p in cached.decode().split(",") if p]
+# --- read-through entries (the policy is core/readthrough.py) -------------------------
 
 
-def platforms_set(*, user_id: int, platforms: list[str]) -> None:
-    get_redis().set(keys.user_platforms(user_id), ",".join(platforms), ex=PLATFORM_CACHE_TTL)
+def cache_entry_get(*, key: str) -> bytes | None:
+    """The entry's bytes as stored (value, miss or tombstone), or None."""
+    value: bytes | None = get_redis().get(key)
+    return value
 
 
-def token_user_get(*, token_key: str) -> dict[str, Any] | None:
-    """The owner's fields cached under an API token, or None."""
-    value = get_redis().get(keys.auth_token(token_key))
-    return json.loads(value) if value is not None else None
+def cache_fill_lock(*, key: str, token: str, lease_ms: int) -> bool:
+    """Take the entry's fill lock for ``lease_ms`` (SET NX PX): True when taken."""
+    return bool(get_redis().set(keys.fill_lock(key), token, nx=True, px=lease_ms))
 
 
-def token_user_set(*, token_key: str, fields: dict[str, Any]) -> None:
-    get_redis().set(keys.auth_token(token_key), json.dumps(fields), ex=settings.MESSAGECENTER_AUTH_CACHE_TTL)
+def cache_fill_store(*, key: str, token: str, seen: bytes | None, entry: bytes, ttl_ms: int) -> bool:
+    """Write ``entry`` if the caller still holds the lock and the entry is still
+    the one it saw before reading PostgreSQL (cache_fill.lua); releases the lock."""
+    args = [token, "0" if seen is None else "1", seen or b"", entry, max(1, int(ttl_ms))]
+    return bool(FILL_SCRIPT([key, keys.fill_lock(key)], args))
 
 
-def token_drop(*, token_key: str) -> None:
-    get_redis().delete(keys.auth_token(token_key))
+def cache_fill_unlock(*, key: str, token: str) -> None:
+    UNLOCK_SCRIPT([keys.fill_lock(key)], [token])
 
 
-def user_fields_get(*, user_id: int) -> dict[str, Any] | None:
-    value = get_redis().get(keys.auth_user(user_id))
-    return json.loads(value) if value is not None else None
-
-
-def user_fields_set(*, user_id: int, fields: dict[str, Any]) -> None:
-    get_redis().set(keys.auth_user(user_id), json.dumps(fields), ex=settings.MESSAGECENTER_AUTH_CACHE_TTL)
-
-
-def user_drop(*, user_id: int, token_keys: Iterable[str] = ()) -> None:
-    """Forget every cached copy of the user (by id, and under each of
-    ``token_keys``) and their platforms, which those copies carry too."""
-    get_redis().delete(keys.auth_user(user_id), keys.user_platforms(user_id), *map(keys.auth_token, token_keys))
+def cache_invalidate(*, entry_keys: Iterable[str], tombstone: bytes, ttl_ms: int) -> None:
+    """Replace each entry with ``tombstone`` (read as a miss): a fill that read
+    PostgreSQL before the change then finds an entry it did not see and drops
+    its copy. The keys may lie in several slots: one pipeline, no transaction."""
+    names = list(entry_keys)
+    if not names:
+        return
+    client = get_redis()
+    if len(names) == 1:
+        client.set(names[0], tombstone, px=ttl_ms)
+        return
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.set(name, tombstone, px=ttl_ms)
+    pipe.execute()
 
 
 def health_probe() -> None:

@@ -1,17 +1,13 @@
 """Read use cases of the core app."""
 
-import logging
-
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count
-from redis.exceptions import RedisError
 
-from core import readmodel
+from core import keys
 from core.models import Platform, UserPlatform
 from core.platforms import ALL_PLATFORMS, default_platforms
-
-logger = logging.getLogger(__name__)
+from core.readthrough import platforms_policy, read_through
 
 
 def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
@@ -48,19 +44,12 @@ def user_platforms(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
 def _user_platforms(user: AbstractBaseUser) -> list[str]:
     user_id = int(user.pk)
     is_staff = bool(getattr(user, "is_staff", False))
-    try:
-        cached = readmodel.platforms_get(user_id=user_id)
-    except RedisError:
-        logger.warning("redis unavailable; reading platforms of user %s from the database", user_id)
-        return _platforms_from_db(user_id=user_id, is_staff=is_staff)
-    if cached is not None:
-        return cached
-    platforms = _platforms_from_db(user_id=user_id, is_staff=is_staff)
-    try:
-        readmodel.platforms_set(user_id=user_id, platforms=platforms)
-    except RedisError:
-        pass
-    return platforms
+    cached = read_through(
+        keys.user_platforms(user_id),
+        lambda: _platforms_from_db(user_id=user_id, is_staff=is_staff),
+        policy=platforms_policy(),
+    )
+    return [str(p) for p in cached] if isinstance(cached, list) else default_platforms(is_staff=is_staff)
 
 
 def platform_user_counts() -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Receivers that mirror committed changes into the core read model.
 
-They only drop cache entries, after commit: the next read rebuilds them from
-PostgreSQL. A Redis failure here leaves an entry that its TTL ends.
+They only invalidate cache entries, after commit (core/readthrough.py writes
+tombstones): the next read fills them from PostgreSQL. A Redis failure here
+leaves an entry that its TTL ends.
 """
 
 import logging
@@ -15,8 +16,9 @@ from django.dispatch import receiver
 from redis.exceptions import RedisError
 from rest_framework.authtoken.models import Token
 
-from core import readmodel
+from core import keys
 from core.models import UserPlatform
+from core.readthrough import invalidate
 from core.services import user_ensure_default_platform
 
 logger = logging.getLogger(__name__)
@@ -51,14 +53,16 @@ def user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
 def _user_drop(user_id: int) -> None:
     """Drop the user's cached copies, those kept under their API tokens included."""
     token_keys = list(Token.objects.filter(user_id=user_id).values_list("key", flat=True))
-    readmodel.user_drop(user_id=user_id, token_keys=token_keys)
+    # The platforms ride on both snapshots: every copy goes at once.
+    invalidate(keys.auth_user(user_id), keys.user_platforms(user_id), *map(keys.auth_token, token_keys))
 
 
 @receiver(post_delete, sender=Token, dispatch_uid="core_token_deleted")
 @receiver(post_save, sender=Token, dispatch_uid="core_token_saved")
 def token_changed(sender: Any, instance: Token, **kwargs: Any) -> None:
     key = instance.key
-    _after_commit(lambda: readmodel.token_drop(token_key=key))
+    # A new token replaces the miss a client guessing it may have left.
+    _after_commit(lambda: invalidate(keys.auth_token(key)))
 
 
 @receiver(post_save, sender=UserPlatform, dispatch_uid="core_userplatform_saved")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from core.breaker import BreakerConnection
 
@@ -389,6 +390,27 @@ MESSAGECENTER_FANOUT_CHUNK: int = env.int("MESSAGECENTER_FANOUT_CHUNK", default=
 MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", default=60 * 60 * 24 * 7)
 MESSAGECENTER_INBOX_MAX_ITEMS: int = env.int("MESSAGECENTER_INBOX_MAX_ITEMS", default=10000)
 MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
+# Read-through entries (core/readthrough.py): TTL spread (+/- a fraction), how long a
+# stale entry is served while one request refreshes it, how long a miss (bad token,
+# unknown id) is remembered, the fill lock's lease, an invalidation tombstone's life.
+MESSAGECENTER_CACHE_JITTER: float = env.float("MESSAGECENTER_CACHE_JITTER", default=0.1)
+MESSAGECENTER_CACHE_STALE_SECONDS: float = env.float("MESSAGECENTER_CACHE_STALE_SECONDS", default=60.0)
+MESSAGECENTER_CACHE_NULL_SECONDS: float = env.float("MESSAGECENTER_CACHE_NULL_SECONDS", default=30.0)
+MESSAGECENTER_CACHE_FILL_LEASE_MS: int = env.int("MESSAGECENTER_CACHE_FILL_LEASE_MS", default=2000)
+MESSAGECENTER_CACHE_TOMBSTONE_SECONDS: float = env.float("MESSAGECENTER_CACHE_TOMBSTONE_SECONDS", default=60.0)
+if not 0 <= MESSAGECENTER_CACHE_JITTER < 1:
+    raise ImproperlyConfigured("MESSAGECENTER_CACHE_JITTER must be at least 0 and below 1.")
+if (
+    MESSAGECENTER_CACHE_FILL_LEASE_MS < 1
+    or MESSAGECENTER_CACHE_TOMBSTONE_SECONDS * 1000 <= 2 * MESSAGECENTER_CACHE_FILL_LEASE_MS
+):
+    raise ImproperlyConfigured(
+        "MESSAGECENTER_CACHE_TOMBSTONE_SECONDS must outlast two fill leases (MESSAGECENTER_CACHE_FILL_LEASE_MS): "
+        "a fill that read the database before an invalidation must still find its tombstone."
+    )
+# Activity bitmaps (core/activity.py): record daily active users; days kept.
+MESSAGECENTER_ACTIVITY_ENABLED: bool = env.bool("MESSAGECENTER_ACTIVITY_ENABLED", default=True)
+MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAYS", default=400)
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 # Unread counts held in each process while Redis tracks what they were read
 # from (core/tracking.py, CLIENT TRACKING): a repeated poll costs no round trip.

@@ -7,6 +7,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from core import keys, readmodel
+from core.readthrough import parse
 from core.redis import get_redis
 from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
@@ -33,10 +34,10 @@ def test_deactivated_user_stops_working_at_once(recipient: Any, redis: Any) -> N
     client = client_for(recipient)
     token = Token.objects.get(user=recipient).key
     assert client.get("/api/v1/me/").status_code == 200
-    assert redis.exists(keys.auth_token(token))
+    assert parse(redis.get(keys.auth_token(token))).found
     recipient.is_active = False
     recipient.save()
-    assert not redis.exists(keys.auth_token(token))  # the copy kept under the token is dropped too
+    assert not parse(redis.get(keys.auth_token(token))).found  # the copy kept under the token is invalidated too
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
 
 
@@ -68,20 +69,20 @@ def test_user_changes_reach_token_requests_at_once(recipient: Any) -> None:
 
 
 def test_a_revocation_racing_the_cache_fill_leaves_no_entry(recipient: Any, redis: Any, monkeypatch: Any) -> None:
-    """The token is deleted (and its drop already ran) between the filler's
-    read of PostgreSQL and its write to Redis: the filler's re-check drops the
-    entry it wrote, so the revoked token fails on the very next request."""
+    """The token is deleted (and its tombstone written) between the filler's
+    read of PostgreSQL and its write to Redis: the fill finds an entry it did
+    not see and stores nothing, so the revoked token fails on the next request."""
     client = client_for(recipient)
     token = Token.objects.get(user=recipient).key
-    real_set = readmodel.token_user_set
+    real_store = readmodel.cache_fill_store
 
-    def set_after_revocation(**kwargs: Any) -> None:
-        Token.objects.filter(key=token).delete()  # commits and drops the (absent) entry first
-        real_set(**kwargs)  # then the stale fill lands
+    def store_after_revocation(**kwargs: Any) -> bool:
+        Token.objects.filter(key=token).delete()  # commits and writes the tombstone first
+        return real_store(**kwargs)  # then the stale fill lands
 
-    monkeypatch.setattr(readmodel, "token_user_set", set_after_revocation)
+    monkeypatch.setattr(readmodel, "cache_fill_store", store_after_revocation)
     assert client.get("/api/v1/me/").status_code == 200  # this request had read the token before
-    assert not redis.exists(keys.auth_token(token))
+    assert not parse(redis.get(keys.auth_token(token))).found
     monkeypatch.undo()
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
 
@@ -91,15 +92,18 @@ def test_a_user_change_racing_the_session_fill_leaves_no_entry(redis: Any, monke
     browser = Client()
     assert browser.login(username="sam", password="pass-1234")
     redis.delete(keys.auth_user(user.pk))
-    real_set = readmodel.user_fields_set
+    real_store = readmodel.cache_fill_store
 
-    def set_after_deactivation(**kwargs: Any) -> None:
-        type(user).objects.filter(pk=user.pk).update(is_active=False)  # no signal: only the re-check sees it
-        real_set(**kwargs)
+    def store_after_deactivation(**kwargs: Any) -> bool:
+        if kwargs["key"] == keys.auth_user(user.pk):
+            fresh = type(user).objects.get(pk=user.pk)
+            fresh.is_active = False
+            fresh.save()  # commits; its receiver writes the tombstone
+        return real_store(**kwargs)
 
-    monkeypatch.setattr(readmodel, "user_fields_set", set_after_deactivation)
+    monkeypatch.setattr(readmodel, "cache_fill_store", store_after_deactivation)
     assert browser.get("/api/v1/me/").status_code == 200
-    assert not redis.exists(keys.auth_user(user.pk))
+    assert not parse(redis.get(keys.auth_user(user.pk))).found
     monkeypatch.undo()
     assert browser.get("/api/v1/me/").status_code in {401, 403}
 

@@ -4,6 +4,7 @@ import pytest
 
 from core import keys
 from core.models import UserPlatform
+from core.readthrough import parse
 from core.selectors import platform_user_counts, user_platforms
 from tests.conftest import assert_error
 from tests.factories import StaffFactory, UserFactory
@@ -25,15 +26,15 @@ def test_users_without_rows_fall_back_to_the_default_rule() -> None:
 
 def test_operator_replaces_platforms(operator_client: Any, recipient: Any, redis: Any) -> None:
     assert user_platforms(user=recipient) == ["user"]  # fills the cache
-    assert redis.get(keys.user_platforms(recipient.pk)) == b"user"
+    assert parse(redis.get(keys.user_platforms(recipient.pk))).value == ["user"]
     response = operator_client.put(
         f"/api/v1/manage/users/{recipient.pk}/platforms/", {"platforms": ["customer", "user"]}, format="json"
     )
     assert response.status_code == 200
     assert response.json() == {"user_id": str(recipient.pk), "platforms": ["user", "customer"]}
     assert set(UserPlatform.objects.filter(user=recipient).values_list("platform", flat=True)) == {"user", "customer"}
-    # The cache was dropped after commit, so the next read sees the change.
-    assert redis.get(keys.user_platforms(recipient.pk)) is None
+    # The entry was invalidated after commit, so the next read sees the change.
+    assert not parse(redis.get(keys.user_platforms(recipient.pk))).found
     # A fresh user object (the next request's) sees the change.
     recipient = type(recipient).objects.get(pk=recipient.pk)
     assert user_platforms(user=recipient) == ["user", "customer"]

@@ -1,0 +1,252 @@
+"""Read-through caching of per-request PostgreSQL lookups in Redis.
+
+Authentication and the user context (a token's owner, a session's user, a
+user's platforms) are looked up on every request; each lookup is cached in
+one Redis string, an *entry*, with this policy (docs/ARCHITECTURE.md, "Cache
+entries"):
+
+- **Misses are cached too.** A bad token or an unknown user id is stored as a
+  miss for ``MESSAGECENTER_CACHE_NULL_SECONDS``: a client repeating a wrong
+  token costs one GET, not one SQL query, per request. The write that would
+  make the lookup succeed (a token created, a user created) invalidates it.
+- **One fill per key.** However many requests miss the same key at once, one
+  reads PostgreSQL. Inside a process the threads that miss together share
+  one call (``_single_flight``); across processes the filler holds the
+  entry's fill lock (SET NX PX, a lease of ``MESSAGECENTER_CACHE_FILL_LEASE_MS``)
+  and the others poll the entry until it appears. A filler that dies
+  releases nothing: its lease runs out and a waiter takes the lock over.
+  A waiter that waited two leases reads PostgreSQL itself.
+- **Spread and logical expiry.** An entry carries the time it stops being
+  fresh, drawn with ``MESSAGECENTER_CACHE_JITTER`` around the nominal TTL so
+  that entries filled together do not expire together. Redis keeps it
+  ``MESSAGECENTER_CACHE_STALE_SECONDS`` longer: a request that finds it
+  stale takes the fill lock and refreshes it while every other request is
+  served the stale copy (a stale copy is only ever a value no write has
+  invalidated since: invalidation replaces the entry at once).
+- **Invalidation wins every race.** A write that changes a lookup's answer
+  replaces the entry with a tombstone after commit (read as a miss). A fill
+  stores its copy only if the entry is still what it saw before reading
+  PostgreSQL (``core/lua/cache_fill.lua``), so a copy read before the change
+  never lands after the change's tombstone. The tombstone outlives any fill
+  (``MESSAGECENTER_CACHE_TOMBSTONE_SECONDS`` is checked to exceed the lease).
+- **Redis down.** Every RedisError reads PostgreSQL (the breaker in
+  core/breaker.py makes a dead Redis cost one timeout, then nothing).
+
+Values are JSON-compatible; ``None`` is a miss.
+"""
+
+import json
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from core import readmodel
+
+Loader = Callable[[], Any]
+
+# A user's platforms change rarely and every change invalidates them.
+PLATFORMS_TTL_SECONDS = 60 * 60 * 24
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How long an entry of one kind of lookup lives (seconds)."""
+
+    fresh: float  # nominal time a value is served as is (jittered per entry)
+    stale: float  # served stale this long past that, while one request refreshes
+    miss: float  # a miss is remembered this long (jittered)
+
+
+def auth_policy() -> Policy:
+    """Tokens' owners and sessions' users."""
+    return Policy(
+        fresh=float(settings.MESSAGECENTER_AUTH_CACHE_TTL),
+        stale=float(settings.MESSAGECENTER_CACHE_STALE_SECONDS),
+        miss=float(settings.MESSAGECENTER_CACHE_NULL_SECONDS),
+    )
+
+
+def platforms_policy() -> Policy:
+    return Policy(
+        fresh=float(PLATFORMS_TTL_SECONDS),
+        stale=float(settings.MESSAGECENTER_CACHE_STALE_SECONDS),
+        miss=float(settings.MESSAGECENTER_CACHE_NULL_SECONDS),
+    )
+
+
+# --- entries --------------------------------------------------------------------------
+# {"f": fresh until (ms), "v": value}  a value
+# {"f": fresh until (ms)}              a miss
+# {"x": random}                        a tombstone (read as absent; unique, so a fill
+#                                      that saw one tombstone does not match the next)
+
+
+@dataclass(frozen=True)
+class Entry:
+    raw: bytes | None  # as read: what a fill compares against before it stores
+    found: bool  # a value or a miss (False: absent, a tombstone or unreadable)
+    value: Any = None
+    fresh_until_ms: int = 0
+
+
+def parse(raw: bytes | None) -> Entry:
+    if raw is None:
+        return Entry(raw=None, found=False)
+    try:
+        data = json.loads(raw)
+    except ValueError:  # an entry of an older format: a miss, replaced by the next fill
+        return Entry(raw=raw, found=False)
+    if not isinstance(data, dict) or "f" not in data:
+        return Entry(raw=raw, found=False)
+    return Entry(raw=raw, found=True, value=data.get("v"), fresh_until_ms=int(data["f"]))
+
+
+def encode(value: Any, policy: Policy, now_ms: int) -> tuple[bytes, int]:
+    """The entry for ``value`` and its lifetime in Redis (ms)."""
+    jitter = float(settings.MESSAGECENTER_CACHE_JITTER)
+    spread = random.uniform(1.0 - jitter, 1.0 + jitter)  # noqa: S311 (spreading expiries, not secrets)
+    if value is None:
+        life_ms = max(1, int(policy.miss * spread * 1000))
+        return json.dumps({"f": now_ms + life_ms}).encode(), life_ms
+    fresh_ms = max(1, int(policy.fresh * spread * 1000))
+    body = json.dumps({"f": now_ms + fresh_ms, "v": value}, separators=(",", ":"))
+    return body.encode(), fresh_ms + int(policy.stale * 1000)
+
+
+def tombstone() -> bytes:
+    return json.dumps({"x": secrets.token_hex(8)}).encode()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- reads ----------------------------------------------------------------------------
+
+
+def read_through(key: str, load: Loader, *, policy: Policy) -> Any:
+    """The cached answer of ``load`` (a PostgreSQL lookup) under ``key``;
+    None for a miss. See the module docstring for the policy."""
+    try:
+        entry = parse(readmodel.cache_entry_get(key=key))
+    except RedisError:
+        return load()
+    if entry.found:
+        if _now_ms() < entry.fresh_until_ms:
+            return entry.value
+        return _refresh_or_stale(key, load, policy, entry)
+    return json.loads(_single_flight(key, lambda: json.dumps(_fill_on_miss(key, load, policy, entry))))
+
+
+def invalidate(*entry_keys: str) -> None:
+    """Replace the entries by tombstones (after the commit that changed their
+    source). Raises RedisError: callers log it and leave the entry to expire."""
+    ttl_ms = int(float(settings.MESSAGECENTER_CACHE_TOMBSTONE_SECONDS) * 1000)
+    readmodel.cache_invalidate(entry_keys=entry_keys, tombstone=tombstone(), ttl_ms=ttl_ms)
+
+
+def _lease_ms() -> int:
+    return int(settings.MESSAGECENTER_CACHE_FILL_LEASE_MS)
+
+
+def _refresh_or_stale(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:
+    """A stale entry: the request that takes the fill lock refreshes it, every
+    other one is served the stale value meanwhile."""
+    token = secrets.token_hex(8)
+    try:
+        if not readmodel.cache_fill_lock(key=key, token=token, lease_ms=_lease_ms()):
+            return entry.value
+    except RedisError:
+        return entry.value
+    return _load_and_store(key, load, policy, token=token, seen=entry.raw)
+
+
+def _fill_on_miss(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:
+    token = secrets.token_hex(8)
+    lease_ms = _lease_ms()
+    deadline = time.monotonic() + 2 * lease_ms / 1000
+    pause = 0.002
+    seen = entry.raw
+    while True:
+        try:
+            if readmodel.cache_fill_lock(key=key, token=token, lease_ms=lease_ms):
+                return _load_and_store(key, load, policy, token=token, seen=seen)
+        except RedisError:
+            return load()
+        if time.monotonic() >= deadline:
+            return load()  # the filler is stuck (or each lease expired under us): read it ourselves
+        time.sleep(pause)
+        pause = min(pause * 2, 0.025)
+        try:
+            current = parse(readmodel.cache_entry_get(key=key))
+        except RedisError:
+            return load()
+        if current.found:
+            return current.value
+        seen = current.raw  # (a new tombstone: what the next fill must still find)
+
+
+def _load_and_store(key: str, load: Loader, policy: Policy, *, token: str, seen: bytes | None) -> Any:
+    try:
+        value = load()
+    except BaseException:
+        try:
+            readmodel.cache_fill_unlock(key=key, token=token)
+        except RedisError:
+            pass  # the lease ends it
+        raise
+    body, ttl_ms = encode(value, policy, _now_ms())
+    try:
+        readmodel.cache_fill_store(key=key, token=token, seen=seen, entry=body, ttl_ms=ttl_ms)
+    except RedisError:
+        pass
+    return value
+
+
+# --- one fill per key inside a process ---------------------------------------------------
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: str = "null"
+        self.error: BaseException | None = None
+
+
+_flights: dict[str, _Flight] = {}
+_flights_lock = threading.Lock()
+
+
+def _single_flight(key: str, work: Callable[[], str]) -> str:
+    """Run ``work`` once for all the threads that ask for ``key`` meanwhile;
+    each gets the same JSON text (and decodes its own copy: no object is
+    shared between requests). A follower whose leader takes too long (past
+    two leases and a bit) runs ``work`` itself."""
+    with _flights_lock:
+        flight = _flights.get(key)
+        leader = flight is None
+        if flight is None:
+            flight = _flights[key] = _Flight()
+    if not leader:
+        if not flight.done.wait(timeout=3 * _lease_ms() / 1000):
+            return work()
+        if flight.error is not None:
+            raise flight.error
+        return flight.result
+    try:
+        flight.result = work()
+    except BaseException as error:
+        flight.error = error
+        raise
+    finally:
+        with _flights_lock:
+            _flights.pop(key, None)
+        flight.done.set()
+    return flight.result

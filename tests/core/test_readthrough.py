@@ -1,0 +1,319 @@
+"""Read-through entries: misses cached, one fill per key under concurrency
+(threads of one process, and processes through the Redis fill lock), logical
+expiry with jitter, invalidation, and PostgreSQL answering when Redis is down."""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis as redis_lib
+from django.db import connection
+from django.test import override_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rest_framework.authtoken.models import Token
+
+import core.lua
+from core import keys, readmodel, readthrough
+from core.authentication import TokenAuthentication, cached_user
+from core.readthrough import Policy, parse
+from tests.conftest import assert_error, client_for
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+BAD_TOKEN = "0" * 40
+
+
+class QueryCounter:
+    """Counts the SQL statements of every thread that installs it (each thread
+    has its own connection); ``pause`` slows each one, so that concurrent
+    requests all arrive while the first fill is still reading."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self.count = 0
+        self.pause = pause
+        self._lock = threading.Lock()
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        with self._lock:
+            self.count += 1
+        time.sleep(self.pause)
+        return execute(sql, params, many, context)
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        with connection.execute_wrapper(self):
+            yield
+
+
+def run_together(threads: int, work: Callable[[], Any]) -> list[Any]:
+    """Run ``work`` in ``threads`` threads released at the same moment; returns
+    their results (an exception is re-raised)."""
+    barrier = threading.Barrier(threads)
+    results: list[Any] = [None] * threads
+    errors: list[BaseException] = []
+
+    def one(index: int) -> None:
+        try:
+            barrier.wait()
+            results[index] = work()
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    pool = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def token_owner(key: str) -> Any:
+    """What the API's token authentication finds for ``key`` (None: refused)."""
+    policy = readthrough.auth_policy()
+    return readthrough.read_through(keys.auth_token(key), lambda: _owner(key), policy=policy)
+
+
+def _owner(key: str) -> Any:
+    token = Token.objects.filter(key=key).values_list("user_id", flat=True).first()
+    return {"id": token} if token is not None else None
+
+
+# --- one fill per key ------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("in_process", [True, False], ids=["threads-of-one-process", "redis-lock-only"])
+@pytest.mark.parametrize("known", [True, False], ids=["valid-token", "bad-token"])
+def test_concurrent_misses_of_one_key_cost_one_query(in_process: bool, known: bool, monkeypatch: Any) -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key if known else BAD_TOKEN
+    if not in_process:
+        # Every thread on its own, as separate processes would be: only the Redis lock joins them.
+        monkeypatch.setattr(readthrough, "_single_flight", lambda _key, work: work())
+    counter = QueryCounter(pause=0.05)
+
+    def request() -> Any:
+        with counter.installed():
+            return token_owner(key)
+
+    results = run_together(24, request)
+    assert counter.count == 1
+    assert results == [{"id": user.pk} if known else None] * 24
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_token_requests_through_authentication_cost_one_query() -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key
+    assert readthrough.read_through(  # the platforms are cached already, as after any earlier request
+        keys.user_platforms(user.pk), lambda: ["user"], policy=readthrough.platforms_policy()
+    ) == ["user"]
+    counter = QueryCounter(pause=0.05)
+    auth = TokenAuthentication()
+
+    def request() -> Any:
+        with counter.installed():
+            return auth.authenticate_credentials(key)[0].pk
+
+    assert run_together(24, request) == [user.pk] * 24
+    assert counter.count == 1
+
+
+@override_settings(MESSAGECENTER_CACHE_FILL_LEASE_MS=150)
+def test_a_filler_that_died_releases_by_lease_expiry(redis: Any) -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key
+    # A filler took the lock and died before it stored anything.
+    assert readmodel.cache_fill_lock(key=keys.auth_token(key), token="dead", lease_ms=150)
+    started = time.monotonic()
+    assert token_owner(key) == {"id": user.pk}
+    assert time.monotonic() - started >= 0.1  # it waited for the lease...
+    assert parse(redis.get(keys.auth_token(key))).value == {"id": user.pk}  # ...then filled it itself
+
+
+# --- misses ------------------------------------------------------------------------------
+
+
+def test_a_repeated_bad_token_costs_no_sql(django_assert_num_queries: Any) -> None:
+    client = client_for(UserFactory())
+    client.credentials(HTTP_AUTHORIZATION=f"Token {BAD_TOKEN}")
+    with django_assert_num_queries(1):
+        assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+    with django_assert_num_queries(0):
+        assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+
+
+def test_an_unknown_user_id_is_remembered(django_assert_num_queries: Any) -> None:
+    with django_assert_num_queries(1):
+        assert cached_user(987654) is None
+    with django_assert_num_queries(0):
+        assert cached_user(987654) is None
+
+
+def test_a_token_created_after_a_miss_works_at_once(redis: Any) -> None:
+    user = UserFactory()
+    key = "f" * 40
+    client = client_for(user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+    assert parse(redis.get(keys.auth_token(key))).found  # the miss is cached
+    Token.objects.create(user=UserFactory(), key=key)
+    assert client.get("/api/v1/me/").status_code == 200
+
+
+def test_a_user_created_after_a_miss_is_found(django_assert_num_queries: Any) -> None:
+    assert cached_user(123456) is None
+    UserFactory(id=123456, username="late")
+    user = cached_user(123456)
+    assert user is not None
+    assert user.username == "late"
+
+
+def test_a_miss_lives_only_the_null_ttl(redis: Any) -> None:
+    cached_user(555555)
+    ttl_ms = redis.pttl(keys.auth_user(555555))
+    nominal = readthrough.auth_policy().miss * 1000
+    assert 0 < ttl_ms <= nominal * 1.11
+
+
+# --- logical expiry -------------------------------------------------------------------------
+
+
+def _stale_entry(redis: Any, key: str, value: Any) -> None:
+    """An entry whose fresh time passed a second ago (Redis still keeps it)."""
+    body, _ttl = readthrough.encode(value, readthrough.auth_policy(), readthrough._now_ms() - 10**7)
+    redis.set(key, body, px=60_000)
+    assert not readthrough.parse(redis.get(key)).fresh_until_ms > readthrough._now_ms()
+
+
+def test_a_stale_entry_is_served_while_another_request_refreshes(redis: Any, django_assert_num_queries: Any) -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key
+    _stale_entry(redis, keys.auth_token(key), {"id": "old"})
+    assert readmodel.cache_fill_lock(key=keys.auth_token(key), token="other", lease_ms=5000)  # someone refreshes
+    with django_assert_num_queries(0):
+        assert token_owner(key) == {"id": "old"}
+
+
+def test_the_request_that_finds_an_entry_stale_refreshes_it(redis: Any, django_assert_num_queries: Any) -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key
+    _stale_entry(redis, keys.auth_token(key), {"id": "old"})
+    with django_assert_num_queries(1):
+        assert token_owner(key) == {"id": user.pk}
+    entry = parse(redis.get(keys.auth_token(key)))
+    assert entry.value == {"id": user.pk}
+    assert entry.fresh_until_ms > readthrough._now_ms()
+    assert not redis.exists(keys.fill_lock(keys.auth_token(key)))  # released
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_on_a_stale_entry_refresh_it_once() -> None:
+    user = UserFactory()
+    key = Token.objects.create(user=user).key
+    client = readmodel.get_redis()
+    _stale_entry(client, keys.auth_token(key), {"id": "old"})
+    counter = QueryCounter(pause=0.05)
+
+    def request() -> Any:
+        with counter.installed():
+            return token_owner(key)
+
+    results = run_together(16, request)
+    assert counter.count == 1
+    assert set(map(str, (r["id"] for r in results))) <= {"old", str(user.pk)}
+    assert {"id": user.pk} in results  # the refresher's own answer
+    assert parse(client.get(keys.auth_token(key))).value == {"id": user.pk}
+
+
+@settings(max_examples=60, deadline=None)
+@given(fresh=st.floats(1, 10_000), stale=st.floats(0, 1_000), miss=st.floats(1, 600), now=st.integers(0, 2**41))
+def test_lifetimes_are_spread_within_the_jitter(fresh: float, stale: float, miss: float, now: int) -> None:
+    policy = Policy(fresh=fresh, stale=stale, miss=miss)
+    jitter = 0.1
+    with override_settings(MESSAGECENTER_CACHE_JITTER=jitter):
+        body, ttl_ms = readthrough.encode({"a": 1}, policy, now)
+        entry = parse(body)
+        fresh_ms = entry.fresh_until_ms - now
+        assert fresh * (1 - jitter) * 1000 - 1 <= fresh_ms <= fresh * (1 + jitter) * 1000
+        assert ttl_ms == fresh_ms + int(stale * 1000)  # Redis keeps it through the stale window
+        body, ttl_ms = readthrough.encode(None, policy, now)
+        entry = parse(body)
+        assert entry.found
+        assert entry.value is None
+        assert entry.fresh_until_ms - now == ttl_ms
+        assert miss * (1 - jitter) * 1000 - 1 <= ttl_ms <= miss * (1 + jitter) * 1000
+
+
+def test_entries_filled_together_do_not_expire_together() -> None:
+    policy = readthrough.auth_policy()
+    lifetimes = {readthrough.encode({"a": 1}, policy, 0)[1] for _ in range(50)}
+    assert len(lifetimes) > 40
+
+
+# --- invalidation ---------------------------------------------------------------------------
+
+
+def test_invalidation_replaces_every_copy_with_a_tombstone(recipient: Any, redis: Any) -> None:
+    client = client_for(recipient)
+    assert client.get("/api/v1/me/").status_code == 200
+    token = Token.objects.get(user=recipient).key
+    names = [keys.auth_token(token), keys.user_platforms(recipient.pk)]
+    assert all(parse(redis.get(name)).found for name in names)
+    recipient.first_name = "Alice"
+    recipient.save()
+    assert not any(parse(redis.get(name)).found for name in names)
+    assert all(redis.exists(name) for name in names)  # tombstones, for fills in flight
+
+
+def test_a_fill_that_read_before_an_invalidation_does_not_store(redis: Any) -> None:
+    key = keys.auth_user(4242)
+    assert readmodel.cache_fill_lock(key=key, token="me", lease_ms=5000)
+    readthrough.invalidate(key)  # a change committed after the filler looked and read PostgreSQL
+    assert not readmodel.cache_fill_store(key=key, token="me", seen=None, entry=b'{"f":1,"v":1}', ttl_ms=5000)
+    assert not parse(redis.get(key)).found
+    assert not redis.exists(keys.fill_lock(key))
+
+
+def test_a_fill_whose_lease_ran_out_does_not_store(redis: Any) -> None:
+    key = keys.auth_user(4243)
+    assert readmodel.cache_fill_lock(key=key, token="me", lease_ms=5000)
+    redis.set(keys.fill_lock(key), "someone-else")  # the lease ran out and another took it
+    assert not readmodel.cache_fill_store(key=key, token="me", seen=None, entry=b'{"f":1,"v":1}', ttl_ms=5000)
+    assert redis.get(key) is None
+    assert redis.get(keys.fill_lock(key)) == b"someone-else"
+
+
+# --- Redis down ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_down(monkeypatch: pytest.MonkeyPatch) -> Any:
+    dead = redis_lib.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    for module in (core.lua, readmodel):
+        monkeypatch.setattr(module, "get_redis", lambda: dead)
+    return monkeypatch
+
+
+def test_with_redis_down_lookups_read_postgresql(recipient: Any, redis_down: Any) -> None:
+    client = client_for(recipient)
+    response = client.get("/api/v1/me/")
+    assert response.status_code == 200
+    assert response.json()["platforms"] == ["user"]
+    client.credentials(HTTP_AUTHORIZATION=f"Token {BAD_TOKEN}")
+    assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+    assert cached_user(recipient.pk) is not None
+    assert cached_user(999_999) is None
