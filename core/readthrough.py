@@ -174,15 +174,25 @@ def _fill_on_miss(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:
     deadline = time.monotonic() + 2 * lease_ms / 1000
     pause = 0.002
     seen = entry.raw
+    waited = False
     while True:
         try:
             if readmodel.cache_fill_lock(key=key, token=token, lease_ms=lease_ms):
+                if waited:
+                    # Another fill may have stored and released between our last look
+                    # and this lock: look once more before reading PostgreSQL.
+                    current = parse(readmodel.cache_entry_get(key=key))
+                    if current.found:
+                        readmodel.cache_fill_unlock(key=key, token=token)
+                        return current.value
+                    seen = current.raw
                 return _load_and_store(key, load, policy, token=token, seen=seen)
         except RedisError:
             return load()
         if time.monotonic() >= deadline:
             return load()  # the filler is stuck (or each lease expired under us): read it ourselves
         time.sleep(pause)
+        waited = True
         pause = min(pause * 2, 0.025)
         try:
             current = parse(readmodel.cache_entry_get(key=key))
