@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 import core.urls
 import messagecenter.urls
 import notices.urls
+from core import activity_views
 from core import views as core_views
 from core.apis import HealthApi
 
@@ -17,6 +18,9 @@ api_v1 = [
 
 urlpatterns = [
     path("", core_views.home, name="home"),
+    # Staff only (the admin's own login and is_staff check).
+    path("admin/activity/", admin.site.admin_view(activity_views.activity_dashboard), name="admin-activity"),
+    path("admin/activity.csv", admin.site.admin_view(activity_views.activity_csv), name="admin-activity-csv"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

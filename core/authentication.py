@@ -9,7 +9,8 @@ entries expire logically with jitter. After the commit that revokes a token
 or changes a user or their platforms, ``core.signals`` replaces the entries
 with tombstones, so revocation takes effect at once, and a fill that read
 PostgreSQL before that commit does not store its copy. When Redis is down
-the lookups read PostgreSQL.
+the lookups read PostgreSQL. Each authenticated user is recorded as active
+for the day (core/activity.py: at most one Redis command per process and day).
 """
 
 from typing import Any
@@ -23,6 +24,7 @@ from rest_framework.authentication import TokenAuthentication as DRFTokenAuthent
 from rest_framework.authtoken.models import Token
 
 from core import keys
+from core.activity import record_active
 from core.readthrough import auth_policy, read_through
 from core.selectors import PLATFORMS_ATTR, user_platforms
 
@@ -84,6 +86,7 @@ class TokenAuthentication(DRFTokenAuthentication):
         user = _restore(data)
         if not user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        record_active(user_id=user.pk)
         return user, key
 
 
@@ -95,7 +98,10 @@ class CachedModelBackend(ModelBackend):
             user = cached_user(int(user_id))
         except (TypeError, ValueError):
             return None
-        return user if user is not None and self.user_can_authenticate(user) else None
+        if user is None or not self.user_can_authenticate(user):
+            return None
+        record_active(user_id=user.pk)
+        return user
 
 
 class LoginLimitBackend(AxesStandaloneBackend):

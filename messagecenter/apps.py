@@ -9,13 +9,13 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import demo, drift, outbox, rebuild, snapshots
+        from core import activity, demo, drift, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
-        from messagecenter import projection, signals, tasks  # noqa: F401
+        from messagecenter import insight, projection, signals, tasks  # noqa: F401
         from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
@@ -31,3 +31,12 @@ class MessagecenterConfig(AppConfig):
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
         demo.register(self.label, messagecenter_demo.seed)
+        activity.register_reader_source(
+            activity.ReaderSource(
+                kind="message",
+                label="Message",
+                exists=insight.message_exists,
+                first_reads=insight.message_first_reads,
+                readers=insight.message_readers,
+            )
+        )

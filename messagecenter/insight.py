@@ -6,8 +6,10 @@ user's read bit go 0 -> 1 for the first time (messagecenter/readmodel/reads.py).
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
+from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core.insight import TimelinePoint, timeline
@@ -66,3 +68,23 @@ def bulletin_read_stats(*, bulletin: Bulletin) -> ItemReadStats:
     else:
         audience, note = _active_users(), "everyone: active users now"
     return ItemReadStats(audience=audience, audience_note=note, pushed=None, timeline=_read_timeline(bulletin.ref))
+
+
+# Readers over time on the activity dashboard (registered with core.activity in apps.py).
+# A message's read state lives in each recipient's bitmaps (bit = item offset), so
+# there is no per-message reader bitmap to intersect with the days' active users:
+# the dashboard shows its first reads per day only.
+
+
+def message_exists(message_id: int) -> bool:
+    return Message.objects.filter(pk=message_id).exists()
+
+
+def message_first_reads(message_id: int) -> dict[datetime, int]:
+    """First reads per hour (raises RedisError)."""
+    reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+    return reads.read_hours(ref=f"m{int(message_id)}")
+
+
+def message_readers(message_id: int) -> BitMap | None:
+    return None

@@ -9,10 +9,10 @@ class NoticesConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import demo, drift, outbox, rebuild, snapshots
+        from core import activity, demo, drift, outbox, rebuild, snapshots
         from notices import demo as notices_demo
         from notices import drift as notices_drift
-        from notices import projection, services, signals  # noqa: F401  (signals: connects receivers)
+        from notices import insight, projection, services, signals  # noqa: F401  (signals: connects receivers)
         from notices.rebuild import announcements_rebuild
         from notices.snapshots import announcement_read_snapshot
 
@@ -23,3 +23,12 @@ class NoticesConfig(AppConfig):
         snapshots.register(name="announcements", run=announcement_read_snapshot)
         rebuild.register_rebuild("notices", lambda progress: announcements_rebuild(progress=progress), order=10)
         demo.register(self.label, notices_demo.seed)
+        activity.register_reader_source(
+            activity.ReaderSource(
+                kind="announcement",
+                label="Announcement",
+                exists=insight.announcement_exists,
+                first_reads=insight.announcement_first_reads,
+                readers=insight.announcement_readers,
+            )
+        )

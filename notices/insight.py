@@ -3,9 +3,11 @@ how reading went over time, and who on the targeted platforms has not read
 it yet, so that a reminder can be sent to exactly them."""
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q
+from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core.insight import TimelinePoint, timeline
@@ -28,6 +30,28 @@ def announcement_read_timeline(*, announcement: Announcement) -> list[TimelinePo
     except RedisError as exc:
         raise ReadStateUnavailable("Read statistics are unavailable; try again shortly.") from exc
     return timeline(hours)
+
+
+# Readers over time on the activity dashboard (registered with core.activity in apps.py).
+
+
+def announcement_exists(announcement_id: int) -> bool:
+    return Announcement.objects.filter(pk=announcement_id).exists()
+
+
+def _platforms_of(announcement_id: int) -> list[str]:
+    announcement = Announcement.objects.filter(pk=announcement_id).first()
+    return list(announcement.platforms) if announcement is not None else []
+
+
+def announcement_first_reads(announcement_id: int) -> dict[datetime, int]:
+    """First reads per hour (raises RedisError)."""
+    return readmodel.read_hours(announcement_id=announcement_id, platforms=_platforms_of(announcement_id))
+
+
+def announcement_readers(announcement_id: int) -> BitMap:
+    """The ids of every user who has read it (raises RedisError)."""
+    return readmodel.readers(announcement_id=announcement_id, platforms=_platforms_of(announcement_id))
 
 
 @dataclass(frozen=True)

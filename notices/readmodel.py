@@ -617,6 +617,15 @@ def snapshot_readers(*, members: Sequence[SnapshotMember]) -> tuple[dict[Snapsho
     return readers, intact
 
 
+def readers(*, announcement_id: int, platforms: Iterable[str]) -> BitMap:
+    """Every user who has read the announcement, all platforms and chunks together."""
+    found, _intact = snapshot_readers(members=[(platform, announcement_id) for platform in platforms])
+    result = BitMap()
+    for bits in found.values():
+        result |= bits
+    return result
+
+
 def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
     """Write snapshot bitmaps back, per chunk, only where the key is missing (SET NX):
     a restore while the site serves never undoes a newer mark. Registers the
