@@ -102,3 +102,20 @@ def test_production_settings_refuse_to_start_without_a_secret() -> None:
     )
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MESSAGECENTER_CACHE_TOMBSTONE_SECONDS": "1"}, "MESSAGECENTER_CACHE_TOMBSTONE_SECONDS"),
+        ({"MESSAGECENTER_CACHE_JITTER": "1.5"}, "MESSAGECENTER_CACHE_JITTER"),
+    ],
+)
+def test_cache_settings_that_break_invalidation_refuse_to_start(env: dict[str, str], named: str) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REDIS_URL", "MESSAGECENTER_"))}
+    clean.update(env, DJANGO_SETTINGS_MODULE="config.settings.local")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=clean, capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0
+    assert named in result.stderr
