@@ -122,8 +122,9 @@ def db_state() -> dict[str, list[tuple[Any, ...]]]:
     return state
 
 
-# Read-through caches of PostgreSQL that any authenticated request may fill.
-_CACHE_PARTS = (":auth:", ":user:platforms:")
+# Read-through caches of PostgreSQL that any authenticated request may fill, and
+# the day's activity bitmap, which any authenticated request may set a bit in.
+_CACHE_PARTS = (":auth:", ":user:platforms:", ":activity:")
 
 
 def redis_state(redis: Any) -> dict[str, Any]:
