@@ -536,8 +536,9 @@ class MutePeriod(models.Model):
 
     An item is hidden from a user exactly when its time on the inbox axis
     (creation, or a bulletin's display time, in ms) falls in
-    ``[start_ms, end_ms)`` of a period of its category or, for a
-    notification, of its message type (``end_ms`` null: still muted). The
+    ``(start_ms, end_ms]`` of a period of its category or, for a
+    notification, of its message type (``end_ms`` null: still muted; the
+    bounds are explained in ``messagecenter.mutes``). The
     rule depends on the item's time alone, never on when a delivery or a
     merge ran, so every path (push, merge on read, rebuild, the PostgreSQL
     fallback) decides alike, and unmuting brings nothing back.

@@ -1,11 +1,18 @@
 """The mute rule, in one place for every path that decides what an inbox holds.
 
 A user mutes a category or a message type for a span of time (a
-``MutePeriod`` row: ``[start_ms, end_ms)``, open while still muted). An item
+``MutePeriod`` row: ``(start_ms, end_ms]``, open while still muted). An item
 is hidden from the user exactly when its time on the inbox axis (its score:
 creation, or a bulletin's display time, in ms) falls in a period of its
-category or, for a notification, of its message type. The answer depends on
-the item's time alone, never on when a fan-out, a merge or a rebuild ran:
+category or, for a notification, of its message type.
+
+Why the period is open at its start and closed at its end: a fan-out runs
+after the item was created. An item created in the same millisecond as a
+mute, before it, and pushed after it must stay delivered (so the start is
+out); an item created in the same millisecond as an unmute, before it, was
+skipped by a fan-out that ran while muted and must stay hidden (so the end is
+in). With these bounds the answer depends on the item's time and the periods
+alone, never on when a fan-out, a merge or a rebuild ran:
 push delivery (services), the merge on read (readmodel.inbox), the rebuild
 and the PostgreSQL fallback all call ``Mutes.hides`` and so agree, and
 unmuting brings back nothing that arrived while muted.
@@ -23,7 +30,7 @@ Period = tuple[int, int | None]
 
 
 def _within(periods: Iterable[Period], time_ms: int) -> bool:
-    return any(start <= time_ms and (end is None or time_ms < end) for start, end in periods)
+    return any(start < time_ms and (end is None or time_ms <= end) for start, end in periods)
 
 
 @dataclass(frozen=True)

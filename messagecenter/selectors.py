@@ -391,7 +391,7 @@ def muted_among(
     muted: set[int] = set()
     for start in range(0, len(user_ids), MUTED_AMONG_BATCH):
         rows = MutePeriod.objects.filter(target, user_id__in=user_ids[start : start + MUTED_AMONG_BATCH])
-        rows = rows.filter(start_ms__lte=time_ms).filter(Q(end_ms__isnull=True) | Q(end_ms__gt=time_ms))
+        rows = rows.filter(start_ms__lt=time_ms).filter(Q(end_ms__isnull=True) | Q(end_ms__gte=time_ms))
         muted.update(rows.values_list("user_id", flat=True))
     return muted
 
