@@ -103,10 +103,10 @@ def user_mutes(user_ids: Iterable[int]) -> None:
     if not rows:
         return
     # mc_muteperiod_user_idx serves this lookup by user.
-    for user_id, *row in MutePeriod.objects.filter(user_id__in=list(rows)).values_list(
+    for user_id, category, type_id, start_ms, end_ms in MutePeriod.objects.filter(user_id__in=list(rows)).values_list(
         "user_id", "category", "message_type_id", "start_ms", "end_ms"
     ):
-        rows[user_id].append((row[0], row[1], row[2], row[3]))
+        rows[user_id].append((category, type_id, start_ms, end_ms))
     publish.user_mutes_replace(
         mutes_by_user={u: Mutes.of(r).dumps() if r else "" for u, r in rows.items()},
     )

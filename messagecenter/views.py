@@ -6,8 +6,11 @@ usual (the list says live updates are paused); only a write the services
 refuse renders the "unavailable" page.
 """
 
+from typing import cast
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -133,14 +136,14 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
 def settings_page(request: HttpRequest) -> HttpResponse:
     """The user's own settings: mutes, digest, follows. Plain POST forms (CSRF),
     each naming its ``action``; every change goes through the services."""
-    user = request.user
+    user = cast(AbstractBaseUser, request.user)  # login_required: never anonymous
     user_id = int(user.pk)
     if request.method == "POST":
         action = request.POST.get("action")
         try:
             if action == "preferences":
                 services.preferences_update(
-                    user=user,  # type: ignore[arg-type]
+                    user=user,
                     muted_categories=request.POST.getlist("muted_categories"),
                     muted_message_types=request.POST.getlist("muted_message_types"),
                     email_digest=request.POST.get("email_digest") or None,
@@ -148,7 +151,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                 messages.success(request, "Preferences saved.")
             elif action == "follow":
                 services.subscription_self_create(
-                    user=user,  # type: ignore[arg-type]
+                    user=user,
                     message_type=request.POST.get("message_type") or "",
                     scope=request.POST.get("scope") or "",
                 )
@@ -157,7 +160,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                 raw = request.POST.get("subscription") or ""
                 if not raw.isdigit():
                     raise NotFound("No such subscription of yours.")
-                services.subscription_self_delete(user=user, subscription_id=int(raw))  # type: ignore[arg-type]
+                services.subscription_self_delete(user=user, subscription_id=int(raw))
                 messages.success(request, "Unsubscribed.")
         except ApplicationError as exc:
             messages.error(request, exc.message)

@@ -1,6 +1,9 @@
 """The signed-in user's own settings: ``/api/v1/me/preferences/`` and
 ``/api/v1/me/subscriptions/`` (subscriptions to self-service message types)."""
 
+from typing import cast
+
+from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -15,6 +18,11 @@ from messagecenter.services.notifications import MAX_SCOPE_LENGTH
 from messagecenter.services.preferences import MAX_MUTED_TYPES
 
 DIGESTS = tuple(d.value for d in EmailDigest)
+
+
+def _user(request: Request) -> AbstractBaseUser:
+    # IsAuthenticated (the default permission) ran first: never anonymous here.
+    return cast(AbstractBaseUser, request.user)
 
 
 class PreferencesSerializer(serializers.Serializer):
@@ -44,7 +52,7 @@ class PreferencesApi(APIView):
 
     @extend_schema(operation_id="me_preferences_get", responses={200: PreferencesSerializer, **ERRORS(401)})
     def get(self, request: Request) -> Response:
-        prefs = selectors.preferences_get(user_id=int(request.user.pk))
+        prefs = selectors.preferences_get(user_id=int(_user(request).pk))
         return Response(PreferencesSerializer(prefs).data)
 
     @extend_schema(
@@ -60,7 +68,7 @@ class PreferencesApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         prefs = services.preferences_update(
-            user=request.user,
+            user=_user(request),
             muted_categories=data.get("muted_categories"),
             muted_message_types=data.get("muted_message_types"),
             email_digest=data.get("email_digest"),
@@ -88,7 +96,7 @@ class MySubscriptionsApi(APIView):
         responses={200: OutputSerializer, **ERRORS(401)},
     )
     def get(self, request: Request) -> Response:
-        rows = selectors.user_subscriptions(user_id=int(request.user.pk))
+        rows = selectors.user_subscriptions(user_id=int(_user(request).pk))
         return Response(self.OutputSerializer({"results": rows}).data)
 
     @extend_schema(
@@ -103,7 +111,7 @@ class MySubscriptionsApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         subscription = services.subscription_self_create(
-            user=request.user, message_type=data["message_type"], scope=data["scope"]
+            user=_user(request), message_type=data["message_type"], scope=data["scope"]
         )
         return Response(MySubscriptionSerializer(subscription).data, status=status.HTTP_201_CREATED)
 
@@ -115,7 +123,7 @@ class MySubscriptionApi(APIView):
         responses={204: None, **ERRORS(401, 404)},
     )
     def delete(self, request: Request, subscription_id: int) -> Response:
-        services.subscription_self_delete(user=request.user, subscription_id=int(subscription_id))
+        services.subscription_self_delete(user=_user(request), subscription_id=int(subscription_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

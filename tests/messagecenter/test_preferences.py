@@ -15,7 +15,6 @@ from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, services
 from messagecenter.models import MessageType, MutePeriod, Subscription, UserPreferences
 from messagecenter.mutes import Mutes
-from messagecenter.readmodel import to_ms
 from messagecenter.selectors import inbox_counts, inbox_list
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
@@ -121,7 +120,8 @@ def test_bad_preferences_are_400_and_change_nothing(
     error = assert_error(recipient_client.put(PREFS, body, format="json"), 400)
     assert field in error["fields"]
     if field == "muted_categories" and "spam" in str(body):
-        assert "spam" in error["message"] and "ads" in error["message"]
+        assert "spam" in error["message"]
+        assert "ads" in error["message"]
     if field == "muted_message_types":
         assert "nope" in error["message"] or error["fields"][field]
     assert list(MutePeriod.objects.values_list("pk", "end_ms")) == before
@@ -277,7 +277,7 @@ def test_self_service_subscription_lifecycle(
     response = recipient_client.post(SUBS, {"message_type": "alert", "scope": "WH1"}, format="json")
     assert response.status_code == 201, response.content
     created = response.json()
-    assert created["message_type"] == "alert" and created["scope"] == "WH1"
+    assert (created["message_type"], created["scope"]) == ("alert", "WH1")
     assert isinstance(created["id"], str)
     assert Subscription.objects.get(pk=created["id"]).user_id == recipient.pk
     assert get_redis().sismember(keys.mc_subscribers(alert.pk, "WH1"), f"u{recipient.pk}")
@@ -369,7 +369,8 @@ def test_settings_page_renders_and_is_linked(browser: Client, recipient: Any, al
     assert 'name="muted_message_types" value="audit"' in html
     assert '<option value="alert">' in html  # self-service only
     assert '<option value="audit">' not in html
-    assert "HQ" in html and "ops" in html  # through the group, read-only
+    assert "HQ" in html  # through the group, read-only
+    assert "ops" in html
     assert "csrfmiddlewaretoken" in html
     assert 'href="/inbox/settings/"' in browser.get("/inbox/").content.decode()
     assert Client().get("/inbox/settings/").status_code == 302
@@ -403,7 +404,8 @@ def test_settings_page_forms(browser: Client, recipient: Any, alert: Any) -> Non
     subscription = Subscription.objects.get(user=recipient)
     assert subscription.scope == "WH9"
     page = browser.get("/inbox/settings/").content.decode()
-    assert "WH9" in page and 'name="muted_categories" value="promotion" checked' in page
+    assert "WH9" in page
+    assert 'name="muted_categories" value="promotion" checked' in page
     # A duplicate shows a message, changes nothing.
     browser.post("/inbox/settings/", follow)
     assert Subscription.objects.filter(user=recipient).count() == 1
