@@ -15,6 +15,8 @@ from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, services
 from messagecenter.models import MessageType, MutePeriod, Subscription, UserPreferences
 from messagecenter.mutes import Mutes
+from messagecenter.readmodel import inbox, to_ms
+from messagecenter.readmodel.inbox import Page
 from messagecenter.selectors import inbox_counts, inbox_list
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
@@ -27,7 +29,21 @@ SUBS = "/api/v1/me/subscriptions/"
 
 
 def refs(user: Any) -> list[str]:
-    return [item.id for item in inbox_list(user=user).results]
+    """The Redis path itself (the selector could answer from PostgreSQL while the read model heals)."""
+    page = inbox.inbox_page(
+        user_id=user.pk,
+        now_ms=to_ms(timezone.now()),
+        category=None,
+        max_score=None,
+        skip=0,
+        limit=100,
+        unread_only=False,
+        since_ms=None,
+    )
+    assert isinstance(page, Page)
+    listed = [row.ref for row in page.rows]
+    assert [item.id for item in inbox_list(user=user).results] == listed
+    return listed
 
 
 def fallback_refs(user: Any) -> list[str]:
