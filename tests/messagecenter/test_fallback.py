@@ -258,9 +258,9 @@ def test_fallback_runs_a_fixed_number_of_queries(
                 since_ms=None,
             )
         assert {row.detail["kind"] for row in page.rows} == {"message", "bulletin", "notification"}
-        with django_assert_max_num_queries(7):
-            fallback.inbox_counts(user_id=recipient.pk, now=now)
         with django_assert_max_num_queries(8):
+            fallback.inbox_counts(user_id=recipient.pk, now=now)
+        with django_assert_max_num_queries(9):
             assert fallback.inbox_get(user_id=recipient.pk, ref=page.rows[0].ref, now=now) is not None
 
 
