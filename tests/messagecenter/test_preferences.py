@@ -431,3 +431,12 @@ def test_settings_page_forms(browser: Client, recipient: Any, alert: Any) -> Non
     # Unticking everything unmutes.
     browser.post("/inbox/settings/", {"action": "preferences", "csrfmiddlewaretoken": token})
     assert client_for(recipient).get(PREFS).json()["muted_categories"] == []
+
+
+def test_deleting_the_user_drops_the_mirror(recipient: Any) -> None:
+    mute(recipient, ["promotion"])
+    assert get_redis().exists(keys.mc_user_mutes(recipient.pk))
+    user_id = recipient.pk
+    recipient.delete()
+    assert not MutePeriod.objects.filter(user_id=user_id).exists()
+    assert not get_redis().exists(keys.mc_user_mutes(user_id))
