@@ -27,7 +27,7 @@ def _user(request: Request) -> AbstractBaseUser:
 
 class PreferencesSerializer(serializers.Serializer):
     muted_categories = serializers.ListField(
-        child=serializers.ChoiceField(choices=CATEGORIES), help_text="Inbox categories muted now."
+        child=serializers.CharField(), help_text=f"Inbox categories muted now (of {', '.join(CATEGORIES)})."
     )
     muted_message_types = serializers.ListField(
         child=serializers.CharField(), help_text="Codes of the message types muted now."
