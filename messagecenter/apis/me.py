@@ -43,7 +43,7 @@ class PreferencesApi(APIView):
     class InputSerializer(StrictInputSerializer):
         # Names are checked by the service, which answers every unknown one at once.
         muted_categories = serializers.ListField(
-            child=StrictCharField(max_length=64), max_length=len(CATEGORIES) * 4, required=False
+            child=StrictCharField(max_length=64), max_length=MAX_MUTED_TYPES, required=False
         )
         muted_message_types = serializers.ListField(
             child=StrictCharField(max_length=64), max_length=MAX_MUTED_TYPES, required=False

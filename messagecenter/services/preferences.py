@@ -31,9 +31,10 @@ def _strings(field: str, values: Any, *, limit: int) -> list[str]:
     """A list of strings, duplicates dropped (order kept)."""
     if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
         raise ValidationFailed(f"{field} must be a list of strings.", fields={field: ["Give a list of strings."]})
-    if len(values) > limit:
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) > limit:
         raise ValidationFailed(f"At most {limit} entries.", fields={field: [f"At most {limit} entries."]})
-    return list(dict.fromkeys(values))
+    return distinct
 
 
 def preferences_update(
@@ -53,7 +54,7 @@ def preferences_update(
     """
     user_id = int(user.pk)
     categories = (
-        None if muted_categories is None else _strings("muted_categories", muted_categories, limit=len(CATEGORIES))
+        None if muted_categories is None else _strings("muted_categories", muted_categories, limit=MAX_MUTED_TYPES)
     )
     if categories is not None:
         unknown = [c for c in categories if c not in CATEGORIES]

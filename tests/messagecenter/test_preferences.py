@@ -144,6 +144,21 @@ def test_bad_preferences_are_400_and_change_nothing(
     assert recipient_client.get(PREFS).json()["muted_categories"] == ["promotion"]
 
 
+def test_duplicates_count_once(recipient_client: Any, alert: Any) -> None:
+    body = {
+        "muted_categories": ["system", "system", "promotion", "transaction", "interaction", "promotion"],
+        "muted_message_types": ["alert", "alert"],
+    }
+    response = recipient_client.put(PREFS, body, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["muted_categories"] == ["system", "promotion", "transaction", "interaction"]
+    assert response.json()["muted_message_types"] == ["alert"]
+    # The same again changes nothing: no new period.
+    count = MutePeriod.objects.count()
+    assert recipient_client.put(PREFS, body, format="json").status_code == 200
+    assert MutePeriod.objects.count() == count == 5
+
+
 def test_unauthenticated_is_401(anon_client: Any) -> None:
     for response in (
         anon_client.get(PREFS),
