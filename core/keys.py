@@ -245,6 +245,11 @@ def mc_user_groups(user_id: int) -> str:
     return _key("user", "groups", user_tag(user_id))
 
 
+def mc_user_mutes(user_id: int) -> str:
+    """string: JSON of the user's mute periods (mirror of PostgreSQL), read by the merge on read."""
+    return _key("user", "mutes", user_tag(user_id))
+
+
 def mc_push_bitmap(user_id: int, month: int | str) -> str:
     """bitmap: bit = item offset within ``month``; 1 = pushed to the user (the item is readable by them)."""
     return _key("message", "push", user_tag(user_id), month)

@@ -299,9 +299,9 @@ class MessageAdmin(ReadInsightAdmin):
 
 @admin.register(MessageType)
 class MessageTypeAdmin(admin.ModelAdmin):
-    list_display = ["code", "name", "category", "default_ttl_seconds", "created_at"]
+    list_display = ["code", "name", "category", "self_service", "default_ttl_seconds", "created_at"]
     search_fields = ["code", "name"]
-    list_filter = ["category"]
+    list_filter = ["category", "self_service"]
 
 
 @admin.register(Subscription)

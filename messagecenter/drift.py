@@ -44,6 +44,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
+from messagecenter.selectors import muted_among
 from messagecenter.services.delivery import delivery_pending, delivery_relay
 
 BATCH = 1000
@@ -435,6 +436,8 @@ def push_deliveries_find() -> list[Finding]:
         hidden = set(
             InboxHidden.objects.filter(item_id=entry.ref, user_id__in=sample).values_list("user_id", flat=True)
         )
+        # Users who muted the category when the message was sent never got it (messagecenter.mutes).
+        hidden |= muted_among(user_ids=sample, category=entry.category, time_ms=entry.score)
         probes = drift_rm.inbox_probe(member=entry.member, ref=entry.ref, user_ids=sample)
         for user_id, probe in probes.items():
             if probe.present or probe.hidden or user_id in hidden or user_id not in existing:

@@ -4,7 +4,8 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
 
 - the user's items are the live messages, bulletins and notifications that
   address them (the audiences as the send-time bitmaps, the everyone flag, or
-  the groups of a bulletin), minus the refs they hid, newest
+  the groups of a bulletin), minus the refs they hid and the items that
+  arrived while they muted them (``messagecenter.mutes``), newest
   ``MESSAGECENTER_INBOX_MAX_ITEMS``; order, category and bitmap slot come from
   the same ``messagecenter.items`` entries, so ties break the way Redis breaks
   them (by member) and a cursor of one path pages on in the other;
@@ -38,9 +39,11 @@ from messagecenter.models import (
     InboxSeenSnapshot,
     Message,
     MessageStatus,
+    MutePeriod,
     Notification,
     UserGroupMembership,
 )
+from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import Counts, Page, PageRow
@@ -83,7 +86,7 @@ def _sort_key(entry: InboxEntry) -> tuple[int, str]:
     return entry.score, entry.member
 
 
-def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     rows = (
         Message.objects.filter(status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED])
@@ -102,13 +105,15 @@ def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: 
             continue
         if not everyone and user_id not in _bitmap(audience):
             continue
+        if mutes.hides(category=category, time_ms=to_ms(created_at)):
+            continue
         found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
         if len(found) >= want:  # older ones cannot make the newest `want`
             break
     return found
 
 
-def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     groups = UserGroupMembership.objects.filter(user_id=user_id).values("group_id")
     # A display time within the current ms counts as passed (the Redis rule is in ms).
@@ -128,24 +133,39 @@ def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], want:
         ref = f"b{pk}"
         if score > now_ms or not _live(expire_ms, now_ms) or ref in hidden:
             continue
+        if mutes.hides(category="system", time_ms=score):
+            continue
         found.append(InboxEntry(ref, "system", month, offset, score, expire_ms))
         if len(found) >= want:
             break
     return found
 
 
-def _notifications(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
+def _notifications(
+    user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int
+) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     rows = (
         Notification.objects.filter(withdrawn=False, expire_at__gt=now)
         # mc_notification_created_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
-        .values_list("id", "category", "created_at", "expire_at", "audience_bitmap", "slot_month", "slot_offset")
+        .values_list(
+            "id",
+            "category",
+            "message_type_id",
+            "created_at",
+            "expire_at",
+            "audience_bitmap",
+            "slot_month",
+            "slot_offset",
+        )
     )[: _scan_limit()]
-    for pk, category, created_at, expire_at, audience, month, offset in rows.iterator():
+    for pk, category, type_id, created_at, expire_at, audience, month, offset in rows.iterator():
         expire_ms = to_ms(expire_at)
         ref = f"n{pk}"
         if not _live(expire_ms, now_ms) or ref in hidden or user_id not in _bitmap(audience):
+            continue
+        if mutes.hides(category=category, time_ms=to_ms(created_at), message_type_id=type_id):
             continue
         found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
         if len(found) >= want:
@@ -182,10 +202,14 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
     hidden.update(str(p.get("ref")) for topic, p in pending if topic == TOPIC_HIDE)
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
+    # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
+    mutes = Mutes.of(
+        MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
+    )
     items = [
-        *_messages(user_id, now, now_ms, hidden, want),
-        *_bulletins(user_id, now, now_ms, hidden, want),
-        *_notifications(user_id, now, now_ms, hidden, want),
+        *_messages(user_id, now, now_ms, hidden, mutes, want),
+        *_bulletins(user_id, now, now_ms, hidden, mutes, want),
+        *_notifications(user_id, now, now_ms, hidden, mutes, want),
     ]
     # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
     items = sorted(items, key=_sort_key, reverse=True)[:want]

@@ -305,6 +305,8 @@ class MessageType(models.Model):
     name = models.CharField(max_length=100)
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.SYSTEM)
     default_ttl_seconds = models.PositiveIntegerField(default=_default_ttl)
+    # Users may subscribe themselves to it (the user's own subscriptions API and settings page).
+    self_service = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -502,3 +504,82 @@ class StockLevel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.warehouse}/{self.location}/{self.sku}: {self.quantity}"
+
+
+# --- The user's own preferences ------------------------------------------------
+
+
+class EmailDigest(models.TextChoices):
+    OFF = "off", "Off"
+    DAILY = "daily", "Daily"
+    WEEKLY = "weekly", "Weekly"
+
+
+class UserPreferences(models.Model):
+    """What a user chose for themselves beyond mutes (kept as ``MutePeriod`` rows)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="mc_preferences"
+    )
+    email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, default=EmailDigest.OFF)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "user preferences"
+
+    def __str__(self) -> str:
+        return f"{self.user_id} preferences"
+
+
+class MutePeriod(models.Model):
+    """A span of time during which a user muted a category or a message type.
+
+    An item is hidden from a user exactly when its time on the inbox axis
+    (creation, or a bulletin's display time, in ms) falls in
+    ``(start_ms, end_ms]`` of a period of its category or, for a
+    notification, of its message type (``end_ms`` null: still muted; the
+    bounds are explained in ``messagecenter.mutes``). The
+    rule depends on the item's time alone, never on when a delivery or a
+    merge ran, so every path (push, merge on read, rebuild, the PostgreSQL
+    fallback) decides alike, and unmuting brings nothing back.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mc_mute_periods")
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True)
+    message_type = models.ForeignKey(
+        MessageType, null=True, blank=True, on_delete=models.CASCADE, related_name="mute_periods"
+    )
+    start_ms = models.BigIntegerField()
+    end_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["user", "start_ms", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    (models.Q(category="") & models.Q(message_type__isnull=False))
+                    | (~models.Q(category="") & models.Q(message_type__isnull=True))
+                ),
+                name="mc_muteperiod_one_target",
+                violation_error_message="Mute exactly one of a category or a message type.",
+            ),
+            # At most one open period per target; also serves "what does this user mute now".
+            models.UniqueConstraint(
+                fields=["user", "category"],
+                condition=models.Q(end_ms__isnull=True, message_type__isnull=True),
+                name="mc_muteperiod_open_category",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "message_type"],
+                condition=models.Q(end_ms__isnull=True, message_type__isnull=False),
+                name="mc_muteperiod_open_type",
+            ),
+        ]
+        indexes = [
+            # Delivery's lookup of muted recipients among a chunk (user_id IN ...), and one user's periods.
+            models.Index(fields=["user", "start_ms"], name="mc_muteperiod_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        target = self.category or f"type {self.message_type_id}"
+        return f"{self.user_id} muted {target} [{self.start_ms}, {self.end_ms or ''})"

@@ -2,7 +2,7 @@
 
 Memberships (a user's groups), bulletins (config and detail), details of
 messages, removals of retracted, withdrawn or deleted items, and subscriber
-sets are written to Redis only by the functions here. Two ways in:
+sets and users' mute periods are written to Redis only by the functions here. Two ways in:
 
 - *now* (``user_groups``, ``bulletin``, ``item_removed``, ...): take ids,
   reload from PostgreSQL what they need, write Redis; idempotent, so tasks,
@@ -45,11 +45,13 @@ from messagecenter.models import (
     DeliveryMode,
     Message,
     MessageStatus,
+    MutePeriod,
     Notification,
     Subscription,
     UserGroup,
     UserGroupMembership,
 )
+from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import notifications as notifications_rm
 
@@ -59,6 +61,7 @@ BULLETIN_REMOVED = "messagecenter.bulletin_removed"
 ITEM_REMOVED = "messagecenter.item_removed"
 MESSAGE_DETAIL = "messagecenter.message_detail"
 SUBSCRIBERS = "messagecenter.subscribers"
+USER_MUTES = "messagecenter.user_mutes"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,21 @@ def user_groups(user_ids: Iterable[int]) -> None:
     for user_id, group_id in rows:
         groups[user_id].append(group_id)
     publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
+
+
+def user_mutes(user_ids: Iterable[int]) -> None:
+    """Replace the users' mute periods in Redis with their ``MutePeriod`` rows (none: no key)."""
+    rows: dict[int, list[tuple[str, int | None, int, int | None]]] = {int(u): [] for u in user_ids}
+    if not rows:
+        return
+    # mc_muteperiod_user_idx serves this lookup by user.
+    for user_id, category, type_id, start_ms, end_ms in MutePeriod.objects.filter(user_id__in=list(rows)).values_list(
+        "user_id", "category", "message_type_id", "start_ms", "end_ms"
+    ):
+        rows[user_id].append((category, type_id, start_ms, end_ms))
+    publish.user_mutes_replace(
+        mutes_by_user={u: Mutes.of(r).dumps() if r else "" for u, r in rows.items()},
+    )
 
 
 def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool) -> None:
@@ -166,6 +184,10 @@ def _run_user_groups(keys: list[Any], facts: Mapping[Any, Any]) -> None:
     user_groups(keys)
 
 
+def _run_user_mutes(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    user_mutes(keys)
+
+
 def _run_bulletins(keys: list[Any], facts: Mapping[Any, Any]) -> None:
     # Known (just created, unchanged since): written as given, not as an edit.
     for bulletin_id in keys:
@@ -209,6 +231,7 @@ PAYLOADS: dict[str, projection.Payloads] = {
     ITEM_REMOVED: lambda keys, facts: [_mirror("remove_item", list(k[:-1]), k[-1]) for k in keys],
     MESSAGE_DETAIL: lambda keys, facts: [_mirror("message_detail", m) for m in keys],
     SUBSCRIBERS: lambda keys, facts: [_mirror("subscribers", t, s) for t, s in keys],
+    USER_MUTES: lambda keys, facts: [_mirror("user_mutes", [int(u) for u in keys])],
 }
 
 RUNNERS: dict[str, projection.Runner] = {
@@ -218,6 +241,7 @@ RUNNERS: dict[str, projection.Runner] = {
     ITEM_REMOVED: _run_items_removed,
     MESSAGE_DETAIL: _run_message_details,
     SUBSCRIBERS: _run_subscribers,
+    USER_MUTES: _run_user_mutes,
 }
 
 
@@ -236,6 +260,8 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
         message_details([args[0]])
     elif name == "subscribers":
         subscribers(int(args[0]), str(args[1]))
+    elif name == "user_mutes":
+        user_mutes(args[0])
     else:
         raise LookupError(f"unknown mirror {name!r}")
 
@@ -289,3 +315,7 @@ def notification_removed(notification: Notification) -> None:
 
 def subscribers_changed(pairs: Iterable[tuple[int, str]]) -> None:
     projection.project(SUBSCRIBERS, [(int(t), str(s)) for t, s in pairs])
+
+
+def user_mutes_changed(user_ids: Iterable[int]) -> None:
+    projection.project(USER_MUTES, [int(u) for u in user_ids])

@@ -10,13 +10,14 @@ state from the last snapshot plus the pending marks), slower, and say so.
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -29,12 +30,18 @@ from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
     CATEGORIES,
     Bulletin,
+    EmailDigest,
     FanoutChunk,
     Message,
+    MessageType,
+    MutePeriod,
     Notification,
+    Subscription,
     UserGroup,
     UserGroupMembership,
+    UserPreferences,
 )
+from messagecenter.mutes import Mutes
 from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import COUNT_SCRIPT, announcement_count_call, announcement_count_settle, announcement_counts
@@ -344,3 +351,72 @@ def item_refs_at_slots(month: int, offsets: list[int]) -> list[str]:
             pks = model.objects.filter(slot_month=month, slot_offset__in=batch).values_list("pk", flat=True)
             refs.extend(model(pk=pk).ref for pk in pks)
     return refs
+
+
+# --- The user's own preferences -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preferences:
+    muted_categories: list[str]
+    muted_message_types: list[str]  # codes
+    email_digest: str
+
+
+def preferences_get(*, user_id: int) -> Preferences:
+    """What the user mutes now (their open periods) and their digest choice."""
+    # mc_muteperiod_open_category / _open_type (partial on end_ms IS NULL) serve this.
+    rows = MutePeriod.objects.filter(user_id=user_id, end_ms__isnull=True).values_list("category", "message_type__code")
+    categories = sorted({c for c, code in rows if not code}, key=CATEGORIES.index)
+    codes = sorted(code for _c, code in rows if code)
+    digest = UserPreferences.objects.filter(user_id=user_id).values_list("email_digest", flat=True).first()
+    return Preferences(categories, codes, digest or EmailDigest.OFF.value)
+
+
+def user_mutes(*, user_id: int) -> Mutes:
+    """All of the user's mute periods, past and open (mc_muteperiod_user_idx)."""
+    rows = MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
+    return Mutes.of(rows)
+
+
+def muted_among(
+    *, user_ids: Sequence[int], category: str, time_ms: int, message_type_id: int | None = None
+) -> set[int]:
+    """The users among ``user_ids`` from whom an item of this category (and
+    message type) at ``time_ms`` is hidden: delivery skips them. One query
+    per batch of users (mc_muteperiod_user_idx serves ``user_id IN``)."""
+    target = Q(category=category)
+    if message_type_id is not None:
+        target |= Q(message_type_id=message_type_id)
+    muted: set[int] = set()
+    for start in range(0, len(user_ids), MUTED_AMONG_BATCH):
+        rows = MutePeriod.objects.filter(target, user_id__in=user_ids[start : start + MUTED_AMONG_BATCH])
+        rows = rows.filter(start_ms__lt=time_ms).filter(Q(end_ms__isnull=True) | Q(end_ms__gte=time_ms))
+        muted.update(rows.values_list("user_id", flat=True))
+    return muted
+
+
+MUTED_AMONG_BATCH = 5000
+
+
+def message_types_all() -> list[MessageType]:
+    return list(MessageType.objects.order_by("code"))
+
+
+def self_service_types() -> list[MessageType]:
+    return list(MessageType.objects.filter(self_service=True).order_by("code"))
+
+
+def user_subscriptions(*, user_id: int) -> list[Subscription]:
+    """The user's own subscriptions (not those through a group), oldest first."""
+    return list(Subscription.objects.filter(user_id=user_id).select_related("message_type").order_by("id"))
+
+
+def user_group_subscriptions(*, user_id: int) -> list[Subscription]:
+    """The subscriptions the user gets through their groups (read-only for them)."""
+    groups = UserGroupMembership.objects.filter(user_id=user_id).values("group_id")
+    return list(
+        Subscription.objects.filter(group_id__in=groups)
+        .select_related("message_type", "group")
+        .order_by("message_type__code", "scope", "group__name")
+    )

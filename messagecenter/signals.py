@@ -20,6 +20,7 @@ from messagecenter.models import (
     Message,
     MessageImage,
     MessageStatus,
+    MutePeriod,
     Notification,
     Subscription,
     UserGroup,
@@ -168,6 +169,11 @@ def on_notification_deleted(sender: Any, instance: Notification, **kwargs: Any) 
         projection.notification_removed(instance)
 
 
+def on_mute_period_deleted(sender: Any, instance: MutePeriod, **kwargs: Any) -> None:
+    # Cascades of a deleted user or message type: the mirror follows.
+    projection.user_mutes_changed([instance.user_id])
+
+
 def connect() -> None:
     pre_save.connect(on_membership_saving, sender=UserGroupMembership, dispatch_uid="mc_membership_saving")
     post_save.connect(on_membership_saved, sender=UserGroupMembership, dispatch_uid="mc_membership_saved")
@@ -190,3 +196,4 @@ def connect() -> None:
     post_init.connect(_remember(_notifications), sender=Notification, weak=False, dispatch_uid="mc_notification_init")
     post_save.connect(on_notification_saved, sender=Notification, dispatch_uid="mc_notification_saved")
     post_delete.connect(on_notification_deleted, sender=Notification, dispatch_uid="mc_notification_deleted")
+    post_delete.connect(on_mute_period_deleted, sender=MutePeriod, dispatch_uid="mc_mute_period_deleted")

@@ -1,7 +1,7 @@
 from django.urls import URLPattern, path
 
 from messagecenter import live_api, views
-from messagecenter.apis import inbox, manage, subscriptions
+from messagecenter.apis import inbox, manage, me, subscriptions
 
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
@@ -26,11 +26,15 @@ api_urlpatterns: list[URLPattern] = [
         name="mc-subscription",
     ),
     path("manage/notifications/", subscriptions.NotificationSendApi.as_view(), name="mc-notifications"),
+    path("me/preferences/", me.PreferencesApi.as_view(), name="mc-me-preferences"),
+    path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
+    path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),
 ]
 
 page_urlpatterns: list[URLPattern] = [
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/read-all/", views.inbox_read_all, name="read-all"),
+    path("inbox/settings/", views.settings_page, name="settings"),
     path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
     path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
 ]

@@ -6,19 +6,22 @@ usual (the list says live updates are paused); only a write the services
 refuse renders the "unavailable" page.
 """
 
+from typing import cast
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from core.exceptions import NotFound, ValidationFailed, is_database_outage
+from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
 from messagecenter import selectors, services
 from messagecenter.exceptions import InboxUnavailable
-from messagecenter.models import CATEGORIES
+from messagecenter.models import CATEGORIES, EmailDigest
 
 TAB_LABELS = {
     "": "All",
@@ -127,3 +130,53 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):
         next_url = reverse("messagecenter:inbox")
     return redirect(next_url)
+
+
+@login_required
+def settings_page(request: HttpRequest) -> HttpResponse:
+    """The user's own settings: mutes, digest, follows. Plain POST forms (CSRF),
+    each naming its ``action``; every change goes through the services."""
+    user = cast(AbstractBaseUser, request.user)  # login_required: never anonymous
+    user_id = int(user.pk)
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "preferences":
+                services.preferences_update(
+                    user=user,
+                    muted_categories=request.POST.getlist("muted_categories"),
+                    muted_message_types=request.POST.getlist("muted_message_types"),
+                    email_digest=request.POST.get("email_digest") or None,
+                )
+                messages.success(request, "Preferences saved.")
+            elif action == "follow":
+                services.subscription_self_create(
+                    user=user,
+                    message_type=request.POST.get("message_type") or "",
+                    scope=request.POST.get("scope") or "",
+                )
+                messages.success(request, "Subscribed.")
+            elif action == "unfollow":
+                raw = request.POST.get("subscription") or ""
+                if not raw.isdigit():
+                    raise NotFound("No such subscription of yours.")
+                services.subscription_self_delete(user=user, subscription_id=int(raw))
+                messages.success(request, "Unsubscribed.")
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+        return redirect(reverse("messagecenter:settings"))
+    prefs = selectors.preferences_get(user_id=user_id)
+    context = {
+        "categories": [{"value": c, "label": TAB_LABELS[c], "muted": c in prefs.muted_categories} for c in CATEGORIES],
+        "message_types": [
+            {"code": t.code, "name": t.name, "muted": t.code in prefs.muted_message_types}
+            for t in selectors.message_types_all()
+        ],
+        "digests": [
+            {"value": d.value, "label": d.label, "current": d.value == prefs.email_digest} for d in EmailDigest
+        ],
+        "self_service_types": selectors.self_service_types(),
+        "own_subscriptions": selectors.user_subscriptions(user_id=user_id),
+        "group_subscriptions": selectors.user_group_subscriptions(user_id=user_id),
+    }
+    return render(request, "messagecenter/settings.html", context)

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from core.fields import (
     IdField,
     OffsetDateTimeField,
+    StrictBooleanField,
     StrictCharField,
     StrictInputSerializer,
     StrictIntegerField,
@@ -36,6 +37,7 @@ class MessageTypeCreateApi(APIView):
         name = StrictCharField(max_length=100)
         category = serializers.ChoiceField(choices=CATEGORIES, required=False, default="system")
         default_ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
+        self_service = StrictBooleanField(required=False, default=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -43,6 +45,7 @@ class MessageTypeCreateApi(APIView):
         name = serializers.CharField()
         category = serializers.CharField()
         default_ttl_seconds = serializers.IntegerField()
+        self_service = serializers.BooleanField()
 
     @extend_schema(
         operation_id="manage_message_type_create",
@@ -58,6 +61,7 @@ class MessageTypeCreateApi(APIView):
             name=data["name"],
             category=data["category"],
             default_ttl_seconds=data.get("default_ttl_seconds"),
+            self_service=data["self_service"],
         )
         return Response(self.OutputSerializer(message_type).data, status=status.HTTP_201_CREATED)
 

@@ -41,6 +41,7 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
+from messagecenter.mutes import Mutes
 from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
@@ -91,13 +92,15 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     pipe.get(keys.mc_bulletin_update_time())
     pipe.zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
     pipe.get(keys.mc_removed_floor())
+    pipe.get(keys.mc_user_mutes(user_id))
     if ref is not None:
         pipe.hget(keys.mc_item_detail(), ref)
     results = pipe.execute()
     months_raw, state_raw, access_raw, groups_raw, version_raw, seq_raw, update_raw, latest, floor_raw = results[:9]
+    mutes = Mutes.loads(results[9])
     plan = _Plan(months={m.decode() for m in months_raw})
-    if ref is not None and results[9] is not None:
-        plan.detail = json.loads(results[9])
+    if ref is not None and results[10] is not None:
+        plan.detail = json.loads(results[10])
         plan.months.add(parse_member(plan.detail["member"])[2])
 
     state = {k.decode(): v for k, v in state_raw.items()}
@@ -180,6 +183,9 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
                 if hit:
                     candidates.append((member, score, expire))
 
+    if not mutes.empty:
+        # Items that arrived while the user muted their category never merge (messagecenter.mutes).
+        candidates = [c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=c[1])]
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
     plan.merge = Merge(

@@ -201,6 +201,21 @@ def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: 
     )
 
 
+def user_mutes_replace(*, mutes_by_user: Mapping[int, str]) -> None:
+    """Mirror users' mute periods (``messagecenter.mutes.Mutes.dumps``; "" = none).
+
+    Only the merge on read consults them, for items it has not merged yet:
+    nothing already in an inbox changes, so nothing else needs to move.
+    """
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id, raw in mutes_by_user.items():
+        if raw:
+            pipe.set(keys.mc_user_mutes(user_id), raw)
+        else:
+            pipe.delete(keys.mc_user_mutes(user_id))
+    pipe.execute()
+
+
 def user_hidden_add(*, user_id: int, ref: str, now_ms: int) -> None:
     """Rebuild path: record a hidden ref even when the item is not merged."""
     hide_ref_call(user_id=user_id, ref=ref)()

@@ -37,6 +37,11 @@ from messagecenter.services.notifications import (
     subscription_create,
     subscription_delete,
 )
+from messagecenter.services.preferences import (
+    preferences_update,
+    subscription_self_create,
+    subscription_self_delete,
+)
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.slots import slot_allocate
 
@@ -66,6 +71,7 @@ __all__ = [
     "notification_send",
     "notification_sweep",
     "notification_withdraw",
+    "preferences_update",
     "rule_run",
     "rule_validate",
     "rules_run",
@@ -73,6 +79,8 @@ __all__ = [
     "slot_allocate",
     "subscription_create",
     "subscription_delete",
+    "subscription_self_create",
+    "subscription_self_delete",
     "user_group_add_members",
     "user_group_create",
     "user_group_delete",

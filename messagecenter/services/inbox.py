@@ -18,7 +18,7 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback
 from messagecenter.models import CATEGORIES, InboxHidden
 from messagecenter.readmodel import InboxEntry, inbox, publish, reads, to_ms
-from messagecenter.selectors import item_refs_at_slots
+from messagecenter.selectors import item_refs_at_slots, muted_among
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,17 @@ def inbox_deliver(
     The entry point for any item source: give the item's ``InboxEntry``
     (ref ``<kind letter><id>``, category, bitmap slot from ``slot_allocate``,
     score, expiry) and, once, its ``detail`` (title, summary, body_html,
-    images, link). Idempotent; hidden refs stay hidden. Returns how many
-    inboxes gained the item.
+    images, link). Idempotent; hidden refs stay hidden, and users who muted
+    the item's category at its time are skipped (``messagecenter.mutes``).
+    Returns how many inboxes gained the item.
     """
     if detail is not None:
         publish.item_detail_put(ref=entry.ref, detail=detail)
-    return publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=_now_ms(now))
+    wanted = [int(u) for u in user_ids]
+    muted = muted_among(user_ids=wanted, category=entry.category, time_ms=entry.score)
+    if muted:
+        wanted = [u for u in wanted if u not in muted]
+    return publish.inbox_deliver(entry=entry, user_ids=wanted, now_ms=_now_ms(now))
 
 
 def inbox_publish_pull(*, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None) -> int:

@@ -38,6 +38,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import notifications as notifications_rm
 from messagecenter.readmodel import publish, to_ms
+from messagecenter.selectors import muted_among
 from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.slots import slot_allocate
 
@@ -81,14 +82,21 @@ def message_type_get(*, code: Any) -> MessageType:
 
 
 def message_type_create(
-    *, code: str, name: str, category: str = "system", default_ttl_seconds: int | None = None
+    *,
+    code: str,
+    name: str,
+    category: str = "system",
+    default_ttl_seconds: int | None = None,
+    self_service: bool = False,
 ) -> MessageType:
     if category not in CATEGORIES:
         raise _invalid("category", f"Choose from {', '.join(CATEGORIES)}.", "invalid_category")
     ttl = _ttl(default_ttl_seconds) if default_ttl_seconds is not None else int(settings.MESSAGECENTER_NOTIFICATION_TTL)
     try:
         with transaction.atomic():
-            return MessageType.objects.create(code=code, name=name, category=category, default_ttl_seconds=ttl)
+            return MessageType.objects.create(
+                code=code, name=name, category=category, default_ttl_seconds=ttl, self_service=bool(self_service)
+            )
     except IntegrityError as exc:
         raise ValidationFailed(
             f"A message type {code!r} exists already.", code="duplicate", fields={"code": ["This code is taken."]}
@@ -211,6 +219,18 @@ def _undo_if_withdrawn(notification: Notification) -> None:
         publish.item_remove(entry=notification_entry(notification))
 
 
+def _unmuted(notification: Notification, user_ids: list[int]) -> list[int]:
+    """The recipients who had not muted the notification's type or category
+    when it was raised (messagecenter.mutes: the item's time decides)."""
+    muted = muted_among(
+        user_ids=user_ids,
+        category=notification.category,
+        time_ms=to_ms(notification.created_at),
+        message_type_id=notification.message_type_id,
+    )
+    return [u for u in user_ids if u not in muted] if muted else user_ids
+
+
 def notification_fanout_chunk(*, notification: Notification, index: int, now: datetime | None = None) -> int:
     """Push one chunk of the audience. Running it twice changes nothing (ZADD NX
     in the inbox and in the sweep index). Returns the users of the chunk."""
@@ -218,7 +238,7 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
     if notification.withdrawn or notification.expire_at <= now:
         return 0
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
-    user_ids = list(notification.audience[index * size : (index + 1) * size])
+    user_ids = _unmuted(notification, list(notification.audience[index * size : (index + 1) * size]))
     # The inboxes and each recipient's notification zset in the same script
     # calls (deliver.lua), then the holders index the sweep walks.
     publish.inbox_deliver(
@@ -304,7 +324,7 @@ def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
         publish.item_detail_put(ref=entry.ref, detail=notification_detail(notification))
         audience = notification.audience
         for index in range(math.ceil(len(audience) / size)):
-            user_ids = list(audience[index * size : (index + 1) * size])
+            user_ids = _unmuted(notification, list(audience[index * size : (index + 1) * size]))
             publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=to_ms(now), notification=True)
         count += 1
     return {"subscriptions": len(pairs), "notifications": count}

@@ -1,7 +1,7 @@
 """Rebuild of the read model from PostgreSQL (after a Redis loss).
 
 Restores the read state first (read and ever-read bitmaps, unseen watermarks,
-from their snapshots), then groups, hidden items, bulletins, message details,
+from their snapshots), then groups, mute periods, hidden items, bulletins, message details,
 pull items, push fan-outs, subscriber sets and live notifications, all
 idempotently. Deliveries and merges count an item unread only when its
 restored read bit is 0, so the unread counters come out as PostgreSQL plus
@@ -17,7 +17,15 @@ from django.utils import timezone
 from core.progress import SILENT, Progress
 from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
-from messagecenter.models import Bulletin, DeliveryMode, InboxHidden, Message, MessageStatus, UserGroupMembership
+from messagecenter.models import (
+    Bulletin,
+    DeliveryMode,
+    InboxHidden,
+    Message,
+    MessageStatus,
+    MutePeriod,
+    UserGroupMembership,
+)
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
@@ -43,6 +51,14 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
         for start in range(0, len(user_ids), BATCH):
             batch = user_ids[start : start + BATCH]
             projection.user_groups(batch)
+            stage.advance(len(batch))
+
+    # Mute periods before any item: the merges that follow on read consult them.
+    muting = sorted(set(MutePeriod.objects.values_list("user_id", flat=True)))
+    with progress.stage("mute periods", len(muting)) as stage:
+        for start in range(0, len(muting), BATCH):
+            batch = muting[start : start + BATCH]
+            projection.user_mutes(batch)
             stage.advance(len(batch))
 
     hidden_rows = InboxHidden.objects.values_list("user_id", "item_id")
@@ -82,6 +98,7 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     return {
         "read_state": restored,
         "users": len(user_ids),
+        "muting_users": len(muting),
         "hidden": hidden,
         "bulletins": len(bulletin_ids),
         "messages": messages,

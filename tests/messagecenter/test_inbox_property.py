@@ -3,8 +3,9 @@
 Random sequences of operations go through the normal services with Redis up:
 sends (users, groups, everyone; push and pull), bulletins (created, edited,
 deleted, groups changed), notifications (sent, withdrawn), retractions,
-membership changes, trims of the removal list, time, and the user's marks
-(read, unread, hide, read all, seen). The read-state snapshot job runs now
+membership changes, trims of the removal list, time, the user's mutes
+(categories and message types muted and unmuted) and marks (read, unread,
+hide, read all, seen). The read-state snapshot job runs now
 and then; every mark since the last snapshot is noted as the pending outbox
 entry the degraded write path would have enqueued.
 
@@ -54,10 +55,12 @@ from messagecenter.models import (
     Message,
     MessageStatus,
     MessageType,
+    MutePeriod,
     Notification,
     Subscription,
     UserGroup,
     UserGroupMembership,
+    UserPreferences,
 )
 from messagecenter.readmodel import inbox, to_ms
 from messagecenter.readmodel.inbox import Page
@@ -100,6 +103,8 @@ class InboxMachine(RuleBasedStateMachine):
         super().__init__()
         # One example = one fresh world (rows of the message centre, Redis).
         for model in (
+            MutePeriod,
+            UserPreferences,
             Notification,
             Subscription,
             MessageType,
@@ -159,13 +164,23 @@ class InboxMachine(RuleBasedStateMachine):
         """Refs of the user's live messages and bulletins, newest first."""
         now = timezone.now()
         hidden = set(InboxHidden.objects.filter(user=user).values_list("item_id", flat=True))
+        # An item that arrived while its category was muted is not the user's.
+        periods = list(MutePeriod.objects.filter(user=user, message_type__isnull=True))
+
+        def muted(category: str, score: int) -> bool:
+            return any(
+                p.category == category and p.start_ms < score and (p.end_ms is None or score <= p.end_ms)
+                for p in periods
+            )
+
         items = []
         for message in Message.objects.exclude(status=MessageStatus.RETRACTED):
             if message.expire_at is not None and message.expire_at <= now:
                 continue
             if message.everyone or user.pk in message.audience:
                 entry = message_entry(message)
-                items.append((entry.score, entry.member, entry.ref))
+                if not muted(entry.category, entry.score):
+                    items.append((entry.score, entry.member, entry.ref))
         member_groups = set(UserGroupMembership.objects.filter(user=user).values_list("group_id", flat=True))
         for bulletin in Bulletin.objects.prefetch_related("groups"):
             if bulletin.display_time > now or (bulletin.expire_at is not None and bulletin.expire_at <= now):
@@ -173,7 +188,8 @@ class InboxMachine(RuleBasedStateMachine):
             group_ids = {g.pk for g in bulletin.groups.all()}
             if not group_ids or group_ids & member_groups:
                 entry = bulletin_entry(bulletin)
-                items.append((entry.score, entry.member, entry.ref))
+                if not muted(entry.category, entry.score):
+                    items.append((entry.score, entry.member, entry.ref))
         # Redis orders equal scores by member, descending.
         return [ref for _s, _m, ref in sorted(items, reverse=True) if ref not in hidden]
 
@@ -262,6 +278,19 @@ class InboxMachine(RuleBasedStateMachine):
         self._before_backdating()
         change = services.user_group_add_members if join else services.user_group_remove_members
         change(group=self.groups[group], user_ids=[self.users[user].pk])
+
+    @rule(
+        user=st.integers(0, N_USERS - 1),
+        categories=st.sets(st.sampled_from(CATEGORIES), max_size=2),
+        types=st.sets(st.sampled_from(["alert", "deal"]), max_size=2),
+    )
+    def mute(self, user: int, categories: set[str], types: set[str]) -> None:
+        """Replace what the user mutes (an empty set unmutes): periods open and close now."""
+        prefs = services.preferences_update(
+            user=self.users[user], muted_categories=sorted(categories), muted_message_types=sorted(types)
+        )
+        assert set(prefs.muted_categories) == categories
+        assert set(prefs.muted_message_types) == types
 
     @rule(keep=st.sampled_from([0, 2]))
     def trim_removals(self, keep: int) -> None:

@@ -1,0 +1,149 @@
+"""The user's own preferences: mutes, the e-mail digest choice, and
+subscriptions to self-service message types.
+
+Muting is kept as periods (``MutePeriod``): muting opens one, unmuting closes
+it at that moment. Whether an item is hidden depends only on its time and
+those periods (``messagecenter.mutes``), so deliveries, merges, the rebuild
+and the PostgreSQL fallback agree, and unmuting brings nothing back. The
+periods reach Redis through ``projection.user_mutes_changed`` after commit.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from core.exceptions import NotFound, PermissionDenied, ValidationFailed
+from messagecenter import projection
+from messagecenter.models import CATEGORIES, EmailDigest, MessageType, MutePeriod, Subscription, UserPreferences
+from messagecenter.readmodel import to_ms
+from messagecenter.selectors import Preferences, preferences_get
+from messagecenter.services.notifications import subscription_create, subscription_delete
+
+MAX_MUTED_TYPES = 500
+DIGESTS: tuple[str, ...] = tuple(d.value for d in EmailDigest)
+
+
+def _strings(field: str, values: Any, *, limit: int) -> list[str]:
+    """A list of strings, duplicates dropped (order kept)."""
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise ValidationFailed(f"{field} must be a list of strings.", fields={field: ["Give a list of strings."]})
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) > limit:
+        raise ValidationFailed(f"At most {limit} entries.", fields={field: [f"At most {limit} entries."]})
+    return distinct
+
+
+def preferences_update(
+    *,
+    user: AbstractBaseUser,
+    muted_categories: Sequence[str] | None = None,
+    muted_message_types: Sequence[str] | None = None,
+    email_digest: str | None = None,
+    now: datetime | None = None,
+) -> Preferences:
+    """Set what the user mutes (each given list replaces the current one) and
+    the digest choice; None leaves that part as it is.
+
+    Everything is checked before anything is written: an unknown category,
+    message type code or digest is a 400 naming them, and nothing changes.
+    Returns the stored preferences.
+    """
+    user_id = int(user.pk)
+    categories = (
+        None if muted_categories is None else _strings("muted_categories", muted_categories, limit=MAX_MUTED_TYPES)
+    )
+    if categories is not None:
+        unknown = [c for c in categories if c not in CATEGORIES]
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown categories: {', '.join(unknown)}. Choose from {', '.join(CATEGORIES)}.",
+                code="unknown_category",
+                fields={"muted_categories": [f"Unknown: {', '.join(unknown)}."]},
+            )
+    types: dict[str, int] | None = None
+    if muted_message_types is not None:
+        codes = _strings("muted_message_types", muted_message_types, limit=MAX_MUTED_TYPES)
+        types = dict(MessageType.objects.filter(code__in=codes).values_list("code", "pk"))
+        unknown = [c for c in codes if c not in types]
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown message types: {', '.join(unknown)}.",
+                code="unknown_message_type",
+                fields={"muted_message_types": [f"Unknown: {', '.join(unknown)}."]},
+            )
+    if email_digest is not None and email_digest not in DIGESTS:
+        raise ValidationFailed(
+            f"Choose email_digest from {', '.join(DIGESTS)}.",
+            code="invalid_choice",
+            fields={"email_digest": [f"Choose from {', '.join(DIGESTS)}."]},
+        )
+    now_ms = to_ms(now or timezone.now())
+    with transaction.atomic():
+        # The preferences row is the user's lock: two updates of one user run one after the other.
+        prefs, _created = UserPreferences.objects.get_or_create(user_id=user_id)
+        prefs = UserPreferences.objects.select_for_update().get(pk=prefs.pk)
+        if email_digest is not None and prefs.email_digest != email_digest:
+            prefs.email_digest = email_digest
+            prefs.save(update_fields=["email_digest", "updated_at"])
+        changed = False
+        if categories is not None:
+            changed |= _set_open(user_id, {("c", c): c for c in categories}, now_ms, kind="c")
+        if types is not None:
+            changed |= _set_open(user_id, {("t", pk): pk for pk in types.values()}, now_ms, kind="t")
+        if changed:
+            projection.user_mutes_changed([user_id])
+    return preferences_get(user_id=user_id)
+
+
+def _set_open(user_id: int, wanted: dict[tuple[str, Any], Any], now_ms: int, *, kind: str) -> bool:
+    """Close the open periods (of one kind) no longer wanted, open the missing ones."""
+    open_rows = MutePeriod.objects.filter(user_id=user_id, end_ms__isnull=True)
+    open_rows = open_rows.filter(message_type__isnull=kind == "c")
+    current = {
+        (("t", type_id) if type_id is not None else ("c", category)): pk
+        for pk, category, type_id in open_rows.values_list("pk", "category", "message_type_id")
+    }
+    ending = [pk for target, pk in current.items() if target not in wanted]
+    starting = [target for target in wanted if target not in current]
+    if ending:
+        MutePeriod.objects.filter(pk__in=ending).update(end_ms=now_ms)
+    MutePeriod.objects.bulk_create(
+        [
+            MutePeriod(
+                user_id=user_id,
+                category=value if kind == "c" else "",
+                message_type_id=value if kind == "t" else None,
+                start_ms=now_ms,
+            )
+            for (_kind, value) in starting
+        ]
+    )
+    return bool(ending or starting)
+
+
+def subscription_self_create(*, user: AbstractBaseUser, message_type: Any, scope: Any) -> Subscription:
+    """The user follows a self-service message type in a scope. Unknown type:
+    400; a type that is not self-service: 403; already following: 409."""
+    code = message_type if isinstance(message_type, str) else None
+    mtype = MessageType.objects.filter(code=code).first() if code else None
+    if mtype is None:
+        raise ValidationFailed(
+            f"Unknown message type {message_type!r}.",
+            code="unknown_message_type",
+            fields={"message_type": [f"Unknown message type {message_type!r}."]},
+        )
+    if not mtype.self_service:
+        raise PermissionDenied("This message type cannot be subscribed to by users themselves.")
+    return subscription_create(message_type=mtype.code, scope=scope, user_id=int(user.pk))
+
+
+def subscription_self_delete(*, user: AbstractBaseUser, subscription_id: int) -> None:
+    """Stop one of the user's own subscriptions; anyone else's (or a group's) is a 404."""
+    subscription = Subscription.objects.filter(pk=subscription_id, user_id=int(user.pk)).first()
+    if subscription is None:
+        raise NotFound("No such subscription of yours.")
+    subscription_delete(subscription=subscription)
