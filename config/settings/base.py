@@ -233,6 +233,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
 MESSAGECENTER_DELIVERY_RELAY_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RELAY_SECONDS", default=2.0)
 MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS", default=4.0)
 MESSAGECENTER_DELIVERY_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_LEASE_SECONDS", default=5 * 60.0)
+# Once a worker starts a row's task the row's lease is cut to this: a worker
+# killed mid-task (its task then sits unacknowledged on a Redis broker for the
+# visibility timeout) delays that delivery by this much, not by the lease
+# above, which has to cover the wait in the queue too. Longer than a delivery
+# task runs (a run past it is handed over once more: harmless, as above).
+MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS", default=15.0)
 # How often beat replays the outbox of read-model writes that failed while Redis was down.
 MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
 # How often beat copies changed read state (read bitmaps, unseen watermarks) to
