@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from queue import Empty
 from typing import Any
 
+from django_redis.pool import ConnectionFactory
 from redis.connection import BlockingConnectionPool, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -162,3 +163,26 @@ class BoundedConnectionPool(BlockingConnectionPool):
 
     def _no_connection_free(self, exc: BaseException) -> bool:
         return isinstance(exc.__context__, Empty)
+
+
+class SharedPoolFactory(ConnectionFactory):
+    """django-redis's connection factory, its pool made once per process.
+
+    django-redis keeps one pool per URL in a process-wide dict, but fills it
+    without a lock; under an ASGI server a burst's first requests, each in a
+    thread of its own with a cache client of its own, all find the dict empty
+    and each builds a pool, and the clients that lost the race keep theirs:
+    a process then holds several bounded pools, and more connections than
+    the bound."""
+
+    _lock = threading.Lock()
+
+    def get_or_create_connection_pool(self, params: dict[str, Any]) -> Any:
+        key = params["url"]
+        pool = self._pools.get(key)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(key)
+                if pool is None:
+                    pool = self._pools[key] = self.get_connection_pool(params)
+        return pool

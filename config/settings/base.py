@@ -173,6 +173,7 @@ def _redis_cache(url: str) -> dict[str, Any]:
         "OPTIONS": {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
             "CONNECTION_POOL_CLASS": pool_class,
+            "CONNECTION_FACTORY": "core.breaker.SharedPoolFactory",
             "CONNECTION_POOL_KWARGS": pool_kwargs,
             # Django's own cache (throttles, cached sessions) fails open when
             # Redis is down; the read model uses the raw client and handles

@@ -5,12 +5,13 @@ in a thread of its own; with redis-py's plain pool each busy thread opened a
 connection of its own, so a burst of clients became a burst of Redis
 connections. Here a real uvicorn (two workers, a pool of ``POOL_MAX`` each)
 serves a burst of concurrent API requests against a private redis-server,
-and ``CLIENT LIST`` on that server, sampled all along, never shows more than
-the pools allow. A request that finds no connection free in time answers 503
+and ``CLIENT LIST`` on that server, sampled all along, never shows more of
+the workers' connections than the pools allow. A request that finds no connection free in time answers 503
 with the envelope, never 500.
 """
 
 import asyncio
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from django.test import RequestFactory
 from rest_framework.authtoken.models import Token
 
 from core.api.exception_handler import envelope_exception_handler
-from core.breaker import BoundedConnectionPool, RedisPoolExhausted
+from core.breaker import BoundedConnectionPool, RedisPoolExhausted, SharedPoolFactory
 from core.middleware import DatabaseUnavailableMiddleware
 from core.views import server_error
 from messagecenter.services import messages as message_services
@@ -35,8 +36,8 @@ WORKERS = 2
 POOL_MAX = 3
 # Beside its pool each process holds one connection of core.tracking's (client-side caching).
 PER_PROCESS = POOL_MAX + 1
-REQUESTS = 600
-CONCURRENCY = 120
+REQUESTS = 400
+CONCURRENCY = 60
 
 
 def test_the_pool_waits_then_refuses_with_its_own_error(redis_server: RedisServer) -> None:
@@ -57,6 +58,35 @@ def test_the_pool_waits_then_refuses_with_its_own_error(redis_server: RedisServe
     pool.release(again)
     pool.release(held.pop())
     pool.disconnect()
+
+
+def test_threads_that_connect_at_once_share_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """django-redis fills its pool registry without a lock: threads that ask at
+    once would each build a pool of their own, each up to the bound."""
+    factory = SharedPoolFactory({"CONNECTION_POOL_CLASS": "core.breaker.BoundedConnectionPool"})
+    url = "redis://127.0.0.1:1/0"
+    monkeypatch.setattr(SharedPoolFactory, "_pools", {})
+    real = SharedPoolFactory.get_connection_pool
+
+    def slow(self: SharedPoolFactory, params: dict[str, Any]) -> Any:
+        time.sleep(0.05)  # widens the window every thread would find empty
+        return real(self, params)
+
+    monkeypatch.setattr(SharedPoolFactory, "get_connection_pool", slow)
+    start = threading.Barrier(8)
+    pools: list[Any] = []
+
+    def connect() -> None:
+        start.wait()
+        pools.append(factory.get_or_create_connection_pool({"url": url}))
+
+    threads = [threading.Thread(target=connect) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(pools) == 8
+    assert len({id(pool) for pool in pools}) == 1
 
 
 @pytest.mark.django_db
@@ -90,20 +120,67 @@ def test_an_exhausted_pool_answers_503_with_the_envelope() -> None:
         assert server_error(factory.get("/api/v1/inbox/")).status_code == 500
 
 
-class ClientCounter:
-    """Samples ``CLIENT LIST`` of the private server: the connections opened
-    since it was made (the test process's own, opened before, left out)."""
+def _children(parent: int) -> set[int]:
+    """The processes whose parent is ``parent`` (uvicorn's workers)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after it.
+            if int(stat.rpartition(")")[2].split()[1]) == parent:
+                found.add(int(entry.name))
+    return found
 
-    def __init__(self, server: RedisServer) -> None:
+
+def _socket_inodes(pids: set[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue  # the process is gone
+    return inodes
+
+
+def _client_ports(server_port: int, inodes: set[str]) -> set[int]:
+    """Local ports of the ESTABLISHED TCP connections to ``server_port`` whose
+    client side is one of ``inodes`` (from /proc/net/tcp)."""
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+        if state == "01" and int(remote.rsplit(":", 1)[1], 16) == server_port and inode in inodes:
+            ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+class ClientCounter:
+    """Samples ``CLIENT LIST`` of the private server, counting the connections
+    of the uvicorn workers only: the client side of each (its local port) is
+    a socket open in one of the workers. (The test process talks to the same
+    server, and a connection a client has just closed can stay listed until
+    the server gets to it.)"""
+
+    def __init__(self, server: RedisServer, uvicorn_pid: int) -> None:
+        self.port = server.port
+        self.uvicorn_pid = uvicorn_pid
         self.client = server.client()
-        self.before = {int(c["id"]) for c in self.client.client_list()}
         self.peak = 0
         self.at_peak: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def count(self) -> int:
-        clients = [c for c in self.client.client_list() if int(c["id"]) not in self.before]
+        workers = _children(self.uvicorn_pid)
+        listed = self.client.client_list()
+        ports = _client_ports(self.port, _socket_inodes(workers))
+        clients = [c for c in listed if int(c["addr"].rsplit(":", 1)[1]) in ports]
         if len(clients) > self.peak:
             self.peak, self.at_peak = len(clients), clients
         return len(clients)
@@ -162,9 +239,10 @@ def test_uvicorn_under_a_burst_stays_within_the_redis_pool(
             "REDIS_POOL_TIMEOUT": "5",
         },
     )
-    counter = ClientCounter(redis_server)
     try:
         running.wait_ready()
+        counter = ClientCounter(redis_server, running.process.pid)
+        assert len(_children(running.process.pid)) >= WORKERS
         with counter:
             answers = asyncio.run(_burst(running.url, tokens))
             time.sleep(0.2)
