@@ -14,9 +14,11 @@ the pool (django-redis's cache, the read model) without wrapping commands.
 import threading
 import time
 from dataclasses import dataclass
+from queue import Empty
 from typing import Any
 
-from redis.connection import Connection
+from django_redis.pool import ConnectionFactory
+from redis.connection import BlockingConnectionPool, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -130,3 +132,57 @@ def any_open() -> bool:
     """True while some Redis server of this process recently failed (its breaker is open)."""
     with _registry_lock:
         return any(breaker.is_open for breaker in _breakers.values())
+
+
+class RedisPoolExhausted(RedisConnectionError):
+    """Every connection of this process's pool stayed busy for the pool's
+    timeout: Redis is reachable but this process is overloaded. A
+    ConnectionError, so the read model falls back as for any Redis failure;
+    where nothing catches it the request answers 503 (core.exceptions)."""
+
+
+class BoundedConnectionPool(BlockingConnectionPool):
+    """redis-py's pool with a ceiling: at most ``max_connections`` sockets per
+    process, a caller waiting up to ``timeout`` seconds for a free one.
+
+    redis-py's plain pool opens a new connection whenever every pooled one is
+    busy, with no ceiling. Under an ASGI server each concurrent request runs
+    its sync code in a thread of its own, so a burst of thousands of clients
+    opens as many connections per process, until Redis refuses clients
+    (``maxclients``) or the machine its file descriptors."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().get_connection(*args, **kwargs)
+        except RedisConnectionError as exc:
+            # redis-py raises its generic ConnectionError for an empty pool;
+            # the pool's own queue tells the two apart without parsing text.
+            if self._no_connection_free(exc):
+                raise RedisPoolExhausted(f"no Redis connection free within {self.timeout} s") from exc
+            raise
+
+    def _no_connection_free(self, exc: BaseException) -> bool:
+        return isinstance(exc.__context__, Empty)
+
+
+class SharedPoolFactory(ConnectionFactory):
+    """django-redis's connection factory, its pool made once per process.
+
+    django-redis keeps one pool per URL in a process-wide dict, but fills it
+    without a lock; under an ASGI server a burst's first requests, each in a
+    thread of its own with a cache client of its own, all find the dict empty
+    and each builds a pool, and the clients that lost the race keep theirs:
+    a process then holds several bounded pools, and more connections than
+    the bound."""
+
+    _lock = threading.Lock()
+
+    def get_or_create_connection_pool(self, params: dict[str, Any]) -> Any:
+        key = params["url"]
+        pool = self._pools.get(key)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(key)
+                if pool is None:
+                    pool = self._pools[key] = self.get_connection_pool(params)
+        return pool

@@ -6,6 +6,8 @@ from typing import Any
 import psycopg
 from django.db import InterfaceError, OperationalError
 
+from core.breaker import RedisPoolExhausted
+
 _OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
@@ -78,6 +80,21 @@ def is_database_outage(exc: BaseException | None) -> bool:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, _OUTAGE_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def is_unavailable(exc: BaseException | None) -> bool:
+    """True for errors that answer 503 (the request was fine, the service is
+    not, a retry may work): a PostgreSQL outage, or no Redis connection free
+    in this process's bounded pool within its timeout (an overload)."""
+    if is_database_outage(exc):
+        return True
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, RedisPoolExhausted):
             return True
         exc = exc.__cause__ or exc.__context__
     return False

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
 from core.api.exception_handler import error_body, unavailable_body
-from core.exceptions import is_database_outage
+from core.exceptions import is_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not is_database_outage(exception):
+        if not is_unavailable(exception):
             return None
         # (Django drops the broken connection when the request finishes.)
-        logger.warning("PostgreSQL unavailable on %s %s: %s", request.method, request.path, exception)
+        logger.warning("Service unavailable on %s %s: %s", request.method, request.path, exception)
         return database_unavailable_response(request)

@@ -23,6 +23,11 @@ from core import keys
 RedisClient = Any  # redis.Redis | redis.cluster.RedisCluster; both speak the same commands
 
 
+# Not bounded like the single server's pool (config/settings/base.py): on a
+# ConnectionError, which is what a blocking pool raises when no connection is
+# free in time, redis-py's cluster client disconnects the node's free
+# connections and reloads the cluster's topology, so an overload would turn
+# into a storm of reconnections. Each node's pool grows with the threads.
 @cache
 def _cluster_client(url: str) -> RedisCluster:
     timeout = settings.REDIS_SOCKET_TIMEOUT

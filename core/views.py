@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 
 from core.api.exception_handler import error_body
-from core.exceptions import is_database_outage
+from core.exceptions import is_unavailable
 from core.middleware import database_unavailable_response
 
 
@@ -35,7 +35,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 def server_error(request: HttpRequest) -> HttpResponse:
     # Errors raised outside a view (a middleware, the session saved on the way
     # out) land here; a PostgreSQL outage among them is a 503, not our bug.
-    if is_database_outage(sys.exc_info()[1]):
+    if is_unavailable(sys.exc_info()[1]):
         return database_unavailable_response(request)
     if _wants_json(request):
         return JsonResponse(error_body("server_error", "Something went wrong on our side."), status=500)

@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +24,11 @@ DATABASE = "messagecenter_drill"
 FINDINGS = "## Findings"
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 POSTGRES_FAULT = "PostgreSQL down"
+CLUSTER_FAULT = "Redis Cluster master failover"
+SERVERS = {
+    "gunicorn": "gunicorn (2 gthread workers, 4 threads each)",
+    "uvicorn": "uvicorn (the README's ASGI command, 2 workers)",
+}
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -50,12 +56,24 @@ def main() -> int:
     parser.add_argument("--outage-seconds", type=float, default=None, help="Redis down this long (default 120)")
     parser.add_argument("--only", action="append", default=[], help="run only faults whose name contains this")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/DRILLS.md")
+    parser.add_argument(
+        "--server",
+        choices=("gunicorn", "uvicorn"),
+        default="gunicorn",
+        help="the web server: gunicorn (WSGI) or the README's uvicorn command (ASGI)",
+    )
+    parser.add_argument(
+        "--output",
+        default="bench/DRILLS.md",
+        help="where the report goes (its findings section is kept), relative to the repository",
+    )
     args = parser.parse_args()
     outage = args.outage_seconds if args.outage_seconds is not None else (15.0 if args.quick else 120.0)
 
     # The PostgreSQL fault needs a PostgreSQL of the drill's own: then the whole
     # stack runs on it. Otherwise the machine's, with a database of the drill's own.
     private_pg = not args.only or any(part.lower() in POSTGRES_FAULT.lower() for part in args.only)
+    with_cluster = not args.only or any(part.lower() in CLUSTER_FAULT.lower() for part in args.only)
     # SIGINT too: a shell without job control starts background jobs with it ignored.
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)
@@ -94,26 +112,55 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
 
-        from bench.drill.runner import Drill, table
+        from bench.drill.runner import Drill, Row, table
 
         port = stack.free_port(8790)
         base = f"http://127.0.0.1:{port}"
-        web = stack.gunicorn(port=port, env=env, log=workdir / "gunicorn.log")
-        worker = stack.celery_worker(env=env, log=workdir / "worker.log", name="drill1")
-        beat = stack.celery_beat(env=env, log=workdir / "beat.log", schedule=workdir / "beat-schedule")
-        drill = Drill(base=base, redis=redis, worker=worker, workdir=workdir, postgres=postgres)
+        serve = stack.uvicorn if args.server == "uvicorn" else stack.gunicorn
+
+        def app_processes(env: dict[str, str], tag: str) -> list[stack.Process]:
+            return [
+                serve(port=port, env=env, log=workdir / f"{args.server}{tag}.log"),
+                stack.celery_worker(env=env, log=workdir / f"worker{tag}.log", name=f"drill{tag or 1}"),
+                stack.celery_beat(env=env, log=workdir / f"beat{tag}.log", schedule=workdir / f"beat-schedule{tag}"),
+            ]
+
+        def start_app(started: list[stack.Process]) -> None:
+            for process in started:
+                processes.append(process)
+                process.start()
+            ready = wait_until(
+                lambda: call(base, None, "GET", "/healthz")[0] == 200 and drill.serving_from_redis(), timeout=180
+            )
+            if ready is None:
+                raise RuntimeError(f"the stack did not become ready; logs in {workdir}")
+
+        app = app_processes(env, "")
+        drill = Drill(base=base, redis=redis, worker=app[1], workdir=workdir, postgres=postgres)
         drill.seed()
-        for process in (web, worker, beat):
-            processes.append(process)
-            process.start()
-        ready = wait_until(
-            lambda: call(base, None, "GET", "/healthz")[0] == 200 and drill.serving_from_redis(), timeout=120
-        )
-        if ready is None:
-            raise RuntimeError(f"the stack did not become ready; logs in {workdir}")
+        start_app(app)
         print(f"stack up: {base}, redis-server :{redis.port} (pid {redis.pid}), logs in {workdir}", flush=True)
         machine = _machine(redis)
         rows = drill.run(quick=args.quick, outage=outage, only=args.only)
+        if with_cluster:
+            # The same stack moved onto a Redis Cluster (the read model only:
+            # the broker stays on the single redis-server, as Celery needs).
+            for process in app:
+                process.stop()
+            try:
+                cluster = stack.PrivateCluster(workdir=workdir, start_port=stack.free_port(7190))
+                processes.extend(cluster.nodes)
+                cluster.start()
+                print(f"Redis Cluster up on {[node.port for node in cluster.nodes]}", flush=True)
+                app = app_processes({**env, "MESSAGECENTER_REDIS_CLUSTER_URL": cluster.url()}, "-cluster")
+                drill.worker = app[1]
+                start_app(app)
+                rows.append(drill.cluster_failover(cluster))
+            except (RuntimeError, OSError) as exc:
+                # The rows above stay reported; this one says why it has no figures.
+                rows.append(Row(CLUSTER_FAULT, not_run=f"failed to run: {exc}"))
+        else:
+            rows.append(Row(CLUSTER_FAULT, not_run="not selected (--only)"))
     finally:
         for process in reversed(processes):
             process.stop()
@@ -121,6 +168,9 @@ def main() -> int:
             postgres.stop()
     elapsed = time.monotonic() - started
     given = " ".join(arg for arg in sys.argv[1:] if arg != "--no-write")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=stack.ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
     command = "make drill" + (f" DRILL_ARGS='{given}'" if given else "")
     report = "\n".join(
         [
@@ -128,11 +178,17 @@ def main() -> int:
             "",
             f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
             f"- machine: {machine}",
+            f"- commit: {commit or '?'}",
             f"- mode: {'quick' if args.quick else 'full'}, Redis outage {outage:.0f} s, {elapsed:.0f} s in all",
             f"- command: `{command}`",
-            "- stack: gunicorn (2 gthread workers, 4 threads each), Celery worker (prefork, 2) and beat, a private "
+            f"- stack: {SERVERS[args.server]}, Celery worker (prefork, 2) and beat, a private "
             "redis-server (read model on db 0, broker on db 1), PostgreSQL database "
-            f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
+            f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; "
+            "for the last row the read model moves to a private six-node Redis Cluster (three masters, three "
+            "replicas, cluster-node-timeout 2 s; the broker stays on the single redis-server) and the stack is "
+            "restarted on it; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
+            f"- machine load (1, 5, 15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+            "(2 cores shared with other jobs: the timings are noisy)",
             "- restore: seconds from the end of the fault (FLUSHALL, the restart, SIGCONT, the kill) until "
             "/healthz says redis ok and every reader's whole inbox over the API lists every acknowledged message "
             "once, shows every acknowledged mark and counts what it lists as unread; lost: acknowledged marks or "
@@ -146,7 +202,7 @@ def main() -> int:
     print()
     print(report)
     if not args.no_write:
-        path = stack.ROOT / "bench" / "DRILLS.md"
+        path = stack.ROOT / args.output
         # The findings below the table are written by people: a new run keeps them.
         kept = path.read_text(encoding="utf-8").partition(FINDINGS)[2] if path.exists() else ""
         path.write_text(report + (f"\n{FINDINGS}{kept}" if kept else ""), encoding="utf-8")

@@ -180,3 +180,92 @@ class PrivatePostgres:
         if self.started:
             self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
             self.started = False
+
+
+def uvicorn(*, port: int, env: dict[str, str], log: Path) -> Process:
+    """The README's ASGI command, with two workers for the machine's two cores."""
+    command = [str(VENV_BIN / "uvicorn"), "config.asgi:application", "--workers", "2", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+    return Process("uvicorn", command, env=env, log=log)
+
+
+class ClusterNode(RedisServer):
+    """One node of the drill's private Redis Cluster (no persistence, as the single server)."""
+
+    def __init__(self, *, port: int, workdir: Path) -> None:
+        node_dir = workdir / f"cluster-{port}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(port=port, workdir=node_dir)
+        # --repl-diskless-sync-delay 0: in a brand-new cluster a killed master is
+        # otherwise never replaced (its replica not synced yet).
+        self.command += ["--cluster-enabled", "yes", "--cluster-config-file", str(node_dir / "nodes.conf")]
+        self.command += ["--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0"]
+        self.name = f"cluster node :{port}"
+
+
+class PrivateCluster:
+    """Six redis-server processes on spare ports (three masters, three replicas),
+    each started and stopped by its PID."""
+
+    def __init__(self, *, workdir: Path, start_port: int) -> None:
+        self.nodes: list[ClusterNode] = []
+        port = start_port
+        for _ in range(6):
+            port = free_port(port)
+            self.nodes.append(ClusterNode(port=port, workdir=workdir))
+            port += 1
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed")
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the drill's Redis Cluster did not become healthy")
+
+    def healthy(self) -> bool:
+        """Every node says the cluster is ok and every replica has synced with its master."""
+        try:
+            for node in self.nodes:
+                client = node.client()
+                if client.cluster("info").get("cluster_state") != "ok":
+                    return False
+                replication = client.info("replication")
+                if replication["role"] == "slave" and replication.get("master_link_status") != "up":
+                    return False
+        except (redis_py.RedisError, OSError):
+            return False
+        return True
+
+    def master_of(self, key: str) -> ClusterNode:
+        for node in self.nodes:
+            if not node.running():
+                continue
+            client = node.client()
+            if client.info("replication")["role"] != "master":
+                continue
+            slot = int(client.cluster("keyslot", key))
+            for start, end, *owners in client.cluster("slots"):
+                if int(start) <= slot <= int(end):
+                    port = int(owners[0][1])
+                    return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError(f"no master holds {key}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

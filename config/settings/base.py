@@ -138,10 +138,22 @@ REDIS_URL: str = env("REDIS_URL", default="")
 REDIS_EMBEDDED = not REDIS_URL
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=0.5)
 REDIS_BREAKER_COOLDOWN = env.float("REDIS_BREAKER_COOLDOWN", default=5.0)
+# A ceiling on each process's Redis connections (core.breaker.BoundedConnectionPool):
+# under an ASGI server every concurrent request has a thread of its own, and
+# redis-py's plain pool opens a connection per busy thread without limit. A
+# request waits up to REDIS_POOL_TIMEOUT seconds for a free connection; past
+# that the read model falls back to PostgreSQL and anything else answers 503.
+# The process's client-tracking connection and the event streams' subscriptions
+# are apart from the pool (one each).
+REDIS_POOL_MAX_CONNECTIONS = env.int("REDIS_POOL_MAX_CONNECTIONS", default=32)
+REDIS_POOL_TIMEOUT = env.float("REDIS_POOL_TIMEOUT", default=1.0)
 
 
 def _redis_cache(url: str) -> dict[str, Any]:
+    pool_class = "core.breaker.BoundedConnectionPool"
     pool_kwargs: dict[str, Any] = {
+        "max_connections": REDIS_POOL_MAX_CONNECTIONS,
+        "timeout": REDIS_POOL_TIMEOUT,
         "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
         "socket_timeout": REDIS_SOCKET_TIMEOUT,
         "retry_on_timeout": False,
@@ -154,12 +166,15 @@ def _redis_cache(url: str) -> dict[str, Any]:
         from core.embedded import fake_pool_kwargs
 
         url = "redis://embedded:6379/0"
+        pool_class = "redis.ConnectionPool"  # in-process fakeredis: no sockets to bound
         pool_kwargs = fake_pool_kwargs()
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": url,
         "OPTIONS": {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "CONNECTION_POOL_CLASS": pool_class,
+            "CONNECTION_FACTORY": "core.breaker.SharedPoolFactory",
             "CONNECTION_POOL_KWARGS": pool_kwargs,
             # Django's own cache (throttles, cached sessions) fails open when
             # Redis is down; the read model uses the raw client and handles
@@ -220,6 +235,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
 MESSAGECENTER_DELIVERY_RELAY_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RELAY_SECONDS", default=2.0)
 MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS", default=4.0)
 MESSAGECENTER_DELIVERY_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_LEASE_SECONDS", default=5 * 60.0)
+# Once a worker starts a row's task the row's lease is cut to this: a worker
+# killed mid-task (its task then sits unacknowledged on a Redis broker for the
+# visibility timeout) delays that delivery by this much, not by the lease
+# above, which has to cover the wait in the queue too. Longer than a delivery
+# task runs (a run past it is handed over once more: harmless, as above).
+MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS", default=15.0)
 # How often beat replays the outbox of read-model writes that failed while Redis was down.
 MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
 # How often beat copies changed read state (read bitmaps, unseen watermarks) to

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler
 
-from core.exceptions import ApplicationError, is_database_outage
+from core.exceptions import ApplicationError, is_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +58,11 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code, headers=headers)
-    if is_database_outage(exc):
-        # PostgreSQL is down or the connection died: the client may retry, the
+    if is_unavailable(exc):
+        # PostgreSQL is down or the connection died, or no Redis connection was
+        # free in time (an overload): the client may retry, the
         # request was not wrong. (Pages get the same answer from the middleware.)
-        logger.warning("PostgreSQL unavailable: %s", exc)
+        logger.warning("Service unavailable (PostgreSQL down or Redis pool exhausted): %s", exc)
         retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
         return Response(
             unavailable_body(),

@@ -11,9 +11,11 @@ work has reached Redis, so:
 - a task that meets a Redis error records it on the row and returns: the row
   is due again after a short backoff (at most
   ``MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS``), however long the outage;
-- a task the broker lost (a Redis broker that restarted empty, a worker that
-  died) is handed over again once its lease
-  (``MESSAGECENTER_DELIVERY_LEASE_SECONDS``) ran out.
+- a task the broker lost (a Redis broker that restarted empty) is handed
+  over again once its lease (``MESSAGECENTER_DELIVERY_LEASE_SECONDS``) ran
+  out; a task whose worker died while running it, once the shorter run lease
+  (``MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS``, set when a worker starts it)
+  ran out.
 
 The relay (``delivery_relay``) runs from Celery beat every
 ``MESSAGECENTER_DELIVERY_RELAY_SECONDS``, after each hand-over for a few due
@@ -225,8 +227,20 @@ def delivery_run(*, task: str, object_id: int, index: int = 0) -> int:
     for the relay (no Celery retry: with the broker on that Redis a retry
     could not even be queued). Returns the users reached."""
     job = _jobs[task].job
+    if not _eager():
+        _running(task, object_id, index)
     _, reached = _attempt(task, object_id, index, lambda: job(object_id, index))
     return reached
+
+
+def _running(task: str, object_id: int, index: int) -> None:
+    """A worker took the row's task: make the row due again after the run
+    lease. The worker may be killed in the middle (its task is then held by
+    the broker, unacknowledged, for the visibility timeout); the relay hands
+    the row over again once the run lease is out, instead of the whole lease
+    that covers a task's wait in the queue. One UPDATE by the row's key."""
+    due = _after(float(settings.MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS))
+    PendingDelivery.objects.filter(**_key(task, object_id, index)).update(due_at=due)
 
 
 def _read_model_answers() -> bool:

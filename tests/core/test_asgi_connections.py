@@ -61,7 +61,7 @@ def _free_port() -> int:
 class Server:
     """``uvicorn config.asgi:application --workers N`` on a spare port."""
 
-    def __init__(self, *, log: Path, application_name: str) -> None:
+    def __init__(self, *, log: Path, application_name: str, extra_env: dict[str, str] | None = None) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         db = settings.DATABASES["default"]
@@ -80,6 +80,7 @@ class Server:
             "DATABASE_POOL_TIMEOUT": "3",
             "DATABASE_POOL_MAX_IDLE": "1",
             "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
         }
         command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--workers", str(WORKERS)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--no-access-log"]

@@ -96,3 +96,44 @@ def test_without_a_broker_the_next_publish_relays_what_failed_before(
     assert sorted(members) == sorted(
         [notification_entry(notification).member.encode(), message_entry(message).member.encode()]
     )
+
+
+def test_a_worker_killed_mid_task_leaves_its_row_due_after_the_run_lease(
+    operator: Any, recipient: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies while it runs a row's task (SIGKILL: no error
+    handling runs) leaves the task unacknowledged on a Redis broker for the
+    visibility timeout; the relay must hand the row over again after the
+    short run lease, not after the lease that covers a wait in the queue."""
+    settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS = 300.0
+    settings.MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS = 15.0
+
+    class Killed(BaseException):
+        """The worker process dying: nothing after this point runs."""
+
+    def killed_mid_task(**kwargs: Any) -> None:
+        raise Killed
+
+    monkeypatch.setattr(messages.publish, "item_detail_put", killed_mid_task)
+    with transaction.atomic():
+        message = _send(operator, recipient)
+        # Handed to a broker: the hand-over's lease covers the queue.
+        monkeypatch.setattr(delivery, "_eager", lambda: False)
+        monkeypatch.setattr(delivery, "_send", lambda task, rows: True)
+    queued = PendingDelivery.objects.get(object_id=message.pk)
+    assert queued.due_at > timezone.now() + timedelta(seconds=200)
+
+    started = timezone.now()
+    with pytest.raises(Killed):
+        delivery.delivery_run(task=messages.DELIVER_TASK, object_id=message.pk)
+    row = PendingDelivery.objects.get(object_id=message.pk)
+    assert started + timedelta(seconds=14) <= row.due_at <= timezone.now() + timedelta(seconds=15)
+
+    # The beat relay finds it due once the run lease is out and hands it over again.
+    handed: list[tuple[str, Any]] = []
+    monkeypatch.setattr(delivery, "_send", lambda task, rows: handed.append((task, list(rows))) or True)
+    monkeypatch.setattr(delivery, "_read_model_answers", lambda: True)
+    assert delivery.delivery_relay() == 0  # not yet
+    monkeypatch.setattr(delivery.timezone, "now", lambda: started + timedelta(seconds=16))
+    assert delivery.delivery_relay() == 1
+    assert handed == [(messages.DELIVER_TASK, [(message.pk, 0)])]
