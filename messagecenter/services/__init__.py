@@ -7,6 +7,7 @@ from messagecenter.services.groups import (
     user_group_delete,
     user_group_remove_members,
 )
+from messagecenter.services.idempotency import message_send_keys_purge, message_send_once, request_fingerprint
 from messagecenter.services.inbox import (
     inbox_deliver,
     inbox_first_reads_fold,
@@ -41,6 +42,9 @@ from messagecenter.services.rules import rule_run, rule_validate, rules_run, rul
 from messagecenter.services.slots import slot_allocate
 
 __all__ = [
+    "message_send_keys_purge",
+    "message_send_once",
+    "request_fingerprint",
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
