@@ -196,7 +196,7 @@ class AuditEntrySerializer(serializers.Serializer):
     object_repr = serializers.CharField()
     at = OffsetDateTimeField()
     changes = serializers.JSONField(help_text="What the write changed (long values cut).")
-    source = serializers.ChoiceField(choices=["api", "admin"])
+    via = serializers.ChoiceField(source="source", choices=["api", "admin"], help_text="Where the write came in.")
     path = serializers.CharField()
     ip = serializers.CharField(allow_null=True)
 
@@ -210,7 +210,7 @@ _AUDIT_EXAMPLE = {
     "object_repr": "Maintenance tonight",
     "at": "2026-11-22T10:00:00+00:00",
     "changes": {"title": "Maintenance tonight", "category": "system"},
-    "source": "api",
+    "via": "api",
     "path": "/api/v1/manage/messages/",
     "ip": "203.0.113.7",
 }

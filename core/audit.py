@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import models, transaction
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest
 from django.utils.encoding import force_str
 
 from core.models import AuditEntry
@@ -81,7 +81,7 @@ def _admin_changes(message: Any) -> dict[str, Any]:
     return {"admin": message} if message else {}
 
 
-class AuditedAdminMixin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AuditedAdminMixin(admin.ModelAdmin):
     """Every project ModelAdmin inherits it: saves, deletes (one or in bulk) and
     actions write the audit log beside Django's own LogEntry.
 
@@ -104,18 +104,19 @@ class AuditedAdminMixin(admin.ModelAdmin):  # type: ignore[type-arg]
         audit_admin(request, action="update", obj=obj, changes=_admin_changes(message))
         return entry
 
-    def log_deletions(self, request: HttpRequest, queryset: Iterable[Any]) -> Any:
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        # Called before the rows go (the delete view passes a list of one).
         objects = list(queryset)
-        entries = super().log_deletions(request, objects)
+        entries = super().log_deletions(request, queryset)
         for obj in objects:
             audit_admin(request, action="delete", obj=obj)
         return entries
 
-    def response_action(self, request: HttpRequest, queryset: Any) -> HttpResponseBase | None:
+    def response_action(self, request: HttpRequest, queryset: Any, *args: Any, **kwargs: Any) -> Any:
         action = str(request.POST.get("action", ""))
         selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
         with transaction.atomic():
-            response = super().response_action(request, queryset)
+            response = super().response_action(request, queryset, *args, **kwargs)
             # delete_selected logs each object through log_deletions; any other
             # action is recorded under its own name for each selected object.
             if action and action != "delete_selected" and action not in self.audit_skip_actions:

@@ -79,7 +79,7 @@ def audit_record(
     user = actor if actor is not None and actor.is_authenticated else None
     safe = json.loads(json.dumps(_audit_value(dict(changes or {})), cls=DjangoJSONEncoder))
     return AuditEntry.objects.create(
-        actor=user,
+        actor=user,  # type: ignore[misc]
         actor_name=(user.get_username() if user is not None else "")[:150],
         action=action[:64],
         object_type=object_type[:100],

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Count, Model, Q, QuerySet
 
 from core.cursors import KeysetPage, keyset_page
@@ -31,7 +32,7 @@ BULLETIN_STATUSES = ("scheduled", "live", "expired")
 def _get(queryset: QuerySet[M], pk: int, what: str) -> M:
     try:
         return queryset.get(pk=pk)
-    except queryset.model.DoesNotExist as exc:
+    except ObjectDoesNotExist as exc:
         raise NotFound(f"No such {what}.") from exc
 
 

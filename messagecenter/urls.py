@@ -1,7 +1,6 @@
 from django.urls import URLPattern, path
 
 from core.urls import malformed_id_path
-
 from messagecenter import live_api, views
 from messagecenter.apis import inbox, manage, subscriptions
 

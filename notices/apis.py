@@ -12,8 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
 from core.audit import audit_api
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
 from core.openapi import (
     ERRORS,
     cursor_parameter,
@@ -231,7 +231,10 @@ class AnnouncementCreateApi(APIView):
             filter_parameter("platform", "Only those targeting this platform.", enum=list(ALL_PLATFORMS)),
             filter_parameter("pinned", "true or false.", kind=OpenApiTypes.BOOL),
         ),
-        responses={200: page_serializer("ManageAnnouncementPage", ManageAnnouncementOutputSerializer), **ERRORS(400, 401, 403)},
+        responses={
+            200: page_serializer("ManageAnnouncementPage", ManageAnnouncementOutputSerializer),
+            **ERRORS(400, 401, 403),
+        },
         examples=[example("A page", {"results": [_ANNOUNCEMENT_EXAMPLE], "next_cursor": None})],
     )
     def get(self, request: Request) -> Response:

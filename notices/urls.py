@@ -1,7 +1,6 @@
 from django.urls import URLPattern, path
 
 from core.urls import malformed_id_path
-
 from notices import apis, views
 
 api_urlpatterns: list[URLPattern] = [

@@ -13,6 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import audit_api
+from core.exceptions import ValidationFailed
 from core.fields import (
     IdField,
     OffsetDateTimeField,
@@ -22,8 +24,6 @@ from core.fields import (
     TimeField,
     user_id_field,
 )
-from core.audit import audit_api
-from core.exceptions import ValidationFailed
 from core.openapi import ERRORS, list_parameters, page_serializer
 from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
 from core.permissions import IsOperator
@@ -236,9 +236,7 @@ class BulletinCreateApi(APIView):
             since=parse_time(params.get("since"), name="since"),
             now=timezone.now(),
         )
-        return Response(
-            {"results": [readback.bulletin_data(b) for b in page.items], "next_cursor": page.next_cursor}
-        )
+        return Response({"results": [readback.bulletin_data(b) for b in page.items], "next_cursor": page.next_cursor})
 
 
 class BulletinDetailApi(APIView):

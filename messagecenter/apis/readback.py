@@ -40,7 +40,12 @@ class MemberSerializer(serializers.Serializer):
     joined_at = OffsetDateTimeField(source="created_at")
 
 
-USER_GROUP_EXAMPLE = {"id": "3", "name": "warehouse-leads", "member_count": 12, "created_at": "2026-11-20T08:00:00+00:00"}
+USER_GROUP_EXAMPLE = {
+    "id": "3",
+    "name": "warehouse-leads",
+    "member_count": 12,
+    "created_at": "2026-11-20T08:00:00+00:00",
+}
 MEMBER_EXAMPLE = {"id": "42", "username": "alice", "joined_at": "2026-11-21T09:30:00+00:00"}
 USER_GROUP_FILTERS = list_parameters(filter_parameter("name", "Only groups whose name contains this text."))
 
@@ -152,7 +157,7 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
     )
 
 
-MESSAGE_EXAMPLE = {
+MESSAGE_EXAMPLE: dict[str, Any] = {
     "id": "311",
     "category": "system",
     "title": "Maintenance tonight",

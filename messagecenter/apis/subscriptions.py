@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import audit_api
 from core.fields import (
     IdField,
     OffsetDateTimeField,
@@ -20,7 +21,6 @@ from core.fields import (
     StrictIntegerField,
     user_id_field,
 )
-from core.audit import audit_api
 from core.openapi import ERRORS, page_serializer
 from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
 from core.permissions import IsOperator

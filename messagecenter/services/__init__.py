@@ -42,9 +42,6 @@ from messagecenter.services.rules import rule_run, rule_validate, rules_run, rul
 from messagecenter.services.slots import slot_allocate
 
 __all__ = [
-    "message_send_keys_purge",
-    "message_send_once",
-    "request_fingerprint",
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
@@ -63,6 +60,8 @@ __all__ = [
     "message_fanout_chunk",
     "message_retract",
     "message_send",
+    "message_send_keys_purge",
+    "message_send_once",
     "message_type_create",
     "notification_deliver",
     "notification_fanout_chunk",
@@ -70,6 +69,7 @@ __all__ = [
     "notification_send",
     "notification_sweep",
     "notification_withdraw",
+    "request_fingerprint",
     "rule_run",
     "rule_validate",
     "rules_run",
