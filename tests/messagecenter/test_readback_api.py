@@ -194,7 +194,9 @@ def test_read_count_follows_reads(
     assert operator_client.get(url).json()["read_count"] == 1
     assert client_for(other_recipient).post(f"/api/v1/inbox/m{message.pk}/read/").status_code == 204
     assert operator_client.get(url).json()["read_count"] == 2
-    listed = {item["id"]: item["read_count"] for item in operator_client.get("/api/v1/manage/messages/").json()["results"]}
+    listed = {
+        item["id"]: item["read_count"] for item in operator_client.get("/api/v1/manage/messages/").json()["results"]
+    }
     assert listed == {str(message.pk): 2, str(untouched.pk): 0}
     # GET never changes state: the operator's reads marked nothing for anyone.
     assert recipient_client.get(f"/api/v1/inbox/m{untouched.pk}/").json()["read"] is False
@@ -229,9 +231,7 @@ def test_user_groups_and_members(operator: Any, operator_client: Any, recipient:
 def test_other_filters(operator: Any, operator_client: Any, recipient: Any, clock: Any) -> None:
     group = make_group("ops", recipient)
     now = clock.now
-    grouped = services.bulletin_create(
-        title="G", body_html="b", display_time=now, group_ids=[group.pk], actor=operator
-    )
+    grouped = services.bulletin_create(title="G", body_html="b", display_time=now, group_ids=[group.pk], actor=operator)
     later = services.bulletin_create(
         title="L", body_html="b", display_time=now + timedelta(days=1), group_ids=[], actor=operator
     )
@@ -249,7 +249,10 @@ def test_other_filters(operator: Any, operator_client: Any, recipient: Any, cloc
     services.message_type_create(code="other", name="Other")
     by_user = services.subscription_create(message_type="low-stock", scope="wh-1", user_id=recipient.pk, group_id=None)
     by_group = services.subscription_create(message_type="other", scope="wh-2", user_id=None, group_id=group.pk)
-    assert [t["code"] for t in operator_client.get("/api/v1/manage/message-types/", {"category": "transaction"}).json()["results"]] == ["low-stock"]
+    assert [
+        t["code"]
+        for t in operator_client.get("/api/v1/manage/message-types/", {"category": "transaction"}).json()["results"]
+    ] == ["low-stock"]
     assert ids("subscriptions", message_type="low-stock") == [str(by_user.pk)]
     assert ids("subscriptions", scope="wh-2") == [str(by_group.pk)]
     assert ids("subscriptions", user=recipient.pk) == [str(by_user.pk)]
