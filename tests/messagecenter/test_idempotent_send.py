@@ -104,6 +104,7 @@ def test_old_keys_are_purged(recipient: Any, operator: Any, clock: Any) -> None:
     assert Message.objects.count() == 2  # the messages stay
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_duplicates_make_one_message(operator: Any, recipient: Any) -> None:
     barrier = threading.Barrier(2)
