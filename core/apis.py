@@ -5,8 +5,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from redis.exceptions import RedisError
 from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
@@ -17,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import healing, readmodel
-from core.audit import audit_api
+from core.audit import audit_api, audit_csv
 from core.exceptions import NotFound, TooManyAttempts, ValidationFailed
 from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS, example, filter_parameter, list_parameters, page_serializer
@@ -216,6 +218,16 @@ _AUDIT_EXAMPLE = {
 }
 
 
+AUDIT_FILTERS = list_parameters(
+    filter_parameter("actor", "Only entries of this operator (username)."),
+    filter_parameter("action", "Only this action (create, update, delete, publish, members_add, ...)."),
+    filter_parameter("object_type", "Only this type (app_label.model, e.g. messagecenter.message)."),
+    filter_parameter("object_id", "Only entries about this object id (with object_type)."),
+)
+# The export is one response, not a page: bounded so it stays one.
+AUDIT_EXPORT_MAX = 50_000
+
+
 class AuditListApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("core.view_auditentry",)
@@ -224,12 +236,7 @@ class AuditListApi(APIView):
         operation_id="manage_audit_list",
         summary="The audit log of operator writes",
         description="Every operator write through the manage API or Django admin, newest first.",
-        parameters=list_parameters(
-            filter_parameter("actor", "Only entries of this operator (username)."),
-            filter_parameter("action", "Only this action (create, update, delete, publish, members_add, ...)."),
-            filter_parameter("object_type", "Only this type (app_label.model, e.g. messagecenter.message)."),
-            filter_parameter("object_id", "Only entries about this object id (with object_type)."),
-        ),
+        parameters=AUDIT_FILTERS,
         responses={200: page_serializer("AuditPage", AuditEntrySerializer), **ERRORS(400, 401, 403)},
         examples=[example("A page", {"results": [_AUDIT_EXAMPLE], "next_cursor": None})],
     )
@@ -246,6 +253,48 @@ class AuditListApi(APIView):
         )
         results = AuditEntrySerializer(page.items, many=True).data
         return Response({"results": results, "next_cursor": page.next_cursor})
+
+
+class AuditExportApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("core.view_auditentry",)
+
+    @extend_schema(
+        operation_id="manage_audit_export",
+        summary="The audit log as CSV",
+        description=f"The entries the filters select, newest first, at most {AUDIT_EXPORT_MAX} rows "
+        "(narrow with `since` for more).",
+        parameters=[p for p in AUDIT_FILTERS if p.name not in {"limit", "cursor"}],
+        responses={
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="One header row, then one row per entry.",
+                examples=[
+                    OpenApiExample(
+                        "CSV",
+                        value="id,at,actor,action,object_type,object_id,object_repr,source,path,ip,changes\r\n"
+                        "41,2026-11-22T10:00:00+00:00,olivia-operator,create,messagecenter.message,311,"
+                        'Maintenance tonight,api,/api/v1/manage/messages/,203.0.113.7,"{""title"": ""Hi""}"\r\n',
+                    )
+                ],
+            ),
+            **ERRORS(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        page = audit_list(
+            limit=AUDIT_EXPORT_MAX,
+            cursor=None,
+            actor=parse_text(params.get("actor"), name="actor", max_length=150),
+            action=parse_text(params.get("action"), name="action", max_length=64),
+            object_type=parse_text(params.get("object_type"), name="object_type", max_length=100),
+            object_id=parse_text(params.get("object_id"), name="object_id", max_length=64),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        response = HttpResponse(audit_csv(page.items), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="audit.csv"'
+        return response
 
 
 class MalformedIdApi(APIView):

@@ -9,6 +9,7 @@ api_urlpatterns = [
     path("me/", apis.MeApi.as_view(), name="me"),
     path("manage/users/<id:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
     path("manage/audit/", apis.AuditListApi.as_view(), name="manage-audit"),
+    path("manage/audit/export/", apis.AuditExportApi.as_view(), name="manage-audit-export"),
 ]
 
 

@@ -4,6 +4,7 @@ and CSV export."""
 
 import csv
 import io
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -293,3 +294,24 @@ def test_admin_audit_view_is_read_only_with_csv_export(admin_client: Client, ope
     assert rows[1][2:6] == [operator.username, "create", "messagecenter.usergroup", "1"]
     assert rows[1][6] == '\'=HYPERLINK("x")'  # a formula is not run by a spreadsheet
     assert len(rows) == 2
+
+
+def test_audit_csv_export_endpoint(operator_client: Any, operator: Any, recipient: Any) -> None:
+    for name in ("a", "b"):
+        operator_client.post("/api/v1/manage/user-groups/", {"name": name}, format="json")
+    group = UserGroup.objects.get(name="a")
+    operator_client.post(f"/api/v1/manage/user-groups/{group.pk}/members/", {"user_ids": [recipient.pk]}, format="json")
+    response = operator_client.get("/api/v1/manage/audit/export/")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [(r["action"], r["object_id"]) for r in rows] == [
+        ("members_add", str(group.pk)),
+        ("create", str(UserGroup.objects.get(name="b").pk)),
+        ("create", str(group.pk)),
+    ]
+    assert rows[0]["actor"] == operator.username
+    assert json.loads(rows[0]["changes"]) == {"user_ids": [recipient.pk], "count": 1}
+    filtered = operator_client.get("/api/v1/manage/audit/export/", {"action": "members_add"})
+    assert len(list(csv.DictReader(io.StringIO(filtered.content.decode())))) == 1
+    assert_error(operator_client.get("/api/v1/manage/audit/export/", {"since": "soon"}), 400)

@@ -63,6 +63,7 @@ def _endpoints(world: dict[str, Any]) -> list[tuple[str, str]]:
         ("/api/v1/manage/notifications/", "view_notification"),
         (f"/api/v1/manage/notifications/{world['notification'].pk}/", "view_notification"),
         ("/api/v1/manage/audit/", "view_auditentry"),
+        ("/api/v1/manage/audit/export/", "view_auditentry"),
     ]
 
 
