@@ -13,6 +13,6 @@ api_urlpatterns = [
 ]
 
 
-def malformed_id_path(prefix: str) -> URLPattern:
-    """``<prefix><anything else>/`` after a resource's id routes: a malformed id is a 400."""
-    return path(f"{prefix}<str:raw>/", apis.MalformedIdApi.as_view())
+def malformed_id_path(prefix: str, suffix: str = "") -> URLPattern:
+    """``<prefix><anything else>/<suffix>`` after a resource's id routes: a malformed id is a 400."""
+    return path(f"{prefix}<str:raw>/{suffix}", apis.MalformedIdApi.as_view())

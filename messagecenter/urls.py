@@ -43,6 +43,7 @@ api_urlpatterns: list[URLPattern] = [
         malformed_id_path(f"manage/{name}/")
         for name in ("user-groups", "bulletins", "messages", "message-types", "subscriptions", "notifications")
     ),
+    malformed_id_path("manage/user-groups/", "members/"),
 ]
 
 page_urlpatterns: list[URLPattern] = [

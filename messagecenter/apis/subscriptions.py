@@ -47,12 +47,9 @@ class MessageTypeCreateApi(APIView):
         category = serializers.ChoiceField(choices=CATEGORIES, required=False, default="system")
         default_ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
 
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.CharField()
-        code = serializers.CharField()
-        name = serializers.CharField()
-        category = serializers.CharField()
-        default_ttl_seconds = serializers.IntegerField()
+    class OutputSerializer(MessageTypeOutputSerializer):
+        # The read-back's fields: one place to add a field to both answers.
+        pass
 
     @extend_schema(
         operation_id="manage_message_type_create",
