@@ -298,14 +298,17 @@ class AuditExportApi(APIView):
 
 
 class MalformedIdApi(APIView):
-    """Any method on ``manage/<resource>/<not an id>/``: operators get a 400 naming
-    the id (the id routes themselves only match well-formed ids). Digits past any
-    row's range are an id no row can have: 404, like any unknown id."""
+    """``manage/<resource>/<not an id>/``: the id routes match only well-formed ids.
+
+    A read (GET, the operators' read-back) names the problem: 400. The writes
+    keep the answer they always had, 404 (a path that names no id names no
+    resource). Digits past any row's range are an id no row can have: 404.
+    """
 
     permission_classes = [IsOperator]
     schema = None  # not an operation of its own: the id routes document the paths
 
-    def _answer(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
+    def get(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
         if raw.isascii() and raw.isdigit() and not raw.startswith("0"):
             raise NotFound("No such object.")
         raise ValidationFailed(
@@ -314,4 +317,7 @@ class MalformedIdApi(APIView):
             fields={"id": ["Must be a positive integer."]},
         )
 
-    get = post = put = patch = delete = _answer
+    def _absent(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
+        raise NotFound("No such object.")
+
+    post = put = patch = delete = _absent

@@ -26,7 +26,6 @@ api_urlpatterns: list[URLPattern] = [
     ),
     # A path segment that is not an id: 400 (the routes above match only ids).
     malformed_id_path("manage/announcements/"),
-    malformed_id_path("manage/announcements/", "stats/"),
 ]
 
 page_urlpatterns: list[URLPattern] = [
