@@ -306,7 +306,7 @@ class AnnouncementManageApi(APIView):
     @extend_schema(
         operation_id="manage_announcements_retrieve",
         summary="One announcement as operators see it",
-        responses={200: OutputSerializer, **ERRORS(401, 403, 404)},
+        responses={200: OutputSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[example("An announcement", _ANNOUNCEMENT_EXAMPLE)],
     )
     def get(self, request: Request, announcement_id: int) -> Response:

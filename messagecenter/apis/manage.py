@@ -97,7 +97,7 @@ class UserGroupDetailApi(APIView):
     @extend_schema(
         operation_id="manage_user_group_retrieve",
         summary="One user group",
-        responses={200: UserGroupOutputSerializer, **ERRORS(401, 403, 404)},
+        responses={200: UserGroupOutputSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[readback.one_example(readback.USER_GROUP_EXAMPLE)],
     )
     def get(self, request: Request, group_id: int) -> Response:
@@ -286,7 +286,7 @@ class BulletinDetailApi(APIView):
     @extend_schema(
         operation_id="manage_bulletin_retrieve",
         summary="One bulletin",
-        responses={200: BulletinReadSerializer, **ERRORS(401, 403, 404)},
+        responses={200: BulletinReadSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[readback.one_example(readback.BULLETIN_EXAMPLE)],
     )
     def get(self, request: Request, bulletin_id: int) -> Response:
@@ -445,7 +445,7 @@ class MessageRetractApi(APIView):
     @extend_schema(
         operation_id="manage_message_retrieve",
         summary="One message, with its read count",
-        responses={200: MessageReadSerializer, **ERRORS(401, 403, 404, 503)},
+        responses={200: MessageReadSerializer, **ERRORS(400, 401, 403, 404, 503)},
         examples=[readback.one_example(readback.MESSAGE_EXAMPLE)],
     )
     def get(self, request: Request, message_id: int) -> Response:

@@ -96,7 +96,7 @@ class MessageTypeDetailApi(APIView):
     @extend_schema(
         operation_id="manage_message_type_retrieve",
         summary="One message type",
-        responses={200: MessageTypeOutputSerializer, **ERRORS(401, 403, 404)},
+        responses={200: MessageTypeOutputSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[readback.one_example(readback.MESSAGE_TYPE_EXAMPLE)],
     )
     def get(self, request: Request, message_type_id: int) -> Response:
@@ -182,7 +182,7 @@ class SubscriptionDeleteApi(APIView):
     @extend_schema(
         operation_id="manage_subscription_retrieve",
         summary="One subscription",
-        responses={200: SubscriptionOutputSerializer, **ERRORS(401, 403, 404)},
+        responses={200: SubscriptionOutputSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[readback.one_example(readback.SUBSCRIPTION_EXAMPLE)],
     )
     def get(self, request: Request, subscription_id: int) -> Response:
@@ -255,7 +255,7 @@ class NotificationDetailApi(APIView):
     @extend_schema(
         operation_id="manage_notification_retrieve",
         summary="One notification",
-        responses={200: NotificationOutputSerializer, **ERRORS(401, 403, 404)},
+        responses={200: NotificationOutputSerializer, **ERRORS(400, 401, 403, 404)},
         examples=[readback.one_example(readback.NOTIFICATION_EXAMPLE)],
     )
     def get(self, request: Request, notification_id: int) -> Response:
