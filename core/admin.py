@@ -4,12 +4,14 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from core.models import RedisCheckRun, UserPlatform
+from core.audit import AuditedAdminMixin, audit_csv
+from core.models import AuditEntry, RedisCheckRun, UserPlatform
 from core.tasks import check_redis_task
 
 
@@ -25,7 +27,7 @@ admin.site.unregister(User)
 
 
 @admin.register(User)
-class PlatformUserAdmin(UserAdmin):
+class PlatformUserAdmin(AuditedAdminMixin, UserAdmin):
     inlines = [UserPlatformInline]
     list_filter = (*UserAdmin.list_filter, "platform_memberships__platform")
 
@@ -113,3 +115,46 @@ class RedisCheckRunAdmin(admin.ModelAdmin):
             what = "Check with repair" if repair else "Check"
             self.message_user(request, f"{what} queued: its run appears in this list when it ends.", messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:core_redischeckrun_changelist"))
+
+
+# --- the audit log ---------------------------------------------------------------------
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit log is a record: viewable and exportable, never edited here."""
+
+    list_display = ("at", "actor_name", "action", "object_type", "object_id", "object_repr", "source", "ip")
+    list_filter = ("action", "object_type", "source", "at")
+    search_fields = ("actor_name", "object_id", "object_repr")
+    date_hierarchy = "at"
+    fields = (
+        "at",
+        "actor",
+        "actor_name",
+        "action",
+        "object_type",
+        "object_id",
+        "object_repr",
+        "changes",
+        "source",
+        "path",
+        "ip",
+    )
+    readonly_fields = fields
+    actions = ("export_csv",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False
+
+    @admin.action(description="Export selected entries as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[AuditEntry]) -> HttpResponse:
+        response = HttpResponse(audit_csv(queryset.order_by("-at", "-id")), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="audit.csv"'
+        return response

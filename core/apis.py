@@ -4,9 +4,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from redis.exceptions import RedisError
 from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
@@ -17,12 +19,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import healing, readmodel
-from core.exceptions import TooManyAttempts
-from core.fields import StrictCharField, StrictInputSerializer
-from core.openapi import ERRORS
+from core.audit import audit_api, audit_csv
+from core.exceptions import NotFound, TooManyAttempts, ValidationFailed
+from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
+from core.openapi import ERRORS, example, filter_parameter, list_parameters, page_serializer
+from core.params import parse_limit, parse_text, parse_time
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
-from core.selectors import user_platforms
+from core.selectors import audit_list, user_platforms
 from core.services import user_set_platforms
 
 
@@ -105,7 +109,9 @@ class UserPlatformsApi(APIView):
         user = get_object_or_404(get_user_model(), pk=user_id)  # an absent user is 404 whatever the body
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        platforms = user_set_platforms(user=user, platforms=serializer.validated_data["platforms"])
+        with transaction.atomic():
+            platforms = user_set_platforms(user=user, platforms=serializer.validated_data["platforms"])
+            audit_api(request, action="platforms_set", obj=user, changes={"platforms": platforms})
         return Response(self.OutputSerializer({"user_id": str(user.pk), "platforms": platforms}).data)
 
 
@@ -179,3 +185,139 @@ class HealthApi(APIView):
         body, code = health_status()
         headers = {"Retry-After": str(int(settings.DATABASE_RETRY_AFTER_SECONDS))} if code == 503 else None
         return Response(body, status=code, headers=headers)
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    """One audit entry (OpenAPI component ``AuditEntry``)."""
+
+    id = serializers.CharField()
+    actor = serializers.CharField(source="actor_name", help_text="Username of the operator; empty for none.")
+    action = serializers.CharField(help_text="create, update, delete, or a named action (publish, members_add, ...)")
+    object_type = serializers.CharField(help_text="app_label.model, e.g. messagecenter.message")
+    object_id = serializers.CharField()
+    object_repr = serializers.CharField()
+    at = OffsetDateTimeField()
+    changes = serializers.JSONField(help_text="What the write changed (long values cut).")
+    via = serializers.ChoiceField(source="source", choices=["api", "admin"], help_text="Where the write came in.")
+    path = serializers.CharField()
+    ip = serializers.CharField(allow_null=True)
+
+
+_AUDIT_EXAMPLE = {
+    "id": "41",
+    "actor": "olivia-operator",
+    "action": "create",
+    "object_type": "messagecenter.message",
+    "object_id": "311",
+    "object_repr": "Maintenance tonight",
+    "at": "2026-11-22T10:00:00+00:00",
+    "changes": {"title": "Maintenance tonight", "category": "system"},
+    "via": "api",
+    "path": "/api/v1/manage/messages/",
+    "ip": "203.0.113.7",
+}
+
+
+AUDIT_FILTERS = list_parameters(
+    filter_parameter("actor", "Only entries of this operator (username)."),
+    filter_parameter("action", "Only this action (create, update, delete, publish, members_add, ...)."),
+    filter_parameter("object_type", "Only this type (app_label.model, e.g. messagecenter.message)."),
+    filter_parameter("object_id", "Only entries about this object id (with object_type)."),
+)
+# The export is one response, not a page: bounded so it stays one.
+AUDIT_EXPORT_MAX = 50_000
+
+
+class AuditListApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("core.view_auditentry",)
+
+    @extend_schema(
+        operation_id="manage_audit_list",
+        summary="The audit log of operator writes",
+        description="Every operator write through the manage API or Django admin, newest first.",
+        parameters=AUDIT_FILTERS,
+        responses={200: page_serializer("AuditPage", AuditEntrySerializer), **ERRORS(400, 401, 403)},
+        examples=[example("A page", {"results": [_AUDIT_EXAMPLE], "next_cursor": None})],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = audit_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            actor=parse_text(params.get("actor"), name="actor", max_length=150),
+            action=parse_text(params.get("action"), name="action", max_length=64),
+            object_type=parse_text(params.get("object_type"), name="object_type", max_length=100),
+            object_id=parse_text(params.get("object_id"), name="object_id", max_length=64),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = AuditEntrySerializer(page.items, many=True).data
+        return Response({"results": results, "next_cursor": page.next_cursor})
+
+
+class AuditExportApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("core.view_auditentry",)
+
+    @extend_schema(
+        operation_id="manage_audit_export",
+        summary="The audit log as CSV",
+        description=f"The entries the filters select, newest first, at most {AUDIT_EXPORT_MAX} rows "
+        "(narrow with `since` for more).",
+        parameters=[p for p in AUDIT_FILTERS if p.name not in {"limit", "cursor"}],
+        responses={
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="One header row, then one row per entry.",
+                examples=[
+                    OpenApiExample(
+                        "CSV",
+                        value="id,at,actor,action,object_type,object_id,object_repr,source,path,ip,changes\r\n"
+                        "41,2026-11-22T10:00:00+00:00,olivia-operator,create,messagecenter.message,311,"
+                        'Maintenance tonight,api,/api/v1/manage/messages/,203.0.113.7,"{""title"": ""Hi""}"\r\n',
+                    )
+                ],
+            ),
+            **ERRORS(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        page = audit_list(
+            limit=AUDIT_EXPORT_MAX,
+            cursor=None,
+            actor=parse_text(params.get("actor"), name="actor", max_length=150),
+            action=parse_text(params.get("action"), name="action", max_length=64),
+            object_type=parse_text(params.get("object_type"), name="object_type", max_length=100),
+            object_id=parse_text(params.get("object_id"), name="object_id", max_length=64),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        response = HttpResponse(audit_csv(page.items), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="audit.csv"'
+        return response
+
+
+class MalformedIdApi(APIView):
+    """``manage/<resource>/<not an id>/``: the id routes match only well-formed ids.
+
+    A read (GET, the operators' read-back) names the problem: 400. The writes
+    keep the answer they always had, 404 (a path that names no id names no
+    resource). Digits past any row's range are an id no row can have: 404.
+    """
+
+    permission_classes = [IsOperator]
+    schema = None  # not an operation of its own: the id routes document the paths
+
+    def get(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
+        if raw.isascii() and raw.isdigit() and not raw.startswith("0"):
+            raise NotFound("No such object.")
+        raise ValidationFailed(
+            "The id in the path is malformed: an id is a positive integer.",
+            code="invalid_id",
+            fields={"id": ["Must be a positive integer."]},
+        )
+
+    def _absent(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
+        raise NotFound("No such object.")
+
+    post = put = patch = delete = _absent

@@ -9,7 +9,7 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema as _AutoSchema
 from drf_spectacular.plumbing import build_basic_type
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import Direction, OpenApiParameter, OpenApiResponse, inline_serializer
+from drf_spectacular.utils import Direction, OpenApiExample, OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
 from core.fields import EARLIEST_TIME, ID_PATTERN, LATEST_TIME
@@ -132,3 +132,36 @@ class AutoSchema(_AutoSchema):
         if "." in qualname and "<locals>" not in qualname:
             return qualname.replace(".", "")
         return super().get_serializer_name(serializer, direction)
+
+
+def page_serializer(name: str, item: type[serializers.Serializer]) -> Any:
+    """``{"results": [item], "next_cursor"}``: the shape of every paged list."""
+    return inline_serializer(name, {"results": item(many=True), "next_cursor": serializers.CharField(allow_null=True)})
+
+
+def filter_parameter(
+    name: str, description: str, *, kind: Any = OpenApiTypes.STR, enum: list[str] | None = None
+) -> OpenApiParameter:
+    return OpenApiParameter(name, kind, enum=enum, description=description)
+
+
+def id_filter_parameter(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+        description=f"{description} An id as the API returns it; a malformed one is 400.",
+    )
+
+
+def list_parameters(*extra: OpenApiParameter) -> list[OpenApiParameter]:
+    """``limit``, ``cursor`` and ``since`` (every operators' list has them), then the list's own filters."""
+    return [
+        limit_parameter(),
+        cursor_parameter(),
+        time_parameter("since", "Only rows created after this time."),
+        *extra,
+    ]
+
+
+def example(name: str, value: Any, *, status_code: int = 200, summary: str = "") -> OpenApiExample:
+    return OpenApiExample(name, value=value, response_only=True, status_codes=[str(status_code)], summary=summary)

@@ -1,12 +1,16 @@
 """Parsing of common query parameters, with the API's error rules."""
 
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
 
 from core.exceptions import ValidationFailed
-from core.fields import TimeField
+from core.fields import TimeField, id_value
 
 
 def parse_limit(raw: str | None) -> int:
@@ -46,3 +50,44 @@ def parse_bool(raw: str | None, *, name: str) -> bool:
     if lowered in {"false", "0", "no"}:
         return False
     raise ValidationFailed(f"{name} must be true or false.", fields={name: ["Must be true or false."]})
+
+
+def parse_id(raw: str | None, *, name: str) -> int | None:
+    """An id filter (``group=8``): the string form of an id; None when absent, 400 when malformed."""
+    if raw is None or raw == "":
+        return None
+    value = id_value(raw)
+    if value is None:
+        raise ValidationFailed(
+            f"{name} must be an id (a positive integer).", code="invalid_id", fields={name: ["Must be an id."]}
+        )
+    return value
+
+
+def parse_choice(raw: str | None, *, name: str, choices: Iterable[str]) -> str | None:
+    """A filter with a closed set of values; None when absent, 400 naming the choices otherwise."""
+    if raw is None or raw == "":
+        return None
+    allowed = list(choices)
+    if raw not in allowed:
+        message = f"Must be one of: {', '.join(allowed)}."
+        raise ValidationFailed(f"{name}: {message}", fields={name: [message]})
+    return raw
+
+
+def parse_text(raw: str | None, *, name: str, max_length: int = 200) -> str | None:
+    """A free-text filter (a scope, a username); None when absent, 400 when too long."""
+    if raw is None or raw == "":
+        return None
+    if len(raw) > max_length:
+        message = f"At most {max_length} characters."
+        raise ValidationFailed(f"{name}: {message}", fields={name: [message]})
+    return raw
+
+
+def page_scope(name: str, filters: Mapping[str, Any]) -> str:
+    """The cursor scope of one list with its filters: a cursor from another list,
+    or from the same list under other filters, is refused (400) rather than
+    quietly paging a different result."""
+    canonical = json.dumps({key: filters[key] for key in sorted(filters)}, default=str, sort_keys=True)
+    return f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"

@@ -1,11 +1,15 @@
 """Read use cases of the core app."""
 
+from datetime import datetime
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count
 
 from core import keys
-from core.models import Platform, UserPlatform
+from core.cursors import KeysetPage, keyset_page
+from core.models import AuditEntry, Platform, UserPlatform
+from core.params import page_scope
 from core.platforms import ALL_PLATFORMS, default_platforms
 from core.readthrough import platforms_policy, read_through
 
@@ -64,3 +68,29 @@ def platform_user_counts() -> dict[str, int]:
         platform = Platform.OPERATOR if staff_row["is_staff"] else Platform.USER
         counts[platform.value] += staff_row["n"]
     return counts
+
+
+def audit_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    actor: str | None = None,
+    action: str | None = None,
+    object_type: str | None = None,
+    object_id: str | None = None,
+    since: datetime | None = None,
+) -> KeysetPage[AuditEntry]:
+    """The audit log newest first, filtered (``actor`` is a username as recorded)."""
+    filters = {"actor": actor, "action": action, "object_type": object_type, "object_id": object_id, "since": since}
+    entries = AuditEntry.objects.all()
+    if actor is not None:
+        entries = entries.filter(actor_name=actor)
+    if action is not None:
+        entries = entries.filter(action=action)
+    if object_type is not None:
+        entries = entries.filter(object_type=object_type)
+    if object_id is not None:
+        entries = entries.filter(object_id=object_id)
+    if since is not None:
+        entries = entries.filter(at__gt=since)
+    return keyset_page(entries, limit=limit, cursor=cursor, scope=page_scope("audit", filters), time_field="at")

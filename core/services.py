@@ -1,11 +1,15 @@
 """Write use cases of the core app."""
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.utils import timezone
 
-from core.models import UserPlatform
+from core.models import AuditEntry, UserPlatform
 from core.platforms import clean_platforms, default_platforms
 from core.selectors import PLATFORMS_ATTR
 
@@ -35,3 +39,55 @@ def user_ensure_default_platform(*, user: User) -> None:
     if not UserPlatform.objects.filter(user=user).exists():
         for platform in default_platforms(is_staff=bool(getattr(user, "is_staff", False))):
             UserPlatform.objects.get_or_create(user=user, platform=platform)
+
+
+# Long values (rich HTML bodies, id lists) are cut in the log: it records what
+# changed, the row itself keeps the whole value.
+_AUDIT_VALUE_MAX = 1000
+_AUDIT_LIST_MAX = 200
+
+
+def _audit_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= _AUDIT_VALUE_MAX else value[:_AUDIT_VALUE_MAX] + "…"
+    if isinstance(value, Mapping):
+        return {str(key): _audit_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        return [_audit_value(item) for item in items[:_AUDIT_LIST_MAX]]
+    return value
+
+
+def audit_record(
+    *,
+    actor: AbstractBaseUser | AnonymousUser | None,
+    action: str,
+    object_type: str,
+    object_id: Any,
+    object_repr: str = "",
+    changes: Mapping[str, Any] | None = None,
+    source: str = "api",
+    path: str = "",
+    ip: str | None = None,
+) -> AuditEntry:
+    """Write one audit entry for an operator write.
+
+    Call it inside the write's own transaction: the entry commits or rolls back
+    with the write (``audit_record`` opens no transaction of its own). ``changes``
+    is made JSON-safe (times as ISO strings, long values cut).
+    """
+    user = actor if actor is not None and actor.is_authenticated else None
+    safe = json.loads(json.dumps(_audit_value(dict(changes or {})), cls=DjangoJSONEncoder))
+    return AuditEntry.objects.create(
+        actor=user,  # type: ignore[misc]
+        actor_name=(user.get_username() if user is not None else "")[:150],
+        action=action[:64],
+        object_type=object_type[:100],
+        object_id="" if object_id is None else str(object_id)[:64],
+        object_repr=object_repr[:200],
+        at=timezone.now(),
+        changes=safe,
+        source=source,
+        path=path[:500],
+        ip=ip or None,
+    )

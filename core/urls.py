@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import URLPattern, path
 
 from core import apis
 
@@ -8,4 +8,11 @@ api_urlpatterns = [
     path("auth/token/", apis.TokenObtainApi.as_view(), name="auth-token"),
     path("me/", apis.MeApi.as_view(), name="me"),
     path("manage/users/<id:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
+    path("manage/audit/", apis.AuditListApi.as_view(), name="manage-audit"),
+    path("manage/audit/export/", apis.AuditExportApi.as_view(), name="manage-audit-export"),
 ]
+
+
+def malformed_id_path(prefix: str, suffix: str = "") -> URLPattern:
+    """``<prefix><anything else>/<suffix>`` after a resource's id routes: a malformed id is a 400."""
+    return path(f"{prefix}<str:raw>/{suffix}", apis.MalformedIdApi.as_view())

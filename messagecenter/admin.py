@@ -6,6 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Count, QuerySet
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -14,6 +15,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from core.audit import AuditedAdminMixin, audit_admin
 from core.exceptions import ApplicationError
 from core.insight import rate_chart
 from messagecenter import insight, selectors, services
@@ -45,7 +47,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(UserGroup)
-class UserGroupAdmin(admin.ModelAdmin):
+class UserGroupAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = UserGroupForm
     list_display = ["name", "member_count", "created_at"]
     search_fields = ["name"]
@@ -84,7 +86,7 @@ class UserGroupAdmin(admin.ModelAdmin):
             services.user_group_delete(group=group)
 
 
-class ReadInsightAdmin(admin.ModelAdmin):
+class ReadInsightAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Read statistics of an inbox item (message, bulletin): a block on the change
     page and a linked page with the read rate over time (as for announcements)."""
 
@@ -263,18 +265,21 @@ class MessageAdmin(ReadInsightAdmin):
                     pull = size is None or size > int(settings.MESSAGECENTER_PUSH_THRESHOLD)
                     preview = {"size": size, "delivery": "pull" if pull else "push"}
                 else:
-                    message = services.message_send(
-                        sender=request.user,  # type: ignore[arg-type]
-                        category=data["category"],
-                        title=data["title"],
-                        summary=data["summary"],
-                        body_html=data["body_html"],
-                        link=data["link"],
-                        images=data["image_urls"],
-                        image_files=data["image_files"],
-                        expire_at=data["expire_at"],
-                        **audience,
-                    )
+                    with transaction.atomic():
+                        message = services.message_send(
+                            sender=request.user,  # type: ignore[arg-type]
+                            category=data["category"],
+                            title=data["title"],
+                            summary=data["summary"],
+                            body_html=data["body_html"],
+                            link=data["link"],
+                            images=data["image_urls"],
+                            image_files=data["image_files"],
+                            expire_at=data["expire_at"],
+                            **audience,
+                        )
+                        changes = {k: v for k, v in data.items() if k not in {"image_files", "groups"}}
+                        audit_admin(request, action="create", obj=message, changes={**changes, **audience})
                     recipients = "everyone" if message.audience_size is None else f"{message.audience_size} user(s)"
                     self.message_user(request, f"Sent by {message.delivery} to {recipients}.", messages.SUCCESS)
                     return HttpResponseRedirect(reverse("admin:messagecenter_message_change", args=[message.pk]))
@@ -298,14 +303,14 @@ class MessageAdmin(ReadInsightAdmin):
 
 
 @admin.register(MessageType)
-class MessageTypeAdmin(admin.ModelAdmin):
+class MessageTypeAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["code", "name", "category", "self_service", "default_ttl_seconds", "created_at"]
     search_fields = ["code", "name"]
     list_filter = ["category", "self_service"]
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Saves go through the ORM (model validation checks "exactly one of user or
     group" and uniqueness); the receivers project the Redis subscriber sets."""
 
@@ -316,7 +321,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["title", "message_type", "scope", "recipients", "created_at", "expire_at", "withdrawn", "rule"]
     list_filter = ["message_type", "withdrawn", "scope"]
     search_fields = ["title", "scope"]
@@ -368,7 +373,7 @@ class RuleRunInline(admin.TabularInline):
 
 
 @admin.register(NotificationRule)
-class NotificationRuleAdmin(admin.ModelAdmin):
+class NotificationRuleAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = NotificationRuleForm
     list_display = ["name", "enabled", "content_type", "message_type", "interval_seconds", "last_run_at", "last_result"]
     list_filter = ["enabled", "message_type"]
@@ -376,6 +381,7 @@ class NotificationRuleAdmin(admin.ModelAdmin):
     readonly_fields = ["last_run_at"]
     inlines = [RuleRunInline]
     actions = ["dry_run", "run_now"]
+    audit_skip_actions = ("dry_run",)  # a report: it changes nothing
 
     @admin.display(description="Last run")
     def last_result(self, obj: NotificationRule) -> str:
@@ -406,7 +412,7 @@ class NotificationRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(StockLevel)
-class StockLevelAdmin(admin.ModelAdmin):
+class StockLevelAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Demo business table (see StockLevel): edit quantities, then run the rule."""
 
     list_display = ["warehouse", "location", "sku", "quantity"]

@@ -5,6 +5,7 @@ Reads are first reads per user, counted per hour when the inbox script sees a
 user's read bit go 0 -> 1 for the first time (messagecenter/readmodel/reads.py).
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,6 +46,18 @@ def _read_timeline(ref: str) -> list[TimelinePoint]:
         return timeline(reads.read_hours(ref=ref))
     except RedisError as exc:
         raise InboxUnavailable("Read statistics are unavailable; try again shortly.") from exc
+
+
+def message_read_counts(*, messages: Iterable[Message]) -> dict[int, int]:
+    """How many recipients have read each message: its first reads (the same
+    counters as the read timeline, so the two always agree), pending ones folded first."""
+    refs = {message.ref: int(message.pk) for message in messages}
+    try:
+        reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+        totals = reads.read_totals(refs=refs)
+    except RedisError as exc:
+        raise InboxUnavailable("Read counts are unavailable; try again shortly.") from exc
+    return {refs[ref]: total for ref, total in totals.items()}
 
 
 def message_read_stats(*, message: Message) -> ItemReadStats:

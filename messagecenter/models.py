@@ -169,6 +169,35 @@ class Message(models.Model):
         return BitMap.deserialize(bytes(self.users_bitmap)) if self.users_bitmap else BitMap()
 
 
+class MessageSendKey(models.Model):
+    """An idempotency key of ``POST /api/v1/manage/messages/``: one key, one message.
+
+    Keys are global (not per operator): a client retrying through another
+    operator's token still gets the first message. The unique constraint on
+    ``key`` is what makes concurrent retries safe: the second INSERT waits for
+    the first transaction and then fails, and the retry answers with the
+    message the first one stored. ``fingerprint`` is a hash of the request
+    body: the same key with another body is a conflict. A key counts for
+    ``IDEMPOTENCY_WINDOW`` (24 h): an older row is replaced when its key is
+    used again, and the cleanup task deletes old rows.
+    """
+
+    key = models.CharField(max_length=200, unique=True)
+    fingerprint = models.CharField(max_length=64)
+    # Null only inside the transaction that stores the key and then the message.
+    message = models.ForeignKey("Message", null=True, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # message_send_keys_purge(): keys past the window, oldest first.
+            models.Index(fields=["created_at"], name="mc_sendkey_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
 class MessageImage(models.Model):
     """An image file uploaded in the admin; its URL joins ``Message.images``."""
 

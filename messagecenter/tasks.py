@@ -40,7 +40,9 @@ def mirror_task(name: str, args: list[Any]) -> None:
 
 @shared_task(name="messagecenter.cleanup_expired", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
 def cleanup_expired_task() -> int:
-    """Periodic (Celery beat): drop expired messages' stored-once Redis data."""
+    """Periodic (Celery beat): drop expired messages' stored-once Redis data, and
+    idempotency keys past their window."""
+    services.message_send_keys_purge()
     return services.message_cleanup_expired()
 
 

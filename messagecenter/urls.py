@@ -1,5 +1,6 @@
 from django.urls import URLPattern, path
 
+from core.urls import malformed_id_path
 from messagecenter import live_api, views
 from messagecenter.apis import inbox, manage, me, subscriptions
 
@@ -13,12 +14,18 @@ api_urlpatterns: list[URLPattern] = [
     path("inbox/<str:item_id>/read/", inbox.InboxItemReadApi.as_view(), name="mc-inbox-item-read"),
     path("inbox/<str:item_id>/unread/", inbox.InboxItemUnreadApi.as_view(), name="mc-inbox-item-unread"),
     path("manage/user-groups/", manage.UserGroupCreateApi.as_view(), name="mc-user-groups"),
+    path("manage/user-groups/<id:group_id>/", manage.UserGroupDetailApi.as_view(), name="mc-user-group"),
     path("manage/user-groups/<id:group_id>/members/", manage.UserGroupMembersApi.as_view(), name="mc-group-members"),
     path("manage/bulletins/", manage.BulletinCreateApi.as_view(), name="mc-bulletins"),
     path("manage/bulletins/<id:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
     path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
     path("manage/messages/<id:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
     path("manage/message-types/", subscriptions.MessageTypeCreateApi.as_view(), name="mc-message-types"),
+    path(
+        "manage/message-types/<id:message_type_id>/",
+        subscriptions.MessageTypeDetailApi.as_view(),
+        name="mc-message-type",
+    ),
     path("manage/subscriptions/", subscriptions.SubscriptionCreateApi.as_view(), name="mc-subscriptions"),
     path(
         "manage/subscriptions/<id:subscription_id>/",
@@ -26,6 +33,17 @@ api_urlpatterns: list[URLPattern] = [
         name="mc-subscription",
     ),
     path("manage/notifications/", subscriptions.NotificationSendApi.as_view(), name="mc-notifications"),
+    path(
+        "manage/notifications/<id:notification_id>/",
+        subscriptions.NotificationDetailApi.as_view(),
+        name="mc-notification",
+    ),
+    # A path segment that is not an id: 400 (the routes above match only ids).
+    *(
+        malformed_id_path(f"manage/{name}/")
+        for name in ("user-groups", "bulletins", "messages", "message-types", "subscriptions", "notifications")
+    ),
+    malformed_id_path("manage/user-groups/", "members/"),
     path("me/preferences/", me.PreferencesApi.as_view(), name="mc-me-preferences"),
     path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
     path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from core.audit import AuditedAdminMixin
 from core.exceptions import ApplicationError
 from core.html import sanitize_html
 from core.insight import rate_chart
@@ -46,7 +47,7 @@ class AnnouncementForm(forms.ModelForm):
 
 
 @admin.register(Announcement)
-class AnnouncementAdmin(admin.ModelAdmin):
+class AnnouncementAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = AnnouncementForm
     list_display = ("title", "platform_list", "status", "pinned", "read_ratio", "publish_at", "expire_at")
     list_filter = ("pinned", "platform_rows__platform")

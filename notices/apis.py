@@ -3,20 +3,32 @@
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import transaction
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import audit_api
 from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
-from core.openapi import ERRORS, cursor_parameter, limit_parameter
-from core.params import parse_limit
+from core.openapi import (
+    ERRORS,
+    cursor_parameter,
+    example,
+    filter_parameter,
+    limit_parameter,
+    list_parameters,
+    page_serializer,
+)
+from core.params import parse_bool, parse_choice, parse_limit, parse_time
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from notices import selectors, services
 from notices.models import Announcement
+from notices.selectors import ANNOUNCEMENT_STATUSES
 
 # The same cap as bulletins and messages: rich HTML bodies are pages, not files.
 MAX_BODY = 100_000
@@ -159,9 +171,30 @@ def _manage_body(announcement: Announcement) -> dict[str, Any]:
     }
 
 
+_ANNOUNCEMENT_EXAMPLE = {
+    "id": "12",
+    "title": "Maintenance tonight",
+    "summary": "The service pauses from 22:00 to 23:00 UTC.",
+    "body_html": "<p>The service pauses from 22:00 to 23:00 UTC.</p>",
+    "platforms": ["user", "customer"],
+    "publish_at": "2026-11-22T10:00:00+00:00",
+    "expire_at": None,
+    "pinned": False,
+    "status": "live",
+    "created_at": "2026-11-22T09:58:00+00:00",
+    "updated_at": "2026-11-22T09:58:00+00:00",
+}
+
+
 class AnnouncementCreateApi(APIView):
+    """GET (operators' list) and POST (create) share the path."""
+
     permission_classes = [IsOperator]
-    required_permissions = ("notices.add_announcement",)
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = getattr(self.request, "method", "")
+        return ("notices.view_announcement",) if method in {"GET", "HEAD"} else ("notices.add_announcement",)
 
     class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200)
@@ -184,19 +217,52 @@ class AnnouncementCreateApi(APIView):
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        announcement = services.announcement_create(author=request.user, **serializer.validated_data)
+        with transaction.atomic():
+            announcement = services.announcement_create(author=request.user, **serializer.validated_data)
+            audit_api(request, action="create", obj=announcement, changes=serializer.validated_data)
         return Response(self.OutputSerializer(_manage_body(announcement)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="manage_announcements_list",
+        summary="Every announcement, newest first",
+        description="All announcements whatever their state (scheduled, live, expired), newest created first.",
+        parameters=list_parameters(
+            filter_parameter("status", "Only announcements in this state now.", enum=list(ANNOUNCEMENT_STATUSES)),
+            filter_parameter("platform", "Only those targeting this platform.", enum=list(ALL_PLATFORMS)),
+            filter_parameter("pinned", "true or false.", kind=OpenApiTypes.BOOL),
+        ),
+        responses={
+            200: page_serializer("ManageAnnouncementPage", ManageAnnouncementOutputSerializer),
+            **ERRORS(400, 401, 403),
+        },
+        examples=[example("A page", {"results": [_ANNOUNCEMENT_EXAMPLE], "next_cursor": None})],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        pinned = params.get("pinned")
+        page = selectors.announcement_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            status=parse_choice(params.get("status"), name="status", choices=ANNOUNCEMENT_STATUSES),
+            platform=parse_choice(params.get("platform"), name="platform", choices=ALL_PLATFORMS),
+            pinned=None if pinned in (None, "") else parse_bool(pinned, name="pinned"),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = [ManageAnnouncementOutputSerializer(_manage_body(a)).data for a in page.items]
+        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class AnnouncementManageApi(APIView):
-    """PATCH (change) and DELETE of one announcement share a path, so they share a
-    class; each method declares its own permission and schema."""
+    """GET (read back), PATCH (change) and DELETE of one announcement share a path,
+    so they share a class; each method declares its own permission and schema."""
 
     permission_classes = [IsOperator]
 
     @property
     def required_permissions(self) -> tuple[str, ...]:
         method = getattr(self.request, "method", "")
+        if method in {"GET", "HEAD"}:
+            return ("notices.view_announcement",)
         return ("notices.delete_announcement",) if method == "DELETE" else ("notices.change_announcement",)
 
     class InputSerializer(StrictInputSerializer):
@@ -223,14 +289,29 @@ class AnnouncementManageApi(APIView):
         announcement = self._get(announcement_id)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        announcement = services.announcement_update(announcement=announcement, **serializer.validated_data)
+        with transaction.atomic():
+            announcement = services.announcement_update(announcement=announcement, **serializer.validated_data)
+            audit_api(request, action="update", obj=announcement, changes=serializer.validated_data)
         announcement = self._get(announcement.pk)
         return Response(self.OutputSerializer(_manage_body(announcement)).data)
 
     @extend_schema(operation_id="manage_announcements_delete", responses={204: None, **ERRORS(401, 403, 404)})
     def delete(self, request: Request, announcement_id: int) -> Response:
-        services.announcement_delete(announcement=self._get(announcement_id))
+        announcement = self._get(announcement_id)
+        with transaction.atomic():
+            audit_api(request, action="delete", obj=announcement)
+            services.announcement_delete(announcement=announcement)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="manage_announcements_retrieve",
+        summary="One announcement as operators see it",
+        responses={200: OutputSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[example("An announcement", _ANNOUNCEMENT_EXAMPLE)],
+    )
+    def get(self, request: Request, announcement_id: int) -> Response:
+        announcement = selectors.announcement_manage_get(announcement_id=announcement_id)
+        return Response(self.OutputSerializer(_manage_body(announcement)).data)
 
 
 class AnnouncementPlatformStatsSerializer(serializers.Serializer):

@@ -25,8 +25,9 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core import healing, outbox
-from core.cursors import decode_cursor, encode_cursor
+from core.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
 from core.exceptions import NotFound, ValidationFailed
+from core.params import page_scope
 from core.selectors import platform_user_counts, user_platforms
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
@@ -292,3 +293,43 @@ def announcement_read_ratio(*, announcement: Announcement, user_counts: dict[str
         return None
     reachable = sum(user_counts.get(p, 0) for p in platforms)
     return sum(reads.values()) / reachable if reachable else 0.0
+
+
+ANNOUNCEMENT_STATUSES = ("scheduled", "live", "expired")
+
+
+def announcement_manage_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    status: str | None = None,
+    platform: str | None = None,
+    pinned: bool | None = None,
+    since: datetime | None = None,
+    now: datetime | None = None,
+) -> KeysetPage[Announcement]:
+    """Operators' read-back: every announcement newest first (by creation), whatever
+    its state; ``status`` as ``Announcement.status_at`` tells it at ``now``."""
+    now = now or timezone.now()
+    filters = {"status": status, "platform": platform, "pinned": pinned, "since": since}
+    rows = Announcement.objects.prefetch_related("platform_rows")
+    if status == "scheduled":
+        rows = rows.filter(publish_at__gt=now)
+    elif status == "live":
+        rows = rows.filter(Q(publish_at__lte=now) & (Q(expire_at__isnull=True) | Q(expire_at__gt=now)))
+    elif status == "expired":
+        rows = rows.filter(publish_at__lte=now, expire_at__lte=now)
+    if platform is not None:
+        rows = rows.filter(platform_rows__platform=platform)
+    if pinned is not None:
+        rows = rows.filter(pinned=pinned)
+    if since is not None:
+        rows = rows.filter(created_at__gt=since)
+    return keyset_page(rows, limit=limit, cursor=cursor, scope=page_scope("manage-announcements", filters))
+
+
+def announcement_manage_get(*, announcement_id: int) -> Announcement:
+    try:
+        return Announcement.objects.prefetch_related("platform_rows").get(pk=announcement_id)
+    except Announcement.DoesNotExist as exc:
+        raise NotFound("No such announcement.") from exc

@@ -1,5 +1,6 @@
 from django.urls import URLPattern, path
 
+from core.urls import malformed_id_path
 from notices import apis, views
 
 api_urlpatterns: list[URLPattern] = [
@@ -23,6 +24,8 @@ api_urlpatterns: list[URLPattern] = [
         apis.AnnouncementStatsApi.as_view(),
         name="manage-announcement-stats",
     ),
+    # A path segment that is not an id: 400 (the routes above match only ids).
+    malformed_id_path("manage/announcements/"),
 ]
 
 page_urlpatterns: list[URLPattern] = [

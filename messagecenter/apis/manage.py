@@ -3,13 +3,18 @@
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import audit_api
+from core.exceptions import ValidationFailed
 from core.fields import (
     IdField,
     OffsetDateTimeField,
@@ -19,10 +24,18 @@ from core.fields import (
     TimeField,
     user_id_field,
 )
-from core.openapi import ERRORS
+from core.openapi import ERRORS, list_parameters, page_serializer
+from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
 from core.permissions import IsOperator
-from messagecenter import services
-from messagecenter.models import CATEGORIES, Bulletin, Message, UserGroup
+from messagecenter import manage_selectors, services
+from messagecenter.apis import readback
+from messagecenter.apis.readback import (
+    BulletinReadSerializer,
+    MemberSerializer,
+    MessageReadSerializer,
+    UserGroupOutputSerializer,
+)
+from messagecenter.models import CATEGORIES, Bulletin, DeliveryMode, Message, MessageStatus, UserGroup
 
 MAX_IDS = 10_000
 
@@ -34,6 +47,7 @@ class UserIdsSerializer(StrictInputSerializer):
 class UserGroupCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_usergroup",)
+    read_permissions = ("messagecenter.view_usergroup",)
 
     class InputSerializer(StrictInputSerializer):
         name = StrictCharField(max_length=100)
@@ -51,14 +65,50 @@ class UserGroupCreateApi(APIView):
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        group = services.user_group_create(name=serializer.validated_data["name"])
+        with transaction.atomic():
+            group = services.user_group_create(name=serializer.validated_data["name"])
+            audit_api(request, action="create", obj=group, changes=serializer.validated_data)
         data = {"id": group.pk, "name": group.name, "member_count": 0}
         return Response(self.OutputSerializer(data).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="manage_user_group_list",
+        summary="User groups, newest first",
+        parameters=readback.USER_GROUP_FILTERS,
+        responses={200: page_serializer("UserGroupPage", UserGroupOutputSerializer), **ERRORS(400, 401, 403)},
+        examples=[readback.page_example(readback.USER_GROUP_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = manage_selectors.user_group_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            name=parse_text(params.get("name"), name="name", max_length=100),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = UserGroupOutputSerializer(page.items, many=True).data
+        return Response({"results": results, "next_cursor": page.next_cursor})
+
+
+class UserGroupDetailApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("messagecenter.view_usergroup",)
+
+    @extend_schema(
+        operation_id="manage_user_group_retrieve",
+        summary="One user group",
+        responses={200: UserGroupOutputSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[readback.one_example(readback.USER_GROUP_EXAMPLE)],
+    )
+    def get(self, request: Request, group_id: int) -> Response:
+        group = manage_selectors.user_group_manage_get(group_id=group_id)
+        return Response(UserGroupOutputSerializer(group).data)
 
 
 class UserGroupMembersApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.change_usergroup",)
+    read_permissions = ("messagecenter.view_usergroup",)
 
     class InputSerializer(UserIdsSerializer):
         pass
@@ -75,7 +125,7 @@ class UserGroupMembersApi(APIView):
         responses={200: AddedSerializer, **ERRORS(400, 401, 403, 404)},
     )
     def post(self, request: Request, group_id: int) -> Response:
-        added = self._apply(request, group_id, services.user_group_add_members)
+        added = self._apply(request, group_id, services.user_group_add_members, "members_add")
         return Response(self.AddedSerializer({"added": added}).data)
 
     @extend_schema(
@@ -84,15 +134,33 @@ class UserGroupMembersApi(APIView):
         responses={200: RemovedSerializer, **ERRORS(400, 401, 403, 404)},
     )
     def delete(self, request: Request, group_id: int) -> Response:
-        removed = self._apply(request, group_id, services.user_group_remove_members)
+        removed = self._apply(request, group_id, services.user_group_remove_members, "members_remove")
         return Response(self.RemovedSerializer({"removed": removed}).data)
 
-    def _apply(self, request: Request, group_id: int, change: Callable[..., int]) -> int:
+    def _apply(self, request: Request, group_id: int, change: Callable[..., int], action: str) -> int:
         """Validate ``{"user_ids"}`` and apply one membership service to the group."""
         group = get_object_or_404(UserGroup, pk=group_id)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        return change(group=group, user_ids=serializer.validated_data["user_ids"])
+        user_ids = serializer.validated_data["user_ids"]
+        with transaction.atomic():
+            count = change(group=group, user_ids=user_ids)
+            audit_api(request, action=action, obj=group, changes={"user_ids": user_ids, "count": count})
+        return count
+
+    @extend_schema(
+        operation_id="manage_user_group_members_list",
+        summary="Members of a user group, newest first (by when they joined)",
+        parameters=list_parameters()[:2],
+        responses={200: page_serializer("UserGroupMemberPage", MemberSerializer), **ERRORS(400, 401, 403, 404)},
+        examples=[readback.page_example(readback.MEMBER_EXAMPLE)],
+    )
+    def get(self, request: Request, group_id: int) -> Response:
+        group = manage_selectors.user_group_manage_get(group_id=group_id)
+        page = manage_selectors.user_group_members_list(
+            group=group, limit=parse_limit(request.query_params.get("limit")), cursor=request.query_params.get("cursor")
+        )
+        return Response({"results": readback.members_data(page.items), "next_cursor": page.next_cursor})
 
 
 class BulletinOutputSerializer(serializers.Serializer):
@@ -118,6 +186,7 @@ def _bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
 class BulletinCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_bulletin",)
+    read_permissions = ("messagecenter.view_bulletin",)
 
     class InputSerializer(StrictInputSerializer):
         title = StrictCharField(max_length=200)
@@ -138,19 +207,41 @@ class BulletinCreateApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        bulletin = services.bulletin_create(
-            title=data["title"],
-            body_html=data["body_html"],
-            display_time=data["display_time"],
-            expire_at=data.get("expire_at"),
-            group_ids=data.get("user_groups") or [],
-            actor=request.user,  # type: ignore[arg-type]
-        )
+        with transaction.atomic():
+            bulletin = services.bulletin_create(
+                title=data["title"],
+                body_html=data["body_html"],
+                display_time=data["display_time"],
+                expire_at=data.get("expire_at"),
+                group_ids=data.get("user_groups") or [],
+                actor=request.user,  # type: ignore[arg-type]
+            )
+            audit_api(request, action="create", obj=bulletin, changes=data)
         return Response(self.OutputSerializer(_bulletin_data(bulletin)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="manage_bulletin_list",
+        summary="Bulletins, newest first",
+        parameters=readback.BULLETIN_FILTERS,
+        responses={200: page_serializer("BulletinPage", BulletinReadSerializer), **ERRORS(400, 401, 403)},
+        examples=[readback.page_example(readback.BULLETIN_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = manage_selectors.bulletin_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            group=parse_id(params.get("group"), name="group"),
+            status=parse_choice(params.get("status"), name="status", choices=manage_selectors.BULLETIN_STATUSES),
+            since=parse_time(params.get("since"), name="since"),
+            now=timezone.now(),
+        )
+        return Response({"results": [readback.bulletin_data(b) for b in page.items], "next_cursor": page.next_cursor})
 
 
 class BulletinDetailApi(APIView):
     permission_classes = [IsOperator]
+    read_permissions = ("messagecenter.view_bulletin",)
 
     @property
     def required_permissions(self) -> tuple[str, ...]:
@@ -179,14 +270,28 @@ class BulletinDetailApi(APIView):
         data = dict(serializer.validated_data)
         if "user_groups" in data:
             data["group_ids"] = data.pop("user_groups")
-        bulletin, _changed = services.bulletin_update(bulletin=bulletin, data=data, actor=request.user)  # type: ignore[arg-type]
+        with transaction.atomic():
+            bulletin, _changed = services.bulletin_update(bulletin=bulletin, data=data, actor=request.user)  # type: ignore[arg-type]
+            audit_api(request, action="update", obj=bulletin, changes=serializer.validated_data)
         return Response(self.OutputSerializer(_bulletin_data(bulletin)).data)
 
     @extend_schema(operation_id="manage_bulletin_delete", responses={204: None, **ERRORS(401, 403, 404)})
     def delete(self, request: Request, bulletin_id: int) -> Response:
         bulletin = get_object_or_404(Bulletin, pk=bulletin_id)
-        services.bulletin_delete(bulletin=bulletin, actor=request.user)  # type: ignore[arg-type]
+        with transaction.atomic():
+            audit_api(request, action="delete", obj=bulletin)
+            services.bulletin_delete(bulletin=bulletin, actor=request.user)  # type: ignore[arg-type]
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="manage_bulletin_retrieve",
+        summary="One bulletin",
+        responses={200: BulletinReadSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[readback.one_example(readback.BULLETIN_EXAMPLE)],
+    )
+    def get(self, request: Request, bulletin_id: int) -> Response:
+        bulletin = manage_selectors.bulletin_manage_get(bulletin_id=bulletin_id)
+        return Response(readback.bulletin_data(bulletin))
 
 
 class MessageAudienceSerializer(StrictInputSerializer):
@@ -195,9 +300,16 @@ class MessageAudienceSerializer(StrictInputSerializer):
     everyone = StrictBooleanField(required=False, default=False)
 
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_SEND_ANSWER = {"id": "311", "delivery": "push", "recipients": 13}
+
+
 class MessageSendApi(APIView):
+    """POST sends (idempotently with a key); GET lists what was sent."""
+
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_message",)
+    read_permissions = ("messagecenter.view_message",)
 
     class InputSerializer(StrictInputSerializer):
         category = serializers.ChoiceField(choices=CATEGORIES)
@@ -208,6 +320,12 @@ class MessageSendApi(APIView):
         images = serializers.ListField(child=serializers.URLField(max_length=500), required=False, max_length=20)
         to = MessageAudienceSerializer()
         expire_at = TimeField(required=False, allow_null=True)
+        idempotency_key = StrictCharField(
+            max_length=200,
+            required=False,
+            help_text="A retry with the same key within 24 hours stores nothing and answers 200 with the "
+            "first message (the Idempotency-Key header means the same). Keys are global, not per operator.",
+        )
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -216,37 +334,119 @@ class MessageSendApi(APIView):
 
     @extend_schema(
         operation_id="manage_message_send",
+        summary="Send a message (idempotent with a key)",
+        description="202 when stored and queued for delivery. With an idempotency key (body field or "
+        "`Idempotency-Key` header) a repeat within 24 hours stores nothing and answers 200 with the first "
+        "message; the same key with another body is 409.",
         request=InputSerializer,
-        responses={202: OutputSerializer, **ERRORS(400, 401, 403)},
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                OpenApiTypes.STR,
+                location=OpenApiParameter.HEADER,
+                description="Same meaning as the body's `idempotency_key` (at most 200 characters); "
+                "when both are given they must be equal.",
+            )
+        ],
+        responses={202: OutputSerializer, 200: OutputSerializer, **ERRORS(400, 401, 403, 409)},
+        examples=[
+            OpenApiExample("Sent", value=_SEND_ANSWER, response_only=True, status_codes=["202"]),
+            OpenApiExample("A repeat of a sent key", value=_SEND_ANSWER, response_only=True, status_codes=["200"]),
+        ],
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = dict(serializer.validated_data)
+        key = self._key(request, data.pop("idempotency_key", None))
         to = data["to"]
-        message = services.message_send(
-            sender=request.user,  # type: ignore[arg-type]
-            category=data["category"],
-            title=data["title"],
-            summary=data.get("summary") or "",
-            body_html=data["body_html"],
-            link=data.get("link") or "",
-            images=data.get("images") or [],
-            user_ids=to.get("users") or [],
-            group_ids=to.get("groups") or [],
-            everyone=to.get("everyone", False),
-            expire_at=data.get("expire_at"),
-        )
+
+        def send() -> Message:
+            message = services.message_send(
+                sender=request.user,  # type: ignore[arg-type]
+                category=data["category"],
+                title=data["title"],
+                summary=data.get("summary") or "",
+                body_html=data["body_html"],
+                link=data.get("link") or "",
+                images=data.get("images") or [],
+                user_ids=to.get("users") or [],
+                group_ids=to.get("groups") or [],
+                everyone=to.get("everyone", False),
+                expire_at=data.get("expire_at"),
+            )
+            audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
+            return message
+
+        with transaction.atomic():
+            if key is None:
+                message, created = send(), True
+            else:
+                fingerprint = services.request_fingerprint(data)
+                message, created = services.message_send_once(key=key, fingerprint=fingerprint, send=send)
         out = {"id": message.pk, "delivery": message.delivery, "recipients": message.audience_size}
-        return Response(self.OutputSerializer(out).data, status=status.HTTP_202_ACCEPTED)
+        code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
+        return Response(self.OutputSerializer(out).data, status=code)
+
+    @staticmethod
+    def _key(request: Request, body_key: str | None) -> str | None:
+        header = request.headers.get(IDEMPOTENCY_HEADER)
+        if header is not None and (header == "" or len(header) > 200):
+            raise ValidationFailed(
+                f"The {IDEMPOTENCY_HEADER} header must be 1 to 200 characters.",
+                fields={"idempotency_key": ["1 to 200 characters."]},
+            )
+        if header is not None and body_key is not None and header != body_key:
+            raise ValidationFailed(
+                f"The {IDEMPOTENCY_HEADER} header and idempotency_key differ.",
+                fields={"idempotency_key": ["Differs from the header."]},
+            )
+        key = body_key if body_key is not None else header
+        if key is not None and key == "":
+            raise ValidationFailed("idempotency_key must not be empty.", fields={"idempotency_key": ["Empty."]})
+        return key
+
+    @extend_schema(
+        operation_id="manage_message_list",
+        summary="Messages sent, newest first, with read counts",
+        parameters=readback.MESSAGE_FILTERS,
+        responses={200: page_serializer("MessagePage", MessageReadSerializer), **ERRORS(400, 401, 403, 503)},
+        examples=[readback.page_example(readback.MESSAGE_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        items, next_cursor = manage_selectors.message_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
+            status=parse_choice(params.get("status"), name="status", choices=MessageStatus.values),
+            delivery=parse_choice(params.get("delivery"), name="delivery", choices=DeliveryMode.values),
+            group=parse_id(params.get("group"), name="group"),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        return Response({"results": [readback.message_data(item) for item in items], "next_cursor": next_cursor})
 
 
 class MessageRetractApi(APIView):
+    """DELETE retracts; GET reads the message back."""
+
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.delete_message",)
+    read_permissions = ("messagecenter.view_message",)
 
     @extend_schema(operation_id="manage_message_retract", responses={204: None, **ERRORS(401, 403, 404)})
     def delete(self, request: Request, message_id: int) -> Response:
         message = get_object_or_404(Message, pk=message_id)
-        services.message_retract(message=message, actor=request.user)  # type: ignore[arg-type]
+        with transaction.atomic():
+            services.message_retract(message=message, actor=request.user)  # type: ignore[arg-type]
+            audit_api(request, action="retract", obj=message)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="manage_message_retrieve",
+        summary="One message, with its read count",
+        responses={200: MessageReadSerializer, **ERRORS(400, 401, 403, 404, 503)},
+        examples=[readback.one_example(readback.MESSAGE_EXAMPLE)],
+    )
+    def get(self, request: Request, message_id: int) -> Response:
+        return Response(readback.message_data(manage_selectors.message_manage_get(message_id=message_id)))

@@ -4,6 +4,7 @@ A duplicate subscription (same type, scope and user or group) answers 409.
 """
 
 from django.core.validators import validate_slug
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -11,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import audit_api
 from core.fields import (
     IdField,
     OffsetDateTimeField,
@@ -20,9 +22,16 @@ from core.fields import (
     StrictIntegerField,
     user_id_field,
 )
-from core.openapi import ERRORS
+from core.openapi import ERRORS, page_serializer
+from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
 from core.permissions import IsOperator
-from messagecenter import services
+from messagecenter import manage_selectors, services
+from messagecenter.apis import readback
+from messagecenter.apis.readback import (
+    MessageTypeOutputSerializer,
+    NotificationOutputSerializer,
+    SubscriptionOutputSerializer,
+)
 from messagecenter.models import CATEGORIES, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
@@ -30,6 +39,7 @@ from messagecenter.services.notifications import MAX_TTL_SECONDS
 class MessageTypeCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_messagetype",)
+    read_permissions = ("messagecenter.view_messagetype",)
 
     class InputSerializer(StrictInputSerializer):
         # A slug, and text: SlugField alone would take the number 123 as "123".
@@ -39,13 +49,9 @@ class MessageTypeCreateApi(APIView):
         default_ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
         self_service = StrictBooleanField(required=False, default=False)
 
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.CharField()
-        code = serializers.CharField()
-        name = serializers.CharField()
-        category = serializers.CharField()
-        default_ttl_seconds = serializers.IntegerField()
-        self_service = serializers.BooleanField()
+    class OutputSerializer(MessageTypeOutputSerializer):
+        # The read-back's fields: one place to add a field to both answers.
+        pass
 
     @extend_schema(
         operation_id="manage_message_type_create",
@@ -56,19 +62,55 @@ class MessageTypeCreateApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        message_type = services.message_type_create(
-            code=data["code"],
-            name=data["name"],
-            category=data["category"],
-            default_ttl_seconds=data.get("default_ttl_seconds"),
-            self_service=data["self_service"],
-        )
+        with transaction.atomic():
+            message_type = services.message_type_create(
+                code=data["code"],
+                name=data["name"],
+                category=data["category"],
+                default_ttl_seconds=data.get("default_ttl_seconds"),
+                self_service=data["self_service"],
+            )
+            audit_api(request, action="create", obj=message_type, changes=data)
         return Response(self.OutputSerializer(message_type).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="manage_message_type_list",
+        summary="Message types, newest first",
+        parameters=readback.MESSAGE_TYPE_FILTERS,
+        responses={200: page_serializer("MessageTypePage", MessageTypeOutputSerializer), **ERRORS(400, 401, 403)},
+        examples=[readback.page_example(readback.MESSAGE_TYPE_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = manage_selectors.message_type_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = MessageTypeOutputSerializer(page.items, many=True).data
+        return Response({"results": results, "next_cursor": page.next_cursor})
+
+
+class MessageTypeDetailApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("messagecenter.view_messagetype",)
+
+    @extend_schema(
+        operation_id="manage_message_type_retrieve",
+        summary="One message type",
+        responses={200: MessageTypeOutputSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[readback.one_example(readback.MESSAGE_TYPE_EXAMPLE)],
+    )
+    def get(self, request: Request, message_type_id: int) -> Response:
+        message_type = manage_selectors.message_type_manage_get(message_type_id=message_type_id)
+        return Response(MessageTypeOutputSerializer(message_type).data)
 
 
 class SubscriptionCreateApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_subscription",)
+    read_permissions = ("messagecenter.view_subscription",)
 
     class InputSerializer(StrictInputSerializer):
         message_type = StrictCharField(max_length=64)
@@ -93,29 +135,68 @@ class SubscriptionCreateApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        subscription = services.subscription_create(
-            message_type=data["message_type"],
-            scope=data["scope"],
-            user_id=data.get("user"),
-            group_id=data.get("group"),
-        )
+        with transaction.atomic():
+            subscription = services.subscription_create(
+                message_type=data["message_type"],
+                scope=data["scope"],
+                user_id=data.get("user"),
+                group_id=data.get("group"),
+            )
+            audit_api(request, action="create", obj=subscription, changes=data)
         return Response(self.OutputSerializer(subscription).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="manage_subscription_list",
+        summary="Subscriptions, newest first",
+        parameters=readback.SUBSCRIPTION_FILTERS,
+        responses={200: page_serializer("SubscriptionPage", SubscriptionOutputSerializer), **ERRORS(400, 401, 403)},
+        examples=[readback.page_example(readback.SUBSCRIPTION_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = manage_selectors.subscription_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            message_type=parse_text(params.get("message_type"), name="message_type", max_length=64),
+            scope=parse_text(params.get("scope"), name="scope", max_length=100),
+            user=parse_id(params.get("user"), name="user"),
+            group=parse_id(params.get("group"), name="group"),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = SubscriptionOutputSerializer(page.items, many=True).data
+        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class SubscriptionDeleteApi(APIView):
+    """DELETE removes; GET reads the subscription back."""
+
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.delete_subscription",)
+    read_permissions = ("messagecenter.view_subscription",)
 
     @extend_schema(operation_id="manage_subscription_delete", responses={204: None, **ERRORS(401, 403, 404)})
     def delete(self, request: Request, subscription_id: int) -> Response:
         subscription = get_object_or_404(Subscription, pk=subscription_id)
-        services.subscription_delete(subscription=subscription)
+        with transaction.atomic():
+            audit_api(request, action="delete", obj=subscription)
+            services.subscription_delete(subscription=subscription)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="manage_subscription_retrieve",
+        summary="One subscription",
+        responses={200: SubscriptionOutputSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[readback.one_example(readback.SUBSCRIPTION_EXAMPLE)],
+    )
+    def get(self, request: Request, subscription_id: int) -> Response:
+        subscription = manage_selectors.subscription_manage_get(subscription_id=subscription_id)
+        return Response(SubscriptionOutputSerializer(subscription).data)
 
 
 class NotificationSendApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_notification",)
+    read_permissions = ("messagecenter.view_notification",)
 
     class InputSerializer(StrictInputSerializer):
         message_type = StrictCharField(max_length=64)
@@ -138,11 +219,48 @@ class NotificationSendApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        notification = services.notification_send(
-            message_type=data["message_type"],
-            scope=data["scope"],
-            title=data["title"],
-            body_html=data["body_html"],
-            ttl_seconds=data.get("ttl_seconds"),
-        )
+        with transaction.atomic():
+            notification = services.notification_send(
+                message_type=data["message_type"],
+                scope=data["scope"],
+                title=data["title"],
+                body_html=data["body_html"],
+                ttl_seconds=data.get("ttl_seconds"),
+            )
+            audit_api(request, action="create", obj=notification, changes=data)
         return Response(self.OutputSerializer(notification).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        operation_id="manage_notification_list",
+        summary="Notifications sent, newest first",
+        parameters=readback.NOTIFICATION_FILTERS,
+        responses={200: page_serializer("NotificationPage", NotificationOutputSerializer), **ERRORS(400, 401, 403)},
+        examples=[readback.page_example(readback.NOTIFICATION_EXAMPLE)],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        page = manage_selectors.notification_manage_list(
+            limit=parse_limit(params.get("limit")),
+            cursor=params.get("cursor"),
+            message_type=parse_text(params.get("message_type"), name="message_type", max_length=64),
+            scope=parse_text(params.get("scope"), name="scope", max_length=100),
+            category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
+            since=parse_time(params.get("since"), name="since"),
+        )
+        results = NotificationOutputSerializer(page.items, many=True).data
+        return Response({"results": results, "next_cursor": page.next_cursor})
+
+
+class NotificationDetailApi(APIView):
+    permission_classes = [IsOperator]
+    required_permissions = ("messagecenter.view_notification",)
+
+    @extend_schema(
+        operation_id="manage_notification_retrieve",
+        summary="One notification",
+        responses={200: NotificationOutputSerializer, **ERRORS(400, 401, 403, 404)},
+        examples=[readback.one_example(readback.NOTIFICATION_EXAMPLE)],
+    )
+    def get(self, request: Request, notification_id: int) -> Response:
+        notification = manage_selectors.notification_manage_get(notification_id=notification_id)
+        return Response(NotificationOutputSerializer(notification).data)

@@ -119,3 +119,14 @@ def first_reads_fold(*, resolve: SlotResolver, max_entries: int = 100_000) -> in
 def read_hours(*, ref: str) -> dict[datetime, int]:
     """First reads of the item per hour, oldest first (fold the pending ones first)."""
     return hours_from_hashes([get_redis().hgetall(keys.mc_item_read_hours(ref))])
+
+
+def read_totals(*, refs: Iterable[str]) -> dict[str, int]:
+    """First reads of each item over all hours (the sum of its hour hash), one round trip."""
+    wanted = list(refs)
+    if not wanted:
+        return {}
+    pipe = get_redis().pipeline(transaction=False)
+    for ref in wanted:
+        pipe.hvals(keys.mc_item_read_hours(ref))
+    return {ref: sum(int(count) for count in counts) for ref, counts in zip(wanted, pipe.execute(), strict=True)}

@@ -7,6 +7,7 @@ from messagecenter.services.groups import (
     user_group_delete,
     user_group_remove_members,
 )
+from messagecenter.services.idempotency import message_send_keys_purge, message_send_once, request_fingerprint
 from messagecenter.services.inbox import (
     inbox_deliver,
     inbox_first_reads_fold,
@@ -64,6 +65,8 @@ __all__ = [
     "message_fanout_chunk",
     "message_retract",
     "message_send",
+    "message_send_keys_purge",
+    "message_send_once",
     "message_type_create",
     "notification_deliver",
     "notification_fanout_chunk",
@@ -72,6 +75,7 @@ __all__ = [
     "notification_sweep",
     "notification_withdraw",
     "preferences_update",
+    "request_fingerprint",
     "rule_run",
     "rule_validate",
     "rules_run",

@@ -1,0 +1,278 @@
+"""Operators' read-back: the output serializers, schema pieces and examples of
+``GET /api/v1/manage/...`` for the message centre's resources.
+
+The GET methods live on the API classes of their paths (in ``manage`` and
+``subscriptions``: one Django view per path); what they share is here. Each
+object answers at least the fields its create call accepts, plus ``id`` and
+``created_at``.
+"""
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+
+from core.fields import OffsetDateTimeField
+from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
+from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
+from messagecenter.models import CATEGORIES, Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
+
+_CATEGORY = filter_parameter("category", "Only this category.", enum=list(CATEGORIES))
+
+
+def _ids(values: Any) -> list[str]:
+    return [str(value) for value in values]
+
+
+# --- user groups -----------------------------------------------------------------
+
+
+class UserGroupOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    member_count = serializers.IntegerField()
+    created_at = OffsetDateTimeField()
+
+
+class MemberSerializer(serializers.Serializer):
+    id = serializers.CharField(source="user_id")
+    username = serializers.CharField(source="user.username")
+    joined_at = OffsetDateTimeField(source="created_at")
+
+
+USER_GROUP_EXAMPLE = {
+    "id": "3",
+    "name": "warehouse-leads",
+    "member_count": 12,
+    "created_at": "2026-11-20T08:00:00+00:00",
+}
+MEMBER_EXAMPLE = {"id": "42", "username": "alice", "joined_at": "2026-11-21T09:30:00+00:00"}
+USER_GROUP_FILTERS = list_parameters(filter_parameter("name", "Only groups whose name contains this text."))
+
+
+def members_data(rows: list[UserGroupMembership]) -> list[dict[str, Any]]:
+    return list(MemberSerializer(rows, many=True).data)
+
+
+# --- bulletins -------------------------------------------------------------------
+
+
+class BulletinReadSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    title = serializers.CharField()
+    body_html = serializers.CharField(allow_blank=True)
+    display_time = OffsetDateTimeField()
+    expire_at = OffsetDateTimeField(allow_null=True)
+    user_groups = serializers.ListField(child=serializers.CharField(), help_text="Empty: everyone.")
+    created_at = OffsetDateTimeField()
+    updated_at = OffsetDateTimeField()
+
+
+def bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
+    return dict(
+        BulletinReadSerializer(
+            {
+                "id": bulletin.pk,
+                "title": bulletin.title,
+                "body_html": bulletin.body_html,
+                "display_time": bulletin.display_time,
+                "expire_at": bulletin.expire_at,
+                "user_groups": _ids(group.pk for group in bulletin.groups.all()),
+                "created_at": bulletin.created_at,
+                "updated_at": bulletin.updated_at,
+            }
+        ).data
+    )
+
+
+BULLETIN_EXAMPLE = {
+    "id": "7",
+    "title": "Stock-take on Friday",
+    "body_html": "<p>All warehouses count stock on Friday.</p>",
+    "display_time": "2026-11-22T06:00:00+00:00",
+    "expire_at": "2026-11-29T06:00:00+00:00",
+    "user_groups": ["3"],
+    "created_at": "2026-11-21T17:00:00+00:00",
+    "updated_at": "2026-11-21T17:00:00+00:00",
+}
+BULLETIN_FILTERS = list_parameters(
+    id_filter_parameter("group", "Only bulletins shown to this user group."),
+    filter_parameter("status", "Only bulletins in this state now.", enum=list(BULLETIN_STATUSES)),
+)
+
+
+# --- messages --------------------------------------------------------------------
+
+
+class MessageAudienceOutputSerializer(serializers.Serializer):
+    users = serializers.ListField(child=serializers.CharField(), help_text="Users named explicitly.")
+    groups = serializers.ListField(child=serializers.CharField())
+    everyone = serializers.BooleanField()
+
+
+class MessageReadSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    category = serializers.CharField()
+    title = serializers.CharField()
+    summary = serializers.CharField(allow_blank=True)
+    body_html = serializers.CharField(allow_blank=True)
+    link = serializers.CharField(allow_blank=True, allow_null=True)
+    images = serializers.ListField(child=serializers.CharField())
+    to = MessageAudienceOutputSerializer()
+    expire_at = OffsetDateTimeField(allow_null=True)
+    created_at = OffsetDateTimeField()
+    sender = serializers.CharField(allow_null=True, help_text="Username of the operator who sent it.")
+    delivery = serializers.ChoiceField(choices=DeliveryMode.values)
+    recipients = serializers.IntegerField(allow_null=True, help_text="Users resolved at send time; null for everyone.")
+    status = serializers.ChoiceField(choices=MessageStatus.values)
+    read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
+
+
+def message_data(item: MessageReadBack) -> dict[str, Any]:
+    message: Message = item.message
+    return dict(
+        MessageReadSerializer(
+            {
+                "id": message.pk,
+                "category": message.category,
+                "title": message.title,
+                "summary": message.summary,
+                "body_html": message.body_html,
+                "link": message.link or None,
+                "images": list(message.images or []),
+                "to": {
+                    "users": _ids(message.explicit_users),
+                    "groups": _ids(group.pk for group in message.groups.all()),
+                    "everyone": message.everyone,
+                },
+                "expire_at": message.expire_at,
+                "created_at": message.created_at,
+                "sender": message.sender.get_username() if message.sender is not None else None,
+                "delivery": message.delivery,
+                "recipients": message.audience_size,
+                "status": message.status,
+                "read_count": item.read_count,
+            }
+        ).data
+    )
+
+
+MESSAGE_EXAMPLE: dict[str, Any] = {
+    "id": "311",
+    "category": "system",
+    "title": "Maintenance tonight",
+    "summary": "The service pauses from 22:00 to 23:00 UTC.",
+    "body_html": "<p>The service pauses from 22:00 to 23:00 UTC.</p>",
+    "link": None,
+    "images": [],
+    "to": {"users": ["42"], "groups": ["3"], "everyone": False},
+    "expire_at": None,
+    "created_at": "2026-11-22T10:00:00+00:00",
+    "sender": "olivia-operator",
+    "delivery": "push",
+    "recipients": 13,
+    "status": "delivered",
+    "read_count": 5,
+}
+MESSAGE_FILTERS = list_parameters(
+    _CATEGORY,
+    filter_parameter("status", "Only messages in this state.", enum=list(MessageStatus.values)),
+    filter_parameter("delivery", "push or pull.", enum=list(DeliveryMode.values)),
+    id_filter_parameter("group", "Only messages addressed to this user group."),
+)
+
+
+# --- message types, subscriptions, notifications -----------------------------------
+
+
+class MessageTypeOutputSerializer(serializers.Serializer):
+    """A message type as operators read it back; add a field here and both the
+    create answer and the read-back carry it."""
+
+    id = serializers.CharField()
+    code = serializers.CharField()
+    name = serializers.CharField()
+    category = serializers.CharField()
+    default_ttl_seconds = serializers.IntegerField()
+    self_service = serializers.BooleanField()
+    created_at = OffsetDateTimeField()
+
+
+MESSAGE_TYPE_EXAMPLE = {
+    "id": "2",
+    "code": "low-stock",
+    "name": "Low stock",
+    "category": "system",
+    "default_ttl_seconds": 604800,
+    "self_service": False,
+    "created_at": "2026-11-20T08:00:00+00:00",
+}
+MESSAGE_TYPE_FILTERS = list_parameters(_CATEGORY)
+
+
+class SubscriptionOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    message_type = serializers.CharField(source="message_type.code")
+    scope = serializers.CharField()
+    user = serializers.CharField(source="user_id", allow_null=True)
+    group = serializers.CharField(source="group_id", allow_null=True)
+    created_at = OffsetDateTimeField()
+
+
+SUBSCRIPTION_EXAMPLE = {
+    "id": "9",
+    "message_type": "low-stock",
+    "scope": "warehouse-7",
+    "user": None,
+    "group": "3",
+    "created_at": "2026-11-20T08:05:00+00:00",
+}
+_TYPE_FILTER = filter_parameter("message_type", "Only this message type (its code).")
+_SCOPE_FILTER = filter_parameter("scope", "Only this scope (exact).")
+SUBSCRIPTION_FILTERS: list[OpenApiParameter] = list_parameters(
+    _TYPE_FILTER,
+    _SCOPE_FILTER,
+    id_filter_parameter("user", "Only this user's own subscriptions."),
+    id_filter_parameter("group", "Only this group's subscriptions."),
+)
+
+
+class NotificationOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    message_type = serializers.CharField(source="message_type.code")
+    scope = serializers.CharField()
+    category = serializers.CharField()
+    title = serializers.CharField()
+    body_html = serializers.CharField(allow_blank=True)
+    ttl_seconds = serializers.SerializerMethodField()
+    recipients = serializers.IntegerField()
+    created_at = OffsetDateTimeField()
+    expire_at = OffsetDateTimeField()
+    withdrawn = serializers.BooleanField()
+
+    def get_ttl_seconds(self, notification: Any) -> int:
+        return int((notification.expire_at - notification.created_at).total_seconds())
+
+
+NOTIFICATION_EXAMPLE = {
+    "id": "55",
+    "message_type": "low-stock",
+    "scope": "warehouse-7",
+    "category": "system",
+    "title": "SKU 1001 is below its minimum",
+    "body_html": "<p>Replenish location A-3.</p>",
+    "ttl_seconds": 604800,
+    "recipients": 12,
+    "created_at": "2026-11-22T10:00:00+00:00",
+    "expire_at": "2026-11-29T10:00:00+00:00",
+    "withdrawn": False,
+}
+NOTIFICATION_FILTERS = list_parameters(_TYPE_FILTER, _SCOPE_FILTER, _CATEGORY)
+
+
+def page_example(item: dict[str, Any]) -> Any:
+    return example("A page", {"results": [item], "next_cursor": None})
+
+
+def one_example(item: dict[str, Any]) -> Any:
+    return example("One object", item)

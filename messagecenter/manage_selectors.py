@@ -1,0 +1,225 @@
+"""Operators' read-back (``GET /api/v1/manage/...``): every list is newest first by
+(created_at, id) with a keyset cursor (``core.cursors.keyset_page``), bound to
+the list and its filters. These are PostgreSQL reads: operators see the truth,
+not the read model; only a message's read count comes from Redis."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import Count, Model, Q, QuerySet
+
+from core.cursors import KeysetPage, keyset_page
+from core.exceptions import NotFound
+from core.params import page_scope
+from messagecenter import insight
+from messagecenter.models import (
+    Bulletin,
+    Message,
+    MessageType,
+    Notification,
+    Subscription,
+    UserGroup,
+    UserGroupMembership,
+)
+
+M = TypeVar("M", bound=Model)
+
+BULLETIN_STATUSES = ("scheduled", "live", "expired")
+
+
+def _get(queryset: QuerySet[M], pk: int, what: str) -> M:
+    try:
+        return queryset.get(pk=pk)
+    except ObjectDoesNotExist as exc:
+        raise NotFound(f"No such {what}.") from exc
+
+
+def _page(rows: QuerySet[M], *, name: str, filters: dict[str, Any], limit: int, cursor: str | None) -> KeysetPage[M]:
+    since = filters.get("since")
+    if since is not None:
+        rows = rows.filter(created_at__gt=since)
+    return keyset_page(rows, limit=limit, cursor=cursor, scope=page_scope(name, filters))
+
+
+# --- messages --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageReadBack:
+    message: Message
+    read_count: int
+
+
+def _messages() -> QuerySet[Message]:
+    return Message.objects.prefetch_related("groups")
+
+
+def _with_reads(messages: list[Message]) -> list[MessageReadBack]:
+    counts = insight.message_read_counts(messages=messages)
+    return [MessageReadBack(message=m, read_count=counts.get(int(m.pk), 0)) for m in messages]
+
+
+def message_manage_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    category: str | None = None,
+    status: str | None = None,
+    delivery: str | None = None,
+    group: int | None = None,
+    since: datetime | None = None,
+) -> tuple[list[MessageReadBack], str | None]:
+    filters = {"category": category, "status": status, "delivery": delivery, "group": group, "since": since}
+    rows = _messages()
+    if category is not None:
+        rows = rows.filter(category=category)
+    if status is not None:
+        rows = rows.filter(status=status)
+    if delivery is not None:
+        rows = rows.filter(delivery=delivery)
+    if group is not None:
+        rows = rows.filter(groups=group)
+    page = _page(rows, name="manage-messages", filters=filters, limit=limit, cursor=cursor)
+    return _with_reads(page.items), page.next_cursor
+
+
+def message_manage_get(*, message_id: int) -> MessageReadBack:
+    return _with_reads([_get(_messages(), message_id, "message")])[0]
+
+
+# --- bulletins -------------------------------------------------------------------
+
+
+def _bulletins() -> QuerySet[Bulletin]:
+    return Bulletin.objects.prefetch_related("groups")
+
+
+def bulletin_manage_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    group: int | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    now: datetime,
+) -> KeysetPage[Bulletin]:
+    filters = {"group": group, "status": status, "since": since}
+    rows = _bulletins()
+    if group is not None:
+        rows = rows.filter(groups=group)
+    if status == "scheduled":
+        rows = rows.filter(display_time__gt=now)
+    elif status == "live":
+        rows = rows.filter(Q(display_time__lte=now) & (Q(expire_at__isnull=True) | Q(expire_at__gt=now)))
+    elif status == "expired":
+        rows = rows.filter(expire_at__lte=now)
+    return _page(rows, name="manage-bulletins", filters=filters, limit=limit, cursor=cursor)
+
+
+def bulletin_manage_get(*, bulletin_id: int) -> Bulletin:
+    return _get(_bulletins(), bulletin_id, "bulletin")
+
+
+# --- user groups -----------------------------------------------------------------
+
+
+def _groups() -> QuerySet[UserGroup]:
+    return UserGroup.objects.annotate(member_count=Count("memberships"))
+
+
+def user_group_manage_list(
+    *, limit: int, cursor: str | None, name: str | None = None, since: datetime | None = None
+) -> KeysetPage[UserGroup]:
+    filters = {"name": name, "since": since}
+    rows = _groups()
+    if name is not None:
+        rows = rows.filter(name__icontains=name)
+    return _page(rows, name="manage-user-groups", filters=filters, limit=limit, cursor=cursor)
+
+
+def user_group_manage_get(*, group_id: int) -> UserGroup:
+    return _get(_groups(), group_id, "user group")
+
+
+def user_group_members_list(*, group: UserGroup, limit: int, cursor: str | None) -> KeysetPage[UserGroupMembership]:
+    """Members newest first (by when they joined); mc_membership_unique's (group, user) prefix finds them."""
+    rows = UserGroupMembership.objects.filter(group=group).select_related("user")
+    return keyset_page(rows, limit=limit, cursor=cursor, scope=page_scope("manage-members", {"group": group.pk}))
+
+
+# --- message types, subscriptions, notifications -----------------------------------
+
+
+def message_type_manage_list(
+    *, limit: int, cursor: str | None, category: str | None = None, since: datetime | None = None
+) -> KeysetPage[MessageType]:
+    filters = {"category": category, "since": since}
+    rows = MessageType.objects.all()
+    if category is not None:
+        rows = rows.filter(category=category)
+    return _page(rows, name="manage-message-types", filters=filters, limit=limit, cursor=cursor)
+
+
+def message_type_manage_get(*, message_type_id: int) -> MessageType:
+    return _get(MessageType.objects.all(), message_type_id, "message type")
+
+
+def _subscriptions() -> QuerySet[Subscription]:
+    return Subscription.objects.select_related("message_type")
+
+
+def subscription_manage_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    message_type: str | None = None,
+    scope: str | None = None,
+    user: int | None = None,
+    group: int | None = None,
+    since: datetime | None = None,
+) -> KeysetPage[Subscription]:
+    filters = {"message_type": message_type, "scope": scope, "user": user, "group": group, "since": since}
+    rows = _subscriptions()
+    if message_type is not None:
+        rows = rows.filter(message_type__code=message_type)
+    if scope is not None:
+        rows = rows.filter(scope=scope)
+    if user is not None:
+        rows = rows.filter(user_id=user)
+    if group is not None:
+        rows = rows.filter(group_id=group)
+    return _page(rows, name="manage-subscriptions", filters=filters, limit=limit, cursor=cursor)
+
+
+def subscription_manage_get(*, subscription_id: int) -> Subscription:
+    return _get(_subscriptions(), subscription_id, "subscription")
+
+
+def _notifications() -> QuerySet[Notification]:
+    return Notification.objects.select_related("message_type")
+
+
+def notification_manage_list(
+    *,
+    limit: int,
+    cursor: str | None,
+    message_type: str | None = None,
+    scope: str | None = None,
+    category: str | None = None,
+    since: datetime | None = None,
+) -> KeysetPage[Notification]:
+    filters = {"message_type": message_type, "scope": scope, "category": category, "since": since}
+    rows = _notifications()
+    if message_type is not None:
+        rows = rows.filter(message_type__code=message_type)
+    if scope is not None:
+        rows = rows.filter(scope=scope)
+    if category is not None:
+        rows = rows.filter(category=category)
+    return _page(rows, name="manage-notifications", filters=filters, limit=limit, cursor=cursor)
+
+
+def notification_manage_get(*, notification_id: int) -> Notification:
+    return _get(_notifications(), notification_id, "notification")
