@@ -266,6 +266,9 @@ class InboxItemState(models.Model):
     item_id = models.CharField(max_length=40)
     archived = models.BooleanField(default=False)
     snoozed_until = models.DateTimeField(null=True, blank=True)
+    # When the snooze was asked: it cleared the item's read bit then, so a
+    # read-state snapshot older than this cannot tell the item's flag.
+    snoozed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
