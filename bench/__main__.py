@@ -20,6 +20,7 @@ CASES = (
     "bench.cases.inbox",
     "bench.cases.counts",
     "bench.cases.notifications",
+    "bench.cases.search",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -200,10 +200,10 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # mc_item_state_unique serves this lookup by user.
     states = {
-        ref: (archived, until, snoozed_at)
-        for ref, archived, until, snoozed_at in InboxItemState.objects.filter(user_id=user_id)
+        ref: (archived, until, snoozed_at, to_ms(updated_at))
+        for ref, archived, until, snoozed_at, updated_at in InboxItemState.objects.filter(user_id=user_id)
         .exclude(item_id__in=hidden)
-        .values_list("item_id", "archived", "snoozed_until", "snoozed_at")
+        .values_list("item_id", "archived", "snoozed_until", "snoozed_at", "updated_at")
     }
     scan = want + len(states)  # parked items do not count towards the list's size
     candidates = [
@@ -219,7 +219,7 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         if entry.ref not in states:
             items.append(entry)
             continue
-        is_archived, until, snoozed_at = states[entry.ref]
+        is_archived, until, snoozed_at, _changed_ms = states[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
         placed = replace(entry, score=to_ms(until)) if until is not None else entry
         if until is not None and snoozed_at is not None:
@@ -264,6 +264,12 @@ def _load(user_id: int, now: datetime) -> _Inbox:
                     entry.ref
                     for entry in items
                     if entry.score <= at_ms and (not category or entry.category == category)
+                )
+                # An item archived after the "read all" was in the list when it ran.
+                read.update(
+                    entry.ref
+                    for entry in archived
+                    if entry.score <= at_ms < states[entry.ref][3] and (not category or entry.category == category)
                 )
             elif topic == TOPIC_SEEN:
                 seen_ms = max(seen_ms, int(payload["at_ms"]))
@@ -325,9 +331,10 @@ def inbox_page(
         and (max_score is None or entry.score <= max_score)
         and (since_ms is None or entry.score > since_ms)
     ]
+    entries = entries[skip:]  # the items at the cursor's time already walked
     text = listing.needle(query)
     # A search reads every candidate's detail (a degraded path: slow is fine).
-    found = _details(entry.ref for entry in entries[skip:]) if text is not None else {}
+    found = _details(entry.ref for entry in entries) if text is not None else {}
 
     def keep(i: int) -> bool:
         entry = entries[i]

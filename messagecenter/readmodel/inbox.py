@@ -28,7 +28,7 @@ process (the script checks it against the user's months set).
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -355,10 +355,10 @@ def inbox_page(
     )
 
 
-# Details fetched per round trip while a search walks: the first batch
-# answers a common word at once, later ones grow for rare words.
-SEARCH_BATCH_FIRST = 100
-SEARCH_BATCH_MAX = 2_000
+# Items (and, for a search, their details) read per round trip while a
+# listing walks: the first batch answers a page at once, later ones grow.
+LISTING_BATCH_FIRST = 100
+LISTING_BATCH_MAX = 2_000
 
 
 def inbox_listing(
@@ -366,20 +366,21 @@ def inbox_listing(
     user_id: int,
     now_ms: int,
     category: str | None,
-    archived: bool,
-    query: str | None,
     max_score: int | None,
     skip: int,
     limit: int,
     unread_only: bool,
     since_ms: int | None,
+    archived: bool = False,
+    query: str | None = None,
 ) -> Page:
     """A page of the archived list and/or of a text search (``query``), with
     the whole inbox's counts; the walk and cursor are page.lua's
-    (``listing.walk``). The inbox is settled first (the counts script); then
-    one pipeline reads the listing's members and the user's read bitmaps, and
-    the details are read in growing batches while the search needs them: the
-    match is Python's casefold, in any language."""
+    (``listing.walk``). The inbox is settled first (the counts script), then
+    the listing is read in growing batches, each one round trip for its
+    members (and the user's read bitmaps, once) and one for their details
+    when searching, until the page is full: the match is Python's casefold,
+    in any language."""
     counts = _counts(_read(user_id, now_ms, CountsOp()))
     months = _months_hint.get(user_id, ())
     if archived:
@@ -389,52 +390,67 @@ def inbox_listing(
     else:
         key = keys.mc_inbox(user_id)
     client = get_redis()
-    pipe = client.pipeline(transaction=False)
     top = "+inf" if max_score is None else max_score
-    pipe.zrevrangebyscore(key, top, "-inf" if since_ms is None else f"({since_ms}", withscores=True)
-    for month in months:
-        pipe.get(keys.mc_read_bitmap(user_id, month))
-    rows, *maps = pipe.execute()
-    bitmaps = dict(zip(months, maps, strict=True))
-    members = [m.decode() for m, _score in rows]
-    scores = [int(score) for _m, score in rows]
-    if archived and category:
-        kept = [i for i, m in enumerate(members) if parse_member(m)[1] == category]
-        members, scores = [members[i] for i in kept], [scores[i] for i in kept]
-    refs = [m.split("|", 1)[0] for m in members]
-    fetched: dict[int, bytes | None] = {}
-    batch = SEARCH_BATCH_FIRST
+    bottom = "-inf" if since_ms is None else f"({since_ms}"
+    text = listing.needle(query)
+    members: list[str] = []
+    scores: list[int] = []
+    details: list[bytes | None] = []
+    bitmaps: dict[str, bytes | None] = {}
 
-    def fetch(indexes: Sequence[int]) -> None:
-        wanted = [i for i in indexes if i not in fetched]
-        if wanted:
-            fetched.update(zip(wanted, client.hmget(keys.mc_item_detail(), [refs[i] for i in wanted]), strict=True))
+    def batches() -> Iterator[int]:
+        """The listing's scores after the cursor's position, read as the walk asks."""
+        raw_offset, dropped, size = 0, 0, LISTING_BATCH_FIRST
+        while True:
+            pipe = client.pipeline(transaction=False)
+            pipe.zrevrangebyscore(key, top, bottom, start=raw_offset, num=size, withscores=True)
+            first = not bitmaps and bool(months)
+            if first:
+                for month in months:
+                    pipe.get(keys.mc_read_bitmap(user_id, month))
+            rows, *maps = pipe.execute()
+            if first:
+                bitmaps.update(zip(months, maps, strict=True))
+            raw_offset += len(rows)
+            fresh = [(m.decode(), int(score)) for m, score in rows]
+            if archived and category:  # one zset holds every category's archived items
+                fresh = [(m, score) for m, score in fresh if parse_member(m)[1] == category]
+            if dropped < skip:  # the items at the cursor's time already walked
+                cut = min(skip - dropped, len(fresh))
+                fresh, dropped = fresh[cut:], dropped + cut
+            if text is not None and fresh:
+                details.extend(client.hmget(keys.mc_item_detail(), [m.split("|", 1)[0] for m, _s in fresh]))
+            for member, score in fresh:
+                members.append(member)
+                scores.append(score)
+                yield score
+            if len(rows) < size:
+                return
+            size = min(size * 4, LISTING_BATCH_MAX)
 
     def is_read(i: int) -> bool:
         _ref, _cat, month, offset = parse_member(members[i])
         return listing.read_bit(bitmaps.get(month), offset)
 
-    text = listing.needle(query)
-
     def keep(i: int) -> bool:
-        nonlocal batch
         if unread_only and is_read(i):
             return False
         if text is None:
             return True
-        if i not in fetched:
-            fetch(range(i, min(len(refs), i + batch)))
-            batch = min(batch * 4, SEARCH_BATCH_MAX)
-        raw = fetched[i]
+        raw = details[i]
         return raw is not None and listing.matches(_detail(raw), text)
 
-    walked = listing.walk(scores, max_score=max_score, skip=skip, limit=limit, keep=keep)
-    fetch(walked.picked)
-    page_rows = []
-    for i in walked.picked:
-        raw = fetched[i]
-        if raw is not None:  # removed a moment ago; the next read settles it
-            page_rows.append(PageRow(ref=refs[i], score=scores[i], read=is_read(i), detail=_detail(raw)))
+    walked = listing.walk(batches(), max_score=max_score, skip=skip, limit=limit, keep=keep)
+    refs = [members[i].split("|", 1)[0] for i in walked.picked]
+    if text is not None:
+        raws = [details[i] for i in walked.picked]
+    else:
+        raws = client.hmget(keys.mc_item_detail(), refs) if refs else []
+    page_rows = [
+        PageRow(ref=ref, score=scores[i], read=is_read(i), detail=_detail(raw))
+        for ref, i, raw in zip(refs, walked.picked, raws, strict=True)
+        if raw is not None  # removed a moment ago; the next read settles it
+    ]
     return Page(rows=page_rows, next_position=walked.next_position, counts=counts)
 
 

@@ -8,7 +8,7 @@ by member descending) with score <= the cursor's max score, the first
 so a cursor never repeats or skips an item whatever the filter.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -23,20 +23,23 @@ class Walked:
     next_position: tuple[int, int] | None  # (max score, items at it already walked)
 
 
-def walk(scores: Sequence[int], *, max_score: int | None, skip: int, limit: int, keep: Callable[[int], bool]) -> Walked:
-    """Walk ``scores`` (the listing from the cursor's max score on) keeping at most ``limit``."""
+def walk(scores: Iterable[int], *, max_score: int | None, skip: int, limit: int, keep: Callable[[int], bool]) -> Walked:
+    """Walk ``scores`` (the listing from the cursor's position on: the first
+    ``skip`` items at its max score already dropped) keeping at most ``limit``;
+    ``keep`` and ``picked`` count items from 0 there. The scores may come
+    lazily: the walk stops one kept item past the page."""
     picked: list[int] = []
     pos_score, pos_skip, more = max_score, skip, False
-    for i in range(skip, len(scores)):
+    for i, score in enumerate(scores):
         if keep(i):
             if len(picked) == limit:
                 more = True
                 break
             picked.append(i)
-        if pos_score is not None and scores[i] == pos_score:
+        if pos_score is not None and score == pos_score:
             pos_skip += 1
         else:
-            pos_score, pos_skip = scores[i], 1
+            pos_score, pos_skip = score, 1
     return Walked(picked, (pos_score, pos_skip) if more and pos_score is not None else None)
 
 

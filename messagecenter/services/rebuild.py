@@ -94,16 +94,16 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     state_rows = InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id")
     states = 0
     with progress.stage("archived and snoozed items", state_rows.count()) as stage:
-        batch: list[tuple[int, str]] = []
+        pairs: list[tuple[int, str]] = []
         for pair in state_rows.iterator(chunk_size=BATCH):
-            batch.append(pair)
-            if len(batch) >= BATCH:
-                projection.item_places(batch)
-                stage.advance(len(batch))
-                states, batch = states + len(batch), []
-        projection.item_places(batch)
-        stage.advance(len(batch))
-        states += len(batch)
+            pairs.append(pair)
+            if len(pairs) >= BATCH:
+                projection.item_places(pairs)
+                stage.advance(len(pairs))
+                states, pairs = states + len(pairs), []
+        projection.item_places(pairs)
+        stage.advance(len(pairs))
+        states += len(pairs)
     return {
         "read_state": restored,
         "users": len(user_ids),
