@@ -181,7 +181,10 @@ class InboxItemUnarchiveApi(APIView):
 
 class InboxItemSnoozeApi(APIView):
     class InputSerializer(StrictInputSerializer):
-        until = TimeField(help_text="When the item comes back (unread, at the top); in the future, within a year.")
+        until = TimeField(
+            help_text="When the item comes back (unread, at the top of the list): in the future, within a year. "
+            "ISO 8601 (without an offset: UTC), from 1970-01-01 up to 2100-01-01."
+        )
 
     @extend_schema(
         operation_id="inbox_item_snooze",
