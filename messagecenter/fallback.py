@@ -222,7 +222,7 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         is_archived, until, snoozed_at, _changed_ms = states[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
         placed = replace(entry, score=to_ms(until)) if until is not None else entry
-        if until is not None and snoozed_at is not None:
+        if snoozed_at is not None:  # (an archive cancelling the snooze keeps the cleared flag too)
             woken[entry.ref] = snoozed_at
         if is_archived:
             archived.append(placed)
