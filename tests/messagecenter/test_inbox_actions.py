@@ -6,10 +6,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis as redis_lib
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+import core.lua
+from core import outbox
+from core.models import OutboxEntry
 from core.rebuild import rebuild
 from messagecenter import selectors
 from messagecenter.models import InboxHidden, InboxItemState
+from messagecenter.readmodel import inbox as readmodel_inbox
+from messagecenter.readmodel import publish, scripts
 from messagecenter.services.snapshots import inbox_read_snapshot
 from notices.services import announcement_create
 from tests.conftest import assert_error, client_for, flush_redis
@@ -301,3 +309,46 @@ def test_archives_and_snoozes_survive_a_flush_and_rebuild(operator: Any, recipie
     clock.advance(minutes=5)
     listed = client.get("/api/v1/inbox/").json()
     assert [(i["id"], i["read"]) for i in listed["results"]] == [(m1, False), (m2, False)]
+
+
+def test_actions_with_redis_down_are_kept_and_replayed(
+    operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answered 2xx with Redis down: the rows are in PostgreSQL, the fallback
+    shows them at once, and the outbox brings Redis to the same state."""
+    m0, m1, m2 = _three(operator, recipient, clock)
+    client = client_for(recipient)
+    assert ids(client.get("/api/v1/inbox/")) == [m2, m1, m0]
+    dead = redis_lib.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    with monkeypatch.context() as down:
+        for module in (core.lua, scripts, readmodel_inbox, publish):
+            down.setattr(module, "get_redis", lambda: dead)
+        assert client.post(f"/api/v1/inbox/{m0}/archive/").status_code == 204
+        until = clock.now + timedelta(minutes=5)
+        assert (
+            client.post(f"/api/v1/inbox/{m1}/snooze/", {"until": until.isoformat()}, format="json").status_code == 204
+        )
+        assert ids(client.get("/api/v1/inbox/")) == [m2]
+        assert ids(client.get("/api/v1/inbox/?archived=true")) == [m0]
+        assert _counts(client)["unread"] == 1
+        assert OutboxEntry.objects.exists()
+    assert outbox.replay() > 0
+    assert not OutboxEntry.objects.exists()
+    now_ms = int(clock.now.timestamp() * 1000)
+    page = readmodel_inbox.inbox_listing(
+        user_id=recipient.pk,
+        now_ms=now_ms,
+        category=None,
+        max_score=None,
+        skip=0,
+        limit=20,
+        unread_only=False,
+        since_ms=None,
+        archived=True,
+    )
+    assert [row.ref for row in page.rows] == [m0]
+    assert page.counts.unread == 1
+    clock.advance(minutes=5)
+    assert ids(client.get("/api/v1/inbox/")) == [m1, m2]
