@@ -21,6 +21,7 @@ CASES = (
     "bench.cases.counts",
     "bench.cases.notifications",
     "bench.cases.cache",
+    "bench.cases.search",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -79,6 +79,19 @@ class IdFieldExtension(OpenApiSerializerFieldExtension):
         }
 
 
+class RefFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = "core.fields.RefField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Direction) -> Any:
+        return {
+            "oneOf": [
+                {"type": "string", "pattern": f"^[a-z]{ID_PATTERN}$"},
+                {"type": "integer", "minimum": 1},
+            ],
+            "description": 'An item id as the API returned it (e.g. "m12"), or a JSON integer.',
+        }
+
+
 class TimeFieldExtension(OpenApiSerializerFieldExtension):
     target_class = "core.fields.TimeField"
 

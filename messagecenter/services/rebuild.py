@@ -2,8 +2,8 @@
 
 Restores the read state first (read and ever-read bitmaps, unseen watermarks,
 from their snapshots), then groups, mute periods, hidden items, bulletins, message details,
-pull items, push fan-outs, subscriber sets and live notifications, all
-idempotently. Deliveries and merges count an item unread only when its
+pull items, push fan-outs, subscriber sets, live notifications, and last the
+archived and snoozed items, all idempotently. Deliveries and merges count an item unread only when its
 restored read bit is 0, so the unread counters come out as PostgreSQL plus
 the snapshots imply. Marks made after the last snapshot come back from the
 marks journal, which ``core.rebuild.rebuild`` applies after this step.
@@ -21,6 +21,7 @@ from messagecenter.models import (
     Bulletin,
     DeliveryMode,
     InboxHidden,
+    InboxItemState,
     Message,
     MessageStatus,
     MutePeriod,
@@ -95,6 +96,23 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     with progress.stage("subscriptions and notifications", 1) as stage:
         notifications = notification_rebuild(now=now)
         stage.advance()
+
+    # Archived and snoozed items, once every item is back (an item not merged
+    # yet is parked directly) and after the read-state snapshots (a snooze
+    # clears a read bit: its bitmap must not be created before the restore).
+    state_rows = InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id")
+    states = 0
+    with progress.stage("archived and snoozed items", state_rows.count()) as stage:
+        pairs: list[tuple[int, str]] = []
+        for pair in state_rows.iterator(chunk_size=BATCH):
+            pairs.append(pair)
+            if len(pairs) >= BATCH:
+                projection.item_places(pairs)
+                stage.advance(len(pairs))
+                states, pairs = states + len(pairs), []
+        projection.item_places(pairs)
+        stage.advance(len(pairs))
+        states += len(pairs)
     return {
         "read_state": restored,
         "users": len(user_ids),
@@ -102,5 +120,6 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
         "hidden": hidden,
         "bulletins": len(bulletin_ids),
         "messages": messages,
+        "item_states": states,
         **notifications,
     }

@@ -243,10 +243,10 @@ def test_fallback_runs_a_fixed_number_of_queries(
     for count in (1, 12):
         add_items(count)
         now = clock.now
-        # Hidden refs, pending marks, mute periods, three candidate scans,
+        # Hidden refs, state rows, pending marks, mute periods, three candidate scans,
         # snapshots, seen, then details: messages (+ their images), bulletins,
         # notifications.
-        with django_assert_max_num_queries(12):
+        with django_assert_max_num_queries(13):
             page = fallback.inbox_page(
                 user_id=recipient.pk,
                 now=now,

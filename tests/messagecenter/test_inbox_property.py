@@ -5,7 +5,8 @@ sends (users, groups, everyone; push and pull), bulletins (created, edited,
 deleted, groups changed), notifications (sent, withdrawn), retractions,
 membership changes, trims of the removal list, time, the user's mutes
 (categories and message types muted and unmuted) and marks (read, unread,
-hide, read all, seen). The read-state snapshot job runs now
+hide, read all, seen), archive, unarchive, snooze (the clock moving past wake
+times) and bulk actions. The read-state snapshot job runs now
 and then; every mark since the last snapshot is noted as the pending outbox
 entry the degraded write path would have enqueued.
 
@@ -13,8 +14,9 @@ After every step, for every user, the fallback inbox (``messagecenter.fallback``
 PostgreSQL rows, the snapshot and those entries) must equal the Redis path:
 the same items in the same order with the same read flags, page by page
 (the same cursors), and the same counts; the API's first page (computed,
-then from the read cache) is that page too. Now and then a random query
-(category, unread only, since) and every single item are compared too.
+then from the read cache) is that page too, and the archived list is walked
+on both paths. Now and then a random query (category, unread only, since,
+archived, a search text) and every single item are compared too.
 Service answers are held to PostgreSQL as well: a mark or hide finds the
 item exactly when the fallback says it is live, a "read all" marks exactly
 the unread items the fallback lists. A model built from the message and
@@ -49,6 +51,7 @@ from messagecenter.models import (
     CATEGORIES,
     Bulletin,
     InboxHidden,
+    InboxItemState,
     InboxReadSnapshot,
     InboxSeenSnapshot,
     ItemSlotMonth,
@@ -64,6 +67,7 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import inbox, to_ms
 from messagecenter.readmodel.inbox import Page
+from messagecenter.services.inbox_actions import BULK_ACTIONS
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import client_for
 from tests.factories import SuperuserFactory, UserFactory
@@ -112,6 +116,7 @@ class InboxMachine(RuleBasedStateMachine):
             Bulletin,
             UserGroup,
             InboxHidden,
+            InboxItemState,
             InboxReadSnapshot,
             InboxSeenSnapshot,
             OutboxEntry,
@@ -160,8 +165,10 @@ class InboxMachine(RuleBasedStateMachine):
 
     # --- the model: message and bulletin rows alone -------------------------------------
 
-    def visible(self, user: Any) -> list[str]:
-        """Refs of the user's live messages and bulletins, newest first."""
+    def visible(self, user: Any, *, archived: bool = False) -> list[str]:
+        """Refs of the user's live messages and bulletins, newest first (or of
+        the archived ones): snoozed items are away until their wake time and
+        then placed at it."""
         now = timezone.now()
         hidden = set(InboxHidden.objects.filter(user=user).values_list("item_id", flat=True))
         # An item that arrived while its category was muted is not the user's.
@@ -172,6 +179,20 @@ class InboxMachine(RuleBasedStateMachine):
                 p.category == category and p.start_ms < score and (p.end_ms is None or score <= p.end_ms)
                 for p in periods
             )
+
+        states = {row.item_id: row for row in InboxItemState.objects.filter(user=user)}
+
+        def shown(ref: str) -> bool:
+            row = states.get(ref)
+            if row is None or not (row.archived or row.snoozed_until):
+                return not archived
+            if row.archived:
+                return archived
+            return not archived and row.snoozed_until is not None and row.snoozed_until <= now
+
+        def place(ref: str, score: int) -> int:
+            row = states.get(ref)
+            return to_ms(row.snoozed_until) if row is not None and row.snoozed_until else score
 
         items = []
         for message in Message.objects.exclude(status=MessageStatus.RETRACTED):
@@ -190,6 +211,7 @@ class InboxMachine(RuleBasedStateMachine):
                 entry = bulletin_entry(bulletin)
                 if not muted(entry.category, entry.score):
                     items.append((entry.score, entry.member, entry.ref))
+        items = [(place(ref, score), member, ref) for score, member, ref in items if shown(ref)]
         # Redis orders equal scores by member, descending.
         return [ref for _s, _m, ref in sorted(items, reverse=True) if ref not in hidden]
 
@@ -313,8 +335,14 @@ class InboxMachine(RuleBasedStateMachine):
         with self.pending():
             live = fallback.inbox_item_live(user_id=who.pk, ref=ref, now=timezone.now())
         if not ref.startswith("n"):
-            assert live is (ref in self.visible(who)), ref
+            # Marks reach archived items too.
+            assert live is (ref in self.visible(who) or ref in self.visible(who, archived=True)), ref
         return live
+
+    def _placed(self, who: Any, refs: list[str]) -> dict[str, str]:
+        """Where each ref is in the user's inbox, by PostgreSQL alone."""
+        with self.pending():
+            return fallback.inbox_places(user_id=who.pk, refs=refs, now=timezone.now())
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1), read=st.booleans())
     def mark(self, data: Any, user: int, read: bool) -> None:
@@ -332,7 +360,7 @@ class InboxMachine(RuleBasedStateMachine):
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1))
     def hide(self, data: Any, user: int) -> None:
         who, ref = self.users[user], self._pick_ref(data)
-        live = self._live(who, ref)
+        live = ref in self._placed(who, [ref])  # archived and snoozed items are deleted too
         try:
             services.inbox_hide(user=who, item_id=ref)
         except NotFound:
@@ -340,6 +368,50 @@ class InboxMachine(RuleBasedStateMachine):
             return
         assert live, ref
         self.marks.append((who.pk, fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(timezone.now())}))
+
+    @rule(data=st.data(), user=st.integers(0, N_USERS - 1), archive=st.booleans())
+    def archive(self, data: Any, user: int, archive: bool) -> None:
+        # An unarchived item meets the pending "read all"s it was away for: the
+        # snapshot first (see _before_backdating).
+        self._before_backdating()
+        who, ref = self.users[user], self._pick_ref(data)
+        placed = self._placed(who, [ref])
+        try:
+            (services.inbox_archive if archive else services.inbox_unarchive)(user=who, item_id=ref)
+        except NotFound:
+            assert ref not in placed, ref
+            return
+        assert ref in placed, ref
+
+    @rule(data=st.data(), user=st.integers(0, N_USERS - 1), minutes=st.sampled_from([1, 5, 30]))
+    def snooze(self, data: Any, user: int, minutes: int) -> None:
+        who, ref = self.users[user], self._pick_ref(data)
+        placed = self._placed(who, [ref])
+        try:
+            services.inbox_snooze(user=who, item_id=ref, until=timezone.now() + timedelta(minutes=minutes))
+        except NotFound:
+            assert ref not in placed, ref
+            return
+        assert ref in placed, ref
+        # The snooze leaves the item unread (noted as the degraded path's unread mark would be).
+        self.reads[(who.pk, ref)] = False
+        self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": False, "at_ms": to_ms(timezone.now())}))
+
+    @rule(data=st.data(), user=st.integers(0, N_USERS - 1), action=st.sampled_from(BULK_ACTIONS))
+    def bulk(self, data: Any, user: int, action: str) -> None:
+        if action == "unarchive":
+            self._before_backdating()
+        who = self.users[user]
+        refs = [self._pick_ref(data) for _ in range(data.draw(st.integers(1, 3)))]
+        placed = self._placed(who, refs)
+        assert services.inbox_bulk(user=who, action=action, item_ids=refs) == len(placed)
+        at_ms = to_ms(timezone.now())
+        for ref, where in placed.items():
+            if action in ("read", "unread") and where != "snoozed":
+                self.reads[(who.pk, ref)] = action == "read"
+                self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": action == "read", "at_ms": at_ms}))
+            elif action == "delete":
+                self.marks.append((who.pk, fallback.TOPIC_HIDE, {"ref": ref, "at_ms": at_ms}))
 
     @rule(user=st.integers(0, N_USERS - 1), category=st.one_of(st.none(), st.sampled_from(CATEGORIES)))
     def read_all(self, user: int, category: str | None) -> None:
@@ -394,6 +466,13 @@ class InboxMachine(RuleBasedStateMachine):
                     if (cursor := page.next_cursor) is None:
                         break
                 assert listed == rows, user.username
+                # The archived list: both paths, and the model.
+                redis_pages, postgres_pages = self._paths(
+                    user, now, category=None, unread_only=False, since_ms=None, archived=True
+                )
+                assert postgres_pages == redis_pages, user.username
+                archived = [row.ref for page in redis_pages for row in page.rows if not row.ref.startswith("n")]
+                assert archived == self.visible(user, archived=True), user.username
                 selected = selectors.inbox_counts(user=user)
                 # (The selector adds the notices' announcements: none here.)
                 by_category = {c: selected["by_category"][c] for c in CATEGORIES}
@@ -404,7 +483,12 @@ class InboxMachine(RuleBasedStateMachine):
         """One listing walked by cursor on the Redis path and on PostgreSQL."""
 
         def redis_path(**q: Any) -> Page:
-            return inbox.inbox_page(user_id=user.pk, now_ms=to_ms(now), **q)
+            if q.get("archived") or q.get("query"):
+                return inbox.inbox_listing(user_id=user.pk, now_ms=to_ms(now), **q)
+            q = {k: v for k, v in q.items() if k not in ("archived", "query")}
+            page = inbox.inbox_page(user_id=user.pk, now_ms=to_ms(now), **q)
+            assert isinstance(page, Page)
+            return page
 
         def postgres_path(**q: Any) -> Page:
             return fallback.inbox_page(user_id=user.pk, now=now, **q)
@@ -416,12 +500,23 @@ class InboxMachine(RuleBasedStateMachine):
         category = data.draw(st.one_of(st.none(), st.sampled_from(CATEGORIES)))
         unread_only = data.draw(st.booleans())
         since = data.draw(st.one_of(st.none(), st.sampled_from([10, 45])))
-        self.check(category=category, unread_only=unread_only, since_minutes=since)
+        archived = data.draw(st.booleans())
+        # Titles are "m-<category>", "b" and "n-<code>"; summaries "b", "n".
+        query = data.draw(st.one_of(st.none(), st.sampled_from(["M-", "b", "-SYS", "n", "zz"])))
+        self.check(category=category, unread_only=unread_only, since_minutes=since, archived=archived, query=query)
 
     def teardown(self) -> None:
         self.check(category=None, unread_only=True, since_minutes=None)
 
-    def check(self, *, category: str | None, unread_only: bool, since_minutes: int | None) -> None:
+    def check(
+        self,
+        *,
+        category: str | None,
+        unread_only: bool,
+        since_minutes: int | None,
+        archived: bool = False,
+        query: str | None = None,
+    ) -> None:
         """A random query, every single item and the unread refs, on both paths."""
         now = timezone.now()
         now_ms = to_ms(now)
@@ -433,9 +528,15 @@ class InboxMachine(RuleBasedStateMachine):
             for user in self.users:
                 uid = user.pk
                 redis_pages, postgres_pages = self._paths(
-                    user, now, category=category, unread_only=unread_only, since_ms=since_ms
+                    user,
+                    now,
+                    category=category,
+                    unread_only=unread_only,
+                    since_ms=since_ms,
+                    archived=archived,
+                    query=query,
                 )
-                assert postgres_pages == redis_pages, (user.username, category, unread_only, since_ms)
+                assert postgres_pages == redis_pages, (user.username, category, unread_only, since_ms, archived, query)
                 for ref in [*refs, "m999999", "x1", "m1|x"]:
                     row = inbox.inbox_get(user_id=uid, ref=ref, now_ms=now_ms)
                     assert fallback.inbox_get(user_id=uid, ref=ref, now=now) == row, (user.username, ref)
