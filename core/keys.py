@@ -57,6 +57,11 @@ def auth_token(token_key: str) -> str:
     return _key("auth", "token", token_key)
 
 
+def replica_pin(user_id: int) -> str:
+    """string: present while a user's reads go to the PostgreSQL primary after a write (read-your-writes)."""
+    return _key("replica", "pin", user_tag(user_id))
+
+
 def auth_user(user_id: int) -> str:
     """string: JSON of the fields authentication needs for a user (cache of PostgreSQL)."""
     return _key("auth", "user", user_tag(user_id))

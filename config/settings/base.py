@@ -14,6 +14,7 @@ from typing import Any
 import environ
 
 from core.breaker import BreakerConnection
+from core.replicas import replica_databases
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -50,6 +51,8 @@ MIDDLEWARE = [
     "core.middleware.RequestSizeLimitMiddleware",
     # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
     "core.middleware.DatabaseUnavailableMiddleware",
+    # Read requests may read from a replica; a request that wrote pins its user to the primary.
+    "core.replicas.ReplicaReadsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,6 +128,25 @@ DATABASES = {
         conn_max_age=env.int("CONN_MAX_AGE", default=60),
     )
 }
+
+# Read replicas (core/replicas.py): comma-separated PostgreSQL URLs of streaming
+# replicas of DATABASE_URL (none: every query goes to the primary). Read
+# requests' reads go to one of them unless the user wrote within
+# DATABASE_REPLICA_PIN_SECONDS, or the replica lags more than
+# DATABASE_REPLICA_MAX_LAG_SECONDS (measured at most every
+# DATABASE_REPLICA_LAG_CHECK_SECONDS per process), or it failed within
+# DATABASE_REPLICA_DOWN_SECONDS. DATABASE_REPLICA_TIMEOUT bounds the wait for a
+# connection to a replica (a dead one costs that once, then is skipped).
+DATABASE_REPLICA_URLS: list[str] = env.list("DATABASE_REPLICA_URLS", default=[])
+DATABASE_REPLICA_PIN_SECONDS: float = env.float("DATABASE_REPLICA_PIN_SECONDS", default=10.0)
+DATABASE_REPLICA_MAX_LAG_SECONDS: float = env.float("DATABASE_REPLICA_MAX_LAG_SECONDS", default=5.0)
+DATABASE_REPLICA_LAG_CHECK_SECONDS: float = env.float("DATABASE_REPLICA_LAG_CHECK_SECONDS", default=2.0)
+DATABASE_REPLICA_DOWN_SECONDS: float = env.float("DATABASE_REPLICA_DOWN_SECONDS", default=5.0)
+DATABASE_REPLICA_TIMEOUT: float = env.float("DATABASE_REPLICA_TIMEOUT", default=1.0)
+_REPLICAS = replica_databases(DATABASE_REPLICA_URLS, primary=DATABASES["default"], timeout=DATABASE_REPLICA_TIMEOUT)
+DATABASES.update(_REPLICAS)
+DATABASE_REPLICA_ALIASES: list[str] = list(_REPLICAS)
+DATABASE_ROUTERS = ["core.replicas.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Retry-After of the 503 answered while PostgreSQL cannot be reached.
 DATABASE_RETRY_AFTER_SECONDS: int = env.int("DATABASE_RETRY_AFTER_SECONDS", default=30)
