@@ -33,6 +33,7 @@ and the requests of one transaction become one run.
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -51,6 +52,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
+from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel import notifications as notifications_rm
 
 USER_GROUPS = "messagecenter.user_groups"
@@ -149,6 +151,25 @@ def message_details(message_ids: Iterable[int]) -> None:
     )
     for message in live:
         publish.item_detail_put(ref=message.ref, detail=build_message_detail(message))
+
+
+def items_purged(
+    *,
+    refs: list[str],
+    holders: list[int],
+    pull_members: list[str],
+    audience_chunks: dict[str, list[int]],
+    hidden: list[tuple[int, str]],
+    now: datetime,
+) -> None:
+    """Items past retention are about to leave PostgreSQL: their holders'
+    inboxes drop them (they expired long ago, so settling at ``now`` removes
+    them), then everything stored once about them and the hidden entries
+    naming them. Runs before the rows are deleted, not after commit: a Redis
+    failure then stops the purge (beat tries again) instead of leaving Redis
+    naming rows that are gone; every step is idempotent."""
+    inbox_rm.inbox_settle(user_ids=holders, now_ms=to_ms(now))
+    publish.items_purge(refs=refs, pull_members=pull_members, audience_chunks=audience_chunks, hidden=hidden)
 
 
 def subscribers(message_type_id: int, scope: str) -> None:

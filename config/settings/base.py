@@ -259,6 +259,13 @@ MESSAGECENTER_JOURNAL_FLUSH_SECONDS: float = env.float("MESSAGECENTER_JOURNAL_FL
 # whether that run also mends the drift it finds (by re-running the mirrors).
 MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
 MESSAGECENTER_CHECK_REPAIR: bool = env.bool("MESSAGECENTER_CHECK_REPAIR", default=True)
+# Retention (messagecenter/services/retention.py): messages and notifications
+# whose expiry is more than this many days past leave PostgreSQL, with their
+# audiences, fan-out chunks, pending rows and hidden-item rows; beat runs the
+# purge this often, in batches of this many items (one short transaction each).
+MESSAGECENTER_RETENTION_DAYS: float = env.float("MESSAGECENTER_RETENTION_DAYS", default=30.0)
+MESSAGECENTER_RETENTION_SECONDS: float = env.float("MESSAGECENTER_RETENTION_SECONDS", default=60 * 60.0)
+MESSAGECENTER_RETENTION_BATCH: int = env.int("MESSAGECENTER_RETENTION_BATCH", default=200)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # Durable read state: changed read bitmaps and watermarks -> PostgreSQL snapshots.
     "notices-read-snapshot": {"task": "notices.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
@@ -268,6 +275,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
     # Frees the details of expired messages (inboxes already hide them at expire_at).
     "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
+    # Rows of items long expired leave PostgreSQL (and the read model with them).
+    "messagecenter-retention-purge": {
+        "task": "messagecenter.retention_purge",
+        "schedule": MESSAGECENTER_RETENTION_SECONDS,
+    },
     # Bounds the global list of removed items that readers settle against.
     "messagecenter-removed-trim": {"task": "messagecenter.removed_trim", "schedule": 60 * 60},
     # First reads are written behind (one list entry per mark); this folds them

@@ -37,6 +37,7 @@ from messagecenter.services.notifications import (
     subscription_create,
     subscription_delete,
 )
+from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.slots import slot_allocate
 
@@ -66,6 +67,7 @@ __all__ = [
     "notification_send",
     "notification_sweep",
     "notification_withdraw",
+    "retention_purge",
     "rule_run",
     "rule_validate",
     "rules_run",
