@@ -14,6 +14,7 @@ from typing import Any
 import environ
 
 from core.breaker import BreakerConnection
+from core.brokers import amqp_settings, broker_kind
 from core.replicas import replica_databases
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -232,6 +233,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "max_retries": 0,
     "socket_connect_timeout": env.float("MESSAGECENTER_BROKER_CONNECT_TIMEOUT", default=1.0),
 }
+# RabbitMQ (core/brokers.py): quorum queues and publisher confirms. Acks stay
+# late and the prefetch at one task per worker process (above): a fan-out
+# chunk a worker holds is one it runs, and a worker that dies hands back only
+# that one (RabbitMQ requeues it when the connection drops, at once: no
+# visibility timeout to wait for).
+CELERY_BROKER_KIND = broker_kind(CELERY_BROKER_URL)
+if CELERY_BROKER_KIND == "amqp":
+    _AMQP = amqp_settings()
+    CELERY_TASK_DEFAULT_QUEUE_TYPE: str = _AMQP["TASK_DEFAULT_QUEUE_TYPE"]
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE: str = _AMQP["TASK_CREATE_MISSING_QUEUE_TYPE"]
+    CELERY_WORKER_DETECT_QUORUM_QUEUES: bool = _AMQP["WORKER_DETECT_QUORUM_QUEUES"]
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(_AMQP["BROKER_TRANSPORT_OPTIONS"])
 # Pending deliveries (messagecenter/services/delivery.py): how often beat's
 # relay hands due rows to the workers; the longest wait before a delivery that
 # failed on Redis (or on the broker) is tried again (the backoff doubles up to
