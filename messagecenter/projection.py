@@ -156,6 +156,7 @@ def message_details(message_ids: Iterable[int]) -> None:
 def items_purged(
     *,
     refs: list[str],
+    members: list[str],
     holders: list[int],
     pull_members: list[str],
     audience_chunks: dict[str, list[int]],
@@ -169,7 +170,9 @@ def items_purged(
     failure then stops the purge (beat tries again) instead of leaving Redis
     naming rows that are gone; every step is idempotent."""
     inbox_rm.inbox_settle(user_ids=holders, now_ms=to_ms(now))
-    publish.items_purge(refs=refs, pull_members=pull_members, audience_chunks=audience_chunks, hidden=hidden)
+    publish.items_purge(
+        refs=refs, members=members, pull_members=pull_members, audience_chunks=audience_chunks, hidden=hidden
+    )
 
 
 def subscribers(message_type_id: int, scope: str) -> None:

@@ -26,7 +26,7 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.utils import timezone
 
 from messagecenter import projection
-from messagecenter.items import message_entry
+from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
@@ -102,6 +102,7 @@ def _messages_batch(*, cutoff: datetime, now: datetime, batch: int, done: Counte
             holders.update(audience)
     projection.items_purged(
         refs=refs,
+        members=[message_entry(m).member for m in rows],
         holders=sorted(holders),
         pull_members=pull_members,
         audience_chunks=chunks,
@@ -130,7 +131,13 @@ def _notifications_batch(*, cutoff: datetime, now: datetime, batch: int, done: C
     for notification in rows:
         holders.update(notification.audience)
     projection.items_purged(
-        refs=refs, holders=sorted(holders), pull_members=[], audience_chunks={}, hidden=_hidden_of(refs), now=now
+        refs=refs,
+        members=[notification_entry(n).member for n in rows],
+        holders=sorted(holders),
+        pull_members=[],
+        audience_chunks={},
+        hidden=_hidden_of(refs),
+        now=now,
     )
     ids = [n.pk for n in rows]
     with transaction.atomic():
@@ -187,6 +194,6 @@ def _orphan_hidden(*, now: datetime, batch: int) -> int:
         gone = _gone({ref for _, ref in rows})
         if gone:
             projection.items_purged(
-                refs=[], holders=[], pull_members=[], audience_chunks={}, hidden=_hidden_of(gone), now=now
+                refs=[], members=[], holders=[], pull_members=[], audience_chunks={}, hidden=_hidden_of(gone), now=now
             )
             removed += _raw_delete(InboxHidden.objects.filter(item_id__in=gone))
