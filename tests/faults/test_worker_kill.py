@@ -235,14 +235,7 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     first.kill()
     assert 10 <= chunks_done() < CHUNKS
     second = start_worker()
-    # RabbitMQ hands the killed worker's task back at once, Redis once its
-    # visibility timeout has passed: the second worker runs it before it dies too.
-    wait_for(
-        lambda: chunks_done() >= 25 and second.running() and bool(first.received() & second.received()),
-        timeout=240,
-        what="25 chunks and the first worker's task",
-        worker=second,
-    )
+    wait_for(lambda: chunks_done() >= 25 and second.running(), timeout=240, what="25 chunks", worker=second)
     second.kill()
     assert chunks_done() < CHUNKS
     third = start_worker()
@@ -271,7 +264,9 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     )
 
     # A chunk a killed worker held was redelivered to the next one (late acks).
-    assert first.received() & second.received(), "no task of the first worker was redelivered"
+    # RabbitMQ hands a dead worker's task back at once, Redis once its
+    # visibility timeout has passed (the third worker may be the one to get it).
+    assert first.received() & (second.received() | third.received()), "no task of the first worker was redelivered"
     assert second.received() & third.received(), "no task of the second worker was redelivered"
 
     # PostgreSQL: every chunk exactly once, covering the audience.
