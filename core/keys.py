@@ -59,6 +59,11 @@ def auth_token(token_key: str) -> str:
     return _key("auth", "token", f"{{t{token_key}}}")
 
 
+def replica_pin(user_id: int) -> str:
+    """string: present while a user's reads go to the PostgreSQL primary after a write (read-your-writes)."""
+    return _key("replica", "pin", user_tag(user_id))
+
+
 def auth_user(user_id: int) -> str:
     """string: a read-through entry (core/readthrough.py) of the fields authentication needs
     for a user, or of the id's absence (cache of PostgreSQL)."""

@@ -277,6 +277,10 @@ class InboxHidden(models.Model):
             # Also serves the rebuild of a user's hidden set (user_id prefix).
             models.UniqueConstraint(fields=["user", "item_id"], name="mc_hidden_unique"),
         ]
+        indexes = [
+            # Retention: the hidden rows naming items being purged.
+            models.Index(fields=["item_id"], name="mc_hidden_item_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.item_id}"

@@ -175,6 +175,28 @@ def message_details(message_ids: Iterable[int]) -> None:
         publish.item_detail_put(ref=message.ref, detail=build_message_detail(message))
 
 
+def items_purged(
+    *,
+    refs: list[str],
+    members: list[str],
+    holders: list[int],
+    pull_members: list[str],
+    audience_chunks: dict[str, list[int]],
+    hidden: list[tuple[int, str]],
+    now: datetime,
+) -> None:
+    """Items past retention are about to leave PostgreSQL: their holders'
+    inboxes drop them (they expired long ago, so settling at ``now`` removes
+    them), then everything stored once about them and the hidden entries
+    naming them. Runs before the rows are deleted, not after commit: a Redis
+    failure then stops the purge (beat tries again) instead of leaving Redis
+    naming rows that are gone; every step is idempotent."""
+    inbox_rm.inbox_settle(user_ids=holders, now_ms=to_ms(now))
+    publish.items_purge(
+        refs=refs, members=members, pull_members=pull_members, audience_chunks=audience_chunks, hidden=hidden
+    )
+
+
 def subscribers(message_type_id: int, scope: str) -> None:
     """Replace the Redis subscriber set of one (type, scope) with PostgreSQL's."""
     rows = Subscription.objects.filter(message_type_id=message_type_id, scope=scope)

@@ -46,6 +46,12 @@ def cleanup_expired_task() -> int:
     return services.message_cleanup_expired()
 
 
+@shared_task(name="messagecenter.retention_purge", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
+def retention_purge_task() -> dict[str, int]:
+    """Periodic (Celery beat): purge items past retention from PostgreSQL, in short batches."""
+    return services.retention_purge()
+
+
 @shared_task(name="messagecenter.removed_trim", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
 def removed_trim_task() -> int:
     """Periodic (Celery beat): bound the global list of removed inbox items."""

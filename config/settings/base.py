@@ -15,6 +15,8 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from core.breaker import BreakerConnection
+from core.brokers import amqp_settings, broker_kind
+from core.replicas import replica_databases
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -51,6 +53,8 @@ MIDDLEWARE = [
     "core.middleware.RequestSizeLimitMiddleware",
     # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
     "core.middleware.DatabaseUnavailableMiddleware",
+    # Read requests may read from a replica; a request that wrote pins its user to the primary.
+    "core.replicas.ReplicaReadsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -126,6 +130,25 @@ DATABASES = {
         conn_max_age=env.int("CONN_MAX_AGE", default=60),
     )
 }
+
+# Read replicas (core/replicas.py): comma-separated PostgreSQL URLs of streaming
+# replicas of DATABASE_URL (none: every query goes to the primary). Read
+# requests' reads go to one of them unless the user wrote within
+# DATABASE_REPLICA_PIN_SECONDS, or the replica lags more than
+# DATABASE_REPLICA_MAX_LAG_SECONDS (measured at most every
+# DATABASE_REPLICA_LAG_CHECK_SECONDS per process), or it failed within
+# DATABASE_REPLICA_DOWN_SECONDS. DATABASE_REPLICA_TIMEOUT bounds the wait for a
+# connection to a replica (a dead one costs that once, then is skipped).
+DATABASE_REPLICA_URLS: list[str] = env.list("DATABASE_REPLICA_URLS", default=[])
+DATABASE_REPLICA_PIN_SECONDS: float = env.float("DATABASE_REPLICA_PIN_SECONDS", default=10.0)
+DATABASE_REPLICA_MAX_LAG_SECONDS: float = env.float("DATABASE_REPLICA_MAX_LAG_SECONDS", default=5.0)
+DATABASE_REPLICA_LAG_CHECK_SECONDS: float = env.float("DATABASE_REPLICA_LAG_CHECK_SECONDS", default=2.0)
+DATABASE_REPLICA_DOWN_SECONDS: float = env.float("DATABASE_REPLICA_DOWN_SECONDS", default=5.0)
+DATABASE_REPLICA_TIMEOUT: float = env.float("DATABASE_REPLICA_TIMEOUT", default=1.0)
+_REPLICAS = replica_databases(DATABASE_REPLICA_URLS, primary=DATABASES["default"], timeout=DATABASE_REPLICA_TIMEOUT)
+DATABASES.update(_REPLICAS)
+DATABASE_REPLICA_ALIASES: list[str] = list(_REPLICAS)
+DATABASE_ROUTERS = ["core.replicas.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Retry-After of the 503 answered while PostgreSQL cannot be reached.
 DATABASE_RETRY_AFTER_SECONDS: int = env.int("DATABASE_RETRY_AFTER_SECONDS", default=30)
@@ -226,6 +249,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "max_retries": 0,
     "socket_connect_timeout": env.float("MESSAGECENTER_BROKER_CONNECT_TIMEOUT", default=1.0),
 }
+# RabbitMQ (core/brokers.py): quorum queues and publisher confirms. Acks stay
+# late and the prefetch at one task per worker process (above): a fan-out
+# chunk a worker holds is one it runs, and a worker that dies hands back only
+# that one (RabbitMQ requeues it when the connection drops, at once: no
+# visibility timeout to wait for).
+CELERY_BROKER_KIND = broker_kind(CELERY_BROKER_URL)
+if CELERY_BROKER_KIND == "amqp":
+    _AMQP = amqp_settings()
+    CELERY_TASK_DEFAULT_QUEUE_TYPE: str = _AMQP["TASK_DEFAULT_QUEUE_TYPE"]
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE: str = _AMQP["TASK_CREATE_MISSING_QUEUE_TYPE"]
+    CELERY_WORKER_DETECT_QUORUM_QUEUES: bool = _AMQP["WORKER_DETECT_QUORUM_QUEUES"]
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(_AMQP["BROKER_TRANSPORT_OPTIONS"])
 # Pending deliveries (messagecenter/services/delivery.py): how often beat's
 # relay hands due rows to the workers; the longest wait before a delivery that
 # failed on Redis (or on the broker) is tried again (the backoff doubles up to
@@ -259,6 +294,13 @@ MESSAGECENTER_JOURNAL_FLUSH_SECONDS: float = env.float("MESSAGECENTER_JOURNAL_FL
 # whether that run also mends the drift it finds (by re-running the mirrors).
 MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
 MESSAGECENTER_CHECK_REPAIR: bool = env.bool("MESSAGECENTER_CHECK_REPAIR", default=True)
+# Retention (messagecenter/services/retention.py): messages and notifications
+# whose expiry is more than this many days past leave PostgreSQL, with their
+# audiences, fan-out chunks, pending rows and hidden-item rows; beat runs the
+# purge this often, in batches of this many items (one short transaction each).
+MESSAGECENTER_RETENTION_DAYS: float = env.float("MESSAGECENTER_RETENTION_DAYS", default=30.0)
+MESSAGECENTER_RETENTION_SECONDS: float = env.float("MESSAGECENTER_RETENTION_SECONDS", default=60 * 60.0)
+MESSAGECENTER_RETENTION_BATCH: int = env.int("MESSAGECENTER_RETENTION_BATCH", default=200)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # Durable read state: changed read bitmaps and watermarks -> PostgreSQL snapshots.
     "notices-read-snapshot": {"task": "notices.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
@@ -268,6 +310,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
     # Frees the details of expired messages (inboxes already hide them at expire_at).
     "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
+    # Rows of items long expired leave PostgreSQL (and the read model with them).
+    "messagecenter-retention-purge": {
+        "task": "messagecenter.retention_purge",
+        "schedule": MESSAGECENTER_RETENTION_SECONDS,
+    },
     # Bounds the global list of removed items that readers settle against.
     "messagecenter-removed-trim": {"task": "messagecenter.removed_trim", "schedule": 60 * 60},
     # First reads are written behind (one list entry per mark); this folds them

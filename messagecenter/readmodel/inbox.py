@@ -547,6 +547,14 @@ def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
 COUNTS_HELD = HeldAnswers()
 
 
+def inbox_settle(*, user_ids: Sequence[int], now_ms: int) -> None:
+    """Settle these users' inboxes as their next read would (expired and
+    removed members leave, counters kept exact, pending merges done), so
+    that none of them still names an item about to be purged."""
+    for user_id in user_ids:
+        _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))  # settle and merge only
+
+
 def counts_held_on() -> bool:
     return bool(settings.MESSAGECENTER_COUNTS_HELD) and COUNTS_HELD.available()
 

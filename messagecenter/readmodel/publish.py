@@ -236,6 +236,32 @@ def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chun
     pipe.execute()
 
 
+def items_purge(
+    *,
+    refs: list[str],
+    members: list[str],
+    pull_members: list[str],
+    audience_chunks: dict[str, list[int]],
+    hidden: list[tuple[int, str]],
+) -> None:
+    """Forget items whose rows are being purged from PostgreSQL (retention):
+    what is stored once (pull entry, detail, audience bitmaps, read-rate hours),
+    their entries in the removed list (a retracted item long expired: every
+    inbox still holding it drops it by expiry on its next read) and the
+    hidden-set entries naming them. Each part is idempotent."""
+    pull_expired_drop(pull_members=pull_members, refs=refs, audience_chunks=audience_chunks)
+    if not refs and not hidden:
+        return
+    pipe = get_redis().pipeline(transaction=False)
+    if members:
+        pipe.zrem(keys.mc_removed(), *members)
+    for ref in refs:
+        pipe.delete(keys.mc_item_read_hours(ref))
+    for user_id, ref in hidden:
+        pipe.srem(keys.mc_inbox_hidden(user_id), ref)
+    pipe.execute()
+
+
 def removed_trim(*, keep: int) -> int:
     """Keep the newest ``keep`` removals; returns how many were dropped."""
     return int(RemovedTrim(keep=keep)())

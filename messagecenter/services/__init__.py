@@ -44,6 +44,7 @@ from messagecenter.services.preferences import (
     subscription_self_create,
     subscription_self_delete,
 )
+from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.slots import slot_allocate
 
@@ -81,6 +82,7 @@ __all__ = [
     "notification_withdraw",
     "preferences_update",
     "request_fingerprint",
+    "retention_purge",
     "rule_run",
     "rule_validate",
     "rules_run",

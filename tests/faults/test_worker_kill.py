@@ -1,8 +1,11 @@
 """A Celery worker killed in the middle of a fan-out loses nothing and doubles nothing.
 
 Real worker processes (``celery -A config worker --pool=solo``) consume a
-queue of their own on the local RabbitMQ, with the test's PostgreSQL database
-and Redis (config/settings/test_worker.py). A push message goes to 5,000
+queue of their own, with the test's PostgreSQL database and Redis
+(config/settings/test_worker.py), once per broker: on the local RabbitMQ
+(quorum queues, in a virtual host created for the test with rabbitmqctl and
+deleted afterwards) and on Redis (the test's own Redis db, with a short
+visibility timeout so that a dead worker's task comes back within seconds). A push message goes to 5,000
 users in chunks of 100; every chunk is slowed down (test-only hook) so the
 test can SIGKILL the worker twice while chunks are running, starting a new
 worker each time. Tasks acknowledge late, so the message a dead worker held
@@ -16,6 +19,7 @@ database is SQLite (a worker process cannot share an in-memory test database).
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery
@@ -33,13 +38,17 @@ from django.db import transaction
 from django.test import override_settings
 
 from core import keys
+from core.brokers import amqp_settings, broker_kind
 from core.redis import get_redis
 from messagecenter import services, tasks
 from messagecenter.items import message_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
 from tests.conftest import ROOT
 
-BROKER_URL = os.environ.get("MESSAGECENTER_TEST_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+RABBITMQ = os.environ.get("MESSAGECENTER_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
+# Redis: how long a task a worker took and never acknowledged stays invisible
+# (longer than a chunk runs, short enough for the test).
+REDIS_VISIBILITY_TIMEOUT = 3
 USERS = 5000
 CHUNK = 100
 CHUNKS = USERS // CHUNK
@@ -89,17 +98,51 @@ class Worker:
             self.process.wait(10)
 
 
+def _rabbitmqctl(*args: str) -> str:
+    done = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)  # noqa: S603,S607
+    return done.stdout
+
+
+@pytest.fixture(params=["rabbitmq", "redis"])
+def broker_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The broker's URL: a RabbitMQ virtual host of the test's own (the
+    default one, with the queue names unique, where rabbitmqctl is not at
+    hand), or the test's Redis db."""
+    if request.param == "redis":
+        yield str(settings.CACHES["default"]["LOCATION"])
+        return
+    if shutil.which("rabbitmqctl") is None:
+        yield f"{RABBITMQ}//"
+        return
+    vhost = f"mc-test-{uuid.uuid4().hex[:12]}"
+    _rabbitmqctl("add_vhost", vhost)
+    try:
+        _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        yield f"{RABBITMQ}/{vhost}"
+    finally:
+        _rabbitmqctl("delete_vhost", vhost)
+
+
+def make_sender(broker_url: str) -> Celery:
+    """A Celery app that publishes like the project does on this broker."""
+    sender = Celery("sender", broker=broker_url)
+    if broker_kind(broker_url) == "amqp":
+        options = amqp_settings()
+        sender.conf.task_create_missing_queue_type = options["TASK_CREATE_MISSING_QUEUE_TYPE"]
+        sender.conf.task_default_queue_type = options["TASK_DEFAULT_QUEUE_TYPE"]
+    return sender
+
+
 @pytest.fixture
-def queue() -> Iterator[str]:
+def queue(broker_url: str) -> Iterator[str]:
     name = f"mc-test-{uuid.uuid4().hex[:12]}"
     yield name
-    sender = Celery("sender", broker=BROKER_URL)
-    with sender.connection_for_write() as connection:
+    with make_sender(broker_url).connection_for_write() as connection:
         connection.default_channel.queue_delete(name)
 
 
 @pytest.fixture
-def start_worker(queue: str, tmp_path: Path) -> Iterator[Any]:
+def start_worker(queue: str, broker_url: str, tmp_path: Path) -> Iterator[Any]:
     db = settings.DATABASES["default"]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MESSAGECENTER_"))},
@@ -111,7 +154,8 @@ def start_worker(queue: str, tmp_path: Path) -> Iterator[Any]:
         "MESSAGECENTER_KEY_PREFIX": str(settings.MESSAGECENTER_KEY_PREFIX),
         "MESSAGECENTER_FANOUT_CHUNK": str(CHUNK),
         "MESSAGECENTER_REDIS_CLUSTER_URL": str(settings.MESSAGECENTER_REDIS_CLUSTER_URL),
-        "CELERY_BROKER_URL": BROKER_URL,
+        "CELERY_BROKER_URL": broker_url,
+        "MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT": str(REDIS_VISIBILITY_TIMEOUT),
         "PYTHONUNBUFFERED": "1",
     }
     workers: list[Worker] = []
@@ -145,7 +189,9 @@ def chunks_done() -> int:
 
 
 @override_settings(MESSAGECENTER_FANOUT_CHUNK=CHUNK, MESSAGECENTER_PUSH_THRESHOLD=USERS)
-def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, queue: str, operator: Any) -> None:
+def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
+    start_worker: Any, queue: str, broker_url: str, operator: Any
+) -> None:
     user_model = get_user_model()
     user_model.objects.bulk_create(user_model(username=f"fan{i}", password="!") for i in range(USERS))
     user_ids = list(user_model.objects.filter(username__startswith="fan").values_list("pk", flat=True))
@@ -153,7 +199,7 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
     # The message goes to the workers' queue through the broker (this process
     # runs tasks eagerly otherwise): message_send hands its pending delivery
     # to the task after commit.
-    sender = Celery("sender", broker=BROKER_URL)
+    sender = make_sender(broker_url)
     sent: list[int] = []
     committed: list[bool] = []
 
@@ -194,11 +240,20 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
     assert chunks_done() < CHUNKS
     third = start_worker()
     wait_for(
-        lambda: Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERED).exists(),
+        lambda: (
+            Message.objects.filter(pk=message.pk, status=MessageStatus.DELIVERED).exists()
+            and bool(second.received() & third.received())
+        ),
         timeout=240,
         what="the fan-out to finish",
         worker=third,
     )
+
+    if broker_kind(broker_url) == "amqp" and shutil.which("rabbitmqctl"):
+        # The workers' queue is a quorum queue (replicated, durable).
+        vhost = urlsplit(broker_url).path[1:] or "/"
+        listed = _rabbitmqctl("list_queues", "-p", vhost, "--no-table-headers", "name", "type")
+        assert f"{queue}\tquorum" in listed, listed
 
     # Every pending delivery row (the delivery's, each chunk's) was cleared by its task.
     wait_for(
@@ -209,7 +264,9 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(start_worker: Any, q
     )
 
     # A chunk a killed worker held was redelivered to the next one (late acks).
-    assert first.received() & second.received(), "no task of the first worker was redelivered"
+    # RabbitMQ hands a dead worker's task back at once, Redis once its
+    # visibility timeout has passed (the third worker may be the one to get it).
+    assert first.received() & (second.received() | third.received()), "no task of the first worker was redelivered"
     assert second.received() & third.received(), "no task of the second worker was redelivered"
 
     # PostgreSQL: every chunk exactly once, covering the audience.
