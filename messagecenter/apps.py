@@ -9,7 +9,7 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import demo, drift, outbox, rebuild, snapshots
+        from core import demo, drift, metrics, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
@@ -31,3 +31,13 @@ class MessagecenterConfig(AppConfig):
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
         demo.register(self.label, messagecenter_demo.seed)
+        metrics.register_state(
+            "messagecenter_pending_deliveries",
+            "Deliveries and fan-out chunks committed and not yet in Redis.",
+            lambda: float(delivery.delivery_depth()),
+        )
+        metrics.register_state(
+            "messagecenter_fanout_lag_seconds",
+            "Age of the oldest pending delivery (0 when none): how far fan-out is behind.",
+            delivery.delivery_oldest_age_seconds,
+        )

@@ -137,7 +137,7 @@ def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], want:
 def _notifications(user_id: int, now: datetime, now_ms: int, hidden: set[str], want: int) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     rows = (
-        Notification.objects.filter(withdrawn=False, expire_at__gt=now)
+        Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now)
         # mc_notification_created_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
         .values_list("id", "category", "created_at", "expire_at", "audience_bitmap", "slot_month", "slot_offset")

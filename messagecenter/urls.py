@@ -26,6 +26,11 @@ api_urlpatterns: list[URLPattern] = [
         name="mc-subscription",
     ),
     path("manage/notifications/", subscriptions.NotificationSendApi.as_view(), name="mc-notifications"),
+    path(
+        "manage/notifications/<id:notification_id>/",
+        subscriptions.NotificationDetailApi.as_view(),
+        name="mc-notification",
+    ),
 ]
 
 page_urlpatterns: list[URLPattern] = [

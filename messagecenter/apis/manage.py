@@ -22,7 +22,7 @@ from core.fields import (
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
-from messagecenter.models import CATEGORIES, Bulletin, Message, UserGroup
+from messagecenter.models import CATEGORIES, Bulletin, Message, MessageStatus, UserGroup
 
 MAX_IDS = 10_000
 
@@ -208,11 +208,16 @@ class MessageSendApi(APIView):
         images = serializers.ListField(child=serializers.URLField(max_length=500), required=False, max_length=20)
         to = MessageAudienceSerializer()
         expire_at = TimeField(required=False, allow_null=True)
+        send_at = TimeField(
+            required=False, help_text="Send later (future, at most a year ahead); status is then scheduled."
+        )
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
         delivery = serializers.ChoiceField(choices=["push", "pull"])
         recipients = serializers.IntegerField(allow_null=True)
+        status = serializers.ChoiceField(choices=MessageStatus.values)
+        send_at = OffsetDateTimeField(allow_null=True)
 
     @extend_schema(
         operation_id="manage_message_send",
@@ -224,28 +229,72 @@ class MessageSendApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         to = data["to"]
-        message = services.message_send(
-            sender=request.user,  # type: ignore[arg-type]
-            category=data["category"],
-            title=data["title"],
-            summary=data.get("summary") or "",
-            body_html=data["body_html"],
-            link=data.get("link") or "",
-            images=data.get("images") or [],
-            user_ids=to.get("users") or [],
-            group_ids=to.get("groups") or [],
-            everyone=to.get("everyone", False),
-            expire_at=data.get("expire_at"),
-        )
-        out = {"id": message.pk, "delivery": message.delivery, "recipients": message.audience_size}
+        common = {
+            "sender": request.user,
+            "category": data["category"],
+            "title": data["title"],
+            "summary": data.get("summary") or "",
+            "body_html": data["body_html"],
+            "link": data.get("link") or "",
+            "images": data.get("images") or [],
+            "user_ids": to.get("users") or [],
+            "group_ids": to.get("groups") or [],
+            "everyone": to.get("everyone", False),
+            "expire_at": data.get("expire_at"),
+        }
+        if data.get("send_at") is not None:
+            message = services.message_schedule(**common, send_at=data["send_at"])
+        else:
+            message = services.message_send(**common)
+        out = _message_state(message)
         return Response(self.OutputSerializer(out).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _message_state(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.pk,
+        "delivery": message.delivery,
+        "recipients": message.audience_size,
+        "status": message.status,
+        "send_at": message.send_at,
+    }
+
+
+class ScheduledMessageSerializer(StrictInputSerializer):
+    title = StrictCharField(max_length=200, required=False)
+    summary = StrictCharField(max_length=300, required=False, allow_blank=True)
+    body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
+    to = MessageAudienceSerializer(required=False)
+    expire_at = TimeField(required=False, allow_null=True)
+    send_at = TimeField(required=False)
 
 
 class MessageRetractApi(APIView):
     permission_classes = [IsOperator]
-    required_permissions = ("messagecenter.delete_message",)
 
-    @extend_schema(operation_id="manage_message_retract", responses={204: None, **ERRORS(401, 403, 404)})
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = self.request.method if self.request else "DELETE"
+        return ("messagecenter.change_message",) if method == "PATCH" else ("messagecenter.delete_message",)
+
+    @extend_schema(
+        operation_id="manage_message_schedule_update",
+        summary="Edit a scheduled message (409 once it was sent or cancelled)",
+        request=ScheduledMessageSerializer,
+        responses={200: MessageSendApi.OutputSerializer, **ERRORS(400, 401, 403, 404, 409)},
+    )
+    def patch(self, request: Request, message_id: int) -> Response:
+        message = get_object_or_404(Message, pk=message_id)
+        serializer = ScheduledMessageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        message = services.message_schedule_update(message=message, data=serializer.validated_data)
+        return Response(MessageSendApi.OutputSerializer(_message_state(message)).data)
+
+    @extend_schema(
+        operation_id="manage_message_retract",
+        summary="Retract a sent message from every inbox, or cancel a scheduled one",
+        responses={204: None, **ERRORS(401, 403, 404)},
+    )
     def delete(self, request: Request, message_id: int) -> Response:
         message = get_object_or_404(Message, pk=message_id)
         services.message_retract(message=message, actor=request.user)  # type: ignore[arg-type]

@@ -3,6 +3,8 @@
 A duplicate subscription (same type, scope and user or group) answers 409.
 """
 
+from typing import Any
+
 from django.core.validators import validate_slug
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -17,12 +19,13 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     StrictIntegerField,
+    TimeField,
     user_id_field,
 )
 from core.openapi import ERRORS
 from core.permissions import IsOperator
 from messagecenter import services
-from messagecenter.models import CATEGORIES, Subscription
+from messagecenter.models import CATEGORIES, Notification, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
 
@@ -109,6 +112,30 @@ class SubscriptionDeleteApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class NotificationStateSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    recipients = serializers.IntegerField(help_text="0 while scheduled: the audience is resolved at send time.")
+    expire_at = OffsetDateTimeField()
+    status = serializers.ChoiceField(choices=["scheduled", "sent", "cancelled", "withdrawn"])
+    send_at = OffsetDateTimeField(allow_null=True)
+
+
+def _notification_state(notification: Notification) -> dict[str, Any]:
+    if notification.scheduled:
+        state = "scheduled"
+    elif notification.withdrawn:
+        state = "cancelled" if notification.slot_month == 0 else "withdrawn"
+    else:
+        state = "sent"
+    return {
+        "id": notification.pk,
+        "recipients": notification.recipients,
+        "expire_at": notification.expire_at,
+        "status": state,
+        "send_at": notification.send_at,
+    }
+
+
 class NotificationSendApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_notification",)
@@ -119,11 +146,12 @@ class NotificationSendApi(APIView):
         title = StrictCharField(max_length=200)
         body_html = StrictCharField(allow_blank=True, max_length=100_000)
         ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, allow_null=True)
+        send_at = TimeField(
+            required=False, help_text="Send later (future, at most a year ahead); status is then scheduled."
+        )
 
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.CharField()
-        recipients = serializers.IntegerField()
-        expire_at = OffsetDateTimeField()
+    class OutputSerializer(NotificationStateSerializer):
+        pass
 
     @extend_schema(
         operation_id="manage_notification_send",
@@ -134,11 +162,56 @@ class NotificationSendApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        notification = services.notification_send(
-            message_type=data["message_type"],
-            scope=data["scope"],
-            title=data["title"],
-            body_html=data["body_html"],
-            ttl_seconds=data.get("ttl_seconds"),
-        )
-        return Response(self.OutputSerializer(notification).data, status=status.HTTP_202_ACCEPTED)
+        common = {
+            "message_type": data["message_type"],
+            "scope": data["scope"],
+            "title": data["title"],
+            "body_html": data["body_html"],
+            "ttl_seconds": data.get("ttl_seconds"),
+        }
+        if data.get("send_at") is not None:
+            notification = services.notification_schedule(**common, send_at=data["send_at"])
+        else:
+            notification = services.notification_send(**common)
+        return Response(self.OutputSerializer(_notification_state(notification)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class NotificationDetailApi(APIView):
+    """Edit a scheduled notification before it is sent (409 after), cancel it, or withdraw a sent one."""
+
+    permission_classes = [IsOperator]
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = self.request.method if self.request else "PATCH"
+        return ("messagecenter.delete_notification",) if method == "DELETE" else ("messagecenter.change_notification",)
+
+    class InputSerializer(StrictInputSerializer):
+        title = StrictCharField(max_length=200, required=False)
+        body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
+        scope = StrictCharField(max_length=100, required=False)
+        ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
+        send_at = TimeField(required=False)
+
+    @extend_schema(
+        operation_id="manage_notification_update",
+        summary="Edit a scheduled notification (409 once it was sent)",
+        request=InputSerializer,
+        responses={200: NotificationStateSerializer, **ERRORS(400, 401, 403, 404, 409)},
+    )
+    def patch(self, request: Request, notification_id: int) -> Response:
+        notification = get_object_or_404(Notification, pk=notification_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        notification = services.notification_schedule_update(notification=notification, data=serializer.validated_data)
+        return Response(NotificationStateSerializer(_notification_state(notification)).data)
+
+    @extend_schema(
+        operation_id="manage_notification_delete",
+        summary="Cancel a scheduled notification, or withdraw a sent one from every inbox",
+        responses={204: None, **ERRORS(401, 403, 404)},
+    )
+    def delete(self, request: Request, notification_id: int) -> Response:
+        notification = get_object_or_404(Notification, pk=notification_id)
+        services.notification_cancel_or_withdraw(notification=notification)
+        return Response(status=status.HTTP_204_NO_CONTENT)
