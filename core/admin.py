@@ -121,6 +121,7 @@ class RedisCheckRunAdmin(admin.ModelAdmin):
 
 
 class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
     events = forms.MultipleChoiceField(
         choices=[(event, event) for event in webhooks.EVENTS], widget=forms.CheckboxSelectMultiple
     )
