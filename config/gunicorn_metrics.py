@@ -13,4 +13,4 @@ from prometheus_client import multiprocess
 
 def child_exit(server: Any, worker: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+        multiprocess.mark_process_dead(worker.pid)

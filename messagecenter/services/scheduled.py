@@ -36,8 +36,18 @@ from messagecenter.models import (
     MessageStatus,
     Notification,
 )
-from messagecenter.services import messages, notifications
 from messagecenter.services.delivery import delivery_add
+from messagecenter.services.messages import _deliver_on_commit, _members, _resolve, message_sent_emit
+from messagecenter.services.notifications import (
+    DELIVER_TASK,
+    _invalid,
+    _scope,
+    _ttl,
+    message_type_get,
+    notification_sent_emit,
+    notification_withdraw,
+    subscription_audience,
+)
 from messagecenter.services.slots import slot_allocate
 
 MAX_AHEAD = timedelta(days=365)
@@ -89,7 +99,7 @@ def message_schedule(
         raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
     send_at_check(send_at)
     _expiry_check(send_at, expire_at)
-    explicit, audience, groups = messages._resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
+    explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
     body = sanitize_html(body_html)
     with transaction.atomic(savepoint=False):
         message = Message.objects.create(
@@ -152,7 +162,7 @@ def message_schedule_update(*, message: Message, data: Mapping[str, Any]) -> Mes
         if "to" in data:
             to = data["to"]
             everyone = bool(to.get("everyone", False))
-            explicit, audience, groups = messages._resolve(
+            explicit, audience, groups = _resolve(
                 user_ids=to.get("users") or [], group_ids=to.get("groups") or [], everyone=everyone
             )
             changes.update(
@@ -176,7 +186,7 @@ def _message_release(message: Message, now: datetime) -> None:
         # Users deleted since it was scheduled are dropped, not an error.
         explicit = BitMap(get_user_model().objects.filter(pk__in=list(explicit)).values_list("pk", flat=True))
     groups = list(message.groups.all())
-    audience = BitMap() if message.everyone else explicit | messages._members(groups)
+    audience = BitMap() if message.everyone else explicit | _members(groups)
     if audience and audience.max() > int(settings.MESSAGECENTER_MAX_USER_ID):
         raise LimitExceeded("A user id is beyond MESSAGECENTER_MAX_USER_ID; bitmaps cannot address it.")
     month, offset = slot_allocate(at=now)
@@ -193,8 +203,8 @@ def _message_release(message: Message, now: datetime) -> None:
     Message.objects.filter(pk=message.pk).update(**changes)
     for field, value in changes.items():
         setattr(message, field, value)
-    messages._deliver_on_commit(message, list(message.image_files.order_by("position")))
-    messages.message_sent_emit(message)
+    _deliver_on_commit(message, list(message.image_files.order_by("position")))
+    message_sent_emit(message)
 
 
 # --- Notifications -------------------------------------------------------------------
@@ -204,11 +214,11 @@ def notification_schedule(
     *, message_type: str, scope: str, title: str, body_html: str, send_at: datetime, ttl_seconds: int | None = None
 ) -> Notification:
     """Store a notification to be sent at ``send_at`` to the subscribers then."""
-    mtype = notifications.message_type_get(code=message_type)
-    clean_scope = notifications._scope(scope)
+    mtype = message_type_get(code=message_type)
+    clean_scope = _scope(scope)
     if not isinstance(title, str) or not title.strip():
-        raise notifications._invalid("title", "A title is required.")
-    ttl = notifications._ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
+        raise _invalid("title", "A title is required.")
+    ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
     send_at_check(send_at)
     with transaction.atomic():
         return Notification.objects.create(
@@ -240,7 +250,7 @@ def notification_schedule_update(*, notification: Notification, data: Mapping[st
         locked = _locked_scheduled_notification(notification)
         send_at = send_at_check(data["send_at"]) if "send_at" in data else (locked.send_at or timezone.now())
         ttl = (
-            notifications._ttl(data["ttl_seconds"])
+            _ttl(data["ttl_seconds"])
             if data.get("ttl_seconds") is not None
             else int((locked.expire_at - locked.created_at).total_seconds())
         )
@@ -251,12 +261,12 @@ def notification_schedule_update(*, notification: Notification, data: Mapping[st
         }
         if "title" in data:
             if not str(data["title"]).strip():
-                raise notifications._invalid("title", "A title is required.")
+                raise _invalid("title", "A title is required.")
             changes["title"] = str(data["title"]).strip()[:200]
         if "body_html" in data:
             changes["body_html"] = sanitize_html(data["body_html"])
         if "scope" in data:
-            changes["scope"] = notifications._scope(data["scope"])
+            changes["scope"] = _scope(data["scope"])
         Notification.objects.filter(pk=locked.pk).update(**changes)
     notification.refresh_from_db()
     return notification
@@ -273,11 +283,11 @@ def notification_cancel_or_withdraw(*, notification: Notification) -> bool:
             )
             notification.refresh_from_db()
             return True
-    return notifications.notification_withdraw(notification=notification)
+    return notification_withdraw(notification=notification)
 
 
 def _notification_release(notification: Notification, now: datetime) -> None:
-    audience = notifications.subscription_audience(message_type=notification.message_type, scope=notification.scope)
+    audience = subscription_audience(message_type=notification.message_type, scope=notification.scope)
     if audience and audience.max() > int(settings.MESSAGECENTER_MAX_USER_ID):
         raise LimitExceeded("A user id is beyond MESSAGECENTER_MAX_USER_ID; bitmaps cannot address it.")
     month, offset = slot_allocate(at=now)
@@ -294,8 +304,8 @@ def _notification_release(notification: Notification, now: datetime) -> None:
     Notification.objects.filter(pk=notification.pk).update(**changes)
     for field, value in changes.items():
         setattr(notification, field, value)
-    delivery_add(task=notifications.DELIVER_TASK, object_id=notification.pk)
-    notifications.notification_sent_emit(notification)
+    delivery_add(task=DELIVER_TASK, object_id=notification.pk)
+    notification_sent_emit(notification)
 
 
 # --- The due job ---------------------------------------------------------------------

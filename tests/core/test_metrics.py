@@ -20,7 +20,7 @@ from tests.conftest import ROOT, assert_error
 
 pytestmark = pytest.mark.django_db
 
-TOKEN = "s3cret-scrape-token"  # noqa: S105
+TOKEN = "s3cret-scrape-token"
 NAMES = {
     "messagecenter_http_request_duration_seconds",
     "messagecenter_webhook_failures",
@@ -126,9 +126,7 @@ metrics.EMAIL_FAILURES.inc()
 """
 
 
-def test_multiprocess_mode_adds_up_workers(
-    scraper: APIClient, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_multiprocess_mode_adds_up_workers(scraper: APIClient, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings.test"}
     env.pop("DATABASE_URL", None)
     for _ in range(2):  # two "workers", each its own process

@@ -107,9 +107,7 @@ def test_delivery_is_signed_and_verifies(operator_client: Any, recipient: Any, r
     assert (row.status, row.attempts, row.last_status_code) == (WebhookDeliveryStatus.SUCCEEDED, 1, 204)
 
 
-def test_only_subscribed_events_and_active_endpoints(
-    operator_client: Any, recipient: Any, receiver: Receiver
-) -> None:
+def test_only_subscribed_events_and_active_endpoints(operator_client: Any, recipient: Any, receiver: Receiver) -> None:
     _register(operator_client, receiver.url, ["bulletin.published"])
     off = _register(operator_client, receiver.url, ["message.sent"])
     assert operator_client.patch(f"{URL}{off['id']}/", {"active": False}, format="json").status_code == 200
@@ -125,9 +123,7 @@ def test_only_subscribed_events_and_active_endpoints(
 
 
 def test_other_events_reach_the_receiver(operator_client: Any, recipient: Any, receiver: Receiver) -> None:
-    created = _register(
-        operator_client, receiver.url, ["announcement.published", "notification.sent", "message.read"]
-    )
+    created = _register(operator_client, receiver.url, ["announcement.published", "notification.sent", "message.read"])
     operator_client.post(
         "/api/v1/manage/announcements/",
         {"title": "A", "body_html": "x", "platforms": ["user"]},

@@ -67,9 +67,7 @@ def test_scheduled_message_reaches_nobody_until_due_then_once(
     assert Message.objects.get().title == "Later"
 
 
-def test_audience_resolved_at_send_time(
-    operator_client: Any, recipient: Any, other_recipient: Any, clock: Any
-) -> None:
+def test_audience_resolved_at_send_time(operator_client: Any, recipient: Any, other_recipient: Any, clock: Any) -> None:
     group = make_group("late-joiners", recipient)
     response = _schedule(operator_client, {"groups": [group.pk]}, (clock.now + timedelta(minutes=5)).isoformat())
     services.user_group_add_members(group=group, user_ids=[other_recipient.pk])
@@ -247,9 +245,7 @@ def test_permissions(anon_client: Any, recipient_client: Any) -> None:
         assert_error(getattr(client_for(allowed), method)(path, {}, format="json"), 404)  # past the permission
 
 
-def test_admin_filter_shows_what_is_scheduled(
-    operator: Any, operator_client: Any, recipient: Any, clock: Any
-) -> None:
+def test_admin_filter_shows_what_is_scheduled(operator: Any, operator_client: Any, recipient: Any, clock: Any) -> None:
     _schedule(operator_client, {"users": [recipient.pk]}, (clock.now + timedelta(hours=1)).isoformat(), title="Wait")
     operator_client.post(
         MESSAGES,
