@@ -368,6 +368,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Message centre API",
     "DESCRIPTION": "Announcements, bulletins, messages and notifications for millions of users.",
     "VERSION": "1.0.0",
+    # Several answers have a "status": each set of choices gets its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "MessageStatusEnum": "messagecenter.models.MessageStatus",
+        "NotificationStatusEnum": ["scheduled", "sent", "cancelled", "withdrawn"],
+    },
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

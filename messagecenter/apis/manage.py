@@ -208,9 +208,8 @@ class MessageSendApi(APIView):
         images = serializers.ListField(child=serializers.URLField(max_length=500), required=False, max_length=20)
         to = MessageAudienceSerializer()
         expire_at = TimeField(required=False, allow_null=True)
-        send_at = TimeField(
-            required=False, help_text="Send later (future, at most a year ahead); status is then scheduled."
-        )
+        # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
+        send_at = TimeField(required=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -221,6 +220,10 @@ class MessageSendApi(APIView):
 
     @extend_schema(
         operation_id="manage_message_send",
+        description=(
+            "With send_at (in the future, at most a year ahead) the message is stored with status "
+            "scheduled and reaches nobody until then; PATCH or DELETE /manage/messages/{id}/ edit or cancel it."
+        ),
         request=InputSerializer,
         responses={202: OutputSerializer, **ERRORS(400, 401, 403)},
     )

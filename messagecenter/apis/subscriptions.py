@@ -146,15 +146,18 @@ class NotificationSendApi(APIView):
         title = StrictCharField(max_length=200)
         body_html = StrictCharField(allow_blank=True, max_length=100_000)
         ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, allow_null=True)
-        send_at = TimeField(
-            required=False, help_text="Send later (future, at most a year ahead); status is then scheduled."
-        )
+        # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
+        send_at = TimeField(required=False)
 
     class OutputSerializer(NotificationStateSerializer):
         pass
 
     @extend_schema(
         operation_id="manage_notification_send",
+        description=(
+            "With send_at (in the future, at most a year ahead) the notification is stored with status "
+            "scheduled and sent to the subscribers of that time; PATCH or DELETE its detail to edit or cancel it."
+        ),
         request=InputSerializer,
         responses={202: OutputSerializer, **ERRORS(400, 401, 403)},
     )
