@@ -9,6 +9,7 @@ import notices.urls
 from core import activity_views
 from core import views as core_views
 from core.apis import HealthApi
+from core.ops_apis import MetricsApi
 
 api_v1 = [
     *core.urls.api_urlpatterns,
@@ -25,6 +26,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", HealthApi.as_view(), name="healthz"),
+    path("metrics", MetricsApi.as_view(), name="metrics"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file: no inline script (CSP).

@@ -1,17 +1,21 @@
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from core import webhooks
 from core.audit import AuditedAdminMixin, audit_csv
-from core.models import AuditEntry, RedisCheckRun, UserPlatform
+from core.exceptions import ValidationFailed
+from core.models import AuditEntry, RedisCheckRun, UserPlatform, WebhookDelivery, WebhookEndpoint
 from core.tasks import check_redis_task
 
 
@@ -158,3 +162,66 @@ class AuditEntryAdmin(admin.ModelAdmin):
         response = HttpResponse(audit_csv(queryset.order_by("-at", "-id")), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="audit.csv"'
         return response
+
+
+class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
+    events = forms.MultipleChoiceField(
+        choices=[(event, event) for event in webhooks.EVENTS], widget=forms.CheckboxSelectMultiple
+    )
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ("url", "description", "events", "active")
+
+    def clean_url(self) -> str:
+        url = str(self.cleaned_data["url"])
+        try:
+            webhooks.webhook_url_check(url)
+        except ValidationFailed as exc:
+            raise DjangoValidationError(exc.message) from exc
+        return url
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    form = WebhookEndpointForm
+    list_display = ("url", "events", "active", "consecutive_failures", "disabled_at", "created_at")
+    list_filter = ("active",)
+    readonly_fields = ("consecutive_failures", "disabled_at", "created_at")
+
+    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: Any, change: bool) -> None:
+        if not change:
+            obj.secret = webhooks.webhook_secret_new()
+        elif "active" in form.changed_data and obj.active:
+            obj.consecutive_failures = 0  # turned on again: its past failures are forgiven
+            obj.disabled_at = None
+        super().save_model(request, obj, form, change)
+        if not change:
+            # Shown once: the admin never displays the secret again.
+            messages.warning(request, f"Signing secret (shown only now): {obj.secret}")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """The delivery log: read-only, with a retry for failed deliveries."""
+
+    list_display = ("event", "endpoint", "status", "attempts", "last_status_code", "created_at", "next_attempt_at")
+    list_filter = ("status", "event", "endpoint")
+    search_fields = ("message_id", "endpoint__url")
+    readonly_fields = [f.name for f in WebhookDelivery._meta.fields]
+    actions = ["retry"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("core.change_webhookdelivery"))
+
+    @admin.action(description="Retry the selected deliveries now", permissions=["retry"])
+    def retry(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        count = webhooks.webhook_retry(ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{count} deliveries queued again.")

@@ -32,7 +32,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from core import keys
+from core import keys, metrics
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
 
@@ -170,7 +170,7 @@ def event_stream(*, user_id: int, event: str) -> Iterator[bytes]:
     """
     deadline = time.monotonic() + _stream_seconds()
     heartbeat = _heartbeat_seconds()
-    with subscribe(user_id=user_id) as pubsub:
+    with subscribe(user_id=user_id) as pubsub, metrics.LIVE_STREAMS.track_inprogress():
         yield _opening(user_version(user_id=user_id))
         while (remaining := deadline - time.monotonic()) > 0:
             message = pubsub.get_message(timeout=min(heartbeat, remaining))
@@ -183,9 +183,10 @@ async def event_stream_async(*, user_id: int, event: str) -> AsyncIterator[bytes
     deadline = time.monotonic() + _stream_seconds()
     heartbeat = _heartbeat_seconds()
     async with subscribe_async(user_id=user_id) as pubsub:
-        version = await sync_to_async(user_version, thread_sensitive=False)(user_id=user_id)
-        yield _opening(version)
-        while (remaining := deadline - time.monotonic()) > 0:
-            message = await pubsub.get_message(timeout=min(heartbeat, remaining))
-            data = decode_event(message)
-            yield HEARTBEAT if data is None else sse_frame(event, data)
+        with metrics.LIVE_STREAMS.track_inprogress():
+            version = await sync_to_async(user_version, thread_sensitive=False)(user_id=user_id)
+            yield _opening(version)
+            while (remaining := deadline - time.monotonic()) > 0:
+                message = await pubsub.get_message(timeout=min(heartbeat, remaining))
+                data = decode_event(message)
+                yield HEARTBEAT if data is None else sse_frame(event, data)

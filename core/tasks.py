@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from core import outbox
+from core import outbox, webhooks
 from core.drift import check_run
 
 
@@ -32,3 +32,17 @@ def check_redis_task(repair: bool | None = None) -> dict[str, int | str]:
         "repaired": result.repaired_count,
         "error": result.error,
     }
+
+
+@shared_task(name="core.webhook_deliver")
+def webhook_deliver_task(delivery_id: int) -> str:
+    """One attempt of a webhook delivery; a failure leaves the row due after its
+    backoff for the relay (no Celery retry: the row is the retry)."""
+    return webhooks.webhook_deliver(delivery_id=delivery_id)
+
+
+@shared_task(name="core.webhook_relay")
+def webhook_relay_task() -> int:
+    """Periodic (Celery beat, every WEBHOOK_RELAY_SECONDS): hand due webhook
+    deliveries (retries, refused hand-overs) to the workers."""
+    return webhooks.webhook_relay()

@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from core import apis
+from core import apis, ops_apis
 
 app_name = "core"
 
@@ -10,6 +10,8 @@ api_urlpatterns = [
     path("manage/users/<id:user_id>/platforms/", apis.UserPlatformsApi.as_view(), name="user-platforms"),
     path("manage/audit/", apis.AuditListApi.as_view(), name="manage-audit"),
     path("manage/audit/export/", apis.AuditExportApi.as_view(), name="manage-audit-export"),
+    path("manage/webhooks/", ops_apis.WebhookListApi.as_view(), name="webhooks"),
+    path("manage/webhooks/<id:webhook_id>/", ops_apis.WebhookDetailApi.as_view(), name="webhook"),
 ]
 
 

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -23,6 +23,7 @@ from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRu
 from messagecenter.models import (
     Bulletin,
     Message,
+    MessageStatus,
     MessageType,
     Notification,
     NotificationRule,
@@ -193,10 +194,28 @@ class BulletinAdmin(ReadInsightAdmin):
             services.bulletin_delete(bulletin=bulletin, actor=request.user)  # type: ignore[arg-type]
 
 
+class ScheduledFilter(admin.SimpleListFilter):
+    """What waits for its send_at, and what was scheduled and has been sent."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("waiting", "Scheduled, not sent yet"), ("sent", "Scheduled, sent")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        waiting = Q(status=MessageStatus.SCHEDULED) if queryset.model is Message else Q(scheduled=True)
+        if self.value() == "waiting":
+            return queryset.filter(waiting).order_by("send_at")
+        if self.value() == "sent":
+            return queryset.filter(send_at__isnull=False).exclude(waiting)
+        return queryset
+
+
 @admin.register(Message)
 class MessageAdmin(ReadInsightAdmin):
-    list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "created_at"]
-    list_filter = ["status", "delivery", "category"]
+    list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "send_at", "created_at"]
+    list_filter = [ScheduledFilter, "status", "delivery", "category"]
     search_fields = ["title"]
     actions = ["retract"]
     readonly_fields = [
@@ -207,6 +226,7 @@ class MessageAdmin(ReadInsightAdmin):
         "link",
         "images",
         "sender",
+        "send_at",
         "created_at",
         "expire_at",
         "everyone",
@@ -229,6 +249,8 @@ class MessageAdmin(ReadInsightAdmin):
 
     @admin.display(description="Fan-out progress")
     def progress(self, obj: Message) -> str:
+        if obj.status in (MessageStatus.SCHEDULED, MessageStatus.CANCELLED):
+            return "not sent"
         if obj.delivery == "pull":
             return "stored once, merged on read"
         done, total = selectors.message_progress(message=obj)
@@ -322,8 +344,19 @@ class SubscriptionAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Notification)
 class NotificationAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["title", "message_type", "scope", "recipients", "created_at", "expire_at", "withdrawn", "rule"]
-    list_filter = ["message_type", "withdrawn", "scope"]
+    list_display = [
+        "title",
+        "message_type",
+        "scope",
+        "recipients",
+        "scheduled",
+        "send_at",
+        "created_at",
+        "expire_at",
+        "withdrawn",
+        "rule",
+    ]
+    list_filter = [ScheduledFilter, "message_type", "withdrawn", "scope"]
     search_fields = ["title", "scope"]
     actions = ["withdraw"]
     readonly_fields = [
@@ -340,6 +373,8 @@ class NotificationAdmin(AuditedAdminMixin, admin.ModelAdmin):
         "source_id",
         "withdrawn",
         "withdrawn_at",
+        "scheduled",
+        "send_at",
     ]
     fields = tuple(readonly_fields)
 
@@ -352,11 +387,11 @@ class NotificationAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Withdraw from every inbox", permissions=["change"])
     def withdraw(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
-        count = sum(services.notification_withdraw(notification=n) for n in queryset)
+        count = sum(services.notification_cancel_or_withdraw(notification=n) for n in queryset)
         self.message_user(request, f"{count} notification(s) withdrawn.")
 
     def delete_model(self, request: HttpRequest, obj: Notification) -> None:
-        services.notification_withdraw(notification=obj)
+        services.notification_cancel_or_withdraw(notification=obj)
         obj.delete()
 
 

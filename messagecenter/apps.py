@@ -9,7 +9,7 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, outbox, rebuild, snapshots
+        from core import activity, demo, drift, metrics, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
@@ -39,4 +39,14 @@ class MessagecenterConfig(AppConfig):
                 first_reads=insight.message_first_reads,
                 readers=insight.message_readers,
             )
+        )
+        metrics.register_state(
+            "messagecenter_pending_deliveries",
+            "Deliveries and fan-out chunks committed and not yet in Redis.",
+            lambda: float(delivery.delivery_depth()),
+        )
+        metrics.register_state(
+            "messagecenter_fanout_lag_seconds",
+            "Age of the oldest pending delivery (0 when none): how far fan-out is behind.",
+            delivery.delivery_oldest_age_seconds,
         )

@@ -273,7 +273,7 @@ def _live_messages() -> Any:
 
 def _live_notifications() -> Any:
     return Notification.objects.filter(
-        withdrawn=False, expire_at__gt=timezone.now(), created_at__lte=_grace()
+        withdrawn=False, scheduled=False, expire_at__gt=timezone.now(), created_at__lte=_grace()
     ).order_by("pk")
 
 

@@ -152,7 +152,7 @@ def _notifications(
 ) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     rows = (
-        Notification.objects.filter(withdrawn=False, expire_at__gt=now)
+        Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now)
         # mc_notification_created_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
         .values_list(

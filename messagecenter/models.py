@@ -108,6 +108,10 @@ class DeliveryMode(models.TextChoices):
 
 
 class MessageStatus(models.TextChoices):
+    # Waiting for send_at: stored, reaching nobody (no slot, no Redis data yet).
+    SCHEDULED = "scheduled", "Scheduled"
+    # A scheduled message cancelled before its time: it never reached anyone.
+    CANCELLED = "cancelled", "Cancelled (never sent)"
     QUEUED = "queued", "Queued"
     DELIVERING = "delivering", "Delivering"
     DELIVERED = "delivered", "Delivered"
@@ -139,6 +143,9 @@ class Message(models.Model):
     status = models.CharField(max_length=16, choices=MessageStatus.choices, default=MessageStatus.QUEUED)
     fanout_total = models.PositiveIntegerField(default=0, editable=False)
     retracted_at = models.DateTimeField(null=True, blank=True)
+    # When a scheduled message is (or was) to be sent; null: sent at once.
+    send_at = models.DateTimeField(null=True, blank=True)
+    # A scheduled message has month 0 and offset 0 (no real slot) until it is sent.
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
 
@@ -147,6 +154,8 @@ class Message(models.Model):
         indexes = [
             # Bitmap entries of first reads name items by slot (readmodel/reads.py).
             models.Index(fields=["slot_month", "slot_offset"], name="mc_message_slot_idx"),
+            # The scheduled-send job: scheduled messages whose send_at has passed.
+            models.Index(fields=["send_at"], condition=models.Q(status="scheduled"), name="mc_message_scheduled_idx"),
             # Admin list (newest first) and rebuilds of pull items by time.
             models.Index(fields=["-created_at"], name="mc_message_created_idx"),
             # Expiry clean-up and the admin status filter.
@@ -448,6 +457,10 @@ class Notification(models.Model):
     source_id = models.CharField(max_length=64, blank=True)
     withdrawn = models.BooleanField(default=False)
     withdrawn_at = models.DateTimeField(null=True, blank=True)
+    # Waiting for send_at: no audience, no slot (month 0), nothing in Redis. A
+    # cancelled one is withdrawn and no longer scheduled.
+    scheduled = models.BooleanField(default=False)
+    send_at = models.DateTimeField(null=True, blank=True)
     # Set once the sweep freed the stored-once detail after expiry.
     details_freed = models.BooleanField(default=False, editable=False)
     slot_month = models.PositiveIntegerField(editable=False)
@@ -460,6 +473,8 @@ class Notification(models.Model):
             models.Index(fields=["slot_month", "slot_offset"], name="mc_notification_slot_idx"),
             # Admin list (newest first).
             models.Index(fields=["-created_at"], name="mc_notification_created_idx"),
+            # The scheduled-send job: scheduled notifications whose send_at has passed.
+            models.Index(fields=["send_at"], condition=models.Q(scheduled=True), name="mc_notification_sched_idx"),
             # notification_sweep(): expired notifications whose detail is still stored.
             models.Index(
                 fields=["expire_at"], condition=models.Q(details_freed=False), name="mc_notification_expire_idx"

@@ -167,7 +167,15 @@ def message_details(message_ids: Iterable[int]) -> None:
     """Refresh what inboxes show of delivered messages (queued, retracted or expired: nothing)."""
     live = (
         Message.objects.filter(pk__in=[int(m) for m in message_ids])
-        .exclude(status__in=[MessageStatus.QUEUED, MessageStatus.RETRACTED, MessageStatus.EXPIRED])
+        .exclude(
+            status__in=[
+                MessageStatus.SCHEDULED,
+                MessageStatus.CANCELLED,
+                MessageStatus.QUEUED,
+                MessageStatus.RETRACTED,
+                MessageStatus.EXPIRED,
+            ]
+        )
         .defer("audience_bitmap", "users_bitmap")  # a detail never needs the audience
         .prefetch_related("image_files")
     )

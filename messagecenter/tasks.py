@@ -89,6 +89,13 @@ def rules_run_due_task() -> int:
     return len(services.rules_run_due())
 
 
+@shared_task(name="messagecenter.send_scheduled")
+def send_scheduled_task() -> int:
+    """Periodic (Celery beat, every MESSAGECENTER_SCHEDULED_SECONDS): send the scheduled
+    messages and notifications whose send_at has passed; each exactly once (row locks)."""
+    return services.scheduled_send_due()
+
+
 @shared_task(name="messagecenter.read_snapshot", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
 def read_snapshot_task() -> int:
     """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed inbox read

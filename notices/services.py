@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import journal, outbox
+from core import journal, outbox, webhooks
 from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
@@ -112,6 +112,15 @@ def announcement_create(
         # exactly these times: the run at commit may add the entry to each
         # index instead of rebuilding it.
         projection.announcement_created(announcement, platforms=clean_platforms)
+        webhooks.webhook_emit(
+            event="announcement.published",
+            data={
+                "id": str(announcement.pk),
+                "title": announcement.title,
+                "platforms": clean_platforms,
+                "publish_at": announcement.publish_at.isoformat(),
+            },
+        )
     return announcement
 
 

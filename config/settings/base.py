@@ -48,6 +48,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: request latency per route for /metrics, the whole stack included.
+    "core.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
@@ -435,6 +437,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Message centre API",
     "DESCRIPTION": "Announcements, bulletins, messages and notifications for millions of users.",
     "VERSION": "1.0.0",
+    # Several answers have a "status": each set of choices gets its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "MessageStatusEnum": "messagecenter.models.MessageStatus",
+        "NotificationStatusEnum": ["scheduled", "sent", "cancelled", "withdrawn"],
+    },
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -494,6 +501,41 @@ MESSAGECENTER_CHECK_PUSH_MESSAGES: int = env.int("MESSAGECENTER_CHECK_PUSH_MESSA
 MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LIMIT", default=5000)
 # Items younger than this may still wait for their delivery task: check_redis skips them.
 MESSAGECENTER_CHECK_GRACE_SECONDS: float = env.float("MESSAGECENTER_CHECK_GRACE_SECONDS", default=60.0)
+
+# --- Webhooks (core/webhooks.py) ----------------------------------------------
+# Seconds before each retry of a failed delivery (exponential: 10 s ... ~40 min);
+# one attempt more than entries, then the delivery is marked failed.
+WEBHOOK_RETRY_DELAYS: list[float] = [
+    float(x) for x in env.list("WEBHOOK_RETRY_DELAYS", default=["10", "60", "300", "1800"])
+]
+# Failed attempts in a row after which an endpoint is switched off.
+WEBHOOK_DISABLE_AFTER_FAILURES: int = env.int("WEBHOOK_DISABLE_AFTER_FAILURES", default=15)
+WEBHOOK_TIMEOUT_SECONDS: float = env.float("WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Loopback, private, link-local and reserved addresses are refused unless this is on
+# (a receiver on the same host or network, and the tests' loopback receiver).
+WEBHOOK_ALLOW_PRIVATE_ADDRESSES: bool = env.bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", default=False)
+# How often beat hands due webhook deliveries (retries, broker outages) to the workers.
+WEBHOOK_RELAY_SECONDS: float = env.float("WEBHOOK_RELAY_SECONDS", default=10.0)
+# A handed-over delivery not finished within this is handed over again.
+WEBHOOK_LEASE_SECONDS: float = env.float("WEBHOOK_LEASE_SECONDS", default=120.0)
+# A pending delivery that failed this many times in a row raises delivery.failed once.
+MESSAGECENTER_DELIVERY_FAILED_EVENT_ATTEMPTS: int = env.int("MESSAGECENTER_DELIVERY_FAILED_EVENT_ATTEMPTS", default=5)
+CELERY_BEAT_SCHEDULE["core-webhook-relay"] = {"task": "core.webhook_relay", "schedule": WEBHOOK_RELAY_SECONDS}
+
+# --- Scheduled sends ------------------------------------------------------------
+# How often beat sends the messages and notifications whose send_at has passed.
+MESSAGECENTER_SCHEDULED_SECONDS: float = env.float("MESSAGECENTER_SCHEDULED_SECONDS", default=15.0)
+CELERY_BEAT_SCHEDULE["messagecenter-send-scheduled"] = {
+    "task": "messagecenter.send_scheduled",
+    "schedule": MESSAGECENTER_SCHEDULED_SECONDS,
+}
+
+# --- Metrics (core/metrics.py, GET /metrics) ----------------------------------
+# A scrape needs "Authorization: Bearer <METRICS_TOKEN>" or a client address in
+# METRICS_ALLOWED_IPS (addresses or networks); with neither set, /metrics is 403.
+# Under gunicorn set PROMETHEUS_MULTIPROC_DIR (an empty directory) for all workers.
+METRICS_TOKEN: str = env("METRICS_TOKEN", default="")
+METRICS_ALLOWED_IPS: list[str] = env.list("METRICS_ALLOWED_IPS", default=[])
 
 LOGGING = {
     "version": 1,

@@ -326,18 +326,24 @@ class MessageSendApi(APIView):
             help_text="A retry with the same key within 24 hours stores nothing and answers 200 with the "
             "first message (the Idempotency-Key header means the same). Keys are global, not per operator.",
         )
+        # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
+        send_at = TimeField(required=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
         delivery = serializers.ChoiceField(choices=["push", "pull"])
         recipients = serializers.IntegerField(allow_null=True)
+        status = serializers.ChoiceField(choices=MessageStatus.values)
+        send_at = OffsetDateTimeField(allow_null=True)
 
     @extend_schema(
         operation_id="manage_message_send",
-        summary="Send a message (idempotent with a key)",
+        summary="Send a message (idempotent with a key; optionally scheduled)",
         description="202 when stored and queued for delivery. With an idempotency key (body field or "
         "`Idempotency-Key` header) a repeat within 24 hours stores nothing and answers 200 with the first "
-        "message; the same key with another body is 409.",
+        "message; the same key with another body is 409. With send_at (in the future, at most a year ahead) "
+        "the message is stored with status scheduled and reaches nobody until then; PATCH or DELETE "
+        "/manage/messages/{id}/ edit or cancel it.",
         request=InputSerializer,
         parameters=[
             OpenApiParameter(
@@ -362,19 +368,23 @@ class MessageSendApi(APIView):
         to = data["to"]
 
         def send() -> Message:
-            message = services.message_send(
-                sender=request.user,  # type: ignore[arg-type]
-                category=data["category"],
-                title=data["title"],
-                summary=data.get("summary") or "",
-                body_html=data["body_html"],
-                link=data.get("link") or "",
-                images=data.get("images") or [],
-                user_ids=to.get("users") or [],
-                group_ids=to.get("groups") or [],
-                everyone=to.get("everyone", False),
-                expire_at=data.get("expire_at"),
-            )
+            common: dict[str, Any] = {
+                "sender": request.user,
+                "category": data["category"],
+                "title": data["title"],
+                "summary": data.get("summary") or "",
+                "body_html": data["body_html"],
+                "link": data.get("link") or "",
+                "images": data.get("images") or [],
+                "user_ids": to.get("users") or [],
+                "group_ids": to.get("groups") or [],
+                "everyone": to.get("everyone", False),
+                "expire_at": data.get("expire_at"),
+            }
+            if data.get("send_at") is not None:
+                message = services.message_schedule(**common, send_at=data["send_at"])
+            else:
+                message = services.message_send(**common)
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message
 
@@ -384,7 +394,7 @@ class MessageSendApi(APIView):
             else:
                 fingerprint = services.request_fingerprint(data)
                 message, created = services.message_send_once(key=key, fingerprint=fingerprint, send=send)
-        out = {"id": message.pk, "delivery": message.delivery, "recipients": message.audience_size}
+        out = _message_state(message)
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(self.OutputSerializer(out).data, status=code)
 
@@ -427,14 +437,56 @@ class MessageSendApi(APIView):
         return Response({"results": [readback.message_data(item) for item in items], "next_cursor": next_cursor})
 
 
+def _message_state(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.pk,
+        "delivery": message.delivery,
+        "recipients": message.audience_size,
+        "status": message.status,
+        "send_at": message.send_at,
+    }
+
+
+class ScheduledMessageSerializer(StrictInputSerializer):
+    title = StrictCharField(max_length=200, required=False)
+    summary = StrictCharField(max_length=300, required=False, allow_blank=True)
+    body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
+    to = MessageAudienceSerializer(required=False)
+    expire_at = TimeField(required=False, allow_null=True)
+    send_at = TimeField(required=False)
+
+
 class MessageRetractApi(APIView):
     """DELETE retracts; GET reads the message back."""
 
     permission_classes = [IsOperator]
-    required_permissions = ("messagecenter.delete_message",)
     read_permissions = ("messagecenter.view_message",)
 
-    @extend_schema(operation_id="manage_message_retract", responses={204: None, **ERRORS(401, 403, 404)})
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = self.request.method if self.request else "DELETE"
+        return ("messagecenter.change_message",) if method == "PATCH" else ("messagecenter.delete_message",)
+
+    @extend_schema(
+        operation_id="manage_message_schedule_update",
+        summary="Edit a scheduled message (409 once it was sent or cancelled)",
+        request=ScheduledMessageSerializer,
+        responses={200: MessageSendApi.OutputSerializer, **ERRORS(400, 401, 403, 404, 409)},
+    )
+    def patch(self, request: Request, message_id: int) -> Response:
+        message = get_object_or_404(Message, pk=message_id)
+        serializer = ScheduledMessageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        with transaction.atomic():
+            message = services.message_schedule_update(message=message, data=serializer.validated_data)
+            audit_api(request, action="update", obj=message, changes=serializer.validated_data)
+        return Response(MessageSendApi.OutputSerializer(_message_state(message)).data)
+
+    @extend_schema(
+        operation_id="manage_message_retract",
+        summary="Retract a sent message from every inbox, or cancel a scheduled one",
+        responses={204: None, **ERRORS(401, 403, 404)},
+    )
     def delete(self, request: Request, message_id: int) -> Response:
         message = get_object_or_404(Message, pk=message_id)
         with transaction.atomic():

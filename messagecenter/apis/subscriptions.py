@@ -3,6 +3,8 @@
 A duplicate subscription (same type, scope and user or group) answers 409.
 """
 
+from typing import Any
+
 from django.core.validators import validate_slug
 from django.db import transaction
 from django.shortcuts import get_object_or_404
@@ -20,6 +22,7 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     StrictIntegerField,
+    TimeField,
     user_id_field,
 )
 from core.openapi import ERRORS, page_serializer
@@ -32,7 +35,7 @@ from messagecenter.apis.readback import (
     NotificationOutputSerializer,
     SubscriptionOutputSerializer,
 )
-from messagecenter.models import CATEGORIES, Subscription
+from messagecenter.models import CATEGORIES, Notification, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
 
@@ -193,6 +196,30 @@ class SubscriptionDeleteApi(APIView):
         return Response(SubscriptionOutputSerializer(subscription).data)
 
 
+class NotificationStateSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    recipients = serializers.IntegerField(help_text="0 while scheduled: the audience is resolved at send time.")
+    expire_at = OffsetDateTimeField()
+    status = serializers.ChoiceField(choices=["scheduled", "sent", "cancelled", "withdrawn"])
+    send_at = OffsetDateTimeField(allow_null=True)
+
+
+def _notification_state(notification: Notification) -> dict[str, Any]:
+    if notification.scheduled:
+        state = "scheduled"
+    elif notification.withdrawn:
+        state = "cancelled" if notification.slot_month == 0 else "withdrawn"
+    else:
+        state = "sent"
+    return {
+        "id": notification.pk,
+        "recipients": notification.recipients,
+        "expire_at": notification.expire_at,
+        "status": state,
+        "send_at": notification.send_at,
+    }
+
+
 class NotificationSendApi(APIView):
     permission_classes = [IsOperator]
     required_permissions = ("messagecenter.add_notification",)
@@ -204,14 +231,18 @@ class NotificationSendApi(APIView):
         title = StrictCharField(max_length=200)
         body_html = StrictCharField(allow_blank=True, max_length=100_000)
         ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, allow_null=True)
+        # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
+        send_at = TimeField(required=False)
 
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.CharField()
-        recipients = serializers.IntegerField()
-        expire_at = OffsetDateTimeField()
+    class OutputSerializer(NotificationStateSerializer):
+        pass
 
     @extend_schema(
         operation_id="manage_notification_send",
+        description=(
+            "With send_at (in the future, at most a year ahead) the notification is stored with status "
+            "scheduled and sent to the subscribers of that time; PATCH or DELETE its detail to edit or cancel it."
+        ),
         request=InputSerializer,
         responses={202: OutputSerializer, **ERRORS(400, 401, 403)},
     )
@@ -219,16 +250,20 @@ class NotificationSendApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        common = {
+            "message_type": data["message_type"],
+            "scope": data["scope"],
+            "title": data["title"],
+            "body_html": data["body_html"],
+            "ttl_seconds": data.get("ttl_seconds"),
+        }
         with transaction.atomic():
-            notification = services.notification_send(
-                message_type=data["message_type"],
-                scope=data["scope"],
-                title=data["title"],
-                body_html=data["body_html"],
-                ttl_seconds=data.get("ttl_seconds"),
-            )
+            if data.get("send_at") is not None:
+                notification = services.notification_schedule(**common, send_at=data["send_at"])
+            else:
+                notification = services.notification_send(**common)
             audit_api(request, action="create", obj=notification, changes=data)
-        return Response(self.OutputSerializer(notification).data, status=status.HTTP_202_ACCEPTED)
+        return Response(self.OutputSerializer(_notification_state(notification)).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         operation_id="manage_notification_list",
@@ -252,8 +287,52 @@ class NotificationSendApi(APIView):
 
 
 class NotificationDetailApi(APIView):
+    """Read a notification back, edit a scheduled one before it is sent (409 after), cancel it, or
+    withdraw a sent one."""
+
     permission_classes = [IsOperator]
-    required_permissions = ("messagecenter.view_notification",)
+    read_permissions = ("messagecenter.view_notification",)
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = self.request.method if self.request else "PATCH"
+        return ("messagecenter.delete_notification",) if method == "DELETE" else ("messagecenter.change_notification",)
+
+    class InputSerializer(StrictInputSerializer):
+        title = StrictCharField(max_length=200, required=False)
+        body_html = StrictCharField(allow_blank=True, max_length=100_000, required=False)
+        scope = StrictCharField(max_length=100, required=False)
+        ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False)
+        send_at = TimeField(required=False)
+
+    @extend_schema(
+        operation_id="manage_notification_update",
+        summary="Edit a scheduled notification (409 once it was sent)",
+        request=InputSerializer,
+        responses={200: NotificationStateSerializer, **ERRORS(400, 401, 403, 404, 409)},
+    )
+    def patch(self, request: Request, notification_id: int) -> Response:
+        notification = get_object_or_404(Notification, pk=notification_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        with transaction.atomic():
+            notification = services.notification_schedule_update(
+                notification=notification, data=serializer.validated_data
+            )
+            audit_api(request, action="update", obj=notification, changes=serializer.validated_data)
+        return Response(NotificationStateSerializer(_notification_state(notification)).data)
+
+    @extend_schema(
+        operation_id="manage_notification_delete",
+        summary="Cancel a scheduled notification, or withdraw a sent one from every inbox",
+        responses={204: None, **ERRORS(401, 403, 404)},
+    )
+    def delete(self, request: Request, notification_id: int) -> Response:
+        notification = get_object_or_404(Notification, pk=notification_id)
+        with transaction.atomic():
+            services.notification_cancel_or_withdraw(notification=notification)
+            audit_api(request, action="delete", obj=notification)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
         operation_id="manage_notification_retrieve",

@@ -81,7 +81,9 @@ FOLD_BATCH = 500
 SlotResolver = Callable[[int, list[int]], list[str]]
 
 
-def first_reads_fold(*, resolve: SlotResolver, max_entries: int = 100_000) -> int:
+def first_reads_fold(
+    *, resolve: SlotResolver, max_entries: int = 100_000, on_batch: Callable[[dict[str, int]], None] | None = None
+) -> int:
     """Add the pending first reads to the per-item hour hashes; returns entries folded.
 
     Each entry is popped by exactly one folder (LPOP), so concurrent folds never
@@ -113,6 +115,11 @@ def first_reads_fold(*, resolve: SlotResolver, max_entries: int = 100_000) -> in
             pipe.expire(key, READ_HOURS_TTL_SECONDS)
         pipe.execute()
         folded += len(entries)
+        if on_batch is not None:
+            totals: Counter[str] = Counter()
+            for (ref, _hour), count in counts.items():
+                totals[ref] += count
+            on_batch(dict(totals))
     return folded
 
 

@@ -46,6 +46,14 @@ from messagecenter.services.preferences import (
 )
 from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
+from messagecenter.services.scheduled import (
+    message_schedule,
+    message_schedule_update,
+    notification_cancel_or_withdraw,
+    notification_schedule,
+    notification_schedule_update,
+    scheduled_send_due,
+)
 from messagecenter.services.slots import slot_allocate
 
 __all__ = [
@@ -70,13 +78,18 @@ __all__ = [
     "message_deliver",
     "message_fanout_chunk",
     "message_retract",
+    "message_schedule",
+    "message_schedule_update",
     "message_send",
     "message_send_keys_purge",
     "message_send_once",
     "message_type_create",
+    "notification_cancel_or_withdraw",
     "notification_deliver",
     "notification_fanout_chunk",
     "notification_rebuild",
+    "notification_schedule",
+    "notification_schedule_update",
     "notification_send",
     "notification_sweep",
     "notification_withdraw",
@@ -87,6 +100,7 @@ __all__ = [
     "rule_validate",
     "rules_run",
     "rules_run_due",
+    "scheduled_send_due",
     "slot_allocate",
     "subscription_create",
     "subscription_delete",

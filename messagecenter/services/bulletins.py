@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from core import webhooks
 from core.exceptions import ValidationFailed
 from core.html import sanitize_html
 from messagecenter import projection
@@ -70,6 +71,15 @@ def bulletin_create(
         # writes Redis from it instead of reloading (the receivers' requests
         # of the insert and the groups coalesce into that run).
         projection.bulletin_created(bulletin, group_ids=[g.pk for g in groups])
+        webhooks.webhook_emit(
+            event="bulletin.published",
+            data={
+                "id": str(bulletin.pk),
+                "title": bulletin.title,
+                "display_time": bulletin.display_time.isoformat(),
+                "user_groups": [str(g.pk) for g in groups],
+            },
+        )
     return bulletin
 
 

@@ -44,6 +44,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
+from core import webhooks
 from core.breaker import CircuitBreaker
 from core.redis import get_redis
 from messagecenter.models import PendingDelivery
@@ -186,6 +187,12 @@ def _note_failure(task: str, object_id: int, index: int, exc: Exception, *, dela
     PendingDelivery.objects.update_or_create(
         **_key(task, object_id, index), defaults={"attempts": attempts, "last_error": message, "due_at": due}
     )
+    if attempts == int(settings.MESSAGECENTER_DELIVERY_FAILED_EVENT_ATTEMPTS):
+        # Once per row, when its failures look like more than a blip.
+        webhooks.webhook_emit(
+            event="delivery.failed",
+            data={"task": task, "object_id": str(object_id), "index": index, "attempts": attempts, "error": message},
+        )
 
 
 # --- Running -----------------------------------------------------------------
@@ -341,3 +348,14 @@ def forget_local_state() -> None:
 def delivery_pending() -> list[PendingDelivery]:
     """Every row not done yet, oldest first (the drift check lists them)."""
     return list(PendingDelivery.objects.order_by("id"))
+
+
+def delivery_depth() -> int:
+    """How many rows wait (the metrics' pending-delivery depth)."""
+    return PendingDelivery.objects.count()
+
+
+def delivery_oldest_age_seconds() -> float:
+    """Seconds since the oldest waiting row was written (0 when none): the fan-out lag."""
+    oldest = PendingDelivery.objects.order_by("created_at").values_list("created_at", flat=True)[:1]
+    return max((timezone.now() - oldest[0]).total_seconds(), 0.0) if oldest else 0.0

@@ -17,6 +17,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
+from core import webhooks
 from core.exceptions import LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
 from messagecenter.items import message_detail, message_entry
@@ -150,7 +151,23 @@ def message_send(
             for position, upload in enumerate(image_files)
         ]
         _deliver_on_commit(message, uploaded)
+        message_sent_emit(message)
     return message
+
+
+def message_sent_emit(message: Message) -> None:
+    """The ``message.sent`` webhook event, in the transaction that sends it."""
+    webhooks.webhook_emit(
+        event="message.sent",
+        data={
+            "id": str(message.pk),
+            "category": message.category,
+            "title": message.title,
+            "delivery": message.delivery,
+            "recipients": message.audience_size,
+            "everyone": message.everyone,
+        },
+    )
 
 
 DELIVER_TASK = "messagecenter.message_deliver"
@@ -366,8 +383,14 @@ def message_retract(*, message: Message, actor: AbstractBaseUser | None = None) 
     """
     with transaction.atomic():
         locked = Message.objects.select_for_update().get(pk=message.pk)
-        if locked.status == MessageStatus.RETRACTED:
+        if locked.status in (MessageStatus.RETRACTED, MessageStatus.CANCELLED):
             return False
+        if locked.status == MessageStatus.SCHEDULED:
+            # Not sent yet: nothing is in Redis, so a plain UPDATE (no receiver,
+            # no removal to project) cancels it; the lock keeps the send job out.
+            Message.objects.filter(pk=message.pk).update(status=MessageStatus.CANCELLED, retracted_at=timezone.now())
+            message.refresh_from_db()
+            return True
         # The post_save receiver asks for its removal from Redis after commit.
         locked.status = MessageStatus.RETRACTED
         locked.retracted_at = timezone.now()

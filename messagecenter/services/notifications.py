@@ -23,6 +23,7 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 from pyroaring import BitMap
 
+from core import webhooks
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html
 from messagecenter import projection
@@ -192,7 +193,22 @@ def notification_send(
         )
         # Committed with the notification, sent to its task after commit (services.delivery).
         delivery_add(task=DELIVER_TASK, object_id=notification.pk)
+        notification_sent_emit(notification)
     return notification
+
+
+def notification_sent_emit(notification: Notification) -> None:
+    """The ``notification.sent`` webhook event, in the transaction that sends it."""
+    webhooks.webhook_emit(
+        event="notification.sent",
+        data={
+            "id": str(notification.pk),
+            "message_type": notification.message_type.code,
+            "scope": notification.scope,
+            "title": notification.title,
+            "recipients": notification.recipients,
+        },
+    )
 
 
 def _chunk_count(notification: Notification) -> int:
@@ -316,7 +332,7 @@ def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
     pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
     for type_id, scope in pairs:
         projection.subscribers(type_id, scope)
-    live = Notification.objects.filter(withdrawn=False, expire_at__gt=now)
+    live = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now)
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     count = 0
     for notification in live.iterator():

@@ -1,0 +1,215 @@
+"""Prometheus metrics: ``GET /metrics`` (prometheus-client's text format).
+
+Two kinds of metric:
+
+- Counted in the process (request latency, webhook and email failures, live
+  streams). Under gunicorn every worker counts its own: set
+  ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory (the same for every
+  worker, emptied before the server starts) and prometheus-client keeps the
+  values in files there, which a scrape of any worker adds up. Without it
+  (one process: ``runserver``, uvicorn with one worker) the values live in
+  memory.
+- Read at scrape time from PostgreSQL and this process (outbox depth,
+  pending deliveries and the age of the oldest, pending webhooks, the Redis
+  breaker): ``StateCollector``. The apps register what only they can count
+  (``register_state``), since ``core`` knows no app.
+
+Labels stay few: the URL pattern (never the path with its ids), the method
+and the status class.
+"""
+
+import hmac
+import ipaddress
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.utils import timezone
+from prometheus_client import REGISTRY as PROCESS_REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from core import breaker
+from core.models import OutboxEntry, WebhookDelivery
+
+REQUEST_LATENCY = Histogram(
+    "messagecenter_http_request_duration_seconds",
+    "Time to answer a request, per URL pattern, method and status class.",
+    ["route", "method", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+WEBHOOK_FAILURES = Counter(
+    "messagecenter_webhook_failures", "Webhook delivery attempts that failed, per event.", ["event"]
+)
+EMAIL_FAILURES = Counter("messagecenter_email_failures", "Emails the backend refused or failed to send.")
+LIVE_STREAMS = Gauge(
+    "messagecenter_live_streams",
+    "Live inbox event streams open now.",
+    multiprocess_mode="livesum",
+)
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+# --- Request latency ----------------------------------------------------------------
+
+
+def _observe(request: HttpRequest, response: HttpResponseBase, started: float) -> None:
+    match = getattr(request, "resolver_match", None)
+    route = match.route if match is not None and match.route else "unmatched"
+    method = request.method if request.method in METHODS else "other"
+    REQUEST_LATENCY.labels(route=route, method=method, status=f"{response.status_code // 100}xx").observe(
+        time.perf_counter() - started
+    )
+
+
+class RequestMetricsMiddleware:
+    """Times every request (sync under WSGI, async under ASGI: an async stack
+    stays async). A streaming answer is timed to its first byte."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        started = time.perf_counter()
+        response = self.get_response(request)
+        _observe(request, response, started)
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        started = time.perf_counter()
+        awaitable: Awaitable[HttpResponseBase] = self.get_response(request)
+        response = await awaitable
+        _observe(request, response, started)
+        return response
+
+
+# --- State read at scrape time --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    documentation: str
+    read: Callable[[], float]
+
+
+_states: list[State] = []
+
+
+def register_state(name: str, documentation: str, read: Callable[[], float]) -> None:
+    """An app's gauge read at every scrape (``read`` returns its value now)."""
+    if all(state.name != name for state in _states):
+        _states.append(State(name, documentation, read))
+
+
+def _oldest_webhook_age() -> float:
+    oldest = (
+        WebhookDelivery.objects.filter(status="pending").order_by("created_at").values_list("created_at", flat=True)[:1]
+    )
+    return max((timezone.now() - oldest[0]).total_seconds(), 0.0) if oldest else 0.0
+
+
+class StateCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        base = [
+            State(
+                "messagecenter_redis_breaker_open",
+                "1 while this process's Redis circuit breaker is open (Redis failed moments ago).",
+                lambda: 1.0 if breaker.any_open() else 0.0,
+            ),
+            State(
+                "messagecenter_outbox_depth",
+                "Read-model writes waiting in the outbox for Redis.",
+                lambda: float(OutboxEntry.objects.count()),
+            ),
+            State(
+                "messagecenter_webhook_pending",
+                "Webhook deliveries not finished yet.",
+                lambda: float(WebhookDelivery.objects.filter(status="pending").count()),
+            ),
+            State(
+                "messagecenter_webhook_oldest_pending_age_seconds",
+                "Age of the oldest unfinished webhook delivery.",
+                _oldest_webhook_age,
+            ),
+        ]
+        for state in [*base, *_states]:
+            family = GaugeMetricFamily(state.name, state.documentation)
+            family.add_metric([], state.read())
+            yield family
+
+
+# --- The endpoint ------------------------------------------------------------------
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def _address_allowed(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    for entry in settings.METRICS_ALLOWED_IPS:
+        try:
+            if ip in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def metrics_access(request: HttpRequest) -> JsonResponse | None:
+    """None when the caller may scrape; otherwise the refusal (401 without a
+    token when one is configured, 403 for a wrong token or address)."""
+    token = str(settings.METRICS_TOKEN)
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        if hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode()):
+            return None
+        return _error(403, "permission_denied", "Wrong metrics token.")
+    if _address_allowed(request.META.get("REMOTE_ADDR", "")):
+        return None
+    if token and not header:
+        return _error(401, "not_authenticated", "A bearer token is required.")
+    return _error(403, "permission_denied", "Metrics are not open to this client.")
+
+
+def metrics_text() -> bytes:
+    """Everything in the text exposition format: the counted metrics (of every
+    worker in multiprocess mode), then the state read now."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        counted = CollectorRegistry()
+        multiprocess.MultiProcessCollector(counted)
+    else:
+        counted = PROCESS_REGISTRY
+    state = CollectorRegistry(auto_describe=False)
+    state.register(StateCollector())
+    return generate_latest(counted) + generate_latest(state)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    refused = metrics_access(request)
+    if refused is not None:
+        return refused
+    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,196 @@
+"""REST adapters for operations: webhook endpoints (``/api/v1/manage/webhooks/``)
+and the Prometheus scrape (``/metrics``)."""
+
+from typing import Any
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core import metrics, webhooks
+from core.cursors import decode_cursor, encode_cursor
+from core.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
+from core.models import WebhookEndpoint
+from core.openapi import ERRORS, cursor_parameter, limit_parameter
+from core.params import parse_limit
+from core.permissions import IsOperator
+
+_CURSOR_SCOPE = "manage-webhooks"
+
+
+class WebhookOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    url = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=webhooks.EVENTS))
+    active = serializers.BooleanField()
+    consecutive_failures = serializers.IntegerField()
+    disabled_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class WebhookCreatedSerializer(WebhookOutputSerializer):
+    secret = serializers.CharField(help_text="The signing secret (whsec_...): shown only in this answer.")
+
+
+def _endpoint_data(endpoint: WebhookEndpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.pk,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "events": endpoint.events,
+        "active": endpoint.active,
+        "consecutive_failures": endpoint.consecutive_failures,
+        "disabled_at": endpoint.disabled_at,
+        "created_at": endpoint.created_at,
+    }
+
+
+class WebhookListApi(APIView):
+    permission_classes = [IsOperator]
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = self.request.method if self.request else "GET"
+        return ("core.add_webhookendpoint",) if method == "POST" else ("core.view_webhookendpoint",)
+
+    class InputSerializer(StrictInputSerializer):
+        url = StrictCharField(max_length=500)
+        events = serializers.ListField(child=StrictCharField(max_length=64), max_length=len(webhooks.EVENTS) * 2)
+        description = StrictCharField(max_length=200, required=False, allow_blank=True)
+        active = StrictBooleanField(required=False, default=True)
+
+    class PageSerializer(serializers.Serializer):
+        results = WebhookOutputSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        operation_id="manage_webhook_list",
+        summary="List webhook endpoints, newest first",
+        parameters=[limit_parameter(), cursor_parameter()],
+        responses={200: PageSerializer, **ERRORS(400, 401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        limit = parse_limit(request.query_params.get("limit"))
+        queryset = WebhookEndpoint.objects.order_by("-id")
+        raw_cursor = request.query_params.get("cursor")
+        if raw_cursor:
+            before = decode_cursor(raw_cursor, scope=_CURSOR_SCOPE).get("before")
+            if not isinstance(before, int):
+                before = 0
+            queryset = queryset.filter(pk__lt=before)
+        rows = list(queryset[: limit + 1])
+        next_cursor = encode_cursor({"before": rows[limit - 1].pk}, scope=_CURSOR_SCOPE) if len(rows) > limit else None
+        page = {"results": [_endpoint_data(e) for e in rows[:limit]], "next_cursor": next_cursor}
+        return Response(self.PageSerializer(page).data)
+
+    @extend_schema(
+        operation_id="manage_webhook_create",
+        summary="Register a webhook endpoint",
+        description=(
+            "Events: " + ", ".join(webhooks.EVENTS) + ". The answer carries the signing secret once; "
+            "deliveries are signed per Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)."
+        ),
+        request=InputSerializer,
+        responses={201: WebhookCreatedSerializer, **ERRORS(400, 401, 403)},
+        examples=[
+            OpenApiExample(
+                "Messages sent and read",
+                value={"url": "https://hooks.example.com/mc", "events": ["message.sent", "message.read"]},
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        endpoint = webhooks.webhook_endpoint_create(
+            url=data["url"], events=data["events"], description=data.get("description", ""), active=data["active"]
+        )
+        out = {**_endpoint_data(endpoint), "secret": endpoint.secret}
+        return Response(WebhookCreatedSerializer(out).data, status=status.HTTP_201_CREATED)
+
+
+class WebhookDetailApi(APIView):
+    permission_classes = [IsOperator]
+
+    @property
+    def required_permissions(self) -> tuple[str, ...]:
+        method = (self.request.method if self.request else None) or "GET"
+        return {
+            "DELETE": ("core.delete_webhookendpoint",),
+            "PATCH": ("core.change_webhookendpoint",),
+        }.get(method, ("core.view_webhookendpoint",))
+
+    class InputSerializer(StrictInputSerializer):
+        url = StrictCharField(max_length=500, required=False)
+        events = serializers.ListField(
+            child=StrictCharField(max_length=64), required=False, max_length=len(webhooks.EVENTS) * 2
+        )
+        description = StrictCharField(max_length=200, required=False, allow_blank=True)
+        active = StrictBooleanField(required=False)
+
+    @extend_schema(
+        operation_id="manage_webhook_detail",
+        summary="A webhook endpoint (without its secret)",
+        responses={200: WebhookOutputSerializer, **ERRORS(401, 403, 404)},
+    )
+    def get(self, request: Request, webhook_id: int) -> Response:
+        endpoint = get_object_or_404(WebhookEndpoint, pk=webhook_id)
+        return Response(WebhookOutputSerializer(_endpoint_data(endpoint)).data)
+
+    @extend_schema(
+        operation_id="manage_webhook_update",
+        summary="Change a webhook endpoint; active=true turns a disabled one on again",
+        request=InputSerializer,
+        responses={200: WebhookOutputSerializer, **ERRORS(400, 401, 403, 404)},
+    )
+    def patch(self, request: Request, webhook_id: int) -> Response:
+        endpoint = get_object_or_404(WebhookEndpoint, pk=webhook_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, data=serializer.validated_data)
+        return Response(WebhookOutputSerializer(_endpoint_data(endpoint)).data)
+
+    @extend_schema(
+        operation_id="manage_webhook_delete",
+        summary="Delete a webhook endpoint and its delivery log",
+        responses={204: None, **ERRORS(401, 403, 404)},
+    )
+    def delete(self, request: Request, webhook_id: int) -> Response:
+        endpoint = get_object_or_404(WebhookEndpoint, pk=webhook_id)
+        webhooks.webhook_endpoint_delete(endpoint=endpoint)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MetricsApi(APIView):
+    """Prometheus scrape: ``Authorization: Bearer <METRICS_TOKEN>`` or an address in METRICS_ALLOWED_IPS."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
+        # Scrapers ask for text or OpenMetrics: never a 406 over the Accept header.
+        renderer = JSONRenderer()
+        return renderer, renderer.media_type
+
+    @extend_schema(
+        operation_id="metrics",
+        summary="Prometheus metrics (text exposition format)",
+        auth=[],
+        responses={
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text format 0.0.4."),
+            **ERRORS(401, 403),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return metrics.metrics_view(request._request)

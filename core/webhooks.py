@@ -1,0 +1,337 @@
+"""Webhooks: operators' endpoints receive signed JSON POSTs for events.
+
+Deliveries follow the Standard Webhooks convention (``webhook-id``,
+``webhook-timestamp``, ``webhook-signature`` headers; HMAC-SHA256 with a
+``whsec_`` secret), signed by the ``standardwebhooks`` library.
+
+Durability: ``webhook_emit`` writes one ``WebhookDelivery`` row per endpoint
+in the transaction of the event itself (an outbox). Only after commit is the
+row handed to Celery; a broker or Redis that is down loses nothing, since the
+beat relay (``webhook_relay``) hands due rows over again. A row handed over
+is leased (``WEBHOOK_LEASE_SECONDS``) so two relays do not send it twice; a
+receiver may still see an event twice after a worker died mid-request, and
+drops the duplicate by its ``webhook-id``, which every attempt repeats.
+
+A failed attempt (connection error, timeout, non-2xx) is due again after the
+next of ``WEBHOOK_RETRY_DELAYS``; after the last the delivery is failed. An
+endpoint whose attempts failed ``WEBHOOK_DISABLE_AFTER_FAILURES`` times in a
+row is switched off (its pending deliveries fail with it).
+
+Server-side request forgery: only http(s) URLs, and unless
+``WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` no host that resolves to a loopback,
+private, link-local or reserved address, checked at registration and again
+before every attempt (the name may resolve elsewhere later). Redirects are not
+followed.
+
+``core`` knows no app: the apps call ``webhook_emit`` with their own events.
+"""
+
+import base64
+import ipaddress
+import json
+import logging
+import secrets
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
+from standardwebhooks.webhooks import Webhook
+
+from core import metrics
+from core.exceptions import ValidationFailed
+from core.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
+
+logger = logging.getLogger(__name__)
+
+EVENTS: tuple[str, ...] = (
+    "message.sent",
+    "message.read",
+    "announcement.published",
+    "bulletin.published",
+    "notification.sent",
+    "delivery.failed",
+)
+DELIVER_TASK = "core.webhook_deliver"
+MAX_RESPONSE_ERROR = 500
+
+
+# --- Validation ------------------------------------------------------------------
+
+
+def _invalid(field: str, message: str, code: str = "invalid") -> ValidationFailed:
+    return ValidationFailed(message, code=code, fields={field: [message]})
+
+
+def _address_refused(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def webhook_url_check(url: str) -> None:
+    """Refuse what is not an http(s) URL, and (unless allowed) a host that
+    resolves to a non-public address. Raises ValidationFailed on ``url``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise _invalid("url", "Only http and https URLs are allowed.", "invalid_url")
+    if not parts.hostname:
+        raise _invalid("url", "The URL has no host.", "invalid_url")
+    if parts.username or parts.password:
+        raise _invalid("url", "Credentials in the URL are not allowed.", "invalid_url")
+    if settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
+    except (OSError, ValueError) as exc:
+        raise _invalid("url", "The host does not resolve.", "invalid_url") from exc
+    if any(_address_refused(str(info[4][0])) for info in infos):
+        raise _invalid("url", "The host resolves to a private or reserved address.", "invalid_url")
+
+
+def _events(events: Any) -> list[str]:
+    if not isinstance(events, list) or not events:
+        raise _invalid("events", "Choose at least one event.")
+    unknown = sorted({str(e) for e in events} - set(EVENTS))
+    if unknown:
+        raise _invalid("events", f"Unknown event(s): {', '.join(unknown)}.", "unknown_event")
+    return sorted(set(events))
+
+
+def webhook_secret_new() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+# --- Endpoints -------------------------------------------------------------------
+
+
+def webhook_endpoint_create(
+    *, url: str, events: list[str], description: str = "", active: bool = True
+) -> WebhookEndpoint:
+    clean_events = _events(events)  # the cheap check first: no DNS lookup for a request refused anyway
+    webhook_url_check(url)
+    return WebhookEndpoint.objects.create(
+        url=url, events=clean_events, description=description, active=active, secret=webhook_secret_new()
+    )
+
+
+def webhook_endpoint_update(*, endpoint: WebhookEndpoint, data: Mapping[str, Any]) -> WebhookEndpoint:
+    """Change url, events, description or active; turning an endpoint on again
+    forgets its failures. Validates everything before writing."""
+    events = _events(data["events"]) if "events" in data else endpoint.events
+    if "url" in data:
+        webhook_url_check(data["url"])
+        endpoint.url = data["url"]
+    endpoint.events = events
+    if "description" in data:
+        endpoint.description = data["description"]
+    if "active" in data:
+        if data["active"] and not endpoint.active:
+            endpoint.consecutive_failures = 0
+            endpoint.disabled_at = None
+        endpoint.active = bool(data["active"])
+    endpoint.save()
+    return endpoint
+
+
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
+    endpoint.delete()
+
+
+# --- Emitting --------------------------------------------------------------------
+
+
+def _lease_end(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=float(settings.WEBHOOK_LEASE_SECONDS))
+
+
+def webhook_emit(*, event: str, data: Mapping[str, Any], at: datetime | None = None) -> list[WebhookDelivery]:
+    """Record ``event`` for every active endpoint that wants it, in the caller's
+    transaction; each row goes to Celery after commit. One indexed query when
+    no endpoint is registered."""
+    if event not in EVENTS:
+        raise ValueError(f"Unknown webhook event {event!r}.")
+    # Few endpoints: filtering their event lists here works on every database.
+    endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if event in e.events]
+    if not endpoints:
+        return []
+    now = timezone.now()
+    payload = {"type": event, "timestamp": (at or now).isoformat(), "data": dict(data)}
+    rows = WebhookDelivery.objects.bulk_create(
+        [
+            WebhookDelivery(
+                endpoint=endpoint,
+                event=event,
+                message_id=f"msg_{uuid.uuid4().hex}",
+                payload=payload,
+                # Leased from the start: the relay leaves it to the hand-over
+                # below, and finds it if this process dies first.
+                next_attempt_at=_lease_end(now),
+            )
+            for endpoint in endpoints
+        ]
+    )
+    ids = [row.pk for row in rows if row.pk is not None]
+    if not ids:  # a backend that does not return ids from bulk inserts
+        ids = list(
+            WebhookDelivery.objects.filter(message_id__in=[r.message_id for r in rows]).values_list("pk", flat=True)
+        )
+    transaction.on_commit(lambda: _hand_over(ids))
+    return rows
+
+
+def _hand_over(ids: Iterable[int]) -> None:
+    for delivery_id in ids:
+        try:
+            current_app.tasks[DELIVER_TASK].apply_async(args=[delivery_id], retry=False)
+        except (BrokerError, OSError) as exc:
+            # The row stays due with its lease; the relay hands it over then.
+            logger.warning("broker refused webhook delivery %s: %s", delivery_id, exc)
+            return
+
+
+# --- Delivering ------------------------------------------------------------------
+
+
+def _retry_delays() -> list[float]:
+    return [float(d) for d in settings.WEBHOOK_RETRY_DELAYS]
+
+
+def _signed_request(delivery: WebhookDelivery, body: str) -> dict[str, str]:
+    now = timezone.now()
+    signature = Webhook(delivery.endpoint.secret).sign(msg_id=delivery.message_id, timestamp=now, data=body)
+    return {
+        "content-type": "application/json",
+        "user-agent": "messagecenter-webhooks",
+        "webhook-id": delivery.message_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature,
+    }
+
+
+def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
+    """One attempt: (status code or None, error text; empty on a 2xx)."""
+    try:
+        webhook_url_check(delivery.endpoint.url)
+    except ValidationFailed as exc:
+        return None, exc.message
+    body = json.dumps(delivery.payload, separators=(",", ":"))
+    try:
+        response = httpx.post(
+            delivery.endpoint.url,
+            content=body.encode(),
+            headers=_signed_request(delivery, body),
+            timeout=float(settings.WEBHOOK_TIMEOUT_SECONDS),
+            follow_redirects=False,
+        )
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:MAX_RESPONSE_ERROR]
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"HTTP {response.status_code}: {response.text[:MAX_RESPONSE_ERROR]}"
+
+
+def webhook_deliver(*, delivery_id: int) -> str:
+    """One attempt of a pending delivery (the Celery task's body). Returns the
+    status after it. Running it for a finished delivery changes nothing."""
+    delivery = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
+    if delivery is None or delivery.status != WebhookDeliveryStatus.PENDING:
+        return "gone" if delivery is None else delivery.status
+    if not delivery.endpoint.active:
+        _finish(delivery, WebhookDeliveryStatus.FAILED, attempted=False, error="The endpoint is disabled.")
+        return WebhookDeliveryStatus.FAILED
+    code, error = _post(delivery)
+    if not error:
+        _finish(delivery, WebhookDeliveryStatus.SUCCEEDED, attempted=True, code=code)
+        WebhookEndpoint.objects.filter(pk=delivery.endpoint_id).update(consecutive_failures=0)
+        return WebhookDeliveryStatus.SUCCEEDED
+    return _record_failure(delivery, code, error)
+
+
+def _finish(
+    delivery: WebhookDelivery, status: str, *, attempted: bool, code: int | None = None, error: str = ""
+) -> None:
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        status=status,
+        attempts=F("attempts") + (1 if attempted else 0),
+        last_status_code=code,
+        last_error=error,
+        finished_at=timezone.now(),
+    )
+
+
+def _record_failure(delivery: WebhookDelivery, code: int | None, error: str) -> str:
+    metrics.WEBHOOK_FAILURES.labels(event=delivery.event).inc()
+    attempts = delivery.attempts + 1
+    delays = _retry_delays()
+    now = timezone.now()
+    with transaction.atomic():
+        if attempts > len(delays):
+            status = WebhookDeliveryStatus.FAILED
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                status=status, attempts=attempts, last_status_code=code, last_error=error, finished_at=now
+            )
+        else:
+            status = WebhookDeliveryStatus.PENDING
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                attempts=attempts,
+                last_status_code=code,
+                last_error=error,
+                next_attempt_at=now + timedelta(seconds=delays[attempts - 1]),
+            )
+        endpoint = WebhookEndpoint.objects.select_for_update().get(pk=delivery.endpoint_id)
+        endpoint.consecutive_failures += 1
+        if endpoint.active and endpoint.consecutive_failures >= int(settings.WEBHOOK_DISABLE_AFTER_FAILURES):
+            endpoint.active = False
+            endpoint.disabled_at = now
+            WebhookDelivery.objects.filter(endpoint=endpoint, status=WebhookDeliveryStatus.PENDING).update(
+                status=WebhookDeliveryStatus.FAILED, finished_at=now, last_error="The endpoint was disabled."
+            )
+            logger.warning("webhook endpoint %s disabled after %s failures", endpoint.pk, endpoint.consecutive_failures)
+        endpoint.save(update_fields=["consecutive_failures", "active", "disabled_at"])
+    return status
+
+
+def webhook_relay(*, limit: int = 100) -> int:
+    """Hand due pending deliveries (retries, hand-overs the broker refused or
+    lost) to Celery, leasing them first so two relays do not send one twice.
+    Returns how many were handed over."""
+    now = timezone.now()
+    with transaction.atomic():
+        ids = list(
+            WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.PENDING, next_attempt_at__lte=now)
+            .order_by("next_attempt_at", "id")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not ids:
+            return 0
+        WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=_lease_end(now))
+    _hand_over(ids)
+    return len(ids)
+
+
+def webhook_retry(*, ids: Iterable[int]) -> int:
+    """An operator's retry: make these deliveries pending and due now (their
+    attempts start again); the relay sends them. Returns how many."""
+    return WebhookDelivery.objects.filter(pk__in=list(ids)).update(
+        status=WebhookDeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now(), finished_at=None
+    )
+
+
+# --- Reading ---------------------------------------------------------------------
+
+
+def webhook_pending_count() -> int:
+    return WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.PENDING).count()
