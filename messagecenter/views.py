@@ -12,7 +12,7 @@ from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.translation import gettext as gettext_now
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
@@ -113,7 +113,7 @@ def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
             # Pages mark on open (the API needs the explicit POST).
             services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]
     except NotFound as exc:
-        raise Http404(gettext_now("No such item in your inbox.")) from exc
+        raise Http404(gettext("No such item in your inbox.")) from exc
     except InboxUnavailable:
         # The item was read from PostgreSQL but the mark was refused: show it
         # anyway; it stays unread in the list, which is the truth.
@@ -150,10 +150,10 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     try:
         services.inbox_hide(user=request.user, item_id=item_id)  # type: ignore[arg-type]
     except NotFound as exc:
-        raise Http404(gettext_now("No such item in your inbox.")) from exc
+        raise Http404(gettext("No such item in your inbox.")) from exc
     except InboxUnavailable:
         return _unavailable(request)
-    messages.success(request, gettext_now("Deleted from your inbox."))
+    messages.success(request, gettext("Deleted from your inbox."))
     next_url = request.POST.get("next") or ""
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):
         next_url = reverse("messagecenter:inbox")
