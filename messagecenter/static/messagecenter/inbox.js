@@ -637,9 +637,10 @@
         row.classList.add("fresh");
         list.insertBefore(row, list.firstChild);
       });
-      if (anchor && window.scrollY > 0) {
-        window.scrollBy(0, anchor.getBoundingClientRect().top - before);
-      }
+      // Browsers with scroll anchoring have kept it in place already; the
+      // others see it move by what was inserted, and get it back here.
+      var moved = anchor ? anchor.getBoundingClientRect().top - before : 0;
+      if (window.scrollY > 0 && Math.abs(moved) > 1) { window.scrollBy(0, moved); }
       announce(mc.interpolate(mc.ngettext("%s new item", "%s new items", fresh.length), [mc.number(fresh.length)]) +
         ": " + fresh.map(function (i) { return i.title; }).reverse().join(", "));
       updateEmpty();
