@@ -12,9 +12,8 @@ from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from core.exceptions import NotFound, ValidationFailed, is_database_outage
@@ -138,7 +137,8 @@ def inbox_read_all(request: HttpRequest) -> HttpResponse:
     except InboxUnavailable:
         return _unavailable(request)
     messages.success(
-        request, ngettext("Marked %(count)d item as read.", "Marked %(count)d items as read.", marked) % {"count": marked}
+        request,
+        ngettext("Marked %(count)d item as read.", "Marked %(count)d items as read.", marked) % {"count": marked},
     )
     url = reverse("messagecenter:inbox")
     return redirect(f"{url}?category={category}" if category else url)

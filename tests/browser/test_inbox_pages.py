@@ -59,7 +59,9 @@ def _three_items(operator: Any, recipient: Any) -> None:
         title="Your order shipped",
         summary="Your order shipped: it arrives on Tuesday.",
     )
-    send(operator, to={"users": [recipient]}, category="promotion", title="Half price", summary="Everything in the shop")
+    send(
+        operator, to={"users": [recipient]}, category="promotion", title="Half price", summary="Everything in the shop"
+    )
 
 
 @pytest.mark.parametrize("viewport", ["phone", "desktop"])
@@ -70,9 +72,7 @@ def test_the_inbox_in_each_language_scheme_and_size(
 ) -> None:
     _three_items(operator, recipient)
     size = PHONE if viewport == "phone" else DESKTOP
-    page = open_page(
-        recipient, locale=LANGS[lang], color_scheme=scheme, timezone_id="Asia/Shanghai", **size
-    )
+    page = open_page(recipient, locale=LANGS[lang], color_scheme=scheme, timezone_id="Asia/Shanghai", **size)
     text = TEXT[lang]
     expect(page.locator("html")).to_have_attribute("lang", text["html"])
     expect(page.get_by_role("heading", level=1)).to_have_text(text["heading"])
@@ -87,7 +87,7 @@ def test_the_inbox_in_each_language_scheme_and_size(
     first_time = rows.first.locator("time")
     expect(first_time).to_have_text(text["now"])
     hover = first_time.get_attribute("title") or ""
-    assert "2026" in hover and len(hover) > 12, hover
+    assert str(datetime.now().year) in hover, hover
     # The reader's zone (Asia/Shanghai): the hover text names it.
     assert any(zone in hover for zone in ("China", "GMT+8", "中国", "CST")), hover
     # The summary that repeated the title shows only its rest.
@@ -98,7 +98,8 @@ def test_the_inbox_in_each_language_scheme_and_size(
     # Touch targets of 44 px at least, for every visible control of the list.
     for control in page.locator("#inbox button:visible, #inbox .tabs a:visible").all():
         box = control.bounding_box()
-        assert box and box["height"] >= 44, f"{control.inner_text()!r} is {box}"
+        assert box, control
+        assert box["height"] >= 44, f"{control.inner_text()!r} is {box}"
     # Disabled bulk buttons look disabled (another colour, a not-allowed cursor).
     bulk = page.locator("[data-bulk=read]")
     expect(bulk).to_be_disabled()
@@ -112,10 +113,12 @@ def test_the_inbox_in_each_language_scheme_and_size(
 def test_the_favicon_is_served(open_page: Any, recipient: Any) -> None:
     page = open_page(recipient)
     ico = page.request.get("/favicon.ico")
-    assert ico.status == 200 and ico.body()[:4] == b"\x00\x00\x01\x00"
+    assert ico.status == 200
+    assert ico.body()[:4] == b"\x00\x00\x01\x00"
     svg_href = page.locator("link[rel=icon][type='image/svg+xml']").get_attribute("href")
     svg = page.request.get(svg_href)
-    assert svg.status == 200 and b"<svg" in svg.body()
+    assert svg.status == 200
+    assert b"<svg" in svg.body()
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -216,7 +219,9 @@ def test_new_items_arrive_above_without_moving_the_reader(open_page: Any, operat
     page.evaluate("window.mcRefreshCounts()")
     expect(rows.first.locator(".item-title")).to_have_text("For everyone")
     after = target.bounding_box()
-    assert before and after and abs(before["y"] - after["y"]) <= 2, (before, after)
+    assert before
+    assert after
+    assert abs(before["y"] - after["y"]) <= 2, (before, after)
     expect(page.locator("#live-region")).to_contain_text("1 new item")
     expect(page.locator("#live-region")).to_contain_text("For everyone")
 
@@ -333,9 +338,11 @@ def test_archive_and_snooze_call_the_contract(open_page: Any, operator: Any, rec
     page.get_by_role("button", name="Snooze until then").click()
     expect(page.locator("#items .item")).to_have_count(0)
     method, path, body, csrf = recorder.calls[0]
-    assert (method, path, body) == ("POST", f"/api/v1/inbox/{three}/archive/", None) and csrf
+    assert (method, path, body) == ("POST", f"/api/v1/inbox/{three}/archive/", None)
+    assert csrf
     method, path, body, csrf = recorder.calls[1]
-    assert (method, path) == ("POST", f"/api/v1/inbox/{two}/snooze/") and csrf
+    assert (method, path) == ("POST", f"/api/v1/inbox/{two}/snooze/")
+    assert csrf
     until = datetime.fromisoformat(body["until"].replace("Z", "+00:00")).astimezone(ZoneInfo("Asia/Shanghai"))
     tomorrow = datetime.now(ZoneInfo("Asia/Shanghai")).date() + timedelta(days=1)
     assert (until.date(), until.hour, until.minute) == (tomorrow, 9, 0)
@@ -394,5 +401,6 @@ def test_the_archived_view_lists_from_the_api(open_page: Any, recipient: Any) ->
     page.get_by_role("button", name="Unarchive “Filed away”").click()
     expect(page.locator("#items .item")).to_have_count(0)
     expect(page.locator("#empty")).to_contain_text("Nothing archived.")
-    assert asked and "archived=true" in asked[0]
+    assert asked
+    assert "archived=true" in asked[0]
     assert recorder.calls[0][:2] == ("POST", "/api/v1/inbox/77/unarchive/")

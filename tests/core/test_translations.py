@@ -35,7 +35,9 @@ def test_compiled_catalogue_matches_its_source(po_path: Path) -> None:
         compiled = gettext.GNUTranslations(handle)
     for entry in po.translated_entries():
         if entry.msgid_plural:
-            assert compiled.ngettext(entry.msgid, entry.msgid_plural, 5) == entry.msgstr_plural[max(entry.msgstr_plural)]
+            assert (
+                compiled.ngettext(entry.msgid, entry.msgid_plural, 5) == entry.msgstr_plural[max(entry.msgstr_plural)]
+            )
         else:
             assert compiled.gettext(entry.msgid) == entry.msgstr, f"{po_path.name}: {entry.msgid!r} not compiled"
 
@@ -43,7 +45,10 @@ def test_compiled_catalogue_matches_its_source(po_path: Path) -> None:
 def test_django_answers_in_chinese() -> None:
     with translation.override("zh-hans"):
         assert translation.gettext("Inbox") == "收件箱"
-        assert translation.ngettext("Marked %(count)d item as read.", "Marked %(count)d items as read.", 3) % {"count": 3} == "已将 3 个项目标为已读。"
+        assert (
+            translation.ngettext("Marked %(count)d item as read.", "Marked %(count)d items as read.", 3) % {"count": 3}
+            == "已将 3 个项目标为已读。"
+        )
     with translation.override("en"):
         assert translation.gettext("Inbox") == "Inbox"
 
