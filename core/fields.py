@@ -78,6 +78,30 @@ def id_value(raw: Any, *, max_value: int = MAX_ROW_ID) -> int | None:
     return value if 1 <= value <= max_value else None
 
 
+# An opaque id of an item some lists return ("m12": a kind letter, then an id).
+_REF_RE = re.compile(rf"\A[a-z]{ID_PATTERN}\Z")
+
+
+class RefField(serializers.Field):
+    """Every opaque item id a request carries: the string the API returned
+    (``"m12"``), or a bare JSON integer (accepted as ids are, it names an item
+    only where such ids are plain numbers). Anything else is refused."""
+
+    default_error_messages = {"invalid": 'A valid id is one the API returned (e.g. "m12") or a positive integer.'}
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, int) and not isinstance(data, bool):
+            if id_value(data) is None:
+                self.fail("invalid")
+            return str(data)
+        if not isinstance(data, str) or not _REF_RE.match(data):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
 class IdField(serializers.Field):
     """Every id a request carries: ``"8"`` (the form responses give) or ``8``.
 

@@ -188,6 +188,16 @@ def mc_inbox_hidden(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "hidden")
 
 
+def mc_inbox_archived(user_id: int) -> str:
+    """zset: members the user archived, score = the item's time in the list (ms)."""
+    return _key("inbox", user_tag(user_id), "archived")
+
+
+def mc_inbox_snoozed(user_id: int) -> str:
+    """zset: members the user snoozed, score = the wake time (ms); woken on read."""
+    return _key("inbox", user_tag(user_id), "snoozed")
+
+
 def mc_inbox_expiry(user_id: int) -> str:
     """zset: inbox members that expire, score = expire_at in ms (settled on every read)."""
     return _key("inbox", user_tag(user_id), "expiry")

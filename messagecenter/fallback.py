@@ -8,6 +8,11 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
   ``MESSAGECENTER_INBOX_MAX_ITEMS``; order, category and bitmap slot come from
   the same ``messagecenter.items`` entries, so ties break the way Redis breaks
   them (by member) and a cursor of one path pages on in the other;
+- archived and snoozed items (``InboxItemState`` rows) are kept out of the
+  list and the counts: archived ones are listed apart at their place, snoozed
+  ones are away until their wake time and then back at it, unread (their
+  read bit was cleared when snoozed: a snapshot older than the snooze says
+  unread);
 - read state is the last durable snapshot (``InboxReadSnapshot`` bitmaps of
   offsets per month, ``InboxSeenSnapshot``) with the user's pending marks
   from the outbox laid over it in order.
@@ -21,7 +26,7 @@ returned.
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +39,7 @@ from messagecenter.items import bulletin_detail, message_detail, notification_de
 from messagecenter.models import (
     Bulletin,
     InboxHidden,
+    InboxItemState,
     InboxReadSnapshot,
     InboxSeenSnapshot,
     Message,
@@ -41,9 +47,9 @@ from messagecenter.models import (
     Notification,
     UserGroupMembership,
 )
-from messagecenter.readmodel import InboxEntry, to_ms
+from messagecenter.readmodel import InboxEntry, listing, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
-from messagecenter.readmodel.inbox import Counts, Page, PageRow
+from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page, PageRow
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +166,16 @@ class _Inbox:
     items: list[InboxEntry]
     read: set[str]
     seen_ms: int
+    # Archived items newest first (score: their place), snoozed ones by ref (score: the wake time).
+    archived: list[InboxEntry] = field(default_factory=list)
+    snoozed: dict[str, InboxEntry] = field(default_factory=dict)
+
+    def place(self, ref: str) -> tuple[str, InboxEntry] | None:
+        for where, entries in ((LIVE, self.items), (ARCHIVED, self.archived)):
+            entry = next((e for e in entries if e.ref == ref), None)
+            if entry is not None:
+                return where, entry
+        return (SNOOZED, self.snoozed[ref]) if ref in self.snoozed else None
 
     def counts(self) -> Counts:
         by_category = dict.fromkeys(CATEGORY_ORDER, 0)
@@ -182,24 +198,60 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
     hidden.update(str(p.get("ref")) for topic, p in pending if topic == TOPIC_HIDE)
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
-    items = [
-        *_messages(user_id, now, now_ms, hidden, want),
-        *_bulletins(user_id, now, now_ms, hidden, want),
-        *_notifications(user_id, now, now_ms, hidden, want),
+    # mc_item_state_unique serves this lookup by user.
+    states = {
+        ref: (archived, until, snoozed_at)
+        for ref, archived, until, snoozed_at in InboxItemState.objects.filter(user_id=user_id)
+        .exclude(item_id__in=hidden)
+        .values_list("item_id", "archived", "snoozed_until", "snoozed_at")
+    }
+    scan = want + len(states)  # parked items do not count towards the list's size
+    candidates = [
+        *_messages(user_id, now, now_ms, hidden, scan),
+        *_bulletins(user_id, now, now_ms, hidden, scan),
+        *_notifications(user_id, now, now_ms, hidden, scan),
     ]
+    items: list[InboxEntry] = []
+    archived: list[InboxEntry] = []
+    snoozed: dict[str, InboxEntry] = {}
+    woken: dict[str, datetime] = {}  # ref -> when its snooze cleared its read bit
+    for entry in candidates:
+        if entry.ref not in states:
+            items.append(entry)
+            continue
+        is_archived, until, snoozed_at = states[entry.ref]
+        # A snooze that has woken keeps the item at its wake time.
+        placed = replace(entry, score=to_ms(until)) if until is not None else entry
+        if until is not None and snoozed_at is not None:
+            woken[entry.ref] = snoozed_at
+        if is_archived:
+            archived.append(placed)
+        elif until is not None and placed.score > now_ms:
+            snoozed[entry.ref] = placed
+        else:
+            items.append(placed)
     # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
     items = sorted(items, key=_sort_key, reverse=True)[:want]
+    archived.sort(key=_sort_key, reverse=True)
 
-    months = {entry.month for entry in items}
+    shown = [*items, *archived]
+    months = {entry.month for entry in shown}
     snapshots = {
-        month: _bitmap(raw)
-        for month, raw in InboxReadSnapshot.objects.filter(user_id=user_id, month__in=months).values_list(
-            "month", "read"
+        month: (_bitmap(raw), updated_at)
+        for month, raw, updated_at in InboxReadSnapshot.objects.filter(user_id=user_id, month__in=months).values_list(
+            "month", "read", "updated_at"
         )
     }
-    read = {entry.ref for entry in items if entry.offset in snapshots.get(entry.month, ())}
+    read: set[str] = set()
+    for entry in shown:
+        bits, taken = snapshots.get(entry.month, (BitMap(), None))
+        snoozed_at = woken.get(entry.ref)
+        if snoozed_at is not None and (taken is None or taken < snoozed_at):
+            continue  # the snapshot predates the snooze, which left the item unread
+        if entry.offset in bits:
+            read.add(entry.ref)
     seen_ms = InboxSeenSnapshot.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
-    by_ref = {entry.ref: entry for entry in items}
+    by_ref = {entry.ref: entry for entry in shown}  # marks reach live and archived items
     for topic, payload in pending:
         try:
             if topic == TOPIC_READ:
@@ -218,7 +270,7 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         except (KeyError, TypeError, ValueError):
             # A malformed entry must not take the inbox down; the replay reports it.
             logger.warning("skipping malformed outbox mark of user %s: %r %r", user_id, topic, payload)
-    return _Inbox(items=items, read=read, seen_ms=int(seen_ms))
+    return _Inbox(items=items, read=read, seen_ms=int(seen_ms), archived=archived, snoozed=snoozed)
 
 
 def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -254,56 +306,74 @@ def inbox_page(
     limit: int,
     unread_only: bool,
     since_ms: int | None,
+    archived: bool = False,
+    query: str | None = None,
 ) -> Page:
-    """A page as ``readmodel.inbox.inbox_page`` returns it, from PostgreSQL.
+    """A page as ``readmodel.inbox.inbox_page`` (``inbox_listing`` for the
+    archived list or a search) returns it, from PostgreSQL.
 
-    The walk is the script's (max score plus offset): items with score <= max,
-    the first ``skip`` of them dropped, newest first; the position counts
-    every item walked (read ones too on unread-only pages), so a cursor means
-    the same in both paths.
+    The walk is the script's (max score plus offset, ``listing.walk``): items
+    with score <= max, the first ``skip`` of them dropped, newest first; the
+    position counts every item walked (read ones too on unread-only pages), so
+    a cursor means the same in both paths.
     """
     state = _load(user_id, now)
-    walk = [
+    entries = [
         entry
-        for entry in state.items
+        for entry in (state.archived if archived else state.items)
         if (not category or entry.category == category)
         and (max_score is None or entry.score <= max_score)
         and (since_ms is None or entry.score > since_ms)
-    ][skip:]
-    picked: list[InboxEntry] = []
-    pos_score, pos_skip, more = max_score, skip, False
-    for entry in walk:
-        if not unread_only or entry.ref not in state.read:
-            if len(picked) == limit:
-                more = True
-                break
-            picked.append(entry)
-        if pos_score is not None and entry.score == pos_score:
-            pos_skip += 1
-        else:
-            pos_score, pos_skip = entry.score, 1
-    details = _details(entry.ref for entry in picked)
+    ]
+    text = listing.needle(query)
+    # A search reads every candidate's detail (a degraded path: slow is fine).
+    found = _details(entry.ref for entry in entries[skip:]) if text is not None else {}
+
+    def keep(i: int) -> bool:
+        entry = entries[i]
+        if unread_only and entry.ref in state.read:
+            return False
+        return text is None or (entry.ref in found and listing.matches(found[entry.ref], text))
+
+    walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)
+    picked = [entries[i] for i in walked.picked]
+    details = found or _details(entry.ref for entry in picked)
     rows = [
         PageRow(ref=entry.ref, score=entry.score, read=entry.ref in state.read, detail=details[entry.ref])
         for entry in picked
         if entry.ref in details
     ]
-    next_position = (pos_score, pos_skip) if more and pos_score is not None else None
-    return Page(rows=rows, next_position=next_position, counts=state.counts())
+    return Page(rows=rows, next_position=walked.next_position, counts=state.counts())
 
 
 def inbox_counts(*, user_id: int, now: datetime) -> Counts:
     return _load(user_id, now).counts()
 
 
+def inbox_place(*, user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | None:
+    """Where ``ref`` is in this user's inbox (live, archived, snoozed) with its
+    entry (score: its place, or the wake time), else None (never tells why)."""
+    if not _valid_ref(ref):
+        return None
+    return _load(user_id, now).place(ref)
+
+
+def inbox_places(*, user_id: int, refs: Iterable[str], now: datetime) -> dict[str, str]:
+    """ref -> where it is (live, archived, snoozed) for the refs in this user's inbox."""
+    state = _load(user_id, now)
+    found = {ref: placed[0] for ref in refs if _valid_ref(ref) and (placed := state.place(ref)) is not None}
+    return found
+
+
 def inbox_get(*, user_id: int, ref: str, now: datetime) -> PageRow | None:
-    """The item if it is live in this user's inbox, else None (never tells why)."""
+    """The item if it is live or archived in this user's inbox, else None (never tells why)."""
     if not _valid_ref(ref):
         return None
     state = _load(user_id, now)
-    entry = next((e for e in state.items if e.ref == ref), None)
-    if entry is None:
+    placed = state.place(ref)
+    if placed is None or placed[0] == SNOOZED:
         return None
+    entry = placed[1]
     detail = _details([ref]).get(ref)
     if detail is None:
         return None
@@ -311,8 +381,9 @@ def inbox_get(*, user_id: int, ref: str, now: datetime) -> PageRow | None:
 
 
 def inbox_item_live(*, user_id: int, ref: str, now: datetime) -> bool:
-    """Is ``ref`` a live item of this user's inbox (what a mark may touch)?"""
-    return _valid_ref(ref) and any(entry.ref == ref for entry in _load(user_id, now).items)
+    """Is ``ref`` a live or archived item of this user's inbox (what a mark may touch)?"""
+    placed = inbox_place(user_id=user_id, ref=ref, now=now)
+    return placed is not None and placed[0] != SNOOZED
 
 
 def inbox_unread_refs(*, user_id: int, category: str | None, now: datetime) -> list[str]:

@@ -253,6 +253,34 @@ class InboxHidden(models.Model):
         return f"{self.user_id}: {self.item_id}"
 
 
+class InboxItemState(models.Model):
+    """A user archived or snoozed an item of their inbox: one row per user and item.
+
+    ``archived`` keeps it out of the list and the counts until unarchived.
+    ``snoozed_until`` keeps it out until then; afterwards the item is back,
+    unread, placed at that time (the row stays: it holds the item's place).
+    A delete (``InboxHidden``) drops the row.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_item_states")
+    item_id = models.CharField(max_length=40)
+    archived = models.BooleanField(default=False)
+    snoozed_until = models.DateTimeField(null=True, blank=True)
+    # When the snooze was asked: it cleared the item's read bit then, so a
+    # read-state snapshot older than this cannot tell the item's flag.
+    snoozed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Also serves the rebuild and the fallback's lookup by user (user_id prefix).
+            models.UniqueConstraint(fields=["user", "item_id"], name="mc_item_state_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.item_id}"
+
+
 class InboxReadSnapshot(models.Model):
     """Durable copy of one user's read state for one month (their Redis bitmaps).
 

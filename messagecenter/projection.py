@@ -33,6 +33,7 @@ and the requests of one transaction become one run.
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -43,6 +44,8 @@ from messagecenter.items import message_detail as build_message_detail
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
+    InboxHidden,
+    InboxItemState,
     Message,
     MessageStatus,
     Notification,
@@ -51,6 +54,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
+from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel import notifications as notifications_rm
 
 USER_GROUPS = "messagecenter.user_groups"
@@ -59,6 +63,7 @@ BULLETIN_REMOVED = "messagecenter.bulletin_removed"
 ITEM_REMOVED = "messagecenter.item_removed"
 MESSAGE_DETAIL = "messagecenter.message_detail"
 SUBSCRIBERS = "messagecenter.subscribers"
+ITEM_PLACE = "messagecenter.item_place"
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,59 @@ def subscribers(message_type_id: int, scope: str) -> None:
     )
 
 
+def item_entry(ref: str, now: datetime) -> InboxEntry | None:
+    """The entry of a live item (not retracted, withdrawn, deleted or expired), else None."""
+    kind, pk = ref[:1], ref[1:]
+    if not pk.isdigit():
+        return None
+    entry: InboxEntry | None = None
+    if kind == "m":
+        message = Message.objects.filter(pk=int(pk)).exclude(status=MessageStatus.RETRACTED).first()
+        entry = message_entry(message) if message is not None else None
+    elif kind == "b":
+        bulletin = Bulletin.objects.filter(pk=int(pk)).first()
+        entry = bulletin_entry(bulletin) if bulletin is not None else None
+    elif kind == "n":
+        notification = Notification.objects.filter(pk=int(pk), withdrawn=False).first()
+        entry = notification_entry(notification) if notification is not None else None
+    if entry is None or (entry.expire_ms and entry.expire_ms <= to_ms(now)):
+        return None
+    return entry
+
+
+def item_place_of(state: InboxItemState | None, entry: InboxEntry, now: datetime) -> tuple[str, int]:
+    """Where a state row puts the item, and its score there: archived at its
+    place, snoozed until its wake time, else in the list (at the wake time
+    once a snooze has woken). The fallback reads rows by the same rule."""
+    if state is None:
+        return inbox_rm.LIVE, entry.score
+    score = to_ms(state.snoozed_until) if state.snoozed_until is not None else entry.score
+    if state.archived:
+        return inbox_rm.ARCHIVED, score
+    if state.snoozed_until is not None and score > to_ms(now):
+        return inbox_rm.SNOOZED, score
+    return inbox_rm.LIVE, score
+
+
+def item_places(pairs: Iterable[Sequence[Any]]) -> None:
+    """Put each (user id, ref) where its ``InboxItemState`` row says (no row:
+    in the list), reloading from PostgreSQL; idempotent. Items gone or deleted
+    by the user are left to the removal and hide paths."""
+    now = timezone.now()
+    by_user: dict[int, list[str]] = {}
+    for user_id, ref in pairs:
+        by_user.setdefault(int(user_id), []).append(str(ref))
+    for user_id, refs in by_user.items():
+        hidden = set(InboxHidden.objects.filter(user_id=user_id, item_id__in=refs).values_list("item_id", flat=True))
+        states = {s.item_id: s for s in InboxItemState.objects.filter(user_id=user_id, item_id__in=refs)}
+        places = []
+        for ref in dict.fromkeys(refs):
+            entry = item_entry(ref, now)
+            if entry is not None and ref not in hidden:
+                places.append((entry, *item_place_of(states.get(ref), entry, now)))
+        inbox_rm.inbox_items_place(user_id=user_id, places=places, now_ms=to_ms(now))
+
+
 # --- runners: what core.projection calls with the keys of one transaction -------------
 
 
@@ -193,6 +251,10 @@ def _run_subscribers(keys: list[Any], facts: Mapping[Any, Any]) -> None:
         subscribers(int(message_type_id), str(scope))
 
 
+def _run_item_places(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    item_places(keys)
+
+
 # A run Redis refused is kept in the outbox under ``messagecenter.mirror``, one
 # entry ``{"name", "args"}`` per write, and ``replay_mirror`` runs it again.
 MIRROR_TOPIC = "messagecenter.mirror"
@@ -209,6 +271,7 @@ PAYLOADS: dict[str, projection.Payloads] = {
     ITEM_REMOVED: lambda keys, facts: [_mirror("remove_item", list(k[:-1]), k[-1]) for k in keys],
     MESSAGE_DETAIL: lambda keys, facts: [_mirror("message_detail", m) for m in keys],
     SUBSCRIBERS: lambda keys, facts: [_mirror("subscribers", t, s) for t, s in keys],
+    ITEM_PLACE: lambda keys, facts: [_mirror("item_place", int(u), str(r)) for u, r in keys],
 }
 
 RUNNERS: dict[str, projection.Runner] = {
@@ -218,6 +281,7 @@ RUNNERS: dict[str, projection.Runner] = {
     ITEM_REMOVED: _run_items_removed,
     MESSAGE_DETAIL: _run_message_details,
     SUBSCRIBERS: _run_subscribers,
+    ITEM_PLACE: _run_item_places,
 }
 
 
@@ -236,6 +300,8 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
         message_details([args[0]])
     elif name == "subscribers":
         subscribers(int(args[0]), str(args[1]))
+    elif name == "item_place":
+        item_places([(int(args[0]), str(args[1]))])
     else:
         raise LookupError(f"unknown mirror {name!r}")
 
@@ -289,3 +355,8 @@ def notification_removed(notification: Notification) -> None:
 
 def subscribers_changed(pairs: Iterable[tuple[int, str]]) -> None:
     projection.project(SUBSCRIBERS, [(int(t), str(s)) for t, s in pairs])
+
+
+def item_place_changed(user_id: int, refs: Iterable[str]) -> None:
+    """The user archived, unarchived or snoozed these items (their state rows changed)."""
+    projection.project(ITEM_PLACE, [(int(user_id), str(r)) for r in refs])

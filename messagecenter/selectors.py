@@ -35,7 +35,7 @@ from messagecenter.models import (
     UserGroup,
     UserGroupMembership,
 )
-from messagecenter.readmodel import inbox, ms_to_datetime, to_ms
+from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import COUNT_SCRIPT, announcement_count_call, announcement_count_settle, announcement_counts
 
@@ -95,7 +95,18 @@ def category_validate(category: str | None) -> None:
         )
 
 
-def _cursor_position(cursor: str, *, category: str | None, unread_only: bool) -> tuple[int, int]:
+def query_validate(query: str | None) -> None:
+    if query is not None and len(query) > listing.QUERY_MAX_LENGTH:
+        raise ValidationFailed(
+            f"The search text is longer than {listing.QUERY_MAX_LENGTH} characters.",
+            code="invalid_q",
+            fields={"q": [f"At most {listing.QUERY_MAX_LENGTH} characters."]},
+        )
+
+
+def _cursor_position(
+    cursor: str, *, category: str | None, unread_only: bool, archived: bool = False, query: str | None = None
+) -> tuple[int, int]:
     payload = decode_cursor(cursor, scope=CURSOR_SCOPE)
     try:
         score, skip = int(payload["p"]), int(payload["o"])
@@ -104,7 +115,13 @@ def _cursor_position(cursor: str, *, category: str | None, unread_only: bool) ->
             "The cursor is not valid.", code="invalid_cursor", fields={"cursor": ["Invalid cursor."]}
         ) from exc
     # A cursor belongs to one listing: reusing it with other filters would skip items.
-    if payload.get("c") != (category or "") or bool(payload.get("u")) != unread_only or skip < 0:
+    if (
+        payload.get("c") != (category or "")
+        or bool(payload.get("u")) != unread_only
+        or bool(payload.get("a")) != archived
+        or (payload.get("q") or "") != (query or "")
+        or skip < 0
+    ):
         raise ValidationFailed(
             "The cursor belongs to another listing.", code="invalid_cursor", fields={"cursor": ["Invalid cursor."]}
         )
@@ -124,8 +141,12 @@ def inbox_list(
     cursor: str | None = None,
     since: datetime | None = None,
     now: datetime | None = None,
+    archived: bool = False,
+    query: str | None = None,
 ) -> InboxPage:
-    """A page of the user's inbox, newest first, with whole-inbox counts.
+    """A page of the user's inbox (or of its archived items), newest first,
+    with whole-inbox counts; ``query`` keeps the items whose title or summary
+    contains it (case-insensitive, any language).
 
     Paging is by max score plus offset: the cursor holds the last score returned and
     how many items at that score were returned, so items arriving meanwhile
@@ -133,7 +154,15 @@ def inbox_list(
     the same way, so a cursor stays valid when Redis goes down or comes back.
     """
     page, _cached = _inbox_list(
-        user=user, category=category, unread_only=unread_only, limit=limit, cursor=cursor, since=since, now=now
+        user=user,
+        category=category,
+        unread_only=unread_only,
+        limit=limit,
+        cursor=cursor,
+        since=since,
+        now=now,
+        archived=archived,
+        query=query,
     )
     assert page is not None  # noqa: S101 - no cache field, no cached rendering
     return page
@@ -149,12 +178,15 @@ def inbox_list_rendered(
     since: datetime | None = None,
     cursor: str | None = None,
     now: datetime | None = None,
+    archived: bool = False,
+    query: str | None = None,
 ) -> bytes:
     """``render(inbox_list(...))``, served from the user's page cache when it
     holds a current rendering of this first page (no cursor, no ``since``):
     a polled inbox costs one script call and no rendering. The script decides
     whether the rendering is current (_cache.lua, "Read cache")."""
-    field = "" if cursor or since else f"{category or ''}|{int(unread_only)}|{limit}"
+    # The archived list and searches are not kept in the page cache.
+    field = "" if cursor or since or archived or query else f"{category or ''}|{int(unread_only)}|{limit}"
     page, cached = _inbox_list(
         user=user,
         category=category,
@@ -164,6 +196,8 @@ def inbox_list_rendered(
         since=since,
         now=now,
         cache_field=field,
+        archived=archived,
+        query=query,
     )
     if cached is not None:
         return cached
@@ -187,14 +221,20 @@ def _inbox_list(
     since: datetime | None,
     now: datetime | None,
     cache_field: str = "",
+    archived: bool = False,
+    query: str | None = None,
 ) -> tuple[InboxPage | None, bytes | None]:
     category_validate(category)
+    query_validate(query)
+    query = query or None
     max_score, skip = (None, 0)
     if cursor:
-        max_score, skip = _cursor_position(cursor, category=category, unread_only=unread_only)
+        max_score, skip = _cursor_position(
+            cursor, category=category, unread_only=unread_only, archived=archived, query=query
+        )
     now = now or timezone.now()
     user_id = int(user.pk)
-    query: dict[str, Any] = {
+    filters: dict[str, Any] = {
         "category": category,
         "max_score": max_score,
         "skip": skip,
@@ -206,20 +246,26 @@ def _inbox_list(
     page: Page
     try:
         healing.require_ready()
-        result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **query)
-        if isinstance(result, CachedPage):
-            return None, result.body
-        page = result
+        if archived or query:
+            page = inbox.inbox_listing(user_id=user_id, now_ms=to_ms(now), archived=archived, query=query, **filters)
+        else:
+            result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **filters)
+            if isinstance(result, CachedPage):
+                return None, result.body
+            page = result
     except RedisError as exc:
         _redis_down("inbox page", user, exc)
-        page = fallback.inbox_page(user_id=user_id, now=now, **query)
+        page = fallback.inbox_page(user_id=user_id, now=now, archived=archived, query=query, **filters)
         degraded = True
     next_cursor = None
     if page.next_position is not None:
         score, offset = page.next_position
-        next_cursor = encode_cursor(
-            {"p": score, "o": offset, "c": category or "", "u": unread_only}, scope=CURSOR_SCOPE
-        )
+        position: dict[str, Any] = {"p": score, "o": offset, "c": category or "", "u": unread_only}
+        if archived:
+            position["a"] = True
+        if query:
+            position["q"] = query
+        next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
         results=[_item(row) for row in page.rows],
         next_cursor=next_cursor,
@@ -301,11 +347,14 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
         announcements = announcement_counts(user=user, now=now)
     by_category: dict[str, int] = dict(counts.unread_by_category)
     by_category["announcement"] = int(announcements["unread"])
-    return {"unread": counts.unread, "unseen": counts.unseen, "by_category": by_category}
+    return _counts_answer(counts.unread, counts.unseen, tuple(by_category.items()))
 
 
 def _counts_answer(unread: int, unseen: int, by_category: tuple[tuple[str, int], ...]) -> dict[str, Any]:
-    return {"unread": unread, "unseen": unseen, "by_category": dict(by_category)}
+    categories = dict(by_category)
+    # The bell's number: the inbox's unread items and the unread announcements.
+    total = unread + int(categories.get("announcement", 0))
+    return {"unread": unread, "unseen": unseen, "by_category": categories, "total_unread": total}
 
 
 def user_group_member_count(*, group: UserGroup) -> int:

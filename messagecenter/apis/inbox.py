@@ -13,11 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictInputSerializer
+from core.fields import OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
 from messagecenter import selectors, services
 from messagecenter.models import CATEGORIES
+from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
+from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
 
 KINDS = ("message", "bulletin", "notification")
 # Every inbox operation needs the Redis read model.
@@ -38,6 +40,7 @@ class CountsSerializer(serializers.Serializer):
     unread = serializers.IntegerField()
     unseen = serializers.IntegerField()
     by_category = serializers.DictField(child=serializers.IntegerField())
+    total_unread = serializers.IntegerField(help_text="unread + unread announcements: the bell's number.")
 
 
 def _category(raw: str | None) -> str | None:
@@ -92,6 +95,17 @@ class InboxListApi(APIView):
             limit_parameter(),
             cursor_parameter(),
             time_parameter("since", "Only items created after this time."),
+            OpenApiParameter(
+                "archived", OpenApiTypes.BOOL, description="true: the archived items instead of the list."
+            ),
+            OpenApiParameter(
+                "q",
+                OpenApiTypes.STR,
+                description=(
+                    "Only items whose title or summary contains this text (case-insensitive, any language; "
+                    f"at most {QUERY_MAX_LENGTH} characters)."
+                ),
+            ),
         ],
         responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
     )
@@ -105,6 +119,8 @@ class InboxListApi(APIView):
             limit=parse_limit(params.get("limit")),
             cursor=params.get("cursor") or None,
             since=parse_time(params.get("since"), name="since"),
+            archived=parse_bool(params.get("archived"), name="archived"),
+            query=params.get("q") or None,
         )
         # Already JSON (the page cache keeps renderings): sent as it is.
         return HttpResponse(body, content_type="application/json")
@@ -143,6 +159,70 @@ class InboxItemUnreadApi(APIView):
     def post(self, request: Request, item_id: str) -> Response:
         services.inbox_mark_unread(user=request.user, item_id=item_id)  # type: ignore[arg-type]
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxItemArchiveApi(APIView):
+    @extend_schema(
+        operation_id="inbox_item_archive", request=None, responses={204: None, **ERRORS(401, 404), **UNAVAILABLE}
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        services.inbox_archive(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxItemUnarchiveApi(APIView):
+    @extend_schema(
+        operation_id="inbox_item_unarchive", request=None, responses={204: None, **ERRORS(401, 404), **UNAVAILABLE}
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        services.inbox_unarchive(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxItemSnoozeApi(APIView):
+    class InputSerializer(StrictInputSerializer):
+        until = TimeField(help_text="When the item comes back (unread, at the top); in the future, within a year.")
+
+    @extend_schema(
+        operation_id="inbox_item_snooze",
+        request=InputSerializer,
+        responses={204: None, **ERRORS(400, 401, 404), **UNAVAILABLE},
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.inbox_snooze(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            until=serializer.validated_data["until"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxBulkApi(APIView):
+    class InputSerializer(StrictInputSerializer):
+        action = serializers.ChoiceField(choices=BULK_ACTIONS)
+        ids = serializers.ListField(
+            child=RefField(), min_length=1, max_length=BULK_MAX_IDS, help_text="Item ids as the API returned them."
+        )
+
+    class OutputSerializer(serializers.Serializer):
+        done = serializers.IntegerField(help_text="How many of the given ids are in this user's inbox.")
+
+    @extend_schema(
+        operation_id="inbox_bulk",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **ERRORS(400, 401), **UNAVAILABLE},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        done = services.inbox_bulk(
+            user=request.user,  # type: ignore[arg-type]
+            action=serializer.validated_data["action"],
+            item_ids=serializer.validated_data["ids"],
+        )
+        return Response(self.OutputSerializer({"done": done}).data)
 
 
 class InboxReadAllApi(APIView):

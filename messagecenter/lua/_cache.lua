@@ -23,6 +23,8 @@ end
 
 local function cache_until()
   local until_ = NEXT_EXPIRY
+  -- A snoozed item's wake changes the page and the counts as an expiry does.
+  if NEXT_WAKE ~= "" and (until_ == "" or tonumber(NEXT_WAKE) < tonumber(until_)) then until_ = NEXT_WAKE end
   local after_now = "(" .. NOW_ARG
   local shows = call("ZRANGEBYSCORE", bulletin_config_key, after_now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
   if #shows == 2 and (until_ == "" or tonumber(shows[2]) < tonumber(until_)) then until_ = shows[2] end

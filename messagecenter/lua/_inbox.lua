@@ -7,7 +7,8 @@
 -- counters hash, 7 hidden set, 8 expiry zset, 9 months set, 10 state hash,
 -- 11 bulletin access time; then the script's own `own_keys` keys (named at
 -- its top); on the fast path the 7 global keys below; then n read bitmaps, n
--- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month.
+-- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month; last the
+-- archived and snoozed zsets.
 -- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
 -- months, then the mode: "0" run as is, "1" + the planned settle and merge's
 -- arguments, "2" + the most items kept: the fast path (single Redis only:
@@ -36,6 +37,8 @@ local function open_inbox(own_keys, own_args, with_ever)
     if with_ever then EVER[month] = KEYS[bitmap_base + 2 * month_count + i] end
   end
   arg_pos = arg_pos + 3 + month_count
+  -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
+  archived_key, snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
   if mode == "2" then
     FAST = true
     removal_version_key, pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]

@@ -2,12 +2,30 @@
 -- removal, the merge's add, expiry, trim, the fast path's check (level) and
 -- the planned settle and merge that open_inbox runs.
 
+-- >>> archive and snooze (park.lua's keys; open_inbox binds them) >>>
+-- A parked member (archived or snoozed) left all, its category zset and its
+-- push bit (so it is in no count), keeps its expiry entry and read bit, and
+-- its ref sits in the hidden set (no merge or fan-out rerun brings it back).
+local archived_key, snoozed_key = nil, nil
+local NEXT_WAKE = ""  -- the earliest wake time still ahead ("" = none)
+
+-- A removal (retraction, expiry) of a parked member: 1 if it was parked.
+local function unpark_removed(member)
+  if not archived_key then return 0 end
+  local gone = call("ZREM", archived_key, member) + call("ZREM", snoozed_key, member)
+  if gone == 0 then return 0 end
+  call("ZREM", expiry_key, member)
+  touch()
+  return 1
+end
+-- <<< archive and snooze <<<
+
 local function remove(member)
   local ref, cat, month, off = parse(member)
   if not ref or not category_keys[cat] then return 0 end
   local bit = read_bit(month, off)
   if bit == nil then return 0 end
-  if call("ZREM", all_key, member) == 0 then return 0 end
+  if call("ZREM", all_key, member) == 0 then return unpark_removed(member) end
   call("ZREM", category_keys[cat], member)
   call("ZREM", expiry_key, member)
   call("SETBIT", PUSH[month], off, 0)
@@ -29,6 +47,29 @@ end
 -- The earliest expiry still ahead once settled ("" = none).
 local NEXT_EXPIRY = ""
 
+-- >>> archive and snooze: snoozed members whose time has come are back,
+-- unread, at their wake time (the bit was cleared when snoozed; again here
+-- so a replayed snooze cannot leave it set) >>>
+local function wake_snoozed()
+  if not snoozed_key then return end
+  local due = call("ZRANGEBYSCORE", snoozed_key, "-inf", NOW, "WITHSCORES")
+  for i = 1, #due, 2 do
+    local member, wake = due[i], due[i + 1]
+    local ref, cat, month, off = parse(member)
+    call("ZREM", snoozed_key, member)
+    if ref and category_keys[cat] and READ[month] then
+      call("SREM", hidden_key, ref)
+      call("SETBIT", READ[month], off, 0)
+      local expire = call("ZSCORE", expiry_key, member)
+      insert(member, ref, cat, month, off, wake, expire or 0, expire and true or false)
+      touch()
+    end
+  end
+  local first = call("ZRANGE", snoozed_key, 0, 0, "WITHSCORES")
+  if #first == 2 then NEXT_WAKE = first[2] else NEXT_WAKE = "" end
+end
+-- <<< archive and snooze <<<
+
 local function settle_expired()
   -- Expiry is exact: an item whose expire_at has come is gone from every view.
   local first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
@@ -37,6 +78,7 @@ local function settle_expired()
     first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
   end
   if #first == 2 then NEXT_EXPIRY = first[2] else NEXT_EXPIRY = "" end
+  wake_snoozed()  -- archive and snooze
 end
 
 local function trim(max_items)

@@ -5,7 +5,12 @@
 local member = ARGV[1]
 if not open_inbox(0, 1, false) then return "STALE" end
 
-if not present(member) then return 0 end
 local ref = parse(member)
+if not present(member) then
+  -- A parked item (archive and snooze) is deleted from its zset; its ref stays hidden.
+  if unpark_removed(member) == 0 then return 0 end
+  call("SADD", hidden_key, ref)
+  return 1
+end
 call("SADD", hidden_key, ref)
 return remove(member)

@@ -1,17 +1,21 @@
 -- Mark one item read ("1") or unread ("0") (the shared inbox preambles
 -- come first; the ever-read bitmaps are passed). Returns 0 if the item is
--- not live, 2 for the user's first read of it (the caller counts it: the
--- per-item counter is a global key, so it is not touched here), else 1.
+-- not in the inbox (or snoozed), 2 for the user's first read of it (the
+-- caller counts it: the per-item counter is a global key, so it is not
+-- touched here), else 1.
 
 local member, want = ARGV[1], tonumber(ARGV[2])
 if not open_inbox(0, 2, true) then return "STALE" end
 
-if not present(member) then return 0 end
+local live = present(member)
+-- An archived item keeps its flag (it is in no count); a snoozed one is away.
+if not live and not call("ZSCORE", archived_key, member) then return 0 end
 local _, cat, month, off = parse(member)
+if not READ[month] then return 0 end
 local old = call("SETBIT", READ[month], off, want)
 if old ~= want then
   touch()
-  if want == 1 then call("HINCRBY", counters_key, cat, -1) else call("HINCRBY", counters_key, cat, 1) end
+  if live then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end
 end
 if want == 1 and old == 0 and first_read(month, off) then return 2 end
 return 1

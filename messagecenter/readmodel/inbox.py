@@ -41,11 +41,13 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
-from messagecenter.readmodel import readcache
-from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
+from messagecenter.readmodel import listing, readcache
+from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
 from messagecenter.readmodel.scripts import (
+    ArchiveOp,
+    BulkMarkOp,
     CountsOp,
     Fast,
     GetOp,
@@ -57,7 +59,10 @@ from messagecenter.readmodel.scripts import (
     PageOp,
     ReadAllOp,
     SeenOp,
+    SnoozeOp,
+    UnarchiveOp,
     inbox_call,
+    run_inbox_calls,
 )
 from messagecenter.readmodel.snapshots import dirty_members, record_seen
 
@@ -289,7 +294,7 @@ class CachedPage:
 PAGE_CACHE_SECONDS = 300
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16_384)
 def _detail(raw: bytes) -> dict[str, Any]:
     """An item's detail JSON, parsed once per distinct content (details are
     shared by every reader of an item; callers never mutate the dict)."""
@@ -348,6 +353,89 @@ def inbox_page(
         counts=_counts(counts),
         cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
     )
+
+
+# Details fetched per round trip while a search walks: the first batch
+# answers a common word at once, later ones grow for rare words.
+SEARCH_BATCH_FIRST = 100
+SEARCH_BATCH_MAX = 2_000
+
+
+def inbox_listing(
+    *,
+    user_id: int,
+    now_ms: int,
+    category: str | None,
+    archived: bool,
+    query: str | None,
+    max_score: int | None,
+    skip: int,
+    limit: int,
+    unread_only: bool,
+    since_ms: int | None,
+) -> Page:
+    """A page of the archived list and/or of a text search (``query``), with
+    the whole inbox's counts; the walk and cursor are page.lua's
+    (``listing.walk``). The inbox is settled first (the counts script); then
+    one pipeline reads the listing's members and the user's read bitmaps, and
+    the details are read in growing batches while the search needs them: the
+    match is Python's casefold, in any language."""
+    counts = _counts(_read(user_id, now_ms, CountsOp()))
+    months = _months_hint.get(user_id, ())
+    if archived:
+        key = keys.mc_inbox_archived(user_id)
+    elif category:
+        key = keys.mc_inbox_category(user_id, category)
+    else:
+        key = keys.mc_inbox(user_id)
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    top = "+inf" if max_score is None else max_score
+    pipe.zrevrangebyscore(key, top, "-inf" if since_ms is None else f"({since_ms}", withscores=True)
+    for month in months:
+        pipe.get(keys.mc_read_bitmap(user_id, month))
+    rows, *maps = pipe.execute()
+    bitmaps = dict(zip(months, maps, strict=True))
+    members = [m.decode() for m, _score in rows]
+    scores = [int(score) for _m, score in rows]
+    if archived and category:
+        kept = [i for i, m in enumerate(members) if parse_member(m)[1] == category]
+        members, scores = [members[i] for i in kept], [scores[i] for i in kept]
+    refs = [m.split("|", 1)[0] for m in members]
+    fetched: dict[int, bytes | None] = {}
+    batch = SEARCH_BATCH_FIRST
+
+    def fetch(indexes: Sequence[int]) -> None:
+        wanted = [i for i in indexes if i not in fetched]
+        if wanted:
+            fetched.update(zip(wanted, client.hmget(keys.mc_item_detail(), [refs[i] for i in wanted]), strict=True))
+
+    def is_read(i: int) -> bool:
+        _ref, _cat, month, offset = parse_member(members[i])
+        return listing.read_bit(bitmaps.get(month), offset)
+
+    text = listing.needle(query)
+
+    def keep(i: int) -> bool:
+        nonlocal batch
+        if unread_only and is_read(i):
+            return False
+        if text is None:
+            return True
+        if i not in fetched:
+            fetch(range(i, min(len(refs), i + batch)))
+            batch = min(batch * 4, SEARCH_BATCH_MAX)
+        raw = fetched[i]
+        return raw is not None and listing.matches(_detail(raw), text)
+
+    walked = listing.walk(scores, max_score=max_score, skip=skip, limit=limit, keep=keep)
+    fetch(walked.picked)
+    page_rows = []
+    for i in walked.picked:
+        raw = fetched[i]
+        if raw is not None:  # removed a moment ago; the next read settles it
+            page_rows.append(PageRow(ref=refs[i], score=scores[i], read=is_read(i), detail=_detail(raw)))
+    return Page(rows=page_rows, next_position=walked.next_position, counts=counts)
 
 
 def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
@@ -511,8 +599,21 @@ def _read_keys(command: Sequence[str]) -> Sequence[str]:
     return command[1:2] if name == "HMGET" else command[1:] if name == "MGET" else ()
 
 
-def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
-    """The item if it is live in this user's inbox, else None (never tells why)."""
+# Where an item of the inbox is: in the list, archived, or snoozed (away until its wake time).
+LIVE, ARCHIVED, SNOOZED = "live", "archived", "snoozed"
+
+
+@dataclass(frozen=True)
+class Placed:
+    """An item of the user's inbox and where it is (``row.score``: its time in
+    the list or the archive, or its wake time when snoozed)."""
+
+    place: str
+    row: PageRow
+
+
+def inbox_place(*, user_id: int, ref: str, now_ms: int) -> Placed | None:
+    """The item wherever it is in this user's inbox, else None (never tells why)."""
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         _run(user_id, now_ms, CountsOp(), plan)  # settle and merge only
@@ -520,8 +621,98 @@ def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
     result = _run(user_id, now_ms, GetOp(member=plan.detail["member"]), plan)
     if not result:
         return None
-    score, read = result
-    return PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=plan.detail)
+    score, read, place = result
+    return Placed(place.decode(), PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=plan.detail))
+
+
+def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:
+    """The item if it is live or archived in this user's inbox, else None (never tells why)."""
+    placed = inbox_place(user_id=user_id, ref=ref, now_ms=now_ms)
+    return placed.row if placed is not None and placed.place != SNOOZED else None
+
+
+_PLACE_OPS = {LIVE: UnarchiveOp, ARCHIVED: ArchiveOp, SNOOZED: SnoozeOp}
+
+
+def _run_batch(user_id: int, now_ms: int, ops: Sequence[InboxOp], plan: _Plan) -> list[Any]:
+    """Several ops of one user in one pipeline: the first settles and merges
+    as planned, the others run as they are (nothing is left to settle)."""
+    months = sorted(plan.months)
+    _months_hint[user_id] = tuple(months)
+    calls = [
+        inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge if i == 0 else None)
+        for i, op in enumerate(ops)
+    ]
+    return run_inbox_calls(calls)
+
+
+def inbox_items_place(*, user_id: int, places: Sequence[tuple[InboxEntry, str, int]], now_ms: int) -> int:
+    """Put each item (entry, place, score) where PostgreSQL says it is: in the
+    list at ``score``, archived at ``score``, or snoozed until ``score`` (the
+    projection's one write; idempotent), the user's items in one pipeline.
+    Returns how many are in this inbox."""
+    if not places:
+        return 0
+    plan = _plan(user_id, now_ms)
+    plan.months.update(str(entry.month) for entry, _place, _score in places)
+    ops = [
+        _PLACE_OPS[place](member=entry.member, score=score, expire_ms=entry.expire_ms) for entry, place, score in places
+    ]
+    done = [bool(int(reply)) for reply in _run_batch(user_id, now_ms, ops, plan)]
+    # A snooze cleared the read bit: the snapshot job copies the month.
+    cleared = {entry.month for (entry, place, _s), ok in zip(places, done, strict=True) if ok and place == SNOOZED}
+    if cleared:
+        record_reads(user_id=user_id, months=cleared, first_refs=[], now_ms=now_ms)
+    if any(done):
+        live.inbox_changed(user_ids=[user_id], reason="place")
+    return sum(done)
+
+
+def inbox_places(*, user_id: int, refs: Sequence[str], now_ms: int) -> dict[str, str]:
+    """ref -> where it is (live, archived, snoozed) for the refs in this
+    user's inbox: one detail lookup, the plan, then one pipeline."""
+    members = inbox_members(refs=refs)
+    plan = _plan(user_id, now_ms)
+    if not members:
+        _run(user_id, now_ms, CountsOp(), plan)  # settle and merge only
+        return {}
+    plan.months.update(parse_member(m)[2] for m in members.values())
+    replies = _run_batch(user_id, now_ms, [GetOp(member=m) for m in members.values()], plan)
+    return {ref: reply[2].decode() for ref, reply in zip(members, replies, strict=True) if reply}
+
+
+def inbox_hide_many(*, user_id: int, members: Sequence[str], now_ms: int) -> int:
+    """hide.lua for each member, in one pipeline; returns how many were in the inbox."""
+    if not members:
+        return 0
+    plan = _plan(user_id, now_ms)
+    plan.months.update(parse_member(m)[2] for m in members)
+    done = sum(int(r) for r in _run_batch(user_id, now_ms, [HideOp(member=m) for m in members], plan))
+    if done:
+        live.inbox_changed(user_ids=[user_id], reason="hide")
+    return done
+
+
+def inbox_members(*, refs: Sequence[str]) -> dict[str, str]:
+    """ref -> member of the items among ``refs`` that still have a detail (one HMGET)."""
+    if not refs:
+        return {}
+    raws = get_redis().hmget(keys.mc_item_detail(), list(refs))
+    return {ref: _detail(raw)["member"] for ref, raw in zip(refs, raws, strict=True) if raw is not None}
+
+
+def inbox_mark_many(*, user_id: int, members: Sequence[str], read: bool, now_ms: int) -> int:
+    """Mark many live or archived items read or unread in one script call; returns how many."""
+    if not members:
+        return 0
+    plan = _plan(user_id, now_ms)
+    months = {parse_member(m)[2] for m in members}
+    plan.months.update(months)
+    done, first = _run(user_id, now_ms, BulkMarkOp(members=tuple(members), read=read), plan)
+    if int(done):
+        record_reads(user_id=user_id, months=months, first_refs=[r.decode() for r in first], now_ms=now_ms)
+        live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
+    return int(done)
 
 
 def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:

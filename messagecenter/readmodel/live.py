@@ -33,7 +33,11 @@ def counts_etag(*, user_id: int, now_ms: int) -> str:
     pipe.zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
     for platform in ALL_PLATFORMS:
         pipe.get(keys.notice_revision(platform))
-    replies = pipe.execute()
+    # Snoozed items, and those whose wake time has come (not woken yet): a
+    # wake moves the counts and bumps no version, so both states show here.
+    pipe.zcard(keys.mc_inbox_snoozed(user_id))
+    pipe.zcount(keys.mc_inbox_snoozed(user_id), "-inf", now_ms)
+    *replies, snoozed, due = pipe.execute()
     latest = replies[4]
     parts = [
         _text(replies[0]),
@@ -42,6 +46,7 @@ def counts_etag(*, user_id: int, now_ms: int) -> str:
         _text(replies[3]),
         str(int(latest[0][1])) if latest else "0",
         *(_text(r) for r in replies[5:]),
+        f"{int(snoozed)}s{int(due)}",
         str(now_ms // ETAG_TIME_BUCKET_MS),
     ]
     return f'W/"{user_id}.{"-".join(parts)}"'

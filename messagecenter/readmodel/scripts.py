@@ -32,6 +32,8 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER
 ITEM = "../lua/_item.lua"
 INBOX = (ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
 CACHE = "../lua/_cache.lua"
+# Where a member is (live, archived, snoozed) and how it leaves the list.
+PARK = (*INBOX, "../lua/_park.lua")
 
 
 def _script(name: str, *preambles: str) -> LuaScript:
@@ -54,6 +56,10 @@ DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
 DELIVER_SCRIPT = _script("deliver.lua", ITEM)
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
+ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
+UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
+SNOOZE_SCRIPT = _script("snooze.lua", *PARK)
+BULK_MARK_SCRIPT = _script("bulk_mark.lua", *PARK)
 
 INBOX_SCRIPTS = (
     PAGE_SCRIPT,
@@ -65,12 +71,17 @@ INBOX_SCRIPTS = (
     SEEN_SCRIPT,
     DROP_PREFIX_SCRIPT,
     SWEEP_SCRIPT,
+    ARCHIVE_SCRIPT,
+    UNARCHIVE_SCRIPT,
+    SNOOZE_SCRIPT,
+    BULK_MARK_SCRIPT,
 )
 LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT, HIDE_REF_SCRIPT])
 
 
 def inbox_keys(user_id: int) -> list[str]:
-    """The eleven keys every inbox script opens, in the preamble's order."""
+    """The eleven keys every inbox script opens first, in the preamble's order
+    (the archived and snoozed zsets close every call's KEYS: ``_call_keys``)."""
     return [
         keys.mc_inbox(user_id),
         *(keys.mc_inbox_category(user_id, c) for c in CATEGORY_ORDER),
@@ -268,6 +279,52 @@ class SweepOp(InboxOp):
 
 
 @dataclass(frozen=True)
+class _ParkOp(InboxOp):
+    """The member, its score (place in the list or wake time, ms) and expiry (ms, 0 = never)."""
+
+    member: str
+    score: int
+    expire_ms: int
+
+    def own_args(self) -> list[Any]:
+        return [self.member, self.score, self.expire_ms]
+
+
+@dataclass(frozen=True)
+class ArchiveOp(_ParkOp):
+    """archive.lua: the item leaves the list for the archived zset at ``score``."""
+
+    script: ClassVar[LuaScript] = ARCHIVE_SCRIPT
+
+
+@dataclass(frozen=True)
+class UnarchiveOp(_ParkOp):
+    """unarchive.lua: an archived or snoozed item is back in the list at ``score``."""
+
+    script: ClassVar[LuaScript] = UNARCHIVE_SCRIPT
+
+
+@dataclass(frozen=True)
+class SnoozeOp(_ParkOp):
+    """snooze.lua: the item leaves the list until ``score`` (its wake time)."""
+
+    script: ClassVar[LuaScript] = SNOOZE_SCRIPT
+
+
+@dataclass(frozen=True)
+class BulkMarkOp(InboxOp):
+    """bulk_mark.lua: many members marked read or unread in one call."""
+
+    script: ClassVar[LuaScript] = BULK_MARK_SCRIPT
+    ever: ClassVar[bool] = True
+    members: tuple[str, ...]
+    read: bool
+
+    def own_args(self) -> list[Any]:
+        return [1 if self.read else 0, len(self.members), *self.members]
+
+
+@dataclass(frozen=True)
 class InboxCall:
     """One script call, laid out: run it alone, or queue it among others."""
 
@@ -299,6 +356,8 @@ def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], f
     names += [keys.mc_push_bitmap(user_id, m) for m in months]
     if op.ever:
         names += [keys.mc_read_ever_bitmap(user_id, m) for m in months]
+    # Last, whatever the script: the archived and snoozed zsets (open_inbox takes them from the end).
+    names += [keys.mc_inbox_archived(user_id), keys.mc_inbox_snoozed(user_id)]
     return tuple(names)
 
 

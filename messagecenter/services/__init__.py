@@ -18,6 +18,7 @@ from messagecenter.services.inbox import (
     inbox_publish_pull,
     inbox_removed_trim,
 )
+from messagecenter.services.inbox_actions import inbox_archive, inbox_bulk, inbox_snooze, inbox_unarchive
 from messagecenter.services.messages import (
     message_audience_preview,
     message_cleanup_expired,
@@ -44,6 +45,8 @@ __all__ = [
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
+    "inbox_archive",
+    "inbox_bulk",
     "inbox_deliver",
     "inbox_first_reads_fold",
     "inbox_hide",
@@ -53,6 +56,8 @@ __all__ = [
     "inbox_mark_unread",
     "inbox_publish_pull",
     "inbox_removed_trim",
+    "inbox_snooze",
+    "inbox_unarchive",
     "message_audience_preview",
     "message_cleanup_expired",
     "message_deliver",

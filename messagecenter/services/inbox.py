@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from core import healing, journal, outbox
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback
-from messagecenter.models import CATEGORIES, InboxHidden
+from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, reads, to_ms
 from messagecenter.selectors import item_refs_at_slots
 
@@ -170,19 +170,21 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
     direct = False
     try:
         direct = _direct(user_id)
-        live = inbox.inbox_get(user_id=user_id, ref=ref, now_ms=now_ms) is not None if direct else False
+        # Archived and snoozed items are in the inbox too.
+        live = inbox.inbox_place(user_id=user_id, ref=ref, now_ms=now_ms) is not None if direct else False
         if direct and not live:
             healing.confirm_ready()  # not a 404 from a Redis that lost its data a moment ago
     except RedisError:
         logger.warning("redis unavailable; queueing a hide of user %s", user_id)
         direct = False
     if not direct:
-        live = fallback.inbox_item_live(user_id=user_id, ref=ref, now=now)
+        live = ref in fallback.inbox_places(user_id=user_id, refs=[ref], now=now)
     if not live:
         raise NotFound("No such item in your inbox.")
     payload = {"ref": ref, "at_ms": now_ms}
     with transaction.atomic():
         InboxHidden.objects.get_or_create(user_id=user_id, item_id=ref)
+        InboxItemState.objects.filter(user_id=user_id, item_id=ref).delete()  # deleted wherever it was
         if direct:
             transaction.on_commit(lambda: _hide_after_commit(user_id=user_id, payload=payload))
         else:

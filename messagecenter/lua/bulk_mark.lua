@@ -1,0 +1,26 @@
+-- Mark many items read ("1") or unread ("0") in one call (the inbox
+-- preambles and _park.lua come first; the ever-read bitmaps are passed):
+-- mark.lua's rule per member. Live and archived items are marked (an
+-- archived one keeps its flag for when it comes back, and is in no count);
+-- snoozed ones and members not in this inbox are skipped.
+-- ARGV: want, n, then n members. Returns {marked, refs read for the first time}.
+
+local want, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not open_inbox(0, 2 + count, true) then return "STALE" end
+
+local done, first = 0, {}
+for i = 1, count do
+  local member = ARGV[2 + i]
+  local where = place(member)
+  if where == "live" or where == "archived" then
+    local ref, cat, month, off = parse(member)
+    local old = call("SETBIT", READ[month], off, want)
+    if old ~= want then
+      touch()
+      if where == "live" then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end
+    end
+    if want == 1 and old == 0 and first_read(month, off) then first[#first + 1] = ref end
+    done = done + 1
+  end
+end
+return {done, first}

@@ -1,0 +1,64 @@
+"""How a filtered listing of the inbox is walked, the same on both paths
+(pure functions, no I/O): the Redis path (``inbox.inbox_listing``) and the
+PostgreSQL fallback page the archived list and text searches with them.
+
+The walk is page.lua's: items newest first (score descending, equal scores
+by member descending) with score <= the cursor's max score, the first
+``skip`` of them dropped; the position counts every item walked, kept or not,
+so a cursor never repeats or skips an item whatever the filter.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+# The longest text a search takes (longer is refused, not cut).
+QUERY_MAX_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class Walked:
+    picked: list[int]  # indexes of the kept items, in order
+    next_position: tuple[int, int] | None  # (max score, items at it already walked)
+
+
+def walk(scores: Sequence[int], *, max_score: int | None, skip: int, limit: int, keep: Callable[[int], bool]) -> Walked:
+    """Walk ``scores`` (the listing from the cursor's max score on) keeping at most ``limit``."""
+    picked: list[int] = []
+    pos_score, pos_skip, more = max_score, skip, False
+    for i in range(skip, len(scores)):
+        if keep(i):
+            if len(picked) == limit:
+                more = True
+                break
+            picked.append(i)
+        if pos_score is not None and scores[i] == pos_score:
+            pos_skip += 1
+        else:
+            pos_score, pos_skip = scores[i], 1
+    return Walked(picked, (pos_score, pos_skip) if more and pos_score is not None else None)
+
+
+def needle(query: str | None) -> str | None:
+    """The search text as matched: casefolded (so "STRASSE" finds "Straße"), None for no search."""
+    return query.casefold() if query else None
+
+
+@lru_cache(maxsize=65_536)
+def _haystack(title: str, summary: str) -> tuple[str, str]:
+    return title.casefold(), summary.casefold()
+
+
+def matches(detail: dict[str, Any], text: str) -> bool:
+    """Does the item's title or summary contain ``text`` (already ``needle``d)?"""
+    title, summary = _haystack(str(detail.get("title") or ""), str(detail.get("summary") or ""))
+    return text in title or text in summary
+
+
+def read_bit(bitmap: bytes | None, offset: int) -> bool:
+    """A Redis bitmap's bit (bit 0 is the high bit of byte 0); missing bytes are 0."""
+    if not bitmap:
+        return False
+    byte = offset >> 3
+    return byte < len(bitmap) and bool((bitmap[byte] >> (7 - (offset & 7))) & 1)
