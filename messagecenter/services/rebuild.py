@@ -2,7 +2,8 @@
 
 Restores the read state first (read and ever-read bitmaps, unseen watermarks,
 from their snapshots), then groups, hidden items, bulletins, message details,
-pull items, push fan-outs, subscriber sets and live notifications, all
+pull items, push fan-outs, subscriber sets, live notifications, and last
+the archived and snoozed items (their ``InboxItemState`` rows), all
 idempotently. Deliveries and merges count an item unread only when its
 restored read bit is 0, so the unread counters come out as PostgreSQL plus
 the snapshots imply. Marks made after the last snapshot come back from the
@@ -17,7 +18,15 @@ from django.utils import timezone
 from core.progress import SILENT, Progress
 from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
-from messagecenter.models import Bulletin, DeliveryMode, InboxHidden, Message, MessageStatus, UserGroupMembership
+from messagecenter.models import (
+    Bulletin,
+    DeliveryMode,
+    InboxHidden,
+    InboxItemState,
+    Message,
+    MessageStatus,
+    UserGroupMembership,
+)
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
@@ -79,11 +88,29 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     with progress.stage("subscriptions and notifications", 1) as stage:
         notifications = notification_rebuild(now=now)
         stage.advance()
+
+    # Archives and snoozes last: they move items the steps above put in the lists.
+    state_rows = InboxItemState.objects.order_by("user_id", "item_id").values_list("user_id", "item_id")
+    placed = 0
+    with progress.stage("archived and snoozed items", state_rows.count()) as stage:
+        batch_pairs: list[tuple[int, str]] = []
+        for pair in state_rows.iterator(chunk_size=BATCH):
+            batch_pairs.append(pair)
+            if len(batch_pairs) == BATCH:
+                projection.item_places(batch_pairs)
+                stage.advance(len(batch_pairs))
+                placed += len(batch_pairs)
+                batch_pairs = []
+        if batch_pairs:
+            projection.item_places(batch_pairs)
+            stage.advance(len(batch_pairs))
+            placed += len(batch_pairs)
     return {
         "read_state": restored,
         "users": len(user_ids),
         "hidden": hidden,
         "bulletins": len(bulletin_ids),
         "messages": messages,
+        "item_states": placed,
         **notifications,
     }

@@ -404,3 +404,52 @@ def test_the_archived_view_lists_from_the_api(open_page: Any, recipient: Any) ->
     assert asked
     assert "archived=true" in asked[0]
     assert recorder.calls[0][:2] == ("POST", "/api/v1/inbox/77/unarchive/")
+
+
+# --- against the real v1.1 endpoints ------------------------------------------
+
+
+def test_archive_then_unarchive_end_to_end(open_page: Any, operator: Any, recipient: Any) -> None:
+    send(operator, to={"users": [recipient]}, title="Stay")
+    send(operator, to={"users": [recipient]}, title="File me")
+    page = open_page(recipient, locale=LANGS["zh"], color_scheme="dark", **PHONE)
+    badge = page.locator("#unread-badge")
+    expect(badge).to_have_text("2")
+    page.get_by_role("button", name="归档“File me”").click()
+    expect(page.locator("#items .item-title")).to_have_text(["Stay"])
+    expect(badge).to_have_text("1")
+    page.get_by_role("link", name="已归档").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("已归档")
+    expect(page.locator("#items .item-title")).to_have_text(["File me"])
+    page.get_by_role("button", name="取消归档“File me”").click()
+    expect(page.locator("#empty")).to_contain_text("没有已归档的项目。")
+    page.goto("/inbox/")
+    expect(page.locator("#items .item-title")).to_have_text(["File me", "Stay"])
+    expect(badge).to_have_text("2")
+
+
+def test_snooze_and_bulk_end_to_end(open_page: Any, operator: Any, recipient: Any) -> None:
+    for title in ("One", "Two", "Three", "Four"):
+        send(operator, to={"users": [recipient]}, title=title)
+    page = open_page(recipient)
+    badge = page.locator("#unread-badge")
+    expect(badge).to_have_text("4")
+    page.get_by_role("button", name="Snooze “Four”").click()
+    page.get_by_role("button", name="Next week").click()
+    expect(page.locator("#items .item-title")).to_have_text(["Three", "Two", "One"])
+    expect(badge).to_have_text("3")
+    page.get_by_label("Select “Three”").check()
+    page.get_by_label("Select “Two”").check()
+    page.locator("[data-bulk=read]").click()
+    expect(page.locator("#live-region")).to_have_text("2 items updated.")
+    expect(badge).to_have_text("1")
+    page.get_by_label("Select all on this page").check()
+    page.locator("[data-bulk=delete]").click()
+    expect(page.locator("#items .item:visible")).to_have_count(0)
+    expect(page.locator("#toast")).to_contain_text("Deleted 3 items.")
+    with page.expect_response("**/api/v1/inbox/bulk/", timeout=10_000) as gone:
+        pass
+    assert gone.value.json() == {"done": 3}
+    page.reload()
+    expect(page.locator("#empty")).to_be_visible()
+    expect(badge).to_be_hidden()

@@ -2,7 +2,7 @@
 
 Two real processes on one SQLite file with the in-process fakeredis, as
 ``make run`` has them: the first receives messages, marks one read, one unread
-again after reading and deletes one, then exits (its marks journal is written
+again after reading, deletes one, archives one and snoozes one, then exits (its marks journal is written
 on exit); the second starts the way ``manage.py serve`` does (rebuild of the
 read model from the database) and must see the same inbox and counts.
 """
@@ -22,7 +22,9 @@ User = get_user_model()
 operator = User.objects.create_superuser("op", password="pw-12345678")
 reader = User.objects.create_user("reader", password="pw-12345678")
 ids = {}
-for title in ("kept unread", "read", "read then unread", "deleted"):
+from datetime import timedelta
+from django.utils import timezone
+for title in ("kept unread", "read", "read then unread", "deleted", "archived", "snoozed"):
     message = services.message_send(sender=operator, category="system", title=title,
                                     body_html="<p>x</p>", user_ids=[reader.pk], group_ids=[], everyone=False)
 page = selectors.inbox_list(user=reader, limit=10)
@@ -31,6 +33,8 @@ services.inbox_mark_read(user=reader, item_id=ids["read"])
 services.inbox_mark_read(user=reader, item_id=ids["read then unread"])
 services.inbox_mark_unread(user=reader, item_id=ids["read then unread"])
 services.inbox_hide(user=reader, item_id=ids["deleted"])
+services.inbox_archive(user=reader, item_id=ids["archived"])
+services.inbox_snooze(user=reader, item_id=ids["snoozed"], until=timezone.now() + timedelta(days=1))
 """
 
 SECOND_RUN = """
@@ -41,8 +45,13 @@ from messagecenter import selectors
 call_command("rebuild_redis", verbosity=0)
 reader = get_user_model().objects.get(username="reader")
 page = selectors.inbox_list(user=reader, limit=10)
+archived = selectors.inbox_list(user=reader, limit=10, archived=True)
 counts = selectors.inbox_counts(user=reader)
-print("RESULT" + json.dumps({"items": {i.title: i.read for i in page.results}, "unread": counts["unread"]}))
+print("RESULT" + json.dumps({
+    "items": {i.title: i.read for i in page.results},
+    "archived": [i.title for i in archived.results],
+    "unread": counts["unread"],
+}))
 """
 
 
@@ -59,7 +68,7 @@ def _run(code: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
-def test_read_marks_and_deletes_survive_a_restart(tmp_path: Path) -> None:
+def test_read_marks_deletes_archives_and_snoozes_survive_a_restart(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
     env.update(
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
@@ -78,4 +87,6 @@ def test_read_marks_and_deletes_survive_a_restart(tmp_path: Path) -> None:
     out = _run(SECOND_RUN, env)
     result = json.loads(out.split("RESULT", 1)[1])
     assert result["items"] == {"kept unread": False, "read": True, "read then unread": False}
+    assert result["archived"] == ["archived"]
+    # The snoozed item stays away (and out of the counts) until its time.
     assert result["unread"] == 2
