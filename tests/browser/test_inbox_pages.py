@@ -16,8 +16,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 from playwright.sync_api import expect
 
+from messagecenter import services
 from notices.services import announcement_create
 from tests.messagecenter.conftest import send
 
@@ -453,3 +455,18 @@ def test_snooze_and_bulk_end_to_end(open_page: Any, operator: Any, recipient: An
     page.reload()
     expect(page.locator("#empty")).to_be_visible()
     expect(badge).to_be_hidden()
+
+
+def test_a_woken_snooze_comes_back_on_top_live(open_page: Any, operator: Any, recipient: Any) -> None:
+    nap = send(operator, to={"users": [recipient]}, title="Nap")
+    send(operator, to={"users": [recipient]}, title="Awake")
+    services.inbox_snooze(user=recipient, item_id=f"m{nap.pk}", until=timezone.now() + timedelta(seconds=3))
+    page = open_page(recipient)
+    titles = page.locator("#items .item-title")
+    expect(titles).to_have_text(["Awake"])
+    expect(page.locator("#unread-badge")).to_have_text("1")
+    page.wait_for_timeout(3500)
+    page.evaluate("window.mcRefreshCounts()")
+    expect(titles).to_have_text(["Nap", "Awake"])
+    expect(page.locator("#unread-badge")).to_have_text("2")
+    expect(page.locator("#live-region")).to_contain_text("Nap")

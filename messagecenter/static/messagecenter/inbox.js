@@ -607,15 +607,12 @@
   function pollNew() {
     // Before the first page is in, the first page itself is the news.
     if (polling || archived || !ready) { return; }
+    // Each source's first page: it holds whatever is new, whatever kind it is
+    // (a snoozed item that woke up is there too, though created long ago), and
+    // the current read flags of the rows it shares with the page.
     var requests = sources.map(function (source) {
-      if (source.name === "inbox") {
-        if (!source.newest) { return mc.api("GET", source.base + "?" + source.params.toString()).then(function (a) { return [source, a.data.results]; }); }
-        var params = new URLSearchParams(source.params);
-        params.set("since", source.newest);
-        return mc.api("GET", source.base + "?" + params.toString()).then(function (a) { return [source, a.data.results]; });
-      }
       return mc.api("GET", source.base + "?" + source.params.toString()).then(function (a) {
-        return [source, a.data.results.filter(function (r) { return !source.newest || r.published_at > source.newest; })];
+        return [source, a.data.results];
       });
     });
     polling = Promise.all(requests).then(function (answers) {
@@ -624,11 +621,21 @@
         pair[1].forEach(function (raw) {
           var item = normalise(pair[0], raw);
           if (!pair[0].newest || item.time > pair[0].newest) { pair[0].newest = item.time; }
-          if (wanted(item) && !document.getElementById(item.id)) { fresh.push(item); }
+          var known = document.getElementById(item.id);
+          if (known) {
+            if (known.classList.contains("read") !== item.read) { setRead(known, item.read); }
+          } else if (wanted(item)) {
+            fresh.push(item);
+          }
         });
       });
       if (!fresh.length) { return; }
-      fresh.sort(function (a, b) { return Date.parse(a.time) - Date.parse(b.time); });
+      // Oldest first, each inserted on top: the newest ends up first. The
+      // API's order decides (a woken snooze sits at the top whatever its time).
+      if (sources.length > 1) {
+        fresh.sort(function (a, b) { return Date.parse(b.time) - Date.parse(a.time); });
+      }
+      fresh.reverse();
       // Keep the reader's place: measure the first row in view before and after.
       var anchor = rows().filter(function (r) { return r.getBoundingClientRect().bottom > 0; })[0];
       var before = anchor ? anchor.getBoundingClientRect().top : 0;
