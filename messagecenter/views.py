@@ -61,6 +61,17 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
     if kind not in KIND_LABELS or category:
         kind = ""
     archived = request.GET.get("archived") == "true"
+    unread_only = request.GET.get("unread") == "true" and not archived
+    limit = _page_size(request.GET.get("limit", ""))
+    # The first page is rendered here too: readable without JavaScript, and
+    # shown at once (inbox.js swaps in its own rows, announcements merged).
+    page = selectors.inbox_list(
+        user=request.user,  # type: ignore[arg-type]
+        category=category or None,
+        unread_only=unread_only,
+        archived=archived,
+        limit=limit,
+    )
     counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
     by_category = counts["by_category"]
     total_unread = counts.get("total_unread", counts["unread"] + by_category.get("announcement", 0))
@@ -95,8 +106,16 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
             "category": category,
             "kind": kind,
             "archived": archived,
-            "unread_only": request.GET.get("unread") == "true" and not archived,
-            "limit": _page_size(request.GET.get("limit", "")),
+            "unread_only": unread_only,
+            "limit": limit,
+            "page": page,
+            "rows": [
+                {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
+                for item in page.results
+                if not kind or item.kind == kind
+            ]
+            if kind != "announcement"
+            else [],
             "counts": counts,
             "total_unread": total_unread,
             "announcements_unread": by_category.get("announcement", 0),

@@ -65,6 +65,9 @@
     params.set("limit", String(limit));
     return { name: "announcement", base: announcementsApi, params: params, cursor: null, done: false, buffer: [], newest: null };
   }
+  // Ids read from the API so far (shown or waiting in a buffer): a refresh
+  // puts on top only what was never read, not the next page's rows.
+  var seen = {};
   var sources = [];
   if (kind === "announcement") {
     sources = [announcementSource()];
@@ -102,6 +105,7 @@
       var data = answer.data;
       data.results.forEach(function (raw) {
         var item = normalise(source, raw);
+        seen[item.id] = true;
         if (!source.newest || item.time > source.newest) { source.newest = item.time; }
         source.buffer.push(item);
       });
@@ -129,6 +133,10 @@
     return sources.every(function (s) { return s.done && !s.buffer.length; });
   }
 
+  // The server's rows (the first page, for readers without JavaScript) give
+  // way to this script's first page in one swap.
+  var serverRows = true;
+
   function loadPage() {
     if (loading) { return Promise.resolve(); }
     loading = true;
@@ -143,11 +151,18 @@
         return Promise.all(empties.map(fetchPage)).then(step);
       }
       var item;
+      var batch = document.createDocumentFragment();
       while (shown < limit && (item = takeNext())) {
         if (wanted(item) && !document.getElementById(item.id)) {
-          list.appendChild(renderRow(item));
+          batch.appendChild(renderRow(item));
           shown += 1;
         }
+      }
+      if (serverRows) {
+        serverRows = false;
+        list.replaceChildren(batch);
+      } else {
+        list.appendChild(batch);
       }
       // Kind filters drop rows client-side: read a few more pages to fill one.
       if (shown < limit && !exhausted() && rounds < 5) { return step(); }
@@ -196,6 +211,7 @@
     var row = template.content.firstElementChild.cloneNode(true);
     row.id = item.id;
     row.tabIndex = -1;
+    row.classList.add("js-row");
     row.setAttribute("data-source", item.source);
     row.setAttribute("data-api-id", item.apiId);
     row.setAttribute("data-kind", item.kind);
@@ -257,7 +273,8 @@
     }
   }
 
-  function rows() { return Array.prototype.slice.call(list.querySelectorAll(".item:not([hidden])")); }
+  // This script's rows (the server's stand-ins have no controls).
+  function rows() { return Array.prototype.slice.call(list.querySelectorAll(".item.js-row:not([hidden])")); }
 
   function updateEmpty() {
     emptyState.hidden = rows().length > 0 || !exhausted() || !listError.hidden;
@@ -297,6 +314,8 @@
   }
 
   function removeRow(row) {
+    // Archived or snoozed here: when it comes back (a snooze ends), it is news.
+    delete seen[row.id];
     var next = row.nextElementSibling || row.previousElementSibling;
     row.remove();
     if (next && next.classList.contains("item")) { focusRow(next); }
@@ -561,7 +580,10 @@
   }
 
   if (markAll && dialog) {
-    markAll.addEventListener("click", function () { dialog.showModal(); });
+    document.getElementById("mark-all-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      dialog.showModal();
+    });
     dialog.addEventListener("close", function () {
       if (dialog.returnValue !== "confirm") { return; }
       var body = category ? { category: category } : {};
@@ -624,9 +646,10 @@
           var known = document.getElementById(item.id);
           if (known) {
             if (known.classList.contains("read") !== item.read) { setRead(known, item.read); }
-          } else if (wanted(item)) {
+          } else if (!seen[item.id] && wanted(item)) {
             fresh.push(item);
           }
+          seen[item.id] = true;
         });
       });
       if (!fresh.length) { return; }
