@@ -40,6 +40,20 @@ def _quick_streams(settings: Any) -> None:
     settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 2
 
 
+@pytest.fixture
+def open_page(open_page: Any) -> Any:
+    """The conftest's ``open_page``, returning once the inbox script has put
+    its own rows in (the server's first-page rows are swapped out then)."""
+
+    def _open(*args: Any, **kwargs: Any) -> Any:
+        page = open_page(*args, **kwargs)
+        if page.locator("#items").count():
+            expect(page.locator("#items")).to_have_attribute("aria-busy", "false")
+        return page
+
+    return _open
+
+
 def _luminance(rgb: str) -> float:
     channels = [int(c) / 255 for c in re.findall(r"\d+", rgb)[:3]]
     linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
