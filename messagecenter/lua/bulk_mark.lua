@@ -3,14 +3,14 @@
 -- mark.lua's rule per member. Live and archived items are marked (an
 -- archived one keeps its flag for when it comes back, and is in no count);
 -- snoozed ones and members not in this inbox are skipped.
--- ARGV: want, n, then n members. Returns {marked, refs read for the first time}.
+-- ARGV: want, the members joined by "," (a member holds none). Returns
+-- {marked, refs read for the first time}.
 
-local want, count = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not open_inbox(0, 2 + count, true) then return "STALE" end
+local want, listed = tonumber(ARGV[1]), ARGV[2]
+if not open_inbox(0, 2, true) then return "STALE" end
 
 local done, first = 0, {}
-for i = 1, count do
-  local member = ARGV[2 + i]
+for member in string.gmatch(listed, "[^,]+") do
   local where = place(member)
   if where == "live" or where == "archived" then
     local ref, cat, month, off = parse(member)

@@ -321,7 +321,7 @@ class BulkMarkOp(InboxOp):
     read: bool
 
     def own_args(self) -> list[Any]:
-        return [1 if self.read else 0, len(self.members), *self.members]
+        return [1 if self.read else 0, ",".join(self.members)]
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,8 @@
 
 Restores the read state first (read and ever-read bitmaps, unseen watermarks,
 from their snapshots), then groups, hidden items, bulletins, message details,
-pull items, push fan-outs, subscriber sets, live notifications, and last
-the archived and snoozed items (their ``InboxItemState`` rows), all
-idempotently. Deliveries and merges count an item unread only when its
+pull items, push fan-outs, subscriber sets, live notifications, and last the
+archived and snoozed items, all idempotently. Deliveries and merges count an item unread only when its
 restored read bit is 0, so the unread counters come out as PostgreSQL plus
 the snapshots imply. Marks made after the last snapshot come back from the
 marks journal, which ``core.rebuild.rebuild`` applies after this step.
@@ -89,28 +88,28 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
         notifications = notification_rebuild(now=now)
         stage.advance()
 
-    # Archives and snoozes last: they move items the steps above put in the lists.
-    state_rows = InboxItemState.objects.order_by("user_id", "item_id").values_list("user_id", "item_id")
-    placed = 0
+    # Archived and snoozed items, once every item is back (an item not merged
+    # yet is parked directly) and after the read-state snapshots (a snooze
+    # clears a read bit: its bitmap must not be created before the restore).
+    state_rows = InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id")
+    states = 0
     with progress.stage("archived and snoozed items", state_rows.count()) as stage:
-        batch_pairs: list[tuple[int, str]] = []
+        batch: list[tuple[int, str]] = []
         for pair in state_rows.iterator(chunk_size=BATCH):
-            batch_pairs.append(pair)
-            if len(batch_pairs) == BATCH:
-                projection.item_places(batch_pairs)
-                stage.advance(len(batch_pairs))
-                placed += len(batch_pairs)
-                batch_pairs = []
-        if batch_pairs:
-            projection.item_places(batch_pairs)
-            stage.advance(len(batch_pairs))
-            placed += len(batch_pairs)
+            batch.append(pair)
+            if len(batch) >= BATCH:
+                projection.item_places(batch)
+                stage.advance(len(batch))
+                states, batch = states + len(batch), []
+        projection.item_places(batch)
+        stage.advance(len(batch))
+        states += len(batch)
     return {
         "read_state": restored,
         "users": len(user_ids),
         "hidden": hidden,
         "bulletins": len(bulletin_ids),
         "messages": messages,
-        "item_states": placed,
+        "item_states": states,
         **notifications,
     }

@@ -243,9 +243,9 @@ def test_fallback_runs_a_fixed_number_of_queries(
     for count in (1, 12):
         add_items(count)
         now = clock.now
-        # Hidden refs, pending marks, three candidate scans, snapshots, seen,
+        # Hidden refs, state rows, pending marks, three candidate scans, snapshots, seen,
         # then details: messages (+ their images), bulletins, notifications.
-        with django_assert_max_num_queries(11):
+        with django_assert_max_num_queries(12):
             page = fallback.inbox_page(
                 user_id=recipient.pk,
                 now=now,
@@ -257,9 +257,9 @@ def test_fallback_runs_a_fixed_number_of_queries(
                 since_ms=None,
             )
         assert {row.detail["kind"] for row in page.rows} == {"message", "bulletin", "notification"}
-        with django_assert_max_num_queries(7):
-            fallback.inbox_counts(user_id=recipient.pk, now=now)
         with django_assert_max_num_queries(8):
+            fallback.inbox_counts(user_id=recipient.pk, now=now)
+        with django_assert_max_num_queries(9):
             assert fallback.inbox_get(user_id=recipient.pk, ref=page.rows[0].ref, now=now) is not None
 
 

@@ -32,6 +32,7 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 import core.redis
+from core import keys
 from core.exceptions import NotFound
 from core.lua import SCRIPTS, LuaScript
 from messagecenter import selectors, services
@@ -148,6 +149,11 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     assert services.inbox_mark_all_read(user=alice) > 0
     services.inbox_mark_seen(user=alice)
     assert services.inbox_hide(user=alice, item_id=f"m{pulled.pk}") is True
+    # Archive, bulk marks, unarchive, snooze (woken by the read after the clock moves).
+    services.inbox_archive(user=alice, item_id=f"m{everyone.pk}")
+    assert services.inbox_bulk(user=alice, action="unread", item_ids=[f"m{everyone.pk}", "m999999999"]) == 1
+    services.inbox_unarchive(user=alice, item_id=f"m{everyone.pk}")
+    services.inbox_snooze(user=alice, item_id=f"m{everyone.pk}", until=clock.now + timedelta(seconds=30))
 
     # Changes every inbox settles on its next read: an edit, a delete, a
     # retraction, a membership change (drops merged bulletins), a trimmed
@@ -377,6 +383,10 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         scripts.SeenOp(),
         scripts.DropPrefixOp(prefix="b"),
         scripts.SweepOp(limit=10),
+        scripts.ArchiveOp(member="m1|system|202611|1", score=5, expire_ms=0),
+        scripts.UnarchiveOp(member="m1|system|202611|1", score=5, expire_ms=0),
+        scripts.SnoozeOp(member="m1|system|202611|1", score=5, expire_ms=0),
+        scripts.BulkMarkOp(members=("m1|system|202611|1", "m2|system|202611|2"), read=True),
     ]
     assert {id(op.script) for op in ops} == {id(s) for s in scripts.INBOX_SCRIPTS}
     for op in ops:
@@ -387,6 +397,8 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         assert call.keys[11 : 11 + len(own)] == own
         assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
         assert call.args == [*op.own_args(), 5, 1, "202611", "2", 9]
+        # The archived and snoozed zsets close every call's KEYS (open_inbox takes them from the end).
+        assert call.keys[-2:] == [keys.mc_inbox_archived(42), keys.mc_inbox_snoozed(42)]
 
 
 # Past this a script mixes concerns: its helpers go to a preamble of their own.
