@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-dev migrate demo run test test-cluster lint format bench drill cluster-up cluster-down clean
+.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench drill cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,17 @@ lint: setup-dev
 	$(PY) -m mypy core notices messagecenter config scripts
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
+
+# Translations: extract the strings of the pages, their scripts and the API's
+# messages into locale/*/LC_MESSAGES/*.po, then compile the .mo files that are
+# committed (make run and make test need no gettext). Extraction needs GNU
+# gettext; Debian's package is installed only when xgettext is missing.
+MESSAGES_ARGS := --ignore=.venv --ignore=staticfiles --ignore=bench --ignore=tests -l en -l zh_Hans
+messages: setup-dev
+	command -v xgettext >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext)
+	$(PY) manage.py makemessages $(MESSAGES_ARGS) --no-obsolete
+	$(PY) manage.py makemessages -d djangojs $(MESSAGES_ARGS) --no-obsolete
+	$(PY) manage.py compilemessages --ignore=.venv
 
 format: setup-dev
 	$(PY) -m ruff check --fix .

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 import core.urls
@@ -27,6 +28,10 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", HealthApi.as_view(), name="healthz"),
     path("metrics", MetricsApi.as_view(), name="metrics"),
+    # The language switcher posts here (sets the language cookie).
+    path("i18n/", include("django.conf.urls.i18n")),
+    # The pages' scripts translate through this catalogue (gettext, ngettext, interpolate).
+    path("jsi18n/", JavaScriptCatalog.as_view(), name="javascript-catalog"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file: no inline script (CSP).

@@ -15,6 +15,8 @@ from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
@@ -23,12 +25,18 @@ from messagecenter import selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.models import CATEGORIES, EmailDigest
 
-TAB_LABELS = {
-    "": "All",
-    "system": "System",
-    "promotion": "Promotions",
-    "transaction": "Transactions",
-    "interaction": "Interactions",
+# The list's filter chips: per category (the API's filter) and per kind.
+CATEGORY_LABELS = {
+    "system": _("System"),
+    "promotion": _("Promotions"),
+    "transaction": _("Transactions"),
+    "interaction": _("Interactions"),
+}
+KIND_LABELS = {
+    "message": _("Messages"),
+    "bulletin": _("Bulletins"),
+    "notification": _("Notifications"),
+    "announcement": _("Announcements"),
 }
 
 
@@ -36,46 +44,84 @@ def _unavailable(request: HttpRequest) -> HttpResponse:
     return render(request, "messagecenter/unavailable.html", status=503)
 
 
+def _page_size(raw: str) -> int:
+    # A bad limit in a page's address falls back to the default page size.
+    try:
+        return parse_limit(raw)
+    except ValidationFailed:
+        return parse_limit(None)
+
+
 @login_required
 def inbox_page(request: HttpRequest) -> HttpResponse:
-    category = request.GET.get("category") or None
-    if category is not None and category not in CATEGORIES:
-        category = None
-    unread_only = request.GET.get("unread") == "true"
-    try:
-        page = selectors.inbox_list(
-            user=request.user,  # type: ignore[arg-type]
-            category=category,
-            unread_only=unread_only,
-            limit=parse_limit(request.GET.get("limit")),
-            cursor=request.GET.get("cursor") or None,
-        )
-    except ValidationFailed:
-        return redirect(reverse("messagecenter:inbox"))
+    """The list's frame: filters, counts and the actions. inbox.js fills the
+    rows from the same API other clients use (one renderer for the first page,
+    "Load more", the live updates, the Archived view and announcements)."""
+    category = request.GET.get("category") or ""
+    if category not in CATEGORIES:
+        category = ""
+    kind = request.GET.get("kind") or ""
+    if kind not in KIND_LABELS or category:
+        kind = ""
+    archived = request.GET.get("archived") == "true"
+    unread_only = request.GET.get("unread") == "true" and not archived
+    limit = _page_size(request.GET.get("limit", ""))
+    # The first page is rendered here too: readable without JavaScript, and
+    # shown at once (inbox.js swaps in its own rows, announcements merged).
+    page = selectors.inbox_list(
+        user=request.user,  # type: ignore[arg-type]
+        category=category or None,
+        unread_only=unread_only,
+        archived=archived,
+        limit=limit,
+    )
     counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
     by_category = counts["by_category"]
-    tabs = [
-        {
-            "value": value,
-            "label": label,
-            "unread": counts["unread"] if value == "" else by_category.get(value, 0),
-            "current": (category or "") == value,
-        }
-        for value, label in TAB_LABELS.items()
+    total_unread = counts.get("total_unread", counts["unread"] + by_category.get("announcement", 0))
+    chips = [
+        {"param": "", "value": "", "label": _("All"), "unread": total_unread, "current": not (category or kind)},
+        *(
+            {
+                "param": "category",
+                "value": value,
+                "label": label,
+                "unread": by_category.get(value, 0),
+                "current": category == value,
+            }
+            for value, label in CATEGORY_LABELS.items()
+        ),
+        *(
+            {
+                "param": "kind",
+                "value": value,
+                "label": label,
+                "unread": by_category.get("announcement", 0) if value == "announcement" else None,
+                "current": kind == value,
+            }
+            for value, label in KIND_LABELS.items()
+        ),
     ]
     return render(
         request,
         "messagecenter/inbox.html",
         {
-            "page": page,
-            "tabs": tabs,
-            "category": category or "",
-            "category_label": TAB_LABELS[category or ""],
+            "chips": chips,
+            "category": category,
+            "kind": kind,
+            "archived": archived,
             "unread_only": unread_only,
+            "limit": limit,
+            "page": page,
+            "rows": [
+                {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
+                for item in page.results
+                if not kind or item.kind == kind
+            ]
+            if kind != "announcement"
+            else [],
             "counts": counts,
-            # Only the newest page refreshes itself live: older pages stay put while read.
-            # A degraded answer (Redis down) has no live updates to follow.
-            "page_is_first": not request.GET.get("cursor") and not page.degraded,
+            "total_unread": total_unread,
+            "announcements_unread": by_category.get("announcement", 0),
         },
     )
 
@@ -88,7 +134,7 @@ def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
             # Pages mark on open (the API needs the explicit POST).
             services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]
     except NotFound as exc:
-        raise Http404("No such item in your inbox.") from exc
+        raise Http404(gettext("No such item in your inbox.")) from exc
     except InboxUnavailable:
         # The item was read from PostgreSQL but the mark was refused: show it
         # anyway; it stays unread in the list, which is the truth.
@@ -98,7 +144,8 @@ def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
             raise
         # Read from Redis while PostgreSQL is down: the mark on open waits for
         # another visit; the item itself is shown.
-    return render(request, "messagecenter/item.html", {"item": item})
+    label = CATEGORY_LABELS.get(item.category, item.category)
+    return render(request, "messagecenter/item.html", {"item": item, "category_label": label})
 
 
 @login_required
@@ -111,7 +158,10 @@ def inbox_read_all(request: HttpRequest) -> HttpResponse:
         marked = services.inbox_mark_all_read(user=request.user, category=category)  # type: ignore[arg-type]
     except InboxUnavailable:
         return _unavailable(request)
-    messages.success(request, f"Marked {marked} item{'s' if marked != 1 else ''} as read.")
+    messages.success(
+        request,
+        ngettext("Marked %(count)d item as read.", "Marked %(count)d items as read.", marked) % {"count": marked},
+    )
     url = reverse("messagecenter:inbox")
     return redirect(f"{url}?category={category}" if category else url)
 
@@ -122,10 +172,10 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     try:
         services.inbox_hide(user=request.user, item_id=item_id)  # type: ignore[arg-type]
     except NotFound as exc:
-        raise Http404("No such item in your inbox.") from exc
+        raise Http404(gettext("No such item in your inbox.")) from exc
     except InboxUnavailable:
         return _unavailable(request)
-    messages.success(request, "Deleted from your inbox.")
+    messages.success(request, gettext("Deleted from your inbox."))
     next_url = request.POST.get("next") or ""
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):
         next_url = reverse("messagecenter:inbox")

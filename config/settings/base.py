@@ -58,6 +58,9 @@ MIDDLEWARE = [
     # Read requests may read from a replica; a request that wrote pins its user to the primary.
     "core.replicas.ReplicaReadsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The page's language: the language cookie (the switcher sets it), else the
+    # browser's Accept-Language, else LANGUAGE_CODE.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -391,7 +394,10 @@ LOGOUT_REDIRECT_URL = "login"
 # core's home view names no app. Unset or unknown: core's own home page.
 MESSAGECENTER_HOME_URL: str = "messagecenter:inbox"
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# Shipped languages; their compiled catalogues live in locale/ (make messages).
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -399,6 +405,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Files served at the site's root by whitenoise (favicon.ico, which browsers
+# ask for there whatever the page links).
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 MEDIA_URL = "media/"
 MEDIA_ROOT = env.path("MEDIA_ROOT", default=str(BASE_DIR / "media"))
 STORAGES = {

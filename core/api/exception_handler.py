@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django.utils.translation import gettext, gettext_noop
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -31,6 +32,23 @@ _CODES = {
 }
 
 
+# Messages the domain raises with a fixed text: catalogued here so that the
+# handler can answer them in the request's language (LocaleMiddleware picks it
+# from the language cookie or Accept-Language; English otherwise). Messages
+# built with values inside stay English; DRF's own messages come translated.
+TRANSLATED_MESSAGES = (
+    gettext_noop("No such item in your inbox."),
+    gettext_noop("Announcement not found."),
+    gettext_noop("The cursor is not valid."),
+    gettext_noop("The cursor belongs to another listing."),
+    gettext_noop("limit must be a positive integer."),
+    gettext_noop("Unknown category."),
+    gettext_noop("Invalid input."),
+    gettext_noop("The request body is too large."),
+    gettext_noop("The service is briefly unavailable; please retry shortly."),
+)
+
+
 def error_body(code: str, message: str, fields: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if fields:
@@ -40,7 +58,7 @@ def error_body(code: str, message: str, fields: Any = None) -> dict[str, Any]:
 
 def unavailable_body() -> dict[str, Any]:
     """The 503 envelope of a PostgreSQL outage (the API's handler and the middleware)."""
-    return error_body("service_unavailable", "The service is briefly unavailable; please retry shortly.")
+    return error_body("service_unavailable", gettext("The service is briefly unavailable; please retry shortly."))
 
 
 def _first_message(detail: Any) -> str:
@@ -57,7 +75,9 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
     if isinstance(exc, ApplicationError):
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code, headers=headers)
+        # gettext answers the text itself when the catalogue does not hold it.
+        message = gettext(exc.message) if exc.message else exc.message
+        return Response(error_body(exc.code, message, exc.fields), status=exc.status_code, headers=headers)
     if is_unavailable(exc):
         # PostgreSQL is down or the connection died, or no Redis connection was
         # free in time (an overload): the client may retry, the
@@ -71,7 +91,7 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
         )
     if isinstance(exc, RequestDataTooBig):
         return Response(
-            error_body("too_large", "The request body is too large."),
+            error_body("too_large", gettext("The request body is too large.")),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, DjangoValidationError):
@@ -93,7 +113,7 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
             message = _first_message(detail)
         else:
             fields, message = None, _first_message(detail)
-        response.data = error_body(code, message or "Invalid input.", fields)
+        response.data = error_body(code, message or gettext("Invalid input."), fields)
     else:
         response.data = error_body(code, _first_message(exc.detail))
     return response

@@ -21,11 +21,20 @@
   var timer = null;
   var inFlight = null;
 
+  // The bell counts everything unread the user can open: inbox items and
+  // announcements (total_unread; older servers: unread + announcements).
+  function totalUnread(counts) {
+    if (typeof counts.total_unread === "number") { return counts.total_unread; }
+    var announcements = (counts.by_category && counts.by_category.announcement) || 0;
+    return counts.unread + announcements;
+  }
+
   function render(counts) {
-    var unread = counts.unread;
-    if (unread > 0) {
-      badge.textContent = unread > 99 ? "99+" : String(unread);
-      badge.setAttribute("aria-label", unread + " unread");
+    var total = totalUnread(counts);
+    counts.total = total;
+    if (total > 0) {
+      badge.textContent = total > 99 ? window.mc.interpolate(window.mc.gettext("%s+"), [window.mc.number(99)]) : window.mc.number(total);
+      badge.setAttribute("aria-label", window.mc.interpolate(window.mc.ngettext("%s unread", "%s unread", total), [window.mc.number(total)]));
       badge.hidden = false;
     } else {
       badge.textContent = "";
@@ -38,6 +47,7 @@
   // An event that comes while a fetch is on its way may postdate that
   // fetch's answer: fetch once more when it is done.
   var again = false;
+  var changed = false;
 
   function refresh() {
     if (inFlight) { again = true; return inFlight; }
@@ -46,10 +56,15 @@
     inFlight = fetch(url, { credentials: "same-origin", cache: "no-store", headers: headers })
       .then(function (r) {
         if (r.status === 304 || !r.ok) { return null; }
+        // A changed answer: the list may have something new too (inbox.js).
+        changed = true;
         etag = r.headers.get("ETag");
         return r.json();
       })
-      .then(function (data) { if (data) { render(data); } })
+      .then(function (data) {
+        if (data) { render(data); }
+        if (changed) { changed = false; document.dispatchEvent(new CustomEvent("mc:counts-changed")); }
+      })
       .catch(function () {})
       .finally(function () {
         inFlight = null;

@@ -70,11 +70,27 @@ def open_page(browser: Any, live_server: Any) -> Iterator[Callable[..., Any]]:
     """``open_page(user, path, width=...)``: a page of a fresh context signed in as ``user``."""
     contexts: list[Any] = []
 
-    def _open(user: Any, path: str = "/inbox/", *, width: int = 1280, height: int = 900) -> Any:
+    def _open(
+        user: Any,
+        path: str = "/inbox/",
+        *,
+        width: int = 1280,
+        height: int = 900,
+        locale: str = "en-US",
+        color_scheme: str = "light",
+        timezone_id: str = "UTC",
+    ) -> Any:
         client = Client()
         client.force_login(user)
         cookie = client.cookies[settings.SESSION_COOKIE_NAME]
-        context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": height})
+        # locale sets Accept-Language (the page's language) and Intl's default.
+        context = browser.new_context(
+            base_url=live_server.url,
+            viewport={"width": width, "height": height},
+            locale=locale,
+            color_scheme=color_scheme,
+            timezone_id=timezone_id,
+        )
         context.set_default_timeout(TIMEOUT_MS)
         context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
         contexts.append(context)

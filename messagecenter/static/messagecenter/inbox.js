@@ -1,47 +1,686 @@
-// Keeps the inbox page in step with the header badge (app.js): tab counts on
-// every "mc:counts", and on the first page the list itself on every
-// "mc:inbox-changed", by refetching this page and swapping #inbox-live.
+// The inbox list: rows from the REST API (the same one other clients use),
+// "Load more" on the API's cursors, actions per row and in bulk, undo for
+// deletes, keyboard use, and live updates that prepend new items without
+// moving what the reader is looking at.
+//
+// Sources: the inbox (/api/v1/inbox/, with category/unread/archived) and the
+// announcements (/api/v1/announcements/). The "All" view merges both, newest
+// first: each source keeps its own cursor and a buffer, and a row is shown
+// only once every source that could still hold something newer has been read
+// past it, so paging never repeats or skips.
 (function () {
   "use strict";
-  var region = document.getElementById("inbox-live");
+  var root = document.getElementById("inbox");
+  if (!root || !window.mc) { return; }
+  var mc = window.mc;
+  var _ = mc.gettext;
+  var list = document.getElementById("items");
+  var template = document.getElementById("row-template");
+  var emptyState = document.getElementById("empty");
+  var loadMore = document.getElementById("load-more");
+  var listError = document.getElementById("list-error");
+  var liveRegion = document.getElementById("live-region");
+  var toast = document.getElementById("toast");
+  var toastText = document.getElementById("toast-text");
+  var toastUndo = document.getElementById("toast-undo");
+  var selectAll = document.getElementById("select-all");
+  var selectedCount = document.getElementById("selected-count");
+  var bulkButtons = root.querySelectorAll("[data-bulk]");
 
-  document.addEventListener("mc:counts", function (event) {
-    var all = document.querySelector('.tabs a[href$="/inbox/"] .mc-count');
-    if (all && event.detail && typeof event.detail.unread === "number") {
-      all.textContent = String(event.detail.unread);
-      all.setAttribute("aria-label", event.detail.unread + " unread");
+  var category = root.getAttribute("data-category");
+  var kind = root.getAttribute("data-kind");
+  var archived = root.getAttribute("data-archived") === "true";
+  var unreadOnly = root.getAttribute("data-unread-only") === "true";
+  var limit = parseInt(root.getAttribute("data-limit"), 10) || 20;
+  var inboxApi = root.getAttribute("data-inbox-api");
+  var announcementsApi = root.getAttribute("data-announcements-api");
+  var itemUrl = root.getAttribute("data-item-url");
+  var announcementUrl = root.getAttribute("data-announcement-url");
+  var UNDO_MS = 6000;
+
+  var CATEGORY_NAMES = {
+    system: _("System"), promotion: _("Promotion"), transaction: _("Transaction"),
+    interaction: _("Interaction"), announcement: _("Announcement")
+  };
+  // One small icon per category (24x24 outline paths).
+  var ICONS = {
+    system: "M12 3a6 6 0 0 0-6 6v4l-2 3h16l-2-3V9a6 6 0 0 0-6-6zm-2 15a2 2 0 0 0 4 0",
+    promotion: "M4 10h16v10H4zM3 6h18v4H3zM12 6v14M12 6c-2-4-6-3-5 0M12 6c2-4 6-3 5 0",
+    transaction: "M3 6h18v12H3zM3 10h18M7 15h4",
+    interaction: "M4 5h16v10H9l-5 4z",
+    announcement: "M4 10v4h3l8 5V5L7 10zM18 9a4 4 0 0 1 0 6"
+  };
+
+  // --- sources -------------------------------------------------------------
+  function inboxSource() {
+    var params = new URLSearchParams();
+    params.set("limit", String(limit));
+    if (category) { params.set("category", category); }
+    if (unreadOnly) { params.set("unread", "true"); }
+    if (archived) { params.set("archived", "true"); }
+    return { name: "inbox", base: inboxApi, params: params, cursor: null, done: false, buffer: [], newest: null };
+  }
+  function announcementSource() {
+    var params = new URLSearchParams();
+    params.set("limit", String(limit));
+    return { name: "announcement", base: announcementsApi, params: params, cursor: null, done: false, buffer: [], newest: null };
+  }
+  // Ids read from the API so far (shown or waiting in a buffer): a refresh
+  // puts on top only what was never read, not the next page's rows.
+  var seen = {};
+  var sources = [];
+  if (kind === "announcement") {
+    sources = [announcementSource()];
+  } else if (archived || category || kind) {
+    sources = [inboxSource()];
+  } else {
+    sources = [inboxSource(), announcementSource()];
+  }
+
+  function normalise(source, raw) {
+    if (source.name === "announcement") {
+      return {
+        id: "a" + raw.id, apiId: raw.id, source: "announcement", kind: "announcement", category: "announcement",
+        title: raw.title, summary: raw.summary || "", time: raw.published_at, read: raw.read, pinned: raw.pinned,
+        sender: _("System")
+      };
+    }
+    return {
+      id: "i" + raw.id, apiId: raw.id, source: "inbox", kind: raw.kind, category: raw.category,
+      title: raw.title, summary: raw.summary || "", time: raw.created_at, read: raw.read,
+      sender: raw.sender || _("System")
+    };
+  }
+
+  function wanted(item) {
+    if (kind && kind !== "announcement" && item.kind !== kind) { return false; }
+    if (unreadOnly && item.read) { return false; }
+    return true;
+  }
+
+  function fetchPage(source) {
+    var params = new URLSearchParams(source.params);
+    if (source.cursor) { params.set("cursor", source.cursor); }
+    return mc.api("GET", source.base + "?" + params.toString()).then(function (answer) {
+      var data = answer.data;
+      data.results.forEach(function (raw) {
+        var item = normalise(source, raw);
+        seen[item.id] = true;
+        if (!source.newest || item.time > source.newest) { source.newest = item.time; }
+        source.buffer.push(item);
+      });
+      source.cursor = data.next_cursor;
+      source.done = !data.next_cursor;
+    });
+  }
+
+  // Takes the next row in time order, or null when a source must be read first.
+  function takeNext() {
+    var best = null;
+    for (var i = 0; i < sources.length; i++) {
+      var s = sources[i];
+      if (!s.buffer.length) {
+        if (!s.done) { return null; }
+        continue;
+      }
+      if (!best || Date.parse(s.buffer[0].time) > Date.parse(best.buffer[0].time)) { best = s; }
+    }
+    return best ? best.buffer.shift() : null;
+  }
+
+  var loading = false;
+  function exhausted() {
+    return sources.every(function (s) { return s.done && !s.buffer.length; });
+  }
+
+  // The server's rows (the first page, for readers without JavaScript) give
+  // way to this script's first page in one swap.
+  var serverRows = true;
+
+  function loadPage() {
+    if (loading) { return Promise.resolve(); }
+    loading = true;
+    loadMore.disabled = true;
+    list.setAttribute("aria-busy", "true");
+    var shown = 0;
+    var rounds = 0;
+    function step() {
+      var empties = sources.filter(function (s) { return !s.done && !s.buffer.length; });
+      if (empties.length) {
+        rounds += 1;
+        return Promise.all(empties.map(fetchPage)).then(step);
+      }
+      var item;
+      var batch = document.createDocumentFragment();
+      while (shown < limit && (item = takeNext())) {
+        if (wanted(item) && !document.getElementById(item.id)) {
+          batch.appendChild(renderRow(item));
+          shown += 1;
+        }
+      }
+      if (serverRows) {
+        serverRows = false;
+        list.replaceChildren(batch);
+      } else {
+        list.appendChild(batch);
+      }
+      // Kind filters drop rows client-side: read a few more pages to fill one.
+      if (shown < limit && !exhausted() && rounds < 5) { return step(); }
+      return null;
+    }
+    return step().then(function () {
+      listError.hidden = true;
+    }, function (error) {
+      listError.textContent = error.message;
+      listError.hidden = false;
+    }).then(function () {
+      loading = false;
+      loadMore.disabled = false;
+      loadMore.hidden = exhausted();
+      list.setAttribute("aria-busy", "false");
+      updateEmpty();
+      updateSelection();
+    });
+  }
+
+  // --- rows ----------------------------------------------------------------
+  // A summary that starts with the title says it twice: show only the rest.
+  function distinctSummary(title, summary) {
+    var t = title.trim().toLowerCase();
+    var s = summary.trim();
+    if (!s || s.toLowerCase() === t) { return ""; }
+    if (t && s.toLowerCase().indexOf(t) === 0) {
+      return s.slice(t.length).replace(/^[\s.:;,!?\-–—。：；，！？]+/, "");
+    }
+    return s;
+  }
+
+  function icon(name) {
+    var ns = "http://www.w3.org/2000/svg";
+    var svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", "0 0 24 24");
+    svg.setAttribute("width", "22");
+    svg.setAttribute("height", "22");
+    var path = document.createElementNS(ns, "path");
+    path.setAttribute("d", ICONS[name] || ICONS.system);
+    svg.appendChild(path);
+    return svg;
+  }
+
+  function renderRow(item) {
+    var row = template.content.firstElementChild.cloneNode(true);
+    row.id = item.id;
+    row.tabIndex = -1;
+    row.classList.add("js-row");
+    row.setAttribute("data-source", item.source);
+    row.setAttribute("data-api-id", item.apiId);
+    row.setAttribute("data-kind", item.kind);
+    row.setAttribute("data-time", item.time);
+    row.classList.add("cat-" + item.category);
+    var title = row.querySelector(".item-title");
+    title.textContent = item.title;
+    title.href = item.source === "announcement" ? announcementUrl + item.apiId + "/" : itemUrl + item.apiId + "/";
+    row.querySelector(".row-select").setAttribute("aria-label", mc.interpolate(_("Select “%s”"), [item.title]));
+    row.querySelector(".item-icon").appendChild(icon(item.category));
+    row.querySelector(".item-sender").textContent = item.sender;
+    var tag = row.querySelector(".mc-tag");
+    tag.textContent = CATEGORY_NAMES[item.category] || item.category;
+    if (item.pinned) { tag.textContent += " · " + _("Pinned"); }
+    var time = row.querySelector("time");
+    time.setAttribute("datetime", item.time);
+    var summary = distinctSummary(item.title, item.summary);
+    var summaryNode = row.querySelector(".mc-summary");
+    if (summary) { summaryNode.textContent = summary; } else { summaryNode.remove(); }
+    if (item.source === "announcement" || archived) {
+      // Announcements are broadcasts: read state only. Archived rows: unarchive or delete.
+      row.querySelector(".snooze").remove();
+      if (item.source === "announcement") {
+        row.querySelector(".act-archive").remove();
+        row.querySelector(".act-delete").remove();
+        row.querySelector(".row-select").disabled = true;
+        row.querySelector(".row-select").setAttribute("aria-label", _("Announcements cannot be selected"));
+      }
+    }
+    setRead(row, item.read);
+    var archive = row.querySelector(".act-archive");
+    if (archive) {
+      archive.textContent = archived ? _("Unarchive") : _("Archive");
+      archive.setAttribute("aria-label", mc.interpolate(archived ? _("Unarchive “%s”") : _("Archive “%s”"), [item.title]));
+    }
+    var del = row.querySelector(".act-delete");
+    if (del) { del.setAttribute("aria-label", mc.interpolate(_("Delete “%s”"), [item.title])); }
+    var snooze = row.querySelector(".act-snooze");
+    if (snooze) { snooze.setAttribute("aria-label", mc.interpolate(_("Snooze “%s”"), [item.title])); }
+    mc.renderTimes(row);
+    return row;
+  }
+
+  function setRead(row, read) {
+    row.classList.toggle("read", read);
+    row.classList.toggle("unread", !read);
+    var button = row.querySelector(".act-read");
+    var title = row.querySelector(".item-title").textContent;
+    button.textContent = read ? _("Mark unread") : _("Mark read");
+    button.setAttribute("aria-label", mc.interpolate(read ? _("Mark “%s” unread") : _("Mark “%s” read"), [title]));
+    var marker = row.querySelector(".sr-unread");
+    if (!read && !marker) {
+      marker = document.createElement("span");
+      marker.className = "sr-only sr-unread";
+      marker.textContent = _("Unread:") + " ";
+      row.querySelector(".item-body").insertBefore(marker, row.querySelector(".item-title"));
+    } else if (read && marker) {
+      marker.remove();
+    }
+  }
+
+  // This script's rows (the server's stand-ins have no controls).
+  function rows() { return Array.prototype.slice.call(list.querySelectorAll(".item.js-row:not([hidden])")); }
+
+  function updateEmpty() {
+    emptyState.hidden = rows().length > 0 || !exhausted() || !listError.hidden;
+  }
+
+  function announce(text) {
+    liveRegion.textContent = "";
+    // A fresh text node after a tick is what screen readers notice.
+    setTimeout(function () { liveRegion.textContent = text; }, 50);
+  }
+
+  function fail(error) {
+    announce(error.message);
+    listError.textContent = error.message;
+    listError.hidden = false;
+  }
+
+  function refreshCounts() {
+    if (window.mcRefreshCounts) { window.mcRefreshCounts(); }
+  }
+
+  // --- actions -------------------------------------------------------------
+  function itemPath(row, action) {
+    var id = encodeURIComponent(row.getAttribute("data-api-id"));
+    var base = row.getAttribute("data-source") === "announcement" ? announcementsApi : inboxApi;
+    return base + id + "/" + (action ? action + "/" : "");
+  }
+
+  function toggleRead(row, read) {
+    if (read === undefined) { read = !row.classList.contains("read"); }
+    if (row.classList.contains("read") === read) { return Promise.resolve(); }
+    setRead(row, read);
+    return mc.api("POST", itemPath(row, read ? "read" : "unread")).then(function () {
+      announce(read ? _("Marked read.") : _("Marked unread."));
+      refreshCounts();
+    }, function (error) { setRead(row, !read); fail(error); });
+  }
+
+  function removeRow(row) {
+    // Archived or snoozed here: when it comes back (a snooze ends), it is news.
+    delete seen[row.id];
+    var next = row.nextElementSibling || row.previousElementSibling;
+    row.remove();
+    if (next && next.classList.contains("item")) { focusRow(next); }
+    updateEmpty();
+    updateSelection();
+  }
+
+  function archiveRow(row) {
+    if (row.getAttribute("data-source") !== "inbox") { return; }
+    var action = archived ? "unarchive" : "archive";
+    mc.api("POST", itemPath(row, action)).then(function () {
+      removeRow(row);
+      announce(archived ? _("Moved back to the inbox.") : _("Archived."));
+      refreshCounts();
+    }, fail);
+  }
+
+  // Snooze presets, in the reader's own time zone.
+  function snoozeUntil(preset, row) {
+    var now = new Date();
+    var at = new Date(now.getTime());
+    if (preset === "later") {
+      at.setHours(at.getHours() + 3, 0, 0, 0);
+    } else if (preset === "tomorrow") {
+      at.setDate(at.getDate() + 1);
+      at.setHours(9, 0, 0, 0);
+    } else if (preset === "week") {
+      var days = (8 - at.getDay()) % 7 || 7; // next Monday
+      at.setDate(at.getDate() + days);
+      at.setHours(9, 0, 0, 0);
+    } else {
+      var value = row.querySelector(".snooze-at").value;
+      if (!value) { return null; }
+      at = new Date(value);
+    }
+    return at;
+  }
+
+  function snoozeRow(row, preset) {
+    var until = snoozeUntil(preset, row);
+    if (!until || isNaN(until.getTime())) {
+      fail(new Error(_("Choose a time to snooze until.")));
+      return;
+    }
+    mc.api("POST", itemPath(row, "snooze"), { until: until.toISOString() }).then(function () {
+      removeRow(row);
+      announce(mc.interpolate(_("Snoozed until %s."), [mc.fullTime(until)]));
+      refreshCounts();
+    }, fail);
+  }
+
+  // Deletes wait for the undo window; a page closed meanwhile sends them on its way out.
+  var pendingDeletes = [];
+  function flushDelete(entry, keepalive) {
+    clearTimeout(entry.timer);
+    pendingDeletes = pendingDeletes.filter(function (e) { return e !== entry; });
+    var request = entry.ids.length === 1
+      ? mc.api("DELETE", inboxApi + encodeURIComponent(entry.ids[0]) + "/", undefined, { keepalive: keepalive })
+      : mc.api("POST", inboxApi + "bulk/", { action: "delete", ids: entry.ids }, { keepalive: keepalive });
+    return request.then(function () {
+      entry.rows.forEach(function (r) { r.remove(); });
+      if (toast.getAttribute("data-entry") === String(entry.serial)) { toast.hidden = true; }
+      refreshCounts();
+    }, function (error) {
+      entry.rows.forEach(function (r) { r.hidden = false; });
+      fail(error);
+    });
+  }
+
+  var serial = 0;
+  function deleteRows(selected) {
+    selected = selected.filter(function (r) { return r.getAttribute("data-source") === "inbox"; });
+    if (!selected.length) { return; }
+    var after = selected[selected.length - 1].nextElementSibling;
+    selected.forEach(function (r) {
+      r.hidden = true;
+      r.querySelector(".row-select").checked = false;
+    });
+    if (after && !after.hidden) { focusRow(after); }
+    serial += 1;
+    var entry = {
+      serial: serial,
+      ids: selected.map(function (r) { return r.getAttribute("data-api-id"); }),
+      rows: selected
+    };
+    entry.timer = setTimeout(function () { flushDelete(entry, false); }, UNDO_MS);
+    pendingDeletes.push(entry);
+    toast.setAttribute("data-entry", String(entry.serial));
+    toastText.textContent = mc.interpolate(mc.ngettext("Deleted %s item.", "Deleted %s items.", entry.ids.length), [mc.number(entry.ids.length)]);
+    toast.hidden = false;
+    updateEmpty();
+    updateSelection();
+  }
+
+  toastUndo.addEventListener("click", function () {
+    var id = toast.getAttribute("data-entry");
+    var entry = pendingDeletes.filter(function (e) { return String(e.serial) === id; })[0];
+    toast.hidden = true;
+    if (!entry) { return; }
+    clearTimeout(entry.timer);
+    pendingDeletes = pendingDeletes.filter(function (e) { return e !== entry; });
+    entry.rows.forEach(function (r) { r.hidden = false; });
+    focusRow(entry.rows[0]);
+    announce(_("Restored."));
+    updateEmpty();
+    updateSelection();
+  });
+
+  window.addEventListener("pagehide", function () {
+    pendingDeletes.slice().forEach(function (entry) { flushDelete(entry, true); });
+  });
+
+  // --- selection and bulk --------------------------------------------------
+  function selectedRows() {
+    return rows().filter(function (r) { return r.querySelector(".row-select").checked; });
+  }
+
+  function updateSelection() {
+    var selectable = rows().filter(function (r) { return !r.querySelector(".row-select").disabled; });
+    var chosen = selectedRows();
+    bulkButtons.forEach(function (b) { b.disabled = chosen.length === 0; });
+    selectAll.checked = selectable.length > 0 && chosen.length === selectable.length;
+    selectAll.indeterminate = chosen.length > 0 && chosen.length < selectable.length;
+    selectAll.disabled = selectable.length === 0;
+    selectedCount.textContent = chosen.length
+      ? mc.interpolate(mc.ngettext("%s selected", "%s selected", chosen.length), [mc.number(chosen.length)])
+      : "";
+  }
+
+  selectAll.addEventListener("change", function () {
+    rows().forEach(function (r) {
+      var box = r.querySelector(".row-select");
+      if (!box.disabled) { box.checked = selectAll.checked; }
+    });
+    updateSelection();
+  });
+
+  bulkButtons.forEach(function (button) {
+    button.addEventListener("click", function () {
+      var action = button.getAttribute("data-bulk");
+      var chosen = selectedRows();
+      if (!chosen.length) { return; }
+      if (action === "delete") { deleteRows(chosen); return; }
+      var ids = chosen.map(function (r) { return r.getAttribute("data-api-id"); });
+      mc.api("POST", inboxApi + "bulk/", { action: action, ids: ids }).then(function (answer) {
+        chosen.forEach(function (r) {
+          r.querySelector(".row-select").checked = false;
+          if (action === "read" || action === "unread") { setRead(r, action === "read"); } else { r.remove(); }
+        });
+        var done = answer.data ? answer.data.done : ids.length;
+        announce(mc.interpolate(mc.ngettext("%s item updated.", "%s items updated.", done), [mc.number(done)]));
+        updateEmpty();
+        updateSelection();
+        refreshCounts();
+      }, fail);
+    });
+  });
+
+  // --- row events ----------------------------------------------------------
+  list.addEventListener("change", function (event) {
+    if (event.target.classList.contains("row-select")) { updateSelection(); }
+  });
+
+  function closeMenus(except) {
+    list.querySelectorAll(".snooze-menu:not([hidden])").forEach(function (menu) {
+      if (menu === except) { return; }
+      menu.hidden = true;
+      menu.parentNode.querySelector(".act-snooze").setAttribute("aria-expanded", "false");
+    });
+  }
+
+  list.addEventListener("click", function (event) {
+    var target = event.target.closest("button");
+    var row = event.target.closest(".item");
+    if (!target || !row) { return; }
+    if (target.classList.contains("act-read")) { toggleRead(row); }
+    else if (target.classList.contains("act-archive")) { archiveRow(row); }
+    else if (target.classList.contains("act-delete")) { deleteRows([row]); }
+    else if (target.classList.contains("act-snooze")) {
+      var menu = row.querySelector(".snooze-menu");
+      closeMenus(menu);
+      menu.hidden = !menu.hidden;
+      target.setAttribute("aria-expanded", String(!menu.hidden));
+      if (!menu.hidden) { menu.querySelector("button").focus(); }
+    } else if (target.hasAttribute("data-snooze")) {
+      snoozeRow(row, target.getAttribute("data-snooze"));
     }
   });
 
-  if (!region || region.getAttribute("data-live-refresh") !== "on") { return; }
-  var pending = null;
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest(".snooze")) { closeMenus(null); }
+  });
 
-  function focusKey(el) {
-    if (!el || !region.contains(el)) { return null; }
-    return el.getAttribute("href") || el.getAttribute("aria-label") || el.getAttribute("name");
+  // --- keyboard ------------------------------------------------------------
+  var current = null;
+  function focusRow(row) {
+    if (!row) { return; }
+    if (current) { current.classList.remove("current"); }
+    current = row;
+    row.classList.add("current");
+    row.focus();
   }
 
-  function reload() {
-    if (pending) { return; }
-    pending = fetch(window.location.href, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "text/html" } })
-      .then(function (r) { return r.ok ? r.text() : null; })
-      .then(function (html) {
-        if (!html) { return; }
-        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("inbox-live");
-        if (!fresh) { return; }
-        var key = focusKey(document.activeElement);
-        region.innerHTML = fresh.innerHTML;
-        if (key) {
-          // Keep keyboard users where they were when the list changes under them.
-          var again = Array.prototype.find.call(region.querySelectorAll("a, button, input"), function (el) {
-            return focusKey(el) === key;
-          });
-          if (again) { again.focus(); }
-        }
-      })
-      .catch(function () {})
-      .finally(function () { pending = null; });
+  function move(step) {
+    var all = rows();
+    if (!all.length) { return; }
+    var index = all.indexOf(current);
+    var next = index < 0 ? all[0] : all[Math.min(all.length - 1, Math.max(0, index + step))];
+    focusRow(next);
   }
 
-  document.addEventListener("mc:inbox-changed", reload);
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) { return; }
+    var tag = event.target.tagName;
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || event.target.isContentEditable) { return; }
+    if (event.key === "Escape") { closeMenus(null); return; }
+    var row = current && list.contains(current) && !current.hidden ? current : null;
+    var key = event.key;
+    if (key === "j") { move(1); }
+    else if (key === "k") { move(-1); }
+    else if (!row) { return; }
+    else if (key === "I" && event.shiftKey) { toggleRead(row, true); }
+    else if (key === "u") { toggleRead(row, false); }
+    else if (key === "e") { archiveRow(row); }
+    else if (key === "#") { deleteRows([row]); }
+    else if (key === "x") {
+      var box = row.querySelector(".row-select");
+      if (!box.disabled) { box.checked = !box.checked; updateSelection(); }
+    } else if (key === "Enter" && event.target === row) { row.querySelector(".item-title").click(); }
+    else { return; }
+    event.preventDefault();
+  });
+
+  list.addEventListener("focusin", function (event) {
+    var row = event.target.closest(".item");
+    if (row && row !== current) {
+      if (current) { current.classList.remove("current"); }
+      current = row;
+      row.classList.add("current");
+    }
+  });
+
+  // --- mark all read -------------------------------------------------------
+  var markAll = document.getElementById("mark-all");
+  var dialog = document.getElementById("mark-all-dialog");
+  var includeAnnouncements = document.getElementById("mark-all-announcements");
+
+  function markAnnouncementsRead() {
+    // Every unread announcement, page by page (they are few; the API has no read-all for them).
+    function page(cursor) {
+      var url = announcementsApi + "?limit=100" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+      return mc.api("GET", url).then(function (answer) {
+        var unread = answer.data.results.filter(function (a) { return !a.read; });
+        return Promise.all(unread.map(function (a) {
+          return mc.api("POST", announcementsApi + encodeURIComponent(a.id) + "/read/");
+        })).then(function (done) {
+          return answer.data.next_cursor ? page(answer.data.next_cursor).then(function (n) { return n + done.length; }) : done.length;
+        });
+      });
+    }
+    return page(null);
+  }
+
+  if (markAll && dialog) {
+    document.getElementById("mark-all-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      dialog.showModal();
+    });
+    dialog.addEventListener("close", function () {
+      if (dialog.returnValue !== "confirm") { return; }
+      var body = category ? { category: category } : {};
+      var both = includeAnnouncements.checked && !category;
+      Promise.all([
+        kind === "announcement" ? Promise.resolve({ data: { marked: 0 } }) : mc.api("POST", inboxApi + "read-all/", body),
+        both || kind === "announcement" ? markAnnouncementsRead() : Promise.resolve(0)
+      ]).then(function (answers) {
+        var marked = answers[0].data.marked + answers[1];
+        rows().forEach(function (r) {
+          if (r.getAttribute("data-source") === "inbox" || both || kind === "announcement") { setRead(r, true); }
+        });
+        announce(mc.interpolate(mc.ngettext("Marked %s item as read.", "Marked %s items as read.", marked), [mc.number(marked)]));
+        refreshCounts();
+      }, fail);
+    });
+  }
+
+  // --- counts --------------------------------------------------------------
+  document.addEventListener("mc:counts", function (event) {
+    var counts = event.detail;
+    var byCategory = counts.by_category || {};
+    root.querySelectorAll("[data-count]").forEach(function (node) {
+      var key = node.getAttribute("data-count");
+      var value = key === "total:" ? counts.total
+        : key === "kind:announcement" ? (byCategory.announcement || 0)
+        : (byCategory[key.split(":")[1]] || 0);
+      node.textContent = mc.number(value);
+      node.hidden = value === 0;
+      node.setAttribute("aria-label", mc.interpolate(mc.ngettext("%s unread", "%s unread", value), [mc.number(value)]));
+    });
+    var summary = document.getElementById("inbox-summary");
+    if (summary) {
+      summary.textContent = mc.interpolate(mc.ngettext("%s unread", "%s unread", counts.total), [mc.number(counts.total)]);
+    }
+    if (markAll) { markAll.disabled = counts.total === 0; }
+  });
+
+  // --- live updates --------------------------------------------------------
+  // New items since the newest one shown go above; the rows in view stay put.
+  var polling = null;
+  var ready = false;
+  function pollNew() {
+    // Before the first page is in, the first page itself is the news.
+    if (polling || archived || !ready) { return; }
+    // Each source's first page: it holds whatever is new, whatever kind it is
+    // (a snoozed item that woke up is there too, though created long ago), and
+    // the current read flags of the rows it shares with the page.
+    var requests = sources.map(function (source) {
+      return mc.api("GET", source.base + "?" + source.params.toString()).then(function (a) {
+        return [source, a.data.results];
+      });
+    });
+    polling = Promise.all(requests).then(function (answers) {
+      var fresh = [];
+      answers.forEach(function (pair) {
+        pair[1].forEach(function (raw) {
+          var item = normalise(pair[0], raw);
+          if (!pair[0].newest || item.time > pair[0].newest) { pair[0].newest = item.time; }
+          var known = document.getElementById(item.id);
+          if (known) {
+            if (known.classList.contains("read") !== item.read) { setRead(known, item.read); }
+          } else if (!seen[item.id] && wanted(item)) {
+            fresh.push(item);
+          }
+          seen[item.id] = true;
+        });
+      });
+      if (!fresh.length) { return; }
+      // Oldest first, each inserted on top: the newest ends up first. The
+      // API's order decides (a woken snooze sits at the top whatever its time).
+      if (sources.length > 1) {
+        fresh.sort(function (a, b) { return Date.parse(b.time) - Date.parse(a.time); });
+      }
+      fresh.reverse();
+      // Keep the reader's place: measure the first row in view before and after.
+      var anchor = rows().filter(function (r) { return r.getBoundingClientRect().bottom > 0; })[0];
+      var before = anchor ? anchor.getBoundingClientRect().top : 0;
+      fresh.forEach(function (item) {
+        var row = renderRow(item);
+        row.classList.add("fresh");
+        list.insertBefore(row, list.firstChild);
+      });
+      // Browsers with scroll anchoring have kept it in place already; the
+      // others see it move by what was inserted, and get it back here.
+      var moved = anchor ? anchor.getBoundingClientRect().top - before : 0;
+      if (window.scrollY > 0 && Math.abs(moved) > 1) { window.scrollBy(0, moved); }
+      announce(mc.interpolate(mc.ngettext("%s new item", "%s new items", fresh.length), [mc.number(fresh.length)]) +
+        ": " + fresh.map(function (i) { return i.title; }).reverse().join(", "));
+      updateEmpty();
+      updateSelection();
+    }).catch(function () {}).then(function () { polling = null; });
+  }
+  document.addEventListener("mc:counts-changed", pollNew);
+  document.addEventListener("mc:inbox-changed", pollNew);
+  window.mcPollInbox = pollNew;
+
+  loadMore.addEventListener("click", function () { loadPage(); });
+  loadPage().then(function () { ready = true; });
 })();
