@@ -217,7 +217,9 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         return redirect(reverse("messagecenter:settings"))
     prefs = selectors.preferences_get(user_id=user_id)
     context = {
-        "categories": [{"value": c, "label": CATEGORY_LABELS[c], "muted": c in prefs.muted_categories} for c in CATEGORIES],
+        "categories": [
+            {"value": c, "label": CATEGORY_LABELS[c], "muted": c in prefs.muted_categories} for c in CATEGORIES
+        ],
         "message_types": [
             {"code": t.code, "name": t.name, "muted": t.code in prefs.muted_message_types}
             for t in selectors.message_types_all()
