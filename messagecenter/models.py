@@ -318,6 +318,10 @@ class InboxItemState(models.Model):
             # Also serves the rebuild and the fallback's lookup by user (user_id prefix).
             models.UniqueConstraint(fields=["user", "item_id"], name="mc_item_state_unique"),
         ]
+        indexes = [
+            # The retention purge drops the rows of purged items by item.
+            models.Index(fields=["item_id"], name="mc_item_state_item_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.item_id}"

@@ -32,6 +32,7 @@ from messagecenter.models import (
     DeliveryMode,
     FanoutChunk,
     InboxHidden,
+    InboxItemState,
     Message,
     MessageImage,
     MessageStatus,
@@ -68,7 +69,15 @@ def retention_purge(*, now: datetime | None = None, batch: int | None = None) ->
 
 def _hidden_of(refs: list[str]) -> list[tuple[int, str]]:
     # mc_hidden_item_idx serves this lookup by item.
-    return [(int(u), str(r)) for u, r in InboxHidden.objects.filter(item_id__in=refs).values_list("user_id", "item_id")]
+    # A parked (archived or snoozed) item's ref sits in its user's hidden set
+    # too, so its state row names a Redis entry to drop as well.
+    pairs = {
+        (int(u), str(r)) for u, r in InboxHidden.objects.filter(item_id__in=refs).values_list("user_id", "item_id")
+    }
+    pairs.update(
+        (int(u), str(r)) for u, r in InboxItemState.objects.filter(item_id__in=refs).values_list("user_id", "item_id")
+    )
+    return sorted(pairs)
 
 
 def _raw_delete(queryset: QuerySet[Model]) -> int:
@@ -112,6 +121,7 @@ def _messages_batch(*, cutoff: datetime, now: datetime, batch: int, done: Counte
     ids = [m.pk for m in rows]
     with transaction.atomic():
         _raw_delete(InboxHidden.objects.filter(item_id__in=refs))
+        _raw_delete(InboxItemState.objects.filter(item_id__in=refs))
         _raw_delete(PendingDelivery.objects.filter(task__in=MESSAGE_TASKS, object_id__in=ids))
         _raw_delete(FanoutChunk.objects.filter(message_id__in=ids))
         _raw_delete(MessageImage.objects.filter(message_id__in=ids))
@@ -142,6 +152,7 @@ def _notifications_batch(*, cutoff: datetime, now: datetime, batch: int, done: C
     ids = [n.pk for n in rows]
     with transaction.atomic():
         _raw_delete(InboxHidden.objects.filter(item_id__in=refs))
+        _raw_delete(InboxItemState.objects.filter(item_id__in=refs))
         _raw_delete(PendingDelivery.objects.filter(task__in=NOTIFICATION_TASKS, object_id__in=ids))
         RuleMatch.objects.filter(notification_id__in=ids).update(notification=None)
         done["notifications"] += _raw_delete(Notification.objects.filter(pk__in=ids))

@@ -18,7 +18,7 @@ from django.utils import timezone
 from core.drift import check_run
 from core.redis import get_redis
 from messagecenter import services
-from messagecenter.models import FanoutChunk, InboxHidden, Message, Notification, PendingDelivery
+from messagecenter.models import FanoutChunk, InboxHidden, InboxItemState, Message, Notification, PendingDelivery
 from messagecenter.services.messages import DELIVER_TASK
 from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import send
@@ -70,6 +70,9 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     # (which puts the item in the removed list as well).
     services.inbox_hide(user=other_recipient, item_id=old_push[0].ref)
     services.message_retract(message=old_push[1])
+    # Parked items: their state rows and their entries in Redis go with them.
+    services.inbox_archive(user=recipient, item_id=old_push[2].ref)
+    services.inbox_snooze(user=other_recipient, item_id=old_push[2].ref, until=start + timedelta(hours=1))
     old_pull = send(operator, to={"everyone": True}, title="old, to everyone", expire_at=soon)
     # Expired when the purge runs, but not for longer than the retention.
     recent = send(operator, to={"users": [recipient]}, title="recent", expire_at=start + timedelta(seconds=8))
@@ -79,6 +82,7 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     assert old_pull.delivery == "pull"
     assert FanoutChunk.objects.filter(message__in=old_push).count() == 3
     services.inbox_hide(user=recipient, item_id=forever.ref)
+    services.inbox_archive(user=other_recipient, item_id=forever.ref)
     services.message_type_create(code="stock", name="Stock", default_ttl_seconds=3600)
     services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
     services.subscription_create(message_type="stock", scope="WH1", user_id=outsider.pk)
@@ -104,6 +108,7 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     assert Message.groups.through.objects.count() == 0
     assert list(InboxHidden.objects.values_list("user_id", "item_id")) == [(recipient.pk, forever.ref)]
     assert not PendingDelivery.objects.exists()
+    assert list(InboxItemState.objects.values_list("user_id", "item_id")) == [(other_recipient.pk, forever.ref)]
 
     assert redis_mentions(purged) == []
     # What stays is still there.
