@@ -3,6 +3,7 @@ and the Prometheus scrape (``/metrics``)."""
 
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -15,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import metrics, webhooks
+from core.audit import audit_api
 from core.cursors import decode_cursor, encode_cursor
 from core.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
 from core.models import WebhookEndpoint
@@ -112,9 +114,12 @@ class WebhookListApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        endpoint = webhooks.webhook_endpoint_create(
-            url=data["url"], events=data["events"], description=data.get("description", ""), active=data["active"]
-        )
+        with transaction.atomic():
+            endpoint = webhooks.webhook_endpoint_create(
+                url=data["url"], events=data["events"], description=data.get("description", ""), active=data["active"]
+            )
+            # The secret is never written to the audit log.
+            audit_api(request, action="create", obj=endpoint, changes={k: v for k, v in data.items() if k != "secret"})
         out = {**_endpoint_data(endpoint), "secret": endpoint.secret}
         return Response(WebhookCreatedSerializer(out).data, status=status.HTTP_201_CREATED)
 
@@ -157,7 +162,9 @@ class WebhookDetailApi(APIView):
         endpoint = get_object_or_404(WebhookEndpoint, pk=webhook_id)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, data=serializer.validated_data)
+        with transaction.atomic():
+            endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, data=serializer.validated_data)
+            audit_api(request, action="update", obj=endpoint, changes=serializer.validated_data)
         return Response(WebhookOutputSerializer(_endpoint_data(endpoint)).data)
 
     @extend_schema(
@@ -167,7 +174,9 @@ class WebhookDetailApi(APIView):
     )
     def delete(self, request: Request, webhook_id: int) -> Response:
         endpoint = get_object_or_404(WebhookEndpoint, pk=webhook_id)
-        webhooks.webhook_endpoint_delete(endpoint=endpoint)
+        with transaction.atomic():
+            audit_api(request, action="delete", obj=endpoint)
+            webhooks.webhook_endpoint_delete(endpoint=endpoint)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from core import webhooks
-from core.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
+from core.models import AuditEntry, WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 from messagecenter import services
 from messagecenter.models import PendingDelivery
 from messagecenter.services import delivery
@@ -338,3 +338,18 @@ def test_delivery_failed_event(settings: Any, receiver: Receiver, operator_clien
     assert [p["type"] for p in payloads] == ["delivery.failed"]
     assert payloads[0]["data"]["object_id"] == "42"
     assert "redis gone" in payloads[0]["data"]["error"]
+
+
+def test_endpoint_writes_are_audited_without_the_secret(operator_client: Any, receiver: Receiver) -> None:
+    created = _register(operator_client, receiver.url, ["message.sent"])
+    endpoint_id = created["id"]
+    assert operator_client.patch(f"{URL}{endpoint_id}/", {"active": False}, format="json").status_code == 200
+    assert operator_client.delete(f"{URL}{endpoint_id}/").status_code == 204
+
+    entries = list(
+        AuditEntry.objects.filter(object_type="core.webhookendpoint", object_id=str(endpoint_id)).order_by("at", "id")
+    )
+    assert [e.action for e in entries] == ["create", "update", "delete"]
+    assert entries[0].changes["url"] == receiver.url
+    assert entries[1].changes == {"active": False}
+    assert created["secret"] not in json.dumps([e.changes for e in entries])
