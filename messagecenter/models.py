@@ -7,6 +7,7 @@ Broadcasts never write a row per user: an audience is a group link, an
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from pyroaring import BitMap
 
 
@@ -590,9 +591,9 @@ class StockLevel(models.Model):
 
 
 class EmailDigest(models.TextChoices):
-    OFF = "off", "Off"
-    DAILY = "daily", "Daily"
-    WEEKLY = "weekly", "Weekly"
+    OFF = "off", _("Off")
+    DAILY = "daily", _("Daily")
+    WEEKLY = "weekly", _("Weekly")
 
 
 class UserPreferences(models.Model):

@@ -198,20 +198,20 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                     muted_message_types=request.POST.getlist("muted_message_types"),
                     email_digest=request.POST.get("email_digest") or None,
                 )
-                messages.success(request, "Preferences saved.")
+                messages.success(request, gettext("Preferences saved."))
             elif action == "follow":
                 services.subscription_self_create(
                     user=user,
                     message_type=request.POST.get("message_type") or "",
                     scope=request.POST.get("scope") or "",
                 )
-                messages.success(request, "Subscribed.")
+                messages.success(request, gettext("Subscribed."))
             elif action == "unfollow":
                 raw = request.POST.get("subscription") or ""
                 if not raw.isdigit():
-                    raise NotFound("No such subscription of yours.")
+                    raise NotFound(gettext("No such subscription of yours."))
                 services.subscription_self_delete(user=user, subscription_id=int(raw))
-                messages.success(request, "Unsubscribed.")
+                messages.success(request, gettext("Unsubscribed."))
         except ApplicationError as exc:
             messages.error(request, exc.message)
         return redirect(reverse("messagecenter:settings"))

@@ -71,3 +71,22 @@ def test_the_javascript_catalogue_serves_chinese() -> None:
     assert answer.status_code == 200
     # The catalogue is JSON with ASCII escapes.
     assert '"just now": "\\u521a\\u521a"' in answer.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_settings_page_speaks_the_readers_language(recipient: object) -> None:
+    client = Client()
+    client.force_login(recipient)  # type: ignore[arg-type]
+    english = client.get("/inbox/settings/").content.decode()
+    chinese = client.get("/inbox/settings/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+    assert "Inbox settings" in english and "Muted categories" in english
+    assert "收件箱设置" in chinese and "已静音的类别" in chinese and "每周" in chinese
+    assert "Muted categories" not in chinese
+    # A change answers in the same language.
+    answer = client.post(
+        "/inbox/settings/",
+        {"action": "preferences", "email_digest": "daily"},
+        HTTP_ACCEPT_LANGUAGE="zh-Hans",
+        follow=True,
+    )
+    assert "偏好已保存。" in answer.content.decode()
