@@ -9,7 +9,7 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.urls import register_converter
 
-        from core import demo, healing, outbox, rebuild, signals  # noqa: F401  (signals: connects receivers)
+        from core import activity, demo, healing, outbox, rebuild, signals  # noqa: F401  (signals: connects receivers)
         from core.converters import IdConverter
 
         # Registered before any URLconf is imported: every app's id paths use it.
@@ -18,3 +18,5 @@ class CoreConfig(AppConfig):
         # The healer thread rebuilds through core.rebuild; a read model back in
         # order makes the outbox look for pending marks afresh.
         healing.connect(heal=rebuild.heal, on_ready=outbox.forget_local_state)
+        # A rebuilt Redis has no activity bits of today: mark users again.
+        healing.connect(heal=rebuild.heal, on_ready=activity.forget_marked)

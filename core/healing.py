@@ -104,7 +104,8 @@ def check(*, fresh: bool = False) -> bool:
         _state["checked_at"] = -1e18  # look again as soon as it answers: it may come back empty
         raise
     _state["failures"] = failed
-    if held is not None and held != _state["generation"]:
+    seen = _state["generation"]
+    if held is not None and held != seen:
         # A number this process has not seen: another process's rebuild, or a stale replica.
         _state["generation"] = stored_generation()
     ready = held is not None and held == _state["generation"]
@@ -114,9 +115,10 @@ def check(*, fresh: bool = False) -> bool:
         if was_ready:
             logger.warning("redis read model lost or stale (marker %s, expected %s)", held, _state["generation"])
         heal_soon()
-    elif not was_ready:
-        # Marks were queued meanwhile by every process: what this process
-        # remembers of them (the outbox's "nothing pending") is out of date.
+    elif not was_ready or (seen is not None and held != seen):
+        # The read model is back, or was rebuilt by another process between two
+        # looks of this one: what this process remembers of Redis (the outbox's
+        # "nothing pending", the users it marked active today) is out of date.
         for listener in _hooks.on_ready:
             listener()
     return ready

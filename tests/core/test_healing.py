@@ -9,10 +9,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
-from core import healing, journal, keys, outbox, rebuild
+from core import activity, healing, journal, keys, outbox, rebuild
 from core.apis import health_status
 from core.models import MarkJournal, ReadModelState
 from core.progress import SILENT
@@ -199,3 +200,20 @@ def test_compaction_only_after_a_run_that_drained_everything(recipient: Any) -> 
     assert drain_dirty(pending=20, pop=pop, **common) == (25, True)
     dirty[:] = list(range(100))
     assert drain_dirty(pending=20, pop=pop, **common) == (40, False)  # a stream it need not follow
+
+
+def test_a_rebuild_by_another_process_makes_this_one_mark_users_active_again(healing_on: None, recipient: Any) -> None:
+    rebuild.rebuild()
+    assert healing.check(fresh=True) is True
+    activity.forget_marked()
+    assert activity.record_active(user_id=recipient.pk) is True
+    assert activity.record_active(user_id=recipient.pk) is False  # marked today: no command
+
+    # Another process noticed a loss and rebuilt between two looks of this
+    # one: Redis holds a generation this process has not seen.
+    keyspace_flush()
+    ReadModelState.objects.filter(pk=1).update(generation=F("generation") + 1)
+    get_redis().set(keys.readmodel_generation(), ReadModelState.objects.get(pk=1).generation)
+    assert healing.check(fresh=True) is True
+    assert activity.record_active(user_id=recipient.pk) is True  # the new Redis gets today's bit
+    activity.forget_marked()
