@@ -27,6 +27,7 @@ from messagecenter.models import (
     MessageType,
     Notification,
     NotificationRule,
+    PendingDelivery,
     RuleRun,
     StockLevel,
     Subscription,
@@ -454,3 +455,42 @@ class StockLevelAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_filter = ["warehouse"]
     search_fields = ["location", "sku"]
     list_editable = ["quantity"]
+
+
+@admin.register(PendingDelivery)
+class PendingDeliveryAdmin(admin.ModelAdmin):
+    """Delivery work committed and not yet in Redis: a row stays until its work
+    reached Redis, so a long list here is an outage or a failing job to look at."""
+
+    list_display = ["task", "object_id", "index", "attempts", "due_at", "created_at", "short_error"]
+    list_filter = ["task"]
+    search_fields = ["object_id"]
+    ordering = ["due_at", "id"]
+    readonly_fields = ["task", "object_id", "index", "attempts", "due_at", "created_at", "last_error"]
+    actions = ["due_now"]
+
+    @admin.display(description="last error")
+    def short_error(self, obj: PendingDelivery) -> str:
+        return obj.last_error[:120]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: PendingDelivery | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: PendingDelivery | None = None) -> bool:
+        # Deleting a row would drop a delivery for good.
+        return False
+
+    def has_due_now_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("messagecenter.change_pendingdelivery"))
+
+    @admin.action(description="Hand the selected deliveries over again now", permissions=["due_now"])
+    def due_now(self, request: HttpRequest, queryset: QuerySet[PendingDelivery]) -> None:
+        rows = list(queryset)
+        with transaction.atomic():
+            count = services.delivery_due_now(ids=[row.pk for row in rows])
+            for row in rows:
+                audit_admin(request, action="due_now", obj=row)
+        self.message_user(request, f"{count} deliveries due now.")

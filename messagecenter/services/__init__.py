@@ -1,6 +1,7 @@
 """Write use cases of the message centre (``<entity>_<verb>``, keyword-only)."""
 
 from messagecenter.services.bulletins import bulletin_create, bulletin_delete, bulletin_update
+from messagecenter.services.delivery import delivery_due_now
 from messagecenter.services.groups import (
     user_group_add_members,
     user_group_create,
@@ -60,6 +61,7 @@ __all__ = [
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
+    "delivery_due_now",
     "inbox_archive",
     "inbox_bulk",
     "inbox_deliver",

@@ -350,6 +350,12 @@ def delivery_pending() -> list[PendingDelivery]:
     return list(PendingDelivery.objects.order_by("id"))
 
 
+def delivery_due_now(*, ids: Sequence[int]) -> int:
+    """Make these rows due at once (an operator who fixed the cause of their
+    failures); the relay hands them over on its next pass. Returns how many."""
+    return PendingDelivery.objects.filter(pk__in=list(ids)).update(due_at=timezone.now())
+
+
 def delivery_depth() -> int:
     """How many rows wait (the metrics' pending-delivery depth)."""
     return PendingDelivery.objects.count()

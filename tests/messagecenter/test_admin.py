@@ -1,13 +1,16 @@
 """Admin: groups with pasted member lists, bulletins and the message composer
 (audience preview, send, progress, retract), all through the services."""
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
-from messagecenter.models import Bulletin, Message, MessageStatus, UserGroup
+from core.models import AuditEntry
+from messagecenter.models import Bulletin, Message, MessageStatus, PendingDelivery, UserGroup
 from messagecenter.selectors import inbox_counts
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
@@ -131,3 +134,22 @@ def test_compose_errors_are_shown(admin_client: Client, clock: Any) -> None:
     assert not Message.objects.exists()
     assert admin_client.get("/admin/messagecenter/message/").status_code == 200
     assert admin_client.get("/admin/messagecenter/message/add/").status_code == 200
+
+
+def test_pending_deliveries_are_listed_read_only_and_can_be_made_due(admin_client: Client, clock: Any) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    row = PendingDelivery.objects.create(
+        task="messagecenter.deliver", object_id=10**9, due_at=later, attempts=3, last_error="ConnectionError: down"
+    )
+    listing = admin_client.get("/admin/messagecenter/pendingdelivery/")
+    assert listing.status_code == 200
+    assert "ConnectionError: down" in listing.content.decode()
+    assert admin_client.get("/admin/messagecenter/pendingdelivery/add/").status_code == 403
+    answer = admin_client.post(
+        "/admin/messagecenter/pendingdelivery/", {"action": "due_now", "_selected_action": [row.pk]}, follow=True
+    )
+    assert answer.status_code == 200
+    row.refresh_from_db()
+    assert row.due_at <= timezone.now()
+    assert PendingDelivery.objects.filter(pk=row.pk).exists()  # never deleted from here
+    assert AuditEntry.objects.filter(action="due_now", object_id=str(row.pk), source="admin").count() == 1
