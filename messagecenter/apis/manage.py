@@ -333,7 +333,7 @@ class MessageSendApi(APIView):
         id = serializers.CharField()
         delivery = serializers.ChoiceField(choices=["push", "pull"])
         recipients = serializers.IntegerField(allow_null=True)
-        status = serializers.ChoiceField(choices=MessageStatus.values)
+        status = serializers.ChoiceField(choices=MessageStatus.choices)
         send_at = OffsetDateTimeField(allow_null=True)
 
     @extend_schema(

@@ -124,7 +124,7 @@ class MessageReadSerializer(serializers.Serializer):
     sender = serializers.CharField(allow_null=True, help_text="Username of the operator who sent it.")
     delivery = serializers.ChoiceField(choices=DeliveryMode.values)
     recipients = serializers.IntegerField(allow_null=True, help_text="Users resolved at send time; null for everyone.")
-    status = serializers.ChoiceField(choices=MessageStatus.values)
+    status = serializers.ChoiceField(choices=MessageStatus.choices)
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
 
 

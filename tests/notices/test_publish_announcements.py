@@ -55,9 +55,10 @@ def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
         second = announce(["user"], title="Second")
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s], statements
-    # BEGIN, two INSERTs, COMMIT: the new entry is added after commit without
-    # reading the platform's entries again (readmodel.platform_add).
-    assert len(statements) == 4, statements
+    # BEGIN, two INSERTs, the webhook endpoints that take the event, COMMIT:
+    # the new entry is added after commit without reading the platform's
+    # entries again (readmodel.platform_add).
+    assert len(statements) == 5, statements
     # The revision and the chunk set (one pipeline), then one script call for the one chunk.
     assert trips[0] == 2
     assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
