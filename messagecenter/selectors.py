@@ -31,7 +31,6 @@ from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
     CATEGORIES,
     Bulletin,
-    EmailDigest,
     FanoutChunk,
     Message,
     MessageType,

@@ -23,10 +23,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
 from messagecenter import selectors, services
-from messagecenter.services import digests
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS
 from messagecenter.models import CATEGORIES, EmailDigest
+from messagecenter.services import digests
 
 # The list's filter chips: per category (the API's filter, CATEGORY_LABELS) and per kind.
 KIND_LABELS = {

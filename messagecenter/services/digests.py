@@ -41,7 +41,10 @@ from messagecenter.services.preferences import preferences_update
 
 logger = logging.getLogger(__name__)
 
-PERIODS: dict[str, timedelta] = {EmailDigest.DAILY.value: timedelta(days=1), EmailDigest.WEEKLY.value: timedelta(days=7)}
+PERIODS: dict[str, timedelta] = {
+    EmailDigest.DAILY.value: timedelta(days=1),
+    EmailDigest.WEEKLY.value: timedelta(days=7),
+}
 UNSUBSCRIBE_SALT = "messagecenter.digest.unsubscribe"
 # Pages of unread items read per user while looking for old ones (newest come first).
 MAX_PAGES = 20
