@@ -5,6 +5,7 @@ period, the signed one-click unsubscribe, and a refused address that neither
 stops the batch nor goes uncounted."""
 
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from email import message_from_bytes, policy
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from django.db import connection
 from django.test import Client
 from prometheus_client import REGISTRY
 
@@ -264,3 +266,44 @@ def test_digest_speaks_the_site_language(
     text, html = _parts(mail)
     assert "停止接收这些邮件" in text
     assert "停止接收这些邮件" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_at_once_send_one_digest_per_user(
+    mailbox: Mailbox, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    operator = UserFactory(username="olga")
+    users = [UserFactory(username=f"race{n}") for n in range(3)]
+    for user in users:
+        _digest(user, "daily")
+    send(operator, to={"users": users}, title="Old item")
+    clock.advance(days=1, minutes=1)
+    # Both runs have listed the due users before either claims one: the race is real.
+    barrier = threading.Barrier(2, timeout=20)
+    claim = digests._claim
+    waited: set[int] = set()
+
+    def claim_after_both_listed(**kwargs: Any) -> bool:
+        ident = threading.get_ident()
+        if ident not in waited:
+            waited.add(ident)
+            barrier.wait()
+        return claim(**kwargs)
+
+    monkeypatch.setattr(digests, "_claim", claim_after_both_listed)
+    runs: list[digests.DigestRun] = []
+
+    def run() -> None:
+        try:
+            runs.append(digests.digests_send())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(runs) == 2
+    assert sum(r.sent for r in runs) == 3
+    assert sorted(m["To"] for m in mailbox.messages) == sorted(u.email for u in users)
