@@ -177,13 +177,19 @@ def _send_one(*, user: AbstractBaseUser, mode: str, now: datetime, previous: dat
     user_id = int(user.pk)
     try:
         items, unread = _old_unread(user=user, now=now)
-        if not items:
-            return "empty"
-        message = _message(user=user, mode=mode, items=items, unread=unread)
-        message.send(fail_silently=False)
     except Exception:
-        # Any failure (a refused address, a dropped connection, Redis and
-        # PostgreSQL both away) is this user's alone: count it, retry next run.
+        # The inbox could not be read at all (Redis and its fallback both
+        # failed): no e-mail was tried; the next run tries again.
+        logger.exception("digest of user %s: inbox not readable", user_id)
+        _release(user_id=user_id, now=now, previous=previous)
+        return "failed"
+    if not items:
+        return "empty"
+    try:
+        _message(user=user, mode=mode, items=items, unread=unread).send(fail_silently=False)
+    except Exception:
+        # Any sending failure (a refused address, a dropped connection, a
+        # rendering bug) is this user's alone: count it, retry next run.
         logger.exception("digest e-mail to user %s failed", user_id)
         EMAIL_FAILURES.inc()
         _release(user_id=user_id, now=now, previous=previous)

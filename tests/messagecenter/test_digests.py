@@ -14,14 +14,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis as redis_lib
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.db import connection
 from django.test import Client
 from prometheus_client import REGISTRY
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+import core.lua
 from messagecenter import services
 from messagecenter.models import UserPreferences
+from messagecenter.readmodel import inbox as readmodel_inbox
+from messagecenter.readmodel import publish, scripts
 from messagecenter.services import digests
 from messagecenter.tasks import digests_send_task
 from tests.factories import UserFactory
@@ -307,3 +313,25 @@ def test_two_runs_at_once_send_one_digest_per_user(
     assert len(runs) == 2
     assert sum(r.sent for r in runs) == 3
     assert sorted(m["To"] for m in mailbox.messages) == sorted(u.email for u in users)
+
+
+def test_digest_reads_postgresql_when_redis_is_down(
+    mailbox: Mailbox, clock: Clock, operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _digest(recipient, "daily")
+    send(operator, to={"users": [recipient]}, title="Still listed without Redis")
+    send(operator, to={"users": [recipient]}, category="promotion", title="Muted promotion")
+    services.preferences_update(user=recipient, muted_categories=["promotion"])
+    clock.advance(days=1, minutes=1)
+    dead = redis_lib.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    for module in (core.lua, scripts, readmodel_inbox, publish):
+        monkeypatch.setattr(module, "get_redis", lambda: dead)
+
+    assert digests.digests_send().sent == 1
+    [mail] = mailbox.to(recipient)
+    text, html = _parts(mail)
+    assert "Still listed without Redis" in text
+    assert "Still listed without Redis" in html
+    assert "Muted promotion" not in text + html
