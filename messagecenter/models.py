@@ -603,10 +603,21 @@ class UserPreferences(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="mc_preferences"
     )
     email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, default=EmailDigest.OFF)
+    # When the last digest was claimed for sending (services/digests.py): a
+    # conditional UPDATE on it lets one run, and only one, send per period.
+    last_digest_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name_plural = "user preferences"
+        indexes = [
+            # The digest run's due query: email_digest IN (daily, weekly), by user id.
+            models.Index(
+                fields=["user"],
+                name="mc_prefs_digest_on_idx",
+                condition=models.Q(email_digest__in=["daily", "weekly"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user_id} preferences"

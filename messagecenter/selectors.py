@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
@@ -30,7 +31,6 @@ from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
     CATEGORIES,
     Bulletin,
-    EmailDigest,
     FanoutChunk,
     Message,
     MessageType,
@@ -419,7 +419,8 @@ def preferences_get(*, user_id: int) -> Preferences:
     categories = sorted({c for c, code in rows if not code}, key=CATEGORIES.index)
     codes = sorted(code for _c, code in rows if code)
     digest = UserPreferences.objects.filter(user_id=user_id).values_list("email_digest", flat=True).first()
-    return Preferences(categories, codes, digest or EmailDigest.OFF.value)
+    # A user who never chose follows the operator's default.
+    return Preferences(categories, codes, digest or settings.MESSAGECENTER_DIGEST_DEFAULT)
 
 
 def user_mutes(*, user_id: int) -> Mutes:

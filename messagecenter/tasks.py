@@ -7,7 +7,7 @@ from celery import shared_task
 from redis.exceptions import RedisError
 
 from messagecenter import projection, services
-from messagecenter.services import delivery, messages, notifications
+from messagecenter.services import delivery, digests, messages, notifications
 from messagecenter.services.snapshots import inbox_read_snapshot
 
 # Delivery tasks take no Celery retries: a Redis error leaves the work's
@@ -101,3 +101,11 @@ def read_snapshot_task() -> int:
     """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed inbox read
     bitmaps and unseen watermarks to PostgreSQL. Idempotent: a second run finds nothing dirty."""
     return inbox_read_snapshot()
+
+
+@shared_task(name="messagecenter.digests_send")
+def digests_send_task() -> dict[str, int]:
+    """Periodic (Celery beat, every MESSAGECENTER_DIGEST_SECONDS): send the due
+    e-mail digests. Safe to run twice at once: each user's period is claimed once."""
+    run = digests.digests_send()
+    return {"sent": run.sent, "failed": run.failed, "empty": run.empty}

@@ -57,6 +57,7 @@ page_urlpatterns: list[URLPattern] = [
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/read-all/", views.inbox_read_all, name="read-all"),
     path("inbox/settings/", views.settings_page, name="settings"),
+    path("email/unsubscribe/<str:token>/", views.digest_unsubscribe, name="digest-unsubscribe"),
     path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
     path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
 ]

@@ -17,21 +17,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods, require_POST
 
 from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
 from messagecenter import selectors, services
 from messagecenter.exceptions import InboxUnavailable
+from messagecenter.labels import CATEGORY_LABELS
 from messagecenter.models import CATEGORIES, EmailDigest
+from messagecenter.services import digests
 
-# The list's filter chips: per category (the API's filter) and per kind.
-CATEGORY_LABELS = {
-    "system": _("System"),
-    "promotion": _("Promotions"),
-    "transaction": _("Transactions"),
-    "interaction": _("Interactions"),
-}
+# The list's filter chips: per category (the API's filter, CATEGORY_LABELS) and per kind.
 KIND_LABELS = {
     "message": _("Messages"),
     "bulletin": _("Bulletins"),
@@ -232,3 +229,21 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         "group_subscriptions": selectors.user_group_subscriptions(user_id=user_id),
     }
     return render(request, "messagecenter/settings.html", context)
+
+
+# Mail clients POST this address themselves (RFC 8058 one-click unsubscribe),
+# with no session and no CSRF token: the signed token in the address is what
+# authorises the change, and all it can do is turn that user's digest off.
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def digest_unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    """GET: a page asking to confirm (a link scanner must not unsubscribe
+    anyone); POST: the digest is off. A bad token is a 400 and changes nothing."""
+    try:
+        if request.method == "POST":
+            digests.digest_unsubscribe(token=token)
+            return render(request, "messagecenter/digest_unsubscribe.html", {"done": True})
+        digests.digest_token_user(token=token)
+    except ValidationFailed:
+        return render(request, "messagecenter/digest_unsubscribe.html", {"invalid": True}, status=400)
+    return render(request, "messagecenter/digest_unsubscribe.html", {"token": token})

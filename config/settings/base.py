@@ -553,3 +553,37 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# --- E-mail and digests -----------------------------------------------------------
+# Where mail goes: EMAIL_URL (django-environ: smtp://user:pass@host:587, smtp+tls://...,
+# consolemail://), else EMAIL_HOST and friends for SMTP, else the console (make run).
+if env("EMAIL_URL", default=""):
+    globals().update(env.email_url("EMAIL_URL"))
+elif env("EMAIL_HOST", default=""):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST: str = env("EMAIL_HOST")
+    EMAIL_PORT: int = env.int("EMAIL_PORT", default=25)
+    EMAIL_HOST_USER: str = env("EMAIL_HOST_USER", default="")
+    EMAIL_HOST_PASSWORD: str = env("EMAIL_HOST_PASSWORD", default="")
+    EMAIL_USE_TLS: bool = env.bool("EMAIL_USE_TLS", default=False)
+    EMAIL_USE_SSL: bool = env.bool("EMAIL_USE_SSL", default=False)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+EMAIL_TIMEOUT: int = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL: str = env("DEFAULT_FROM_EMAIL", default="Message centre <noreply@localhost>")
+# Absolute links in e-mails (the inbox, the unsubscribe link) start with this.
+MESSAGECENTER_SITE_URL: str = env("MESSAGECENTER_SITE_URL", default="http://localhost:8000")
+# The digest of users who never chose ("off", "daily" or "weekly"): off unless
+# the operator turns digests on for everyone who has not said otherwise.
+MESSAGECENTER_DIGEST_DEFAULT: str = env("MESSAGECENTER_DIGEST_DEFAULT", default="off")
+# Only unread items at least this old are worth an e-mail (the inbox shows the rest).
+MESSAGECENTER_DIGEST_MIN_AGE_HOURS: float = env.float("MESSAGECENTER_DIGEST_MIN_AGE_HOURS", default=24.0)
+# Items listed in one e-mail (the total unread count is always given).
+MESSAGECENTER_DIGEST_MAX_ITEMS: int = env.int("MESSAGECENTER_DIGEST_MAX_ITEMS", default=20)
+# Users looked at per query and per claim.
+MESSAGECENTER_DIGEST_BATCH: int = env.int("MESSAGECENTER_DIGEST_BATCH", default=200)
+MESSAGECENTER_DIGEST_SECONDS: float = env.float("MESSAGECENTER_DIGEST_SECONDS", default=15 * 60.0)
+CELERY_BEAT_SCHEDULE["messagecenter-digests-send"] = {
+    "task": "messagecenter.digests_send",
+    "schedule": MESSAGECENTER_DIGEST_SECONDS,
+}
