@@ -174,8 +174,11 @@
       }
       var item;
       var batch = document.createDocumentFragment();
+      // Rows about to be replaced (the server's, or an earlier search's) do not count as shown.
+      var taken = {};
       while (shown < limit && (item = takeNext())) {
-        if (wanted(item) && !document.getElementById(item.id)) {
+        if (wanted(item) && !taken[item.id] && (serverRows || !document.getElementById(item.id))) {
+          taken[item.id] = true;
           batch.appendChild(renderRow(item));
           shown += 1;
         }
@@ -190,7 +193,8 @@
       if (shown < limit && !exhausted() && rounds < 5) { return step(); }
       return null;
     }
-    return step().then(function () {
+    // step() answers null when the buffers already hold the page: always a promise here.
+    return Promise.resolve().then(step).then(function () {
       if (mine === generation) { listError.hidden = true; }
     }, function (error) {
       if (mine !== generation) { return; }
