@@ -170,7 +170,7 @@ def _loads(raw: str | None) -> Any:
 def bulletins_find() -> list[Finding]:
     """Config zset members and scores, config detail hash, members hash and the
     item detail of every bulletin equal what PostgreSQL's bulletins and groups imply."""
-    bulletins = list(Bulletin.objects.prefetch_related("groups").order_by("pk"))
+    bulletins = list(Bulletin.objects.select_related("created_by").prefetch_related("groups").order_by("pk"))
     redis_config = drift_rm.bulletin_config_read()
     details = drift_rm.item_details_get(refs=[b.ref for b in bulletins])
     by_bulletin: dict[str, list[str]] = {}
@@ -266,6 +266,7 @@ def _live_messages() -> Any:
         Message.objects.filter(status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED])
         .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
         .defer("audience_bitmap", "users_bitmap")  # details never need the audience
+        .select_related("sender")
         .prefetch_related("image_files")
         .order_by("pk")
     )

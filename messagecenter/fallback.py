@@ -311,10 +311,10 @@ def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
     details: dict[str, dict[str, Any]] = {}
     if ids["m"]:
         messages = Message.objects.filter(pk__in=ids["m"]).defer("audience_bitmap", "users_bitmap")
-        for message in messages.prefetch_related("image_files"):
+        for message in messages.select_related("sender").prefetch_related("image_files"):
             details[message.ref] = message_detail(message)
     if ids["b"]:
-        for bulletin in Bulletin.objects.filter(pk__in=ids["b"]):
+        for bulletin in Bulletin.objects.filter(pk__in=ids["b"]).select_related("created_by"):
             details[bulletin.ref] = bulletin_detail(bulletin)
     if ids["n"]:
         for notification in Notification.objects.filter(pk__in=ids["n"]).defer("audience_bitmap"):

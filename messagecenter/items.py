@@ -3,11 +3,30 @@
 from collections.abc import Sequence
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
+
 from core.html import summarize
 from messagecenter.models import Bulletin, Message, MessageImage, Notification
 from messagecenter.readmodel import InboxEntry, to_ms
 
 KIND_BY_PREFIX = {"m": "message", "b": "bulletin", "n": "notification"}
+
+
+def sender_name(user: AbstractBaseUser | None) -> str | None:
+    """The name an item shows as its sender: the operator's full name, else the
+    username; None when nobody sent it (the system: clients show their own word).
+
+    The name is copied into the item's detail when the detail is written, so
+    renaming an operator does not rewrite the items already delivered: they keep
+    the old name until a drift repair or a rebuild writes their details again
+    (the PostgreSQL fallback, reading the user row, shows the new one meanwhile).
+    Callers load the user with the item (``select_related``) to spare a query each.
+    """
+    if user is None:
+        return None
+    get_full_name = getattr(user, "get_full_name", None)
+    full = str(get_full_name() or "").strip() if callable(get_full_name) else ""
+    return full or str(user.get_username())
 
 
 def message_entry(message: Message) -> InboxEntry:
@@ -40,6 +59,7 @@ def message_detail(message: Message, image_files: Sequence[MessageImage] | None 
         "images": message_images(message, image_files),
         "link": message.link or None,
         "member": message_entry(message).member,
+        "sender": sender_name(message.sender) if message.sender_id is not None else None,
     }
 
 
@@ -65,6 +85,7 @@ def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
         "images": [],
         "link": None,
         "member": bulletin_entry(bulletin).member,
+        "sender": sender_name(bulletin.created_by) if bulletin.created_by_id is not None else None,
     }
 
 
@@ -91,4 +112,6 @@ def notification_detail(notification: Notification) -> dict[str, Any]:
         "link": None,
         "member": notification_entry(notification).member,
         "scope": notification.scope,
+        # Notifications come from rules and subscriptions, never from a person.
+        "sender": None,
     }

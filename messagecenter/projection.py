@@ -149,7 +149,7 @@ def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
         "bulletin_id", "usergroup_id"
     ):
         groups[bulletin_id].append(group_id)
-    for bulletin in Bulletin.objects.filter(pk__in=wanted).order_by("pk"):
+    for bulletin in Bulletin.objects.filter(pk__in=wanted).select_related("created_by").order_by("pk"):
         _bulletin_put(bulletin.pk, bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk])), edit=edit)
 
 
@@ -177,6 +177,7 @@ def message_details(message_ids: Iterable[int]) -> None:
             ]
         )
         .defer("audience_bitmap", "users_bitmap")  # a detail never needs the audience
+        .select_related("sender")
         .prefetch_related("image_files")
     )
     for message in live:

@@ -63,6 +63,8 @@ class InboxItem:
     body_html: str
     images: list[str]
     link: str | None
+    # The operator's name (messages, bulletins); None for what the system sent.
+    sender: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ def _item(row: PageRow) -> InboxItem:
         body_html=detail.get("body_html", ""),
         images=list(detail.get("images") or []),
         link=detail.get("link") or None,
+        # Details written before items named their sender have no such field:
+        # None (the system) until a drift repair or rebuild writes them again.
+        sender=detail.get("sender") or None,
     )
 
 

@@ -7,6 +7,7 @@ refuse renders the "unavailable" page.
 """
 
 from typing import cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -26,6 +27,7 @@ from messagecenter import selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS
 from messagecenter.models import CATEGORIES, EmailDigest
+from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services import digests
 
 # The list's filter chips: per category (the API's filter, CATEGORY_LABELS) and per kind.
@@ -63,6 +65,20 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "true"
     unread_only = request.GET.get("unread") == "true" and not archived
     limit = _page_size(request.GET.get("limit", ""))
+    # The search box's text: the API's ``q``, cut to its limit rather than an
+    # error page (the box itself does not take more).
+    query = (request.GET.get("q") or "").strip()[:QUERY_MAX_LENGTH]
+    # The view without the search: where "Clear search" leads.
+    filters = {
+        key: value
+        for key, value in (
+            ("category", category),
+            ("kind", kind),
+            ("unread", "true" if unread_only else ""),
+            ("archived", "true" if archived else ""),
+        )
+        if value
+    }
     # The first page is rendered here too: readable without JavaScript, and
     # shown at once (inbox.js swaps in its own rows, announcements merged).
     page = selectors.inbox_list(
@@ -71,6 +87,7 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
         unread_only=unread_only,
         archived=archived,
         limit=limit,
+        query=query or None,
     )
     counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
     by_category = counts["by_category"]
@@ -108,6 +125,10 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
             "archived": archived,
             "unread_only": unread_only,
             "limit": limit,
+            "query": query,
+            "query_max_length": QUERY_MAX_LENGTH,
+            "filters": filters,
+            "clear_search_url": reverse("messagecenter:inbox") + (f"?{urlencode(filters)}" if filters else ""),
             "page": page,
             "rows": [
                 {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}

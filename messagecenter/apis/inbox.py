@@ -34,6 +34,15 @@ class ItemSerializer(serializers.Serializer):
     summary = serializers.CharField(allow_blank=True)
     created_at = OffsetDateTimeField()
     read = serializers.BooleanField()
+    sender = serializers.CharField(
+        allow_null=True,
+        help_text=(
+            "Display name of the operator who sent the message or bulletin (full name, else username); "
+            "null for items the system sent (notifications, messages without a sender): clients show "
+            "their own localised word for it. Taken when the item was delivered: "
+            "a later rename may not show on older items."
+        ),
+    )
 
 
 class CountsSerializer(serializers.Serializer):

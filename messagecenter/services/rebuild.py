@@ -79,9 +79,11 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     messages = 0
     chunk = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     # Scheduled and cancelled messages reached nobody: nothing of theirs is in Redis.
-    live = Message.objects.exclude(
-        status__in=[MessageStatus.RETRACTED, MessageStatus.SCHEDULED, MessageStatus.CANCELLED]
-    ).exclude(expire_at__lte=now)
+    live = (
+        Message.objects.exclude(status__in=[MessageStatus.RETRACTED, MessageStatus.SCHEDULED, MessageStatus.CANCELLED])
+        .exclude(expire_at__lte=now)
+        .select_related("sender")
+    )
     with progress.stage("messages", live.count()) as stage:
         for message in live.iterator(chunk_size=BATCH):
             entry = message_entry(message)

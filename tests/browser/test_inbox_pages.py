@@ -21,6 +21,7 @@ from playwright.sync_api import expect
 
 from messagecenter import services
 from notices.services import announcement_create
+from tests.factories import StaffFactory
 from tests.messagecenter.conftest import send
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -99,7 +100,8 @@ def test_the_inbox_in_each_language_scheme_and_size(
     expect(page.locator("#inbox-summary")).to_have_text(text["unread"])
     # One icon per row, the sender, a relative time with the full local time on hover.
     expect(rows.locator(".item-icon svg")).to_have_count(3)
-    expect(rows.locator(".item-sender")).to_have_text([text["sender"]] * 3)
+    # Messages name the operator who sent them; announcements come from the system.
+    expect(rows.locator(".item-sender")).to_have_text(["olivia-operator", "olivia-operator", text["sender"]])
     first_time = rows.first.locator("time")
     expect(first_time).to_have_text(text["now"])
     hover = first_time.get_attribute("title") or ""
@@ -484,3 +486,54 @@ def test_a_woken_snooze_comes_back_on_top_live(open_page: Any, operator: Any, re
     expect(titles).to_have_text(["Nap", "Awake"])
     expect(page.locator("#unread-badge")).to_have_text("2")
     expect(page.locator("#live-region")).to_contain_text("Nap")
+
+
+def test_the_search_box_narrows_the_list_as_one_types(open_page: Any, operator: Any, recipient: Any) -> None:
+    carol = StaffFactory(username="carol", first_name="Carol", last_name="Chen")
+    send(carol, to={"users": [recipient]}, category="promotion", title="Winter sale", summary="Boots and coats")
+    for n in range(3):
+        send(operator, to={"users": [recipient]}, category="system", title=f"Sale note {n}")
+    send(operator, to={"users": [recipient]}, category="system", title="Welcome")
+    announcement_create(author=operator, title="Sale terms", body_html="<p>x</p>", platforms=["user"])
+    announcement_create(author=operator, title="Other news", body_html="<p>x</p>", platforms=["user"])
+    page = open_page(recipient, "/inbox/?limit=2")
+    titles = page.locator("#items .item-title")
+    expect(titles).to_have_text(["Other news", "Sale terms"])
+    box = page.get_by_role("searchbox", name="Search titles and summaries")
+    # Typing asks the inbox API with q (the announcements are matched in the page).
+    with page.expect_request(lambda r: "/api/v1/inbox/" in r.url and "q=SALE" in r.url):
+        box.fill("SALE")
+    expect(titles).to_have_text(["Sale terms", "Sale note 2"])
+    more = page.get_by_role("button", name="Load more")
+    more.click()
+    expect(titles).to_have_text(["Sale terms", "Sale note 2", "Sale note 1", "Sale note 0"])
+    more.click()
+    expect(titles).to_have_text(["Sale terms", "Sale note 2", "Sale note 1", "Sale note 0", "Winter sale"])
+    expect(more).to_be_hidden()
+    # Each row names its sender: the operator's full name, else the username; the system otherwise.
+    rows = page.locator("#items .item")
+    expect(rows.locator(".item-sender")).to_have_text(
+        ["System", "olivia-operator", "olivia-operator", "olivia-operator", "Carol Chen"]
+    )
+    assert "q=SALE" in page.url  # a reload shows the same search
+    # The summary is searched too, and nothing matching says so.
+    box.fill("boots")
+    expect(titles).to_have_text(["Winter sale"])
+    box.fill("zzz")
+    expect(page.locator("#empty-search")).to_be_visible()
+    expect(page.locator("#empty-search-title")).to_have_text("No items match “zzz”")
+    expect(titles).to_have_count(0)
+    expect(page.locator("#empty")).to_be_hidden()
+    # Escape clears the search: the whole list again.
+    box.press("Escape")
+    expect(box).to_have_value("")
+    expect(titles).to_have_text(["Other news", "Sale terms"])
+    expect(page.locator("#empty-search")).to_be_hidden()
+    assert "q=" not in page.url
+    # Within a category: the search keeps the view's filter.
+    page.goto("/inbox/?category=system")
+    expect(page.locator("#items")).to_have_attribute("aria-busy", "false")
+    box.fill("note 1")
+    expect(titles).to_have_text(["Sale note 1"])
+    box.fill("winter")
+    expect(page.locator("#empty-search-title")).to_have_text("No items match “winter”")

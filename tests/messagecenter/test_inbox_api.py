@@ -47,6 +47,7 @@ def test_item_shape_and_detail(operator: Any, recipient: Any, clock: Any) -> Non
         "summary": "Half price",
         "created_at": "2026-11-22T10:00:00+00:00",
         "read": False,
+        "sender": "olivia-operator",
     }
     detail = client.get(f"/api/v1/inbox/m{message.pk}/").json()
     assert detail["images"] == ["https://cdn.test/1.png", "https://cdn.test/2.png"]
@@ -296,6 +297,7 @@ _zones = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezon
             body_html=_texts,
             images=st.lists(_texts, max_size=2),
             link=st.none() | _texts,
+            sender=st.none() | _texts,
         ),
         max_size=5,
     ),

@@ -82,6 +82,7 @@ N_USERS = 3
 EXPIRY = st.one_of(st.none(), st.sampled_from([5, 30, 60]))
 DISPLAY = st.sampled_from([-30, 0, 5, 30])
 CLOCK = Clock(START)
+OPERATOR_NAME = "Prop Operator"
 READ_ALL = fallback.TOPIC_READ_ALL
 
 
@@ -133,6 +134,8 @@ class InboxMachine(RuleBasedStateMachine):
         self.marks: list[tuple[int, str, dict[str, Any]]] = []
         # The model's read flags of message and bulletin refs, by (user id, ref).
         self.reads: dict[tuple[int, str], bool] = {}
+        # The sender each message and bulletin names (None: the system).
+        self.senders: dict[str, str | None] = {}
 
     @initialize()
     def world(self) -> None:
@@ -223,14 +226,21 @@ class InboxMachine(RuleBasedStateMachine):
         everyone=st.booleans(),
         category=st.sampled_from(CATEGORIES),
         expire_minutes=EXPIRY,
+        by_operator=st.booleans(),
     )
     def send(
-        self, users: set[int], groups: set[int], everyone: bool, category: str, expire_minutes: int | None
+        self,
+        users: set[int],
+        groups: set[int],
+        everyone: bool,
+        category: str,
+        expire_minutes: int | None,
+        by_operator: bool,
     ) -> None:
         user_ids = [self.users[i].pk for i in users]
         group_ids = [self.groups[i].pk for i in groups]
-        services.message_send(
-            sender=self.operator,
+        message = services.message_send(
+            sender=self.operator if by_operator else None,
             category=category,
             title=f"m-{category}",
             body_html="<p>b</p>",
@@ -240,18 +250,26 @@ class InboxMachine(RuleBasedStateMachine):
             everyone=everyone or not (user_ids or group_ids),
             expire_at=timezone.now() + timedelta(minutes=expire_minutes) if expire_minutes else None,
         )
+        self.senders[message.ref] = OPERATOR_NAME if by_operator else None
 
-    @rule(groups=st.sets(st.integers(0, 1), max_size=2), display_minutes=DISPLAY, expire_minutes=EXPIRY)
-    def bulletin(self, groups: set[int], display_minutes: int, expire_minutes: int | None) -> None:
+    @rule(
+        groups=st.sets(st.integers(0, 1), max_size=2),
+        display_minutes=DISPLAY,
+        expire_minutes=EXPIRY,
+        by_operator=st.booleans(),
+    )
+    def bulletin(self, groups: set[int], display_minutes: int, expire_minutes: int | None, by_operator: bool) -> None:
         self._before_backdating()
         display = timezone.now() + timedelta(minutes=display_minutes)
-        services.bulletin_create(
+        bulletin = services.bulletin_create(
             title="b",
             body_html="<p>bulletin</p>",
             display_time=display,
             expire_at=display + timedelta(minutes=expire_minutes) if expire_minutes else None,
             group_ids=[self.groups[i].pk for i in groups],
+            actor=self.operator if by_operator else None,
         )
+        self.senders[bulletin.ref] = OPERATOR_NAME if by_operator else None
 
     @precondition(lambda self: Bulletin.objects.exists())
     @rule(
@@ -451,6 +469,9 @@ class InboxMachine(RuleBasedStateMachine):
                 # The model: which messages and bulletins show, and their read flags.
                 want = [(ref, self.reads.get((user.pk, ref), False)) for ref in self.visible(user)]
                 assert [row for row in rows if not row[0].startswith("n")] == want, user.username
+                # Senders: the operator's full name, or None for the system (notifications always).
+                named = [(row.ref, row.detail.get("sender")) for page in redis_pages for row in page.rows]
+                assert named == [(ref, self.senders.get(ref)) for ref, _read in rows], user.username
                 # The API's first page, twice: computed, then from the read cache.
                 for _ in range(2):
                     body = client_for(user).get("/api/v1/inbox/?limit=2").json()
@@ -554,7 +575,7 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(django_settings, "MESSAGECENTER_PUSH_THRESHOLD", 2)
     monkeypatch.setattr(django_settings, "MESSAGECENTER_FANOUT_CHUNK", 2)
     InboxMachine.users = [UserFactory(username=f"prop-user{i}") for i in range(N_USERS)]
-    InboxMachine.operator = SuperuserFactory(username="prop-operator")
+    InboxMachine.operator = SuperuserFactory(username="prop-operator", first_name="Prop", last_name="Operator")
     run_state_machine_as_test(
         InboxMachine,
         settings=settings(

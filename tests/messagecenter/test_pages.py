@@ -1,5 +1,6 @@
 """Server-rendered inbox pages."""
 
+import re
 from typing import Any
 
 import pytest
@@ -8,6 +9,7 @@ from django.test import Client
 
 from messagecenter.selectors import inbox_counts, inbox_list
 from notices.services import announcement_create
+from tests.factories import StaffFactory
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -112,3 +114,50 @@ def test_csrf_is_enforced(recipient: Any, operator: Any, clock: Any) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(recipient)
     assert client.post(f"/inbox/m{message.pk}/hide/").status_code == 403
+
+
+def _row_titles(html: str) -> list[str]:
+    return re.findall(r'<a class="item-title" href="[^"]*">([^<]*)</a>', html)
+
+
+def test_search_form_works_without_javascript(browser: Client, operator: Any, recipient: Any, clock: Any) -> None:
+    """The search box is a GET form: ``?q=`` filters the server's rows through
+    the same selector as the API, within the current view."""
+    named = StaffFactory(username="dora", first_name="Dora", last_name="Diaz")
+    send(named, to={"users": [recipient]}, category="promotion", title="Winter sale", summary="Boots")
+    clock.advance(seconds=1)
+    send(operator, to={"users": [recipient]}, category="system", title="Sale ends", summary="Soon")
+    clock.advance(seconds=1)
+    send(operator, to={"users": [recipient]}, category="system", title="Welcome", summary="Hello")
+    html = browser.get("/inbox/").content.decode()
+    assert 'role="search"' in html
+    assert '<input type="search" id="inbox-search" name="q" value=""' in html
+    assert '<label for="inbox-search"' in html
+    assert _row_titles(html) == ["Welcome", "Sale ends", "Winter sale"]
+    # Each row names its sender: the operator's full name, else the username.
+    assert '<span class="item-sender">Dora Diaz</span>' in html
+    assert '<span class="item-sender">olivia-operator</span>' in html
+
+    html = browser.get("/inbox/", {"q": "SALE"}).content.decode()
+    assert _row_titles(html) == ["Sale ends", "Winter sale"]
+    assert 'value="SALE"' in html
+    assert 'id="empty-search" class="card empty" hidden' in html
+    # Combined with the view: the category stays a hidden field of the form.
+    html = browser.get("/inbox/", {"q": "sale", "category": "promotion"}).content.decode()
+    assert _row_titles(html) == ["Winter sale"]
+    assert '<input type="hidden" name="category" value="promotion">' in html
+    # The summary is searched too.
+    assert _row_titles(browser.get("/inbox/", {"q": "boots"}).content.decode()) == ["Winter sale"]
+
+    html = browser.get("/inbox/", {"q": "nothing like it", "category": "system"}).content.decode()
+    assert _row_titles(html) == []
+    assert 'id="empty-search" class="card empty">' in html
+    assert "No items match “nothing like it”" in html
+    assert 'href="/inbox/?category=system" id="clear-search"' in html
+    # Too long a text is cut to the API's limit, not an error.
+    assert browser.get("/inbox/", {"q": "x" * 500}).status_code == 200
+
+
+def test_search_empty_state_in_chinese(browser: Client, recipient: Any) -> None:
+    html = browser.get("/inbox/", {"q": "无此"}, HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+    assert "没有与“无此”匹配的项目" in html

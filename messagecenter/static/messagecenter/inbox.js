@@ -8,6 +8,11 @@
 // first: each source keeps its own cursor and a buffer, and a row is shown
 // only once every source that could still hold something newer has been read
 // past it, so paging never repeats or skips.
+//
+// The search box narrows the view as one types (debounced): the inbox API's
+// ``q`` with the view's other filters, paged on its cursors. Announcements
+// have no search in their API: in the "All" view they are matched here, on
+// the same fields (title and summary).
 (function () {
   "use strict";
   var root = document.getElementById("inbox");
@@ -17,6 +22,10 @@
   var list = document.getElementById("items");
   var template = document.getElementById("row-template");
   var emptyState = document.getElementById("empty");
+  var emptySearch = document.getElementById("empty-search");
+  var emptySearchTitle = document.getElementById("empty-search-title");
+  var searchForm = document.getElementById("search-form");
+  var searchInput = document.getElementById("inbox-search");
   var loadMore = document.getElementById("load-more");
   var listError = document.getElementById("list-error");
   var liveRegion = document.getElementById("live-region");
@@ -32,6 +41,8 @@
   var archived = root.getAttribute("data-archived") === "true";
   var unreadOnly = root.getAttribute("data-unread-only") === "true";
   var limit = parseInt(root.getAttribute("data-limit"), 10) || 20;
+  var query = (root.getAttribute("data-query") || "").trim();
+  var SEARCH_DELAY_MS = 250;
   var inboxApi = root.getAttribute("data-inbox-api");
   var announcementsApi = root.getAttribute("data-announcements-api");
   var itemUrl = root.getAttribute("data-item-url");
@@ -58,6 +69,7 @@
     if (category) { params.set("category", category); }
     if (unreadOnly) { params.set("unread", "true"); }
     if (archived) { params.set("archived", "true"); }
+    if (query) { params.set("q", query); }
     return { name: "inbox", base: inboxApi, params: params, cursor: null, done: false, buffer: [], newest: null };
   }
   function announcementSource() {
@@ -69,13 +81,14 @@
   // puts on top only what was never read, not the next page's rows.
   var seen = {};
   var sources = [];
-  if (kind === "announcement") {
-    sources = [announcementSource()];
-  } else if (archived || category || kind) {
-    sources = [inboxSource()];
-  } else {
-    sources = [inboxSource(), announcementSource()];
+  function buildSources() {
+    if (kind === "announcement") { return [announcementSource()]; }
+    if (archived || category || kind) { return [inboxSource()]; }
+    return [inboxSource(), announcementSource()];
   }
+  sources = buildSources();
+  // Bumped by each new search: answers of an older one are dropped.
+  var generation = 0;
 
   function normalise(source, raw) {
     if (source.name === "announcement") {
@@ -92,9 +105,16 @@
     };
   }
 
+  // Case-insensitive containment, as the API's search does for inbox items.
+  function matches(item) {
+    var needle = query.toLowerCase();
+    return item.title.toLowerCase().indexOf(needle) >= 0 || item.summary.toLowerCase().indexOf(needle) >= 0;
+  }
+
   function wanted(item) {
     if (kind && kind !== "announcement" && item.kind !== kind) { return false; }
     if (unreadOnly && item.read) { return false; }
+    if (query && item.source === "announcement" && !matches(item)) { return false; }
     return true;
   }
 
@@ -144,7 +164,9 @@
     list.setAttribute("aria-busy", "true");
     var shown = 0;
     var rounds = 0;
+    var mine = generation;
     function step() {
+      if (mine !== generation) { return null; }
       var empties = sources.filter(function (s) { return !s.done && !s.buffer.length; });
       if (empties.length) {
         rounds += 1;
@@ -152,8 +174,11 @@
       }
       var item;
       var batch = document.createDocumentFragment();
+      // Rows about to be replaced (the server's, or an earlier search's) do not count as shown.
+      var taken = {};
       while (shown < limit && (item = takeNext())) {
-        if (wanted(item) && !document.getElementById(item.id)) {
+        if (wanted(item) && !taken[item.id] && (serverRows || !document.getElementById(item.id))) {
+          taken[item.id] = true;
           batch.appendChild(renderRow(item));
           shown += 1;
         }
@@ -168,12 +193,16 @@
       if (shown < limit && !exhausted() && rounds < 5) { return step(); }
       return null;
     }
-    return step().then(function () {
-      listError.hidden = true;
+    // step() answers null when the buffers already hold the page: always a promise here.
+    return Promise.resolve().then(step).then(function () {
+      if (mine === generation) { listError.hidden = true; }
     }, function (error) {
+      if (mine !== generation) { return; }
       listError.textContent = error.message;
       listError.hidden = false;
     }).then(function () {
+      // A newer search took over the list (and the loading flag) meanwhile.
+      if (mine !== generation) { return; }
       loading = false;
       loadMore.disabled = false;
       loadMore.hidden = exhausted();
@@ -277,7 +306,11 @@
   function rows() { return Array.prototype.slice.call(list.querySelectorAll(".item.js-row:not([hidden])")); }
 
   function updateEmpty() {
-    emptyState.hidden = rows().length > 0 || !exhausted() || !listError.hidden;
+    var none = rows().length === 0 && exhausted() && listError.hidden;
+    emptyState.hidden = !none || Boolean(query);
+    if (!emptySearch) { return; }
+    emptySearch.hidden = !none || !query;
+    if (query) { emptySearchTitle.textContent = mc.interpolate(_("No items match “%s”"), [query]); }
   }
 
   function announce(text) {
@@ -629,6 +662,7 @@
   function pollNew() {
     // Before the first page is in, the first page itself is the news.
     if (polling || archived || !ready) { return; }
+    var mine = generation;
     // Each source's first page: it holds whatever is new, whatever kind it is
     // (a snoozed item that woke up is there too, though created long ago), and
     // the current read flags of the rows it shares with the page.
@@ -638,6 +672,7 @@
       });
     });
     polling = Promise.all(requests).then(function (answers) {
+      if (mine !== generation) { return; }  // a search replaced the list meanwhile
       var fresh = [];
       answers.forEach(function (pair) {
         pair[1].forEach(function (raw) {
@@ -680,6 +715,59 @@
   document.addEventListener("mc:counts-changed", pollNew);
   document.addEventListener("mc:inbox-changed", pollNew);
   window.mcPollInbox = pollNew;
+
+  // --- search --------------------------------------------------------------
+  // A new search text: the list starts over from the first page of the new
+  // listing (its rows replace the old ones in one swap), and the address
+  // keeps the text so a reload or the back button shows the same search.
+  function search(text) {
+    text = text.trim();
+    if (text === query) { return; }
+    query = text;
+    generation += 1;
+    loading = false;
+    seen = {};
+    sources = buildSources();
+    serverRows = true;
+    var url = new URL(window.location.href);
+    if (query) { url.searchParams.set("q", query); } else { url.searchParams.delete("q"); }
+    window.history.replaceState(null, "", url.toString());
+    loadPage().then(function () {
+      if (query && !rows().length && exhausted()) { announce(emptySearchTitle.textContent); }
+    });
+  }
+
+  if (searchForm && searchInput) {
+    var searchTimer = null;
+    var searchNow = function () {
+      clearTimeout(searchTimer);
+      search(searchInput.value);
+    };
+    searchInput.addEventListener("input", function () {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(searchNow, SEARCH_DELAY_MS);
+    });
+    searchInput.addEventListener("keydown", function (event) {
+      if (event.key !== "Escape" || !searchInput.value) { return; }
+      event.preventDefault();
+      searchInput.value = "";
+      searchNow();
+    });
+    // Enter (or the button) searches at once instead of loading a new page.
+    searchForm.addEventListener("submit", function (event) {
+      event.preventDefault();
+      searchNow();
+    });
+  }
+  var clearSearch = document.getElementById("clear-search");
+  if (clearSearch && searchInput) {
+    clearSearch.addEventListener("click", function (event) {
+      event.preventDefault();
+      searchInput.value = "";
+      search("");
+      searchInput.focus();
+    });
+  }
 
   loadMore.addEventListener("click", function () { loadPage(); });
   loadPage().then(function () { ready = true; });
