@@ -8,6 +8,7 @@ every id input is tried in its string and its JSON integer form."""
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from rest_framework.test import APIClient
@@ -63,7 +64,7 @@ def _walk(client: APIClient, path: str, limit: int) -> list[dict[str, Any]]:
     cursor = None
     sep = "&" if "?" in path else "?"
     for _ in range(50):
-        query = f"{path}{sep}limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        query = f"{path}{sep}limit={limit}" + (f"&cursor={quote(cursor)}" if cursor else "")
         page = _ok(client.get(query), 200)
         assert set(page) >= {"results", "next_cursor"}
         assert len(page["results"]) <= limit
@@ -635,6 +636,71 @@ def test_audit_lists_operator_writes(operator: Any, recipient: Any) -> None:
     assert about_group == ["members_add", "create"], about_group
     assert [row["id"] for row in _walk(op, audit, 2)] == [row["id"] for row in rows]
     _assert_list_rules(op, audit)
+
+
+def test_audit_covers_every_operator_write(operator: Any, recipient: Any) -> None:
+    op = client_for(operator)
+    audit_types: set[str] = set()
+
+    def did(response: Any, status: int, actions: set[str], object_id: str | None = None) -> str:
+        """The write succeeded and is the newest audit entry, with its named fields."""
+        answer = _ok(response, status)
+        key = object_id if object_id is not None else str(answer["id"])
+        (newest,) = _ok(op.get("/api/v1/manage/audit/?limit=1"), 200)["results"]
+        assert (newest["object_id"], newest["actor"]) == (key, "olivia-operator"), newest
+        assert newest["action"] in actions, newest
+        assert _is_time(newest["at"])
+        audit_types.add(newest["object_type"])
+        return key
+
+    group = did(op.post("/api/v1/manage/user-groups/", {"name": "w"}), 201, {"create"})
+    members = f"/api/v1/manage/user-groups/{group}/members/"
+    did(op.post(members, {"user_ids": [recipient.pk]}), 200, {"members_add"}, group)
+    did(op.delete(members, {"user_ids": [recipient.pk]}), 200, {"members_remove"}, group)
+    bulletin = did(
+        op.post(
+            "/api/v1/manage/bulletins/",
+            {"title": "b", "body_html": "x", "display_time": "2020-01-01T00:00:00Z", "user_groups": []},
+        ),
+        201,
+        {"create"},
+    )
+    did(op.patch(f"/api/v1/manage/bulletins/{bulletin}/", {"title": "c"}), 200, {"update"}, bulletin)
+    did(op.delete(f"/api/v1/manage/bulletins/{bulletin}/"), 204, {"delete"}, bulletin)
+    body = {"category": "system", "title": "m", "body_html": "x", "to": {"users": [recipient.pk]}}
+    message = did(op.post("/api/v1/manage/messages/", body), 202, {"create", "send"})
+    did(op.delete(f"/api/v1/manage/messages/{message}/"), 204, {"delete", "retract"}, message)
+    did(op.post("/api/v1/manage/message-types/", {"code": "aud", "name": "Aud"}), 201, {"create"})
+    sub = did(
+        op.post("/api/v1/manage/subscriptions/", {"message_type": "aud", "scope": "S", "user": recipient.pk}),
+        201,
+        {"create"},
+    )
+    note = {"message_type": "aud", "scope": "S", "title": "n", "body_html": "x"}
+    did(op.post("/api/v1/manage/notifications/", note), 202, {"create", "send"})
+    did(op.delete(f"/api/v1/manage/subscriptions/{sub}/"), 204, {"delete"}, sub)
+    platforms = op.put(f"/api/v1/manage/users/{recipient.pk}/platforms/", {"platforms": ["user", "customer"]})
+    did(platforms, 200, {"update", "set_platforms", "platforms_set"}, str(recipient.pk))
+    announcement = did(
+        op.post("/api/v1/manage/announcements/", {"title": "A", "body_html": "x", "platforms": ["user"]}),
+        201,
+        {"create", "publish"},
+    )
+    did(op.patch(f"/api/v1/manage/announcements/{announcement}/", {"pinned": True}), 200, {"update"}, announcement)
+    did(op.delete(f"/api/v1/manage/announcements/{announcement}/"), 204, {"delete"}, announcement)
+    assert len(audit_types) >= 6, audit_types
+
+
+def test_read_back_paging_is_stable_while_items_arrive(operator: Any) -> None:
+    op = client_for(operator)
+    for n in range(5):
+        _ok(op.post("/api/v1/manage/message-types/", {"code": f"p{n}", "name": "P"}), 201)
+    first = _ok(op.get("/api/v1/manage/message-types/?limit=2"), 200)
+    assert [row["code"] for row in first["results"]] == ["p4", "p3"]
+    _ok(op.post("/api/v1/manage/message-types/", {"code": "new", "name": "N"}), 201)
+    rest = _walk(op, f"/api/v1/manage/message-types/?cursor={quote(first['next_cursor'])}", 2)
+    assert [row["code"] for row in rest] == ["p2", "p1", "p0"]
+    assert [row["code"] for row in _ok(op.get("/api/v1/manage/message-types/"), 200)["results"]][0] == "new"
 
 
 # -- error envelope ----------------------------------------------------------------------
