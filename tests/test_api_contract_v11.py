@@ -782,3 +782,64 @@ def test_openapi_lists_v11(operator: Any) -> None:
     text = str(schema)
     for field in ("total_unread", "idempotency_key", "self_service", "read_count", "muted_message_types"):
         assert field in text, field
+
+
+def test_pulled_items_archive_snooze_search_and_mute(operator: Any, recipient: Any, other_recipient: Any) -> None:
+    """Bulletins, messages to everyone and notifications follow the same v1.1 rules as pushed messages."""
+    op, me, bob = client_for(operator), client_for(recipient), client_for(other_recipient)
+    bulletin = {
+        "title": "Maintenance window",
+        "body_html": "x",
+        "display_time": "2020-01-01T00:00:00Z",
+        "user_groups": [],
+    }
+    _ok(op.post("/api/v1/manage/bulletins/", bulletin), 201)
+    everyone = {"category": "promotion", "title": "Sale for all", "body_html": "x", "to": {"everyone": True}}
+    assert _ok(op.post("/api/v1/manage/messages/", everyone), 202)["delivery"] == "pull"
+    _ok(op.post("/api/v1/manage/message-types/", {"code": "wh", "name": "Warehouse"}), 201)
+    _ok(op.post("/api/v1/manage/subscriptions/", {"message_type": "wh", "scope": "W", "user": recipient.pk}), 201)
+    note = {"message_type": "wh", "scope": "W", "title": "Stock low", "body_html": "x"}
+    _ok(op.post("/api/v1/manage/notifications/", note), 202)
+    items = {item["title"]: item for item in _inbox(me)["results"]}
+    assert {items[t]["kind"] for t in items} == {"bulletin", "message", "notification"}
+    assert _counts(me)["unread"] == 3
+
+    assert _titles(me, "q=MAINTENANCE") == ["Maintenance window"]
+    assert _titles(me, "q=stock") == ["Stock low"]
+    for title in ("Maintenance window", "Sale for all"):
+        _ok(me.post(f"/api/v1/inbox/{items[title]['id']}/archive/"), 204)
+    assert _titles(me) == ["Stock low"]
+    assert _counts(me)["unread"] == 1
+    assert sorted(_titles(me, "archived=true")) == ["Maintenance window", "Sale for all"]
+    # Another user's view of the same pulled items is untouched.
+    assert len(_inbox(bob)["results"]) == 2
+    bulk = {"action": "unarchive", "ids": [items["Maintenance window"]["id"], items["Sale for all"]["id"]]}
+    assert _ok(me.post("/api/v1/inbox/bulk/", bulk), 200) == {"done": 2}
+    assert _counts(me)["unread"] == 3
+
+    until = _iso(datetime.now(UTC) + timedelta(hours=2))
+    _ok(me.post(f"/api/v1/inbox/{items['Maintenance window']['id']}/snooze/", {"until": until}), 204)
+    assert "Maintenance window" not in _titles(me)
+    assert _counts(me)["unread"] == 2
+
+    # Muting: pulled items of a muted category that arrive while muted never show or count.
+    _ok(me.put("/api/v1/me/preferences/", {"muted_categories": ["system", "promotion"]}), 200)
+    shown_now = _iso(datetime.now(UTC))
+    _ok(op.post("/api/v1/manage/bulletins/", {**bulletin, "title": "Muted bulletin", "display_time": shown_now}), 201)
+    _ok(op.post("/api/v1/manage/messages/", {**everyone, "title": "Muted sale"}), 202)
+    titles = _titles(me)
+    assert "Muted bulletin" not in titles
+    assert "Muted sale" not in titles
+    assert _counts(me)["unread"] == 2
+    assert {"Muted bulletin", "Muted sale"} <= set(_titles(bob))
+
+
+def test_backdated_bulletin_created_while_muted_never_shows(operator: Any, recipient: Any) -> None:
+    """A bulletin created while "system" is muted arrives while muted, even when its
+    display time (the moment it may first show) lies before the mute."""
+    op, me = client_for(operator), client_for(recipient)
+    _ok(me.put("/api/v1/me/preferences/", {"muted_categories": ["system"]}), 200)
+    body = {"title": "Backdated", "body_html": "x", "display_time": "2020-01-01T00:00:00Z", "user_groups": []}
+    _ok(op.post("/api/v1/manage/bulletins/", body), 201)
+    assert _titles(me) == []
+    assert _counts(me)["unread"] == 0
