@@ -843,3 +843,34 @@ def test_backdated_bulletin_created_while_muted_never_shows(operator: Any, recip
     _ok(op.post("/api/v1/manage/bulletins/", body), 201)
     assert _titles(me) == []
     assert _counts(me)["unread"] == 0
+
+
+def test_limit_defaults_to_20_and_is_capped_at_100(operator: Any, recipient: Any) -> None:
+    op, me = client_for(operator), client_for(recipient)
+    for n in range(101):
+        _ok(op.post("/api/v1/manage/message-types/", {"code": f"lim{n}", "name": "L"}), 201)
+        _send(op, [recipient.pk], f"m{n}")
+    for path in (
+        "/api/v1/manage/message-types/",
+        "/api/v1/manage/messages/",
+        "/api/v1/manage/audit/",
+        "/api/v1/inbox/",
+        "/api/v1/inbox/?q=m",
+    ):
+        page = _ok(op.get(path) if "manage" in path else me.get(path), 200)
+        assert len(page["results"]) == 20, path
+        assert isinstance(page["next_cursor"], str), path
+        sep = "&" if "?" in path else "?"
+        capped = _ok((op if "manage" in path else me).get(f"{path}{sep}limit=1000"), 200)
+        assert len(capped["results"]) == 100, path
+        assert isinstance(capped["next_cursor"], str), path
+    _ok(
+        me.post(
+            "/api/v1/inbox/bulk/", {"action": "archive", "ids": [i["id"] for i in _inbox(me, "limit=100")["results"]]}
+        ),
+        200,
+    )
+    archived = _inbox(me, "archived=true")
+    assert len(archived["results"]) == 20
+    assert len(_walk(me, "/api/v1/inbox/?archived=true", 100)) == 100
+    assert _titles(me) == ["m0"]
