@@ -874,3 +874,17 @@ def test_limit_defaults_to_20_and_is_capped_at_100(operator: Any, recipient: Any
     assert len(archived["results"]) == 20
     assert len(_walk(me, "/api/v1/inbox/?archived=true", 100)) == 100
     assert _titles(me) == ["m0"]
+
+
+def test_openapi_documents_the_400_of_a_malformed_path_id(operator: Any) -> None:
+    paths = _ok(client_for(operator).get("/api/schema/?format=json"), 200)["paths"]
+    checked = 0
+    for path, entry in paths.items():
+        for method, operation in entry.items():
+            params = (
+                [p for p in operation.get("parameters", []) if p["in"] == "path"] if isinstance(operation, dict) else []
+            )
+            if any(p["schema"].get("pattern") for p in params):
+                assert "400" in operation["responses"], (method, path)
+                checked += 1
+    assert checked >= 20, checked
