@@ -298,17 +298,19 @@ class AuditExportApi(APIView):
 
 
 class MalformedIdApi(APIView):
-    """``manage/<resource>/<not an id>/``: the id routes match only well-formed ids.
+    """``<resource>/<not an id>/``: the id routes match only well-formed ids.
 
-    A read (GET, the operators' read-back) names the problem: 400. The writes
-    keep the answer they always had, 404 (a path that names no id names no
-    resource). Digits past any row's range are an id no row can have: 404.
+    Whatever the method, a malformed id is a 400 that names the problem (the
+    client sent something that was never an id). Digits past any row's range
+    are an id no row can have: 404. The permission check runs first, so the
+    answer says nothing to whoever may not use the route; the user-facing
+    routes pass their own ``permission_classes`` to ``as_view``.
     """
 
     permission_classes = [IsOperator]
     schema = None  # not an operation of its own: the id routes document the paths
 
-    def get(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
+    def _refuse(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
         if raw.isascii() and raw.isdigit() and not raw.startswith("0"):
             raise NotFound("No such object.")
         raise ValidationFailed(
@@ -317,7 +319,4 @@ class MalformedIdApi(APIView):
             fields={"id": ["Must be a positive integer."]},
         )
 
-    def _absent(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
-        raise NotFound("No such object.")
-
-    post = put = patch = delete = _absent
+    get = post = put = patch = delete = _refuse

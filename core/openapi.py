@@ -128,6 +128,11 @@ class AutoSchema(_AutoSchema):
             responses["413"] = self._get_response_for_code(ErrorEnvelope, "413", direction=direction) | {
                 "description": _DESCRIPTIONS[413]
             }
+        if "400" not in responses and "<id:" in (self.path_regex or ""):
+            # core.apis.MalformedIdApi: a malformed id in the path is a 400 whatever the method.
+            responses["400"] = self._get_response_for_code(ErrorEnvelope, "400", direction=direction) | {
+                "description": "Bad input (a malformed id in the path)"
+            }
         if "503" not in responses:
             responses["503"] = self._get_response_for_code(ErrorEnvelope, "503", direction=direction) | {
                 "description": _DESCRIPTIONS[503]

@@ -156,7 +156,7 @@ def _bulletin_expected(bulletin: Bulletin) -> tuple[dict[str, int], dict[str, An
     entry = bulletin_entry(bulletin)
     group_ids = sorted(g.pk for g in bulletin.groups.all()) or [0]
     scores = {f"{bulletin.pk}_{g}": entry.score for g in group_ids}
-    config = {"member": entry.member, "score": entry.score, "expire": entry.expire_ms}
+    config = publish.bulletin_config(entry=entry, arrived_ms=to_ms(bulletin.created_at))
     return scores, config, _roundtrip(bulletin_detail(bulletin))
 
 

@@ -131,15 +131,16 @@ def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes
         .distinct()
         # mc_bulletin_display_idx serves this newest-first scan.
         .order_by("-display_time", "-id")
-        .values_list("id", "display_time", "expire_at", "slot_month", "slot_offset")
+        .values_list("id", "display_time", "expire_at", "slot_month", "slot_offset", "created_at")
     )[: _scan_limit()]
-    for pk, display_time, expire_at, month, offset in rows.iterator():
+    for pk, display_time, expire_at, month, offset, created_at in rows.iterator():
         score = to_ms(display_time)
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"b{pk}"
         if score > now_ms or not _live(expire_ms, now_ms) or ref in hidden:
             continue
-        if mutes.hides(category="system", time_ms=score):
+        # It arrived when created or when it may first show, whichever is later (messagecenter.mutes).
+        if mutes.hides(category="system", time_ms=max(score, to_ms(created_at))):
             continue
         found.append(InboxEntry(ref, "system", month, offset, score, expire_ms))
         if len(found) >= want:

@@ -2,9 +2,10 @@
 
 A user mutes a category or a message type for a span of time (a
 ``MutePeriod`` row: ``(start_ms, end_ms]``, open while still muted). An item
-is hidden from the user exactly when its time on the inbox axis (its score:
-creation, or a bulletin's display time, in ms) falls in a period of its
-category or, for a notification, of its message type.
+is hidden from the user exactly when the time it arrived (its creation; for
+a bulletin the later of its creation and its display time, so one backdated
+to show at once still arrives now; in ms) falls in a period of its category
+or, for a notification, of its message type.
 
 Why the period is open at its start and closed at its end: a fan-out runs
 after the item was created. An item created in the same millisecond as a

@@ -77,6 +77,9 @@ class BulletinState:
     entry: InboxEntry
     detail: dict[str, Any]
     group_ids: tuple[int, ...]
+    # When it was created (ms): a bulletin backdated to show at once still
+    # arrives now, which the mute rule needs (messagecenter.mutes).
+    arrived_ms: int = 0
 
 
 def _entry_key(entry: InboxEntry) -> tuple[Any, ...]:
@@ -126,12 +129,16 @@ def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool) -> None
         group_ids=list(state.group_ids),
         now_ms=to_ms(timezone.now()),
         edit=edit,
+        arrived_ms=state.arrived_ms,
     )
 
 
 def bulletin_state(bulletin: Bulletin, *, group_ids: Iterable[int]) -> BulletinState:
     return BulletinState(
-        entry=bulletin_entry(bulletin), detail=bulletin_detail(bulletin), group_ids=tuple(int(g) for g in group_ids)
+        entry=bulletin_entry(bulletin),
+        detail=bulletin_detail(bulletin),
+        group_ids=tuple(int(g) for g in group_ids),
+        arrived_ms=to_ms(bulletin.created_at),
     )
 
 

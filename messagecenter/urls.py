@@ -51,6 +51,7 @@ api_urlpatterns: list[URLPattern] = [
     path("me/preferences/", me.PreferencesApi.as_view(), name="mc-me-preferences"),
     path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
     path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),
+    malformed_id_path("me/subscriptions/", operators_only=False),
 ]
 
 page_urlpatterns: list[URLPattern] = [

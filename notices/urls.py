@@ -26,6 +26,8 @@ api_urlpatterns: list[URLPattern] = [
     ),
     # A path segment that is not an id: 400 (the routes above match only ids).
     malformed_id_path("manage/announcements/"),
+    malformed_id_path("manage/announcements/", "stats/"),
+    *(malformed_id_path("announcements/", suffix, operators_only=False) for suffix in ("", "read/", "unread/")),
 ]
 
 page_urlpatterns: list[URLPattern] = [

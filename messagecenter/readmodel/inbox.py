@@ -129,6 +129,7 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 
     removed: list[str] = []
     candidates: list[tuple[str, int, int]] = []
+    arrivals: dict[str, int] = {}  # member -> time on the mute rule's axis, where not its score
     if version > settled or seq > pull_wm or merge_bulletins:
         pipe = client.pipeline(transaction=False)
         if full_settle:
@@ -184,13 +185,17 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
                     if config["expire"] and config["expire"] <= now_ms:
                         continue
                     candidates.append((config["member"], int(config["score"]), int(config["expire"])))
+                    # A bulletin arrives when it is created or when it may first show, whichever is later.
+                    arrivals[config["member"]] = max(int(config["score"]), int(config.get("arrived", 0)))
             for (member, score, expire, _ref), hit in zip(bitmap_pulls, fetched, strict=True):
                 if hit:
                     candidates.append((member, score, expire))
 
     if not mutes.empty:
         # Items that arrived while the user muted their category never merge (messagecenter.mutes).
-        candidates = [c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=c[1])]
+        candidates = [
+            c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=arrivals.get(c[0], c[1]))
+        ]
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
     plan.merge = Merge(

@@ -37,16 +37,29 @@ def item_detail_put(*, ref: str, detail: Mapping[str, Any]) -> None:
     ItemPut(ref=ref, detail_json=dumps(detail))()
 
 
+def bulletin_config(*, entry: InboxEntry, arrived_ms: int) -> dict[str, Any]:
+    """What the merge on read needs of one bulletin (the config detail JSON)."""
+    return {"member": entry.member, "score": entry.score, "expire": entry.expire_ms, "arrived": arrived_ms}
+
+
 def bulletin_put(
-    *, bulletin_id: int, entry: InboxEntry, detail: Mapping[str, Any], group_ids: Sequence[int], now_ms: int, edit: bool
+    *,
+    bulletin_id: int,
+    entry: InboxEntry,
+    detail: Mapping[str, Any],
+    group_ids: Sequence[int],
+    now_ms: int,
+    edit: bool,
+    arrived_ms: int = 0,
 ) -> int:
     """Replace a bulletin's config members (``<id>_<group>``, 0 = everyone).
 
     An edit also removes the bulletin from every inbox that merged it; the
     bumped ``bulletin:update:time`` makes each user merge it again (with
     its read bit, which lives in the bitmaps) if it is still visible to them.
+    ``arrived_ms`` (its creation) goes with the config for the mute rule.
     """
-    config_detail = dumps({"member": entry.member, "score": entry.score, "expire": entry.expire_ms})
+    config_detail = dumps(bulletin_config(entry=entry, arrived_ms=arrived_ms))
     groups = list(group_ids) or [0]
     op = BulletinPut(
         now_ms=now_ms,

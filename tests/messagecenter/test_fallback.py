@@ -304,3 +304,20 @@ def test_item_expiry_and_retraction_from_postgres(
     clock.advance(minutes=5)
     assert client.get("/api/v1/inbox/").json()["results"] == []
     assert client.get("/api/v1/inbox/counts/").json()["unread"] == 0
+
+
+def test_a_backdated_bulletin_created_while_muted_is_hidden_on_both_paths(
+    recipient: Any, clock: Any, take_redis_down: Callable[[], None]
+) -> None:
+    """It arrives when created, not at its (earlier) display time: both paths hide it."""
+    client = client_for(recipient)
+    services.bulletin_create(title="Before", body_html="x", display_time=clock.now - timedelta(days=2), group_ids=[])
+    clock.advance(seconds=1)
+    services.preferences_update(user=recipient, muted_categories=["system"], muted_message_types=None)
+    clock.advance(seconds=1)
+    services.bulletin_create(title="Backdated", body_html="x", display_time=clock.now - timedelta(days=1), group_ids=[])
+    up = client.get("/api/v1/inbox/").json()
+    assert [i["title"] for i in up["results"]] == ["Before"]
+    assert up["unread_count"] == 1
+    take_redis_down()
+    assert client.get("/api/v1/inbox/").json() == up

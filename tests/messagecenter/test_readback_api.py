@@ -225,8 +225,9 @@ def test_user_groups_and_members(operator: Any, operator_client: Any, recipient:
     assert set(seen) == expected
     assert_error(operator_client.get("/api/v1/manage/user-groups/987654/members/"), 404)
     assert_error(operator_client.get("/api/v1/manage/user-groups/x7/members/"), 400, "invalid_id")
-    # Writes keep their answer to a path that names no id: 404.
-    assert_error(operator_client.post("/api/v1/manage/user-groups/x7/members/", {"user_ids": [1]}, format="json"), 404)
+    # A write with a malformed id is a 400 too.
+    response = operator_client.post("/api/v1/manage/user-groups/x7/members/", {"user_ids": [1]}, format="json")
+    assert_error(response, 400, "invalid_id")
     assert_error(operator_client.get(url, {"limit": "0"}), 400)
     assert_error(operator_client.get(url, {"cursor": "garbage"}), 400)
 
