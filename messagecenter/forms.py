@@ -37,6 +37,16 @@ class UserGroupForm(forms.ModelForm):
         fields = ["name"]
 
 
+class IdAutocompleteSelectMultiple(AutocompleteSelectMultiple):
+    """Django's autocomplete widget for integer keys. On a re-shown form it looks
+    the submitted values up; a value that is no number (a typed name, a forged
+    post) would fail that query, so it is left out: the field's own error says
+    it is not a valid choice."""
+
+    def optgroups(self, name: str, value: Any, attrs: Any = None) -> Any:
+        return super().optgroups(name, [v for v in value if str(v).isdigit()], attrs)
+
+
 NO_AUDIENCE = "Choose users, groups or everyone."
 EVERYONE_AND_MORE = "Everyone already includes every user: untick it or clear the users and groups."
 
@@ -99,13 +109,13 @@ class MessageComposeForm(forms.Form):
     users = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.order_by("pk"),
         required=False,
-        widget=AutocompleteSelectMultiple(Message._meta.get_field("sender"), admin.site),
+        widget=IdAutocompleteSelectMultiple(Message._meta.get_field("sender"), admin.site),
         help_text="Type a username, name or e-mail address.",
     )
     groups = forms.ModelMultipleChoiceField(
         queryset=UserGroup.objects.order_by("name"),
         required=False,
-        widget=AutocompleteSelectMultiple(Message._meta.get_field("groups"), admin.site),
+        widget=IdAutocompleteSelectMultiple(Message._meta.get_field("groups"), admin.site),
         help_text="Every member of these groups at send time.",
     )
     everyone = forms.BooleanField(required=False, help_text="Every active user; you confirm the count before it goes.")

@@ -49,6 +49,13 @@ def test_empty_audience_is_an_error_and_sends_nothing(admin_client: Client, reci
     assert _unread(recipient) == 0
 
 
+def test_a_typed_name_is_not_a_valid_choice(admin_client: Client, recipient: Any, clock: Any) -> None:
+    response = admin_client.post(ADD, {**CONTENT, "users": ["alice", str(recipient.pk)], "_send": "1"})
+    assert response.status_code == 200
+    assert "is not a valid value." in response.content.decode()
+    assert not Message.objects.exists()
+
+
 def test_everyone_with_users_is_an_error(admin_client: Client, recipient: Any, clock: Any) -> None:
     response = admin_client.post(ADD, {**CONTENT, "users": [recipient.pk], "everyone": "on", "_send": "1"})
     assert response.status_code == 200
