@@ -12,7 +12,7 @@ from django.test import Client
 from core.models import AuditEntry
 from messagecenter.models import Bulletin, Message, MessageStatus
 from messagecenter.selectors import inbox_counts
-from tests.factories import UserFactory
+from tests.factories import StaffFactory, UserFactory
 from tests.messagecenter.conftest import make_group
 
 pytestmark = pytest.mark.django_db
@@ -161,6 +161,17 @@ def test_preview_endpoint_sanitises_and_is_staff_only(admin_client: Client, outs
     denied = outsider_client.post(PREVIEW, {"body_html": body})
     assert denied.status_code == 302
     assert "/admin/login/" in denied["Location"]
+
+
+def test_staff_without_the_permissions_gets_403(recipient: Any) -> None:
+    client = Client()
+    client.force_login(StaffFactory(username="intern"))
+    assert client.post(PREVIEW, {"body_html": "<p>x</p>"}).status_code == 403
+    assert client.get(ADD).status_code == 403
+    denied = client.get(
+        AUTOCOMPLETE, {"term": "ali", "app_label": "messagecenter", "model_name": "message", "field_name": "sender"}
+    )
+    assert denied.status_code == 403
 
 
 def test_compose_page_renders_the_sanitised_preview_as_html(admin_client: Client, clock: Any) -> None:
