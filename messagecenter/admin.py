@@ -308,7 +308,8 @@ class MessageAdmin(ReadInsightAdmin):
                 if test_send:
                     self._test_send(request, data)
                 elif "_send" not in request.POST:
-                    preview = self._audience_preview(audience)
+                    # The preview shows the count, so it doubles as the confirmation.
+                    preview = {**self._audience_preview(audience), "groups_key": self._groups_key(audience)}
                 elif (confirm := self._confirmation_needed(request, audience)) is None:
                     return self._send(request, data, audience)
             except ApplicationError as exc:
@@ -345,10 +346,10 @@ class MessageAdmin(ReadInsightAdmin):
             if request.POST.get("confirm_everyone") == "1":
                 return None
             return {"everyone": True, "count": selectors.users_active_count()}
-        group_ids = audience["group_ids"]
-        if not group_ids:
+        key = self._groups_key(audience)
+        if not key:
             return None
-        key = ",".join(map(str, group_ids))
+        group_ids = audience["group_ids"]
         if request.POST.get("confirm_groups") == key:
             return None
         return {
@@ -356,6 +357,10 @@ class MessageAdmin(ReadInsightAdmin):
             "members": selectors.user_groups_member_count(group_ids=group_ids),
             **self._audience_preview(audience),
         }
+
+    @staticmethod
+    def _groups_key(audience: dict[str, Any]) -> str:
+        return ",".join(map(str, audience["group_ids"]))
 
     def _send(self, request: HttpRequest, data: dict[str, Any], audience: dict[str, Any]) -> HttpResponse:
         content = {

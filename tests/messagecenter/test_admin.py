@@ -97,6 +97,7 @@ def test_compose_preview_then_send_then_progress(
     html = response.content.decode()
     assert "2 users" in html
     assert "delivery by push" in html
+    assert f'name="confirm_groups" value="{group.pk}"' in html  # the preview confirms the groups
     assert not Message.objects.exists()
     upload = SimpleUploadedFile("pic.png", b"\x89PNG\r\n", content_type="image/png")
     response = admin_client.post(

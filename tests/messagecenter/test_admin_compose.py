@@ -76,6 +76,12 @@ def test_everyone_needs_a_confirmation_showing_the_count(
     assert not Message.objects.exists()
     assert _unread(recipient) == 0
 
+    # "Preview audience" shows the same count and confirms it for the next "Send".
+    preview = admin_client.post(ADD, {**CONTENT, "everyone": "on", "_preview": "1"}).content.decode()
+    assert "everyone (3 active users)" in preview
+    assert 'name="confirm_everyone" value="1"' in preview
+    assert not Message.objects.exists()
+
     response = admin_client.post(ADD, {**CONTENT, "everyone": "on", "_send": "1", "confirm_everyone": "1"})
     assert response.status_code == 302
     message = Message.objects.get()
