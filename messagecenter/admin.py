@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString
 
 from core.audit import AuditedAdminMixin, audit_admin
 from core.exceptions import ApplicationError
+from core.html import sanitize_html
 from core.insight import rate_chart
 from messagecenter import insight, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
@@ -150,6 +151,7 @@ class ReadInsightAdmin(AuditedAdminMixin, admin.ModelAdmin):
 @admin.register(Bulletin)
 class BulletinAdmin(ReadInsightAdmin):
     form = BulletinForm
+    autocomplete_fields = ["groups"]
     readonly_fields = ["read_statistics"]
     list_display = ["title", "display_time", "expire_at", "audience"]
     list_filter = ["groups"]
@@ -213,6 +215,9 @@ class ScheduledFilter(admin.SimpleListFilter):
         return queryset
 
 
+TEST_PREFIX = "[Test] "
+
+
 @admin.register(Message)
 class MessageAdmin(ReadInsightAdmin):
     list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "send_at", "created_at"]
@@ -267,56 +272,151 @@ class MessageAdmin(ReadInsightAdmin):
         services.message_retract(message=obj, actor=request.user)  # type: ignore[arg-type]
         obj.delete()
 
+    def get_urls(self) -> list[URLPattern]:
+        preview = self.admin_site.admin_view(self.body_preview_view)
+        return [
+            path("compose/preview/", preview, name="messagecenter_message_body_preview"),
+            *super().get_urls(),
+        ]
+
+    def body_preview_view(self, request: HttpRequest) -> JsonResponse:
+        """The body as recipients will see it: the stored (sanitised) HTML. Staff
+        only (admin_view); POST so a long body fits and the CSRF check applies."""
+        if request.method != "POST":
+            return JsonResponse({"error": {"code": "method_not_allowed", "message": "Use POST."}}, status=405)
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        return JsonResponse({"html": sanitize_html(request.POST.get("body_html", ""))})
+
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """Compose and send: "Preview audience" shows the size and delivery mode first."""
+        """Compose and send. The audience is explicit (users, groups or everyone);
+        everyone and groups are sent only once the operator confirmed the count
+        shown on a confirmation step. "Test send" reaches the operator alone."""
         if not self.has_add_permission(request):
             raise PermissionDenied
-        form = MessageComposeForm(request.POST or None, request.FILES or None)
+        test_send = "_test_send" in request.POST
+        form = MessageComposeForm(request.POST or None, request.FILES or None, test_send=test_send)
         preview: dict[str, Any] | None = None
+        confirm: dict[str, Any] | None = None
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
-            audience = {
-                "user_ids": data["users"],
-                "group_ids": [g.pk for g in data["groups"]],
-                "everyone": data["everyone"],
-            }
+            group_ids = sorted(g.pk for g in data["groups"])
+            audience = {"user_ids": [u.pk for u in data["users"]], "group_ids": group_ids, "everyone": data["everyone"]}
             try:
-                if "_send" not in request.POST:
-                    size = services.message_audience_preview(**audience)
-                    pull = size is None or size > int(settings.MESSAGECENTER_PUSH_THRESHOLD)
-                    preview = {"size": size, "delivery": "pull" if pull else "push"}
-                else:
-                    with transaction.atomic():
-                        message = services.message_send(
-                            sender=request.user,  # type: ignore[arg-type]
-                            category=data["category"],
-                            title=data["title"],
-                            summary=data["summary"],
-                            body_html=data["body_html"],
-                            link=data["link"],
-                            images=data["image_urls"],
-                            image_files=data["image_files"],
-                            expire_at=data["expire_at"],
-                            **audience,
-                        )
-                        changes = {k: v for k, v in data.items() if k not in {"image_files", "groups"}}
-                        audit_admin(request, action="create", obj=message, changes={**changes, **audience})
-                    recipients = "everyone" if message.audience_size is None else f"{message.audience_size} user(s)"
-                    self.message_user(request, f"Sent by {message.delivery} to {recipients}.", messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:messagecenter_message_change", args=[message.pk]))
+                if test_send:
+                    self._test_send(request, data)
+                elif "_send" not in request.POST:
+                    # The preview shows the count, so it doubles as the confirmation.
+                    preview = {**self._audience_preview(audience), "groups_key": self._groups_key(audience)}
+                elif (confirm := self._confirmation_needed(request, audience)) is None:
+                    return self._send(request, data, audience)
             except ApplicationError as exc:
                 form.add_error(None, exc.message)
+        body_html = form.data.get("body_html", "") if form.is_bound else ""
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": "Compose message",
             "form": form,
+            "media": self.media + form.media,
             "preview": preview,
+            "confirm": confirm,
+            "body_preview": sanitize_html(str(body_html)),
+            "preview_url": reverse("admin:messagecenter_message_body_preview"),
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/messagecenter/message/compose.html", context)
+
+    @staticmethod
+    def _audience_preview(audience: dict[str, Any]) -> dict[str, Any]:
+        size = services.message_audience_preview(**audience)
+        pull = size is None or size > int(settings.MESSAGECENTER_PUSH_THRESHOLD)
+        shown = selectors.users_active_count() if size is None else size
+        return {"size": size, "count": shown, "delivery": "pull" if pull else "push"}
+
+    def _confirmation_needed(self, request: HttpRequest, audience: dict[str, Any]) -> dict[str, Any] | None:
+        """What the operator must confirm before a broadcast goes, or None.
+
+        The confirmation names the audience it was given for (``confirm_everyone``,
+        ``confirm_groups`` = the group ids): changing the groups after confirming
+        asks again."""
+        if audience["everyone"]:
+            if request.POST.get("confirm_everyone") == "1":
+                return None
+            return {"everyone": True, "count": selectors.users_active_count()}
+        key = self._groups_key(audience)
+        if not key:
+            return None
+        group_ids = audience["group_ids"]
+        if request.POST.get("confirm_groups") == key:
+            return None
+        return {
+            "groups_key": key,
+            "members": selectors.user_groups_member_count(group_ids=group_ids),
+            **self._audience_preview(audience),
+        }
+
+    @staticmethod
+    def _groups_key(audience: dict[str, Any]) -> str:
+        return ",".join(map(str, audience["group_ids"]))
+
+    def _send(self, request: HttpRequest, data: dict[str, Any], audience: dict[str, Any]) -> HttpResponse:
+        content = {
+            "category": data["category"],
+            "title": data["title"],
+            "summary": data["summary"],
+            "body_html": data["body_html"],
+            "link": data["link"],
+            "images": data["image_urls"],
+            "image_files": data["image_files"],
+            "expire_at": data["expire_at"],
+        }
+        sender = request.user
+        with transaction.atomic():
+            if data["send_at"] is not None:
+                message = services.message_schedule(sender=sender, send_at=data["send_at"], **content, **audience)  # type: ignore[arg-type]
+            else:
+                message = services.message_send(sender=sender, **content, **audience)  # type: ignore[arg-type]
+            audit_admin(request, action="create", obj=message, changes={**self._audit_changes(data), **audience})
+        recipients = "everyone" if message.audience_size is None else f"{message.audience_size} user(s)"
+        if data["send_at"] is not None:
+            self.message_user(request, f"Scheduled for {data['send_at']:%Y-%m-%d %H:%M} UTC to {recipients}.")
+        else:
+            self.message_user(request, f"Sent by {message.delivery} to {recipients}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:messagecenter_message_change", args=[message.pk]))
+
+    def _test_send(self, request: HttpRequest, data: dict[str, Any]) -> None:
+        """The message as composed, to the operator alone, now, titled "[Test] ..."."""
+        me = int(request.user.pk or 0)  # admin_view: always a signed-in staff user
+        with transaction.atomic():
+            message = services.message_send(
+                sender=request.user,  # type: ignore[arg-type]
+                category=data["category"],
+                title=f"{TEST_PREFIX}{data['title']}"[:200],
+                summary=data["summary"],
+                body_html=data["body_html"],
+                link=data["link"],
+                images=data["image_urls"],
+                image_files=data["image_files"],
+                expire_at=data["expire_at"],
+                user_ids=[me],
+            )
+            audit_admin(
+                request,
+                action="create",
+                obj=message,
+                changes={**self._audit_changes(data), "title": message.title, "user_ids": [me]},
+            )
+        self.message_user(
+            request, f"Test sent to you only ({request.user.get_username()}); nobody else got it.", messages.SUCCESS
+        )
+
+    @staticmethod
+    def _audit_changes(data: dict[str, Any]) -> dict[str, Any]:
+        skip = {"image_files", "groups", "users"}
+        return {k: v for k, v in data.items() if k not in skip}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         return super().get_queryset(request).select_related("sender")

@@ -1,13 +1,17 @@
-"""Admin forms: member lists pasted as text, and the message composer."""
+"""Admin forms: member lists pasted as text, bulletins, and the message composer
+(recipients picked with the admin's autocomplete, an explicit audience)."""
 
 from typing import Any
 
 from django import forms
+from django.contrib import admin
+from django.contrib.admin.widgets import AutocompleteSelectMultiple
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from core.exceptions import ApplicationError
 from messagecenter import selectors
-from messagecenter.models import CATEGORIES, Bulletin, NotificationRule, UserGroup
+from messagecenter.models import CATEGORIES, Bulletin, Message, NotificationRule, UserGroup
 from messagecenter.services import rule_validate
 
 
@@ -33,11 +37,45 @@ class UserGroupForm(forms.ModelForm):
         fields = ["name"]
 
 
+class IdAutocompleteSelectMultiple(AutocompleteSelectMultiple):
+    """Django's autocomplete widget for integer keys. On a re-shown form it looks
+    the submitted values up; a value that is no number (a typed name, a forged
+    post) would fail that query, so it is left out: the field's own error says
+    it is not a valid choice."""
+
+    def optgroups(self, name: str, value: Any, attrs: Any = None) -> Any:
+        return super().optgroups(name, [v for v in value if str(v).isdigit()], attrs)
+
+
+NO_AUDIENCE = "Choose users, groups or everyone."
+EVERYONE_AND_MORE = "Everyone already includes every user: untick it or clear the users and groups."
+
+
 class BulletinForm(forms.ModelForm):
+    """ "Everyone" is a box of its own: an empty group list is an error here, not a
+    silent broadcast. Stored as before (no groups = everyone)."""
+
+    everyone = forms.BooleanField(required=False, help_text="Show the bulletin to every user.")
+
     class Meta:
         model = Bulletin
-        fields = ["title", "body_html", "display_time", "expire_at", "groups"]
-        help_texts = {"groups": "Leave empty to show the bulletin to everyone."}
+        fields = ["title", "body_html", "display_time", "expire_at", "groups", "everyone"]
+        help_texts = {"groups": "The groups who see the bulletin; or tick “Everyone”."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["everyone"].initial = not self.instance.groups.exists()
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        groups = cleaned.get("groups")
+        everyone = cleaned.get("everyone")
+        if "groups" in cleaned and not groups and not everyone:
+            raise ValidationError("Choose groups or everyone.")
+        if groups and everyone:
+            raise ValidationError("Everyone already includes every group: untick it or clear the groups.")
+        return cleaned
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -66,10 +104,43 @@ class MessageComposeForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "cols": 80}), required=False, help_text="One image URL per line."
     )
     image_files = MultipleFileField(required=False, label="Upload images")
-    users = UserListField(required=False, help_text="Usernames or ids.")
-    groups = forms.ModelMultipleChoiceField(queryset=UserGroup.objects.all(), required=False)
-    everyone = forms.BooleanField(required=False)
+    # The widgets ask the user and group admins (their search_fields) through the
+    # admin's autocomplete view; Message.sender and Message.groups name the remote models.
+    users = forms.ModelMultipleChoiceField(
+        queryset=get_user_model().objects.order_by("pk"),
+        required=False,
+        widget=IdAutocompleteSelectMultiple(Message._meta.get_field("sender"), admin.site),
+        help_text="Type a username, name or e-mail address.",
+    )
+    groups = forms.ModelMultipleChoiceField(
+        queryset=UserGroup.objects.order_by("name"),
+        required=False,
+        widget=IdAutocompleteSelectMultiple(Message._meta.get_field("groups"), admin.site),
+        help_text="Every member of these groups at send time.",
+    )
+    everyone = forms.BooleanField(required=False, help_text="Every active user; you confirm the count before it goes.")
+    send_at = forms.DateTimeField(
+        required=False, label="Send at", help_text="Optional: YYYY-MM-DD HH:MM (UTC). Empty sends now."
+    )
     expire_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC)")
+
+    def __init__(self, *args: Any, test_send: bool = False, **kwargs: Any) -> None:
+        # A test send goes to the operator alone: no audience needed.
+        self.test_send = test_send
+        super().__init__(*args, **kwargs)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.test_send:
+            return cleaned
+        users, groups, everyone = cleaned.get("users"), cleaned.get("groups"), cleaned.get("everyone")
+        if "users" not in cleaned or "groups" not in cleaned:
+            return cleaned  # a field error already says what is wrong
+        if everyone and (users or groups):
+            raise ValidationError(EVERYONE_AND_MORE)
+        if not (users or groups or everyone):
+            raise ValidationError(NO_AUDIENCE)
+        return cleaned
 
     def clean_image_urls(self) -> list[str]:
         urls = [line.strip() for line in (self.cleaned_data.get("image_urls") or "").splitlines() if line.strip()]

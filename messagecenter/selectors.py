@@ -393,6 +393,18 @@ def users_resolve(*, text: str) -> tuple[list[int], list[str]]:
     return ids, list(dict.fromkeys(unknown))
 
 
+def users_active_count() -> int:
+    """How many accounts "everyone" reaches now: the active users."""
+    return get_user_model().objects.filter(is_active=True).count()
+
+
+def user_groups_member_count(*, group_ids: Sequence[int]) -> int:
+    """Distinct members of these groups (someone in two of them counts once)."""
+    if not group_ids:
+        return 0
+    return UserGroupMembership.objects.filter(group_id__in=list(group_ids)).values("user_id").distinct().count()
+
+
 def item_refs_at_slots(month: int, offsets: list[int]) -> list[str]:
     """Refs of the items holding these bitmap slots of ``month`` (messages,
     bulletins, notifications: a slot belongs to one item); unknown ones are left out."""

@@ -84,8 +84,14 @@ def test_operator_composes_and_another_session_sees_it(
     admin = open_page(operator, "/admin/messagecenter/message/add/")
     admin.get_by_label("Category").select_option("system")
     admin.get_by_label("Title").fill("Maintenance tonight")
-    admin.get_by_label("Body (HTML)").fill("<p>From 22:00 UTC.</p>")
-    admin.get_by_label("Users").fill("alice")
+    admin.get_by_label("Body (HTML)").fill("<p>From <strong>22:00</strong> UTC.</p><script>boom()</script>")
+    # The live preview shows the sanitised body rendered, as recipients will see it.
+    expect(admin.locator("#body-preview strong")).to_have_text("22:00")
+    expect(admin.locator("#body-preview script")).to_have_count(0)
+    # Users are picked with the admin's autocomplete (select2), not typed as text.
+    admin.locator(".field-users .select2-selection").click()
+    admin.locator(".field-users .select2-search__field").fill("ali")
+    admin.locator(".select2-results__option", has_text="alice").click()
     admin.get_by_role("button", name="Send", exact=True).click()
     expect(admin.get_by_text(re.compile(r"Sent by push to 1 user"))).to_be_visible()
     expect(badge(inbox)).to_have_text("1", timeout=5_000)

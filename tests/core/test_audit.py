@@ -237,7 +237,7 @@ def test_admin_compose_is_audited(admin_client: Client, recipient: Any) -> None:
         "body_html": "<p>b</p>",
         "link": "",
         "image_urls": "",
-        "users": "alice",
+        "users": str(recipient.pk),
         "everyone": "",
         "expire_at": "",
         "_send": "1",

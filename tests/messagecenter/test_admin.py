@@ -90,7 +90,6 @@ def test_compose_preview_then_send_then_progress(
         "title": "Sale",
         "body_html": "<p>Now</p>",
         "image_urls": "https://cdn.test/a.png",
-        "users": "",
         "groups": [group.pk],
     }
     response = admin_client.post("/admin/messagecenter/message/add/", {**form, "_preview": "1"})
@@ -98,9 +97,13 @@ def test_compose_preview_then_send_then_progress(
     html = response.content.decode()
     assert "2 users" in html
     assert "delivery by push" in html
+    assert f'name="confirm_groups" value="{group.pk}"' in html  # the preview confirms the groups
     assert not Message.objects.exists()
     upload = SimpleUploadedFile("pic.png", b"\x89PNG\r\n", content_type="image/png")
-    response = admin_client.post("/admin/messagecenter/message/add/", {**form, "_send": "1", "image_files": upload})
+    response = admin_client.post(
+        "/admin/messagecenter/message/add/",
+        {**form, "_send": "1", "confirm_groups": str(group.pk), "image_files": upload},
+    )
     assert response.status_code == 302
     message = Message.objects.get()
     assert message.image_files.count() == 1
@@ -123,10 +126,10 @@ def test_compose_preview_then_send_then_progress(
 def test_compose_errors_are_shown(admin_client: Client, clock: Any) -> None:
     response = admin_client.post(
         "/admin/messagecenter/message/add/",
-        {"category": "system", "title": "x", "body_html": "b", "users": "nobody", "_send": "1"},
+        {"category": "system", "title": "x", "body_html": "b", "users": "999999999", "_send": "1"},
     )
     assert response.status_code == 200
-    assert "Unknown user(s): nobody" in response.content.decode()
+    assert "Select a valid choice. 999999999 is not one of the available choices." in response.content.decode()
     response = admin_client.post(
         "/admin/messagecenter/message/add/", {"category": "system", "title": "x", "body_html": "b", "_send": "1"}
     )

@@ -37,7 +37,17 @@ def test_no_template_has_inline_script_or_handlers() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/accounts/login/", "/inbox/", "/announcements/", "/admin/", "/api/docs/", "/api/redoc/", "/no-such-page/"],
+    [
+        "/accounts/login/",
+        "/inbox/",
+        "/announcements/",
+        "/admin/",
+        "/admin/messagecenter/message/add/",
+        "/admin/messagecenter/bulletin/add/",
+        "/api/docs/",
+        "/api/redoc/",
+        "/no-such-page/",
+    ],
 )
 def test_every_page_carries_the_policy(path: str) -> None:
     client = Client()
