@@ -54,6 +54,7 @@ class UserGroupAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = UserGroupForm
     list_display = ["name", "member_count", "created_at"]
     search_fields = ["name"]
+    ordering = ["name"]  # stable pages for the list and the recipients autocomplete
     inlines = [MembershipInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[UserGroup]:
