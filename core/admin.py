@@ -39,6 +39,15 @@ class PlatformUserAdmin(AuditedAdminMixin, UserAdmin):
         # New users get their default platform from a signal; edit it afterwards.
         return self.inlines if obj is not None else []
 
+    def get_search_results(self, request, queryset, search_term):  # type: ignore[no-untyped-def]
+        # The admin's autocomplete (recipients picked on the compose page) offers
+        # only users who can sign in: a message to a deactivated account would be
+        # delivered to nobody who reads it. The user list itself still finds them.
+        queryset, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        if request.path.endswith("/autocomplete/"):
+            queryset = queryset.filter(is_active=True)
+        return queryset, may_have_duplicates
+
 
 # --- Redis read model checks (check_redis) ------------------------------------------
 

@@ -107,7 +107,7 @@ class MessageComposeForm(forms.Form):
     # The widgets ask the user and group admins (their search_fields) through the
     # admin's autocomplete view; Message.sender and Message.groups name the remote models.
     users = forms.ModelMultipleChoiceField(
-        queryset=get_user_model().objects.order_by("pk"),
+        queryset=get_user_model().objects.filter(is_active=True).order_by("pk"),
         required=False,
         widget=IdAutocompleteSelectMultiple(Message._meta.get_field("sender"), admin.site),
         help_text="Type a username, name or e-mail address.",

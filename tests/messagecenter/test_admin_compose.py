@@ -252,3 +252,19 @@ def test_bulletin_needs_groups_or_an_explicit_everyone(admin_client: Client, rec
     assert inbox_counts(user=recipient)["by_category"]["system"] == 1
     page = admin_client.get(f"/admin/messagecenter/bulletin/{bulletin.pk}/change/").content.decode()
     assert re.search(r"<input[^>]*name=\"everyone\"[^>]*checked", page)
+
+
+def test_autocomplete_and_compose_leave_out_inactive_users(admin_client: Client, recipient: Any) -> None:
+    gone = UserFactory(username="alina-left", is_active=False)
+    users = admin_client.get(
+        AUTOCOMPLETE, {"term": "ali", "app_label": "messagecenter", "model_name": "message", "field_name": "sender"}
+    )
+    assert [r["id"] for r in users.json()["results"]] == [str(recipient.pk)]
+    # The user list still finds the deactivated account (operators reactivate it there).
+    assert "alina-left" in admin_client.get("/admin/auth/user/", {"q": "alina"}).content.decode()
+    # Posting the id by hand is a form error, and nothing is sent.
+    before = Message.objects.count()
+    response = admin_client.post(ADD, {**CONTENT, "users": [gone.pk], "_send": "1"})
+    assert response.status_code == 200
+    assert "users" in response.context["form"].errors
+    assert Message.objects.count() == before
