@@ -40,6 +40,15 @@ class MessagecenterConfig(AppConfig):
                 readers=insight.message_readers,
             )
         )
+        activity.register_reader_source(
+            activity.ReaderSource(
+                kind="bulletin",
+                label="Bulletin",
+                exists=insight.bulletin_exists,
+                first_reads=insight.bulletin_first_reads,
+                readers=insight.bulletin_readers,
+            )
+        )
         metrics.register_state(
             "messagecenter_pending_deliveries",
             "Deliveries and fan-out chunks committed and not yet in Redis.",

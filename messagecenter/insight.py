@@ -1,22 +1,27 @@
-"""Operator insight into one message or bulletin (read use cases for the admin):
-how many users it reached, how many have read it, and the read rate over time.
+"""Operator insight into one message or bulletin (read use cases for the admin
+and the manage API): how many users it reached, how many have read it, the
+read rate over time, who has not read it yet and its readers per day.
 
 Reads are first reads per user, counted per hour when the inbox script sees a
 user's read bit go 0 -> 1 for the first time (messagecenter/readmodel/reads.py).
 """
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
+from core.exceptions import Conflict
 from core.insight import TimelinePoint, timeline
 from messagecenter import selectors
 from messagecenter.exceptions import InboxUnavailable
-from messagecenter.models import Bulletin, DeliveryMode, Message, UserGroupMembership
+from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
 from messagecenter.readmodel import reads
 
 
@@ -71,22 +76,127 @@ def message_read_stats(*, message: Message) -> ItemReadStats:
     return ItemReadStats(audience=audience, audience_note=note, pushed=pushed, timeline=_read_timeline(message.ref))
 
 
-def bulletin_read_stats(*, bulletin: Bulletin) -> ItemReadStats:
-    """Audience: the active members of its groups now, or every active user when it has none."""
+def _bulletin_users(bulletin: Bulletin) -> QuerySet[Any]:
+    """Its audience now: the active members of its groups, or every active user when it has none."""
+    users = get_user_model().objects.filter(is_active=True)
     group_ids = list(bulletin.groups.values_list("pk", flat=True))
     if group_ids:
-        members = UserGroupMembership.objects.filter(group_id__in=group_ids).values("user_id")
-        audience = get_user_model().objects.filter(is_active=True, pk__in=members).count()
+        users = users.filter(pk__in=UserGroupMembership.objects.filter(group_id__in=group_ids).values("user_id"))
+    return users
+
+
+def bulletin_read_stats(*, bulletin: Bulletin) -> ItemReadStats:
+    """Audience: the active members of its groups now, or every active user when it has none."""
+    audience = _bulletin_users(bulletin).count()
+    if bulletin.groups.exists():
         note = "active members of its groups now"
     else:
-        audience, note = _active_users(), "everyone: active users now"
+        note = "everyone: active users now"
     return ItemReadStats(audience=audience, audience_note=note, pushed=None, timeline=_read_timeline(bulletin.ref))
 
 
+# --- who has not read it yet -------------------------------------------------------
+#
+# "Has read" is the user's ever-read bit of the item's slot: the bit whose
+# 0 -> 1 transition the first-read counters count, so this list, the read
+# count and the read rate agree (a user who reads and marks unread again has
+# read it). The audience is walked in user-id order a batch at a time, each
+# batch's bits taken with one pipelined GETBIT: no query per user, no row per
+# user and item.
+
+Item = Message | Bulletin
+UNREAD_PAGE = 50
+_UNREAD_BATCH = 500
+# Users checked per page at most: a page of non-readers may take several
+# batches when most have read it; the cursor then resumes where it stopped.
+_UNREAD_SCAN_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class UnreadPage:
+    users: list[tuple[int, str]]  # (id, username), in id order
+    next_after: int | None  # the last id looked at when there is more; None at the end
+
+
+_NEVER_SENT = (MessageStatus.SCHEDULED, MessageStatus.CANCELLED)
+
+
+def _sent_slot(item: Item) -> tuple[int, int]:
+    if isinstance(item, Message) and item.status in _NEVER_SENT:
+        raise Conflict("The message has not been sent: nobody could read it yet.", code="not_sent")
+    return int(item.slot_month), int(item.slot_offset)
+
+
+def _audience_batches(item: Item, after_id: int) -> Iterator[list[tuple[int, str]]]:
+    """(id, username) of the item's audience above ``after_id``, in id order, a batch at a time.
+
+    A message to named users and groups: its send-time audience (the bitmap the
+    read count's audience size came from), users deleted since left out. A
+    message to everyone: the active users now; a bulletin: its audience now.
+    """
+    users = get_user_model().objects
+    if isinstance(item, Message) and not item.everyone:
+        ids = item.audience.iter_equal_or_larger(after_id + 1)
+        while ids_batch := list(itertools.islice(ids, _UNREAD_BATCH)):
+            named = dict(users.filter(pk__in=ids_batch).values_list("pk", "username"))
+            yield [(pk, named[pk]) for pk in ids_batch if pk in named]
+        return
+    rows = _bulletin_users(item) if isinstance(item, Bulletin) else users.filter(is_active=True)
+    rows = rows.order_by("pk")
+    cursor = after_id
+    while batch := [
+        (int(pk), str(name)) for pk, name in rows.filter(pk__gt=cursor).values_list("pk", "username")[:_UNREAD_BATCH]
+    ]:
+        yield batch
+        cursor = batch[-1][0]
+
+
+def _with_bits(item: Item, after_id: int) -> Iterator[tuple[list[tuple[int, str]], list[bool]]]:
+    month, offset = _sent_slot(item)
+    for batch in _audience_batches(item, after_id):
+        try:
+            bits = reads.read_ever_bits(month=month, offset=offset, user_ids=[pk for pk, _ in batch])
+        except RedisError as exc:
+            raise InboxUnavailable("Read state is unavailable; try again shortly.") from exc
+        yield batch, bits
+
+
+def item_unread_page(*, item: Item, after_id: int = 0, limit: int = UNREAD_PAGE) -> UnreadPage:
+    """Users of the item's audience with an id above ``after_id`` who have not read it."""
+    found: list[tuple[int, str]] = []
+    cursor, scanned = int(after_id), 0
+    for batch, bits in _with_bits(item, cursor):
+        for (pk, username), read in zip(batch, bits, strict=True):
+            cursor = pk
+            if not read:
+                found.append((pk, username))
+                if len(found) == limit:
+                    break
+        scanned += len(batch)
+        if len(found) == limit or scanned >= _UNREAD_SCAN_LIMIT:
+            more = next(_audience_batches(item, cursor), None) is not None
+            return UnreadPage(users=found, next_after=cursor if more else None)
+    return UnreadPage(users=found, next_after=None)
+
+
+def item_unread_all(*, item: Item) -> Iterator[tuple[int, str]]:
+    """Every user of the item's audience who has not read it, in id order (CSV, reminders)."""
+    for batch, bits in _with_bits(item, 0):
+        yield from (user for user, read in zip(batch, bits, strict=True) if not read)
+
+
+def item_readers(*, item: Item) -> BitMap:
+    """The ids of the item's audience who have read it (the ever-read bits)."""
+    readers = BitMap()
+    for batch, bits in _with_bits(item, 0):
+        readers.update(pk for (pk, _), read in zip(batch, bits, strict=True) if read)
+    return readers
+
+
 # Readers over time on the activity dashboard (registered with core.activity in apps.py).
-# A message's read state lives in each recipient's bitmaps (bit = item offset), so
-# there is no per-message reader bitmap to intersect with the days' active users:
-# the dashboard shows its first reads per day only.
+# A message's read state lives in each recipient's bitmaps (bit = item offset):
+# its readers are gathered from them (``item_readers``) and intersected with
+# the days' active users like an announcement's reader bitmap.
 
 
 def message_exists(message_id: int) -> bool:
@@ -99,5 +209,30 @@ def message_first_reads(message_id: int) -> dict[datetime, int]:
     return reads.read_hours(ref=f"m{int(message_id)}")
 
 
+def _readers_of(item: Item | None) -> BitMap | None:
+    """Its readers (raises RedisError, as a reader source must); None when there
+    is no such item or it was never sent (no read state)."""
+    if item is None or (isinstance(item, Message) and item.status in _NEVER_SENT):
+        return None
+    try:
+        return item_readers(item=item)
+    except InboxUnavailable as exc:
+        raise RedisError(str(exc)) from exc
+
+
 def message_readers(message_id: int) -> BitMap | None:
-    return None
+    return _readers_of(Message.objects.filter(pk=message_id).first())
+
+
+def bulletin_exists(bulletin_id: int) -> bool:
+    return Bulletin.objects.filter(pk=bulletin_id).exists()
+
+
+def bulletin_first_reads(bulletin_id: int) -> dict[datetime, int]:
+    """First reads per hour (raises RedisError)."""
+    reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+    return reads.read_hours(ref=f"b{int(bulletin_id)}")
+
+
+def bulletin_readers(bulletin_id: int) -> BitMap | None:
+    return _readers_of(Bulletin.objects.filter(pk=bulletin_id).first())

@@ -364,7 +364,7 @@ class MessageSendApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        key = self._key(request, data.pop("idempotency_key", None))
+        key = self.key_of(request, data.pop("idempotency_key", None))
         to = data["to"]
 
         def send() -> Message:
@@ -394,12 +394,12 @@ class MessageSendApi(APIView):
             else:
                 fingerprint = services.request_fingerprint(data)
                 message, created = services.message_send_once(key=key, fingerprint=fingerprint, send=send)
-        out = _message_state(message)
+        out = message_state(message)
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(self.OutputSerializer(out).data, status=code)
 
     @staticmethod
-    def _key(request: Request, body_key: str | None) -> str | None:
+    def key_of(request: Request, body_key: str | None) -> str | None:
         header = request.headers.get(IDEMPOTENCY_HEADER)
         if header is not None and (header == "" or len(header) > 200):
             raise ValidationFailed(
@@ -437,7 +437,7 @@ class MessageSendApi(APIView):
         return Response({"results": [readback.message_data(item) for item in items], "next_cursor": next_cursor})
 
 
-def _message_state(message: Message) -> dict[str, Any]:
+def message_state(message: Message) -> dict[str, Any]:
     return {
         "id": message.pk,
         "delivery": message.delivery,
@@ -480,7 +480,7 @@ class MessageRetractApi(APIView):
         with transaction.atomic():
             message = services.message_schedule_update(message=message, data=serializer.validated_data)
             audit_api(request, action="update", obj=message, changes=serializer.validated_data)
-        return Response(MessageSendApi.OutputSerializer(_message_state(message)).data)
+        return Response(MessageSendApi.OutputSerializer(message_state(message)).data)
 
     @extend_schema(
         operation_id="manage_message_retract",

@@ -45,6 +45,7 @@ from messagecenter.services.preferences import (
     subscription_self_create,
     subscription_self_delete,
 )
+from messagecenter.services.reminders import item_remind
 from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.scheduled import (
@@ -75,6 +76,7 @@ __all__ = [
     "inbox_removed_trim",
     "inbox_snooze",
     "inbox_unarchive",
+    "item_remind",
     "message_audience_preview",
     "message_cleanup_expired",
     "message_deliver",
