@@ -2,7 +2,7 @@
 first reads per hour turned into a timeline with running totals, and the
 coordinates of the server-side SVG read-rate chart drawn from it."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -67,3 +67,23 @@ def rate_chart(points: list[TimelinePoint], reachable: int) -> dict[str, Any] | 
         "first": points[0].hour,
         "last": points[-1].hour,
     }
+
+
+def bar_chart(values: Sequence[int]) -> dict[str, Any] | None:
+    """Coordinates of an SVG bar chart, one bar per value (readers per day),
+    scaled to the largest; None when every value is 0."""
+    top = max(values, default=0)
+    if top <= 0:
+        return None
+    step = CHART_WIDTH / len(values)
+    bars = [
+        {
+            "x": f"{index * step:.1f}",
+            "y": f"{CHART_HEIGHT - value / top * CHART_HEIGHT:.1f}",
+            "width": f"{max(step - 1, 1):.1f}",
+            "height": f"{value / top * CHART_HEIGHT:.1f}",
+            "value": value,
+        }
+        for index, value in enumerate(values)
+    ]
+    return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top, "bars": bars}

@@ -6,10 +6,11 @@ Reads are first reads per user, counted per hour when the inbox script sees a
 user's read bit go 0 -> 1 for the first time (messagecenter/readmodel/reads.py).
 """
 
+import csv
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -17,6 +18,7 @@ from django.db.models import QuerySet
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
+from core import activity
 from core.exceptions import Conflict
 from core.insight import TimelinePoint, timeline
 from messagecenter import selectors
@@ -191,6 +193,44 @@ def item_readers(*, item: Item) -> BitMap:
     for batch, bits in _with_bits(item, 0):
         readers.update(pk for (pk, _), read in zip(batch, bits, strict=True) if read)
     return readers
+
+
+CSV_HEADER = ("id", "username")
+
+
+class _Echo:
+    """A file-like sink for csv.writer whose write returns the line (streamed rows)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def unread_csv_rows(users: Iterable[tuple[int, str]]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_HEADER)
+    for pk, username in users:
+        yield writer.writerow((pk, username))
+
+
+# --- readers per day -----------------------------------------------------------------
+
+READERS_DAYS_MAX = 90
+
+
+def item_readers_per_day(*, item: Item, end: date, days: int | None = None) -> list[activity.ItemDay]:
+    """Its first reads per day, the running total and how many of its readers
+    were active each day (the activity bitmaps), from its first day (at most
+    ``READERS_DAYS_MAX`` days) to ``end``."""
+    if days is None:
+        start = item.created_at.date()
+        days = max(1, min((end - start).days + 1, READERS_DAYS_MAX))
+    source = activity.reader_source("message" if isinstance(item, Message) else "bulletin")
+    if source is None:  # registered in AppConfig.ready(): always there once Django is set up
+        return []
+    try:
+        return activity.item_readers_by_day(source=source, item_id=int(item.pk), end=end, days=days)
+    except RedisError as exc:
+        raise InboxUnavailable("Read statistics are unavailable; try again shortly.") from exc
 
 
 # Readers over time on the activity dashboard (registered with core.activity in apps.py).

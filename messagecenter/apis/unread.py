@@ -6,9 +6,7 @@ CSV); ``POST .../remind/`` sends them a follow-up message through
 ``message_send`` (idempotent with a key, audited in the send's transaction).
 """
 
-import csv
 import itertools
-from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from django.db import transaction
@@ -34,8 +32,6 @@ from messagecenter import insight, services
 from messagecenter.apis.manage import IDEMPOTENCY_HEADER, MessageSendApi, message_state
 from messagecenter.models import Bulletin, Message
 
-CSV_HEADER = ("id", "username")
-
 
 class UnreadUserSerializer(serializers.Serializer):
     id = serializers.CharField()
@@ -48,20 +44,6 @@ class UnreadPageSerializer(serializers.Serializer):
 
 
 _UNREAD_EXAMPLE = {"results": [{"id": "42", "username": "alice"}], "next_cursor": None}
-
-
-class _Echo:
-    """A file-like sink for csv.writer whose write returns the line (streamed rows)."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def unread_csv_rows(users: Iterable[tuple[int, str]]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_HEADER)
-    for pk, username in users:
-        yield writer.writerow((pk, username))
 
 
 def _item_of(model: type[Model], item_id: int) -> Any:
@@ -89,7 +71,7 @@ class _UnreadApi(APIView):
             users = insight.item_unread_all(item=item)
             first = next(users, None)
             rest = users if first is None else itertools.chain([first], users)
-            response = StreamingHttpResponse(unread_csv_rows(rest), content_type="text/csv; charset=utf-8")
+            response = StreamingHttpResponse(insight.unread_csv_rows(rest), content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="unread-{item.ref}.csv"'
             return response
         limit = parse_limit(params.get("limit"))
