@@ -156,6 +156,11 @@ def _lease_end(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(seconds=float(settings.WEBHOOK_LEASE_SECONDS))
 
 
+def webhook_wanted(event: str) -> bool:
+    """Whether an active endpoint wants ``event`` (callers skip building a payload otherwise)."""
+    return any(event in endpoint.events for endpoint in WebhookEndpoint.objects.filter(active=True).only("events"))
+
+
 def webhook_emit(*, event: str, data: Mapping[str, Any], at: datetime | None = None) -> list[WebhookDelivery]:
     """Record ``event`` for every active endpoint that wants it, in the caller's
     transaction; each row goes to Celery after commit. One indexed query when

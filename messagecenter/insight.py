@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from core import activity
 from core.exceptions import Conflict
 from core.insight import TimelinePoint, timeline
-from messagecenter import selectors
+from messagecenter import read_events, selectors
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
 from messagecenter.readmodel import reads
@@ -49,7 +49,7 @@ def _active_users() -> int:
 
 def _read_timeline(ref: str) -> list[TimelinePoint]:
     try:
-        reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+        read_events.first_reads_fold()
         return timeline(reads.read_hours(ref=ref))
     except RedisError as exc:
         raise InboxUnavailable("Read statistics are unavailable; try again shortly.") from exc
@@ -60,7 +60,7 @@ def message_read_counts(*, messages: Iterable[Message]) -> dict[int, int]:
     counters as the read timeline, so the two always agree), pending ones folded first."""
     refs = {message.ref: int(message.pk) for message in messages}
     try:
-        reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+        read_events.first_reads_fold()
         totals = reads.read_totals(refs=refs)
     except RedisError as exc:
         raise InboxUnavailable("Read counts are unavailable; try again shortly.") from exc
@@ -245,7 +245,7 @@ def message_exists(message_id: int) -> bool:
 
 def message_first_reads(message_id: int) -> dict[datetime, int]:
     """First reads per hour (raises RedisError)."""
-    reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+    read_events.first_reads_fold()
     return reads.read_hours(ref=f"m{int(message_id)}")
 
 
@@ -270,7 +270,7 @@ def bulletin_exists(bulletin_id: int) -> bool:
 
 def bulletin_first_reads(bulletin_id: int) -> dict[datetime, int]:
     """First reads per hour (raises RedisError)."""
-    reads.first_reads_fold(resolve=selectors.item_refs_at_slots)
+    read_events.first_reads_fold()
     return reads.read_hours(ref=f"b{int(bulletin_id)}")
 
 
