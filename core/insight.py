@@ -1,11 +1,14 @@
 """Shared pieces of the admin's read insight (announcements, messages, bulletins):
-first reads per hour turned into a timeline with running totals, and the
-coordinates of the server-side SVG read-rate chart drawn from it."""
+first reads per hour turned into a timeline with running totals, the
+coordinates of the server-side SVG charts drawn from it, and the walk that
+finds who has not read an item yet."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from django.db.models import QuerySet
 
 HOUR_MS = 3_600_000
 # Lifetime of a per-hour first-read counter hash (refreshed on every count).
@@ -87,3 +90,42 @@ def bar_chart(values: Sequence[int]) -> dict[str, Any] | None:
         for index, value in enumerate(values)
     ]
     return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top, "bars": bars}
+
+
+# --- who has not read it ----------------------------------------------------------------
+
+UserBatch = list[tuple[int, str]]  # (id, username), in id order
+
+
+def user_batches(users: QuerySet[Any], *, after_id: int, size: int) -> Iterator[UserBatch]:
+    """(id, username) of ``users`` above ``after_id`` in id order, ``size`` at a
+    time (keyset on the primary key: each batch is one indexed range query)."""
+    rows = users.order_by("pk")
+    cursor = after_id
+    while batch := [
+        (int(pk), str(name)) for pk, name in rows.filter(pk__gt=cursor).values_list("pk", "username")[:size]
+    ]:
+        yield batch
+        cursor = batch[-1][0]
+
+
+def unread_scan(
+    batches: Iterable[tuple[UserBatch, list[bool]]], *, after_id: int, limit: int, scan_limit: int
+) -> tuple[UserBatch, int, bool]:
+    """Walk batches of users with their read bits and keep those whose bit is 0:
+    (up to ``limit`` of them, the last id looked at, whether the walk stopped
+    before the end). It stops after ``scan_limit`` users too, so one page stays
+    short when nearly everyone has read it; the caller resumes after the id."""
+    found: UserBatch = []
+    cursor, scanned = after_id, 0
+    for batch, bits in batches:
+        for (pk, username), read in zip(batch, bits, strict=True):
+            cursor = pk
+            if not read:
+                found.append((pk, username))
+                if len(found) == limit:
+                    return found, cursor, True
+        scanned += len(batch)
+        if scanned >= scan_limit:
+            return found, cursor, True
+    return found, cursor, False

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from core import activity
 from core.exceptions import Conflict
-from core.insight import TimelinePoint, timeline
+from core.insight import TimelinePoint, timeline, unread_scan, user_batches
 from messagecenter import read_events, selectors
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
@@ -136,21 +136,14 @@ def _audience_batches(item: Item, after_id: int) -> Iterator[list[tuple[int, str
     read count's audience size came from), users deleted since left out. A
     message to everyone: the active users now; a bulletin: its audience now.
     """
-    users = get_user_model().objects
     if isinstance(item, Message) and not item.everyone:
         ids = item.audience.iter_equal_or_larger(after_id + 1)
         while ids_batch := list(itertools.islice(ids, _UNREAD_BATCH)):
-            named = dict(users.filter(pk__in=ids_batch).values_list("pk", "username"))
+            named = dict(get_user_model().objects.filter(pk__in=ids_batch).values_list("pk", "username"))
             yield [(pk, named[pk]) for pk in ids_batch if pk in named]
         return
-    rows = _bulletin_users(item) if isinstance(item, Bulletin) else users.filter(is_active=True)
-    rows = rows.order_by("pk")
-    cursor = after_id
-    while batch := [
-        (int(pk), str(name)) for pk, name in rows.filter(pk__gt=cursor).values_list("pk", "username")[:_UNREAD_BATCH]
-    ]:
-        yield batch
-        cursor = batch[-1][0]
+    users = _bulletin_users(item) if isinstance(item, Bulletin) else get_user_model().objects.filter(is_active=True)
+    yield from user_batches(users, after_id=after_id, size=_UNREAD_BATCH)
 
 
 def _with_bits(item: Item, after_id: int) -> Iterator[tuple[list[tuple[int, str]], list[bool]]]:
@@ -165,20 +158,11 @@ def _with_bits(item: Item, after_id: int) -> Iterator[tuple[list[tuple[int, str]
 
 def item_unread_page(*, item: Item, after_id: int = 0, limit: int = UNREAD_PAGE) -> UnreadPage:
     """Users of the item's audience with an id above ``after_id`` who have not read it."""
-    found: list[tuple[int, str]] = []
-    cursor, scanned = int(after_id), 0
-    for batch, bits in _with_bits(item, cursor):
-        for (pk, username), read in zip(batch, bits, strict=True):
-            cursor = pk
-            if not read:
-                found.append((pk, username))
-                if len(found) == limit:
-                    break
-        scanned += len(batch)
-        if len(found) == limit or scanned >= _UNREAD_SCAN_LIMIT:
-            more = next(_audience_batches(item, cursor), None) is not None
-            return UnreadPage(users=found, next_after=cursor if more else None)
-    return UnreadPage(users=found, next_after=None)
+    found, cursor, stopped = unread_scan(
+        _with_bits(item, int(after_id)), after_id=int(after_id), limit=limit, scan_limit=_UNREAD_SCAN_LIMIT
+    )
+    more = stopped and next(_audience_batches(item, cursor), None) is not None
+    return UnreadPage(users=found, next_after=cursor if more else None)
 
 
 def item_unread_all(*, item: Item) -> Iterator[tuple[int, str]]:

@@ -24,18 +24,16 @@ api_urlpatterns: list[URLPattern] = [
     path("manage/bulletins/<id:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
     path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
     path("manage/messages/<id:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
-    path(
-        "manage/bulletins/<id:bulletin_id>/unread-recipients/",
-        unread.BulletinUnreadApi.as_view(),
-        name="mc-bulletin-unread",
+    # Who has not read a message or bulletin, and the reminder to them.
+    *(
+        path(f"manage/{kind}s/<id:item_id>/{action}/", view.as_view(), name=f"mc-{kind}-{action}")
+        for kind, action, view in (
+            ("message", "unread-recipients", unread.MessageUnreadApi),
+            ("message", "remind", unread.MessageRemindApi),
+            ("bulletin", "unread-recipients", unread.BulletinUnreadApi),
+            ("bulletin", "remind", unread.BulletinRemindApi),
+        )
     ),
-    path("manage/bulletins/<id:bulletin_id>/remind/", unread.BulletinRemindApi.as_view(), name="mc-bulletin-remind"),
-    path(
-        "manage/messages/<id:message_id>/unread-recipients/",
-        unread.MessageUnreadApi.as_view(),
-        name="mc-message-unread",
-    ),
-    path("manage/messages/<id:message_id>/remind/", unread.MessageRemindApi.as_view(), name="mc-message-remind"),
     path("manage/message-types/", subscriptions.MessageTypeCreateApi.as_view(), name="mc-message-types"),
     path(
         "manage/message-types/<id:message_type_id>/",

@@ -15,7 +15,7 @@ from django.http import StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -60,7 +60,7 @@ class _UnreadApi(APIView):
         renderer = JSONRenderer()
         return renderer, renderer.media_type
 
-    def unread(self, request: Request, item_id: int) -> HttpResponseBase:
+    def get(self, request: Request, item_id: int) -> HttpResponseBase:
         params = request.query_params
         wanted = parse_choice(params.get("format"), name="format", choices=("json", "csv")) or "json"
         item = _item_of(self.model, item_id)
@@ -121,22 +121,16 @@ def _unread_schema(kind: str) -> Any:
     )
 
 
+@extend_schema_view(get=_unread_schema("message"))
 class MessageUnreadApi(_UnreadApi):
     model = Message
     required_permissions = ("messagecenter.view_message",)
 
-    @_unread_schema("message")
-    def get(self, request: Request, message_id: int) -> HttpResponseBase:
-        return self.unread(request, message_id)
 
-
+@extend_schema_view(get=_unread_schema("bulletin"))
 class BulletinUnreadApi(_UnreadApi):
     model = Bulletin
     required_permissions = ("messagecenter.view_bulletin",)
-
-    @_unread_schema("bulletin")
-    def get(self, request: Request, bulletin_id: int) -> HttpResponseBase:
-        return self.unread(request, bulletin_id)
 
 
 class RemindInputSerializer(StrictInputSerializer):
@@ -156,7 +150,7 @@ class _RemindApi(APIView):
     permission_classes = [IsOperator]
     model: ClassVar[type[Message] | type[Bulletin]]
 
-    def remind(self, request: Request, item_id: int) -> Response:
+    def post(self, request: Request, item_id: int) -> Response:
         item = _item_of(self.model, item_id)
         serializer = RemindInputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
@@ -210,20 +204,14 @@ def _remind_schema(kind: str) -> Any:
     )
 
 
+@extend_schema_view(post=_remind_schema("message"))
 class MessageRemindApi(_RemindApi):
     model = Message
     # It sends a message: the send permission, and reading the original.
     required_permissions = ("messagecenter.add_message", "messagecenter.view_message")
 
-    @_remind_schema("message")
-    def post(self, request: Request, message_id: int) -> Response:
-        return self.remind(request, message_id)
 
-
+@extend_schema_view(post=_remind_schema("bulletin"))
 class BulletinRemindApi(_RemindApi):
     model = Bulletin
     required_permissions = ("messagecenter.add_message", "messagecenter.view_bulletin")
-
-    @_remind_schema("bulletin")
-    def post(self, request: Request, bulletin_id: int) -> Response:
-        return self.remind(request, bulletin_id)

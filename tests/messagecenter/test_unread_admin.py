@@ -19,7 +19,7 @@ from core.models import AuditEntry
 from messagecenter import insight, services
 from messagecenter.models import Message
 from tests.factories import StaffFactory, UserFactory
-from tests.messagecenter.conftest import make_group, send
+from tests.messagecenter.conftest import make_bulletin, make_group, send
 
 pytestmark = pytest.mark.django_db
 
@@ -94,14 +94,7 @@ def test_admin_reminder_confirms_then_sends_once(
     admin_client: Client, operator: Any, recipient: Any, other_recipient: Any, clock: Any
 ) -> None:
     group = make_group("floor", recipient, other_recipient)
-    bulletin = services.bulletin_create(
-        title="Fire drill",
-        body_html="<p>At noon</p>",
-        display_time=clock.now - timedelta(minutes=1),
-        expire_at=None,
-        group_ids=[group.pk],
-        actor=operator,
-    )
+    bulletin = make_bulletin(operator, group, title="Fire drill", body_html="<p>At noon</p>")
     services.inbox_mark_read(user=other_recipient, item_id=bulletin.ref)
     url = f"/admin/messagecenter/bulletin/{bulletin.pk}/insight/remind/"
     confirm = admin_client.get(url).content.decode()

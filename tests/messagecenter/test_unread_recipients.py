@@ -19,7 +19,7 @@ from messagecenter import insight, services
 from messagecenter.models import Message, MessageStatus, PendingDelivery
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory, UserFactory
-from tests.messagecenter.conftest import make_group, send
+from tests.messagecenter.conftest import make_bulletin, make_group, send
 
 pytestmark = pytest.mark.django_db
 
@@ -67,14 +67,7 @@ def test_everyone_message_and_bulletins(operator: Any, operator_client: Any, rec
     assert _unread_ids(operator_client, f"/api/v1/manage/messages/{message.pk}/unread-recipients/", 50) == expected
     assert inactive.pk not in expected
     group = make_group("vip", recipient, others[0], others[1])
-    bulletin = services.bulletin_create(
-        title="Stock-take",
-        body_html="<p>Friday</p>",
-        display_time=clock.now - timedelta(minutes=1),
-        expire_at=None,
-        group_ids=[group.pk],
-        actor=operator,
-    )
+    bulletin = make_bulletin(operator, group, title="Stock-take", body_html="<p>Friday</p>")
     services.inbox_mark_read(user=others[1], item_id=bulletin.ref)
     path = f"/api/v1/manage/bulletins/{bulletin.pk}/unread-recipients/"
     assert _unread_ids(operator_client, path, 1) == sorted([recipient.pk, others[0].pk])
@@ -150,13 +143,8 @@ def test_remind_sends_only_to_non_readers(
 
 
 def test_bulletin_remind(operator: Any, operator_client: Any, recipient: Any, other_recipient: Any, clock: Any) -> None:
-    bulletin = services.bulletin_create(
-        title="Fire drill",
-        body_html="<p>At noon</p>",
-        display_time=clock.now - timedelta(minutes=1),
-        expire_at=None,
-        group_ids=[make_group("floor", recipient, other_recipient).pk],
-        actor=operator,
+    bulletin = make_bulletin(
+        operator, make_group("floor", recipient, other_recipient), title="Fire drill", body_html="<p>At noon</p>"
     )
     services.inbox_mark_read(user=other_recipient, item_id=bulletin.ref)
     response = operator_client.post(f"/api/v1/manage/bulletins/{bulletin.pk}/remind/", {}, format="json")
