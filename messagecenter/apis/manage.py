@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.pages import list_response
 from core.audit import audit_api
 from core.exceptions import ValidationFailed
 from core.fields import (
@@ -80,14 +81,13 @@ class UserGroupCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.user_group_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.user_group_manage_list,
+            lambda rows: UserGroupOutputSerializer(rows, many=True).data,
             name=parse_text(params.get("name"), name="name", max_length=100),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = UserGroupOutputSerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class UserGroupDetailApi(APIView):
@@ -228,15 +228,15 @@ class BulletinCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.bulletin_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.bulletin_manage_list,
+            lambda rows: [readback.bulletin_data(b) for b in rows],
             group=parse_id(params.get("group"), name="group"),
             status=parse_choice(params.get("status"), name="status", choices=manage_selectors.BULLETIN_STATUSES),
             since=parse_time(params.get("since"), name="since"),
             now=timezone.now(),
         )
-        return Response({"results": [readback.bulletin_data(b) for b in page.items], "next_cursor": page.next_cursor})
 
 
 class BulletinDetailApi(APIView):
@@ -425,16 +425,16 @@ class MessageSendApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        items, next_cursor = manage_selectors.message_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.message_manage_list,
+            lambda items: [readback.message_data(item) for item in items],
             category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
             status=parse_choice(params.get("status"), name="status", choices=MessageStatus.values),
             delivery=parse_choice(params.get("delivery"), name="delivery", choices=DeliveryMode.values),
             group=parse_id(params.get("group"), name="group"),
             since=parse_time(params.get("since"), name="since"),
         )
-        return Response({"results": [readback.message_data(item) for item in items], "next_cursor": next_cursor})
 
 
 def message_state(message: Message) -> dict[str, Any]:
