@@ -497,10 +497,7 @@ class MessageAdmin(ReadInsightAdmin):
         }
         sender = request.user
         with transaction.atomic():
-            if data["send_at"] is not None:
-                message = services.message_schedule(sender=sender, send_at=data["send_at"], **content, **audience)  # type: ignore[arg-type]
-            else:
-                message = services.message_send(sender=sender, **content, **audience)  # type: ignore[arg-type]
+            message = services.message_send(sender=sender, send_at=data["send_at"], **content, **audience)  # type: ignore[arg-type]
             audit_admin(request, action="create", obj=message, changes={**self._audit_changes(data), **audience})
         recipients = "everyone" if message.audience_size is None else f"{message.audience_size} user(s)"
         if data["send_at"] is not None:

@@ -381,10 +381,7 @@ class MessageSendApi(APIView):
                 "everyone": to.get("everyone", False),
                 "expire_at": data.get("expire_at"),
             }
-            if data.get("send_at") is not None:
-                message = services.message_schedule(**common, send_at=data["send_at"])
-            else:
-                message = services.message_send(**common)
+            message = services.message_send(**common, send_at=data.get("send_at"))
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message
 

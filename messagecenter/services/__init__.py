@@ -49,7 +49,6 @@ from messagecenter.services.reminders import item_remind
 from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.scheduled import (
-    message_schedule,
     message_schedule_update,
     notification_cancel_or_withdraw,
     notification_schedule,
@@ -82,7 +81,6 @@ __all__ = [
     "message_deliver",
     "message_fanout_chunk",
     "message_retract",
-    "message_schedule",
     "message_schedule_update",
     "message_send",
     "message_send_keys_purge",

@@ -95,7 +95,7 @@ def test_bad_input(operator: Any, operator_client: Any, recipient: Any) -> None:
     other = send(operator, to={"users": [recipient]})
     first = operator_client.get(f"/api/v1/manage/messages/{other.pk}/unread-recipients/", {"limit": 1}).json()
     assert first["next_cursor"] is None  # one user: nothing more
-    scheduled = services.message_schedule(
+    scheduled = services.message_send(
         sender=operator,
         category="system",
         title="Later",
