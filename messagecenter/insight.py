@@ -233,10 +233,24 @@ def message_first_reads(message_id: int) -> dict[datetime, int]:
     return reads.read_hours(ref=f"m{int(message_id)}")
 
 
+# Gathering readers costs one GETBIT per member of the audience: above this
+# many members the per-day figures show first reads only (no active readers).
+READERS_AUDIENCE_MAX = 200_000
+
+
+def _audience_size(item: Item) -> int:
+    if isinstance(item, Message):
+        return item.audience_size if item.audience_size is not None and not item.everyone else _active_users()
+    return int(_bulletin_users(item).count())
+
+
 def _readers_of(item: Item | None) -> BitMap | None:
     """Its readers (raises RedisError, as a reader source must); None when there
-    is no such item or it was never sent (no read state)."""
+    is no such item, it was never sent (no read state) or its audience is
+    larger than ``READERS_AUDIENCE_MAX``."""
     if item is None or (isinstance(item, Message) and item.status in _NEVER_SENT):
+        return None
+    if _audience_size(item) > READERS_AUDIENCE_MAX:
         return None
     try:
         return item_readers(item=item)

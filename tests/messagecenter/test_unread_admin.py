@@ -133,3 +133,13 @@ def test_reminder_needs_the_send_permission(operator: Any, recipient: Any, clock
         client.post(f"{url}remind/", {"idempotency_key": f"admin-remind-{message.ref}-{'0' * 32}"}).status_code == 403
     )
     assert Message.objects.count() == 1
+
+
+def test_readers_are_not_gathered_for_a_very_large_audience(operator: Any, recipient: Any, monkeypatch: Any) -> None:
+    message = send(operator, to={"users": [recipient]})
+    services.inbox_mark_read(user=recipient, item_id=message.ref)
+    assert insight.message_readers(message.pk) == BitMap([recipient.pk])
+    monkeypatch.setattr(insight, "READERS_AUDIENCE_MAX", 0)
+    assert insight.message_readers(message.pk) is None
+    days = insight.item_readers_per_day(item=message, end=message.created_at.date())
+    assert [(d.first_reads, d.active_readers) for d in days] == [(1, None)]
