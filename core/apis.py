@@ -19,11 +19,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import healing, readmodel
+from core.api.pages import list_response
 from core.audit import audit_api, audit_csv
 from core.exceptions import NotFound, TooManyAttempts, ValidationFailed
 from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS, example, filter_parameter, list_parameters, page_serializer
-from core.params import parse_limit, parse_text, parse_time
+from core.params import parse_text, parse_time
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from core.selectors import audit_list, user_platforms
@@ -242,17 +243,16 @@ class AuditListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = audit_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            audit_list,
+            lambda rows: AuditEntrySerializer(rows, many=True).data,
             actor=parse_text(params.get("actor"), name="actor", max_length=150),
             action=parse_text(params.get("action"), name="action", max_length=64),
             object_type=parse_text(params.get("object_type"), name="object_type", max_length=100),
             object_id=parse_text(params.get("object_id"), name="object_id", max_length=64),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = AuditEntrySerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class AuditExportApi(APIView):

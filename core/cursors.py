@@ -18,6 +18,7 @@ _SALT = "messagecenter.cursor"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 T = TypeVar("T", bound=Model)
+Item = TypeVar("Item")
 
 
 def encode_cursor(payload: dict[str, Any], *, scope: str) -> str:
@@ -40,8 +41,8 @@ def decode_cursor(value: str, *, scope: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class KeysetPage(Generic[T]):
-    items: list[T]
+class KeysetPage(Generic[Item]):
+    items: list[Item]
     next_cursor: str | None
 
 

@@ -1,11 +1,14 @@
 """Shared pieces of the admin's read insight (announcements, messages, bulletins):
-first reads per hour turned into a timeline with running totals, and the
-coordinates of the server-side SVG read-rate chart drawn from it."""
+first reads per hour turned into a timeline with running totals, the
+coordinates of the server-side SVG charts drawn from it, and the walk that
+finds who has not read an item yet."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from django.db.models import QuerySet
 
 HOUR_MS = 3_600_000
 # Lifetime of a per-hour first-read counter hash (refreshed on every count).
@@ -67,3 +70,62 @@ def rate_chart(points: list[TimelinePoint], reachable: int) -> dict[str, Any] | 
         "first": points[0].hour,
         "last": points[-1].hour,
     }
+
+
+def bar_chart(values: Sequence[int]) -> dict[str, Any] | None:
+    """Coordinates of an SVG bar chart, one bar per value (readers per day),
+    scaled to the largest; None when every value is 0."""
+    top = max(values, default=0)
+    if top <= 0:
+        return None
+    step = CHART_WIDTH / len(values)
+    bars = [
+        {
+            "x": f"{index * step:.1f}",
+            "y": f"{CHART_HEIGHT - value / top * CHART_HEIGHT:.1f}",
+            "width": f"{max(step - 1, 1):.1f}",
+            "height": f"{value / top * CHART_HEIGHT:.1f}",
+            "value": value,
+        }
+        for index, value in enumerate(values)
+    ]
+    return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top, "bars": bars}
+
+
+# --- who has not read it ----------------------------------------------------------------
+
+UserBatch = list[tuple[int, str]]  # (id, username), in id order
+
+
+def user_batches(users: QuerySet[Any], *, after_id: int, size: int) -> Iterator[UserBatch]:
+    """(id, username) of ``users`` above ``after_id`` in id order, ``size`` at a
+    time (keyset on the primary key: each batch is one indexed range query)."""
+    rows = users.order_by("pk")
+    cursor = after_id
+    while batch := [
+        (int(pk), str(name)) for pk, name in rows.filter(pk__gt=cursor).values_list("pk", "username")[:size]
+    ]:
+        yield batch
+        cursor = batch[-1][0]
+
+
+def unread_scan(
+    batches: Iterable[tuple[UserBatch, list[bool]]], *, after_id: int, limit: int, scan_limit: int
+) -> tuple[UserBatch, int, bool]:
+    """Walk batches of users with their read bits and keep those whose bit is 0:
+    (up to ``limit`` of them, the last id looked at, whether the walk stopped
+    before the end). It stops after ``scan_limit`` users too, so one page stays
+    short when nearly everyone has read it; the caller resumes after the id."""
+    found: UserBatch = []
+    cursor, scanned = after_id, 0
+    for batch, bits in batches:
+        for (pk, username), read in zip(batch, bits, strict=True):
+            cursor = pk
+            if not read:
+                found.append((pk, username))
+                if len(found) == limit:
+                    return found, cursor, True
+        scanned += len(batch)
+        if scanned >= scan_limit:
+            return found, cursor, True
+    return found, cursor, False

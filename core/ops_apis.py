@@ -16,15 +16,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import metrics, webhooks
+from core.api.pages import list_response
 from core.audit import audit_api
-from core.cursors import decode_cursor, encode_cursor
 from core.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
 from core.models import WebhookEndpoint
 from core.openapi import ERRORS, cursor_parameter, limit_parameter
-from core.params import parse_limit
 from core.permissions import IsOperator
-
-_CURSOR_SCOPE = "manage-webhooks"
 
 
 class WebhookOutputSerializer(serializers.Serializer):
@@ -80,18 +77,11 @@ class WebhookListApi(APIView):
         responses={200: PageSerializer, **ERRORS(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        limit = parse_limit(request.query_params.get("limit"))
-        queryset = WebhookEndpoint.objects.order_by("-id")
-        raw_cursor = request.query_params.get("cursor")
-        if raw_cursor:
-            before = decode_cursor(raw_cursor, scope=_CURSOR_SCOPE).get("before")
-            if not isinstance(before, int):
-                before = 0
-            queryset = queryset.filter(pk__lt=before)
-        rows = list(queryset[: limit + 1])
-        next_cursor = encode_cursor({"before": rows[limit - 1].pk}, scope=_CURSOR_SCOPE) if len(rows) > limit else None
-        page = {"results": [_endpoint_data(e) for e in rows[:limit]], "next_cursor": next_cursor}
-        return Response(self.PageSerializer(page).data)
+        return list_response(
+            request,
+            webhooks.webhook_endpoint_list,
+            lambda rows: WebhookOutputSerializer([_endpoint_data(e) for e in rows], many=True).data,
+        )
 
     @extend_schema(
         operation_id="manage_webhook_create",

@@ -48,6 +48,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from standardwebhooks.webhooks import Webhook
 
 from core import metrics
+from core.cursors import KeysetPage, keyset_page
 from core.exceptions import ValidationFailed
 from core.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
@@ -154,6 +155,16 @@ def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
 
 def _lease_end(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(seconds=float(settings.WEBHOOK_LEASE_SECONDS))
+
+
+def webhook_endpoint_list(*, limit: int, cursor: str | None) -> KeysetPage[WebhookEndpoint]:
+    """Endpoints newest first, a keyset page (``core.cursors.keyset_page``)."""
+    return keyset_page(WebhookEndpoint.objects.all(), limit=limit, cursor=cursor, scope="manage-webhooks")
+
+
+def webhook_wanted(event: str) -> bool:
+    """Whether an active endpoint wants ``event`` (callers skip building a payload otherwise)."""
+    return any(event in endpoint.events for endpoint in WebhookEndpoint.objects.filter(active=True).only("events"))
 
 
 def webhook_emit(*, event: str, data: Mapping[str, Any], at: datetime | None = None) -> list[WebhookDelivery]:

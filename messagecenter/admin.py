@@ -1,6 +1,10 @@
 """Django admin for operators. Writes go through the services; the admin only
 adapts forms to them."""
 
+import csv
+import itertools
+import re
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -9,16 +13,18 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from core.audit import AuditedAdminMixin, audit_admin
 from core.exceptions import ApplicationError
 from core.html import sanitize_html
-from core.insight import rate_chart
+from core.insight import bar_chart, rate_chart
 from messagecenter import insight, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
 from messagecenter.models import (
@@ -35,6 +41,7 @@ from messagecenter.models import (
     UserGroup,
     UserGroupMembership,
 )
+from messagecenter.services.reminders import reminder_title
 
 
 class MembershipInline(admin.TabularInline):
@@ -90,6 +97,15 @@ class UserGroupAdmin(AuditedAdminMixin, admin.ModelAdmin):
             services.user_group_delete(group=group)
 
 
+# The key a reminder confirmation carries (admin-remind-<ref>-<uuid4 hex>).
+_REMIND_KEY = re.compile(r"admin-remind-[mb][0-9]+-[0-9a-f]{32}")
+
+
+def _can_remind(request: HttpRequest) -> bool:
+    """A reminder is a message: sending one takes the permission to send messages."""
+    return bool(request.user.has_perm("messagecenter.add_message"))
+
+
 class ReadInsightAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Read statistics of an inbox item (message, bulletin): a block on the change
     page and a linked page with the read rate over time (as for announcements)."""
@@ -101,28 +117,133 @@ class ReadInsightAdmin(AuditedAdminMixin, admin.ModelAdmin):
         return f"{self.model._meta.app_label}_{self.model._meta.model_name}_insight"
 
     def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view(self.insight_view)
-        return [path("<id:object_id>/insight/", view, name=self._insight_url_name()), *super().get_urls()]
+        name = self._insight_url_name()
+        wrap = self.admin_site.admin_view
+        return [
+            path("<id:object_id>/insight/", wrap(self.insight_view), name=name),
+            path("<id:object_id>/insight/unread.csv", wrap(self.unread_csv_view), name=f"{name}_unread_csv"),
+            path("<id:object_id>/insight/readers.csv", wrap(self.readers_csv_view), name=f"{name}_readers_csv"),
+            path("<id:object_id>/insight/remind/", wrap(self.remind_view), name=f"{name}_remind"),
+            *super().get_urls(),
+        ]
 
-    def insight_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        """Delivered and read counts, the read ratio and the read rate over time."""
+    def _viewable(self, request: HttpRequest, object_id: int) -> Any:
         obj = self.get_object(request, str(object_id))
         if obj is None or not self.has_view_permission(request, obj):
             raise Http404("No such item.")
+        return obj
+
+    def insight_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """Delivered and read counts, the read ratio, the read rate over time,
+        readers per day and who has not read it yet (with the reminder button)."""
+        obj = self._viewable(request, object_id)
+        after = request.GET.get("after") or "0"
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "original": obj,
             "title": f"Reading of “{obj.title}”",
             "chart_subject": "Share of the audience who have read it",
+            "can_remind": _can_remind(request),
+            "insight_url": reverse(f"admin:{self._insight_url_name()}", args=[obj.pk]),
         }
         try:
             stats = self.read_stats(obj)
+            days = insight.item_readers_per_day(item=obj, end=timezone.now().date())
         except ApplicationError as exc:
             context["unavailable"] = exc.message
-        else:
-            context.update(stats=stats, timeline=stats.timeline, chart=rate_chart(stats.timeline, stats.audience))
+            return TemplateResponse(request, "admin/messagecenter/item_insight.html", context)
+        context.update(
+            stats=stats,
+            timeline=stats.timeline,
+            chart=rate_chart(stats.timeline, stats.audience),
+            days=days,
+            days_chart=bar_chart([day.first_reads for day in days]),
+        )
+        try:
+            context["page"] = insight.item_unread_page(item=obj, after_id=int(after) if after.isdigit() else 0)
+        except ApplicationError as exc:  # a message not sent yet has no readers to list
+            context["unread_error"] = exc.message
         return TemplateResponse(request, "admin/messagecenter/item_insight.html", context)
+
+    def unread_csv_view(self, request: HttpRequest, object_id: int) -> HttpResponseBase:
+        """Every member of the audience who has not read it (id, username), streamed."""
+        obj = self._viewable(request, object_id)
+        try:
+            users = insight.item_unread_all(item=obj)
+            first = next(users, None)  # the first batch before any byte: errors are still a page
+        except ApplicationError as exc:
+            return HttpResponse(exc.message, status=503, content_type="text/plain; charset=utf-8")
+        rows = insight.unread_csv_rows(users if first is None else itertools.chain([first], users))
+        response = StreamingHttpResponse(rows, content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="unread-{obj.ref}.csv"'
+        return response
+
+    def readers_csv_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """Readers per day: first reads, the running total, readers active that day."""
+        obj = self._viewable(request, object_id)
+        try:
+            days = insight.item_readers_per_day(item=obj, end=timezone.now().date())
+        except ApplicationError as exc:
+            return HttpResponse(exc.message, status=503, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="readers-{obj.ref}.csv"'
+        writer = csv.writer(response)
+        writer.writerow(["day", "first_reads", "cumulative", "active_readers"])
+        for day in days:
+            active = "" if day.active_readers is None else day.active_readers
+            writer.writerow([day.day.isoformat(), day.first_reads, day.cumulative, active])
+        return response
+
+    def remind_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """GET: confirm with the number of users the reminder will reach; POST:
+        send it (``item_remind``), once per confirmation (its idempotency key)."""
+        obj = self._viewable(request, object_id)
+        if not _can_remind(request):
+            raise PermissionDenied
+        insight_url = reverse(f"admin:{self._insight_url_name()}", args=[obj.pk])
+        if request.method == "POST":
+            key = request.POST.get("idempotency_key", "")
+            if not _REMIND_KEY.fullmatch(key):
+                messages.error(request, "The confirmation expired; confirm the reminder again.")
+                return HttpResponseRedirect(insight_url)
+            try:
+                with transaction.atomic():
+                    reminder, created = services.message_send_once(
+                        key=key,
+                        fingerprint=services.request_fingerprint({"remind": obj.ref}),
+                        send=lambda: self._remind(request, obj, key),
+                    )
+            except ApplicationError as exc:
+                messages.error(request, exc.message)
+                return HttpResponseRedirect(insight_url)
+            if created:
+                messages.success(request, f"Reminder sent to {reminder.audience_size} user(s).")
+            else:
+                messages.info(request, "This reminder was already sent.")
+            return HttpResponseRedirect(reverse("admin:messagecenter_message_change", args=[reminder.pk]))
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": obj,
+            "title": f"Remind those who have not read “{obj.title}”",
+            "insight_url": insight_url,
+            "reminder_title": reminder_title(obj),
+            "idempotency_key": f"admin-remind-{obj.ref}-{uuid.uuid4().hex}",
+        }
+        try:
+            context["audience"] = sum(1 for _ in insight.item_unread_all(item=obj))
+        except ApplicationError as exc:
+            context["unavailable"] = exc.message
+        return TemplateResponse(request, "admin/messagecenter/item_remind.html", context)
+
+    @staticmethod
+    def _remind(request: HttpRequest, obj: Any, key: str) -> Message:
+        reminder = services.item_remind(item=obj, actor=request.user)  # type: ignore[arg-type]
+        changes = {"reminder_of": obj.ref, "recipients": reminder.audience_size, "idempotency_key": key}
+        audit_admin(request, action="create", obj=reminder, changes=changes)
+        audit_admin(request, action="remind", obj=obj, changes={"reminder": reminder.pk, **changes})
+        return reminder
 
     @admin.display(description="Read statistics")
     def read_statistics(self, obj: Any) -> SafeString:
@@ -376,10 +497,7 @@ class MessageAdmin(ReadInsightAdmin):
         }
         sender = request.user
         with transaction.atomic():
-            if data["send_at"] is not None:
-                message = services.message_schedule(sender=sender, send_at=data["send_at"], **content, **audience)  # type: ignore[arg-type]
-            else:
-                message = services.message_send(sender=sender, **content, **audience)  # type: ignore[arg-type]
+            message = services.message_send(sender=sender, send_at=data["send_at"], **content, **audience)  # type: ignore[arg-type]
             audit_admin(request, action="create", obj=message, changes={**self._audit_changes(data), **audience})
         recipients = "everyone" if message.audience_size is None else f"{message.audience_size} user(s)"
         if data["send_at"] is not None:

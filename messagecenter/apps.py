@@ -31,15 +31,15 @@ class MessagecenterConfig(AppConfig):
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
         demo.register(self.label, messagecenter_demo.seed)
-        activity.register_reader_source(
-            activity.ReaderSource(
-                kind="message",
-                label="Message",
-                exists=insight.message_exists,
-                first_reads=insight.message_first_reads,
-                readers=insight.message_readers,
+        for kind, exists, first_reads, readers in (
+            ("message", insight.message_exists, insight.message_first_reads, insight.message_readers),
+            ("bulletin", insight.bulletin_exists, insight.bulletin_first_reads, insight.bulletin_readers),
+        ):
+            activity.register_reader_source(
+                activity.ReaderSource(
+                    kind=kind, label=kind.capitalize(), exists=exists, first_reads=first_reads, readers=readers
+                )
             )
-        )
         metrics.register_state(
             "messagecenter_pending_deliveries",
             "Deliveries and fan-out chunks committed and not yet in Redis.",

@@ -70,7 +70,7 @@ def message_manage_list(
     delivery: str | None = None,
     group: int | None = None,
     since: datetime | None = None,
-) -> tuple[list[MessageReadBack], str | None]:
+) -> KeysetPage[MessageReadBack]:
     filters = {"category": category, "status": status, "delivery": delivery, "group": group, "since": since}
     rows = _messages()
     if category is not None:
@@ -82,7 +82,7 @@ def message_manage_list(
     if group is not None:
         rows = rows.filter(groups=group)
     page = _page(rows, name="manage-messages", filters=filters, limit=limit, cursor=cursor)
-    return _with_reads(page.items), page.next_cursor
+    return KeysetPage(items=_with_reads(page.items), next_cursor=page.next_cursor)
 
 
 def message_manage_get(*, message_id: int) -> MessageReadBack:

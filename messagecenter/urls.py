@@ -2,7 +2,7 @@ from django.urls import URLPattern, path
 
 from core.urls import malformed_id_path
 from messagecenter import live_api, views
-from messagecenter.apis import inbox, manage, me, subscriptions
+from messagecenter.apis import inbox, manage, me, subscriptions, unread
 
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
@@ -24,6 +24,16 @@ api_urlpatterns: list[URLPattern] = [
     path("manage/bulletins/<id:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
     path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
     path("manage/messages/<id:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
+    # Who has not read a message or bulletin, and the reminder to them.
+    *(
+        path(f"manage/{kind}s/<id:item_id>/{action}/", view.as_view(), name=f"mc-{kind}-{action}")
+        for kind, action, view in (
+            ("message", "unread-recipients", unread.MessageUnreadApi),
+            ("message", "remind", unread.MessageRemindApi),
+            ("bulletin", "unread-recipients", unread.BulletinUnreadApi),
+            ("bulletin", "remind", unread.BulletinRemindApi),
+        )
+    ),
     path("manage/message-types/", subscriptions.MessageTypeCreateApi.as_view(), name="mc-message-types"),
     path(
         "manage/message-types/<id:message_type_id>/",
@@ -48,6 +58,11 @@ api_urlpatterns: list[URLPattern] = [
         for name in ("user-groups", "bulletins", "messages", "message-types", "subscriptions", "notifications")
     ),
     malformed_id_path("manage/user-groups/", "members/"),
+    *(
+        malformed_id_path(f"manage/{name}/", f"{action}/")
+        for name in ("bulletins", "messages")
+        for action in ("unread-recipients", "remind")
+    ),
     path("me/preferences/", me.PreferencesApi.as_view(), name="mc-me-preferences"),
     path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
     path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),

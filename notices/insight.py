@@ -2,6 +2,7 @@
 how reading went over time, and who on the targeted platforms has not read
 it yet, so that a reminder can be sent to exactly them."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,7 +11,7 @@ from django.db.models import Exists, OuterRef, Q
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core.insight import TimelinePoint, timeline
+from core.insight import TimelinePoint, UserBatch, timeline, unread_scan, user_batches
 from core.models import Platform, UserPlatform
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
@@ -85,25 +86,18 @@ def announcement_non_readers(
     """
     if platform not in announcement.platforms:
         return NonReadersPage(platform=platform, users=[], next_after=None)
-    users = get_user_model().objects.filter(_platform_users(platform)).order_by("pk")
-    found: list[tuple[int, str]] = []
-    cursor, scanned = int(after_id), 0
-    while len(found) < limit and scanned < _SCAN_LIMIT:
-        batch = list(users.filter(pk__gt=cursor).values_list("pk", "username")[:_SCAN_BATCH])
-        if not batch:
-            return NonReadersPage(platform=platform, users=found, next_after=None)
-        try:
-            bits = readmodel.read_bits(
-                platform=platform, announcement_id=announcement.pk, user_ids=[pk for pk, _ in batch]
-            )
-        except RedisError as exc:
-            raise ReadStateUnavailable("Read state is unavailable; try again shortly.") from exc
-        for (pk, username), read in zip(batch, bits, strict=True):
-            cursor = pk
-            if not read:
-                found.append((pk, username))
-                if len(found) == limit:
-                    break
-        scanned += len(batch)
-    more = users.filter(pk__gt=cursor).exists()
+    users = get_user_model().objects.filter(_platform_users(platform))
+
+    def with_bits() -> Iterator[tuple[UserBatch, list[bool]]]:
+        for batch in user_batches(users, after_id=int(after_id), size=_SCAN_BATCH):
+            try:
+                bits = readmodel.read_bits(
+                    platform=platform, announcement_id=announcement.pk, user_ids=[pk for pk, _ in batch]
+                )
+            except RedisError as exc:
+                raise ReadStateUnavailable("Read state is unavailable; try again shortly.") from exc
+            yield batch, bits
+
+    found, cursor, stopped = unread_scan(with_bits(), after_id=int(after_id), limit=limit, scan_limit=_SCAN_LIMIT)
+    more = stopped and users.filter(pk__gt=cursor).exists()
     return NonReadersPage(platform=platform, users=found, next_after=cursor if more else None)

@@ -14,13 +14,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import psycopg
 
 from bench.drill import stack
 from bench.drill.load import call, wait_until
 
-DATABASE = "messagecenter_drill"
+# A name of its own so that two drills on one PostgreSQL do not drop each other's.
+DATABASE = os.environ.get("MESSAGECENTER_DRILL_DATABASE", "messagecenter_drill")
 FINDINGS = "## Findings"
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 POSTGRES_FAULT = "PostgreSQL down"
@@ -40,6 +42,12 @@ def _recreate_database() -> None:
     with psycopg.connect(dbname="postgres", autocommit=True, **PG) as conn:  # type: ignore[arg-type]
         conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def _without_vhost(url: str) -> str:
+    """``amqp://user:pass@host:port/vhost`` -> ``amqp://user:pass@host:port``."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _machine(redis: stack.RedisServer) -> str:
@@ -63,12 +71,26 @@ def main() -> int:
         help="the web server: gunicorn (WSGI) or the README's uvicorn command (ASGI)",
     )
     parser.add_argument(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default=None,
+        help="Celery's broker: the private redis-server (db 1), or a virtual host of the drill's own on the "
+        "machine's RabbitMQ (MESSAGECENTER_DRILL_RABBITMQ, default amqp://guest:guest@127.0.0.1:5672); "
+        "default: rabbitmq when CELERY_BROKER_URL is an amqp:// URL (its host and credentials), else redis",
+    )
+    parser.add_argument(
         "--output",
         default="bench/DRILLS.md",
         help="where the report goes (its findings section is kept), relative to the repository",
     )
     args = parser.parse_args()
     outage = args.outage_seconds if args.outage_seconds is not None else (15.0 if args.quick else 120.0)
+    given_broker = os.environ.get("CELERY_BROKER_URL", "")
+    amqp_given = given_broker.startswith(("amqp://", "amqps://", "pyamqp://"))
+    broker = args.broker or ("rabbitmq" if amqp_given else "redis")
+    rabbit_base = os.environ.get("MESSAGECENTER_DRILL_RABBITMQ") or (
+        _without_vhost(given_broker) if amqp_given else "amqp://guest:guest@127.0.0.1:5672"
+    )
 
     # The PostgreSQL fault needs a PostgreSQL of the drill's own: then the whole
     # stack runs on it. Otherwise the machine's, with a database of the drill's own.
@@ -80,8 +102,12 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="mc-drill-"))
     processes: list[stack.Process] = []
     postgres: stack.PrivatePostgres | None = None
+    rabbit: stack.RabbitBroker | None = None
     started = time.monotonic()
     try:
+        if broker == "rabbitmq":
+            rabbit = stack.RabbitBroker(rabbit_base, tag=workdir.name.removeprefix("mc-drill-").lower())
+            rabbit.start()
         if private_pg:
             postgres = stack.PrivatePostgres(port=stack.free_port(6590), workdir=workdir)
             postgres.init()
@@ -97,6 +123,7 @@ def main() -> int:
             "REDIS_URL": redis.url(0),
             "CELERY_BROKER_URL": redis.url(1),
             "PYTHONUNBUFFERED": "1",
+            **(rabbit.env() if rabbit is not None else {}),
         }
         env.pop("DJANGO_SETTINGS_MODULE_OVERRIDE", None)
         # This process seeds and checks; it is not part of the stack, so it
@@ -136,7 +163,7 @@ def main() -> int:
                 raise RuntimeError(f"the stack did not become ready; logs in {workdir}")
 
         app = app_processes(env, "")
-        drill = Drill(base=base, redis=redis, worker=app[1], workdir=workdir, postgres=postgres)
+        drill = Drill(base=base, redis=redis, worker=app[1], workdir=workdir, postgres=postgres, rabbit=rabbit)
         drill.seed()
         start_app(app)
         print(f"stack up: {base}, redis-server :{redis.port} (pid {redis.pid}), logs in {workdir}", flush=True)
@@ -166,6 +193,8 @@ def main() -> int:
             process.stop()
         if postgres is not None:
             postgres.stop()
+        if rabbit is not None:
+            rabbit.stop()
     elapsed = time.monotonic() - started
     given = " ".join(arg for arg in sys.argv[1:] if arg != "--no-write")
     commit = subprocess.run(
@@ -182,10 +211,15 @@ def main() -> int:
             f"- mode: {'quick' if args.quick else 'full'}, Redis outage {outage:.0f} s, {elapsed:.0f} s in all",
             f"- command: `{command}`",
             f"- stack: {SERVERS[args.server]}, Celery worker (prefork, 2) and beat, a private "
-            "redis-server (read model on db 0, broker on db 1), PostgreSQL database "
-            f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; "
+            + (
+                "redis-server (read model on db 0), the broker RabbitMQ (the machine's, a virtual host of the "
+                "drill's own, quorum queues), PostgreSQL database "
+                if rabbit is not None
+                else "redis-server (read model on db 0, broker on db 1), PostgreSQL database "
+            )
+            + f"`{DATABASE}` on {'a private PostgreSQL cluster' if private_pg else 'the machine PostgreSQL'}; "
             "for the last row the read model moves to a private six-node Redis Cluster (three masters, three "
-            "replicas, cluster-node-timeout 2 s; the broker stays on the single redis-server) and the stack is "
+            "replicas, cluster-node-timeout 2 s; the broker stays where it was) and the stack is "
             "restarted on it; load: 8 readers (inbox page, counts, marks) and an operator publishing every 2 s",
             f"- machine load (1, 5, 15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
             "(2 cores shared with other jobs: the timings are noisy)",

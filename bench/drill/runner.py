@@ -127,8 +127,10 @@ class Drill:
         worker: stack.Process,
         workdir: Path,
         postgres: stack.PrivatePostgres | None,
+        rabbit: stack.RabbitBroker | None = None,
     ) -> None:
         self.postgres = postgres
+        self.rabbit = rabbit
         self.base = base
         self.redis = redis
         self.worker = worker
@@ -355,7 +357,10 @@ class Drill:
         self.worker.command[self.worker.command.index("-n") + 1] = f"drill{self.workers_started}@%h"
         self.worker.start()
         took = wait_until(lambda: self.all_delivered([message_id]) and done_chunks() >= chunks, timeout=SETTLE_TIMEOUT)
-        held = self.redis.client(1).hlen("unacked")  # kombu's Redis transport: delivered, not acknowledged
+        if self.rabbit is not None:
+            held = self.rabbit.held()
+        else:
+            held = str(self.redis.client(1).hlen("unacked"))  # kombu's Redis transport: delivered, not acknowledged
         row.notes.append(f"{held} task(s) held unacknowledged on the broker after the restart")
         if took is None:
             row.blocked = True

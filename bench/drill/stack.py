@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis as redis_py
 
@@ -269,3 +270,60 @@ class PrivateCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+class RabbitBroker:
+    """The machine's RabbitMQ as the stack's broker, isolated from everyone
+    else's queues: a virtual host of the drill's own (made with rabbitmqctl,
+    deleted by name at the end), or, where rabbitmqctl is not at hand, the
+    default virtual host with a queue name of the drill's own. RabbitMQ itself
+    is never stopped or reconfigured."""
+
+    def __init__(self, base_url: str, *, tag: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.vhost: str | None = None
+        self.queue = f"mc-drill-{tag}"
+        self.ctl = shutil.which("rabbitmqctl")
+
+    def start(self) -> None:
+        if self.ctl is None:
+            return
+        vhost = self.queue
+        self._ctl("add_vhost", vhost)
+        self.vhost = vhost
+        self._ctl("set_permissions", "-p", vhost, self.user(), ".*", ".*", ".*")
+
+    def user(self) -> str:
+        return urlsplit(self.base_url).username or "guest"
+
+    def url(self) -> str:
+        return f"{self.base_url}/{self.vhost}" if self.vhost else f"{self.base_url}//"
+
+    def env(self) -> dict[str, str]:
+        """What the stack's processes get: the URL, and the queue name when sharing the default vhost."""
+        env = {"CELERY_BROKER_URL": self.url()}
+        if self.vhost is None:
+            env["MESSAGECENTER_DRILL_QUEUE"] = self.queue
+        return env
+
+    def held(self) -> str:
+        """Messages delivered to a worker and not acknowledged, on the drill's queue."""
+        if self.ctl is None or self.vhost is None:
+            return "? (no rabbitmqctl)"
+        out = self._ctl("list_queues", "-p", self.vhost, "name", "messages_unacknowledged")
+        total = 0
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                total += int(parts[1])
+        return str(total)
+
+    def stop(self) -> None:
+        if self.vhost is not None:
+            self._ctl("delete_vhost", self.vhost)
+            self.vhost = None
+
+    def _ctl(self, *args: str) -> str:
+        assert self.ctl is not None
+        done = subprocess.run([self.ctl, "-q", *args], check=True, capture_output=True, text=True, timeout=60)
+        return done.stdout

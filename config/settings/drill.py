@@ -3,7 +3,9 @@
 The drill starts gunicorn, a Celery worker and beat with these settings and
 passes ``DATABASE_URL`` (a database of its own), ``REDIS_URL`` and
 ``CELERY_BROKER_URL`` (a private redis-server it started, the broker on db 1
-as in the README's production layout) in the environment; base.py reads them.
+as in the README's production layout; or, with ``--broker rabbitmq``, a
+virtual host of its own on the machine's RabbitMQ) in the environment;
+base.py reads them.
 Everything else is production behaviour: self-healing on, the journal
 flushed every second, late acknowledgement.
 """
@@ -17,6 +19,9 @@ DEBUG = False
 MESSAGECENTER_KEY_PREFIX = "drill:"
 # Small fan-out chunks: a large message runs long enough to kill a worker in the middle of it.
 MESSAGECENTER_FANOUT_CHUNK = env.int("MESSAGECENTER_FANOUT_CHUNK", default=50)
+# On a RabbitMQ shared with others without a virtual host of the drill's own
+# (no rabbitmqctl), a queue of the drill's own.
+CELERY_TASK_DEFAULT_QUEUE: str = env("MESSAGECENTER_DRILL_QUEUE", default="celery")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # A handful of clients make thousands of requests: throttling them would be measured instead.
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.pages import list_response
 from core.audit import audit_api
 from core.exceptions import ValidationFailed
 from core.fields import (
@@ -80,14 +81,13 @@ class UserGroupCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.user_group_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.user_group_manage_list,
+            lambda rows: UserGroupOutputSerializer(rows, many=True).data,
             name=parse_text(params.get("name"), name="name", max_length=100),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = UserGroupOutputSerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class UserGroupDetailApi(APIView):
@@ -228,15 +228,15 @@ class BulletinCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.bulletin_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.bulletin_manage_list,
+            lambda rows: [readback.bulletin_data(b) for b in rows],
             group=parse_id(params.get("group"), name="group"),
             status=parse_choice(params.get("status"), name="status", choices=manage_selectors.BULLETIN_STATUSES),
             since=parse_time(params.get("since"), name="since"),
             now=timezone.now(),
         )
-        return Response({"results": [readback.bulletin_data(b) for b in page.items], "next_cursor": page.next_cursor})
 
 
 class BulletinDetailApi(APIView):
@@ -364,7 +364,7 @@ class MessageSendApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        key = self._key(request, data.pop("idempotency_key", None))
+        key = self.key_of(request, data.pop("idempotency_key", None))
         to = data["to"]
 
         def send() -> Message:
@@ -381,10 +381,7 @@ class MessageSendApi(APIView):
                 "everyone": to.get("everyone", False),
                 "expire_at": data.get("expire_at"),
             }
-            if data.get("send_at") is not None:
-                message = services.message_schedule(**common, send_at=data["send_at"])
-            else:
-                message = services.message_send(**common)
+            message = services.message_send(**common, send_at=data.get("send_at"))
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message
 
@@ -394,12 +391,12 @@ class MessageSendApi(APIView):
             else:
                 fingerprint = services.request_fingerprint(data)
                 message, created = services.message_send_once(key=key, fingerprint=fingerprint, send=send)
-        out = _message_state(message)
+        out = message_state(message)
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(self.OutputSerializer(out).data, status=code)
 
     @staticmethod
-    def _key(request: Request, body_key: str | None) -> str | None:
+    def key_of(request: Request, body_key: str | None) -> str | None:
         header = request.headers.get(IDEMPOTENCY_HEADER)
         if header is not None and (header == "" or len(header) > 200):
             raise ValidationFailed(
@@ -425,19 +422,19 @@ class MessageSendApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        items, next_cursor = manage_selectors.message_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.message_manage_list,
+            lambda items: [readback.message_data(item) for item in items],
             category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
             status=parse_choice(params.get("status"), name="status", choices=MessageStatus.values),
             delivery=parse_choice(params.get("delivery"), name="delivery", choices=DeliveryMode.values),
             group=parse_id(params.get("group"), name="group"),
             since=parse_time(params.get("since"), name="since"),
         )
-        return Response({"results": [readback.message_data(item) for item in items], "next_cursor": next_cursor})
 
 
-def _message_state(message: Message) -> dict[str, Any]:
+def message_state(message: Message) -> dict[str, Any]:
     return {
         "id": message.pk,
         "delivery": message.delivery,
@@ -480,7 +477,7 @@ class MessageRetractApi(APIView):
         with transaction.atomic():
             message = services.message_schedule_update(message=message, data=serializer.validated_data)
             audit_api(request, action="update", obj=message, changes=serializer.validated_data)
-        return Response(MessageSendApi.OutputSerializer(_message_state(message)).data)
+        return Response(MessageSendApi.OutputSerializer(message_state(message)).data)
 
     @extend_schema(
         operation_id="manage_message_retract",

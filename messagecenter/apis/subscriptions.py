@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.pages import list_response
 from core.audit import audit_api
 from core.fields import (
     IdField,
@@ -26,7 +27,7 @@ from core.fields import (
     user_id_field,
 )
 from core.openapi import ERRORS, page_serializer
-from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
+from core.params import parse_choice, parse_id, parse_text, parse_time
 from core.permissions import IsOperator
 from messagecenter import manage_selectors, services
 from messagecenter.apis import readback
@@ -85,14 +86,13 @@ class MessageTypeCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.message_type_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.message_type_manage_list,
+            lambda rows: MessageTypeOutputSerializer(rows, many=True).data,
             category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = MessageTypeOutputSerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class MessageTypeDetailApi(APIView):
@@ -157,17 +157,16 @@ class SubscriptionCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.subscription_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.subscription_manage_list,
+            lambda rows: SubscriptionOutputSerializer(rows, many=True).data,
             message_type=parse_text(params.get("message_type"), name="message_type", max_length=64),
             scope=parse_text(params.get("scope"), name="scope", max_length=100),
             user=parse_id(params.get("user"), name="user"),
             group=parse_id(params.get("group"), name="group"),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = SubscriptionOutputSerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class SubscriptionDeleteApi(APIView):
@@ -274,16 +273,15 @@ class NotificationSendApi(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        page = manage_selectors.notification_manage_list(
-            limit=parse_limit(params.get("limit")),
-            cursor=params.get("cursor"),
+        return list_response(
+            request,
+            manage_selectors.notification_manage_list,
+            lambda rows: NotificationOutputSerializer(rows, many=True).data,
             message_type=parse_text(params.get("message_type"), name="message_type", max_length=64),
             scope=parse_text(params.get("scope"), name="scope", max_length=100),
             category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),
             since=parse_time(params.get("since"), name="since"),
         )
-        results = NotificationOutputSerializer(page.items, many=True).data
-        return Response({"results": results, "next_cursor": page.next_cursor})
 
 
 class NotificationDetailApi(APIView):

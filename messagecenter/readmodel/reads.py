@@ -14,7 +14,7 @@ the read-state snapshot job's dirty set (a global key too).
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from redis.exceptions import RedisError
@@ -137,3 +137,16 @@ def read_totals(*, refs: Iterable[str]) -> dict[str, int]:
     for ref in wanted:
         pipe.hvals(keys.mc_item_read_hours(ref))
     return {ref: sum(int(count) for count in counts) for ref, counts in zip(wanted, pipe.execute(), strict=True)}
+
+
+def read_ever_bits(*, month: int, offset: int, user_ids: Sequence[int]) -> list[bool]:
+    """Whether each user has ever read the item at (``month``, ``offset``): one
+    pipelined GETBIT of their ever-read bitmaps. The same bits whose 0 -> 1
+    transitions the hour counters count, so "has read" here and the read count
+    never disagree (bar first reads not folded yet)."""
+    if not user_ids:
+        return []
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.getbit(keys.mc_read_ever_bitmap(user_id, month), offset)
+    return [bool(bit) for bit in pipe.execute()]

@@ -45,10 +45,10 @@ from messagecenter.services.preferences import (
     subscription_self_create,
     subscription_self_delete,
 )
+from messagecenter.services.reminders import item_remind
 from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.scheduled import (
-    message_schedule,
     message_schedule_update,
     notification_cancel_or_withdraw,
     notification_schedule,
@@ -75,12 +75,12 @@ __all__ = [
     "inbox_removed_trim",
     "inbox_snooze",
     "inbox_unarchive",
+    "item_remind",
     "message_audience_preview",
     "message_cleanup_expired",
     "message_deliver",
     "message_fanout_chunk",
     "message_retract",
-    "message_schedule",
     "message_schedule_update",
     "message_send",
     "message_send_keys_purge",

@@ -13,12 +13,12 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, journal, outbox, webhooks
+from core import healing, journal, outbox
 from core.exceptions import NotFound, ValidationFailed
-from messagecenter import fallback
+from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
-from messagecenter.readmodel import InboxEntry, inbox, publish, reads, to_ms
-from messagecenter.selectors import item_refs_at_slots, muted_among
+from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
+from messagecenter.selectors import muted_among
 
 logger = logging.getLogger(__name__)
 
@@ -262,16 +262,6 @@ def inbox_removed_trim(*, keep: int | None = None) -> int:
 
 def inbox_first_reads_fold() -> int:
     """Fold the pending first reads into the per-item hourly counters (a periodic
-    task keeps the list short; the admin chart folds before it reads)."""
-    return reads.first_reads_fold(resolve=item_refs_at_slots, on_batch=_first_reads_emit)
-
-
-def _first_reads_emit(totals: dict[str, int]) -> None:
-    """One ``message.read`` webhook event per folded batch: each message with
-    how many users read it for the first time since the last fold."""
-    reads_by_message = [
-        {"id": ref[1:], "first_reads": count} for ref, count in sorted(totals.items()) if ref.startswith("m")
-    ]
-    if reads_by_message:
-        with transaction.atomic():
-            webhooks.webhook_emit(event="message.read", data={"messages": reads_by_message})
+    task keeps the list short; the admin chart folds before it reads), with
+    their ``message.read`` events."""
+    return read_events.first_reads_fold()

@@ -4,7 +4,7 @@ everyone. Either way the user sees the same inbox (docs/ARCHITECTURE.md)."""
 
 import math
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
@@ -91,6 +91,27 @@ def message_audience_preview(
     return None if everyone else len(audience)
 
 
+MAX_AHEAD = timedelta(days=365)
+
+
+def send_at_check(send_at: datetime, *, now: datetime | None = None) -> datetime:
+    """A send_at in the future and at most a year ahead; otherwise a 400 on ``send_at``."""
+    now = now or timezone.now()
+    if send_at <= now:
+        raise ValidationFailed("send_at must be in the future.", fields={"send_at": ["Must be in the future."]})
+    if send_at > now + MAX_AHEAD:
+        raise ValidationFailed(
+            "send_at must be at most a year ahead.", fields={"send_at": ["Must be at most a year ahead."]}
+        )
+    return send_at
+
+
+def delivery_mode(*, everyone: bool, size: int) -> str:
+    """Push to at most MESSAGECENTER_PUSH_THRESHOLD users, pull above and for everyone."""
+    threshold = int(settings.MESSAGECENTER_PUSH_THRESHOLD)
+    return DeliveryMode.PULL if everyone or size > threshold else DeliveryMode.PUSH
+
+
 def message_send(
     *,
     sender: AbstractBaseUser | None,
@@ -105,26 +126,35 @@ def message_send(
     group_ids: Iterable[int] = (),
     everyone: bool = False,
     expire_at: datetime | None = None,
+    send_at: datetime | None = None,
 ) -> Message:
-    """Store a message and its audience, then deliver it after commit.
+    """Store a message and its audience, then deliver it after commit; with
+    ``send_at``, store it to be sent then (status ``scheduled``).
 
     The audience is resolved now (explicit users plus the groups' members),
     kept as a roaring bitmap; "everyone" stays a flag. Push when it is at
     most MESSAGECENTER_PUSH_THRESHOLD users, pull above and for everyone.
+    A scheduled message reaches nobody yet: no slot (month 0), no audience
+    bitmap, no pending delivery, no ``message.sent``; its recipients are
+    checked now (unknown ones are a 400) and resolved again when it is sent
+    (``services.scheduled``), which decides ``delivery`` and ``audience_size`` anew.
     """
     if category not in CATEGORIES:
         raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
     now = timezone.now()
-    if expire_at is not None and expire_at <= now:
+    if send_at is not None:
+        send_at_check(send_at, now=now)
+        if expire_at is not None and expire_at <= send_at:
+            raise ValidationFailed("expire_at must be after send_at.", fields={"expire_at": ["Must be after send_at."]})
+    elif expire_at is not None and expire_at <= now:
         raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
     explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
-    threshold = int(settings.MESSAGECENTER_PUSH_THRESHOLD)
-    delivery = DeliveryMode.PULL if everyone or len(audience) > threshold else DeliveryMode.PUSH
     body = sanitize_html(body_html)
+    scheduled = send_at is not None
     # No savepoint: nothing inside is caught, so an error aborts the
     # caller's transaction as a whole (a publish is all or nothing either way).
     with transaction.atomic(savepoint=False):
-        month, offset = slot_allocate(at=now)
+        month, offset = (0, 0) if scheduled else slot_allocate(at=now)
         message = Message.objects.create(
             category=category,
             title=title,
@@ -133,14 +163,16 @@ def message_send(
             link=link,
             images=list(images),
             sender=sender if sender is not None and sender.is_authenticated else None,  # type: ignore[misc]
-            created_at=now,
+            created_at=send_at or now,
+            send_at=send_at,
             expire_at=expire_at,
             everyone=everyone,
             users_bitmap=explicit.serialize() if explicit else b"",
-            audience_bitmap=audience.serialize() if audience else b"",
+            audience_bitmap=audience.serialize() if audience and not scheduled else b"",
             audience_size=None if everyone else len(audience),
-            delivery=delivery,
-            fanout_total=0 if everyone else len(audience),
+            delivery=delivery_mode(everyone=everyone, size=len(audience)),
+            fanout_total=0 if everyone or scheduled else len(audience),
+            status=MessageStatus.SCHEDULED if scheduled else MessageStatus.QUEUED,
             slot_month=month,
             slot_offset=offset,
         )
@@ -150,8 +182,9 @@ def message_send(
             MessageImage.objects.create(message=message, file=upload, position=position)
             for position, upload in enumerate(image_files)
         ]
-        _deliver_on_commit(message, uploaded)
-        message_sent_emit(message)
+        if not scheduled:
+            _deliver_on_commit(message, uploaded)
+            message_sent_emit(message)
     return message
 
 

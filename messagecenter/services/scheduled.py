@@ -1,4 +1,5 @@
-"""Scheduled sends: messages and notifications stored now, sent at ``send_at``.
+"""Scheduled sends: messages and notifications stored now, sent at ``send_at``
+(a message is scheduled by ``message_send(send_at=...)``).
 
 A scheduled row reaches nobody: it has no slot (month 0), no audience bitmap
 and no pending delivery, and every path to Redis (projection, rebuild, drift,
@@ -14,14 +15,12 @@ cancel or edit waits for the lock and then finds it sent (409). From there on
 the send is the ordinary one (``services.delivery``).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
-from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 from pyroaring import BitMap
@@ -29,15 +28,19 @@ from pyroaring import BitMap
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
 from messagecenter.models import (
-    CATEGORIES,
-    DeliveryMode,
     Message,
-    MessageImage,
     MessageStatus,
     Notification,
 )
 from messagecenter.services.delivery import delivery_add
-from messagecenter.services.messages import _deliver_on_commit, _members, _resolve, message_sent_emit
+from messagecenter.services.messages import (
+    _deliver_on_commit,
+    _members,
+    _resolve,
+    delivery_mode,
+    message_sent_emit,
+    send_at_check,
+)
 from messagecenter.services.notifications import (
     DELIVER_TASK,
     _invalid,
@@ -50,20 +53,7 @@ from messagecenter.services.notifications import (
 )
 from messagecenter.services.slots import slot_allocate
 
-MAX_AHEAD = timedelta(days=365)
 BATCH = 100
-
-
-def send_at_check(send_at: datetime, *, now: datetime | None = None) -> datetime:
-    """A send_at in the future and at most a year ahead; otherwise a 400 on ``send_at``."""
-    now = now or timezone.now()
-    if send_at <= now:
-        raise ValidationFailed("send_at must be in the future.", fields={"send_at": ["Must be in the future."]})
-    if send_at > now + MAX_AHEAD:
-        raise ValidationFailed(
-            "send_at must be at most a year ahead.", fields={"send_at": ["Must be at most a year ahead."]}
-        )
-    return send_at
 
 
 def _expiry_check(send_at: datetime, expire_at: datetime | None) -> None:
@@ -72,65 +62,6 @@ def _expiry_check(send_at: datetime, expire_at: datetime | None) -> None:
 
 
 # --- Messages ----------------------------------------------------------------------
-
-
-def message_schedule(
-    *,
-    sender: AbstractBaseUser | None,
-    category: str,
-    title: str,
-    body_html: str,
-    send_at: datetime,
-    summary: str = "",
-    link: str = "",
-    images: Sequence[str] = (),
-    image_files: Sequence[UploadedFile] = (),
-    user_ids: Sequence[int] = (),
-    group_ids: Sequence[int] = (),
-    everyone: bool = False,
-    expire_at: datetime | None = None,
-) -> Message:
-    """Store a message to be sent at ``send_at`` (status ``scheduled``).
-
-    ``delivery`` and ``audience_size`` are what they would be now; the send
-    decides them again from the audience at that time.
-    """
-    if category not in CATEGORIES:
-        raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
-    send_at_check(send_at)
-    _expiry_check(send_at, expire_at)
-    explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
-    body = sanitize_html(body_html)
-    with transaction.atomic(savepoint=False):
-        message = Message.objects.create(
-            category=category,
-            title=title,
-            summary=summary or summarize(body),
-            body_html=body,
-            link=link,
-            images=list(images),
-            sender=sender if sender is not None and sender.is_authenticated else None,  # type: ignore[misc]
-            created_at=send_at,
-            send_at=send_at,
-            expire_at=expire_at,
-            everyone=everyone,
-            users_bitmap=explicit.serialize() if explicit else b"",
-            audience_size=None if everyone else len(audience),
-            delivery=_delivery_mode(everyone=everyone, size=len(audience)),
-            status=MessageStatus.SCHEDULED,
-            slot_month=0,
-            slot_offset=0,
-        )
-        if groups:
-            message.groups.set(groups)
-        for position, upload in enumerate(image_files):
-            MessageImage.objects.create(message=message, file=upload, position=position)
-    return message
-
-
-def _delivery_mode(*, everyone: bool, size: int) -> str:
-    threshold = int(settings.MESSAGECENTER_PUSH_THRESHOLD)
-    return DeliveryMode.PULL if everyone or size > threshold else DeliveryMode.PUSH
 
 
 def _locked_scheduled_message(message: Message) -> Message:
@@ -169,7 +100,7 @@ def message_schedule_update(*, message: Message, data: Mapping[str, Any]) -> Mes
                 everyone=everyone,
                 users_bitmap=explicit.serialize() if explicit else b"",
                 audience_size=None if everyone else len(audience),
-                delivery=_delivery_mode(everyone=everyone, size=len(audience)),
+                delivery=delivery_mode(everyone=everyone, size=len(audience)),
             )
         # A plain UPDATE: nothing of a scheduled message is in Redis to project.
         Message.objects.filter(pk=locked.pk).update(**changes)
@@ -195,7 +126,7 @@ def _message_release(message: Message, now: datetime) -> None:
         "created_at": now,
         "audience_bitmap": audience.serialize() if audience else b"",
         "audience_size": None if message.everyone else len(audience),
-        "delivery": _delivery_mode(everyone=message.everyone, size=len(audience)),
+        "delivery": delivery_mode(everyone=message.everyone, size=len(audience)),
         "fanout_total": 0 if message.everyone else len(audience),
         "slot_month": month,
         "slot_offset": offset,

@@ -15,6 +15,7 @@ import redis as redis_lib
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyroaring import BitMap
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster, key_slot
 from redis.retry import Retry
@@ -22,6 +23,7 @@ from redis.retry import Retry
 import core.lua
 from core import activity, keys, readmodel
 from core.redis import get_redis
+from messagecenter import services as mc_services
 from notices import readmodel as notices_readmodel
 from notices.services import announcement_mark_read
 from tests.conftest import client_for, flush_redis
@@ -181,10 +183,23 @@ def test_readers_of_an_announcement_over_time(operator: Any) -> None:
     assert [(d.first_reads, d.cumulative, d.active_readers) for d in days] == [(0, 0, 3), (5, 5, 1), (0, 5, 0)]
 
 
-def test_messages_show_first_reads_only() -> None:
+def test_message_and_bulletin_readers_come_from_their_read_state(operator: Any) -> None:
+    readers, other = [UserFactory() for _ in range(3)], UserFactory()
+    message = mc_services.message_send(
+        sender=operator, category="system", title="t", body_html="b", user_ids=[u.pk for u in [*readers, other]]
+    )
+    for user in readers:
+        mc_services.inbox_mark_read(user=user, item_id=message.ref)
     source = activity.reader_source("message")
     assert source is not None
-    assert source.readers(1) is None
+    assert source.readers(message.pk) == BitMap(u.pk for u in readers)
+    assert source.readers(message.pk + 1000) is None  # no such message
+    today = datetime.now(UTC).date()
+    for user in [readers[0], other]:
+        activity.record_active(user_id=user.pk)
+    days = activity.item_readers_by_day(source=source, item_id=message.pk, end=today, days=1)
+    assert [(d.first_reads, d.active_readers) for d in days] == [(3, 1)]
+    assert activity.reader_source("bulletin") is not None
 
 
 # --- the dashboard ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from messagecenter import services
 from messagecenter.models import PendingDelivery
 from messagecenter.services import delivery
 from tests.conftest import assert_error, client_for
-from tests.factories import StaffFactory
+from tests.factories import StaffFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -144,7 +144,44 @@ def test_other_events_reach_the_receiver(operator_client: Any, recipient: Any, r
     payloads = [Webhook(created["secret"]).verify(body, headers) for headers, body in receiver.requests]
     assert [p["type"] for p in payloads] == ["announcement.published", "notification.sent", "message.read"]
     assert payloads[1]["data"]["recipients"] == 1
-    assert payloads[2]["data"]["messages"] == [{"id": sent["id"], "first_reads": 1}]
+    assert payloads[2]["data"] == {"id": sent["id"], "first_reads": 1, "reads": 1, "audience": 1, "read_rate": 1.0}
+
+
+def test_message_read_is_coalesced_counts_without_user_ids(
+    operator_client: Any, recipient: Any, receiver: Receiver
+) -> None:
+    """One event per message per fold, however many users read it; counts only."""
+    readers = [UserFactory() for _ in range(3)]
+    _register(operator_client, receiver.url, ["message.read"])
+    first = operator_client.post(
+        "/api/v1/manage/messages/",
+        {
+            "category": "system",
+            "title": "One",
+            "body_html": "x",
+            "to": {"users": [recipient.pk] + [u.pk for u in readers]},
+        },
+        format="json",
+    ).json()
+    second = _send_message(operator_client, recipient).json()
+    for user in readers:
+        services.inbox_mark_read(user=user, item_id=f"m{first['id']}")
+    services.inbox_mark_read(user=recipient, item_id=f"m{second['id']}")
+    services.inbox_first_reads_fold()
+    events = [json.loads(body)["data"] for _, body in receiver.requests]
+    assert sorted(events, key=lambda d: int(d["id"])) == [
+        {"id": first["id"], "first_reads": 3, "reads": 3, "audience": 4, "read_rate": 0.75},
+        {"id": second["id"], "first_reads": 1, "reads": 1, "audience": 1, "read_rate": 1.0},
+    ]
+    # The next fold's event carries the reads so far; no user id ever appears.
+    services.inbox_mark_read(user=recipient, item_id=f"m{first['id']}")
+    services.inbox_first_reads_fold()
+    services.inbox_first_reads_fold()  # nothing new: no event
+    last = [json.loads(body)["data"] for _, body in receiver.requests][2:]
+    assert last == [{"id": first["id"], "first_reads": 1, "reads": 4, "audience": 4, "read_rate": 1.0}]
+    bodies = b"".join(body for _, body in receiver.requests).decode()
+    assert all(f'"{u.username}"' not in bodies for u in [recipient, *readers])
+    assert '"user' not in bodies
 
 
 def test_failures_retry_with_backoff_then_fail(

@@ -55,5 +55,17 @@ def send(operator: Any, *, to: dict[str, Any], category: str = "system", title: 
     return Message.objects.get(pk=message.pk)
 
 
+def make_bulletin(operator: Any, *groups: UserGroup, title: str = "Bulletin", body_html: str = "<p>x</p>") -> Any:
+    """A bulletin shown since a minute ago to ``groups`` (none: everyone)."""
+    return services.bulletin_create(
+        title=title,
+        body_html=body_html,
+        display_time=timezone.now() - timedelta(minutes=1),
+        expire_at=None,
+        group_ids=[group.pk for group in groups],
+        actor=operator,
+    )
+
+
 def ids(response: Any) -> list[str]:
     return [item["id"] for item in response.json()["results"]]

@@ -53,6 +53,8 @@ def _endpoints(world: dict[str, Any]) -> list[tuple[str, str]]:
         (f"/api/v1/manage/bulletins/{world['bulletin'].pk}/", "view_bulletin"),
         ("/api/v1/manage/messages/", "view_message"),
         (f"/api/v1/manage/messages/{world['message'].pk}/", "view_message"),
+        (f"/api/v1/manage/messages/{world['message'].pk}/unread-recipients/", "view_message"),
+        (f"/api/v1/manage/bulletins/{world['bulletin'].pk}/unread-recipients/", "view_bulletin"),
         ("/api/v1/manage/user-groups/", "view_usergroup"),
         (f"/api/v1/manage/user-groups/{world['group'].pk}/", "view_usergroup"),
         (f"/api/v1/manage/user-groups/{world['group'].pk}/members/", "view_usergroup"),

@@ -151,7 +151,7 @@ def test_an_immediate_message_answers_its_status(operator_client: Any, recipient
 
 
 def test_concurrent_due_jobs_send_once(recipient: Any, operator: Any, clock: Any) -> None:
-    services.message_schedule(
+    services.message_send(
         sender=operator,
         category="system",
         title="Race",
