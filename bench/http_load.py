@@ -3,6 +3,7 @@ project with the bench settings, wrk putting a bounded load on loopback
 (one token, or a Lua script rotating many users' tokens), the server stopped
 by process group whatever happens."""
 
+import asyncio
 import json
 import os
 import re
@@ -20,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2  # sync workers: FACTS' HTTP floor figures use the same
@@ -173,8 +176,8 @@ def wrk(*, url: str, token: str, seconds: int) -> Load:
 
 
 def _parse(out: str, err: str, *, path: str) -> Load:
-    percentiles = dict(re.findall(r"^\s+(50|99)\.000%\s+(\S+)$", out, re.M)) or dict(
-        re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M)
+    percentiles = dict(re.findall(r"^\s+(50|99)\.000%\s+(\S+)\s*$", out, re.M)) or dict(
+        re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M)
     )
     requests = re.search(r"(\d+) requests in", out)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -211,19 +214,14 @@ def _lua_string(value: str) -> str:
     return f'"{value}"'
 
 
-def rotating_script(
-    *, tokens: Sequence[str], steps: Sequence[Step], threads: int, refs: Sequence[str] = (), once: bool = False
-) -> str:
+def rotating_script(*, tokens: Sequence[str], steps: Sequence[Step], threads: int, refs: Sequence[str] = ()) -> str:
     """A wrk script: request n (counted across wrk's threads) authenticates as
     user ``n mod len(tokens)`` and is step ``(n + n div len(tokens)) mod
     len(steps)`` of the workload (each pass over the users shifts the step,
     so every user meets every step); a ``{ref}`` in a path is
     ``refs[n div len(tokens) mod len(refs)]`` (each pass a different item).
-    ``once``: each user is asked once (a cold pass), then the thread stops;
-    the few requests its connections still had in flight go to users asked
-    already and are counted as ``extra``. Statuses 429 (throttled) and other
-    non-2xx are counted apart and printed by ``done`` as one ``ROTATING``
-    line."""
+    Statuses 429 (throttled) and other non-2xx are counted apart and printed
+    by ``done`` as one ``ROTATING`` line."""
     if not tokens or not steps or threads < 1:
         raise ValueError("tokens, steps and threads are required")
     if any("{ref}" in step.path for step in steps) and not refs:
@@ -239,22 +237,17 @@ def rotating_script(
         "local tokens = {" + ", ".join(_lua_string(t) for t in tokens) + "}",
         "local steps = {" + ", ".join(parts) + "}",
         "local refs = {" + ", ".join(_lua_string(r) for r in refs) + "}",
-        f"local threads, once = {int(threads)}, {'true' if once else 'false'}",
+        f"local threads = {int(threads)}",
         "local created = {}",
-        "local counter, answered = 0, 0",
-        "throttled, bad, extra, mine = 0, 0, 0, 0",
+        "local counter = 0",
+        "throttled, bad = 0, 0",
         "function setup(thread)",
         "  thread:set('id', #created)",
         "  table.insert(created, thread)",
         "end",
-        "function init(args)",
-        "  -- Users n = k * threads + id (k = 0, 1, ...) below #tokens are this thread's share.",
-        "  mine = math.floor((#tokens - id + threads - 1) / threads)",
-        "end",
         "function request()",
         "  local n = counter * threads + id",
         "  counter = counter + 1",
-        "  if once and n >= #tokens then extra = extra + 1 end",
         "  local user = n % #tokens",
         "  local pass = math.floor(n / #tokens)",
         "  local step = steps[(n + pass) % #steps + 1]",
@@ -270,17 +263,14 @@ def rotating_script(
         "function response(status, headers, body)",
         "  if status == 429 then throttled = throttled + 1",
         "  elseif status < 200 or status >= 300 then bad = bad + 1 end",
-        "  answered = answered + 1",
-        "  if once and answered >= mine then wrk.thread:stop() end",
         "end",
         "function done(summary, latency, requests)",
-        "  local t, b, e = 0, 0, 0",
+        "  local t, b = 0, 0",
         "  for _, thread in ipairs(created) do",
         "    t = t + thread:get('throttled')",
         "    b = b + thread:get('bad')",
-        "    e = e + thread:get('extra')",
         "  end",
-        "  io.write(string.format('ROTATING throttled=%d bad=%d extra=%d\\n', t, b, e))",
+        "  io.write(string.format('ROTATING throttled=%d bad=%d\\n', t, b))",
         "end",
     ]
     return "\n".join(lines) + "\n"
@@ -290,7 +280,6 @@ def rotating_script(
 class RotatingLoad(Load):
     throttled: int = 0  # 429 answers
     bad: int = 0  # other non-2xx answers
-    extra: int = 0  # a cold pass's requests beyond one per user
 
 
 def wrk_rotating(
@@ -300,14 +289,12 @@ def wrk_rotating(
     steps: Sequence[Step],
     seconds: int,
     refs: Sequence[str] = (),
-    once: bool = False,
 ) -> RotatingLoad:
-    """``seconds`` of load (a cold pass: until each user was asked once) from
-    a script rotating ``tokens``; the URL's path comes from the steps."""
+    """``seconds`` of load from a script rotating ``tokens``; the URL's path comes from the steps."""
     binary = shutil.which("wrk")
     if binary is None:
         raise RuntimeError("wrk is missing: `make bench` installs it (apt-get install wrk)")
-    script = rotating_script(tokens=tokens, steps=steps, threads=WRK_THREADS, refs=refs, once=once)
+    script = rotating_script(tokens=tokens, steps=steps, threads=WRK_THREADS, refs=refs)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-rotating-", delete=False) as handle:
         handle.write(script)
     try:
@@ -322,8 +309,59 @@ def wrk_rotating(
     finally:
         os.unlink(handle.name)
     load = _parse(done.stdout, done.stderr, path=",".join(sorted({s.path for s in steps})))
-    counted = re.search(r"ROTATING throttled=(\d+) bad=(\d+) extra=(\d+)", done.stdout)
+    counted = re.search(r"ROTATING throttled=(\d+) bad=(\d+)", done.stdout)
     if not counted:
         raise RuntimeError(f"the rotating script printed no counts:\n{done.stdout}\n{done.stderr}")
-    throttled, bad, extra = (int(g) for g in counted.groups())
-    return RotatingLoad(**load.__dict__, throttled=throttled, bad=bad, extra=extra)
+    throttled, bad = (int(g) for g in counted.groups())
+    return RotatingLoad(**load.__dict__, throttled=throttled, bad=bad)
+
+
+def cold_pass(*, base: str, tokens: Sequence[str], step: Step, concurrency: int = CONNECTIONS) -> RotatingLoad:
+    """Each user asked exactly once (their first request), ``concurrency`` at
+    a time, by an asyncio client: wrk cannot stop after one request per user
+    without leaving connections a sync worker would wait on. Latency is per
+    request; requests/s is over the whole pass."""
+    if "{ref}" in step.path:
+        raise ValueError("a cold pass reads: no {ref}")
+    latencies: list[float] = []
+    statuses: list[int] = []
+    errors = 0
+
+    async def main() -> None:
+        queue = iter(tokens)
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=httpx.Timeout(30.0)) as client:
+
+            async def worker() -> None:
+                nonlocal errors
+                for token in queue:
+                    started = time.perf_counter()
+                    try:
+                        response = await client.request(
+                            step.method, step.path, headers={"Authorization": f"Token {token}"}
+                        )
+                    except httpx.HTTPError:
+                        errors += 1
+                        continue
+                    latencies.append(time.perf_counter() - started)
+                    statuses.append(response.status_code)
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    ordered = sorted(latencies) or [float("nan")]
+    throttled = sum(1 for s in statuses if s == 429)
+    bad = sum(1 for s in statuses if not 200 <= s < 300 and s != 429)
+    return RotatingLoad(
+        path=step.path,
+        requests=len(statuses),
+        rps=len(statuses) / elapsed,
+        p50=ordered[len(ordered) // 2],
+        p99=ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+        non_2xx=throttled + bad,
+        errors=errors,
+        throttled=throttled,
+        bad=bad,
+    )

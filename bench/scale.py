@@ -269,31 +269,32 @@ def reads(plan: Plan, *, now_ms: int, sample: int, seed: int = 5) -> dict[str, d
     return out
 
 
-def key_bytes(client: Any, user_id: int) -> tuple[int, int]:
-    """(keys, bytes) of every key with the user's hash tag: SCAN by pattern, so
-    any key kind the read model adds later is counted too."""
-    from core import keys
-
-    total = count = 0
-    pattern = f"*{keys.user_tag(user_id)}*".replace("[", "\\[").replace("]", "\\]")
-    for name in client.scan_iter(match=pattern, count=50_000):
-        count += 1
-        total += int(client.memory_usage(name, samples=0) or 0)
-    return count, total
-
-
 def per_user_bytes(plan: Plan, client: Any, *, sample: int, seed: int = 9) -> dict[str, Any]:
-    """MEMORY USAGE of sampled users' keys per tier, and a least-squares split
-    into a fixed cost per user and a cost per entry."""
+    """MEMORY USAGE of every key of sampled users per tier, and a least-squares
+    split into a fixed cost per user and a cost per entry. The users' keys are
+    found by one SCAN over the whole keyspace matched on their hash tags
+    client-side, so any key kind the read model adds later is counted too."""
     from core import keys
 
     rng = random.Random(seed)
-    rows: list[tuple[str, int, int, int]] = []  # tier, entries, keys, bytes
+    chosen: dict[str, str] = {}  # hash tag -> tier
+    ids: dict[str, int] = {}
     for tier in plan.tiers:
         for user_id in rng.sample(range(tier.low, tier.high + 1), min(sample, tier.high - tier.low + 1)):
-            items = int(client.zcard(keys.mc_inbox(user_id)))
-            count, total = key_bytes(client, user_id)
-            rows.append((tier.name, items, count, total))
+            tag = keys.user_tag(user_id)
+            chosen[tag], ids[tag] = tier.name, user_id
+    found: dict[str, list[bytes]] = {tag: [] for tag in chosen}
+    for name in client.scan_iter(count=20_000):
+        start = name.find(b"{u")
+        if start >= 0:
+            tag = name[start : name.find(b"}", start) + 1].decode()
+            if tag in found:
+                found[tag].append(name)
+    rows: list[tuple[str, int, int, int]] = []  # tier, entries, keys, bytes
+    for tag, names in found.items():
+        items = int(client.zcard(keys.mc_inbox(ids[tag])))
+        total = sum(int(client.memory_usage(n, samples=0) or 0) for n in names)
+        rows.append((chosen[tag], items, len(names), total))
     xs = [r[1] for r in rows]
     ys = [r[3] for r in rows]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
@@ -386,12 +387,13 @@ def report(
     args: argparse.Namespace,
     filled: dict[str, float],
     memory: dict[str, dict[str, Any]],
-    sizes: dict[str, Any],
-    latency: dict[str, dict[str, float]],
+    sizes: dict[str, Any] | None,
+    latency: dict[str, dict[str, float]] | None,
     server: str,
     total_seconds: float,
+    missing: list[str],
 ) -> str:
-    empty, loaded, final = memory["empty"], memory["loaded"], memory["final"]
+    empty, loaded = memory["empty"], memory["loaded"]
     used = int(loaded["used_memory"]) - int(empty["used_memory"])
     full = args.users == 1_000_000 and args.entries == 10_000_000
     tiers = "; ".join(
@@ -435,17 +437,25 @@ def report(
         "(used_memory after - empty) / users |",
         f"| bytes per entry (all Redis memory / entries) | {used / filled['delivered']:,.1f} B | "
         "(used_memory after - empty) / entries; details (stored once per item) included |",
-        f"| fixed bytes per user | {sizes['fixed']:,.0f} B | least squares of MEMORY USAGE over "
-        f"{sizes['sampled']} sampled users' keys (SCAN by hash tag) against their entries |",
-        f"| bytes per additional entry | {sizes['per_entry']:,.1f} B | the slope of the same fit |",
-        f"| used_memory after the sampled reads | {_mib(int(final['used_memory']))} | the reads merged the broadcasts "
-        "into the sampled inboxes and kept their read cache |",
-        "",
-        "| tier | sampled users | entries each (mean) | keys each | bytes each (MEMORY USAGE) |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for name, row in sizes["by_tier"].items():
-        lines.append(f"| {name} | {row['users']} | {row['items']:,.1f} | {row['keys']:,.1f} | {row['bytes']:,.0f} B |")
+    if "final" in memory:
+        lines.append(
+            f"| used_memory after the sampled reads | {_mib(int(memory['final']['used_memory']))} | the reads merged "
+            "the broadcasts into the sampled inboxes and kept their read cache |"
+        )
+    if sizes is not None:
+        lines += [
+            f"| fixed bytes per user | {sizes['fixed']:,.0f} B | least squares of MEMORY USAGE over "
+            f"{sizes['sampled']} sampled users' keys (found by hash tag, after their reads) against their entries |",
+            f"| bytes per additional entry | {sizes['per_entry']:,.1f} B | the slope of the same fit |",
+            "",
+            "| tier | sampled users | entries each (mean) | keys each | bytes each (MEMORY USAGE) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, row in sizes["by_tier"].items():
+            lines.append(
+                f"| {name} | {row['users']} | {row['items']:,.1f} | {row['keys']:,.1f} | {row['bytes']:,.0f} B |"
+            )
     lines += [
         "",
         "## Reads (read model calls behind GET /api/v1/inbox/ and GET /api/v1/inbox/counts/, in process)",
@@ -453,7 +463,7 @@ def report(
         "| read | users | p50 | p99 | max |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for name, row in latency.items():
+    for name, row in (latency or {}).items():
         lines.append(f"| {name} | {row['users']:,} | {_ms(row['p50'])} | {_ms(row['p99'])} | {_ms(row['max'])} |")
     lines += [
         "",
@@ -475,6 +485,8 @@ def report(
         "timed: this run writes no PostgreSQL rows; the fill time per million users is the stand-in.",
         "",
     ]
+    if missing:
+        lines += ["## Not measured in this run", "", *(f"- {m}" for m in missing), ""]
     return "\n".join(lines)
 
 
@@ -490,6 +502,8 @@ def main() -> int:
     parser.add_argument("--output", default=str(ROOT / "bench" / "SCALE.md"))
     args = parser.parse_args()
 
+    # A SIGTERM unwinds like Ctrl-C, so the private Redis is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
     port = _free_port(args.port)
     with private_redis(port) as (url, pid):
@@ -519,24 +533,45 @@ def main() -> int:
         filled = fill(plan, now_ms=now_ms, progress=True)
         print(f"   {filled['delivered']:,.0f} entries in {filled['seconds']:.0f} s", flush=True)
         snapshot("loaded")
-        print("== sizing sampled users' keys", flush=True)
-        sizes = per_user_bytes(plan, client, sample=args.memory_sample)
+        missing: list[str] = []
+        sizes: dict[str, Any] | None = None
+        latency: dict[str, dict[str, float]] | None = None
+
+        def write() -> str:
+            text = report(
+                plan=plan,
+                args=args,
+                filled=filled,
+                memory=memory,
+                sizes=sizes,
+                latency=latency,
+                server=f"Redis {version} (private, port {port})",
+                total_seconds=time.perf_counter() - started,
+                missing=missing if sizes is None or latency is None else [],
+            )
+            Path(args.output).write_text(text, encoding="utf-8")
+            return text
+
+        # Written after each stage: a failure later keeps what was measured.
+        missing = ["read latency (the run stopped before it)", "per-user key sizes (the run stopped before it)"]
+        write()
         print("== timing reads", flush=True)
         latency = reads(plan, now_ms=now_ms, sample=args.read_sample)
         snapshot("final")
-        text = report(
-            plan=plan,
-            args=args,
-            filled=filled,
-            memory=memory,
-            sizes=sizes,
-            latency=latency,
-            server=f"Redis {version} (private, port {port})",
-            total_seconds=time.perf_counter() - started,
-        )
+        missing = missing[1:]
+        write()
+        print("== sizing sampled users' keys", flush=True)
+        # Its own connection without a read timeout: SCAN calls over millions of keys are slow.
+        import redis
+
+        sizing = redis.Redis.from_url(url, socket_timeout=None)
+        try:
+            sizes = per_user_bytes(plan, sizing, sample=args.memory_sample)
+        finally:
+            sizing.close()
+        text = write()
         client.close()
     print(text)
-    Path(args.output).write_text(text, encoding="utf-8")
     return 0
 
 
