@@ -82,6 +82,9 @@ def _tools() -> list[str]:
         wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
         version = (wrk.stdout or wrk.stderr).split("\n")[0].split(" [")[0]
         lines.append(f"- HTTP: gunicorn {gunicorn.__version__} (sync workers), {version}, on loopback")
+        import uvicorn
+
+        lines.append(f"- ASGI: uvicorn {uvicorn.__version__} (`python -m uvicorn config.asgi:application --workers 2`)")
     except (ImportError, OSError):
         pass
     return lines

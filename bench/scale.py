@@ -407,7 +407,8 @@ def report(
         "# Scale run",
         "",
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}, commit {_commit()}",
-        f"- machine: {os.cpu_count()} cores shared with other work, {server}",
+        f"- machine: {os.cpu_count()} cores shared with other work (load average {args.load_at_start:.1f} at the "
+        f"start, {os.getloadavg()[0]:.1f} at the end; below 1 when idle), {server}",
         f"- command: `make bench-scale` (`python -m bench.scale --users {args.users:,} --entries {args.entries:,}`)",
         f"- size: **{args.users:,} users, {filled['delivered']:,.0f} inbox entries**"
         + (
@@ -446,7 +447,7 @@ def report(
     if sizes is not None:
         lines += [
             f"| fixed bytes per user | {sizes['fixed']:,.0f} B | least squares of MEMORY USAGE over "
-            f"{sizes['sampled']} sampled users' keys (found by hash tag, after their reads) against their entries |",
+            f"{sizes['sampled']} sampled users' keys (found by hash tag; other users than the timed readers) against their entries |",
             f"| bytes per additional entry | {sizes['per_entry']:,.1f} B | the slope of the same fit |",
             "",
             "| tier | sampled users | entries each (mean) | keys each | bytes each (MEMORY USAGE) |",
@@ -501,6 +502,7 @@ def main() -> int:
     parser.add_argument("--memory-sample", type=int, default=10, help="users per tier whose keys are sized")
     parser.add_argument("--output", default=str(ROOT / "bench" / "SCALE.md"))
     args = parser.parse_args()
+    args.load_at_start = os.getloadavg()[0]
 
     # A SIGTERM unwinds like Ctrl-C, so the private Redis is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
