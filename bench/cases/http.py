@@ -120,7 +120,8 @@ def _warm(kind: str, tokens: list[str], refs: list[str], seconds: int) -> dict[s
     loads: dict[str, http_load.RotatingLoad] = {}
     with _serve(kind) as base:
         _ready(base, tokens[0])
-        # Every user and endpoint at least once: each process's connections, caches and held answers.
+        # Reads of the mix first (on an idle machine every user several times): each process's
+        # connections, caches and held answers.
         http_load.wrk_rotating(base=base, tokens=tokens, steps=MIXED[:5], seconds=max(5, seconds))
         loads["ping"] = http_load.wrk_rotating(base=base, tokens=tokens, steps=(PING,), seconds=seconds)
         for name, steps in WORKLOADS:
