@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench drill cluster-up cluster-down clean
+.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench bench-scale drill cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,6 +95,16 @@ $(INCUMBENT_STAMP): bench/requirements-incumbent.txt
 bench: setup-dev $(INCUMBENT_STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The scale run (bench/scale.py, not in CI): a private redis-server on a spare
+# port filled through the read model's write path with 1,000,000 users and
+# 10,000,000 inbox entries (about 4 GB of memory and several minutes here),
+# then memory per user and entry, read latency and the fan-out rate; writes
+# bench/SCALE.md and stops that Redis by its PID. Smaller: SCALE_ARGS="--users
+# 100000 --entries 1000000" (the report says it is smaller).
+SCALE_ARGS ?=
+bench-scale: setup-dev
+	$(PY) -m bench.scale $(SCALE_ARGS)
 
 # The fault drill (bench/drill): gunicorn, a Celery worker and beat, a private
 # redis-server and a private PostgreSQL cluster on spare ports, under load,

@@ -22,6 +22,8 @@ CASES = (
     "bench.cases.notifications",
     "bench.cases.cache",
     "bench.cases.search",
+    "bench.cases.user_ids",
+    "bench.cases.http",
 )
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +82,9 @@ def _tools() -> list[str]:
         wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
         version = (wrk.stdout or wrk.stderr).split("\n")[0].split(" [")[0]
         lines.append(f"- HTTP: gunicorn {gunicorn.__version__} (sync workers), {version}, on loopback")
+        import uvicorn
+
+        lines.append(f"- ASGI: uvicorn {uvicorn.__version__} (`python -m uvicorn config.asgi:application --workers 2`)")
     except (ImportError, OSError):
         pass
     return lines
@@ -102,23 +107,28 @@ def main() -> int:
 
     call_command("migrate", verbosity=0)
 
-    from bench.harness import Row, table
+    from bench.harness import GrowthRow, Row, growth_table, split_rows, table
     from core.redis import get_redis
 
     get_redis().flushdb()
     users = args.users or (10_000 if args.quick else 100_000)
     started = time.perf_counter()
     rows: list[Row] = []
+    growth: list[GrowthRow] = []
     for name in CASES:
         if args.only and not any(part in name for part in args.only):
             continue
         module = import_module(name)
         print(f"== {name} ({users:,} users)", flush=True)
         case_started = time.perf_counter()
-        case_rows = module.run(users=users, quick=args.quick)
-        print(table(case_rows), flush=True)
+        case_rows, case_growth = split_rows(module.run(users=users, quick=args.quick))
+        if case_rows:
+            print(table(case_rows), flush=True)
+        if case_growth:
+            print(growth_table(case_growth), flush=True)
         print(f"   ({time.perf_counter() - case_started:.0f} s)", flush=True)
         rows += case_rows
+        growth += case_growth
     elapsed = time.perf_counter() - started
     from bench.incumbent_client import shapes
 
@@ -140,6 +150,13 @@ def main() -> int:
             "baseline is faster). The target column states the goal set for the measure and whether this run meets it.",
             "",
             table(rows),
+            "",
+            "## Cost-growth table",
+            "",
+            "How each cost grows with one dimension of the data: the cost at each size, the last size's over the "
+            "first's, and the target it is held to. Cases add rows here by returning `bench.harness.GrowthRow`s.",
+            "",
+            growth_table(growth) if growth else "(no case of this run measures growth)",
             "",
         ]
     )

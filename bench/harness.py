@@ -50,6 +50,10 @@ def once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+# How a report says a target was not met: one word, never softened.
+MISSED = "MISSED"
+
+
 @dataclass
 class Row:
     """One line of the report: our figure next to the baseline's, same unit.
@@ -74,6 +78,7 @@ class Row:
     trips: float | None = None  # Redis round trips per call, measured
     max_trips: int | None = None  # the most the hot path may spend
     failures: int | None = None  # failed requests (non-2xx, socket errors): any fails the row
+    throttled: int | None = None  # requests answered 429: counted apart, any fails the row
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -118,6 +123,8 @@ class Row:
             )
         if self.failures is not None:
             checks.append((f"no failed requests (is {self.failures:,})", self.failures == 0))
+        if self.throttled is not None:
+            checks.append((f"no 429s (is {self.throttled:,})", self.throttled == 0))
         return checks
 
     @property
@@ -125,7 +132,7 @@ class Row:
         checks = self._checks()
         if not checks:
             return ""
-        return "met" if all(ok for _, ok in checks) else "NOT met"
+        return "met" if all(ok for _, ok in checks) else MISSED
 
     @property
     def target_text(self) -> str:
@@ -222,3 +229,78 @@ class RoundTrips:
             return
         del self.client.execute_command
         del self.client.pipeline
+
+
+# --- the cost-growth table ---------------------------------------------------------------
+
+
+@dataclass
+class GrowthRow:
+    """How one cost grows with one dimension (live bulletins, items per user,
+    user id, ...): the cost measured at each size, and the target it is held
+    to. A case emits one by returning it among its rows (``run`` returns
+    ``list[Row | GrowthRow]``); ``python -m bench`` collects them into the
+    report's cost-growth table. Build one with ``ratio_within`` (the largest
+    size's cost at most ``factor`` times the smallest's) or ``each_at_most``
+    (every value under a ceiling), or give ``target`` and ``met`` directly."""
+
+    case: str
+    measure: str
+    sizes: list[str]  # a label per size ("10 live", "10^9")
+    values: list[float]  # the cost at each size, in ``unit``
+    unit: str  # as for Row: "s", "B", "/s", or any other word
+    target: str  # the goal in words
+    met: bool
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.values) or not self.values:
+            raise ValueError(f"{self.case} / {self.measure}: one value per size, at least one")
+
+    @property
+    def growth(self) -> float | None:
+        """The last size's cost over the first's."""
+        first, last = self.values[0], self.values[-1]
+        return last / first if first > 0 else None
+
+    @property
+    def verdict(self) -> str:
+        return "met" if self.met else MISSED
+
+    @classmethod
+    def ratio_within(
+        cls, case: str, measure: str, sizes: list[str], values: list[float], unit: str, factor: float, note: str = ""
+    ) -> "GrowthRow":
+        first = values[0]
+        met = first > 0 and max(values) <= factor * first
+        return cls(case, measure, sizes, values, unit, f"≤{_num(factor)}x the {sizes[0]} cost", met, note)
+
+    @classmethod
+    def each_at_most(
+        cls, case: str, measure: str, sizes: list[str], values: list[float], unit: str, ceiling: float, note: str = ""
+    ) -> "GrowthRow":
+        met = all(v <= ceiling for v in values)
+        return cls(case, measure, sizes, values, unit, f"≤{fmt(ceiling, unit)} at every size", met, note)
+
+
+def split_rows(rows: list[Any]) -> tuple[list[Row], list[GrowthRow]]:
+    """A case's returned rows: the main table's and the cost-growth table's."""
+    plain = [r for r in rows if isinstance(r, Row)]
+    growth = [r for r in rows if isinstance(r, GrowthRow)]
+    other = [r for r in rows if not isinstance(r, Row | GrowthRow)]
+    if other:
+        raise TypeError(f"a case returned rows of neither kind: {other!r}")
+    return plain, growth
+
+
+def growth_table(rows: list[GrowthRow]) -> str:
+    header = "| case | measure | cost at each size | growth (last / first) | target |"
+    lines = [header, "|" + " --- |" * 5]
+    for r in rows:
+        values = " · ".join(f"{size}: {fmt(value, r.unit)}" for size, value in zip(r.sizes, r.values, strict=True))
+        growth = "-" if r.growth is None else f"{r.growth:,.2f}x"
+        lines.append(f"| {r.case} | {r.measure} | {values} | {growth} | {r.target}: {r.verdict} |")
+    notes = [f"- {r.case} / {r.measure}: {r.note}" for r in rows if r.note]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)

@@ -25,7 +25,11 @@ MESSAGECENTER_KEY_PREFIX = "bench:"
 # healer rebuilding behind it would time PostgreSQL fallbacks instead.
 MESSAGECENTER_SELF_HEALING = env.bool("MESSAGECENTER_SELF_HEALING", default=False)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
+# In process the cases time services, not throttles. The HTTP case serves with
+# the production throttles and rates (BENCH_THROTTLES=true): every request pays
+# what a deployment's does, and a 429 shows in its rows.
+if not env.bool("BENCH_THROTTLES", default=False):
+    REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
 ALLOWED_HOSTS = ["*"]
 LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
 # The project's URLs plus the HTTP case's trivial DRF endpoint (/bench/ping).

@@ -1,0 +1,236 @@
+"""The API over HTTP as many users meet it: 2,000 users in rotation (each
+request authenticates as the next one), the production throttles on, WSGI
+(gunicorn) and ASGI (uvicorn) side by side at the same worker count, each
+endpoint next to the trivial DRF view on the same server, warm and cold.
+
+Warm: after a pass over every user, ``seconds`` of load per endpoint. Cold:
+a fresh server (nothing held by its processes) and the users' read cache,
+announcement count and authentication entries deleted from Redis, then each
+user asked once; its latency next to the same pass over the ping view.
+The mixed workload is 90% reads (inbox page, counts, announcements) and 10%
+marks, every user in turn.
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from bench import data, http_load
+from bench.harness import Row
+from bench.http_load import Step
+from core import keys
+from core.redis import get_redis
+from messagecenter.services.bulletins import bulletin_create
+from notices import readmodel as notices_readmodel
+from notices.models import Announcement, AnnouncementPlatform
+
+CASE = "HTTP"
+USERS = 2_000
+ITEMS = 50  # inbox items of every user (pushed to all of them)
+ANNOUNCEMENTS = 20
+BULLETINS = 5
+PLATFORM = "user"
+SERVERS = (("wsgi", "gunicorn"), ("asgi", "uvicorn"))
+PING = Step("GET", "/bench/ping")
+INBOX = Step("GET", "/api/v1/inbox/")
+COUNTS = Step("GET", "/api/v1/inbox/counts/")
+ANNOUNCEMENT_LIST = Step("GET", "/api/v1/announcements/")
+MARK = Step("POST", "/api/v1/inbox/{ref}/read/")
+# 90% reads, 10% writes: what an open inbox page does while its user reads.
+MIXED = (INBOX, COUNTS, INBOX, COUNTS, ANNOUNCEMENT_LIST, INBOX, COUNTS, INBOX, COUNTS, MARK)
+# Each endpoint's floor: requests/s (warm) or median latency (cold) as a share of the ping view's.
+TARGETS = {"inbox": 0.9, "counts": 0.95, "announcements": 0.9, "mark": 0.9, "mixed 90/10": 0.9}
+ASGI_TARGET = 0.9  # uvicorn's requests/s as a share of gunicorn's, same endpoint, same worker count
+WORKLOADS: tuple[tuple[str, tuple[Step, ...]], ...] = (
+    ("inbox", (INBOX,)),
+    ("counts", (COUNTS,)),
+    ("announcements", (ANNOUNCEMENT_LIST,)),
+    ("mark", (MARK,)),
+    ("mixed 90/10", MIXED),
+)
+COLD = ("inbox", "counts", "announcements")
+# Users of each cold pass: every one in a full run; --quick asks the first 500
+# (a cold request costs several times a warm one: 2,000 of them take minutes).
+QUICK_COLD_USERS = 500
+
+
+def _prepare(users: int) -> tuple[list[int], list[str], list[str]]:
+    """USERS users with tokens, each holding ITEMS items, the live
+    announcements and bulletins; returns (user ids, tokens, item refs)."""
+    data.ensure_users(max(users, USERS))
+    User = get_user_model()
+    operator, _ = User.objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
+    crowd = list(User.objects.filter(username__regex=r"^bench[0-9]+$").order_by("pk")[:USERS])
+    have = set(Token.objects.filter(user__in=crowd).values_list("user_id", flat=True))
+    Token.objects.bulk_create([Token(key=Token.generate_key(), user=u) for u in crowd if u.pk not in have])
+    by_user = dict(Token.objects.filter(user__in=crowd).values_list("user_id", "key"))
+    ids = [u.pk for u in crowd]
+    data.reset_items()
+    Announcement.objects.all().delete()
+    get_redis().flushdb()
+    refs = data.inbox_messages(operator=operator, audiences=[(ITEMS, ids)])
+    now = timezone.now()
+    created = Announcement.objects.bulk_create(
+        Announcement(
+            title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator
+        )
+        for i in range(ANNOUNCEMENTS)
+    )
+    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform=PLATFORM) for a in created)
+    notices_readmodel.platform_sync(platform=PLATFORM)
+    for i in range(BULLETINS):
+        bulletin_create(
+            title=f"Bulletin {i}", body_html="<p>b</p>", display_time=now - timedelta(minutes=i), actor=operator
+        )
+    return ids, [by_user[i] for i in ids], refs
+
+
+def drop_caches(user_ids: list[int], tokens: list[str]) -> None:
+    """Forget what the users' earlier requests left in Redis: the read cache
+    (pages and counts), the announcement count, the token and user entries
+    authentication reads, the platforms."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id, token in zip(user_ids, tokens, strict=True):
+        chunk = notices_readmodel.user_slot(user_id)[0]
+        pipe.delete(
+            keys.mc_inbox_pages(user_id),
+            keys.notice_user_count(PLATFORM, chunk, user_id),
+            keys.auth_token(token),
+            keys.auth_user(user_id),
+            keys.user_platforms(user_id),
+        )
+    pipe.execute()
+
+
+def _ready(base: str, token: str) -> None:
+    http_load.wait_ready(base, token)
+    for step in (INBOX, COUNTS, ANNOUNCEMENT_LIST):
+        status, body = http_load.get(f"{base}{step.path}", token)
+        assert status == 200, (step.path, status, body)
+
+
+def _serve(kind: str) -> Any:
+    return http_load.serve(kind, env={"BENCH_THROTTLES": "true"})
+
+
+def _warm(kind: str, tokens: list[str], refs: list[str], seconds: int) -> dict[str, http_load.RotatingLoad]:
+    loads: dict[str, http_load.RotatingLoad] = {}
+    with _serve(kind) as base:
+        _ready(base, tokens[0])
+        # Reads of the mix first (on an idle machine every user several times): each process's
+        # connections, caches and held answers.
+        http_load.wrk_rotating(base=base, tokens=tokens, steps=MIXED[:5], seconds=max(5, seconds))
+        loads["ping"] = http_load.wrk_rotating(base=base, tokens=tokens, steps=(PING,), seconds=seconds)
+        for name, steps in WORKLOADS:
+            loads[name] = http_load.wrk_rotating(base=base, tokens=tokens, steps=steps, seconds=seconds, refs=refs)
+    return loads
+
+
+def _cold(kind: str, user_ids: list[int], tokens: list[str]) -> dict[str, http_load.RotatingLoad]:
+    """One cold pass per endpoint over these users, each on a fresh server."""
+    loads: dict[str, http_load.RotatingLoad] = {}
+    for name, step in (("ping", PING), ("inbox", INBOX), ("counts", COUNTS), ("announcements", ANNOUNCEMENT_LIST)):
+        with _serve(kind) as base:
+            _ready(base, tokens[0])
+            drop_caches(user_ids, tokens)
+            loads[name] = http_load.cold_pass(base=base, tokens=tokens, step=step)
+    return loads
+
+
+def _detail(load: http_load.RotatingLoad) -> str:
+    return (
+        f"{load.requests:,} requests, p50 {load.p50 * 1e3:.2f} ms, p99 {load.p99 * 1e3:.2f} ms, "
+        f"{load.throttled} throttled (429), {load.bad} other non-2xx, {load.errors} socket errors"
+    )
+
+
+def _failures(*loads: http_load.RotatingLoad) -> int:
+    return sum(load.bad + load.errors for load in loads)
+
+
+def run(*, users: int, quick: bool) -> list[Row]:
+    seconds = 3 if quick else 10
+    user_ids, tokens, refs = _prepare(users)
+    warm = {kind: _warm(kind, tokens, refs, seconds) for kind, _ in SERVERS}
+    cold_users = QUICK_COLD_USERS if quick else len(tokens)
+    cold = {kind: _cold(kind, user_ids[:cold_users], tokens[:cold_users]) for kind, _ in SERVERS}
+    rows: list[Row] = []
+    setting = (
+        f"{len(tokens):,} users in rotation, {http_load.WORKERS} workers, wrk {http_load.CONNECTIONS} connections on "
+        f"loopback (same 2 cores), production throttles"
+    )
+    for kind, server in SERVERS:
+        ping = warm[kind]["ping"]
+        rows.append(
+            Row(
+                f"{CASE} {server}",
+                "GET /bench/ping requests/s, warm (the floor)",
+                ping.rps,
+                "/s",
+                "-",
+                None,
+                better="higher",
+                failures=_failures(ping),
+                throttled=ping.throttled,
+                note=f"{setting}, {seconds} s: {_detail(ping)}",
+            )
+        )
+        for name, steps in WORKLOADS:
+            load = warm[kind][name]
+            what = " + ".join(sorted({f"{s.method} {s.path}" for s in steps}))
+            rows.append(
+                Row(
+                    f"{CASE} {server}",
+                    f"{name} requests/s, warm",
+                    load.rps,
+                    "/s",
+                    "GET /bench/ping, same server",
+                    ping.rps,
+                    better="higher",
+                    target=TARGETS[name],
+                    failures=_failures(load),
+                    throttled=load.throttled,
+                    note=f"{what}; {setting}, {seconds} s: {_detail(load)}",
+                )
+            )
+        floor = cold[kind]["ping"]
+        for name in COLD:
+            load = cold[kind][name]
+            rows.append(
+                Row(
+                    f"{CASE} {server}",
+                    f"{name} first request per user (cold), median latency",
+                    load.p50,
+                    "s",
+                    "GET /bench/ping, cold pass, same server",
+                    floor.p50,
+                    p99=load.p99,
+                    baseline_p99=floor.p99,
+                    target=TARGETS[name],
+                    failures=_failures(load),
+                    throttled=load.throttled,
+                    note=f"a fresh server, the users' cache entries deleted, each of {cold_users:,} users asked once "
+                    f"({http_load.CONNECTIONS} at a time, an asyncio httpx client): {_detail(load)}; "
+                    f"ping's pass: {_detail(floor)}",
+                )
+            )
+    for name in ("ping", *(name for name, _ in WORKLOADS)):
+        asgi, wsgi = warm["asgi"][name], warm["wsgi"][name]
+        rows.append(
+            Row(
+                f"{CASE} ASGI vs WSGI",
+                f"{name} requests/s, warm, uvicorn vs gunicorn ({http_load.WORKERS} workers each)",
+                asgi.rps,
+                "/s",
+                "the same on gunicorn",
+                wsgi.rps,
+                better="higher",
+                target=ASGI_TARGET,
+                failures=_failures(asgi),
+                throttled=asgi.throttled,
+            )
+        )
+    return rows
