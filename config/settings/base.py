@@ -47,26 +47,28 @@ INSTALLED_APPS = [
     "messagecenter",
 ]
 
+# Django's, WhiteNoise's and django-csp's middleware through core.middleware's
+# subclasses: the same hooks, run inline on the event loop under ASGI.
 MIDDLEWARE = [
     # First: request latency per route for /metrics, the whole stack included.
     "core.metrics.RequestMetricsMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "core.middleware.SecurityMiddleware",
+    "core.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
     # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
     "core.middleware.DatabaseUnavailableMiddleware",
     # Read requests may read from a replica; a request that wrote pins its user to the primary.
     "core.replicas.ReplicaReadsMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "core.middleware.SessionMiddleware",
     # The page's language: the language cookie (the switcher sets it), else the
     # browser's Accept-Language, else LANGUAGE_CODE.
-    "django.middleware.locale.LocaleMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "core.middleware.LocaleMiddleware",
+    "core.middleware.CommonMiddleware",
+    "core.middleware.CsrfViewMiddleware",
+    "core.middleware.AuthenticationMiddleware",
+    "core.middleware.MessageMiddleware",
+    "core.middleware.XFrameOptionsMiddleware",
+    "core.middleware.CSPMiddleware",
     # Last: turns a lockout the auth backend flagged into the lockout answer.
     "axes.middleware.AxesMiddleware",
 ]
