@@ -90,6 +90,7 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
     from rest_framework.authtoken.models import Token
 
     from bench.data import ensure_users
+    from core.authentication import TokenAuthentication
     from core.redis import get_redis
     from messagecenter.services.messages import message_send
     from notices.services import announcement_create
@@ -103,6 +104,9 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
         Token(user_id=pk, key=Token.generate_key()) for pk in range(low, high + 1) if pk not in have
     )
     tokens = list(Token.objects.filter(user_id__gte=low, user_id__lte=high).values_list("key", flat=True))
+    # Warm caches (the credential cache of every token), as a running site has them.
+    for key in tokens:
+        TokenAuthentication().authenticate_credentials(key)
     first = None
     for i in range(5):
         message = message_send(
