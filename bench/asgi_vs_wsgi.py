@@ -160,7 +160,7 @@ def _server(kind: str, workers: int) -> Iterator[str]:
         log.close()
 
 
-def _wrk(url: str, *, method: str, tokens_file: str, seconds: int) -> tuple[float, int]:
+def _wrk(url: str, *, method: str, tokens_file: str, seconds: int, connections: int) -> tuple[float, int]:
     binary = shutil.which("wrk")
     if binary is None:
         raise RuntimeError("wrk is missing (apt-get install wrk)")
@@ -171,7 +171,7 @@ def _wrk(url: str, *, method: str, tokens_file: str, seconds: int) -> tuple[floa
             [
                 binary,
                 f"-t{WRK_THREADS}",
-                f"-c{CONNECTIONS}",
+                f"-c{connections}",
                 f"-d{seconds}s",
                 "--timeout",
                 "5s",
@@ -198,6 +198,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=CONNECTIONS, help="wrk's open connections")
+    parser.add_argument("--servers", default="gunicorn,uvicorn")
     parser.add_argument("--only", default="", help="comma-separated endpoint names (default: all)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
@@ -221,23 +223,30 @@ def main() -> None:
         handle.write("\n".join(tokens) + "\n")
     results: dict[tuple[str, str], tuple[float, int]] = {}
     try:
-        for kind in ("gunicorn", "uvicorn"):
+        for kind in args.servers.split(","):
             with _server(kind, args.workers) as base:
                 for name, method, path in endpoints:
                     # A short warm-up per endpoint: every worker's pools and caches are filled.
-                    _wrk(base + path, method=method, tokens_file=handle.name, seconds=1)
+                    _wrk(base + path, method=method, tokens_file=handle.name, seconds=1, connections=args.connections)
                     results[(kind, name)] = _wrk(
-                        base + path, method=method, tokens_file=handle.name, seconds=args.seconds
+                        base + path,
+                        method=method,
+                        tokens_file=handle.name,
+                        seconds=args.seconds,
+                        connections=args.connections,
                     )
     finally:
         os.unlink(handle.name)
-    print(f"{args.users} rotating users, {args.workers} workers each, wrk {CONNECTIONS} connections, {args.seconds} s")
+    print(
+        f"{args.users} rotating users, {args.workers} workers each, wrk {args.connections} connections, {args.seconds} s"
+    )
     print(f"{'endpoint':<14} {'gunicorn':>9} {'uvicorn':>9} {'uv/gu':>6} {'gu/ping':>8} {'uv/ping':>8} {'non-2xx':>9}")
+    missing = (float("nan"), 0)
     for name, _method, _path in endpoints:
-        gu, gu_bad = results[("gunicorn", name)]
-        uv, uv_bad = results[("uvicorn", name)]
-        gu_ping = results[("gunicorn", "ping")][0]
-        uv_ping = results[("uvicorn", "ping")][0]
+        gu, gu_bad = results.get(("gunicorn", name), missing)
+        uv, uv_bad = results.get(("uvicorn", name), missing)
+        gu_ping = results.get(("gunicorn", "ping"), missing)[0]
+        uv_ping = results.get(("uvicorn", "ping"), missing)[0]
         print(
             f"{name:<14} {gu:>9.0f} {uv:>9.0f} {uv / gu:>6.2f} {gu / gu_ping:>8.2f} {uv / uv_ping:>8.2f}"
             f" {gu_bad:>4}/{uv_bad:<4}"
