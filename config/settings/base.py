@@ -177,6 +177,9 @@ REDIS_BREAKER_COOLDOWN = env.float("REDIS_BREAKER_COOLDOWN", default=5.0)
 # are apart from the pool (one each).
 REDIS_POOL_MAX_CONNECTIONS = env.int("REDIS_POOL_MAX_CONNECTIONS", default=32)
 REDIS_POOL_TIMEOUT = env.float("REDIS_POOL_TIMEOUT", default=1.0)
+# Under ASGI, how many requests per process run their (sync) view at once
+# (core/asgi.py); 0: the smaller of the two pools' sizes above.
+ASGI_CONCURRENT_REQUESTS = env.int("ASGI_CONCURRENT_REQUESTS", default=0)
 
 
 def _redis_cache(url: str) -> dict[str, Any]:

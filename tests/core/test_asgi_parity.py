@@ -8,6 +8,7 @@ plain test client (the WSGI handler), for the same user and data, and
 compare status, body and headers.
 """
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,12 +16,14 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.http import HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.utils import deprecation
 from rest_framework.authtoken.models import Token
 from rest_framework.settings import api_settings
 
 from core import journal
+from core.asgi import ASGIHandler as ProjectASGIHandler
 from notices.services import announcement_create
 from tests.conftest import assert_error
 from tests.messagecenter.conftest import send
@@ -212,3 +215,27 @@ def test_asgi_middleware_stack_switches_no_thread(
     both = Both(recipient)
     assert both.asgi_call("get", "/api/v1/inbox/counts/").status_code == 200
     assert both.asgi_call("post", f"/api/v1/inbox/{data['item']}/read/").status_code == 204
+
+
+def test_asgi_handler_bounds_requests_running_at_once(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """However many requests arrive together, at most the bound run their view
+    at once; the others wait (and are all answered)."""
+    settings.ASGI_CONCURRENT_REQUESTS = 3
+    running = {"now": 0, "most": 0}
+
+    async def slow_view(self: Any, request: Any) -> Any:
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        await asyncio.sleep(0.01)
+        running["now"] -= 1
+        return HttpResponse(b"ok")
+
+    monkeypatch.setattr(BaseHandler, "get_response_async", slow_view)
+    handler = ProjectASGIHandler()
+
+    async def burst() -> list[Any]:
+        return await asyncio.gather(*(handler.run_get_response(object()) for _ in range(20)))
+
+    answers = async_to_sync(burst)()
+    assert [answer.content for answer in answers] == [b"ok"] * 20
+    assert running["most"] == 3
