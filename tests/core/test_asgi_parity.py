@@ -24,6 +24,7 @@ from rest_framework.settings import api_settings
 
 from core import journal
 from core.asgi import ASGIHandler as ProjectASGIHandler
+from core.checks import middleware_present
 from notices.services import announcement_create
 from tests.conftest import assert_error
 from tests.messagecenter.conftest import send
@@ -239,3 +240,9 @@ def test_asgi_handler_bounds_requests_running_at_once(monkeypatch: pytest.Monkey
     answers = async_to_sync(burst)()
     assert [answer.content for answer in answers] == [b"ok"] * 20
     assert running["most"] == 3
+
+
+def test_deploy_check_asks_for_the_middleware_classes(settings: Any) -> None:
+    assert middleware_present(None) == []
+    settings.MIDDLEWARE = [path for path in settings.MIDDLEWARE if not path.endswith(".CsrfViewMiddleware")]
+    assert [warning.id for warning in middleware_present(None)] == ["core.security.W003"]
