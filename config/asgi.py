@@ -1,6 +1,11 @@
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+
+from core.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-application = get_asgi_application()
+# What django.core.asgi.get_asgi_application does, with the project's handler
+# (core/asgi.py: a bound on the requests that run sync code at once).
+django.setup(set_prefix=False)
+application = ASGIHandler()

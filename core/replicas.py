@@ -35,12 +35,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import environ
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db import Error as DatabaseError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.utils.functional import SimpleLazyObject, empty
 
 from core import keys
@@ -294,12 +296,21 @@ def _known_user_id(request: HttpRequest) -> int | None:
 
 class ReplicaReadsMiddleware:
     """Opens the read scope for read requests; after a request that wrote,
-    marks its user for read-your-writes."""
+    marks its user for read-your-writes. Sync under WSGI, async under ASGI
+    (the scope is a context variable: it follows the request either way)."""
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
         if not replica_aliases():
             return self.get_response(request)
         with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:
@@ -308,6 +319,19 @@ class ReplicaReadsMiddleware:
         user_id = _known_user_id(request)
         if scope.wrote and user_id:
             pin_user(user_id)
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase
+        if not replica_aliases():
+            response = await self.get_response(request)
+            return response
+        with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:
+            request._replica_scope = scope  # type: ignore[attr-defined]
+            response = await self.get_response(request)
+        user_id = _known_user_id(request)
+        if scope.wrote and user_id:
+            await sync_to_async(pin_user)(user_id)
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:
