@@ -26,7 +26,7 @@ def cluster(redis_cluster_url: str) -> Iterator[Any]:
     with override_settings(
         MESSAGECENTER_REDIS_CLUSTER_URL=redis_cluster_url,
         MESSAGECENTER_KEY_PREFIX=prefix,
-        MESSAGECENTER_BITMAP_CHUNK_USERS=4,
+        MESSAGECENTER_NOTICE_CHUNK_USERS=4,
     ):
         yield get_redis()
     # A shared cluster: remove only this test's keys.
