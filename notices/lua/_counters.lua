@@ -10,19 +10,21 @@ local function notice_live(publish, expire, t)
   return (publish and publish <= t and (not expire or t < expire)) and true or false
 end
 
--- (publish, expire) of id in the index and expiry zsets, numbers or nil.
-local function notice_times(index, expiry, id)
-  local publish = redis.call('ZSCORE', index, id)
-  local expire = redis.call('ZSCORE', expiry, id)
+-- (publish, expire) of id in the index and expiry zsets (KEYS[index_at],
+-- KEYS[expiry_at]), numbers or nil.
+local function notice_times(index_at, expiry_at, id)
+  local publish = redis.call('ZSCORE', KEYS[index_at], id)
+  local expire = redis.call('ZSCORE', KEYS[expiry_at], id)
   return publish and tonumber(publish) or nil, expire and tonumber(expire) or nil
 end
 
--- Adds delta to the counter of every user whose bit is set in bitmap.
--- blocks: the chunk's block keys in order, size users each. Work is bounded by
+-- Adds delta to the counter of every user whose bit is set in the bitmap
+-- KEYS[bitmap_at]; the chunk's nb counter blocks (size users each) are
+-- KEYS[first_block_at ..] in order. Work is bounded by
 -- the bitmap (at most chunk-size bits): one pass over its bytes, one BITFIELD
 -- per block and 1,000 set bits. SAT: a counter never wraps below 0 or above 65535.
-local function notice_add_readers(bitmap, blocks, size, delta)
-  local data = redis.call('GET', bitmap)
+local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
+  local data = redis.call('GET', KEYS[bitmap_at])
   if not data then
     return 0
   end
@@ -36,7 +38,7 @@ local function notice_add_readers(bitmap, blocks, size, delta)
         if math.floor(byte / 2 ^ (7 - b)) % 2 == 1 then
           local offset = (i - 1) * 8 + b
           local block = math.floor(offset / size) + 1
-          if blocks[block] then
+          if block <= nb then
             local list = ops[block]
             if not list then
               list = {}
@@ -54,7 +56,7 @@ local function notice_add_readers(bitmap, blocks, size, delta)
   end
   for block, list in pairs(ops) do
     for j = 1, #list, 4000 do
-      redis.call('BITFIELD', blocks[block], 'OVERFLOW', 'SAT', unpack(list, j, math.min(j + 3999, #list)))
+      redis.call('BITFIELD', KEYS[first_block_at + block - 1], 'OVERFLOW', 'SAT', unpack(list, j, math.min(j + 3999, #list)))
     end
   end
   return n

@@ -12,12 +12,8 @@ if meta[1] ~= ARGV[1] or meta[2] ~= ARGV[2] then
   return 0
 end
 local nb = tonumber(ARGV[4])
-local blocks = {}
-for i = 1, nb do
-  blocks[i] = KEYS[1 + i]
-end
 for i = 2 + nb, #KEYS do
-  notice_add_readers(KEYS[i], blocks, tonumber(ARGV[5]), tonumber(ARGV[6 + i - 2 - nb]))
+  notice_add_readers(i, 2, nb, tonumber(ARGV[5]), tonumber(ARGV[6 + i - 2 - nb]))
 end
 redis.call('HSET', KEYS[1], 't', ARGV[3])
 return 1

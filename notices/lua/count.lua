@@ -33,7 +33,8 @@ if ARGV[5] ~= t then
   if tonumber(now) < tonumber(t) then
     low, high = now, t
   end
-  if redis.call('ZCOUNT', KEYS[2], '(' .. low, high) > 0 or redis.call('ZCOUNT', KEYS[3], '(' .. low, high) > 0 then
+  local after = '(' .. low -- exclusive: a time equal to low changed nothing since low
+  if redis.call('ZCOUNT', KEYS[2], after, high) > 0 or redis.call('ZCOUNT', KEYS[3], after, high) > 0 then
     return -2
   end
   return read

@@ -13,7 +13,7 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-local publish, expire = notice_times(KEYS[2], KEYS[3], ARGV[1])
+local publish, expire = notice_times(2, 3, ARGV[1])
 if publish == nil then
   return -2
 end

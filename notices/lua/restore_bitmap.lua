@@ -11,13 +11,9 @@ if not redis.call('SET', KEYS[4], ARGV[1], 'NX') then
 end
 local t = tonumber(redis.call('HGET', KEYS[1], 't'))
 if t ~= nil then
-  local publish, expire = notice_times(KEYS[2], KEYS[3], ARGV[2])
+  local publish, expire = notice_times(2, 3, ARGV[2])
   if notice_live(publish, expire, t) then
-    local blocks = {}
-    for i = 5, #KEYS do
-      blocks[#blocks + 1] = KEYS[i]
-    end
-    notice_add_readers(KEYS[4], blocks, tonumber(ARGV[3]), 1)
+    notice_add_readers(4, 5, #KEYS - 4, tonumber(ARGV[3]), 1)
   end
 end
 return 1

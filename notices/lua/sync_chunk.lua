@@ -25,10 +25,6 @@ if ARGV[3] == '1' and not redis.call('HGET', KEYS[1], 't') then
   return -1
 end
 local nb, size = tonumber(ARGV[4]), tonumber(ARGV[5])
-local blocks = {}
-for i = 1, nb do
-  blocks[i] = KEYS[3 + i]
-end
 local n = tonumber(ARGV[7])
 local entries = {}
 for i = 0, n - 1 do
@@ -36,9 +32,9 @@ for i = 0, n - 1 do
   entries[ARGV[base]] = { tonumber(ARGV[base + 1]), ARGV[base + 2] ~= '' and tonumber(ARGV[base + 2]) or nil }
 end
 local pos = 8 + n * 3
-local bitmaps = {}
+local bitmaps = {} -- id -> its position in KEYS
 for i = 4 + nb, #KEYS do
-  bitmaps[ARGV[pos]] = KEYS[i]
+  bitmaps[ARGV[pos]] = i
   pos = pos + 1
 end
 local drops = {}
@@ -87,11 +83,11 @@ for _, move in ipairs(moves) do
   end
 end
 for _, move in ipairs(moves) do
-  notice_add_readers(bitmaps[move[1]], blocks, size, move[2])
+  notice_add_readers(bitmaps[move[1]], 4, nb, size, move[2])
 end
 for id in pairs(drops) do
   if bitmaps[id] then
-    redis.call('DEL', bitmaps[id])
+    redis.call('DEL', KEYS[bitmaps[id]])
   end
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
@@ -102,9 +98,9 @@ if t == nil and ARGV[pos] ~= nil then
   redis.call('HSET', KEYS[1], 't', ARGV[6])
   for i = 1, nb do
     if ARGV[pos + i - 1] ~= '' then
-      redis.call('SET', blocks[i], ARGV[pos + i - 1])
+      redis.call('SET', KEYS[3 + i], ARGV[pos + i - 1])
     else
-      redis.call('DEL', blocks[i])
+      redis.call('DEL', KEYS[3 + i])
     end
   end
 end
