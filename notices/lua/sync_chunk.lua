@@ -50,12 +50,16 @@ local t = tonumber(meta[2])
 local moves = {}
 if t ~= nil then
   local old = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local expiries = {}
+  local listed = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  for i = 1, #listed, 2 do
+    expiries[listed[i]] = tonumber(listed[i + 1])
+  end
   local seen = {}
   for i = 1, #old, 2 do
     local id = old[i]
     seen[id] = true
-    local expire = redis.call('ZSCORE', KEYS[3], id)
-    local was = notice_live(tonumber(old[i + 1]), expire and tonumber(expire) or nil, t)
+    local was = notice_live(tonumber(old[i + 1]), expiries[id], t)
     local is = was
     if drops[id] then
       is = false
