@@ -637,7 +637,7 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
             keys.notice_read_hours(platform, chunk, announcement_id),
             keys.notice_reads(platform, chunk, block),
         ]
-        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, field]
+        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, field, _block_users()]
         for _ in range(_ATTEMPTS):
             previous = int(_MARK(keys=script_keys, args=args, client=client))
             if previous != -1:
@@ -876,7 +876,7 @@ def _restore_chunk(
     blocks = []
     for start in range(0, size, block):
         part = counts[start : start + block]
-        while part and part[-1] == 0:
-            part.pop()
-        blocks.append(struct.pack(f">{len(part)}H", *(min(c, 0xFFFF) for c in part)) if part else b"")
+        # Whole blocks (or none): a block is written once at its final length.
+        part += [0] * (block - len(part))
+        blocks.append(struct.pack(f">{block}H", *(min(c, 0xFFFF) for c in part)) if any(part) else b"")
     return t, blocks

@@ -18,6 +18,15 @@ local function notice_times(index_at, expiry_at, id)
   return publish and tonumber(publish) or nil, expire and tonumber(expire) or nil
 end
 
+-- Creates the counter block KEYS[at] at its full size (size u16 counters)
+-- when missing: written once at its final length, a block never pays the
+-- string's doubling growth.
+local function notice_block_ready(at, size)
+  if redis.call('EXISTS', KEYS[at]) == 0 then
+    redis.call('SETRANGE', KEYS[at], size * 2 - 1, '\0')
+  end
+end
+
 -- Adds delta to the counter of every user whose bit is set in the bitmap
 -- KEYS[bitmap_at]; the chunk's nb counter blocks (size users each) are
 -- KEYS[first_block_at ..] in order. Work is bounded by
@@ -55,6 +64,7 @@ local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
     end
   end
   for block, list in pairs(ops) do
+    notice_block_ready(first_block_at + block - 1, size)
     for j = 1, #list, 4000 do
       redis.call('BITFIELD', KEYS[first_block_at + block - 1], 'OVERFLOW', 'SAT', unpack(list, j, math.min(j + 3999, #list)))
     end
