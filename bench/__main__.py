@@ -17,6 +17,7 @@ from pathlib import Path
 CASES = (
     "bench.cases.broadcast",
     "bench.cases.announcements",
+    "bench.cases.announcement_scale",
     "bench.cases.inbox",
     "bench.cases.counts",
     "bench.cases.notifications",

@@ -114,8 +114,8 @@ def readmodel_generation() -> str:
 
 # --- notices (announcements) --------------------------------------------------------
 # (owned by notices/readmodel.py)
-# Read bitmaps are split by user-id range into chunks of
-# MESSAGECENTER_BITMAP_CHUNK_USERS users. Everything one count script touches
+# Read bitmaps and per-user read counters are split by user-id range into chunks of
+# MESSAGECENTER_NOTICE_CHUNK_USERS users. Everything one count script touches
 # (a platform's chunk index, expiry zset, metadata and bitmaps) shares the
 # chunk's hash tag, so it maps to one slot; different chunks and platforms
 # spread over the cluster.
@@ -138,18 +138,11 @@ def notice_read_hours(platform: str, chunk: int, announcement_id: int) -> str:
     return _key("notice", notice_tag(platform, chunk), int(announcement_id), "hours")
 
 
-def notice_user_count(platform: str, chunk: int, user_id: int) -> str:
-    """string: a user's read count over the chunk index's live announcements,
-    ``<token>:<epoch>:<live set digest>|<read>`` (notices/lua/count.lua; a cache with a
-    lifetime: the user's marks delete it; a rebuilt index, a restore or time passing a
-    publish or expiry makes it stale)."""
-    return _key("notice", notice_tag(platform, chunk), "count", int(user_id))
-
-
-def notice_reads_epoch(platform: str, chunk: int) -> str:
-    """string: counter moved whenever read bitmaps of the chunk are restored from snapshots
-    (bits that change without a mark: cached counts go stale)."""
-    return _key("notice", notice_tag(platform, chunk), "epoch")
+def notice_reads(platform: str, chunk: int, block: int) -> str:
+    """string of u16 counters (BITFIELD ``#i``): counter i = how many announcements of the chunk
+    index live at the chunk time (meta ``t``) user ``block * NOTICE_BLOCK_USERS + i`` of the chunk
+    has read (notices/lua/_counters.lua). Blocks keep one key at 4 KiB at most."""
+    return _key("notice", notice_tag(platform, chunk), "reads", int(block))
 
 
 def notice_index(platform: str, chunk: int) -> str:
@@ -163,8 +156,9 @@ def notice_expiry(platform: str, chunk: int) -> str:
 
 
 def notice_meta(platform: str, chunk: int) -> str:
-    """hash: ``rev`` (revision the index was built from) and ``token`` (changes on
-    every rebuild; callers cache the id list under it)."""
+    """hash: ``rev`` (revision the index was built from), ``token`` (changes on
+    every rebuild; callers cache the id list under it) and ``t`` (the chunk time in ms:
+    the read counters count what was live then)."""
     return _key("notice", notice_tag(platform, chunk), "meta")
 
 

@@ -1,27 +1,32 @@
 """The announcements' Redis read model; the only notices module that talks to Redis.
 
 Layout (names in ``core.keys``), per platform ``p`` and user-id chunk ``c``
-(``MESSAGECENTER_BITMAP_CHUNK_USERS`` ids per chunk), all under the hash tag
+(``MESSAGECENTER_NOTICE_CHUNK_USERS`` ids per chunk), all under the hash tag
 ``{p}`` (chunk 0) or ``{p:c}``:
 
-- ``notice:{p}:<id>``   bitmap, bit = user id within the chunk, 1 = read;
-- ``notice:{p}:index``  zset of the platform's not-yet-expired announcement ids,
+- ``notice:{p}:<id>``     bitmap, bit = user id within the chunk, 1 = read;
+- ``notice:{p}:index``    zset of the platform's not-yet-expired announcement ids,
   score = publish time in ms (scheduled ones included: time filters at read);
-- ``notice:{p}:expire`` zset, score = expiry time in ms (absent: never);
-- ``notice:{p}:meta``   hash ``rev`` / ``token`` of the index build.
+- ``notice:{p}:expire``   zset, score = expiry time in ms (absent: never);
+- ``notice:{p}:meta``     hash ``rev`` / ``token`` of the index build, ``t`` the chunk time;
+- ``notice:{p}:reads:<b>`` u16 read counters of ``NOTICE_BLOCK_USERS`` users.
 
 Publishing writes the index of each built chunk (a handful), never per user.
-Counting is one script per platform over its chunk's keys, all passed in
-``KEYS``: the caller keeps the chunk's id list in process under the meta
-token, and the script answers ``-1`` when the token moved (refresh, retry).
+A user's count is their counter (announcements live at the chunk time ``t``
+they read) plus the few whose publish or expiry time passed since ``t``; a
+list page reads the bits of its own announcements only. The process keeps a
+copy of each chunk index under the meta token (times, sorted for bisection),
+and the scripts answer ``-1`` when the token moved (refresh, retry).
 Indexes are snapshots of PostgreSQL: rebuilt after every committed change and,
 when missing (new chunk, flushed Redis), on first read.
 """
 
+import bisect
+import itertools
 import logging
 import math
+import struct
 import uuid
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,19 +48,27 @@ from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
 from notices.snapshot_rows import announcement_chunk_readers
 
+_COUNTERS = ("lua/_counters.lua",)
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua")
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
-_SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua")
+_SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua", preambles=_COUNTERS)
 # Adding one announcement: the revision first, then each built chunk.
 _ADD_REVISION = LuaScript(__file__, "lua/add_revision.lua")
 _ADD_CHUNK = LuaScript(__file__, "lua/add_chunk.lua")
-_MARK = LuaScript(__file__, "lua/mark.lua")
+_MARK = LuaScript(__file__, "lua/mark.lua", preambles=_COUNTERS)
+_ADVANCE = LuaScript(__file__, "lua/advance.lua", preambles=_COUNTERS)
+_RESTORE_BITMAP = LuaScript(__file__, "lua/restore_bitmap.lua", preambles=_COUNTERS)
 COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua")
 
 logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ATTEMPTS = 4
+# Users per read-counter block: u16 each, so one block key is 4 KiB at most.
+NOTICE_BLOCK_USERS = 2048
+# Publish and expiry times one advance.lua call moves the chunk time over at most
+# (each costs a pass over that announcement's bitmap in the chunk).
+ADVANCE_BATCH = 64
 _HOUR_MS = HOUR_MS
 # Per-hour read counters outlive any announcement worth charting; the
 # lifetime, renewed on every read, frees them after a delete without a sweep.
@@ -89,7 +102,26 @@ def user_slot(user_id: int) -> tuple[int, int]:
             f"User id {user_id} is outside the supported range 0..{settings.MESSAGECENTER_MAX_USER_ID}.",
             fields={"user_id": ["Out of range."]},
         )
-    return divmod(user_id, int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS))
+    return divmod(user_id, _chunk_users())
+
+
+def _chunk_users() -> int:
+    return int(settings.MESSAGECENTER_NOTICE_CHUNK_USERS)
+
+
+def _block_users() -> int:
+    return min(NOTICE_BLOCK_USERS, _chunk_users())
+
+
+def _block_keys(platform: str, chunk: int) -> list[str]:
+    """The chunk's read-counter blocks, in order (every script that moves all readers takes them all)."""
+    return [keys.notice_reads(platform, chunk, b) for b in range(-(-_chunk_users() // _block_users()))]
+
+
+def _counter_of(offset: int) -> tuple[int, str]:
+    """(block, BITFIELD ``#i`` field) of a user's read counter."""
+    block, index = divmod(offset, _block_users())
+    return block, f"#{index}"
 
 
 def user_id_of(user: Any) -> int:
@@ -101,7 +133,6 @@ def user_id_of(user: Any) -> int:
 
 def clear_local_cache() -> None:
     _ids_cache.clear()
-    _live_windows.clear()
     _revisions.clear()
 
 
@@ -134,20 +165,59 @@ def _chunk_keys(platform: str, chunk: int) -> list[str]:
 def _write_chunk(
     client: RedisClient, *, platform: str, chunk: int, rev: int, entries: Sequence[Entry], drop_ids: Iterable[int]
 ) -> None:
-    args: list[Any] = [rev, uuid.uuid4().hex, "1", len(entries)]
-    for pk, publish_ms, expire_ms in entries:
-        args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
-    script_keys = [*_chunk_keys(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in drop_ids)]
+    drops = [int(pk) for pk in drop_ids]
+    token = uuid.uuid4().hex
     # One round trip when the chunk is built (every publish after the first):
-    # the script checks the meta itself and refuses, changing nothing, if not.
-    if _SYNC_CHUNK(keys=script_keys, args=args, client=client) == -1:
+    # the script checks the chunk time itself and refuses, changing nothing, if not.
+    if _sync(client, platform=platform, chunk=chunk, rev=rev, token=token, entries=entries, drops=drops) == -1:
         # First build of the chunk (a new id range, or Redis lost its data):
-        # mark.lua refuses until the meta exists, so no mark can be in these
-        # bitmaps yet and the snapshots go back in whole before the index opens.
-        _restore_chunk(client, platform=platform, chunk=chunk, announcement_ids=[pk for pk, _, _ in entries])
-        args[2] = "0"
-        _SYNC_CHUNK(keys=script_keys, args=args, client=client)
+        # the snapshots go back in whole and are counted before the index opens
+        # (mark.lua moves no counter until the chunk has its time).
+        build = _restore_chunk(client, platform=platform, chunk=chunk, entries=entries)
+        _sync(client, platform=platform, chunk=chunk, rev=rev, token=token, entries=entries, drops=drops, build=build)
     _ids_cache.pop((platform, chunk), None)
+
+
+def _sync(
+    client: RedisClient,
+    *,
+    platform: str,
+    chunk: int,
+    rev: int,
+    token: str,
+    entries: Sequence[Entry],
+    drops: Sequence[int],
+    build: tuple[int, list[bytes]] | None = None,
+) -> int:
+    """One sync_chunk.lua call; it needs the bitmap of every announcement whose
+    liveness at the chunk time changes: those of the new entries, the drops and
+    the process's copy first, the index's own ids when that was not enough."""
+    blocks = _block_keys(platform, chunk)
+    ids = {pk for pk, _, _ in entries} | set(drops)
+    cached = _ids_cache.get((platform, chunk))
+    if cached is not None:
+        ids |= set(cached.times)
+    for _ in range(_ATTEMPTS):
+        ordered = sorted(ids)
+        args: list[Any] = [rev, token, "0" if build else "1", len(blocks), _block_users(), build[0] if build else 0]
+        args.append(len(entries))
+        for pk, publish_ms, expire_ms in entries:
+            args.extend((pk, publish_ms, "" if expire_ms is None else expire_ms))
+        args.extend(ordered)
+        args.append(len(drops))
+        args.extend(drops)
+        if build:
+            args.extend(build[1])
+        script_keys = [
+            *_chunk_keys(platform, chunk),
+            *blocks,
+            *(keys.notice_bitmap(platform, chunk, pk) for pk in ordered),
+        ]
+        result = int(_SYNC_CHUNK(keys=script_keys, args=args, client=client))
+        if result != -3:
+            return result
+        ids |= {int(pk) for pk in client.zrange(keys.notice_index(platform, chunk), 0, -1)}
+    raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
 def _built_chunks(client: RedisClient) -> list[int]:
@@ -271,16 +341,92 @@ def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:
     _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=_platform_entries(platform), drop_ids=())
 
 
+_NEWEST_FIRST = -(2**63)  # below every (-publish, -id) key of a copy
+
+
 @dataclass(frozen=True)
 class ChunkIndex:
-    """A process-local copy of one (platform, chunk) index, valid under ``token``.
-
-    Bitmap key names are built once per copy, not once per read.
-    """
+    """A process-local copy of one (platform, chunk) index, valid under ``token``,
+    sorted once so every question a read asks is a bisection, never a walk."""
 
     token: str
-    entries: tuple[Entry, ...]
-    bitmap_keys: tuple[str, ...]
+    times: dict[int, tuple[int, int | None]]  # id -> (publish ms, expire ms or None)
+    newest: list[tuple[int, int]]  # (-publish, -id) ascending: newest first
+    publishes: list[int]  # publish times of the entries that can be live, ascending
+    publish_ids: list[int]
+    expiries: list[int]  # their expiry times (those that expire), ascending
+    expiry_ids: list[int]
+
+    @classmethod
+    def build(cls, token: str, entries: Iterable[Entry]) -> "ChunkIndex":
+        times = {pk: (publish, expire) for pk, publish, expire in entries}
+        # An entry that expires before it is published is never live: it takes
+        # no part in counts, so it stays out of the time lists.
+        valid = [(pk, p, e) for pk, (p, e) in times.items() if e is None or p < e]
+        by_publish = sorted((p, pk) for pk, p, _ in valid)
+        by_expiry = sorted((e, pk) for pk, _, e in valid if e is not None)
+        return cls(
+            token=token,
+            times=times,
+            newest=sorted((-p, -pk) for pk, (p, _) in times.items()),
+            publishes=[p for p, _ in by_publish],
+            publish_ids=[pk for _, pk in by_publish],
+            expiries=[e for e, _ in by_expiry],
+            expiry_ids=[pk for _, pk in by_expiry],
+        )
+
+    def live(self, pk: int, at: int) -> bool:
+        found = self.times.get(pk)
+        return found is not None and found[0] <= at and (found[1] is None or at < found[1])
+
+    def live_count(self, at: int) -> int:
+        # An entry expired by ``at`` was published before it (the lists hold no other).
+        return bisect.bisect_right(self.publishes, at) - bisect.bisect_right(self.expiries, at)
+
+    def next_change(self, at: int) -> float:
+        """When the live set changes next after ``at`` (a publish or an expiry time); inf: never."""
+        found = math.inf
+        for moments in (self.publishes, self.expiries):
+            i = bisect.bisect_right(moments, at)
+            if i < len(moments):
+                found = min(found, moments[i])
+        return found
+
+    def moments(self, start: int, end: int) -> list[int]:
+        """Publish and expiry times in (start, end], ascending."""
+        found: list[int] = []
+        for moments in (self.publishes, self.expiries):
+            found.extend(moments[bisect.bisect_right(moments, start) : bisect.bisect_right(moments, end)])
+        return sorted(found)
+
+    def changes(self, start: int, end: int) -> dict[int, int]:
+        """id -> live at ``end`` minus live at ``start`` (1 or -1), for the entries that differ."""
+        low, high = min(start, end), max(start, end)
+        touched: set[int] = set()
+        for moments, ids in ((self.publishes, self.publish_ids), (self.expiries, self.expiry_ids)):
+            touched.update(ids[bisect.bisect_right(moments, low) : bisect.bisect_right(moments, high)])
+        found = {}
+        for pk in sorted(touched):
+            delta = int(self.live(pk, end)) - int(self.live(pk, start))
+            if delta:
+                found[pk] = delta
+        return found
+
+    def page(self, at: int, after: tuple[int, int] | None, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` (publish ms, id) live at ``at``, newest first, strictly below ``after``.
+
+        Starts by bisection; only entries expired but not yet pruned from the
+        index are stepped over (a rebuild or a publish prunes them)."""
+        start = bisect.bisect_left(self.newest, (-at, _NEWEST_FIRST))
+        if after is not None:
+            start = max(start, bisect.bisect_right(self.newest, (-after[0], -after[1])))
+        found: list[tuple[int, int]] = []
+        for neg_publish, neg_pk in itertools.islice(self.newest, start, None):
+            if len(found) >= limit:
+                break
+            if self.live(-neg_pk, at):
+                found.append((-neg_publish, -neg_pk))
+        return found
 
 
 def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkIndex:
@@ -290,145 +436,130 @@ def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkInde
     for _ in range(_ATTEMPTS):
         snapshot = _SNAPSHOT(keys=_chunk_keys(platform, chunk), client=client)
         if snapshot:
-            entries = tuple(
+            entries = (
                 (int(snapshot[i]), int(float(snapshot[i + 1])), int(snapshot[i + 2]) if snapshot[i + 2] else None)
                 for i in range(1, len(snapshot), 3)
             )
-            index = ChunkIndex(
-                token=snapshot[0].decode(),
-                entries=entries,
-                bitmap_keys=tuple(keys.notice_bitmap(platform, chunk, pk) for pk, _, _ in entries),
-            )
+            index = ChunkIndex.build(snapshot[0].decode(), entries)
             _ids_cache[(platform, chunk)] = index
             return index
         _build_chunk(client, platform=platform, chunk=chunk)
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} could not be built")
 
 
+def _read_bits(
+    client: RedisClient, *, platform: str, chunk: int, offset: int, index: ChunkIndex, ids: Sequence[int]
+) -> list[bool] | None:
+    """The user's bits of these announcements of the copy; None when the copy is stale."""
+    if not ids:
+        return []
+    reply = _READ_STATE(
+        keys=[keys.notice_meta(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in ids)],
+        args=[index.token, offset],
+        client=client,
+    )
+    if reply == -1:
+        _ids_cache.pop((platform, chunk), None)
+        return None
+    bits = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return [bit == "1" for bit in bits]
+
+
 def read_state(*, platform: str, user_id: int, now: datetime) -> dict[int, tuple[int, bool]]:
     """Live announcements of ``platform`` at ``now`` -> (publish ms, read by this user).
 
-    One script call when the process's copy of the index is current: the copy
-    says which announcements are live at ``now`` (publish and expiry times are
-    part of it, and the token proves it current), the script reads their bits.
+    Every live announcement: for the pinned sections and several-platform
+    counts. A list page reads its own page only (``read_page``).
     """
     chunk, offset = user_slot(user_id)
     client = get_redis()
     now_ms = to_ms(now)
     for _ in range(_ATTEMPTS):
         index = _chunk_index(client, platform=platform, chunk=chunk)
-        live = [
-            i
-            for i, (_, publish_ms, expire_ms) in enumerate(index.entries)
-            if publish_ms <= now_ms and (expire_ms is None or expire_ms > now_ms)
-        ]
-        reply = _READ_STATE(
-            keys=[keys.notice_meta(platform, chunk), *(index.bitmap_keys[i] for i in live)],
-            args=[index.token, offset],
-            client=client,
-        )
-        if reply == -1:
-            _ids_cache.pop((platform, chunk), None)
-            continue
-        bits = reply.decode() if isinstance(reply, bytes) else str(reply)
-        return {index.entries[i][0]: (index.entries[i][1], bit == "1") for i, bit in zip(live, bits, strict=True)}
+        live = [pk for pk in index.times if index.live(pk, now_ms)]
+        bits = _read_bits(client, platform=platform, chunk=chunk, offset=offset, index=index, ids=live)
+        if bits is not None:
+            return {pk: (index.times[pk][0], bit) for pk, bit in zip(live, bits, strict=True)}
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
-# How long a user's cached announcement count lives (count.lua): only users
-# reading their counts now hold one.
-COUNT_CACHE_SECONDS = 600
+def read_page(
+    *, platform: str, user_id: int, now: datetime, after: tuple[int, int] | None, limit: int
+) -> list[tuple[int, int, bool]]:
+    """Up to ``limit`` (publish ms, id, read) live on ``platform`` at ``now``, newest
+    first, strictly below ``after`` (publish ms, id): one script call reading
+    the bits of those announcements only, whatever the number live."""
+    chunk, offset = user_slot(user_id)
+    client = get_redis()
+    now_ms = to_ms(now)
+    for _ in range(_ATTEMPTS):
+        index = _chunk_index(client, platform=platform, chunk=chunk)
+        page = index.page(now_ms, after, limit)
+        bits = _read_bits(
+            client, platform=platform, chunk=chunk, offset=offset, index=index, ids=[pk for _, pk in page]
+        )
+        if bits is not None:
+            return [(publish, pk, bit) for (publish, pk), bit in zip(page, bits, strict=True)]
+    raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
-@dataclass(frozen=True)
-class LiveWindow:
-    """Which entries of an index copy are live, and the times between which that holds."""
-
-    token: str
-    start: int  # ms, inclusive (-1: since ever)
-    end: int | None  # ms, exclusive (None: for ever)
-    live: tuple[int, ...]  # positions in ``ChunkIndex.entries``
-    digest: str
-
-
-# (platform, chunk) -> the live window of the process's index copy: the live
-# set only changes when a publish or expiry time passes, so it is worked out
-# once per window, not once per count.
-_live_windows: dict[tuple[str, int], LiveWindow] = {}
-
-
-def _live_window(platform: str, chunk: int, index: ChunkIndex, now_ms: int) -> LiveWindow:
-    window = _live_windows.get((platform, chunk))
-    if (
-        window is not None
-        and window.token == index.token
-        and window.start <= now_ms
-        and (window.end is None or now_ms < window.end)
-    ):
-        return window
-    live: list[int] = []
-    start, end = -1, None
-    for i, (_, publish_ms, expire_ms) in enumerate(index.entries):
-        for moment in (publish_ms, expire_ms):
-            if moment is None:
-                continue
-            if moment <= now_ms:
-                start = max(start, moment)
-            elif end is None or moment < end:
-                end = moment
-        if publish_ms <= now_ms and (expire_ms is None or expire_ms > now_ms):
-            live.append(i)
-    ids = ",".join(str(index.entries[i][0]) for i in live)
-    digest = format(zlib.crc32(ids.encode()), "08x") + format(len(live), "x")
-    window = LiveWindow(token=index.token, start=start, end=end, live=tuple(live), digest=digest)
-    _live_windows[(platform, chunk)] = window
-    return window
+def read_flags(*, platform: str, user_id: int, ids: Sequence[int], now: datetime) -> dict[int, tuple[int, bool]]:
+    """Of these announcements, those live on ``platform`` at ``now`` -> (publish ms, read)."""
+    chunk, offset = user_slot(user_id)
+    client = get_redis()
+    now_ms = to_ms(now)
+    for _ in range(_ATTEMPTS):
+        index = _chunk_index(client, platform=platform, chunk=chunk)
+        live = [int(pk) for pk in ids if index.live(int(pk), now_ms)]
+        bits = _read_bits(client, platform=platform, chunk=chunk, offset=offset, index=index, ids=live)
+        if bits is not None:
+            return {pk: (index.times[pk][0], bit) for pk, bit in zip(live, bits, strict=True)}
+    raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
 @dataclass(frozen=True)
 class CountCall:
-    """count.lua's cheap first call for one user on one platform (see ``read_count``)."""
+    """count.lua's first call for one user on one platform (see ``read_count``)."""
 
     platform: str
     chunk: int
     offset: int
+    user_id: int
     index: ChunkIndex
-    live: tuple[int, ...]  # positions in ``index.entries`` live at ``now_ms``
+    live: int  # announcements live at ``now_ms`` in ``index``
     now_ms: int
-    digest: str
     keys: tuple[str, ...]
     until_ms: float  # when the live set changes next (a publish or expiry time); inf: never
 
-    def args(self) -> list[Any]:
-        return [self.index.token, self.offset, self.digest, COUNT_CACHE_SECONDS]
+    def args(self, seen_t: str = "") -> list[Any]:
+        return [self.index.token, _counter_of(self.offset)[1], self.now_ms, self.offset, seen_t]
 
 
 def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
-    """Prepare a cached count (no Redis call when the process's index copy is warm)."""
+    """Prepare a count (no Redis call when the process's index copy is warm)."""
     chunk, offset = user_slot(user_id)
     now_ms = to_ms(now)
     index = _chunk_index(get_redis(), platform=platform, chunk=chunk)
-    window = _live_window(platform, chunk, index, now_ms)
     return CountCall(
         platform=platform,
         chunk=chunk,
         offset=offset,
+        user_id=int(user_id),
         index=index,
-        live=window.live,
+        live=index.live_count(now_ms),
         now_ms=now_ms,
-        digest=window.digest,
         keys=(
-            keys.notice_meta(platform, chunk),
-            keys.notice_reads_epoch(platform, chunk),
-            keys.notice_user_count(platform, chunk, user_id),
+            *_chunk_keys(platform, chunk),
+            keys.notice_reads(platform, chunk, _counter_of(offset)[0]),
         ),
-        until_ms=math.inf if window.end is None else window.end,
+        until_ms=index.next_change(now_ms),
     )
 
 
 def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
-    """(live, read) from the first call's reply; computes and caches the count
-    (the bitmaps of the live announcements passed) when nothing current was cached."""
+    """(live, read) from the first call's reply. When publish or expiry times
+    passed since the chunk time, a second call adds what they change for this
+    user (their bits only), and the chunk time moves on for every reader."""
     client = get_redis()
     refreshes = 0
     while True:
@@ -436,51 +567,77 @@ def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
             raise reply
         reply = int(reply)
         if reply >= 0:
-            return len(call.live), reply
-        if reply == -1:  # the index was rebuilt: take a fresh copy
-            refreshes += 1
-            if refreshes >= _ATTEMPTS:
-                raise IndexUnsettled(f"announcement index of {call.platform}/{call.chunk} kept changing")
+            return call.live, reply
+        refreshes += 1
+        if refreshes > 2 * _ATTEMPTS:
+            raise IndexUnsettled(f"announcement index of {call.platform}/{call.chunk} kept changing")
+        seen = client.hget(keys.notice_meta(call.platform, call.chunk), "t") if reply == -2 else None
+        if seen is None:
+            if reply == -3 or reply == -2:
+                # A chunk without a time (built before read counters): count it now.
+                _build_chunk(client, platform=call.platform, chunk=call.chunk)
             _ids_cache.pop((call.platform, call.chunk), None)
-            call = read_count_call(platform=call.platform, user_id=_user_of(call), now=from_ms(call.now_ms))
+            call = read_count_call(platform=call.platform, user_id=call.user_id, now=from_ms(call.now_ms))
             reply = COUNT_SCRIPT(keys=call.keys, args=call.args(), client=client)
-        elif not call.live:
-            return 0, 0
-        else:  # -2: nothing current cached; count over the live bitmaps (and cache it)
-            bitmaps = [call.index.bitmap_keys[i] for i in call.live]
-            reply = COUNT_SCRIPT(keys=[*call.keys, *bitmaps], args=call.args(), client=client)
+            continue
+        seen_t = seen.decode()
+        t = int(float(seen_t))
+        changes = call.index.changes(t, call.now_ms)
+        reply = COUNT_SCRIPT(
+            keys=[*call.keys, *(keys.notice_bitmap(call.platform, call.chunk, pk) for pk in changes)],
+            args=[*call.args(seen_t), *changes.values()],
+            client=client,
+        )
+        if call.now_ms > t and int(reply) >= 0:
+            _advance(client, call=call, seen_t=seen_t)
 
 
-def _user_of(call: CountCall) -> int:
-    return call.chunk * int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS) + call.offset
+def _advance(client: RedisClient, *, call: CountCall, seen_t: str) -> None:
+    """Move the chunk time on towards ``call.now_ms``, at most ``ADVANCE_BATCH``
+    publish or expiry times per call: later counts in the chunk answer at once."""
+    t = int(float(seen_t))
+    moments = call.index.moments(t, call.now_ms)
+    target = call.now_ms if len(moments) <= ADVANCE_BATCH else moments[ADVANCE_BATCH - 1]
+    changes = call.index.changes(t, target)
+    blocks = _block_keys(call.platform, call.chunk)
+    _ADVANCE(
+        keys=[
+            keys.notice_meta(call.platform, call.chunk),
+            *blocks,
+            *(keys.notice_bitmap(call.platform, call.chunk, pk) for pk in changes),
+        ],
+        args=[call.index.token, seen_t, target, len(blocks), _block_users(), *changes.values()],
+        client=client,
+    )
 
 
 def read_count(*, platform: str, user_id: int, now: datetime) -> tuple[int, int]:
     """(live announcements of ``platform`` at ``now``, how many of them the user read).
 
-    Usually one short script call: the user's count is cached in Redis under
-    the index token; when it is missing or stale the live bitmaps are read
-    (one more call) and the count cached again.
+    Usually one short script call that reads the user's counter; see
+    ``read_count_settle`` for the call after a publish or expiry time passed.
     """
     call = read_count_call(platform=platform, user_id=user_id, now=now)
     return read_count_settle(call, COUNT_SCRIPT(keys=call.keys, args=call.args()))
 
 
 def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: bool) -> bool:
-    """Set (or clear) the user's bit in each platform's bitmap; True if any bit changed."""
+    """Set (or clear) the user's bit in each platform's bitmap, and the user's
+    read counter with it; True if any bit changed."""
     chunk, offset = user_slot(user_id)
+    block, field = _counter_of(offset)
     client = get_redis()
     changed = False
     dirty: list[str] = []
     hour = to_ms(timezone.now()) // _HOUR_MS
     for platform in platforms:
         script_keys = [
-            *_chunk_keys(platform, chunk)[:2],
+            *_chunk_keys(platform, chunk),
             keys.notice_bitmap(platform, chunk, announcement_id),
             keys.notice_read_hours(platform, chunk, announcement_id),
-            keys.notice_user_count(platform, chunk, user_id),
+            keys.notice_reads(platform, chunk, block),
         ]
-        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS]
+        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, field, _block_users()]
         for _ in range(_ATTEMPTS):
             previous = int(_MARK(keys=script_keys, args=args, client=client))
             if previous != -1:
@@ -599,7 +756,7 @@ def snapshot_readers(*, members: Sequence[SnapshotMember]) -> tuple[dict[Snapsho
     """
     client = get_redis()
     chunks = _built_chunks(client)
-    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    size = _chunk_users()
     pipe = client.pipeline(transaction=False)
     for platform, pk in members:
         for chunk in chunks:
@@ -628,23 +785,25 @@ def readers(*, announcement_id: int, platforms: Iterable[str]) -> BitMap:
 
 def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
     """Write snapshot bitmaps back, per chunk, only where the key is missing (SET NX):
-    a restore while the site serves never undoes a newer mark. Registers the
-    chunks it wrote so counts and index builds include them. Returns keys written.
+    a restore while the site serves never undoes a newer mark, and the readers of a
+    bitmap that counts in a built chunk have their counters moved with it
+    (restore_bitmap.lua, one call per bitmap). Registers the chunks it wrote so
+    counts and index builds include them. Returns keys written.
     """
-    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    size = _chunk_users()
     client = get_redis()
-    pipe = client.pipeline(transaction=False)
     chunks: set[int] = set()
-    epochs: set[tuple[str, int]] = set()
+    written = 0
     for (platform, pk), users in readers.items():
         for chunk, part in bitmap_split(users, size=size).items():
-            pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(part, base=chunk * size), nx=True)
+            script_keys = [
+                *_chunk_keys(platform, chunk),
+                keys.notice_bitmap(platform, chunk, pk),
+                *_block_keys(platform, chunk),
+            ]
+            args = [bitmap_to_redis(part, base=chunk * size), int(pk), _block_users()]
+            written += int(_RESTORE_BITMAP(keys=script_keys, args=args, client=client))
             chunks.add(chunk)
-            epochs.add((platform, chunk))
-    # Bits that change without a mark: the users' cached counts (count.lua) go stale.
-    for platform, chunk in sorted(epochs):
-        pipe.incr(keys.notice_reads_epoch(platform, chunk))
-    written = sum(1 for reply in pipe.execute()[: -len(epochs) or None] if reply) if chunks else 0
     if chunks:
         # A bitmap of an unregistered chunk would be invisible to read_counts
         # and left out of index builds; platform_sync builds every chunk here.
@@ -682,13 +841,42 @@ def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dic
 # --- end of drift checks -----------------------------------------------------------
 
 
-def _restore_chunk(client: RedisClient, *, platform: str, chunk: int, announcement_ids: Sequence[int]) -> None:
-    size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+def _restore_chunk(
+    client: RedisClient, *, platform: str, chunk: int, entries: Sequence[Entry]
+) -> tuple[int, list[bytes]]:
+    """Restore a new chunk's bitmaps from their snapshots (where Redis has none),
+    then count, per user, the entries live now that the user read: the chunk
+    time and its counter blocks, for sync_chunk.lua's first build."""
+    size = _chunk_users()
     readers = announcement_chunk_readers(
-        platform=platform, announcement_ids=announcement_ids, first_user=chunk * size, end_user=(chunk + 1) * size
+        platform=platform,
+        announcement_ids=[pk for pk, _, _ in entries],
+        first_user=chunk * size,
+        end_user=(chunk + 1) * size,
     )
     if readers:
         pipe = client.pipeline(transaction=False)
         for pk, users in readers.items():
             pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(users, base=chunk * size), nx=True)
         pipe.execute()
+    t = to_ms(timezone.now())
+    live = [pk for pk, publish_ms, expire_ms in entries if publish_ms <= t and (expire_ms is None or t < expire_ms)]
+    counts = [0] * size
+    if live:
+        # Read back what Redis holds now (the restored bits, or bitmaps written
+        # before the chunk was built): the counters must match those.
+        pipe = client.pipeline(transaction=False)
+        for pk in live:
+            pipe.get(keys.notice_bitmap(platform, chunk, pk))
+        for data in pipe.execute():
+            for offset in bitmap_from_redis(data):
+                if offset < size:
+                    counts[offset] += 1
+    block = _block_users()
+    blocks = []
+    for start in range(0, size, block):
+        part = counts[start : start + block]
+        # Whole blocks (or none): a block is written once at its final length.
+        part += [0] * (block - len(part))
+        blocks.append(struct.pack(f">{block}H", *(min(c, 0xFFFF) for c in part)) if any(part) else b"")
+    return t, blocks

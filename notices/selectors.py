@@ -67,6 +67,30 @@ def _visible_from_redis(*, user: User, now: datetime) -> dict[int, tuple[int, bo
     return visible
 
 
+def _page_from_redis(
+    *, user: User, now: datetime, after: tuple[int, int] | None, limit: int
+) -> list[tuple[int, int, bool]]:
+    """Up to ``limit`` (publish ms, id, read) newest first over the user's platforms.
+
+    Each platform gives its own first ``limit`` (its page, read from the bits
+    of those announcements only); an announcement on two platforms has the same
+    place in both, so the merged first ``limit`` are in every platform's page
+    that holds them, and it is read if read on any of them.
+    """
+    user_id = readmodel.user_id_of(user)
+    readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
+    healing.require_ready()  # a read model being rebuilt is answered like a Redis that is down
+    merged: dict[int, tuple[int, bool]] = {}
+    for platform in user_platforms(user=user):
+        for publish_ms, pk, read in readmodel.read_page(
+            platform=platform, user_id=user_id, now=now, after=after, limit=limit
+        ):
+            seen = merged.get(pk)
+            merged[pk] = (publish_ms, read or (seen is not None and seen[1]))
+    order = sorted(((ms, pk) for pk, (ms, _) in merged.items()), reverse=True)[:limit]
+    return [(ms, pk, merged[pk][1]) for ms, pk in order]
+
+
 def _live_queryset(*, user: User, now: datetime) -> Any:
     """PostgreSQL's view of the same set (fallback, and the source of rows)."""
     return (
@@ -181,14 +205,11 @@ def announcement_list(
     if not user.is_authenticated:
         return AnnouncementPage(items=[], next_cursor=None)
     try:
-        visible = _visible_from_redis(user=user, now=now)
-        order = sorted(((ms, pk) for pk, (ms, _) in visible.items()), reverse=True)
-        if after is not None:
-            order = [key for key in order if key < after]
-        page_keys = order[:limit]
-        rows = Announcement.objects.in_bulk([pk for _, pk in page_keys])
-        items = [AnnouncementItem(rows[pk], visible[pk][1]) for _, pk in page_keys if pk in rows]
-        more = len(order) > limit
+        keyed = _page_from_redis(user=user, now=now, after=after, limit=limit + 1)
+        page_keys = keyed[:limit]
+        rows = Announcement.objects.in_bulk([pk for _, pk, _ in page_keys])
+        items = [AnnouncementItem(rows[pk], read) for _, pk, read in page_keys if pk in rows]
+        more = len(keyed) > limit
     except RedisError:
         logger.warning("redis unavailable; listing announcements from the database")
         qs = _live_queryset(user=user, now=now).order_by("-publish_at", "-id")
@@ -212,12 +233,19 @@ def announcement_get(*, user: User, announcement_id: int, now: datetime | None =
         raise NotFound("Announcement not found.")
     now = now or timezone.now()
     try:
-        visible = _visible_from_redis(user=user, now=now)
-        if int(announcement_id) not in visible:
+        user_id = readmodel.user_id_of(user)
+        readmodel.user_slot(user_id)  # out-of-range ids fail before Redis
+        healing.require_ready()
+        found = [
+            readmodel.read_flags(platform=platform, user_id=user_id, ids=[int(announcement_id)], now=now)
+            for platform in user_platforms(user=user)
+        ]
+        flags = [flag[int(announcement_id)][1] for flag in found if int(announcement_id) in flag]
+        if not flags:
             # Not a 404 from a Redis that lost its data a moment ago.
             healing.confirm_ready()
             raise NotFound("Announcement not found.")
-        read = visible[int(announcement_id)][1]
+        read = any(flags)
         announcement = Announcement.objects.filter(pk=announcement_id).first()
     except RedisError:
         announcement = _live_queryset(user=user, now=now).filter(pk=announcement_id).first()

@@ -478,6 +478,9 @@ MESSAGECENTER_PUSH_THRESHOLD: int = env.int("MESSAGECENTER_PUSH_THRESHOLD", defa
 MESSAGECENTER_PAGE_SIZE: int = env.int("MESSAGECENTER_PAGE_SIZE", default=20)
 MESSAGECENTER_MAX_PAGE_SIZE: int = env.int("MESSAGECENTER_MAX_PAGE_SIZE", default=100)
 MESSAGECENTER_BITMAP_CHUNK_USERS: int = env.int("MESSAGECENTER_BITMAP_CHUNK_USERS", default=2**20)
+# Users per announcement read-state chunk (notices/readmodel.py): a bitmap holds at
+# most this many bits (4 KiB at 2**15), so one reader with a high id makes no large key.
+MESSAGECENTER_NOTICE_CHUNK_USERS: int = env.int("MESSAGECENTER_NOTICE_CHUNK_USERS", default=2**15)
 MESSAGECENTER_MAX_USER_ID: int = env.int("MESSAGECENTER_MAX_USER_ID", default=2**32 - 1)
 MESSAGECENTER_FANOUT_CHUNK: int = env.int("MESSAGECENTER_FANOUT_CHUNK", default=1000)
 MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", default=60 * 60 * 24 * 7)

@@ -15,13 +15,18 @@
 -- new revision: an older rebuild still in flight is refused, a newer one read
 -- PostgreSQL after our commit and holds the row. Any refusal makes the caller
 -- run the full platform_sync. Expired entries are pruned as a rebuild would
--- (it keeps expire > now only).
+-- (it keeps expire > now only), but only those expired by the chunk time t
+-- too: the read counters (live at t) never counted them, so no reader moves.
 local ref = tonumber(ARGV[1])
 local stored = redis.call('HGET', KEYS[1], 'rev')
 if stored == false or tonumber(stored) ~= ref then
   return 0
 end
 local id, publish, expire, now = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local t = redis.call('HGET', KEYS[1], 't')
+if t and tonumber(t) < tonumber(now) then
+  now = t
+end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 for i = 1, #gone, 1000 do
   local part = { unpack(gone, i, math.min(i + 999, #gone)) }

@@ -1,37 +1,45 @@
--- One user's read count over the live announcements of one (platform, chunk),
--- kept as a small per-user cache so a count is not a walk over every bitmap.
+-- One user's read count over the announcements of one (platform, chunk) live
+-- now: the user's maintained counter (live at the chunk time t) plus, for the
+-- few announcements whose publish or expiry time lies between t and now,
+-- the change their bit makes. No walk over the index or the bitmaps.
 --
--- KEYS[1] meta hash, KEYS[2] the chunk's reads epoch (moved when bitmaps are
--- restored from snapshots), KEYS[3] the user's cached count, then (only on
--- the second call, after -2) the bitmaps of the announcements the caller
--- found live at this moment in its copy of the index.
--- ARGV[1] token that copy was read under, ARGV[2] bit offset (user id within
--- the chunk), ARGV[3] a digest of which announcements of that copy are live
--- now (time moves the live set), ARGV[4] the cache's lifetime (s).
+-- KEYS[1] meta hash, KEYS[2] index zset, KEYS[3] expiry zset, KEYS[4] the
+-- user's counter block, then (second call only) the bitmaps of the
+-- announcements whose liveness differs between t and now.
+-- ARGV[1] token of the caller's index copy, ARGV[2] the user's counter ('#i'),
+-- ARGV[3] now (ms), ARGV[4] bit offset, ARGV[5] the chunk time the caller
+-- read ('' on the first call), ARGV[6..] per bitmap: live now minus live at t
+-- (1 or -1), worked out from the caller's copy (the token proves it current).
 --
--- The cache holds "<token>:<epoch>:<digest>|<read>": the user's marks delete
--- it (mark.lua), a rebuilt index changes the token, a restore the epoch, and
--- a publish time or expiry passing the digest.
--- Returns -1 when the token moved (refresh the copy), -2 when nothing current
--- is cached (call again with the bitmaps), else the read count.
-local token = redis.call("HGET", KEYS[1], "token")
-if token ~= ARGV[1] then
+-- Returns the read count; -1 when the token moved (refresh the copy); -2 when
+-- publish or expiry times lie between t and now (read t, call again with
+-- those bitmaps); -3 when the chunk has no time (built before counters
+-- existed: rebuild it).
+local meta = redis.call('HMGET', KEYS[1], 'token', 't')
+if meta[1] ~= ARGV[1] then
   return -1
 end
-local tag = token .. ":" .. (redis.call("GET", KEYS[2]) or "0") .. ":" .. ARGV[3]
-if #KEYS == 3 then
-  local held = redis.call("GET", KEYS[3])
-  if held then
-    local held_tag, read = string.match(held, "^([^|]*)|(%d+)$")
-    if held_tag == tag then
-      return tonumber(read)
-    end
+local t = meta[2]
+if not t then
+  return -3
+end
+local read = redis.call('BITFIELD', KEYS[4], 'GET', 'u16', ARGV[2])[1]
+local now = ARGV[3]
+if tonumber(now) == tonumber(t) then
+  return read
+end
+if ARGV[5] ~= t then
+  local low, high = t, now
+  if tonumber(now) < tonumber(t) then
+    low, high = now, t
   end
-  return -2
+  local after = '(' .. low -- exclusive: a time equal to low changed nothing since low
+  if redis.call('ZCOUNT', KEYS[2], after, high) > 0 or redis.call('ZCOUNT', KEYS[3], after, high) > 0 then
+    return -2
+  end
+  return read
 end
-local read = 0
-for i = 4, #KEYS do
-  read = read + redis.call("GETBIT", KEYS[i], ARGV[2])
+for i = 5, #KEYS do
+  read = read + tonumber(ARGV[i + 1]) * redis.call('GETBIT', KEYS[i], ARGV[4])
 end
-redis.call("SET", KEYS[3], tag .. "|" .. read, "EX", ARGV[4])
 return read

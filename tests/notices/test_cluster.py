@@ -26,7 +26,7 @@ def cluster(redis_cluster_url: str) -> Iterator[Any]:
     with override_settings(
         MESSAGECENTER_REDIS_CLUSTER_URL=redis_cluster_url,
         MESSAGECENTER_KEY_PREFIX=prefix,
-        MESSAGECENTER_BITMAP_CHUNK_USERS=4,
+        MESSAGECENTER_NOTICE_CHUNK_USERS=4,
     ):
         yield get_redis()
     # A shared cluster: remove only this test's keys.
@@ -55,3 +55,21 @@ def test_read_model_runs_on_a_real_cluster(cluster: Any) -> None:
     assert announcement_stats(announcement=a)["by_platform"]["user"]["read"] == 2
     announcement_delete(announcement=b)
     assert announcement_counts(user=high, now=T0) == {"read": 1, "unread": 0}
+
+
+def test_read_counters_on_a_real_cluster(cluster: Any) -> None:
+    """One platform: counts from the user's counter, the chunk time moved on by
+    advance.lua, an expiry and a delete moving every reader's counter."""
+    users = [on_platforms(UserFactory(id=pk), "user") for pk in (2, 4 * 9 + 1)]
+    short = announce(["user"], publish_at=T0, expire_at=T0 + HOUR)
+    long = announce(["user"], publish_at=T0 - HOUR)
+    for user in users:
+        assert announcement_counts(user=user, now=T0) == {"read": 0, "unread": 2}
+        announcement_mark_read(user=user, announcement_id=short.pk, now=T0)
+        announcement_mark_read(user=user, announcement_id=long.pk, now=T0)
+        assert announcement_counts(user=user, now=T0) == {"read": 2, "unread": 0}
+        assert announcement_counts(user=user, now=T0 + 2 * HOUR) == {"read": 1, "unread": 0}
+    announcement_delete(announcement=long)
+    for user in users:
+        assert announcement_counts(user=user, now=T0 + 2 * HOUR) == {"read": 0, "unread": 0}
+        assert announcement_counts(user=user, now=T0) == {"read": 1, "unread": 0}

@@ -55,7 +55,7 @@ def test_removed_member_stale_id_and_wrong_expiry_found_and_repaired() -> None:
 
 
 def test_deleted_index_key_on_a_second_chunk(settings: Any) -> None:
-    settings.MESSAGECENTER_BITMAP_CHUNK_USERS = 1000
+    settings.MESSAGECENTER_NOTICE_CHUNK_USERS = 1000
     one = announce(["user"])
     readmodel.mark(platforms=["user"], user_id=1500, announcement_id=one.pk, read=True)  # builds chunk 1
     assert index("user", 1) == index("user", 0) != {}

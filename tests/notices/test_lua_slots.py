@@ -19,7 +19,7 @@ from tests.notices.conftest import HOUR, T0, announce, on_platforms
 pytestmark = pytest.mark.django_db
 
 
-@override_settings(MESSAGECENTER_BITMAP_CHUNK_USERS=4)
+@override_settings(MESSAGECENTER_NOTICE_CHUNK_USERS=4)
 def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
     calls: list[tuple[str, list[str]]] = []
     original = LuaScript.__call__

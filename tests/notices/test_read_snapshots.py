@@ -91,7 +91,7 @@ def test_a_rebuild_while_serving_keeps_marks_newer_than_the_snapshot(recipient: 
 
 
 def test_bitmaps_of_every_chunk_come_back(redis: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_BITMAP_CHUNK_USERS = 4
+    settings.MESSAGECENTER_NOTICE_CHUNK_USERS = 4
     users: list[Any] = [UserFactory() for _ in range(9)]  # ids spread over at least three chunks
     a = announce(["user"])
     for user in users[::2]:

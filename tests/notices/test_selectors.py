@@ -144,7 +144,7 @@ def test_a_change_made_elsewhere_is_seen_at_once(recipient: Any, redis: Any) -> 
     assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 1}
 
 
-@override_settings(MESSAGECENTER_BITMAP_CHUNK_USERS=8)
+@override_settings(MESSAGECENTER_NOTICE_CHUNK_USERS=8)
 def test_bitmaps_are_chunked_by_user_id(redis: Any) -> None:
     low = UserFactory(id=3)
     high = UserFactory(id=8 * 5 + 2)
