@@ -22,6 +22,7 @@ CASES = (
     "bench.cases.notifications",
     "bench.cases.cache",
     "bench.cases.search",
+    "bench.cases.bulletins",
 )
 ROOT = Path(__file__).resolve().parent.parent
 
