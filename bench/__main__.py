@@ -25,6 +25,7 @@ CASES = (
     "bench.cases.search",
     "bench.cases.user_ids",
     "bench.cases.http",
+    "bench.cases.bulletins",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -369,6 +369,19 @@ def mc_bulletin_update_time() -> str:
     return _key("bulletin", "update", "time", MC_GLOBAL_TAG)
 
 
+def mc_bulletin_changes() -> str:
+    """zset: the bulletin change log. Member = a live config member (``<bulletin>_<group>``),
+    score = the update marker of its last change; a read takes in the members above the
+    user's access time. Holds exactly the config zset's members (dropped with them)."""
+    return _key("bulletin", "changes", MC_GLOBAL_TAG)
+
+
+def mc_bulletin_changes_floor() -> str:
+    """string: the update marker from which the change log is complete; a user whose
+    access time is below it (or when it is missing) merges every live bulletin once."""
+    return _key("bulletin", "changes", "floor", MC_GLOBAL_TAG)
+
+
 def mc_item_detail() -> str:
     """hash: item ref (``m12``, ``b3``) -> item JSON (title, body, images, ...)."""
     return _key("inbox", "detail", MC_GLOBAL_TAG)

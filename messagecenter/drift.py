@@ -168,13 +168,13 @@ def _loads(raw: str | None) -> Any:
 
 
 def bulletins_find() -> list[Finding]:
-    """Config zset members and scores, config detail hash, members hash and the
-    item detail of every bulletin equal what PostgreSQL's bulletins and groups imply."""
+    """Config zset members and scores, config detail hash, members hash, change log
+    and the item detail of every bulletin equal what PostgreSQL's bulletins and groups imply."""
     bulletins = list(Bulletin.objects.select_related("created_by").prefetch_related("groups").order_by("pk"))
     redis_config = drift_rm.bulletin_config_read()
     details = drift_rm.item_details_get(refs=[b.ref for b in bulletins])
     by_bulletin: dict[str, list[str]] = {}
-    for member in redis_config.scores:
+    for member in {*redis_config.scores, *redis_config.logged}:
         by_bulletin.setdefault(member.partition("_")[0], []).append(member)
     findings: list[Finding] = []
     known: set[str] = set()
@@ -182,14 +182,18 @@ def bulletins_find() -> list[Finding]:
         bid = str(bulletin.pk)
         known.add(bid)
         scores, config, detail = _bulletin_expected(bulletin)
-        held = set(by_bulletin.get(bid, []))
+        named = set(by_bulletin.get(bid, []))  # by the config zset or the change log
+        held = {m for m in named if m in redis_config.scores}
         problems = []
         if set(scores) - held:
             problems.append(f"config lacks {_ids(sorted(set(scores) - held))}")
-        stray = sorted(held - set(scores))
+        stray = sorted(named - set(scores))
         if stray:
-            problems.append(f"config has stray {_ids(stray)}")
-        if any(m in held and redis_config.scores[m] != s for m, s in scores.items()):
+            problems.append(f"config or change log has stray {_ids(stray)}")
+        if set(scores) - redis_config.logged:
+            # Readers past the log's floor take in only what the log names.
+            problems.append(f"change log lacks {_ids(sorted(set(scores) - redis_config.logged))}")
+        if any(m in held and redis_config.scores.get(m) != s for m, s in scores.items()):
             problems.append("wrong display time in the config zset")
         if any(m in held and _loads(redis_config.details.get(m)) != config for m in scores):
             problems.append("config detail differs")
@@ -499,7 +503,7 @@ CHECKS = [
     ),
     DriftCheck(
         "bulletins",
-        "bulletin config zset, config detail, members hash and bulletin details",
+        "bulletin config zset, config detail, members hash, change log and bulletin details",
         bulletins_find,
         _run_fixes,
     ),

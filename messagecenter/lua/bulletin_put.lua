@@ -2,13 +2,15 @@
 -- _removals.lua and _bulletins.lua first).
 -- KEYS: 1 item detail hash, 2 item detail version, 3 bulletin config zset,
 -- 4 bulletin detail hash, 5 bulletin members hash, 6 bulletin update
--- marker, 7 removed zset, 8 removed version.
+-- marker, 7 removed zset, 8 removed version, 9 bulletin change log, 10 its
+-- floor.
 -- ARGV: 1 now (ms), 2 bulletin id, 3 ref, 4 item JSON, 5 member to remove
 -- from every inbox ("" for a new bulletin), 6 n, then n x (config member,
 -- display ms, config JSON). Returns n.
 
 detail_key, detail_version_key, config_key, bulletin_detail_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 members_key, update_key, removed_key, removed_version_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+changes_key, changes_floor_key = KEYS[9], KEYS[10]
 local now, bid = tonumber(ARGV[1]), ARGV[2]
 drop_bulletin_config(bid)
 detail_put(ARGV[3], ARGV[4])
@@ -22,5 +24,7 @@ for i = 0, member_count - 1 do
 end
 redis.call("HSET", members_key, bid, table.concat(members, ","))
 mark_removed(ARGV[5])
-bump_update_time(now)
+-- Readers take in the log above their access time: these configs, at the new marker.
+local marker = bump_update_time(now)
+for _, member in ipairs(members) do redis.call("ZADD", changes_key, marker, member) end
 return member_count

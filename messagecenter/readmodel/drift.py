@@ -46,19 +46,22 @@ class BulletinConfig:
     scores: dict[str, int]  # config member (``<bulletin>_<group>``) -> display ms
     details: dict[str, str]  # config member -> JSON
     members: dict[str, str]  # bulletin id -> comma-separated config members
+    logged: frozenset[str] = frozenset()  # config members in the change log
 
 
 def bulletin_config_read() -> BulletinConfig:
-    """Config zset, config detail hash and members hash, read together (bulletins are few)."""
+    """Config zset, config detail hash, members hash and change log, read together (bulletins are few)."""
     pipe = get_redis().pipeline(transaction=False)
     pipe.zrange(keys.mc_bulletin_config(), 0, -1, withscores=True)
     pipe.hgetall(keys.mc_bulletin_detail())
     pipe.hgetall(keys.mc_bulletin_members())
-    scores, details, members = pipe.execute()
+    pipe.zrange(keys.mc_bulletin_changes(), 0, -1)
+    scores, details, members, logged = pipe.execute()
     return BulletinConfig(
         scores={_text(m): int(s) for m, s in scores},
         details={_text(k): _text(v) for k, v in details.items()},
         members={_text(k): _text(v) for k, v in members.items()},
+        logged=frozenset(_text(m) for m in logged),
     )
 
 
@@ -74,6 +77,7 @@ def bulletin_config_drop(*, members: Sequence[str], bulletin_ids: Sequence[int] 
     if members:
         pipe.zrem(keys.mc_bulletin_config(), *members)
         pipe.hdel(keys.mc_bulletin_detail(), *members)
+        pipe.zrem(keys.mc_bulletin_changes(), *members)
     if bulletin_ids:
         pipe.hdel(keys.mc_bulletin_members(), *(str(b) for b in bulletin_ids))
     pipe.execute()

@@ -84,6 +84,8 @@ class BulletinPut(GlobalOp):
             keys.mc_bulletin_update_time(),
             keys.mc_removed(),
             keys.mc_removed_version(),
+            keys.mc_bulletin_changes(),
+            keys.mc_bulletin_changes_floor(),
         ]
 
     def args(self) -> list[Any]:
@@ -112,6 +114,8 @@ class BulletinDelete(GlobalOp):
             keys.mc_bulletin_update_time(),
             keys.mc_removed(),
             keys.mc_removed_version(),
+            keys.mc_bulletin_changes(),
+            keys.mc_bulletin_changes_floor(),
         ]
 
     def args(self) -> list[Any]:

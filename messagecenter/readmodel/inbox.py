@@ -83,6 +83,34 @@ class _Plan:
     months: set[str] = field(default_factory=set)
     merge: Merge | None = None
     detail: dict[str, Any] | None = None
+    # Bulletin config members the merge looked at: what the bulletin changes
+    # since the user's last read cost this read (not the live bulletins).
+    bulletins_read: int = 0
+
+
+def _bulletin_configs(
+    pipe: Any, *, full: bool, access: int, update_time: int, shown: int, latest_display: int, now_ms: int
+) -> int:
+    """Queue the reads of the bulletin configs a merge must look at; returns how many replies.
+
+    The full merge reads every config already displayed. Otherwise only what
+    changed for this user: the change log above their access time (configs
+    created or edited since, whatever their display time) and the configs
+    whose display time came since the last merge ("bd" is the latest display
+    time then passed, so nothing displayed in (bd, then] existed that was not
+    taken in; a config added there later is in the log as well).
+    """
+    if full:
+        pipe.zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
+        return 1
+    queued = 0
+    if update_time > access:
+        pipe.zrangebyscore(keys.mc_bulletin_changes(), f"({access}", update_time)
+        queued += 1
+    if latest_display > shown:
+        pipe.zrangebyscore(keys.mc_bulletin_config(), f"({shown}", now_ms)
+        queued += 1
+    return queued
 
 
 def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
@@ -92,20 +120,26 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     pipe.hgetall(keys.mc_inbox_state(user_id))
     pipe.get(keys.mc_bulletin_access_time(user_id))
     pipe.smembers(keys.mc_user_groups(user_id))
+    # The bulletin marker before the removal version: an edit moves both in
+    # one script, and a read that saw the new marker with the old version
+    # would merge the edited bulletin while its old member still stands (NX:
+    # nothing changes), then settle the edit's removal with nothing left to merge.
+    pipe.get(keys.mc_bulletin_update_time())
     pipe.get(keys.mc_removed_version())
     pipe.get(keys.mc_pull_sequence())
-    pipe.get(keys.mc_bulletin_update_time())
     pipe.zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
     pipe.get(keys.mc_removed_floor())
+    pipe.get(keys.mc_bulletin_changes_floor())
     pipe.get(keys.mc_user_mutes(user_id))
     if ref is not None:
         pipe.hget(keys.mc_item_detail(), ref)
     results = pipe.execute()
-    months_raw, state_raw, access_raw, groups_raw, version_raw, seq_raw, update_raw, latest, floor_raw = results[:9]
-    mutes = Mutes.loads(results[9])
+    months_raw, state_raw, access_raw, groups_raw, update_raw, version_raw, seq_raw, latest, floor_raw = results[:9]
+    changes_floor_raw = results[9]
+    mutes = Mutes.loads(results[10])
     plan = _Plan(months={m.decode() for m in months_raw})
-    if ref is not None and results[10] is not None:
-        plan.detail = json.loads(results[10])
+    if ref is not None and results[11] is not None:
+        plan.detail = json.loads(results[11])
         plan.months.add(parse_member(plan.detail["member"])[2])
 
     state = {k.decode(): v for k, v in state_raw.items()}
@@ -126,6 +160,16 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
         or update_time > _int(access_raw)
         or latest_display > _int(bulletins_shown)
     )
+    # Every live bulletin once: nothing merged yet (new user, groups changed),
+    # removals trimmed, or changes the log does not hold (its floor is above
+    # the user's access time, or it has none yet).
+    full_bulletins = (
+        full_settle
+        or access_raw is None
+        or bulletins_shown is None
+        or changes_floor_raw is None
+        or _int(access_raw) < _int(changes_floor_raw)
+    )
 
     removed: list[str] = []
     candidates: list[tuple[str, int, int]] = []
@@ -138,15 +182,26 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
             pipe.zrangebyscore(keys.mc_removed(), f"({settled}", version)
         if seq > pull_wm:
             pipe.zrangebyscore(keys.mc_pull(), f"({pull_wm}", seq)
+        config_replies = 0
         if merge_bulletins:
-            pipe.zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
+            config_replies = _bulletin_configs(
+                pipe,
+                full=full_bulletins,
+                access=_int(access_raw),
+                update_time=update_time,
+                shown=_int(bulletins_shown),
+                latest_display=latest_display,
+                now_ms=now_ms,
+            )
         fetched = list(pipe.execute())
         removed = [m.decode() for m in fetched.pop(0)] if version > settled else []
         held = removed if full_settle else []  # the whole inbox, to check below
         if full_settle:
             removed = [m for m in held if m.startswith("b")]
         pulls = [m.decode() for m in fetched.pop(0)] if seq > pull_wm else []
-        configs = [m.decode() for m in fetched.pop(0)] if merge_bulletins else []
+        # A config both changed and newly due comes once.
+        configs = list(dict.fromkeys(m.decode() for reply in fetched[:config_replies] for m in reply))
+        plan.bulletins_read = len(configs)
 
         groups = {"0", *(g.decode() for g in groups_raw)}
         visible_configs = [c for c in configs if c.rsplit("_", 1)[1] in groups]
@@ -184,6 +239,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
                     config = json.loads(raw)
                     if config["expire"] and config["expire"] <= now_ms:
                         continue
+                    if int(config["score"]) > now_ms:
+                        continue  # changed but not displayed yet: merged when its display time comes
                     candidates.append((config["member"], int(config["score"]), int(config["expire"])))
                     # A bulletin arrives when it is created or when it may first show, whichever is later.
                     arrivals[config["member"]] = max(int(config["score"]), int(config.get("arrived", 0)))

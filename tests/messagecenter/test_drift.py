@@ -119,11 +119,29 @@ def test_bulletin_config_member_deleted_and_stray_added(recipient: Any) -> None:
     [finding] = find("bulletins")
     assert finding.member == bulletin.ref
     assert f"config lacks {bulletin.pk}_{group.pk}" in finding.detail
-    assert f"config has stray {bulletin.pk}_424242" in finding.detail
+    assert f"config or change log has stray {bulletin.pk}_424242" in finding.detail
     repair_and_recheck("bulletins")
     members = {m.decode() for m in redis.zrange(keys.mc_bulletin_config(), 0, -1)}
     assert members == {f"{bulletin.pk}_{group.pk}"}
     assert refs(recipient) == [bulletin.ref]
+
+
+def test_bulletin_missing_from_the_change_log(recipient: Any, other_recipient: Any) -> None:
+    """A config the log lost would never reach a reader past the log's floor:
+    the check names it and the repair logs it again, so that reader merges it."""
+    services.bulletin_create(title="First", body_html="", display_time=timezone.now())
+    assert len(refs(recipient)) == 1
+    # Shown from a minute ago: a display time the reader's merge already passed.
+    later = services.bulletin_create(title="Later", body_html="", display_time=timezone.now() - timedelta(minutes=1))
+    redis = get_redis()
+    redis.zrem(keys.mc_bulletin_changes(), f"{later.pk}_0")
+    assert later.ref not in refs(recipient)  # the incremental merge missed it
+    [finding] = find("bulletins")
+    assert (finding.member, finding.detail) == (later.ref, f"change log lacks {later.pk}_0")
+    repair_and_recheck("bulletins")
+    assert redis.zscore(keys.mc_bulletin_changes(), f"{later.pk}_0") is not None
+    assert later.ref in refs(recipient)
+    assert later.ref in refs(other_recipient)
 
 
 def test_bulletin_detail_changed(recipient: Any) -> None:

@@ -212,7 +212,8 @@ class InboxMachine(RuleBasedStateMachine):
             group_ids = {g.pk for g in bulletin.groups.all()}
             if not group_ids or group_ids & member_groups:
                 entry = bulletin_entry(bulletin)
-                if not muted(entry.category, entry.score):
+                # A bulletin arrives when it may first show or when it was created, whichever is later.
+                if not muted(entry.category, max(entry.score, to_ms(bulletin.created_at))):
                     items.append((entry.score, entry.member, entry.ref))
         items = [(place(ref, score), member, ref) for score, member, ref in items if shown(ref)]
         # Redis orders equal scores by member, descending.

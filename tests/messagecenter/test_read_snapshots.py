@@ -197,6 +197,9 @@ def _dump(redis: Any) -> dict[str, Any]:
             dump[key] = {f: v for f, v in redis.hgetall(raw).items() if f != b"rev"}
         elif kind == "set":
             dump[key] = redis.smembers(raw)
+        elif key == keys.mc_bulletin_changes():
+            # The change log: the same configs, logged at the rebuild's change times.
+            dump[key] = set(redis.zrange(raw, 0, -1))
         elif kind == "zset":
             dump[key] = redis.zrange(raw, 0, -1, withscores=True)
         else:
