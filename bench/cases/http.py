@@ -90,14 +90,13 @@ def _prepare(users: int) -> tuple[list[int], list[str], list[str]]:
 
 def drop_caches(user_ids: list[int], tokens: list[str]) -> None:
     """Forget what the users' earlier requests left in Redis: the read cache
-    (pages and counts), the announcement count, the token and user entries
-    authentication reads, the platforms."""
+    (pages and counts), the token and user entries authentication reads, the
+    platforms. Announcement counts keep no per-user cache: their counters are
+    the read state itself."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id, token in zip(user_ids, tokens, strict=True):
-        chunk = notices_readmodel.user_slot(user_id)[0]
         pipe.delete(
             keys.mc_inbox_pages(user_id),
-            keys.notice_user_count(PLATFORM, chunk, user_id),
             keys.auth_token(token),
             keys.auth_user(user_id),
             keys.user_platforms(user_id),
