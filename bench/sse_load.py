@@ -60,8 +60,15 @@ def _prepare(count: int) -> list[tuple[int, str]]:
     from bench.data import ensure_users
 
     call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+
     low, high = ensure_users(count)
-    user_ids = list(range(low, high + 1))[:count]
+    user_ids = list(
+        get_user_model()
+        .objects.filter(pk__gte=low, pk__lte=high, username__regex=r"^bench[0-9]+$")
+        .order_by("pk")
+        .values_list("pk", flat=True)[:count]
+    )
     have = set(Token.objects.filter(user_id__in=user_ids).values_list("user_id", flat=True))
     Token.objects.bulk_create(
         [Token(key=secrets.token_hex(20), user_id=user_id) for user_id in user_ids if user_id not in have],
@@ -168,8 +175,8 @@ def _redis_clients() -> tuple[int, int, int]:
     from core.redis import get_redis
 
     clients = get_redis().client_list()
-    hub = sum(1 for c in clients if c.get("name") == "mc-live-hub" and int(c.get("sub", 0)) + int(c.get("psub", 0)))
-    commands = sum(1 for c in clients if c.get("name") == "mc-live-commands")
+    hub = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-") and int(c.get("sub", 0)))
+    commands = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-commands-"))
     return hub, commands, len(clients)
 
 

@@ -28,6 +28,7 @@ lets a server notice a closed connection, and the cap hands resources back
 import asyncio
 import json
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -78,6 +79,7 @@ HUB_RECONNECT_MAX_SECONDS = 5.0
 # How often a hub (and a blocking stream) publishes due broadcast events at
 # the latest; sooner when the next one is due sooner.
 DUE_TICK_SECONDS = 1.0
+HUB_CLIENT_NAME = "mc-live-hub"
 
 
 # --- writers ----------------------------------------------------------------------
@@ -575,7 +577,7 @@ class LiveHub:
             self._commands = None
 
 
-def _clients() -> tuple[Any, Any]:
+def _async_client() -> tuple[Any, Any]:
     """The hub's pub/sub client and its plain-command client."""
     if settings.REDIS_EMBEDDED:
         # fakeredis is the embedded default's server, not a dependency of a
@@ -592,7 +594,11 @@ def _clients() -> tuple[Any, Any]:
     url = settings.CACHES["default"]["LOCATION"]
     timeout = settings.REDIS_SOCKET_TIMEOUT
     pubsub = redis.asyncio.Redis.from_url(
-        url, socket_connect_timeout=timeout, retry=AsyncRetry(NoBackoff(), 0), client_name="mc-live-hub"
+        url,
+        socket_connect_timeout=timeout,
+        retry=AsyncRetry(NoBackoff(), 0),
+        # Named per process: CLIENT LIST tells each process's one subscriber apart.
+        client_name=f"{HUB_CLIENT_NAME}-{os.getpid()}",
     )
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url,
@@ -601,7 +607,7 @@ def _clients() -> tuple[Any, Any]:
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
         retry=AsyncRetry(NoBackoff(), 0),
-        client_name="mc-live-commands",
+        client_name=f"{HUB_CLIENT_NAME}-commands-{os.getpid()}",
     )
     return pubsub, redis.asyncio.Redis(connection_pool=pool)
 
@@ -614,7 +620,7 @@ def hub() -> LiveHub:
     loop = asyncio.get_running_loop()
     found = _hubs.get(loop)
     if found is None:
-        found = _hubs[loop] = LiveHub(_clients)
+        found = _hubs[loop] = LiveHub(_async_client)
     return found
 
 

@@ -14,7 +14,7 @@ serves the success case, so the two cannot disagree on an error.
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
 from typing import Any
 
@@ -30,9 +30,9 @@ from core import live
 from core.authentication import TokenAuthentication
 from core.selectors import user_platforms
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 HEADERS = [

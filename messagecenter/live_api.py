@@ -145,7 +145,7 @@ class InboxStreamApi(APIView):
                 status=503,
                 headers={"Retry-After": str(live_transport.RETRY_DOWN_MS // 1000)},
             )
-        user_id = int(user.pk)
+        user_id = int(user.pk or 0)  # authenticated (the permission above): never 0
         # The stream needs no database, and Django gives the request's connection
         # back only when the response is closed, up to a minute later: give it back
         # now (to the pool, or closed when there is none). Under ASGI an open
