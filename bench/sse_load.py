@@ -136,6 +136,8 @@ class Stream(asyncio.Protocol):
                 continue
             if b"event: hello" in block and not self.hello.done():
                 self.hello.set_result(None)
+            if b"event: unavailable" in block and not self.hello.done():
+                self.hello.set_exception(RuntimeError("unavailable"))
             marker = block.find(MARK)
             if marker >= 0:
                 start = marker + len(MARK)
@@ -161,7 +163,7 @@ async def _open(port: int, token: str, book: Book) -> Stream:
         f"GET {STREAM} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n"
         f"Authorization: Token {token}\r\n\r\n".encode()
     )
-    await asyncio.wait_for(stream.hello, 120)
+    await asyncio.wait_for(stream.hello, 60)
     return stream
 
 

@@ -66,7 +66,7 @@ BROADCAST_SPREAD_MS = 2000
 DUE_BATCH = 100
 # How long a new stream waits for its channel's subscription before it gives
 # up (the hub's Redis is unreachable) and ends with a retry hint.
-SUBSCRIBE_WAIT_SECONDS = 2.0
+SUBSCRIBE_WAIT_SECONDS = 5.0
 # Channels per SUBSCRIBE command when many streams open at once.
 SUBSCRIBE_BATCH = 1000
 # Events a stream holds while its client does not read; past that they are
