@@ -8,4 +8,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 # What django.core.asgi.get_asgi_application does, with the project's handler
 # (core/asgi.py: a bound on the requests that run sync code at once).
 django.setup(set_prefix=False)
-application = ASGIHandler()
+django_application = ASGIHandler()
+
+# The event stream is answered before Django (core/live_asgi.py): imported
+# after the line above, which sets Django up.
+from core.live_asgi import LiveStreamRoute  # noqa: E402
+
+application = LiveStreamRoute(django_application, path="/api/v1/inbox/stream/", event="inbox")

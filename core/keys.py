@@ -528,3 +528,17 @@ def live_user_channels(user_ids: Iterable[int]) -> list[str]:
 def live_user_channel_template() -> str:
     """``live_user_channel`` with ``USER_ID_FILL`` for the user id."""
     return f"{_key()}live:channel:{{u{USER_ID_FILL}}}"
+
+
+def live_broadcast_channel(scope: str) -> str:
+    """pub/sub channel: events every open page of a scope receives (``everyone`` or a
+    platform name), ``{"reason": str, "scope": str}``. Each process subscribes once
+    and fans an event out to its own streams (core/live.py, ``LiveHub``)."""
+    return _key("live", "broadcast", scope)
+
+
+def live_due() -> str:
+    """zset: broadcast events waiting for their time (a scheduled bulletin's display
+    time, an announcement's publish time), member ``<channel>\\n<event JSON>``,
+    score = when (ms); core/lua/live_due.lua publishes and drops the due ones."""
+    return _key("live", "due", MC_GLOBAL_TAG)

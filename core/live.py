@@ -1,47 +1,88 @@
-"""Live updates: a version counter and a pub/sub channel per user, and the
-server-sent event stream that forwards the channel to an open page.
+"""Live updates: a version counter and a pub/sub channel per user, shared
+channels for what many users see at once, and the server-sent event stream
+that forwards them to open pages.
 
 The transport knows no app. Writers call ``inbox_changed`` after their Redis
 write succeeded; it bumps each user's version and publishes
 ``{"v": version, "reason": ...}`` on the user's channel (one small script per
 user: one round trip). A fan-out script may do the same inside its own call
-(``event_parts``). Publishing is best effort: a failure is logged and never
-fails the write (the polling fallback still sees the new version, or the new
-counts once Redis is back).
+(``event_parts``). What reaches many users at once (a message to everyone, a
+bulletin, an announcement, a retraction) goes out once on a broadcast channel
+(``broadcast``: ``everyone`` or a platform), now or, for a time still ahead,
+when it comes (the due zset, ``due_publish``). Publishing is best effort: a
+failure is logged and never fails the write (the polling fallback still sees
+the new counts once Redis is back).
 
-Readers: ``user_version``, ``subscribe`` (a blocking pub/sub for WSGI
-workers), ``subscribe_async`` (redis.asyncio, for ASGI servers) and the two
-flavours of ``event_stream`` built on them. A stream lives at most
-``MESSAGECENTER_LIVE_STREAM_SECONDS`` and sends a comment line every
-``MESSAGECENTER_LIVE_HEARTBEAT_SECONDS``: the heartbeat lets a server notice
-a closed connection, and the cap hands a WSGI worker thread back (the browser
-reconnects after the ``retry`` hint). Django buffers an iterator of the other
-flavour whole, which would defeat streaming: WSGI gets the blocking one, ASGI
-the async one.
+Readers: under ASGI every stream of a process goes through that process's
+``LiveHub``: one pub/sub connection, subscribed once to the broadcast
+channels and to each user channel while a stream of that user is open, that
+fans each event out to the local streams. A stream holds a few hundred bytes
+of its own and no connection. Under WSGI each stream keeps its own blocking
+pub/sub (``event_stream``; a worker thread per stream cannot scale anyway).
+A stream lives at most ``MESSAGECENTER_LIVE_STREAM_SECONDS`` and sends a
+comment line every ``MESSAGECENTER_LIVE_HEARTBEAT_SECONDS``: the heartbeat
+lets a server notice a closed connection, and the cap hands resources back
+(the browser reconnects after the ``retry`` hint).
 """
 
+import asyncio
 import json
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import redis.asyncio
-from asgiref.sync import sync_to_async
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from core import keys, metrics
 from core.lua import LuaScript
+from core.platforms import ALL_PLATFORMS
 from core.redis import get_redis, is_cluster
 
 logger = logging.getLogger(__name__)
 
 SCRIPT = LuaScript(__file__, "lua/live.lua")
+DUE_SCRIPT = LuaScript(__file__, "lua/live_due.lua")
 
 RETRY_MS = 3000
+# The retry hint of a stream that could not start (Redis unreachable): the
+# page polls meanwhile, and a thousand pages do not come back every 3 s.
+RETRY_DOWN_MS = 15_000
 HEARTBEAT = b": keepalive\n\n"
+
+BROADCAST_EVERYONE = "everyone"
+# A broadcast makes every open page refetch its counts: each page waits a
+# random part of this many milliseconds first (the event's "spread"), so ten
+# thousand pages do not ask in the same instant.
+BROADCAST_SPREAD_MS = 2000
+# Due broadcast events published per script call (a backlog takes several).
+DUE_BATCH = 100
+# How long a new stream waits for its channel's subscription before it gives
+# up (the hub's Redis is unreachable) and ends with a retry hint.
+SUBSCRIBE_WAIT_SECONDS = 5.0
+# Channels per SUBSCRIBE command when many streams open at once.
+SUBSCRIBE_BATCH = 1000
+# Events a stream holds while its client does not read; past that they are
+# replaced by one "resync" event (the page refetches everything anyway).
+STREAM_BACKLOG = 16
+# The hub's connection: a PING when it was silent this long, and given up
+# (reconnected) when nothing at all came back for twice as long.
+HUB_HEALTH_SECONDS = 15.0
+HUB_RECONNECT_MAX_SECONDS = 5.0
+# How often a hub (and a blocking stream) publishes due broadcast events at
+# the latest; sooner when the next one is due sooner.
+DUE_TICK_SECONDS = 1.0
+HUB_CLIENT_NAME = "mc-live-hub"
+
+
+# --- writers ----------------------------------------------------------------------
 
 
 def inbox_changed(*, user_ids: Iterable[int], reason: str) -> None:
@@ -84,6 +125,68 @@ def event_parts(reason: str) -> tuple[str, str]:
     return '{"v":', ',"reason":' + json.dumps(reason) + "}"
 
 
+def broadcast_scopes() -> tuple[str, ...]:
+    """Every broadcast scope: everyone, and one per platform (announcements)."""
+    return (BROADCAST_EVERYONE, *ALL_PLATFORMS)
+
+
+def broadcast_event(*, scope: str, reason: str, ref: str = "") -> str:
+    """The JSON a broadcast carries: no version (it is nobody's in particular),
+    the ``spread`` a page waits at most before refetching its counts."""
+    event = {"reason": reason, "scope": scope, "spread": BROADCAST_SPREAD_MS}
+    if ref:
+        event["ref"] = ref
+    return json.dumps(event, separators=(",", ":"))
+
+
+def broadcast(*, scope: str, reason: str, ref: str = "", at_ms: int | None = None) -> None:
+    """Tell every open page of ``scope`` (``everyone`` or a platform) that what it
+    shows changed; never raises.
+
+    ``at_ms`` still ahead (a scheduled bulletin's display time, an
+    announcement's publish time): the event waits in the due zset and goes
+    out when that time comes (``due_publish``). The same scope, reason and
+    ``ref`` again only moves its time, so an edit never tells pages twice.
+    """
+    if not available():
+        return
+    channel = keys.live_broadcast_channel(scope)
+    event = broadcast_event(scope=scope, reason=reason, ref=ref)
+    try:
+        client = get_redis()
+        if at_ms is not None and at_ms > int(time.time() * 1000):
+            client.zadd(keys.live_due(), {f"{channel}\n{event}": int(at_ms)})
+        else:
+            client.publish(channel, event)
+    except RedisError:
+        logger.warning("live broadcast %s/%s not published", scope, reason, exc_info=True)
+
+
+def broadcast_cancel(*, scope: str, reason: str, ref: str) -> None:
+    """Drop a broadcast still waiting for its time (its item is gone); never raises."""
+    if not available():
+        return
+    member = f"{keys.live_broadcast_channel(scope)}\n{broadcast_event(scope=scope, reason=reason, ref=ref)}"
+    try:
+        get_redis().zrem(keys.live_due(), member)
+    except RedisError:
+        logger.warning("live broadcast %s/%s not cancelled", scope, reason, exc_info=True)
+
+
+def due_publish(*, now_ms: int | None = None) -> int | None:
+    """Publish the broadcast events whose time has come; returns when the next
+    one is due (ms), None when none waits. Raises RedisError."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    client = get_redis()
+    while True:
+        published, following = DUE_SCRIPT([keys.live_due()], [now, DUE_BATCH], client=client)
+        if int(published) < DUE_BATCH:
+            return int(following) if following else None
+
+
+# --- readers ----------------------------------------------------------------------
+
+
 def user_version(*, user_id: int) -> int:
     raw = get_redis().get(keys.live_user_version(user_id))
     return int(raw or 0)
@@ -95,43 +198,15 @@ def available() -> bool:
 
 
 @contextmanager
-def subscribe(*, user_id: int) -> Iterator[Any]:
-    """A blocking pub/sub on the user's channel (``get_message(timeout=...)``)."""
+def subscribe(*, user_id: int, scopes: Iterable[str] = ()) -> Iterator[Any]:
+    """A blocking pub/sub on the user's channel and these broadcast scopes'
+    (``get_message(timeout=...)``)."""
     pubsub = get_redis().pubsub(ignore_subscribe_messages=True)
     try:
-        pubsub.subscribe(keys.live_user_channel(user_id))
+        pubsub.subscribe(keys.live_user_channel(user_id), *(keys.live_broadcast_channel(s) for s in scopes))
         yield pubsub
     finally:
         pubsub.close()
-
-
-def _async_client() -> Any:
-    if settings.REDIS_EMBEDDED:
-        # fakeredis is the embedded default's server, not a dependency of a
-        # deployment: imported only when the embedded default runs (listed in
-        # pyproject.toml under [tool.check_imports]).
-        from fakeredis import aioredis
-
-        from core.embedded import SERVER
-
-        return aioredis.FakeRedis(server=SERVER)
-    # The server (and db) the read model uses; its own connection, since a
-    # subscribed connection cannot serve other commands.
-    url = settings.CACHES["default"]["LOCATION"]
-    return redis.asyncio.from_url(url, socket_connect_timeout=settings.REDIS_SOCKET_TIMEOUT)
-
-
-@asynccontextmanager
-async def subscribe_async(*, user_id: int) -> AsyncIterator[Any]:
-    """The same as ``subscribe`` for an event loop (ASGI): ``await get_message(timeout=...)``."""
-    client = _async_client()
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
-    try:
-        await pubsub.subscribe(keys.live_user_channel(user_id))
-        yield pubsub
-    finally:
-        await pubsub.aclose()
-        await client.aclose()
 
 
 def decode_event(message: Any) -> dict[str, Any] | None:
@@ -150,9 +225,18 @@ def sse_frame(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+def _raw_frame(event: bytes, data: bytes) -> bytes:
+    # Events are compact JSON (json.dumps, live.lua): never a line break.
+    return b"event: " + event + b"\ndata: " + data + b"\n\n"
+
+
 def _opening(version: int) -> bytes:
     # The version lets a page that reconnects refresh once if it missed events.
     return f"retry: {RETRY_MS}\n\n".encode() + sse_frame("hello", {"v": version})
+
+
+def _unavailable() -> bytes:
+    return f"retry: {RETRY_DOWN_MS}\n\n".encode() + sse_frame("unavailable", {"retry": RETRY_DOWN_MS})
 
 
 def _stream_seconds() -> float:
@@ -163,30 +247,442 @@ def _heartbeat_seconds() -> float:
     return float(settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS)
 
 
-def event_stream(*, user_id: int, event: str) -> Iterator[bytes]:
-    """Blocking stream (WSGI) of the user's events, each sent as an SSE ``event``.
+def stream_scopes(platforms: Iterable[str]) -> list[str]:
+    """The broadcast scopes a user's stream hears: everyone, and the user's platforms."""
+    return [BROADCAST_EVERYONE, *(p for p in platforms if p in ALL_PLATFORMS)]
+
+
+_due_checked = 0.0
+
+
+def _due_tick() -> None:
+    """Publish due broadcasts at most once a second per process (WSGI streams)."""
+    global _due_checked
+    now = time.monotonic()
+    if now - _due_checked < DUE_TICK_SECONDS:
+        return
+    _due_checked = now
+    with suppress(RedisError):
+        due_publish()
+
+
+def event_stream(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> Iterator[bytes]:
+    """Blocking stream (WSGI) of the user's events and the broadcasts of the
+    user's scopes, each sent as an SSE ``event``.
 
     Subscribes before reading the version, so no event falls in between.
     """
     deadline = time.monotonic() + _stream_seconds()
-    heartbeat = _heartbeat_seconds()
-    with subscribe(user_id=user_id) as pubsub, metrics.LIVE_STREAMS.track_inprogress():
+    heartbeat = min(_heartbeat_seconds(), DUE_TICK_SECONDS)
+    beat = _heartbeat_seconds()
+    name = event.encode()
+    with (
+        subscribe(user_id=user_id, scopes=stream_scopes(platforms)) as pubsub,
+        metrics.LIVE_STREAMS.track_inprogress(),
+    ):
         yield _opening(user_version(user_id=user_id))
+        quiet_since = time.monotonic()
         while (remaining := deadline - time.monotonic()) > 0:
+            _due_tick()
             message = pubsub.get_message(timeout=min(heartbeat, remaining))
-            data = decode_event(message)
-            yield HEARTBEAT if data is None else sse_frame(event, data)
+            if message and message.get("type") == "message" and decode_event(message) is not None:
+                data = message["data"]
+                yield _raw_frame(name, data if isinstance(data, bytes) else str(data).encode())
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= beat:
+                yield HEARTBEAT
+                quiet_since = time.monotonic()
 
 
-async def event_stream_async(*, user_id: int, event: str) -> AsyncIterator[bytes]:
-    """The same stream on an event loop (ASGI): no thread is held while it waits."""
-    deadline = time.monotonic() + _stream_seconds()
-    heartbeat = _heartbeat_seconds()
-    async with subscribe_async(user_id=user_id) as pubsub:
-        with metrics.LIVE_STREAMS.track_inprogress():
-            version = await sync_to_async(user_version, thread_sensitive=False)(user_id=user_id)
+# --- the hub: one pub/sub connection per process (ASGI) ------------------------------
+
+
+class _Listener:
+    """One open stream: the events waiting for it and the future it sleeps on."""
+
+    __slots__ = ("closed", "frames", "platforms", "waiter")
+
+    def __init__(self, platforms: frozenset[str]) -> None:
+        self.frames: list[bytes] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.platforms = platforms
+        self.closed = False
+
+    def push(self, data: bytes) -> None:
+        if len(self.frames) >= STREAM_BACKLOG:
+            # A client that stopped reading: one catch-all event stands for them all.
+            self.frames = [RESYNC_EVENT]
+        else:
+            self.frames.append(data)
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        handle = loop.call_later(timeout, _release, waiter)
+        try:
+            await waiter
+        finally:
+            handle.cancel()
+            self.waiter = None
+
+
+def _release(waiter: "asyncio.Future[None]") -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+# Sent to every stream of a hub that lost its connection and got it back, and
+# to a stream that fell behind: events may have been missed, refetch everything.
+RESYNC_EVENT = json.dumps({"reason": "resync", "spread": BROADCAST_SPREAD_MS}, separators=(",", ":")).encode()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LiveHub:
+    """The pub/sub side of every stream of one event loop (a uvicorn worker).
+
+    One connection subscribes to the broadcast channels for good and to a
+    user's channel while at least one of that user's streams is open (the
+    first stream subscribes, the last one to close unsubscribes: deliver.lua's
+    PUBSUB NUMSUB sees the hub as the one listener). Each message is handed
+    to the local streams it concerns: a user's, everyone's, or those of the
+    platform's users. Subscriptions are batched: streams that open together
+    share one SUBSCRIBE, and a stream says hello only once Redis confirmed
+    its channel, so it misses nothing published after its version was read.
+
+    A lost connection is retried with backoff; streams stay open meanwhile
+    (heartbeats) and get a ``resync`` event once it is back, since anything
+    published in between was lost. A second, small pool serves the hub's
+    plain commands (versions, due broadcasts).
+    """
+
+    def __init__(self, factory: Callable[[], tuple[Any, Any]]) -> None:
+        self._factory = factory
+        self._users: dict[str, set[_Listener]] = {}
+        self._all: set[_Listener] = set()
+        self._platforms: dict[str, set[_Listener]] = {p: set() for p in ALL_PLATFORMS}
+        self._broadcast: dict[str, str] = {keys.live_broadcast_channel(s): s for s in broadcast_scopes()}
+        # User channels a SUBSCRIBE went out for on this connection (and no UNSUBSCRIBE since),
+        # those Redis confirmed, and the confirmations still to come per channel.
+        self._sent: set[str] = set()
+        self._confirmed: set[str] = set()
+        self._pending: dict[str, int] = {}
+        self._ready: dict[str, asyncio.Future[None]] = {}
+        self._dirty = asyncio.Event()
+        self._pubsub: Any = None
+        self._commands: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.connected = False
+
+    # -- streams
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._read(), name="live-hub-read"),
+                asyncio.create_task(self._subscribe_loop(), name="live-hub-subscribe"),
+                asyncio.create_task(self._due_loop(), name="live-hub-due"),
+            ]
+
+    async def join(self, listener: _Listener, channel: str) -> bool:
+        """Register a stream; True once its user's channel is subscribed."""
+        self.start()
+        self._users.setdefault(channel, set()).add(listener)
+        self._all.add(listener)
+        for platform in listener.platforms:
+            self._platforms[platform].add(listener)
+        if channel in self._confirmed:
+            return True
+        ready = self._ready.get(channel)
+        if ready is None:
+            ready = self._ready[channel] = asyncio.get_running_loop().create_future()
+            self._dirty.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), SUBSCRIBE_WAIT_SECONDS)
+        except TimeoutError:
+            return False
+        return True
+
+    def leave(self, listener: _Listener, channel: str) -> None:
+        listener.closed = True
+        self._all.discard(listener)
+        for platform in listener.platforms:
+            self._platforms[platform].discard(listener)
+        listeners = self._users.get(channel)
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self._users[channel]
+                self._dirty.set()
+
+    async def user_version(self, user_id: int) -> int:
+        if self._commands is None:
+            self._commands = self._factory()[1]
+        return int(await self._commands.get(keys.live_user_version(user_id)) or 0)
+
+    def stream_count(self) -> int:
+        return len(self._all)
+
+    def subscribed_users(self) -> int:
+        return len(self._confirmed)
+
+    # -- the connection
+
+    async def _read(self) -> None:
+        backoff = 0.1
+        lost = False
+        while True:
+            try:
+                await self._connect()
+                if lost:
+                    self._fan(self._all, RESYNC_EVENT)
+                lost, backoff = False, 0.1
+                await self._pump()
+            except (RedisError, OSError):
+                logger.warning("live hub: Redis pub/sub lost, reconnecting", exc_info=True)
+            except asyncio.CancelledError:
+                await self._drop()
+                raise
+            lost = True
+            await self._drop()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, HUB_RECONNECT_MAX_SECONDS)
+
+    async def _connect(self) -> None:
+        client, commands = self._factory()
+        self._commands = commands
+        pubsub = client.pubsub()
+        self._sent, self._confirmed, self._pending = set(), set(), {}
+        await pubsub.subscribe(*self._broadcast)
+        self._pubsub = pubsub
+        self.connected = True
+        self._dirty.set()  # every user channel with streams is subscribed again
+
+    async def _drop(self) -> None:
+        self.connected = False
+        pubsub, self._pubsub = self._pubsub, None
+        self._sent, self._confirmed, self._pending = set(), set(), {}
+        if pubsub is not None:
+            with suppress(Exception):
+                await pubsub.aclose()
+
+    async def _pump(self) -> None:
+        pubsub = self._pubsub
+        silent = 0.0
+        while True:
+            message = await pubsub.get_message(timeout=HUB_HEALTH_SECONDS)
+            if message is None:
+                silent += HUB_HEALTH_SECONDS
+                if silent >= 2 * HUB_HEALTH_SECONDS:
+                    raise ConnectionError("live hub: no answer to PING")
+                await pubsub.ping()
+                continue
+            silent = 0.0
+            kind = message.get("type")
+            if kind == "message":
+                self._dispatch(_text(message["channel"]), message["data"])
+            elif kind == "subscribe":
+                self._confirm(_text(message["channel"]))
+
+    def _confirm(self, channel: str) -> None:
+        left = self._pending.get(channel, 0) - 1
+        if left > 0:
+            self._pending[channel] = left
+            return
+        self._pending.pop(channel, None)
+        if channel in self._sent:
+            self._confirmed.add(channel)
+            ready = self._ready.pop(channel, None)
+            if ready is not None and not ready.done():
+                ready.set_result(None)
+
+    def _dispatch(self, channel: str, data: Any) -> None:
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        scope = self._broadcast.get(channel)
+        if scope is None:
+            self._fan(self._users.get(channel, ()), raw)
+        elif scope == BROADCAST_EVERYONE:
+            self._fan(self._all, raw)
+        else:
+            self._fan(self._platforms.get(scope, ()), raw)
+
+    @staticmethod
+    def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
+        for listener in list(listeners):
+            listener.push(raw)
+
+    async def _subscribe_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            pubsub = self._pubsub
+            if pubsub is None:
+                continue  # _connect sets the flag again once connected
+            gone = [c for c in self._sent if c not in self._users]
+            wanted = [c for c in self._users if c not in self._sent]
+            try:
+                if gone:
+                    self._sent.difference_update(gone)
+                    self._confirmed.difference_update(gone)
+                    for channel in gone:
+                        # A stream of that user arriving later waits for a new confirmation.
+                        self._ready.pop(channel, None)
+                    await pubsub.unsubscribe(*gone)
+                for i in range(0, len(wanted), SUBSCRIBE_BATCH):
+                    batch = wanted[i : i + SUBSCRIBE_BATCH]
+                    self._sent.update(batch)
+                    for channel in batch:
+                        self._pending[channel] = self._pending.get(channel, 0) + 1
+                    await pubsub.subscribe(*batch)
+            except (RedisError, OSError):
+                # The reader notices the same connection failing and reconnects.
+                logger.warning("live hub: subscribe failed", exc_info=True)
+
+    async def _due_loop(self) -> None:
+        script = None
+        while True:
+            delay = DUE_TICK_SECONDS
+            try:
+                if self._commands is not None:
+                    if script is None:
+                        script = self._commands.register_script(DUE_SCRIPT.source)
+                    now = int(time.time() * 1000)
+                    published, following = await script(keys=[keys.live_due()], args=[now, DUE_BATCH])
+                    if int(published) >= DUE_BATCH:
+                        delay = 0.0
+                    elif following:
+                        delay = min(delay, max(0.01, (int(following) - now) / 1000))
+            except (RedisError, OSError):
+                logger.debug("live hub: due broadcasts not published", exc_info=True)
+            await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(BaseException):
+                await task
+        self._tasks = []
+        if self._commands is not None:
+            with suppress(Exception):
+                await self._commands.aclose()
+            self._commands = None
+
+
+def _async_client() -> tuple[Any, Any]:
+    """The hub's pub/sub client and its plain-command client."""
+    if settings.REDIS_EMBEDDED:
+        # fakeredis is the embedded default's server, not a dependency of a
+        # deployment: imported only when the embedded default runs (listed in
+        # pyproject.toml under [tool.check_imports]).
+        from fakeredis import aioredis
+
+        from core.embedded import SERVER
+
+        return aioredis.FakeRedis(server=SERVER), aioredis.FakeRedis(server=SERVER)
+    # The server (and db) the read model uses. No retries inside redis-py: the
+    # hub reconnects itself, subscribes again and tells its streams to resync.
+    # No socket timeout on the subscriber: it waits for events as long as it must.
+    url = settings.CACHES["default"]["LOCATION"]
+    timeout = settings.REDIS_SOCKET_TIMEOUT
+    pubsub = redis.asyncio.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        retry=AsyncRetry(NoBackoff(), 0),
+        # Named per process: CLIENT LIST tells each process's one subscriber apart.
+        client_name=f"{HUB_CLIENT_NAME}-{os.getpid()}",
+    )
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url,
+        max_connections=4,
+        timeout=timeout * 4,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=AsyncRetry(NoBackoff(), 0),
+        client_name=f"{HUB_CLIENT_NAME}-commands-{os.getpid()}",
+    )
+    return pubsub, redis.asyncio.Redis(connection_pool=pool)
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub]" = weakref.WeakKeyDictionary()
+
+
+def hub() -> LiveHub:
+    """The running event loop's hub (one per uvicorn worker; tests run several loops)."""
+    loop = asyncio.get_running_loop()
+    found = _hubs.get(loop)
+    if found is None:
+        found = _hubs[loop] = LiveHub(_async_client)
+    return found
+
+
+async def hub_close() -> None:
+    """Stop the running loop's hub (tests, shutdown)."""
+    found = _hubs.pop(asyncio.get_running_loop(), None)
+    if found is not None:
+        await found.close()
+
+
+class EventStream:
+    """One stream on an event loop (ASGI), served by the loop's hub: no thread,
+    no connection of its own. Iterate it for the SSE bytes; ``close`` (the
+    client went away) ends it at once. A stream whose channel cannot be
+    subscribed (Redis unreachable) ends at once with a longer retry hint and
+    the page polls meanwhile."""
+
+    __slots__ = ("_channel", "_event", "_listener", "_user_id")
+
+    def __init__(self, *, user_id: int, event: str, platforms: Iterable[str] = ()) -> None:
+        self._user_id = user_id
+        self._event = event.encode()
+        self._channel = keys.live_user_channel(user_id)
+        self._listener = _Listener(frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE})
+
+    def close(self) -> None:
+        self._listener.closed = True
+        self._listener.wake()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._run()
+
+    async def _run(self) -> AsyncIterator[bytes]:
+        central = hub()
+        listener = self._listener
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _stream_seconds()
+        heartbeat = _heartbeat_seconds()
+        metrics.LIVE_STREAMS.inc()
+        try:
+            if not await central.join(listener, self._channel):
+                yield _unavailable()
+                return
+            try:
+                version = await central.user_version(self._user_id)
+            except (RedisError, OSError):
+                yield _unavailable()
+                return
             yield _opening(version)
-            while (remaining := deadline - time.monotonic()) > 0:
-                message = await pubsub.get_message(timeout=min(heartbeat, remaining))
-                data = decode_event(message)
-                yield HEARTBEAT if data is None else sse_frame(event, data)
+            while (remaining := deadline - loop.time()) > 0 and not listener.closed:
+                if not listener.frames:
+                    await listener.wait(min(heartbeat, remaining))
+                if listener.frames:
+                    frames, listener.frames = listener.frames, []
+                    yield b"".join(_raw_frame(self._event, data) for data in frames)
+                elif not listener.closed:
+                    yield HEARTBEAT
+        finally:
+            central.leave(listener, self._channel)
+            metrics.LIVE_STREAMS.dec()
+
+
+def event_stream_async(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> AsyncIterator[bytes]:
+    """The user's stream on an event loop (see ``EventStream``)."""
+    return aiter(EventStream(user_id=user_id, event=event, platforms=platforms))

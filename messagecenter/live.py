@@ -1,13 +1,14 @@
 """Live inbox: server-sent event streams and the counts ETag (read use cases).
 
-One stream per signed-in page. It subscribes to the user's channel
-(``core.live``, the transport) and forwards each change as an ``inbox``
-event; the page then refetches its counts (and the inbox list). Two flavours
-of the same stream: a blocking iterator for WSGI servers and an async one for
-ASGI servers.
+One stream per signed-in page. It hears the user's channel and the
+broadcast channels of everyone and of the user's platforms (``core.live``,
+the transport) and forwards each change as an ``inbox`` event; the page then
+refetches its counts (and the inbox list). Two flavours of the same stream:
+a blocking iterator for WSGI servers and an async one, served by the
+process's hub, for ASGI servers.
 """
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
@@ -39,11 +40,12 @@ def live_ready(*, user: AbstractBaseUser) -> bool:
     return True
 
 
-def inbox_event_stream(*, user_id: int) -> Iterator[bytes]:
-    """Blocking stream (WSGI) of the user's inbox changes."""
-    return live.event_stream(user_id=user_id, event=INBOX_EVENT)
+def inbox_event_stream(*, user_id: int, platforms: Iterable[str] = ()) -> Iterator[bytes]:
+    """Blocking stream (WSGI) of the user's inbox changes and the broadcasts
+    (everyone's and the user's platforms') that can change what the user sees."""
+    return live.event_stream(user_id=user_id, event=INBOX_EVENT, platforms=platforms)
 
 
-def inbox_event_stream_async(*, user_id: int) -> AsyncIterator[bytes]:
-    """The same stream on an event loop (ASGI): no thread is held while it waits."""
-    return live.event_stream_async(user_id=user_id, event=INBOX_EVENT)
+def inbox_event_stream_async(*, user_id: int, platforms: Iterable[str] = ()) -> AsyncIterator[bytes]:
+    """The same stream on an event loop (ASGI), through the process's hub."""
+    return live.event_stream_async(user_id=user_id, event=INBOX_EVENT, platforms=platforms)

@@ -1,16 +1,24 @@
 """HTTP adapters of the live inbox: the counts endpoint with ETag/304, and the
 server-sent event stream of the signed-in user."""
 
+import json
+from typing import Any
+
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from redis.exceptions import RedisError
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from core import live as live_transport
 from core.openapi import ErrorEnvelope
+from core.selectors import user_platforms
 from messagecenter import live
 from messagecenter.apis.inbox import InboxCountsApi
 
@@ -55,29 +63,102 @@ class InboxCountsLiveApi(InboxCountsApi):
         return response
 
 
-def inbox_stream(request: HttpRequest) -> HttpResponseBase:
-    """``GET /api/v1/inbox/stream/``: ``text/event-stream`` of the signed-in
-    user's inbox changes (session authentication, as EventSource sends cookies)."""
-    if not request.user.is_authenticated:
-        return JsonResponse({"error": {"code": "not_authenticated", "message": "Sign in first."}}, status=401)
-    if not live.live_available():
-        # 204 tells EventSource to stop reconnecting; the page keeps polling.
-        return HttpResponse(status=204)
-    if not live.live_ready(user=request.user):
-        # Any status but 200 closes EventSource for good: the page polls instead.
-        return JsonResponse({"error": {"code": "unavailable", "message": "Live updates are unavailable."}}, status=503)
-    user_id = int(request.user.pk)
-    # The stream needs no database, and Django gives the request's connection
-    # back only when the response is closed, up to a minute later: give it back
-    # now (to the pool, or closed when there is none). Under ASGI an open
-    # stream would otherwise keep a pooled connection out for its whole life,
-    # and a few dozen pages would drain the pool.
-    if not connection.in_atomic_block:
-        connection.close()
-    if isinstance(request, ASGIRequest):
-        stream = StreamingHttpResponse(live.inbox_event_stream_async(user_id=user_id), content_type="text/event-stream")
-    else:
-        stream = StreamingHttpResponse(live.inbox_event_stream(user_id=user_id), content_type="text/event-stream")
-    stream["Cache-Control"] = "no-cache"
-    stream["X-Accel-Buffering"] = "no"  # nginx: pass events through unbuffered
-    return stream
+class EventStreamRenderer(BaseRenderer):
+    """Lets ``Accept: text/event-stream`` (what EventSource sends) through content
+    negotiation; a stream bypasses rendering, an error answer is its JSON envelope."""
+
+    media_type = "text/event-stream"
+    format = "event-stream"
+    charset = None
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        return b"" if data is None else json.dumps(data).encode()
+
+
+STREAM_DESCRIPTION = """Server-sent events (`text/event-stream`) for the signed-in user's pages.
+
+The stream opens with `retry: 3000` and a `hello` event carrying the user's live version
+(`data: {"v": 7}`), then sends an `inbox` event for every change the user's counts or lists
+may show, and a `: keepalive` comment line when it was quiet for a while. It ends after about
+a minute; EventSource reconnects by itself after `retry` milliseconds (no `Last-Event-ID`
+replay: the page refetches its counts on every `hello`).
+
+`inbox` events, one JSON object each in `data`:
+
+- the user's own changes: `{"v": 8, "reason": "deliver"}` (a pushed message or a
+  subscription notification), `read`, `unread`, `read_all`, `seen`, `hide`, `place`,
+  `announcement` (the user read an announcement); `v` is the user's new version;
+- broadcasts: `{"reason": "pull", "scope": "everyone", "spread": 2000}` (a message to
+  everyone or a large audience), `bulletin` (a bulletin reached its display time, or was
+  edited), `remove` (a retraction or delete), `announcement` with a platform `scope`
+  (published, at its publish time), `resync` (events may have been missed). A page waits a
+  random part of `spread` milliseconds, then refetches its counts.
+
+A stream that cannot start (the read model unreachable) sends `retry: 15000` and one
+`unavailable` event, then ends; pages poll the counts meanwhile."""
+
+
+class InboxStreamApi(APIView):
+    """``GET /api/v1/inbox/stream/``: the signed-in user's server-sent events
+    (session or token; EventSource sends the session cookie).
+
+    Under ASGI the process's hub serves the stream (``core.live.LiveHub``);
+    ``core.live_asgi`` answers this path before Django for the same result
+    at a fraction of the cost, and this view is the WSGI path and the schema.
+    """
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        operation_id="inbox_stream",
+        description=STREAM_DESCRIPTION,
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="The event stream.",
+                examples=[
+                    OpenApiExample(
+                        "events",
+                        value='retry: 3000\n\nevent: hello\ndata: {"v":7}\n\n'
+                        'event: inbox\ndata: {"v":8,"reason":"deliver"}\n\n'
+                        'event: inbox\ndata: {"reason":"bulletin","scope":"everyone","spread":2000}\n\n'
+                        ": keepalive\n\n",
+                    )
+                ],
+            ),
+            204: OpenApiResponse(description="Live updates are off (Redis Cluster): poll the counts."),
+            401: OpenApiResponse(ErrorEnvelope, description="No credentials."),
+            503: OpenApiResponse(ErrorEnvelope, description="Live updates are unavailable: poll the counts."),
+        },
+    )
+    def get(self, request: Request) -> HttpResponseBase:
+        if not live.live_available():
+            # 204 tells EventSource to stop reconnecting; the page keeps polling.
+            return HttpResponse(status=204)
+        user = request.user
+        platforms = user_platforms(user=user)
+        is_asgi = isinstance(request._request, ASGIRequest)
+        if not is_asgi and not live.live_ready(user=user):  # type: ignore[arg-type]
+            # Any status but 200 closes EventSource for good: the page polls instead.
+            return Response(
+                {"error": {"code": "unavailable", "message": "Live updates are unavailable."}},
+                status=503,
+                headers={"Retry-After": str(live_transport.RETRY_DOWN_MS // 1000)},
+            )
+        user_id = int(user.pk or 0)  # authenticated (the permission above): never 0
+        # The stream needs no database, and Django gives the request's connection
+        # back only when the response is closed, up to a minute later: give it back
+        # now (to the pool, or closed when there is none). Under ASGI an open
+        # stream would otherwise keep a pooled connection out for its whole life,
+        # and a few dozen pages would drain the pool.
+        if not connection.in_atomic_block:
+            connection.close()
+        content = (
+            live.inbox_event_stream_async(user_id=user_id, platforms=platforms)
+            if is_asgi
+            else live.inbox_event_stream(user_id=user_id, platforms=platforms)
+        )
+        stream = StreamingHttpResponse(content, content_type="text/event-stream")
+        stream["Cache-Control"] = "no-cache"
+        stream["X-Accel-Buffering"] = "no"  # nginx: pass events through unbuffered
+        return stream

@@ -38,7 +38,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from core import projection
+from core import live, projection
 from messagecenter.items import bulletin_detail, bulletin_entry, message_entry, notification_entry
 from messagecenter.items import message_detail as build_message_detail
 from messagecenter.models import (
@@ -121,7 +121,7 @@ def user_mutes(user_ids: Iterable[int]) -> None:
     )
 
 
-def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool) -> None:
+def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: bool = True) -> None:
     publish.bulletin_put(
         bulletin_id=bulletin_id,
         entry=state.entry,
@@ -131,6 +131,10 @@ def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool) -> None
         edit=edit,
         arrived_ms=state.arrived_ms,
     )
+    if tell:
+        # Open pages hear of it at its display time: now, or from the due
+        # zset when that time comes (an edit moves the one waiting event).
+        live.broadcast(scope=live.BROADCAST_EVERYONE, reason="bulletin", ref=state.entry.ref, at_ms=state.entry.score)
 
 
 def bulletin_state(bulletin: Bulletin, *, group_ids: Iterable[int]) -> BulletinState:
@@ -157,12 +161,16 @@ def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
     ):
         groups[bulletin_id].append(group_id)
     for bulletin in Bulletin.objects.filter(pk__in=wanted).select_related("created_by").order_by("pk"):
-        _bulletin_put(bulletin.pk, bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk])), edit=edit)
+        # The rebuild (edit=False) writes what pages already showed: no event.
+        state = bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk]))
+        _bulletin_put(bulletin.pk, state, edit=edit, tell=edit)
 
 
 def bulletin_removed(bulletin_id: int, entry: InboxEntry) -> None:
     """A deleted bulletin leaves its config, its detail and (on their next read) every inbox."""
     publish.bulletin_delete(bulletin_id=int(bulletin_id), entry=entry, now_ms=to_ms(timezone.now()))
+    live.broadcast_cancel(scope=live.BROADCAST_EVERYONE, reason="bulletin", ref=entry.ref)
+    live.broadcast(scope=live.BROADCAST_EVERYONE, reason="remove", ref=entry.ref)
 
 
 def item_removed(entry: InboxEntry, pull_member: str = "") -> None:

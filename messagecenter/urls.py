@@ -7,7 +7,7 @@ from messagecenter.apis import inbox, manage, me, subscriptions, unread
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
     path("inbox/counts/", live_api.InboxCountsLiveApi.as_view(), name="mc-inbox-counts"),
-    path("inbox/stream/", live_api.inbox_stream, name="mc-inbox-stream"),
+    path("inbox/stream/", live_api.InboxStreamApi.as_view(), name="mc-inbox-stream"),
     path("inbox/read-all/", inbox.InboxReadAllApi.as_view(), name="mc-inbox-read-all"),
     path("inbox/seen/", inbox.InboxSeenApi.as_view(), name="mc-inbox-seen"),
     path("inbox/bulk/", inbox.InboxBulkApi.as_view(), name="mc-inbox-bulk"),

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core import projection
+from core import live, projection
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 
@@ -60,8 +60,12 @@ def _run_platforms(keys: list[Any], facts: Mapping[Any, Any]) -> None:
             for key in platform_keys:
                 new: NewEntry = facts[key]
                 readmodel.platform_add(platform=name, entry=new.entry, seen=new.seen)
+                # The platform's open pages hear of it at its publish time.
+                live.broadcast(scope=name, reason="announcement", ref=f"a{new.entry[0]}", at_ms=new.entry[1])
         else:
             platform(name, drops)
+            # An edit or a removal: the platform's open pages refetch now.
+            live.broadcast(scope=name, reason="announcement")
 
 
 # A run Redis refused is kept in the outbox under ``notices.platform_sync``,

@@ -115,6 +115,8 @@ def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
 def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:
     """Remove an item from every inbox at once: readers settle it on their next read."""
     ItemRemove(ref=entry.ref, member=entry.member, pull_member=pull_member)()
+    # Whoever holds it settles the removal on their next read: tell open pages.
+    live.broadcast(scope=live.BROADCAST_EVERYONE, reason="remove", ref=entry.ref)
 
 
 def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import webhooks
+from core import live, webhooks
 from core.exceptions import LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
 from messagecenter.items import message_detail, message_entry
@@ -302,7 +302,10 @@ def message_deliver(*, message: Message, image_files: Sequence[MessageImage] | N
     detail = message_detail(message, image_files=image_files)
     entry = message_entry(message)
     if message.delivery == DeliveryMode.PULL:
-        inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
+        if inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience):
+            # Stored once, merged on read: open pages hear of it on the shared
+            # channel (a rerun registers nothing and tells nobody again).
+            live.broadcast(scope=live.BROADCAST_EVERYONE, reason="pull", ref=entry.ref)
         # The row is locked by this UPDATE: a retraction that commits later
         # removes the item after our write. Only when it did not match (a
         # rerun, or retracted meanwhile) can a removal have gone first.

@@ -6,8 +6,10 @@
 // Fallback: when the stream cannot be opened (an old browser, a server
 // without live updates, Redis down) the counts are polled every 15 s; the
 // counts endpoint answers 304 while the ETag we send still matches. While
-// the stream is open a slow poll still picks up changes that publish no
-// event (bulletins, everyone-messages, new announcements).
+// the stream is open a slow poll still picks up a change whose event was
+// lost. Broadcast events (a bulletin, a message to everyone, an announcement,
+// a retraction: every open page hears them) carry a "spread": the page waits
+// a random part of it before refetching, so pages do not all ask at once.
 (function () {
   "use strict";
   var badge = document.getElementById("unread-badge");
@@ -88,10 +90,13 @@
       schedule();
     });
     source.addEventListener("inbox", function (event) {
-      refresh();
       var detail = {};
       try { detail = JSON.parse(event.data); } catch (e) { detail = {}; }
-      document.dispatchEvent(new CustomEvent("mc:inbox-changed", { detail: detail }));
+      var spread = typeof detail.spread === "number" && detail.spread > 0 ? detail.spread : 0;
+      setTimeout(function () {
+        refresh();
+        document.dispatchEvent(new CustomEvent("mc:inbox-changed", { detail: detail }));
+      }, spread ? Math.floor(Math.random() * spread) : 0);
     });
     source.onerror = function () {
       // EventSource reconnects by itself after an ended stream; it gives up

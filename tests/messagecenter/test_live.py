@@ -248,3 +248,52 @@ def test_the_inbox_page_wires_up_live_updates(operator: Any, recipient: Any) -> 
     # The list's script (inbox.js) re-reads the inbox API when the counts move.
     assert 'data-inbox-api="/api/v1/inbox/"' in first
     assert '<script src="/static/messagecenter/inbox.js" defer></script>' in first
+
+
+def test_the_stream_is_in_the_openapi_document(operator: Any) -> None:
+    schema = client_for(operator).get("/api/schema/?format=json").json()
+    operation = schema["paths"]["/api/v1/inbox/stream/"]["get"]
+    assert operation["operationId"] == "inbox_stream"
+    ok = operation["responses"]["200"]["content"]
+    assert list(ok) == ["text/event-stream"]
+    example = next(iter(ok["text/event-stream"]["examples"].values()))["value"]
+    assert parse_frames([example.encode()])[0] == ("hello", {"v": 7})
+    # The event format is described: every kind a page hears.
+    for reason in ("deliver", "pull", "bulletin", "remove", "announcement", "resync"):
+        assert f"`{reason}`" in operation["description"] or f'"{reason}"' in operation["description"]
+    assert {"204", "401", "503"} <= set(operation["responses"])
+
+
+@PUBSUB_ONLY
+def test_broadcasts_reach_the_blocking_stream_of_the_right_platform(
+    operator: Any, recipient: Any, settings: Any
+) -> None:
+    """WSGI streams hear everyone's channel and their platforms' (a recipient is on "user")."""
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 1.0
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 0.2
+    stream = live.inbox_event_stream(user_id=recipient.pk, platforms=["user"])
+    opening = next(stream)
+    live_transport.broadcast(scope="operator", reason="announcement")  # not the recipient's platform
+    live_transport.broadcast(scope="user", reason="announcement", ref="a1")
+    live_transport.broadcast(scope=live_transport.BROADCAST_EVERYONE, reason="pull", ref="m1")
+    frames = parse_frames([opening, *stream])
+    spread = live_transport.BROADCAST_SPREAD_MS
+    assert frames[1:] == [
+        ("inbox", {"reason": "announcement", "scope": "user", "spread": spread, "ref": "a1"}),
+        ("inbox", {"reason": "pull", "scope": "everyone", "spread": spread, "ref": "m1"}),
+    ]
+
+
+@PUBSUB_ONLY
+def test_a_broadcast_for_later_waits_until_due_and_goes_out_once(recipient: Any) -> None:
+    now = int(time.time() * 1000)
+    with live_transport.subscribe(user_id=recipient.pk, scopes=["everyone"]) as pubsub:
+        live_transport.broadcast(scope="everyone", reason="bulletin", ref="b1", at_ms=now + 60_000)
+        live_transport.broadcast(scope="everyone", reason="bulletin", ref="b2", at_ms=now + 60_000)
+        live_transport.broadcast_cancel(scope="everyone", reason="bulletin", ref="b2")  # deleted before its time
+        assert live_transport.due_publish(now_ms=now) == now + 60_000
+        assert events(pubsub, wait=0.3) == []
+        assert live_transport.due_publish(now_ms=now + 60_000) is None
+        assert live_transport.due_publish(now_ms=now + 60_000) is None  # published once
+        got = events(pubsub)
+    assert [(e["reason"], e["ref"]) for e in got] == [("bulletin", "b1")]

@@ -46,7 +46,7 @@ def test_entries_are_the_live_announcements_to_the_millisecond() -> None:
 
 
 @pytest.mark.not_on_cluster(reason="counts the round trips of a single Redis's connection pool")
-def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
+def test_publish_has_no_savepoint_and_three_round_trips_on_a_built_chunk(
     recipient: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     on_platforms(recipient, "user")
@@ -60,7 +60,8 @@ def test_publish_has_no_savepoint_and_two_round_trips_on_a_built_chunk(
     # entries again (readmodel.platform_add).
     assert len(statements) == 5, statements
     # The revision and the chunk set (one pipeline), then one script call for the one chunk.
-    assert trips[0] == 2
+    # The index (two), then the platform's live broadcast.
+    assert trips[0] == 3
     assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
     assert {first.pk, second.pk} == {pk for pk, _, _ in readmodel._platform_entries("user")}
 

@@ -1,0 +1,368 @@
+"""Thousands of open event streams on one uvicorn worker: count, bytes each, event delay.
+
+``python -m bench.sse_load [--streams 10000] [--events 300]``
+
+Serves ``config.asgi:application`` with one uvicorn worker and the bench
+settings (database ``BENCH_DATABASE_URL``, Redis ``BENCH_REDIS_URL``), gives
+``--streams`` users a token each and opens one stream per user from this
+process (plain asyncio sockets, so the client stays light). Then:
+
+- memory: the server's RSS before and after the streams opened, per stream;
+- Redis: the server process's pub/sub connections (``CLIENT LIST TYPE pubsub``
+  by the hub's name) and every connection it holds, before and after;
+- PostgreSQL: the bench database's connections while the streams are open;
+- delay of a user's event: ``--events`` events to random users, published
+  here (``core.live.inbox_changed``, as a write does) and timed to their arrival;
+- delay of a broadcast: a few events to everyone (``core.live.broadcast``), timed
+  to their arrival on every stream (p50, p99, last).
+
+The file descriptor limit is raised to its hard limit (client and server each
+need one per stream). Timings include this client's own work on the same
+two cores. Not part of the test suite.
+"""
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STREAM = "/api/v1/inbox/stream/"
+MARK = b'"reason":"bench-'
+
+
+def _raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _prepare(count: int) -> list[tuple[int, str]]:
+    """(user id, token) for ``count`` bench users."""
+    import django
+
+    django.setup()
+    from bench.__main__ import _ensure_database
+
+    _ensure_database()
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    from bench.data import ensure_users
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+
+    low, high = ensure_users(count)
+    user_ids = list(
+        get_user_model()
+        .objects.filter(pk__gte=low, pk__lte=high, username__regex=r"^bench[0-9]+$")
+        .order_by("pk")
+        .values_list("pk", flat=True)[:count]
+    )
+    have = set(Token.objects.filter(user_id__in=user_ids).values_list("user_id", flat=True))
+    Token.objects.bulk_create(
+        [Token(key=secrets.token_hex(20), user_id=user_id) for user_id in user_ids if user_id not in have],
+        batch_size=5000,
+    )
+    tokens = dict(Token.objects.filter(user_id__in=user_ids).values_list("user_id", "key"))
+    from django.db import connection
+
+    connection.close()
+    return [(user_id, tokens[user_id]) for user_id in user_ids]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.bench",
+        # Streams stay open for the whole measurement (a browser reconnects anyway).
+        "MESSAGECENTER_LIVE_STREAM_SECONDS": "3600",
+        "MESSAGECENTER_LIVE_HEARTBEAT_SECONDS": "30",
+    }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--workers", "1"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--backlog", "8192"]
+    command += ["--timeout-keep-alive", "3600", "--timeout-graceful-shutdown", "2"]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Stream(asyncio.Protocol):
+    """One open stream: notes when hello and each marked event arrive."""
+
+    def __init__(self, book: "Book") -> None:
+        self.book = book
+        self.hello = asyncio.get_running_loop().create_future()
+        self.buffer = b""
+        self.status = 0
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.buffer += data
+        while b"\n\n" in self.buffer:
+            block, self.buffer = self.buffer.split(b"\n\n", 1)
+            if not self.status and block.startswith(b"HTTP/1.1 "):
+                self.status = int(block[9:12])
+                if self.status != 200 and not self.hello.done():
+                    self.hello.set_exception(RuntimeError(f"status {self.status}"))
+                continue
+            if b"event: hello" in block and not self.hello.done():
+                self.hello.set_result(None)
+            if b"event: unavailable" in block and not self.hello.done():
+                self.hello.set_exception(RuntimeError("unavailable"))
+            marker = block.find(MARK)
+            if marker >= 0:
+                start = marker + len(MARK)
+                tag = block[start : block.index(b'"', start)].decode()
+                self.book.arrived.setdefault(tag, []).append(now)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.book.lost += 1
+        if not self.hello.done():
+            self.hello.set_exception(ConnectionError("closed before hello"))
+
+
+class Book:
+    def __init__(self) -> None:
+        self.arrived: dict[str, list[float]] = {}
+        self.lost = 0
+
+
+async def _open(port: int, token: str, book: Book) -> Stream:
+    loop = asyncio.get_running_loop()
+    _, stream = await loop.create_connection(lambda: Stream(book), "127.0.0.1", port)
+    stream.transport.write(
+        f"GET {STREAM} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n"
+        f"Authorization: Token {token}\r\n\r\n".encode()
+    )
+    await asyncio.wait_for(stream.hello, 60)
+    return stream
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _redis_clients() -> tuple[int, int, int]:
+    """(hub pub/sub connections, hub command connections, all connections) on the bench Redis."""
+    from core.redis import get_redis
+
+    clients = get_redis().client_list()
+    hub = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-") and int(c.get("sub", 0)))
+    commands = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-commands-"))
+    return hub, commands, len(clients)
+
+
+def _pg_connections() -> str:
+    """The bench database's connections by state (the server's pool keeps a few idle)."""
+    from django.conf import settings
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
+            [settings.DATABASES["default"]["NAME"]],
+        )
+        found = ", ".join(f"{count} {state}" for state, count in cursor.fetchall())
+    connection.close()
+    return found or "none"
+
+
+async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]], server: int) -> dict[str, Any]:
+    from core import live
+
+    book = Book()
+    result: dict[str, Any] = {}
+    # A tenth of the streams first: the hub, its connections, the threads that
+    # authenticate and Django's imports are set up before the baseline is
+    # taken, so the difference is what the further streams cost each.
+    first = max(10, len(users) // 10)
+    warm = []
+    for i in range(0, first, args.batch):
+        warm.extend(
+            await asyncio.gather(*(_open(port, token, book) for _, token in users[i : min(first, i + args.batch)]))
+        )
+    await asyncio.sleep(1)
+    result["redis_before"] = _redis_clients()
+    rss_before = _rss(server)
+    result["first"] = first
+    streams: list[Stream] = list(warm)
+    started = time.perf_counter()
+    failures = 0
+    batch = args.batch
+    for i in range(first, len(users), batch):
+        opened = await asyncio.gather(
+            *(_open(port, token, book) for _, token in users[i : i + batch]), return_exceptions=True
+        )
+        for item in opened:
+            if isinstance(item, Stream):
+                streams.append(item)
+            else:
+                failures += 1
+        if failures and not args.keep_going:
+            break
+    result["open_seconds"] = time.perf_counter() - started
+    result["open"] = len(streams)
+    result["failures"] = failures
+    await asyncio.sleep(2)  # let the server settle (freed request buffers, GC)
+    result["rss_before"], result["rss_after"] = rss_before, _rss(server)
+    result["redis_after"] = _redis_clients()
+    result["pg"] = _pg_connections()
+
+    # A user's event: one at a time to a random user with an open stream.
+    user_delays = []
+    open_users = [users[i][0] for i in range(len(streams))]
+    for n in range(args.events):
+        tag = f"u{n}"
+        sent = time.perf_counter()
+        live.inbox_changed(user_ids=[random.choice(open_users)], reason=f"bench-{tag}")
+        while tag not in book.arrived and time.perf_counter() - sent < 5:
+            await asyncio.sleep(0.0005)
+        if tag in book.arrived:
+            user_delays.append(book.arrived[tag][0] - sent)
+        await asyncio.sleep(args.gap)
+    result["user_delays"] = user_delays
+
+    # A broadcast: every stream hears it.
+    broadcast = []
+    lasts = []
+    for n in range(args.broadcasts):
+        tag = f"b{n}"
+        sent = time.perf_counter()
+        live.broadcast(scope=live.BROADCAST_EVERYONE, reason=f"bench-{tag}")
+        while len(book.arrived.get(tag, ())) < len(streams) and time.perf_counter() - sent < 30:
+            await asyncio.sleep(0.001)
+        got = [t - sent for t in book.arrived.get(tag, ())]
+        broadcast.extend(got)
+        lasts.append(max(got) if got else float("nan"))
+        result.setdefault("broadcast_reached", []).append(len(got))
+        await asyncio.sleep(1)
+    result["broadcast_delays"] = broadcast
+    result["broadcast_last"] = lasts
+    for stream in streams:
+        stream.transport.close()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--streams", type=int, default=10_000)
+    parser.add_argument("--events", type=int, default=300, help="events to single users")
+    parser.add_argument("--gap", type=float, default=0.01, help="seconds between two user events")
+    parser.add_argument("--broadcasts", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=250, help="streams opened concurrently")
+    parser.add_argument("--keep-going", action="store_true", help="keep opening after a stream failed")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
+    # This client calls Django's ORM (the connection counts) from its event
+    # loop, between measurements: nothing else runs then.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    limit = _raise_fd_limit()
+    wanted = args.streams
+    if limit < wanted + 200:
+        print(f"fd limit {limit}: at most {limit - 200} streams")
+        wanted = limit - 200
+    users = _prepare(wanted)
+    port = _free_port()
+    log = ROOT / "bench-sse-uvicorn.log"
+    server = _serve(port, log)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        result = asyncio.run(_run(args, port, users, server.pid))
+    finally:
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+    _report(args, wanted, result)
+    return 0
+
+
+def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
+    each = (r["rss_after"] - r["rss_before"]) / max(1, r["open"] - r["first"])
+    user = r["user_delays"]
+    spread = r["broadcast_delays"]
+    hub_before, _, total_before = r["redis_before"]
+    hub_after, commands_after, total_after = r["redis_after"]
+    p99 = _quantile(user, 0.99) * 1000
+    rows = [
+        (
+            "streams open (target >= 10,000)",
+            f"{r['open']:,} of {wanted:,} in {r['open_seconds']:.1f} s, {r['failures']} failed",
+            r["open"] >= 10_000,
+        ),
+        (
+            "bytes each (target <= 20 KB)",
+            f"{each / 1024:.1f} KB (RSS {r['rss_before'] / 2**20:.0f} MiB at {r['first']:,} streams -> "
+            f"{r['rss_after'] / 2**20:.0f} MiB at {r['open']:,})",
+            each <= 20 * 1024,
+        ),
+        (
+            "event delay p99, a user's event (target <= 100 ms)",
+            f"p50 {_quantile(user, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms ({len(user)}/{args.events} arrived)",
+            p99 <= 100,
+        ),
+        (
+            "event delay p99, a broadcast to every stream (target <= 100 ms)",
+            f"p50 {_quantile(spread, 0.5) * 1000:.0f} ms, p99 {_quantile(spread, 0.99) * 1000:.0f} ms, "
+            f"last {max(r['broadcast_last']) * 1000:.0f} ms, reached {r['broadcast_reached']}",
+            _quantile(spread, 0.99) * 1000 <= 100,
+        ),
+        (
+            "Redis pub/sub connections of the process (target 1)",
+            f"{hub_before} before, {hub_after} with the streams open",
+            hub_after == 1,
+        ),
+        (
+            "Redis connections per stream (target ~0: a fixed few per process)",
+            f"{(total_after - total_before) / max(1, r['open'] - r['first']):.4f} "
+            f"(all clients {total_before} -> {total_after}; the hub's command pool {commands_after} of at most 4)",
+            total_after - total_before <= 16,
+        ),
+        ("PostgreSQL connections while streaming (the pool's idle ones)", r["pg"], None),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, met in rows:
+        verdict = "" if met is None else ("met" if met else "MISSED")
+        print(f"{name:<{width}}  {value}  {verdict}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
