@@ -8,7 +8,9 @@
 --   bitmap (string) once dense: when the bitmap is no bigger than the set
 --                   would be (4 B per offset against max offset / 8), or the
 --                   set would pass BITS_SET_MAX (intsets stop there), it is
---                   converted, once and for good (at most BITS_SET_MAX SETBITs).
+--                   converted (at most BITS_SET_MAX SETBITs). A small bitmap
+--                   that a far offset would make bigger than the set goes
+--                   back to a set (bits_sparse_again).
 -- A missing key reads as all zeros in both forms. The form is asked once per
 -- key per call (TYPE) and kept in BITS_FORM.
 
@@ -56,10 +58,42 @@ local function bits_dense(key, count, off)
   return bytes >= math.floor(top / 8) + 1
 end
 
+-- A bitmap about to grow to hold `off` goes back to a set when the set would
+-- be the smaller (a month dense at first, sparse later: the first items of a
+-- month have low offsets for everyone). Bounded: only a bitmap of at most
+-- 4 * BITS_SET_MAX bytes is looked at (a bigger one was dense when it grew).
+local function bits_sparse_again(key, off)
+  local len = redis.call("STRLEN", key)
+  if len > 4 * BITS_SET_MAX then return false end
+  local count = redis.call("BITCOUNT", key) + 1
+  if count > BITS_SET_MAX or 4 * count >= math.floor(off / 8) + 1 then return false end
+  local data, offsets = redis.call("GET", key), {}
+  for i = 1, #data do
+    local byte = string.byte(data, i)
+    for b = 0, 7 do  -- bit 0 is the byte's highest, as Redis numbers them
+      local weight = 2 ^ (7 - b)
+      if byte >= weight then
+        offsets[#offsets + 1] = (i - 1) * 8 + b
+        byte = byte - weight
+      end
+    end
+  end
+  redis.call("DEL", key)
+  if #offsets > 0 then redis.call("SADD", key, unpack(offsets)) end
+  BITS_FORM[key] = "set"
+  return true
+end
+
 -- SETBIT in either form: returns the bit's old value (0 or 1).
 local function bits_set(key, off, want)
   local form = bits_form(key)
-  if form == "string" then return redis.call("SETBIT", key, off, want) end
+  if form == "string" then
+    -- Past the bitmap's end: a 0 is already there; a 1 may make a set smaller.
+    if tonumber(off) < 8 * redis.call("STRLEN", key) then return redis.call("SETBIT", key, off, want) end
+    if tonumber(want) == 0 then return 0 end
+    if not bits_sparse_again(key, off) then return redis.call("SETBIT", key, off, 1) end
+    form = "set"
+  end
   if tonumber(want) == 0 then
     -- An emptied set is deleted by Redis: it reads as zeros, as before.
     if form == "set" then return redis.call("SREM", key, off) end
