@@ -6,7 +6,8 @@
 -- arrived meanwhile. `hour` is the hour bucket the first reads count in.
 -- First reads (read bit 0 -> 1 while the ever-read bit was 0) are counted
 -- per item by the caller (the per-item counters are global keys): they come
--- back as {marked, first refs, {month, first-read bitmap, ...}}. On the fast
+-- back as {marked, first refs, {month, first-read bitmap, ...}} (a sparse
+-- month: "#<month>", its offsets joined by ","). On the fast
 -- path the script queues them itself on the pending list (a global key of
 -- the fast path), in reads.py's entry formats, and returns {marked, {}, {}}.
 

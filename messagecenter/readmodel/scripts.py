@@ -24,13 +24,11 @@ from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
-# The shared helpers, each in one file: an item's layout and insertion
-# (deliver.lua runs only this one), the call's state with the read marks and
-# counters, settling and merging, the inbox's opening, the read cache (page
-# and counts only). Each script runs as one chunk, so a helper is defined
+# The shared helpers, each in one file: the month bit-sets' two forms and an
+# item's layout and insertion (deliver.lua runs only these two), the call's
+# state with the read marks and counters, settling and merging, the inbox's
+# opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
 # before the helpers that call it: this order.
-# The month bit-sets' two forms (sparse set, dense bitmap) come first: every
-# bit read or write goes through them.
 BITS = "../lua/_bits.lua"
 ITEM = (BITS, "../lua/_item.lua")
 INBOX = (*ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
