@@ -95,7 +95,7 @@ CLOCK = Clock(START)
 OPERATOR_NAME = "Prop Operator"
 READ_ALL = fallback.TOPIC_READ_ALL
 # The forms the month bit-sets were seen in over the whole run ("set",
-# "string") and "switch" once a key went from a set to a bitmap.
+# "string") and "switch" once a key changed form.
 FORMS_SEEN: set[str] = set()
 
 
@@ -152,8 +152,12 @@ class InboxMachine(RuleBasedStateMachine):
         # Each bit-set key's form when last seen (to notice a switch).
         self.forms: dict[bytes, str] = {}
 
-    @initialize()
-    def world(self) -> None:
+    @initialize(gap=st.sampled_from([0, 40, 300, 1_000_000]))
+    def world(self, gap: int) -> None:
+        # The month's first offsets went to other users: the users' first
+        # bit-sets start as sets (sparse), and most become bitmaps as items come.
+        if gap:
+            self.others_items(gap)
         self.groups = [services.user_group_create(name=f"fb{i}") for i in range(2)]
         services.message_type_create(code="alert", name="Alert", category="system")
         services.message_type_create(code="deal", name="Deal", category="promotion")
@@ -508,8 +512,9 @@ class InboxMachine(RuleBasedStateMachine):
                 continue
             assert form in ("set", "string"), (name, form)
             FORMS_SEEN.add(form)
-            if self.forms.get(name.encode()) == "set" and form == "string":
-                FORMS_SEEN.add("switch")
+            before = self.forms.get(name.encode())
+            if before is not None and before != form:
+                FORMS_SEEN.add("switch")  # set -> bitmap, or a small bitmap back to a set
             self.forms[name.encode()] = form
 
     @invariant()
