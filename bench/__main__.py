@@ -26,6 +26,7 @@ CASES = (
     "bench.cases.user_ids",
     "bench.cases.http",
     "bench.cases.bulletins",
+    "bench.cases.memory",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

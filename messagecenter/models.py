@@ -59,9 +59,11 @@ class UserGroupMembership(models.Model):
 class ItemSlotMonth(models.Model):
     """Allocates (month, offset) slots for the per-user push and read bitmaps.
 
-    Offsets are dense per month (the "month base"): a user's push/read bitmap
-    for a month is as large as the number of items created that month, not
-    the global id. The row is locked while allocating, so offsets never clash.
+    Offsets are dense per month (the "month base"): a user's push/read bit-set
+    for a month is at most as large as a bitmap of the items created that
+    month (not the global id), and a set of the user's own offsets while that
+    is smaller (messagecenter/lua/_bits.lua). The row is locked while
+    allocating, so offsets never clash.
     """
 
     month = models.PositiveIntegerField(primary_key=True)  # yyyymm

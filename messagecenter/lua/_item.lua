@@ -39,7 +39,7 @@ local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
   call("ZADD", category_keys[cat], time, member)
   if expiring then call("ZADD", expiry_key, expire_ms, member) end
   call("SADD", months_key, month)
-  call("SETBIT", PUSH[month], off, "1")
-  if call("GETBIT", READ[month], off) == 0 then call("HINCRBY", counters_key, cat, "1") end
+  bits_set(PUSH[month], off, 1)
+  if bits_get(READ[month], off) == 0 then call("HINCRBY", counters_key, cat, "1") end
   return true
 end

@@ -18,8 +18,8 @@ local function park(member)
   local ref, cat, month, off = parse(member)
   call("ZREM", all_key, member)
   call("ZREM", category_keys[cat], member)
-  call("SETBIT", PUSH[month], off, 0)
-  if call("GETBIT", READ[month], off) == 0 then call("HINCRBY", counters_key, cat, -1) end
+  bits_set(PUSH[month], off, 0)
+  if bits_get(READ[month], off) == 0 then call("HINCRBY", counters_key, cat, -1) end
   call("SADD", hidden_key, ref)
   touch()
 end

@@ -28,7 +28,7 @@ local function remove(member)
   if call("ZREM", all_key, member) == 0 then return unpark_removed(member) end
   call("ZREM", category_keys[cat], member)
   call("ZREM", expiry_key, member)
-  call("SETBIT", PUSH[month], off, 0)
+  bits_set(PUSH[month], off, 0)
   if bit == 0 then call("HINCRBY", counters_key, cat, -1) end
   touch()
   return 1
@@ -59,7 +59,7 @@ local function wake_snoozed()
     call("ZREM", snoozed_key, member)
     if ref and category_keys[cat] and READ[month] then
       call("SREM", hidden_key, ref)
-      call("SETBIT", READ[month], off, 0)
+      bits_set(READ[month], off, 0)
       local expire = call("ZSCORE", expiry_key, member)
       insert(member, ref, cat, month, off, wake, expire or 0, expire and true or false)
       touch()

@@ -19,7 +19,7 @@ end
 local function read_bit(month, off)
   local key = READ[month]
   if not key then return nil end
-  return call("GETBIT", key, off)
+  return bits_get(key, off)
 end
 
 -- Is the member a live item of this inbox ("is readable": pushed and present)?
@@ -27,14 +27,14 @@ local function present(member)
   local ref, cat, month, off = parse(member)
   if not ref or not READ[month] then return false end
   if not call("ZSCORE", all_key, member) then return false end
-  return call("GETBIT", PUSH[month], off) == 1
+  return bits_get(PUSH[month], off) == 1
 end
 
 -- Ever-read bits (never cleared by "unread"): a read bit going 0 -> 1 is a
 -- first read only when the ever-read bit was 0, so read/unread/read counts once.
 local function first_read(month, off)
   local key = EVER[month]
-  return call("SETBIT", key, off, 1) == 0
+  return bits_set(key, off, 1) == 0
 end
 
 -- The unread counters (flat) and how many items are newer than the seen

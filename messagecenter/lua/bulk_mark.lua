@@ -14,7 +14,7 @@ for member in string.gmatch(listed, "[^,]+") do
   local where = place(member)
   if where == "live" or where == "archived" then
     local ref, cat, month, off = parse(member)
-    local old = call("SETBIT", READ[month], off, want)
+    local old = bits_set(READ[month], off, want)
     if old ~= want then
       touch()
       if where == "live" then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end

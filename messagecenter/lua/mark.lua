@@ -12,7 +12,7 @@ local live = present(member)
 if not live and not call("ZSCORE", archived_key, member) then return 0 end
 local _, cat, month, off = parse(member)
 if not READ[month] then return 0 end
-local old = call("SETBIT", READ[month], off, want)
+local old = bits_set(READ[month], off, want)
 if old ~= want then
   touch()
   if live then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end

@@ -6,7 +6,8 @@
 -- arrived meanwhile. `hour` is the hour bucket the first reads count in.
 -- First reads (read bit 0 -> 1 while the ever-read bit was 0) are counted
 -- per item by the caller (the per-item counters are global keys): they come
--- back as {marked, first refs, {month, first-read bitmap, ...}}. On the fast
+-- back as {marked, first refs, {month, first-read bitmap, ...}} (a sparse
+-- month: "#<month>", its offsets joined by ","). On the fast
 -- path the script queues them itself on the pending list (a global key of
 -- the fast path), in reads.py's entry formats, and returns {marked, {}, {}}.
 
@@ -17,9 +18,10 @@ if not open_inbox(1, 3, true) then return "STALE" end
 if time_max == "" then time_max = "+inf" end
 local marked, first, first_maps = 0, {}, {}
 if category == "" and time_max == "+inf" then
-  -- Everything: a month's push bitmap is the month's present items, so the
+  -- Everything: a month's push bits are the month's present items, so the
   -- read bits become read OR push, with bit operations instead of a walk over
-  -- every item (10,000 items cost a few BITOPs per month). The counters say
+  -- every item (10,000 items cost a few BITOPs per month; a sparse month's set
+  -- form, _bits.lua, at most 512 adds). The counters say
   -- how many were unread; all of them are 0 afterwards.
   for _, v in ipairs(call("HVALS", counters_key)) do
     local count = tonumber(v)
@@ -27,17 +29,31 @@ if category == "" and time_max == "+inf" then
   end
   for _, month in ipairs(MONTHS) do
     local read_key, push_key, ever_key = READ[month], PUSH[month], EVER[month]
-    if call("EXISTS", push_key) == 1 then
-      -- first reads = push AND NOT ever = push XOR (push AND ever)
+    local pushed = bits_members(push_key)
+    if pushed then
+      -- A sparse month (_bits.lua: a set of at most 512 offsets): first reads
+      -- are its offsets whose ever-read bit is 0, handed back as "#<month>"
+      -- and the offsets joined by "," (reads.py reads both forms).
+      local fresh = {}
+      for _, o in ipairs(pushed) do
+        if bits_get(ever_key, o) == 0 then fresh[#fresh + 1] = o end
+      end
+      if #fresh > 0 then
+        first_maps[#first_maps + 1] = "#" .. month
+        first_maps[#first_maps + 1] = table.concat(fresh, ",")
+      end
+    else
+      -- first reads = push AND NOT ever = push XOR (push AND ever), on bitmaps
+      bits_to_bitmap(ever_key)
       call("BITOP", "AND", scratch_key, push_key, ever_key)
       call("BITOP", "XOR", scratch_key, scratch_key, push_key)
       if call("BITCOUNT", scratch_key) > 0 then
         first_maps[#first_maps + 1] = month
         first_maps[#first_maps + 1] = call("GET", scratch_key)
       end
-      call("BITOP", "OR", read_key, read_key, push_key)
-      call("BITOP", "OR", ever_key, ever_key, push_key)
     end
+    bits_or(read_key, push_key)
+    bits_or(ever_key, push_key)
   end
   call("DEL", scratch_key, counters_key)
   if marked > 0 then touch() end
@@ -47,7 +63,7 @@ else
   local by_cat = {}
   for _, member in ipairs(call("ZRANGEBYSCORE", key, "-inf", time_max)) do
     local ref, item_category, month, off = parse(member)
-    if READ[month] and call("SETBIT", READ[month], off, 1) == 0 then
+    if READ[month] and bits_set(READ[month], off, 1) == 0 then
       marked = marked + 1
       by_cat[item_category] = (by_cat[item_category] or 0) + 1
       if first_read(month, off) then first[#first + 1] = ref end

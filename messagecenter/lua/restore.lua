@@ -4,12 +4,13 @@
 --
 -- KEYS: 1 all-items zset, 2 unread counters hash, 3 state hash, then n read
 -- bitmaps and n ever-read bitmaps, one per month listed in ARGV.
--- ARGV: 1 n, 2..1+n months (yyyymm), then n read bitmap strings, n ever-read
--- bitmap strings ("" = nothing to restore), then the seen watermark in ms
--- ("" = none).
+-- ARGV: 1 n, 2..1+n months (yyyymm), then n read bit-sets, n ever-read
+-- bit-sets ("" = nothing to restore), then the seen watermark in ms ("" =
+-- none), then each bit-set's form in the same order: "b" a bitmap string,
+-- "s" offsets joined by "," written as a set (_bits.lua's sparse form).
 -- Returns how many keys/fields were written.
 --
--- A bitmap is written only where the key is missing (SET NX) and the
+-- A bit-set is written only where the key is missing (SET NX) and the
 -- watermark only where the field is (HSETNX): a restore while the site serves
 -- never undoes a newer mark. The inbox's invariant (_item.lua: counters[c] = members of
 -- category c whose read bit is 0) must survive: items merged or delivered
@@ -20,15 +21,28 @@ local month_count = tonumber(ARGV[1])
 local restored = {}
 local any = false
 local written = 0
+local form_base = 2 + 3 * month_count
+
+-- One bit-set where its key is missing; true if written.
+local function put(key, data, form)
+  if data == "" then return false end
+  if form ~= "s" then return redis.call("SET", key, data, "NX") and true or false end
+  if redis.call("EXISTS", key) == 1 then return false end
+  local offsets = {}
+  for o in string.gmatch(data, "[^,]+") do offsets[#offsets + 1] = o end
+  redis.call("SADD", key, unpack(offsets))
+  return true
+end
+
 for i = 1, month_count do
   local month = ARGV[1 + i]
   local read, ever = ARGV[1 + month_count + i], ARGV[1 + 2 * month_count + i]
-  if read ~= "" and redis.call("SET", KEYS[3 + i], read, "NX") then
+  if put(KEYS[3 + i], read, ARGV[form_base + i]) then
     restored[month] = KEYS[3 + i]
     any = true
     written = written + 1
   end
-  if ever ~= "" and redis.call("SET", KEYS[3 + month_count + i], ever, "NX") then
+  if put(KEYS[3 + month_count + i], ever, ARGV[form_base + month_count + i]) then
     written = written + 1
   end
 end
@@ -36,7 +50,7 @@ end
 if any then
   for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
     local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
-    if ref and restored[month] and redis.call("GETBIT", restored[month], tonumber(off)) == 1 then
+    if ref and restored[month] and bits_get(restored[month], tonumber(off)) == 1 then
       redis.call("HINCRBY", KEYS[2], cat, -1)
     end
   end

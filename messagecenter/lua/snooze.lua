@@ -9,7 +9,7 @@ if not open_inbox(0, 3, false) then return "STALE" end
 
 if not park_anywhere(member, expire) then return 0 end
 local _, _, month, off = parse(member)
-call("SETBIT", READ[month], off, 0)
+bits_set(READ[month], off, 0)
 call("ZADD", snoozed_key, wake, member)
 touch()
 return 1

@@ -42,7 +42,7 @@ from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
 from messagecenter.mutes import Mutes
-from messagecenter.readmodel import listing, readcache
+from messagecenter.readmodel import bits, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
@@ -464,7 +464,7 @@ def inbox_listing(
     members: list[str] = []
     scores: list[int] = []
     details: list[bytes | None] = []
-    bitmaps: dict[str, bytes | None] = {}
+    bitmaps: dict[str, bits.Bits] = {}
 
     def batches() -> Iterator[int]:
         """The listing's scores after the cursor's position, read as the walk asks."""
@@ -475,10 +475,11 @@ def inbox_listing(
             first = not bitmaps and bool(months)
             if first:
                 for month in months:
-                    pipe.get(keys.mc_read_bitmap(user_id, month))
-            rows, *maps = pipe.execute()
+                    bits.queue(pipe, keys.mc_read_bitmap(user_id, month))
+            replies = iter(bits.execute(pipe))
+            rows = next(replies)
             if first:
-                bitmaps.update(zip(months, maps, strict=True))
+                bitmaps.update((month, bits.take(replies)) for month in months)
             raw_offset += len(rows)
             fresh = [(m.decode(), int(score)) for m, score in rows]
             if archived and category:  # one zset holds every category's archived items
@@ -498,7 +499,7 @@ def inbox_listing(
 
     def is_read(i: int) -> bool:
         _ref, _cat, month, offset = parse_member(members[i])
-        return listing.read_bit(bitmaps.get(month), offset)
+        return offset in bitmaps.get(month, bits.Bits())
 
     def keep(i: int) -> bool:
         if unread_only and is_read(i):

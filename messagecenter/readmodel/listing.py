@@ -57,11 +57,3 @@ def matches(detail: dict[str, Any], text: str) -> bool:
     """Does the item's title or summary contain ``text`` (already ``needle``d)?"""
     title, summary = _haystack(str(detail.get("title") or ""), str(detail.get("summary") or ""))
     return text in title or text in summary
-
-
-def read_bit(bitmap: bytes | None, offset: int) -> bool:
-    """A Redis bitmap's bit (bit 0 is the high bit of byte 0); missing bytes are 0."""
-    if not bitmap:
-        return False
-    byte = offset >> 3
-    return byte < len(bitmap) and bool((bitmap[byte] >> (7 - (offset & 7))) & 1)

@@ -3,7 +3,8 @@
 The inbox script reports the user's first reads: a read bit going 0 -> 1
 while the user's ever-read bit (``keys.mc_read_ever_bitmap``, never cleared)
 was 0 too (op ``read`` returns 2, op ``read_all`` lists the refs, or hands
-back per month the bitmap of the offsets first read). Only those
+back per month the bitmap of the offsets first read, or for a month kept
+as a set, ``#<month>`` and the offsets joined by ","). Only those
 are counted, so marking an item read, unread and read again, or repeating
 "read all", counts a user once.
 The counters are global keys (one hash per item), so they are written here, in
@@ -22,6 +23,7 @@ from redis.exceptions import RedisError
 from core import keys
 from core.insight import READ_HOURS_TTL_SECONDS, hour_of, hours_from_hashes
 from core.redis import get_redis
+from messagecenter.readmodel import bits
 from messagecenter.readmodel.snapshots import dirty_members
 
 logger = logging.getLogger(__name__)
@@ -100,9 +102,13 @@ def first_reads_fold(
         for entry in entries:
             hour_raw, _, rest = entry.partition(b"|")
             hour = hour_raw.decode()
-            if rest.startswith(b"@"):  # <hour>|@<month>|<bitmap>
+            if rest.startswith(b"@"):  # <hour>|@<month>|<bitmap> or <hour>|@#<month>|<offset>,...
                 month, _, bitmap = rest[1:].partition(b"|")
-                for ref in resolve(int(month), bitmap_offsets(bitmap)):
+                if month.startswith(b"#"):  # a sparse month's offsets (read_all.lua)
+                    month, offsets = month[1:], [int(o) for o in bitmap.split(b",") if o]
+                else:
+                    offsets = bitmap_offsets(bitmap)
+                for ref in resolve(int(month), offsets):
                     counts[(ref, hour)] += 1
                 continue
             for ref in rest.decode().split(","):
@@ -141,12 +147,7 @@ def read_totals(*, refs: Iterable[str]) -> dict[str, int]:
 
 def read_ever_bits(*, month: int, offset: int, user_ids: Sequence[int]) -> list[bool]:
     """Whether each user has ever read the item at (``month``, ``offset``): one
-    pipelined GETBIT of their ever-read bitmaps. The same bits whose 0 -> 1
-    transitions the hour counters count, so "has read" here and the read count
-    never disagree (bar first reads not folded yet)."""
-    if not user_ids:
-        return []
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in user_ids:
-        pipe.getbit(keys.mc_read_ever_bitmap(user_id, month), offset)
-    return [bool(bit) for bit in pipe.execute()]
+    pipelined look at their ever-read bit-sets, whatever their form. The same
+    bits whose 0 -> 1 transitions the hour counters count, so "has read" here
+    and the read count never disagree (bar first reads not folded yet)."""
+    return bits.has_many((keys.mc_read_ever_bitmap(user_id, month) for user_id in user_ids), offset)

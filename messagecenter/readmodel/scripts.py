@@ -1,5 +1,5 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua``
+preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua``
 first) and the typed calls that build their KEYS and ARGV, so no caller
 counts positions.
 
@@ -24,13 +24,14 @@ from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
-# The shared helpers, each in one file: an item's layout and insertion
-# (deliver.lua runs only this one), the call's state with the read marks and
-# counters, settling and merging, the inbox's opening, the read cache (page
-# and counts only). Each script runs as one chunk, so a helper is defined
+# The shared helpers, each in one file: the month bit-sets' two forms and an
+# item's layout and insertion (deliver.lua runs only these two), the call's
+# state with the read marks and counters, settling and merging, the inbox's
+# opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
 # before the helpers that call it: this order.
-ITEM = "../lua/_item.lua"
-INBOX = (ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
+BITS = "../lua/_bits.lua"
+ITEM = (BITS, "../lua/_item.lua")
+INBOX = (*ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
 CACHE = "../lua/_cache.lua"
 # Where a member is (live, archived, snoozed) and how it leaves the list.
 PARK = (*INBOX, "../lua/_park.lua")
@@ -54,7 +55,7 @@ READ_ALL_SCRIPT = _script("read_all.lua")
 SEEN_SCRIPT = _script("seen.lua")
 DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
-DELIVER_SCRIPT = _script("deliver.lua", ITEM)
+DELIVER_SCRIPT = _script("deliver.lua", *ITEM)
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)

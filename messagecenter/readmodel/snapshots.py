@@ -19,14 +19,14 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core import keys
-from core.bitmaps import bitmap_from_redis, bitmap_to_redis
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from messagecenter.readmodel import bits
 from messagecenter.readmodel.entries import to_ms
 
 logger = logging.getLogger(__name__)
 
-RESTORE_SCRIPT = LuaScript(__file__, "../lua/restore.lua")
+RESTORE_SCRIPT = LuaScript(__file__, "../lua/restore.lua", preambles=("../lua/_bits.lua",))
 
 SEEN = "seen"
 
@@ -108,10 +108,10 @@ def snapshot_read(*, members: Sequence[DirtyMember]) -> ReadState:
         if month is None:
             pipe.hget(keys.mc_inbox_state(user), SEEN)
         else:
-            pipe.get(keys.mc_read_bitmap(user, month))
-            pipe.get(keys.mc_read_ever_bitmap(user, month))
+            bits.queue(pipe, keys.mc_read_bitmap(user, month))
+            bits.queue(pipe, keys.mc_read_ever_bitmap(user, month))
     pipe.exists(keys.mc_snapshot_restored())
-    replies = pipe.execute()
+    replies = bits.execute(pipe)
     state = ReadState(intact=bool(replies.pop()))
     found = iter(replies)
     for user, month in members:
@@ -119,10 +119,10 @@ def snapshot_read(*, members: Sequence[DirtyMember]) -> ReadState:
             raw = next(found)
             state.seen[user] = int(raw) if raw is not None else None
         else:
-            read, ever = next(found), next(found)
+            read, ever = bits.take(found), bits.take(found)
             state.months[(user, month)] = (
-                None if read is None else bitmap_from_redis(read),
-                None if ever is None else bitmap_from_redis(ever),
+                read.to_bitmap() if read.exists else None,
+                ever.to_bitmap() if ever.exists else None,
             )
     return state
 
@@ -144,10 +144,14 @@ def snapshot_restore(*, users: Mapping[int, UserSnapshot]) -> int:
         script_keys = [keys.mc_inbox(user_id), keys.mc_inbox_counters(user_id), keys.mc_inbox_state(user_id)]
         script_keys.extend(keys.mc_read_bitmap(user_id, m) for m in months)
         script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+        # Each bit-set in its compact form (bits.encode: a set while sparse).
+        read = [bits.encode(snapshot.months[m][0]) for m in months]
+        ever = [bits.encode(snapshot.months[m][1]) for m in months]
         args: list[bytes | str | int] = [len(months), *months]
-        args.extend(bitmap_to_redis(snapshot.months[m][0]) for m in months)
-        args.extend(bitmap_to_redis(snapshot.months[m][1]) for m in months)
+        args.extend(data for _form, data in read)
+        args.extend(data for _form, data in ever)
         args.append("" if snapshot.seen_ms is None else snapshot.seen_ms)
+        args.extend(form for form, _data in (*read, *ever))
         calls.append((script_keys, args))
     if not calls:
         return 0

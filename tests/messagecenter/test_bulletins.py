@@ -8,6 +8,7 @@ import pytest
 from core import keys
 from messagecenter import services
 from messagecenter.models import UserGroup
+from messagecenter.readmodel import bits
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids, make_group
 
@@ -137,10 +138,10 @@ def test_read_all_leaves_items_that_are_no_longer_in_the_inbox_unread(
     services.user_group_remove_members(group=group, user_ids=[recipient.pk])
     assert ids(alice.get("/api/v1/inbox/")) == [kept.ref]
     month = kept.slot_month
-    assert redis.getbit(keys.mc_push_bitmap(recipient.pk, month), hidden.slot_offset) == 0
+    assert hidden.slot_offset not in bits.read_many([keys.mc_push_bitmap(recipient.pk, month)])[0]
     assert alice.post("/api/v1/inbox/read-all/", {}, format="json").json() == {"marked": 1}
-    assert redis.getbit(keys.mc_read_bitmap(recipient.pk, month), hidden.slot_offset) == 0
-    assert redis.getbit(keys.mc_read_bitmap(recipient.pk, month), bulletin.slot_offset) == 0
+    assert hidden.slot_offset not in bits.read_many([keys.mc_read_bitmap(recipient.pk, month)])[0]
+    assert bulletin.slot_offset not in bits.read_many([keys.mc_read_bitmap(recipient.pk, month)])[0]
     services.user_group_add_members(group=group, user_ids=[recipient.pk])
     page = alice.get("/api/v1/inbox/").json()
     assert {(r["id"], r["read"]) for r in page["results"]} == {(f"b{bulletin.pk}", False), (kept.ref, True)}

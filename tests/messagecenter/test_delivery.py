@@ -8,7 +8,7 @@ from pyroaring import BitMap
 from core import keys
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
-from messagecenter.readmodel import to_ms
+from messagecenter.readmodel import bits, to_ms
 from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
@@ -37,7 +37,7 @@ def test_push_below_threshold_in_chunks(
     member = f"m{message.pk}|system|{message.slot_month}|{message.slot_offset}"
     assert redis.zscore(keys.mc_inbox(recipient.pk), member) == to_ms(message.created_at)
     assert redis.zscore(keys.mc_inbox_category(other_recipient.pk, "system"), member) is not None
-    assert redis.getbit(keys.mc_push_bitmap(recipient.pk, message.slot_month), message.slot_offset) == 1
+    assert message.slot_offset in bits.read_many([keys.mc_push_bitmap(recipient.pk, message.slot_month)])[0]
 
 
 def test_pull_above_threshold(

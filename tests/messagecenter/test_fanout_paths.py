@@ -15,7 +15,7 @@ from core import keys
 from core import live as live_transport
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
-from messagecenter.readmodel import InboxEntry, inbox, publish
+from messagecenter.readmodel import InboxEntry, bits, inbox, publish
 from messagecenter.readmodel.scripts import DELIVER_SCRIPT
 from messagecenter.services import messages
 from tests.factories import UserFactory
@@ -57,7 +57,7 @@ def test_every_key_of_the_layout_is_written(redis: Any, notification: bool, expi
         assert redis.zscore(keys.mc_inbox_category(user_id, "system"), entry.member) == entry.score
         assert redis.hget(keys.mc_inbox_counters(user_id), "system") == b"1"
         assert redis.smembers(keys.mc_inbox_months(user_id)) == {str(MONTH).encode()}
-        assert redis.getbit(keys.mc_push_bitmap(user_id, MONTH), entry.offset) == 1
+        assert entry.offset in bits.read_many([keys.mc_push_bitmap(user_id, MONTH)])[0]
         assert live_transport.user_version(user_id=user_id) == 1
         # The expiry zset holds the item only when it expires; untouched otherwise.
         assert redis.zscore(keys.mc_inbox_expiry(user_id), entry.member) == (expire_ms or None)

@@ -21,15 +21,23 @@ Service answers are held to PostgreSQL as well: a mark or hide finds the
 item exactly when the fallback says it is live, a "read all" marks exactly
 the unread items the fallback lists. A model built from the message and
 bulletin rows alone (``visible``) holds both paths to the audience rules.
+
+The month's offsets jump now and then (items that went to other users), so
+a user's month bit-sets are kept as sets (sparse), as bitmaps (dense), and
+switch from one to the other mid-run (messagecenter/lua/_bits.lua); a lost
+Redis is rebuilt from PostgreSQL (read state restored in the compact form).
+The run must have seen every form and a switch.
 """
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.core.management import call_command
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -42,9 +50,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from core import keys
 from core.exceptions import NotFound
 from core.models import MarkJournal, OutboxEntry
-from core.redis import keyspace_flush
+from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, selectors, services
 from messagecenter.items import bulletin_entry, message_entry
 from messagecenter.models import (
@@ -66,6 +75,7 @@ from messagecenter.models import (
     UserPreferences,
 )
 from messagecenter.readmodel import inbox, to_ms
+from messagecenter.readmodel.entries import parse_member
 from messagecenter.readmodel.inbox import Page
 from messagecenter.services.inbox_actions import BULK_ACTIONS
 from messagecenter.services.snapshots import inbox_read_snapshot
@@ -84,6 +94,9 @@ DISPLAY = st.sampled_from([-30, 0, 5, 30])
 CLOCK = Clock(START)
 OPERATOR_NAME = "Prop Operator"
 READ_ALL = fallback.TOPIC_READ_ALL
+# The forms the month bit-sets were seen in over the whole run ("set",
+# "string") and "switch" once a key changed form.
+FORMS_SEEN: set[str] = set()
 
 
 def walk(path: Callable[..., Page], **query: Any) -> list[Page]:
@@ -136,9 +149,15 @@ class InboxMachine(RuleBasedStateMachine):
         self.reads: dict[tuple[int, str], bool] = {}
         # The sender each message and bulletin names (None: the system).
         self.senders: dict[str, str | None] = {}
+        # Each bit-set key's form when last seen (to notice a switch).
+        self.forms: dict[bytes, str] = {}
 
-    @initialize()
-    def world(self) -> None:
+    @initialize(gap=st.sampled_from([0, 40, 300, 1_000_000]))
+    def world(self, gap: int) -> None:
+        # The month's first offsets went to other users: the users' first
+        # bit-sets start as sets (sparse), and most become bitmaps as items come.
+        if gap:
+            self.others_items(gap)
         self.groups = [services.user_group_create(name=f"fb{i}") for i in range(2)]
         services.message_type_create(code="alert", name="Alert", category="system")
         services.message_type_create(code="deal", name="Deal", category="promotion")
@@ -337,6 +356,23 @@ class InboxMachine(RuleBasedStateMachine):
     def trim_removals(self, keep: int) -> None:
         services.inbox_removed_trim(keep=keep)
 
+    @rule(gap=st.sampled_from([40, 200, 1_000_000]))
+    def others_items(self, gap: int) -> None:
+        """Items that went to other users took ``gap`` offsets of the month: the
+        next items land far from this inbox's earlier ones (a set stays a set,
+        or fills up to the point where a bitmap is smaller and switches)."""
+        slots, _ = ItemSlotMonth.objects.get_or_create(month=CLOCK.now.year * 100 + CLOCK.now.month)
+        slots.next_offset += gap
+        slots.save(update_fields=["next_offset"])
+
+    @rule()
+    def redis_lost(self) -> None:
+        """Redis loses everything; the rebuild restores it from PostgreSQL (the
+        read state from the snapshots, written in the compact form)."""
+        self.snapshot()
+        keyspace_flush()
+        call_command("messagecenter_rebuild", stdout=StringIO())
+
     @rule(minutes=st.sampled_from([1, 5, 30]))
     def tick(self, minutes: int) -> None:
         CLOCK.now = CLOCK.now + timedelta(minutes=minutes)
@@ -455,6 +491,32 @@ class InboxMachine(RuleBasedStateMachine):
         self.marks = []
 
     # --- the property -------------------------------------------------------------------
+
+    @invariant()
+    def bit_set_forms(self) -> None:
+        """Note the form of every month bit-set the users hold (set or bitmap)."""
+        client = get_redis()
+        names = set()
+        for user in self.users:
+            for member in client.zrange(keys.mc_inbox(user.pk), 0, -1):
+                month = parse_member(member.decode())[2]
+                names.update(
+                    (
+                        keys.mc_push_bitmap(user.pk, month),
+                        keys.mc_read_bitmap(user.pk, month),
+                        keys.mc_read_ever_bitmap(user.pk, month),
+                    )
+                )
+        for name in names:
+            form = client.type(name).decode()
+            if form == "none":
+                continue
+            assert form in ("set", "string"), (name, form)
+            FORMS_SEEN.add(form)
+            before = self.forms.get(name.encode())
+            if before is not None and before != form:
+                FORMS_SEEN.add("switch")  # set -> bitmap, or a small bitmap back to a set
+            self.forms[name.encode()] = form
 
     @invariant()
     def both_paths_agree(self) -> None:
@@ -586,3 +648,5 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),
     )
+    # Both forms and the switch were exercised (not only one of them).
+    assert {"set", "string", "switch"} <= FORMS_SEEN, FORMS_SEEN

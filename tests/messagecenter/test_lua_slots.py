@@ -281,11 +281,37 @@ def _assignments(source: str) -> list[tuple[str, str]]:
     return pairs
 
 
+UNCALLED = "<a parameter of a function never called>"
+FUNCTION = re.compile(r"\blocal\s+function\s+([A-Za-z_]\w*)\s*\(([^)]*)\)")
+
+
+def _parameter_bindings(source: str) -> list[tuple[str, str]]:
+    """(parameter, argument) for every call of a script's local function, as
+    if each call assigned its arguments (_bits.lua's helpers take the key):
+    a parameter used as a key is then proven by every call site's argument.
+    A parameter passed on under its own name adds nothing and is skipped; the
+    parameters of a function the script never calls stand for no key (UNCALLED)."""
+    pairs = []
+    for function in FUNCTION.finditer(source):
+        name, params = function.group(1), [p.strip() for p in function.group(2).split(",") if p.strip()]
+        calls = [m for m in re.finditer(rf"(?<![\w.]){name}\(", source) if m.start() != function.start(1)]
+        if not calls:
+            pairs.extend((p, UNCALLED) for p in params)
+        for match in calls:
+            depth, i = 1, match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(source[i], 0)
+                i += 1
+            args = _split_args(source[match.end() : i - 1])
+            pairs.extend((p, a) for p, a in zip(params, args, strict=False) if p != a)
+    return pairs
+
+
 def _key_expression_ok(expr: str, assignments: list[tuple[str, str]], depth: int = 0) -> bool:
     """KEYS[...] itself; a name every assignment of which is such a key
     expression; or an element of a table created empty and filled only with
     such key expressions (_item.lua's READ/PUSH by month)."""
-    if KEYS_EXPR.match(expr):
+    if KEYS_EXPR.match(expr) or expr == UNCALLED:
         return True
     name = re.match(r"^([A-Za-z_]\w*)(\[.*\])?$", expr)
     if not name or depth > 5:
@@ -319,7 +345,7 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
         if path.name.startswith("_"):
             continue  # a preamble: checked as part of each script that runs it
         source = _strip_comments(declared.source if declared else path.read_text(encoding="utf-8"))
-        assignments = _assignments(source)
+        assignments = _assignments(source) + _parameter_bindings(source)
         for args in _calls(source):
             command = args[0].strip("'\"").upper()
             assert command in KEY_ARGS, f"{path.name}: classify the key arguments of {command}"
@@ -352,11 +378,14 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
         ('local k = nil\nredis.call("GET", k)', False),
         ('local T = {}\nT[1] = KEYS[1]\nlocal k = T[1] .. "x"\nredis.call("GET", k)', False),
         ('redis.call("DEL", KEYS[1], "x")', False),
+        ('local function f(key) redis.call("GET", key) end\nf(KEYS[1])', True),
+        ('local function f(key) redis.call("GET", key) end\nf(KEYS[1])\nf(ARGV[1])', False),
+        ('local function f(k, key) redis.call("GET", key) end\nlocal function g(key) f(1, key) end\ng(KEYS[2])', True),
     ],
 )
 def test_the_static_check_tells_keys_from_built_names(snippet: str, ok: bool) -> None:
     source = _strip_comments(snippet)
-    assignments = _assignments(source)
+    assignments = _assignments(source) + _parameter_bindings(source)
     verdicts = []
     for args in _calls(source):
         command = args[0].strip("'\"").upper()
