@@ -3,10 +3,11 @@
 -- user's hash tag, so this runs on one Redis Cluster slot.
 --
 -- KEYS: 1 all-items zset, 2 unread counters hash, 3 state hash, then n read
--- bitmaps and n ever-read bitmaps, one per month listed in ARGV.
+-- bitmaps and n ever-read bitmaps, one per month listed in ARGV, last the
+-- five unread zsets (all, then each category in the order of ARGV's end).
 -- ARGV: 1 n, 2..1+n months (yyyymm), then n read bitmap strings, n ever-read
 -- bitmap strings ("" = nothing to restore), then the seen watermark in ms
--- ("" = none).
+-- ("" = none), then the four category names of the unread zsets.
 -- Returns how many keys/fields were written.
 --
 -- A bitmap is written only where the key is missing (SET NX) and the
@@ -33,11 +34,19 @@ for i = 1, month_count do
   end
 end
 
+-- The unread zsets (all, then by category) close KEYS: they hold exactly the
+-- members counted unread, so only those are walked, and those read now leave
+-- them with their counter.
+local unread_all = KEYS[#KEYS - 4]
+local unread_by_cat = {}
+for i = 1, 4 do unread_by_cat[ARGV[2 + 3 * month_count + i]] = KEYS[#KEYS - 4 + i] end
 if any then
-  for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
+  for _, member in ipairs(redis.call("ZRANGE", unread_all, 0, -1)) do
     local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
     if ref and restored[month] and redis.call("GETBIT", restored[month], tonumber(off)) == 1 then
       redis.call("HINCRBY", KEYS[2], cat, -1)
+      redis.call("ZREM", unread_all, member)
+      if unread_by_cat[cat] then redis.call("ZREM", unread_by_cat[cat], member) end
     end
   end
 end

@@ -22,6 +22,7 @@ from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_to_redis
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.entries import to_ms
 
 logger = logging.getLogger(__name__)
@@ -144,10 +145,13 @@ def snapshot_restore(*, users: Mapping[int, UserSnapshot]) -> int:
         script_keys = [keys.mc_inbox(user_id), keys.mc_inbox_counters(user_id), keys.mc_inbox_state(user_id)]
         script_keys.extend(keys.mc_read_bitmap(user_id, m) for m in months)
         script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+        # The unread zsets last (restore.lua takes them from the end), their categories last in ARGV.
+        script_keys.extend([keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
         args: list[bytes | str | int] = [len(months), *months]
         args.extend(bitmap_to_redis(snapshot.months[m][0]) for m in months)
         args.extend(bitmap_to_redis(snapshot.months[m][1]) for m in months)
         args.append("" if snapshot.seen_ms is None else snapshot.seen_ms)
+        args.extend(CATEGORY_ORDER)
         calls.append((script_keys, args))
     if not calls:
         return 0
