@@ -22,8 +22,7 @@ from core import keys
 from core.bitmaps import bitmap_from_redis, bitmap_to_redis
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
-from messagecenter.readmodel.entries import CATEGORY_ORDER
-from messagecenter.readmodel.entries import to_ms
+from messagecenter.readmodel.entries import CATEGORY_ORDER, to_ms
 
 logger = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@
   page is a range of them (it never walks read items).
 """
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_an_unread_page_ranges_over_the_unread_zset(redis: Any) -> None:
     # Planted only in the unread zset (and given a detail): the page reads that zset.
     planted = _entry(5000)
     redis.zadd(keys.mc_inbox_unread(user.pk), {planted.member: T0 + 4000})
-    redis.hset(keys.mc_item_detail(), planted.ref, '{"member": "%s"}' % planted.member)
+    redis.hset(keys.mc_item_detail(), planted.ref, json.dumps({"member": planted.member}))
     rows = _page(user.pk, T0 + 5000, unread_only=True, limit=2).rows
     assert rows[0].ref == planted.ref
 
