@@ -22,6 +22,7 @@ CASES = (
     "bench.cases.notifications",
     "bench.cases.cache",
     "bench.cases.search",
+    "bench.cases.growth",
 )
 ROOT = Path(__file__).resolve().parent.parent
 
