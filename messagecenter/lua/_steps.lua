@@ -17,8 +17,9 @@ local function backfill_unread()
   if walked then
     low = "(" .. walked
   else
-    call("DEL", counters_key, unread_all_key)
-    for _, cat in ipairs(CATEGORIES) do call("DEL", unread_keys[cat]) end
+    -- UNLINK: a large zset is freed off the main thread, not within this call.
+    call("UNLINK", counters_key, unread_all_key)
+    for _, cat in ipairs(CATEGORIES) do call("UNLINK", unread_keys[cat]) end
   end
   local rows = call("ZRANGEBYSCORE", all_key, low, "+inf", "WITHSCORES", "LIMIT", 0, STEP)
   local last = rows[#rows]

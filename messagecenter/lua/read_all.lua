@@ -40,9 +40,10 @@ if category == "" and time_max == "+inf" then
     end
   end
   call("DEL", scratch_key, counters_key)
-  -- Nothing is unread any more: the unread zsets go too (unread zsets).
-  call("DEL", unread_all_key)
-  for _, cat in ipairs(CATEGORIES) do call("DEL", unread_keys[cat]) end
+  -- Nothing is unread any more: the unread zsets go too (UNLINK: freed off
+  -- the main thread, so a large one costs this call nothing).
+  call("UNLINK", unread_all_key)
+  for _, cat in ipairs(CATEGORIES) do call("UNLINK", unread_keys[cat]) end
   if marked > 0 then touch() end
 else
   -- Only unread members change, and the unread zset holds exactly those: the
