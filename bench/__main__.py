@@ -27,6 +27,7 @@ CASES = (
     "bench.cases.http",
     "bench.cases.bulletins",
     "bench.cases.memory",
+    "bench.cases.growth",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -216,6 +216,21 @@ def mc_inbox_counters(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "unread")
 
 
+def mc_inbox_unread(user_id: int, category: str = "") -> str:
+    """zset: the user's live items whose read bit is 0, all of them ("" category) or one
+    category's (same members and scores as ``mc_inbox`` / ``mc_inbox_category``); an unread-only
+    page is a plain range of it. ZCARD of a category's zset = that category's counter in
+    ``mc_inbox_counters`` (kept exact by the inbox scripts, checked by the drift check)."""
+    return _key("inbox", user_tag(user_id), "unread_z", category or "all")
+
+
+def mc_inbox_evicted(user_id: int) -> str:
+    """set: members that left the inbox in a fan-out (cap or expiry) whose push bit is still
+    set (the fan-out holds only the new item's month bitmaps); the next inbox script clears
+    those bits, a bounded number per call."""
+    return _key("inbox", user_tag(user_id), "evicted")
+
+
 def mc_inbox_hidden(user_id: int) -> str:
     """set: refs (``m12``, ``b3``) the user deleted from the inbox; never merged back."""
     return _key("inbox", user_tag(user_id), "hidden")
@@ -314,6 +329,9 @@ def mc_deliver_key_templates(
         lambda u: mc_push_bitmap(u, month),
         lambda u: mc_read_bitmap(u, month),
         live_user_version,
+        mc_inbox_unread,
+        lambda u: mc_inbox_unread(u, category),
+        mc_inbox_evicted,
     ]
     if notifications:
         namers.append(mc_user_notifications)
@@ -328,8 +346,8 @@ def mc_deliver_keys(
     recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
     ``mc_inbox_hidden``, ``mc_inbox_expiry`` (only with ``expiry``: an item that never
     expires leaves that zset alone), ``mc_inbox_months``, ``mc_push_bitmap``,
-    ``mc_read_bitmap`` (of ``month``), ``live_user_version`` and, with ``notifications``,
-    ``mc_user_notifications``.
+    ``mc_read_bitmap`` (of ``month``), ``live_user_version``, ``mc_inbox_unread`` (all, then
+    the category's), ``mc_inbox_evicted`` and, with ``notifications``, ``mc_user_notifications``.
 
     The same names as those functions (a test holds them equal), filled into
     one template per call: a fan-out builds them for every recipient, and a

@@ -44,6 +44,8 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
+from messagecenter.readmodel.entries import CATEGORY_ORDER
+from messagecenter.readmodel.inbox import inbox_settle
 from messagecenter.selectors import muted_among
 from messagecenter.services.delivery import delivery_pending, delivery_relay
 
@@ -474,6 +476,44 @@ def push_deliveries_repair(findings: Sequence[Finding]) -> None:
         publish.inbox_deliver(entry=message_entry(message), user_ids=by_message[message.pk], now_ms=now_ms)
 
 
+# --- unread index ---------------------------------------------------------------------
+
+
+def unread_index_find() -> list[Finding]:
+    """For a random sample of users: each unread counter equals the size of its
+    category's unread zset, and the all zset holds as many as the categories
+    together (the inbox scripts keep both exact; an unread-only page reads the zsets).
+
+    Redis-only invariants: both sides change in the same script, so no
+    PostgreSQL read is needed. ``MESSAGECENTER_CHECK_PUSH_SAMPLE`` users a run.
+    """
+    ids = list(get_user_model().objects.values_list("pk", flat=True))
+    sample = _sample(ids, int(settings.MESSAGECENTER_CHECK_PUSH_SAMPLE))
+    findings: list[Finding] = []
+    for user_id, index in drift_rm.unread_index_read(user_ids=sample, categories=CATEGORY_ORDER).items():
+        wrong = [c for c in CATEGORY_ORDER if index.counters[c] != index.sizes[c]]
+        if sum(index.sizes[c] for c in CATEGORY_ORDER) != index.sizes[""]:
+            wrong.append("all")
+        if wrong:
+            findings.append(
+                Finding(
+                    area="unread_index",
+                    key=keys.mc_inbox_unread(user_id),
+                    detail=f"unread counters {index.counters} but unread zsets {index.sizes} ({', '.join(wrong)})",
+                    fix=user_id,
+                )
+            )
+    return findings
+
+
+def unread_index_repair(findings: Sequence[Finding]) -> None:
+    """Build each user's unread zsets and counters anew from the read bits (what
+    their next read does once told to; settled here so the re-check sees it)."""
+    user_ids = sorted({f.fix for f in findings})
+    drift_rm.unread_index_rebuild(user_ids=user_ids)
+    inbox_settle(user_ids=user_ids, now_ms=_now_ms())
+
+
 def deliveries_find() -> list[Finding]:
     """Delivery work committed and not done yet (pending rows, services.delivery).
 
@@ -521,5 +561,11 @@ CHECKS = [
         "a sample of each recent push message's recipients hold it in their inbox",
         push_deliveries_find,
         push_deliveries_repair,
+    ),
+    DriftCheck(
+        "unread_index",
+        "a sample of users' unread counters equal their unread zsets' sizes",
+        unread_index_find,
+        unread_index_repair,
     ),
 ]

@@ -345,8 +345,9 @@ def inbox_page(
 
     The walk is the script's (max score plus offset, ``listing.walk``): items
     with score <= max, the first ``skip`` of them dropped, newest first; the
-    position counts every item walked (read ones too on unread-only pages), so
-    a cursor means the same in both paths.
+    position counts every item walked, so a cursor means the same in both
+    paths. An unread-only page walks the unread items only (page.lua ranges
+    over the unread zset), so its position counts unread items.
     """
     state = _load(user_id, now)
     entries = [
@@ -355,6 +356,7 @@ def inbox_page(
         if (not category or entry.category == category)
         and (max_score is None or entry.score <= max_score)
         and (since_ms is None or entry.score > since_ms)
+        and not (unread_only and entry.ref in state.read)
     ]
     entries = entries[skip:]  # the items at the cursor's time already walked
     text = listing.needle(query)
@@ -363,8 +365,6 @@ def inbox_page(
 
     def keep(i: int) -> bool:
         entry = entries[i]
-        if unread_only and entry.ref in state.read:
-            return False
         return text is None or (entry.ref in found and listing.matches(found[entry.ref], text))
 
     walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)

@@ -485,6 +485,9 @@ MESSAGECENTER_MAX_USER_ID: int = env.int("MESSAGECENTER_MAX_USER_ID", default=2*
 MESSAGECENTER_FANOUT_CHUNK: int = env.int("MESSAGECENTER_FANOUT_CHUNK", default=1000)
 MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", default=60 * 60 * 24 * 7)
 MESSAGECENTER_INBOX_MAX_ITEMS: int = env.int("MESSAGECENTER_INBOX_MAX_ITEMS", default=10000)
+# The most inbox members one settling step of one Redis call removes (expired, over the cap,
+# evicted by a fan-out): work left over is done by the next calls (docs/ARCHITECTURE.md).
+MESSAGECENTER_INBOX_SETTLE_STEP: int = env.int("MESSAGECENTER_INBOX_SETTLE_STEP", default=200)
 MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
 # Read-through entries (core/readthrough.py): TTL spread (+/- a fraction), how long a
 # stale entry is served while one request refreshes it, how long a miss (bad token,

@@ -8,15 +8,23 @@
 -- 11 bulletin access time; then the script's own `own_keys` keys (named at
 -- its top); on the fast path the 7 global keys below; then n read bitmaps, n
 -- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month; last the
--- archived and snoozed zsets.
+-- unread zsets (all, then CATEGORIES order), the evicted set, the archived
+-- and snoozed zsets.
 -- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
--- months, then the mode: "0" run as is, "1" + the planned settle and merge's
--- arguments, "2" + the most items kept: the fast path (single Redis only:
+-- months, then the mode and, except for "0", the most members one settling
+-- step removes (STEP, _state.lua): "0" run as is, "1" + the planned settle and
+-- merge's arguments, "3" + the most items kept: settle only (what is left
+-- after an "AGAIN"), "2" + the most items kept: the fast path (single Redis only:
 -- the global keys live in another cluster slot), which checks atomically what
 -- the caller's planning would have checked (nothing to settle or merge, every
 -- month of the user passed), then settles expiry. False when that check
 -- fails: the script then answers "STALE" having changed nothing, and the
 -- caller plans (the slower, cluster-safe route).
+-- Settling is bounded (caps on write): when a step left members for later
+-- (MORE), open_inbox returns false too and the script answers "AGAIN" before
+-- its own work (NOT_OPEN names the answer): the caller repeats the call in
+-- mode "3" until the inbox is settled, so every answer is an exact one.
+local NOT_OPEN = "STALE"
 local function open_inbox(own_keys, own_args, with_ever)
   all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
@@ -37,8 +45,15 @@ local function open_inbox(own_keys, own_args, with_ever)
     if with_ever then EVER[month] = KEYS[bitmap_base + 2 * month_count + i] end
   end
   arg_pos = arg_pos + 3 + month_count
+  if mode ~= "0" then
+    STEP = tonumber(ARGV[arg_pos])
+    arg_pos = arg_pos + 1
+  end
   -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
   archived_key, snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
+  -- unread zsets and the evicted set: just before those.
+  unread_all_key, evicted_key = KEYS[#KEYS - 7], KEYS[#KEYS - 2]
+  for i, cat in ipairs(CATEGORIES) do unread_keys[cat] = KEYS[#KEYS - 7 + i] end
   if mode == "2" then
     FAST = true
     removal_version_key, pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]
@@ -46,10 +61,20 @@ local function open_inbox(own_keys, own_args, with_ever)
     detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
     pending_key = KEYS[global_base + 7]
     if not level() then return false end
+    backfill_unread()  -- unread zsets
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
   elseif mode == "1" then
+    backfill_unread()  -- unread zsets
     settle_and_merge(arg_pos)
+  elseif mode == "3" then
+    backfill_unread()  -- unread zsets
+    settle_expired()
+    trim(tonumber(ARGV[arg_pos]))
+  end
+  if MORE then
+    NOT_OPEN = "AGAIN"
+    return false
   end
   return true
 end

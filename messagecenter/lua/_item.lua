@@ -9,7 +9,8 @@
 -- the inbox's one time axis. Page positions ("time_max"), "since" and the
 -- seen watermark are points on that axis, named as such below.
 -- Invariants kept by every script: counters[c] = members of category c whose
--- read bit is 0; a member's push bit is 1 exactly while it is in the inbox;
+-- read bit is 0 = ZCARD of c's unread zset (the unread zsets hold exactly
+-- the live members whose read bit is 0: one for all, one per category); a member's push bit is 1 exactly while it is in the inbox;
 -- the state hash's "rev" moves whenever anything a page shows changes in the
 -- user's keys (items, read bits, counters, the seen watermark).
 
@@ -19,6 +20,28 @@ local CATEGORIES = {"system", "promotion", "transaction", "interaction"}
 local all_key, counters_key, hidden_key, expiry_key, months_key = nil, nil, nil, nil, nil
 local state_key, access_key = nil, nil
 local category_keys = {}
+-- >>> unread zsets: same members and scores as all / the category zsets,
+-- holding exactly the live members whose read bit is 0 (an unread-only page
+-- is a plain range of one; each read-bit change below has its step here).
+local unread_all_key = nil
+-- Caps on write: members a fan-out took out of all (over the cap, or
+-- expired) whose category zset, unread zsets, counter, push bit and expiry
+-- entry the next inbox script settles (settle_evicted, _steps.lua): the
+-- fan-out holds only the new item's category and month keys.
+local evicted_key = nil
+local unread_keys = {}  -- category -> its unread zset
+
+local function unread_add(member, cat, time)
+  call("ZADD", unread_all_key, time, member)
+  call("ZADD", unread_keys[cat], time, member)
+end
+
+-- The member leaves the unread zsets: 1 if it was unread (in them).
+local function unread_drop(member, cat)
+  call("ZREM", unread_keys[cat], member)
+  return call("ZREM", unread_all_key, member)
+end
+-- <<< unread zsets <<<
 -- By month (yyyymm): the read, push and ever-read bitmaps passed.
 local READ, PUSH, EVER, MONTHS = {}, {}, {}, {}
 
@@ -36,10 +59,22 @@ end
 local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
   if call("SISMEMBER", hidden_key, ref) == 1 then return false end
   if call("ZADD", all_key, "NX", time, member) == 0 then return false end
-  call("ZADD", category_keys[cat], time, member)
+  if call("ZADD", category_keys[cat], time, member) == 0 then
+    -- Still in its category zset: a fan-out evicted it and the rest of its
+    -- removal is pending (caps on write, below): it is still counted, so it
+    -- is only back in all (and moved to this time), not counted again.
+    call("SREM", evicted_key, member)
+    if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
+    if expiring then call("ZADD", expiry_key, expire_ms, member) end
+    bits_set(PUSH[month], off, 1)
+    return true
+  end
   if expiring then call("ZADD", expiry_key, expire_ms, member) end
   call("SADD", months_key, month)
   bits_set(PUSH[month], off, 1)
-  if bits_get(READ[month], off) == 0 then call("HINCRBY", counters_key, cat, "1") end
+  if bits_get(READ[month], off) == 0 then
+    call("HINCRBY", counters_key, cat, "1")
+    unread_add(member, cat, time)
+  end
   return true
 end

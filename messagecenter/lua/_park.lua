@@ -19,7 +19,10 @@ local function park(member)
   call("ZREM", all_key, member)
   call("ZREM", category_keys[cat], member)
   bits_set(PUSH[month], off, 0)
-  if bits_get(READ[month], off) == 0 then call("HINCRBY", counters_key, cat, -1) end
+  -- (unread zsets: only a member counted unread, one in them, is uncounted)
+  if bits_get(READ[month], off) == 0 and unread_drop(member, cat) == 1 then
+    call("HINCRBY", counters_key, cat, -1)
+  end
   call("SADD", hidden_key, ref)
   touch()
 end

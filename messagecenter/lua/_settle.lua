@@ -1,4 +1,4 @@
--- Shared by the per-user inbox scripts (after _item.lua and _state.lua):
+-- Shared by the per-user inbox scripts (after _item.lua, _state.lua and _steps.lua):
 -- removal, the merge's add, expiry, trim, the fast path's check (level) and
 -- the planned settle and merge that open_inbox runs.
 
@@ -29,7 +29,7 @@ local function remove(member)
   call("ZREM", category_keys[cat], member)
   call("ZREM", expiry_key, member)
   bits_set(PUSH[month], off, 0)
-  if bit == 0 then call("HINCRBY", counters_key, cat, -1) end
+  if bit == 0 and unread_drop(member, cat) == 1 then call("HINCRBY", counters_key, cat, -1) end  -- (unread zsets)
   touch()
   return 1
 end
@@ -52,7 +52,8 @@ local NEXT_EXPIRY = ""
 -- so a replayed snooze cannot leave it set) >>>
 local function wake_snoozed()
   if not snoozed_key then return end
-  local due = call("ZRANGEBYSCORE", snoozed_key, "-inf", NOW, "WITHSCORES")
+  local due = call("ZRANGEBYSCORE", snoozed_key, "-inf", NOW, "WITHSCORES", "LIMIT", 0, STEP)
+  if #due == 2 * STEP then MORE = true end
   for i = 1, #due, 2 do
     local member, wake = due[i], due[i + 1]
     local ref, cat, month, off = parse(member)
@@ -70,19 +71,28 @@ local function wake_snoozed()
 end
 -- <<< archive and snooze <<<
 
+-- Expiry is exact: an item whose expire_at has come is gone from every view
+-- (at most STEP a call; MORE: the caller calls again before it answers).
 local function settle_expired()
-  -- Expiry is exact: an item whose expire_at has come is gone from every view.
+  settle_evicted()  -- caps on write
   local first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
   if #first == 2 and tonumber(first[2]) <= NOW then
-    for _, member in ipairs(call("ZRANGEBYSCORE", expiry_key, "-inf", NOW)) do remove(member) end
+    local due = call("ZRANGEBYSCORE", expiry_key, "-inf", NOW, "LIMIT", 0, STEP)
+    for _, member in ipairs(due) do
+      local _, _, month = parse(member)  -- a stray entry goes (a month not passed keeps its own)
+      if remove(member) == 0 and (not month or READ[month]) then call("ZREM", expiry_key, member) end
+    end
     first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
+    if #first == 2 and tonumber(first[2]) <= NOW then MORE = true end
   end
   if #first == 2 then NEXT_EXPIRY = first[2] else NEXT_EXPIRY = "" end
   wake_snoozed()  -- archive and snooze
 end
 
+-- The newest max_items stay, at most STEP leaving a call (an inbox filled before caps on write).
 local function trim(max_items)
   local extra = call("ZCARD", all_key) - max_items
+  if extra > STEP then extra, MORE = STEP, true end
   if extra > 0 then
     for _, member in ipairs(call("ZRANGE", all_key, 0, extra - 1)) do remove(member) end
   end

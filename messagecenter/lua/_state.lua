@@ -6,6 +6,10 @@
 local removal_version_key, pull_sequence_key, bulletin_update_key = nil, nil, nil
 local bulletin_config_key, detail_key, detail_version_key, pending_key = nil, nil, nil, nil
 local NOW, NOW_ARG, FAST, TOUCHED = 0, "0", false, false
+-- Bounded settling (caps on write): at most STEP members removed, woken or
+-- evicted per step of a call; MORE when some were left for the next call
+-- (open_inbox then answers "AGAIN" and the caller calls again).
+local STEP, MORE = 200, false
 
 local function touch()
   if not TOUCHED then

@@ -7,7 +7,7 @@
 -- {marked, refs read for the first time}.
 
 local want, listed = tonumber(ARGV[1]), ARGV[2]
-if not open_inbox(0, 2, true) then return "STALE" end
+if not open_inbox(0, 2, true) then return NOT_OPEN end
 
 local done, first = 0, {}
 for member in string.gmatch(listed, "[^,]+") do
@@ -17,7 +17,10 @@ for member in string.gmatch(listed, "[^,]+") do
     local old = bits_set(READ[month], off, want)
     if old ~= want then
       touch()
-      if where == "live" then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end
+      if where == "live" then
+        call("HINCRBY", counters_key, cat, want == 1 and -1 or 1)
+        if want == 1 then unread_drop(member, cat) else unread_add(member, cat, call("ZSCORE", all_key, member)) end
+      end
     end
     if want == 1 and old == 0 and first_read(month, off) then first[#first + 1] = ref end
     done = done + 1

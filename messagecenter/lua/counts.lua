@@ -7,7 +7,7 @@
 
 pages_key, live_version_key = KEYS[12], KEYS[13]
 local lifetime = ARGV[1]
-if not open_inbox(2, 1, false) then return "STALE" end
+if not open_inbox(2, 1, false) then return NOT_OPEN end
 
 local result = counts()
 if FAST and lifetime ~= "" then

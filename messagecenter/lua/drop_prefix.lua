@@ -4,7 +4,7 @@
 -- in the bitmaps and survive. Returns how many items left.
 
 local prefix = ARGV[1]
-if not open_inbox(0, 1, false) then return "STALE" end
+if not open_inbox(0, 1, false) then return NOT_OPEN end
 
 local dropped = 0
 for _, member in ipairs(call("ZRANGE", all_key, 0, -1)) do

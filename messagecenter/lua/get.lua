@@ -3,7 +3,7 @@
 -- ("archived", "snoozed": time is its archived place or wake time), else false.
 
 local member = ARGV[1]
-if not open_inbox(0, 1, false) then return "STALE" end
+if not open_inbox(0, 1, false) then return NOT_OPEN end
 
 local _, _, month, off = parse(member)
 if present(member) then return {call("ZSCORE", all_key, member), read_bit(month, off), "live"} end

@@ -3,7 +3,7 @@
 -- Returns 1 if it was live and is gone, else 0.
 
 local member = ARGV[1]
-if not open_inbox(0, 1, false) then return "STALE" end
+if not open_inbox(0, 1, false) then return NOT_OPEN end
 
 local ref = parse(member)
 if not present(member) then

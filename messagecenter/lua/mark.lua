@@ -5,7 +5,7 @@
 -- touched here), else 1.
 
 local member, want = ARGV[1], tonumber(ARGV[2])
-if not open_inbox(0, 2, true) then return "STALE" end
+if not open_inbox(0, 2, true) then return NOT_OPEN end
 
 local live = present(member)
 -- An archived item keeps its flag (it is in no count); a snoozed one is away.
@@ -15,7 +15,10 @@ if not READ[month] then return 0 end
 local old = bits_set(READ[month], off, want)
 if old ~= want then
   touch()
-  if live then call("HINCRBY", counters_key, cat, want == 1 and -1 or 1) end
+  if live then
+    call("HINCRBY", counters_key, cat, want == 1 and -1 or 1)
+    if want == 1 then unread_drop(member, cat) else unread_add(member, cat, call("ZSCORE", all_key, member)) end
+  end
 end
 if want == 1 and old == 0 and first_read(month, off) then return 2 end
 return 1

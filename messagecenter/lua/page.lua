@@ -16,7 +16,7 @@ local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
 local field = ARGV[7]
-if not open_inbox(2, 7, false) then return "STALE" end
+if not open_inbox(2, 7, false) then return NOT_OPEN end
 
 local cache = nil
 if FAST and field ~= "" then
@@ -27,6 +27,12 @@ if FAST and field ~= "" then
 end
 local key = all_key
 if category ~= "" then key = category_keys[category] end
+-- An unread-only page ranges over the unread zset, which holds exactly the
+-- unread members: it costs what a plain page costs, whatever is read.
+if unread_only then
+  key = unread_all_key
+  if category ~= "" then key = unread_keys[category] end
+end
 local members, times, reads = {}, {}, {}
 -- The next page's position: the last time returned and how many items at it
 -- were returned (counted over skipped unread-only rows too).
@@ -35,10 +41,8 @@ if time_max ~= "+inf" then pos_time = tonumber(time_max) end
 local pos_raw = time_max
 local more = 0
 local offset = skip
--- One row past the page tells whether there is more; unread-only pages
--- skip read rows, so they read ahead in larger batches.
+-- One row past the page tells whether there is more.
 local batch = limit + 1
-if unread_only then batch = 200 end
 while more == 0 do
   local rows = call("ZREVRANGEBYSCORE", key, time_max, since_time, "WITHSCORES", "LIMIT", offset, batch)
   if #rows == 0 then break end

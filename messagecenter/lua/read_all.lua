@@ -13,7 +13,7 @@
 
 local scratch_key = KEYS[12]
 local category, time_max, hour = ARGV[1], ARGV[2], ARGV[3]
-if not open_inbox(1, 3, true) then return "STALE" end
+if not open_inbox(1, 3, true) then return NOT_OPEN end
 
 if time_max == "" then time_max = "+inf" end
 local marked, first, first_maps = 0, {}, {}
@@ -56,10 +56,16 @@ if category == "" and time_max == "+inf" then
     bits_or(ever_key, push_key)
   end
   call("DEL", scratch_key, counters_key)
+  -- Nothing is unread any more: the unread zsets go too (UNLINK: freed off
+  -- the main thread, so a large one costs this call nothing).
+  call("UNLINK", unread_all_key)
+  for _, cat in ipairs(CATEGORIES) do call("UNLINK", unread_keys[cat]) end
   if marked > 0 then touch() end
 else
-  local key = all_key
-  if category ~= "" then key = category_keys[category] end
+  -- Only unread members change, and the unread zset holds exactly those: the
+  -- walk costs the unread items, not the whole list.
+  local key = unread_all_key
+  if category ~= "" then key = unread_keys[category] end
   local by_cat = {}
   for _, member in ipairs(call("ZRANGEBYSCORE", key, "-inf", time_max)) do
     local ref, item_category, month, off = parse(member)
@@ -68,6 +74,7 @@ else
       by_cat[item_category] = (by_cat[item_category] or 0) + 1
       if first_read(month, off) then first[#first + 1] = ref end
     end
+    if READ[month] then unread_drop(member, item_category) end
   end
   -- One counter write per category, not one per item.
   for unread_category, count in pairs(by_cat) do call("HINCRBY", counters_key, unread_category, -count) end

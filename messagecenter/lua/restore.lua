@@ -3,11 +3,13 @@
 -- user's hash tag, so this runs on one Redis Cluster slot.
 --
 -- KEYS: 1 all-items zset, 2 unread counters hash, 3 state hash, then n read
--- bitmaps and n ever-read bitmaps, one per month listed in ARGV.
+-- bitmaps and n ever-read bitmaps, one per month listed in ARGV, last the
+-- five unread zsets (all, then each category in the order of ARGV's end).
 -- ARGV: 1 n, 2..1+n months (yyyymm), then n read bit-sets, n ever-read
 -- bit-sets ("" = nothing to restore), then the seen watermark in ms ("" =
 -- none), then each bit-set's form in the same order: "b" a bitmap string,
--- "s" offsets joined by "," written as a set (_bits.lua's sparse form).
+-- "s" offsets joined by "," written as a set (_bits.lua's sparse form), then
+-- the four category names of the unread zsets.
 -- Returns how many keys/fields were written.
 --
 -- A bit-set is written only where the key is missing (SET NX) and the
@@ -47,11 +49,19 @@ for i = 1, month_count do
   end
 end
 
+-- The unread zsets (all, then by category) close KEYS: they hold exactly the
+-- members counted unread, so only those are walked, and those read now leave
+-- them with their counter.
+local unread_all = KEYS[#KEYS - 4]
+local unread_by_cat = {}
+for i = 1, 4 do unread_by_cat[ARGV[form_base + 2 * month_count + i]] = KEYS[#KEYS - 4 + i] end
 if any then
-  for _, member in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
+  for _, member in ipairs(redis.call("ZRANGE", unread_all, 0, -1)) do
     local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
     if ref and restored[month] and bits_get(restored[month], tonumber(off)) == 1 then
       redis.call("HINCRBY", KEYS[2], cat, -1)
+      redis.call("ZREM", unread_all, member)
+      if unread_by_cat[cat] then redis.call("ZREM", unread_by_cat[cat], member) end
     end
   end
 end

@@ -3,7 +3,7 @@
 -- or to the newest item's time if that is later (an item timed ahead of the
 -- clock is seen too).
 
-if not open_inbox(0, 0, false) then return "STALE" end
+if not open_inbox(0, 0, false) then return NOT_OPEN end
 
 local top = call("ZREVRANGE", all_key, 0, 0, "WITHSCORES")
 local seen_time = NOW

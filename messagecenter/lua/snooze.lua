@@ -5,7 +5,7 @@
 -- Returns 1 if the item is snoozed now, 0 if it is not in this inbox.
 
 local member, wake, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not open_inbox(0, 3, false) then return "STALE" end
+if not open_inbox(0, 3, false) then return NOT_OPEN end
 
 if not park_anywhere(member, expire) then return 0 end
 local _, _, month, off = parse(member)

@@ -6,7 +6,7 @@
 
 local notifications_key = KEYS[12]
 local limit = tonumber(ARGV[1])
-if not open_inbox(1, 1, false) then return "STALE" end
+if not open_inbox(1, 1, false) then return NOT_OPEN end
 
 local rows = call("ZRANGEBYSCORE", notifications_key, "-inf", NOW, "LIMIT", 0, limit)
 local removed = 0

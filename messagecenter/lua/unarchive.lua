@@ -4,7 +4,7 @@
 -- Returns 1 if the item is in the list now, 0 if it is not in this inbox.
 
 local member, score, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not open_inbox(0, 3, false) then return "STALE" end
+if not open_inbox(0, 3, false) then return NOT_OPEN end
 
 local where = place(member)
 if where == "live" then return 1 end

@@ -156,3 +156,38 @@ def inbox_probe(*, member: str, ref: str, user_ids: Iterable[int]) -> dict[int, 
         )
         for i, user_id in enumerate(targets)
     }
+
+
+@dataclass(frozen=True)
+class UnreadIndex:
+    """One user's unread counters against the sizes of their unread zsets."""
+
+    counters: dict[str, int]  # category -> the counter (missing fields: 0)
+    sizes: dict[str, int]  # category -> ZCARD of its unread zset; "" -> of the all zset
+
+
+def unread_index_read(*, user_ids: Sequence[int], categories: Sequence[str]) -> dict[int, UnreadIndex]:
+    """Each user's counters hash and unread zset sizes: one pipeline."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.hgetall(keys.mc_inbox_counters(user_id))
+        for category in ("", *categories):
+            pipe.zcard(keys.mc_inbox_unread(user_id, category))
+    replies = pipe.execute() if user_ids else []
+    width = 2 + len(categories)
+    out: dict[int, UnreadIndex] = {}
+    for i, user_id in enumerate(user_ids):
+        raw, *sizes = replies[i * width : (i + 1) * width]
+        counters = {c: int(raw.get(c.encode(), 0)) for c in categories}
+        out[int(user_id)] = UnreadIndex(counters, dict(zip(("", *categories), map(int, sizes), strict=True)))
+    return out
+
+
+def unread_index_rebuild(*, user_ids: Sequence[int]) -> None:
+    """Have each user's next read build the unread zsets and counters anew from the
+    read bits (the inbox scripts' backfill, _steps.lua: the state hash's "uz" forgotten)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.hdel(keys.mc_inbox_state(user_id), "uz")
+    if user_ids:
+        pipe.execute()

@@ -60,6 +60,7 @@ from messagecenter.readmodel.scripts import (
     PageOp,
     ReadAllOp,
     SeenOp,
+    Settle,
     SnoozeOp,
     UnarchiveOp,
     inbox_call,
@@ -263,6 +264,7 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
         display=latest_display if merge_bulletins else None,
         pull=seq if seq > pull_wm else None,
         max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),
+        step=_settle_step(),
     )
     return plan
 
@@ -273,6 +275,36 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 _months_hint: dict[int, tuple[str, ...]] = {}
 MONTHS_HINT_USERS = 100_000
 STALE = b"STALE"
+# A script's answer when settling left members for its next call (bounded
+# steps, _inbox.lua): the op has not run; ``_settled`` calls again.
+AGAIN = b"AGAIN"
+# Calls after an "AGAIN" before giving up: each removes up to a step's worth
+# of members, so this bounds a legacy inbox far over the cap (never reached
+# by one written with caps on write).
+SETTLE_ROUNDS_MAX = 10_000
+
+
+def _settle_step() -> int:
+    return int(settings.MESSAGECENTER_INBOX_SETTLE_STEP)
+
+
+def _unanswered(result: Any) -> bool:
+    """The fast path did not answer (something to plan, or to settle in more steps)."""
+    return bool(result == STALE or result == AGAIN)
+
+
+def _settled(user_id: int, now_ms: int, op: InboxOp, months: Sequence[str], result: Any) -> Any:
+    """The op's answer once its inbox is settled: while a call answers "AGAIN"
+    (bounded settling left members for later) it is repeated in settle-only
+    mode, each call bounded; the op runs in the call that finds nothing left."""
+    mode = Settle(max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS), step=_settle_step())
+    rounds = 0
+    while result == AGAIN:
+        rounds += 1
+        if rounds > SETTLE_ROUNDS_MAX:
+            raise RedisError(f"inbox of user {user_id} still settling after {SETTLE_ROUNDS_MAX} calls")
+        result = inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=mode)()
+    return result
 
 
 def _run(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any:
@@ -280,7 +312,8 @@ def _run(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any:
     if len(_months_hint) >= MONTHS_HINT_USERS:
         _months_hint.clear()
     _months_hint[user_id] = tuple(months)
-    return inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge)()
+    result = inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge)()
+    return _settled(user_id, now_ms, op, months, result)
 
 
 def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
@@ -294,7 +327,7 @@ def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
     months = _months_hint.get(user_id)
     if months is None or is_cluster():
         return None
-    mode = Fast(max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS))
+    mode = Fast(max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS), step=_settle_step())
     return inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=mode)
 
 
@@ -304,7 +337,7 @@ def _fast(user_id: int, now_ms: int, op: InboxOp) -> Any | None:
     if call is None:
         return None
     result = call()
-    return None if result == STALE else result
+    return None if _unanswered(result) else result
 
 
 def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
@@ -453,6 +486,9 @@ def inbox_listing(
     months = _months_hint.get(user_id, ())
     if archived:
         key = keys.mc_inbox_archived(user_id)
+    elif unread_only:
+        # The unread zset holds exactly the live unread items (_item.lua).
+        key = keys.mc_inbox_unread(user_id, category or "")
     elif category:
         key = keys.mc_inbox_category(user_id, category)
     else:
@@ -484,6 +520,8 @@ def inbox_listing(
             fresh = [(m.decode(), int(score)) for m, score in rows]
             if archived and category:  # one zset holds every category's archived items
                 fresh = [(m, score) for m, score in fresh if parse_member(m)[1] == category]
+            if unread_only:  # the walk (and so the cursor) counts unread items only, as page.lua's
+                fresh = [(m, score) for m, score in fresh if not _member_read(m)]
             if dropped < skip:  # the items at the cursor's time already walked
                 cut = min(skip - dropped, len(fresh))
                 fresh, dropped = fresh[cut:], dropped + cut
@@ -497,9 +535,12 @@ def inbox_listing(
                 return
             size = min(size * 4, LISTING_BATCH_MAX)
 
-    def is_read(i: int) -> bool:
-        _ref, _cat, month, offset = parse_member(members[i])
+    def _member_read(member: str) -> bool:
+        _ref, _cat, month, offset = parse_member(member)
         return offset in bitmaps.get(month, bits.Bits())
+
+    def is_read(i: int) -> bool:
+        return _member_read(members[i])
 
     def keep(i: int) -> bool:
         if unread_only and is_read(i):
@@ -679,7 +720,7 @@ def inbox_counts_alongside(
     script.queue(pipe, script_keys, script_args)
     inbox_reply, other = pipe.execute(raise_on_error=False)
     result = call.settle(inbox_reply)
-    if result == STALE:
+    if _unanswered(result):
         result = _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
@@ -736,7 +777,11 @@ def _run_batch(user_id: int, now_ms: int, ops: Sequence[InboxOp], plan: _Plan) -
         inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge if i == 0 else None)
         for i, op in enumerate(ops)
     ]
-    return run_inbox_calls(calls)
+    replies = run_inbox_calls(calls)
+    if replies and replies[0] == AGAIN:
+        # The first op found more to settle than one call does: settle, then run it.
+        replies[0] = _settled(user_id, now_ms, ops[0], months, replies[0])
+    return replies
 
 
 def inbox_items_place(*, user_id: int, places: Sequence[tuple[InboxEntry, str, int]], now_ms: int) -> int:
@@ -860,7 +905,7 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
             except RedisError:
                 logger.warning("live update for user %s not published", user_id, exc_info=True)
         result = call.settle(replies[0])
-        if result != STALE:
+        if not _unanswered(result):
             return int(result[0])
     plan = _plan(user_id, now_ms)
     marked, first, first_maps = _run(user_id, now_ms, op, plan)

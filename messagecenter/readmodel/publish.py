@@ -149,7 +149,9 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     if not targets:
         return 0
     head, tail = live.event_parts("deliver") if live.available() else ("", "")
-    expiry = entry.expire_ms > 0  # else the script leaves the expiry zset alone: its key is not sent
+    # The expiry zset goes with every delivery: an inbox over the cap loses its
+    # expired members before its oldest live ones (caps on write, deliver.lua).
+    expiry = True
     args = [
         entry.member,
         entry.ref,
@@ -159,9 +161,12 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         entry.score,
         entry.expire_ms,
         now_ms,
-        8 + int(expiry) + int(notification),  # the stride of KEYS per recipient
+        11 + int(expiry) + int(notification),  # the stride of KEYS per recipient
         head,
         tail,
+        int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write
+        int(settings.MESSAGECENTER_INBOX_SETTLE_STEP),
+        "1" if expiry else "0",  # the stride holds the expiry zset
     ]
     if is_cluster():
         # One call per slot, keys as strings (redis-py's cluster client routes them).

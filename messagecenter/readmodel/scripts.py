@@ -1,5 +1,6 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_settle.lua`` and ``_inbox.lua``
+preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_steps.lua``, ``_settle.lua`` and
+``_inbox.lua``
 first) and the typed calls that build their KEYS and ARGV, so no caller
 counts positions.
 
@@ -31,7 +32,7 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER
 # before the helpers that call it: this order.
 BITS = "../lua/_bits.lua"
 ITEM = (BITS, "../lua/_item.lua")
-INBOX = (*ITEM, "../lua/_state.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
+INBOX = (*ITEM, "../lua/_state.lua", "../lua/_steps.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
 CACHE = "../lua/_cache.lua"
 # Where a member is (live, archived, snoozed) and how it leaves the list.
 PARK = (*INBOX, "../lua/_park.lua")
@@ -95,6 +96,11 @@ def inbox_keys(user_id: int) -> list[str]:
     ]
 
 
+def unread_keys(user_id: int) -> list[str]:
+    """The user's unread zsets: all, then each category in CATEGORY_ORDER."""
+    return [keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)]
+
+
 def fast_keys() -> list[str]:
     """The global markers the fast path checks itself, in the preamble's order."""
     return [
@@ -119,9 +125,11 @@ class Merge:
     display: int | None  # latest bulletin display time taken in
     pull: int | None  # pull sequence taken in
     max_items: int
+    step: int  # the most members one settling step removes
 
     def args(self) -> list[Any]:
-        out: list[Any] = ["1", "" if self.settled_version is None else self.settled_version, len(self.removals)]
+        out: list[Any] = ["1", self.step, "" if self.settled_version is None else self.settled_version]
+        out.append(len(self.removals))
         out.extend(self.removals)
         out.append(len(self.candidates))
         for member, time_ms, expire_ms in self.candidates:
@@ -138,9 +146,19 @@ class Fast:
     settling or merging, else answers STALE having changed nothing."""
 
     max_items: int
+    step: int
 
 
-Mode = Merge | Fast | None
+@dataclass(frozen=True)
+class Settle:
+    """Settle only (mode "3"): what an "AGAIN" answer left (expired members, the
+    cap, a fan-out's evictions), at most ``step`` members per step, then the op."""
+
+    max_items: int
+    step: int
+
+
+Mode = Merge | Fast | Settle | None
 
 
 @dataclass(frozen=True)
@@ -357,7 +375,10 @@ def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], f
     names += [keys.mc_push_bitmap(user_id, m) for m in months]
     if op.ever:
         names += [keys.mc_read_ever_bitmap(user_id, m) for m in months]
-    # Last, whatever the script: the archived and snoozed zsets (open_inbox takes them from the end).
+    # Last, whatever the script (open_inbox takes them from the end): the unread zsets (all, then
+    # each category), the evicted set, the archived and snoozed zsets.
+    names += unread_keys(user_id)
+    names += [keys.mc_inbox_evicted(user_id)]
     names += [keys.mc_inbox_archived(user_id), keys.mc_inbox_snoozed(user_id)]
     return tuple(names)
 
@@ -370,7 +391,9 @@ def inbox_call(op: InboxOp, *, user_id: int, now_ms: int, months: Sequence[str],
     if isinstance(mode, Merge):
         args += mode.args()
     elif isinstance(mode, Fast):
-        args += ["2", mode.max_items]
+        args += ["2", mode.step, mode.max_items]
+    elif isinstance(mode, Settle):
+        args += ["3", mode.step, mode.max_items]
     else:
         args.append("0")
     return InboxCall(op.script, list(names), args)

@@ -22,7 +22,7 @@ from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
 from messagecenter.readmodel import bits
-from messagecenter.readmodel.entries import to_ms
+from messagecenter.readmodel.entries import CATEGORY_ORDER, to_ms
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +147,14 @@ def snapshot_restore(*, users: Mapping[int, UserSnapshot]) -> int:
         # Each bit-set in its compact form (bits.encode: a set while sparse).
         read = [bits.encode(snapshot.months[m][0]) for m in months]
         ever = [bits.encode(snapshot.months[m][1]) for m in months]
+        # The unread zsets last (restore.lua takes them from the end), their categories last in ARGV.
+        script_keys.extend([keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
         args: list[bytes | str | int] = [len(months), *months]
         args.extend(data for _form, data in read)
         args.extend(data for _form, data in ever)
         args.append("" if snapshot.seen_ms is None else snapshot.seen_ms)
         args.extend(form for form, _data in (*read, *ever))
+        args.extend(CATEGORY_ORDER)
         calls.append((script_keys, args))
     if not calls:
         return 0

@@ -41,7 +41,7 @@ def test_deliver_keys_leave_out_the_expiry_zset_only_when_asked() -> None:
         short = keys.mc_deliver_keys([42, 7], "system", MONTH, notifications=notifications, expiry=False)
         expiry = {keys.mc_inbox_expiry(42), keys.mc_inbox_expiry(7)}
         assert [k for k in full if k not in expiry] == short
-        assert len(short) == 2 * (8 + notifications)
+        assert len(short) == 2 * (11 + notifications)
     assert keys.mc_deliver_keys([], "system", MONTH, expiry=False) == []
 
 
@@ -91,11 +91,11 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
 
 def test_the_script_refuses_keys_that_do_not_fit_the_stride(redis: Any) -> None:
     entry = _entry(expire_ms=0)
-    # A never-expiring item takes 8 keys per recipient: 9 (with the expiry zset) do not fit.
-    args = [entry.member, entry.ref, "system", entry.offset, MONTH, entry.score, 0, 1, 8, "", ""]
+    # Without the expiry zset a recipient takes 11 keys: 12 (with it) do not fit.
+    args = [entry.member, entry.ref, "system", entry.offset, MONTH, entry.score, 0, 1, 11, "", "", 0, 200, "0"]
     with pytest.raises(ResponseError, match="do not fit the stride"):
         DELIVER_SCRIPT(keys.mc_deliver_keys([1], "system", MONTH), args)
-    args[8] = 11  # no such layout
+    args[8] = 14  # no such layout
     with pytest.raises(ResponseError, match="do not fit the stride"):
         DELIVER_SCRIPT(keys.mc_deliver_keys([1], "system", MONTH, expiry=False), args)
     assert redis.exists(keys.mc_inbox(1)) == 0

@@ -57,11 +57,14 @@ def test_deliver_keys_are_the_named_keys() -> None:
                     keys.mc_push_bitmap(user_id, MONTH),
                     keys.mc_read_bitmap(user_id, MONTH),
                     keys.live_user_version(user_id),
+                    keys.mc_inbox_unread(user_id),
+                    keys.mc_inbox_unread(user_id, "promotion"),
+                    keys.mc_inbox_evicted(user_id),
                     keys.mc_user_notifications(user_id),
                 )
             ]
             assert names[0].startswith(prefix)
-            assert keys.mc_deliver_keys([42], "promotion", MONTH) == names[:9]
+            assert keys.mc_deliver_keys([42], "promotion", MONTH) == names[:12]
             assert keys.mc_deliver_keys([], "promotion", MONTH) == []
             assert keys.live_user_channels([1, 42]) == [keys.live_user_channel(1), keys.live_user_channel(42)]
     # One recipient's keys map to one cluster slot (deliver.lua groups calls by slot there).

@@ -74,8 +74,9 @@ from messagecenter.models import (
     UserGroupMembership,
     UserPreferences,
 )
+from messagecenter.readmodel import drift as drift_rm
 from messagecenter.readmodel import inbox, to_ms
-from messagecenter.readmodel.entries import parse_member
+from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import Page
 from messagecenter.services.inbox_actions import BULK_ACTIONS
 from messagecenter.services.snapshots import inbox_read_snapshot
@@ -528,6 +529,14 @@ class InboxMachine(RuleBasedStateMachine):
                 assert postgres_pages == redis_pages, user.username
                 counts = inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(now))
                 assert fallback.inbox_counts(user_id=user.pk, now=now) == counts, user.username
+                # Unread-only pages (ranges of the unread zsets), of all and of each category.
+                for category in (None, *CATEGORIES):
+                    unread_pages = self._paths(user, now, category=category, unread_only=True, since_ms=None)
+                    assert unread_pages[1] == unread_pages[0], (user.username, category)
+                # The unread counters equal the unread zsets' sizes (the drift check's invariant).
+                index = drift_rm.unread_index_read(user_ids=[user.pk], categories=CATEGORY_ORDER)[user.pk]
+                assert index.counters == {c: index.sizes[c] for c in CATEGORY_ORDER}, user.username
+                assert index.sizes[""] == sum(index.counters.values()), user.username
                 rows = [(row.ref, row.read) for page in redis_pages for row in page.rows]
                 # The model: which messages and bulletins show, and their read flags.
                 want = [(ref, self.reads.get((user.pk, ref), False)) for ref in self.visible(user)]
@@ -637,6 +646,9 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(timezone, "now", CLOCK)
     monkeypatch.setattr(django_settings, "MESSAGECENTER_PUSH_THRESHOLD", 2)
     monkeypatch.setattr(django_settings, "MESSAGECENTER_FANOUT_CHUNK", 2)
+    # One member per settling step: expiry, wakes and the unread zsets' build
+    # take several bounded calls whenever more than one is due.
+    monkeypatch.setattr(django_settings, "MESSAGECENTER_INBOX_SETTLE_STEP", 1)
     InboxMachine.users = [UserFactory(username=f"prop-user{i}") for i in range(N_USERS)]
     InboxMachine.operator = SuperuserFactory(username="prop-operator", first_name="Prop", last_name="Operator")
     run_state_machine_as_test(

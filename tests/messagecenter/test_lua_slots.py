@@ -72,8 +72,8 @@ class Call:
         a = own_args + 2 + n
         if self.args[a] != "1":
             return None
-        removals = int(self.args[a + 2])
-        return removals, int(self.args[a + 3 + removals])
+        removals = int(self.args[a + 3])  # after the mode: the settling step, the removal version
+        return removals, int(self.args[a + 4 + removals])
 
 
 @pytest.fixture
@@ -421,13 +421,15 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
     for op in ops:
         name = Path(op.script.path).name
         assert _open_inbox(name) == (len(op.own_keys(42)), len(op.own_args()), op.ever), name
-        call = scripts.inbox_call(op, user_id=42, now_ms=5, months=["202611"], mode=scripts.Fast(max_items=9))
+        call = scripts.inbox_call(op, user_id=42, now_ms=5, months=["202611"], mode=scripts.Fast(max_items=9, step=7))
         own = list(op.own_keys(42))
         assert call.keys[11 : 11 + len(own)] == own
         assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
-        assert call.args == [*op.own_args(), 5, 1, "202611", "2", 9]
+        assert call.args == [*op.own_args(), 5, 1, "202611", "2", 7, 9]
         # The archived and snoozed zsets close every call's KEYS (open_inbox takes them from the end).
         assert call.keys[-2:] == [keys.mc_inbox_archived(42), keys.mc_inbox_snoozed(42)]
+        # Before them the unread zsets (all, then by category) and the evicted set.
+        assert call.keys[-8:-2] == [*scripts.unread_keys(42), keys.mc_inbox_evicted(42)]
 
 
 # Past this a script mixes concerns: its helpers go to a preamble of their own.

@@ -1,0 +1,247 @@
+"""Read cost as a user's inbox grows: a page (plain and unread-only, 90% of
+the items read) at 10 / 10,000 / 100,000 items pushed per user, several users
+taken in turn with no read cache, and what the largest single Redis script
+call costs while items arrive at a full inbox and when an inbox written
+without caps on write (100,000 items) is read for the first time.
+
+Self-contained: items go straight through the read model's fan-out
+(``publish.inbox_deliver``, details through ``item_detail_put``), so no
+PostgreSQL rows are needed. Every Lua call is timed from the client (one
+round trip each, so each figure includes the network's ~0.1 ms).
+"""
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.conf import settings
+from django.test import override_settings
+
+from bench.harness import Row, Stats
+from core import keys
+from core.lua import LuaScript
+from core.redis import get_redis
+from messagecenter.readmodel import InboxEntry, inbox, publish
+from messagecenter.readmodel.entries import CATEGORY_ORDER
+
+MONTH = 202611
+T0 = 1_795_000_000_000  # ms, in November 2026
+NOW = T0 + 10**9
+USERS = 4  # per size: each measured page goes to the next one (cold: no read cache, another user's keys)
+PAGES = 200  # measured pages per (size, kind)
+READ_SHARE = 0.9
+
+
+def _entry(i: int) -> InboxEntry:
+    return InboxEntry(
+        ref=f"m{i}", category=CATEGORY_ORDER[i % len(CATEGORY_ORDER)], month=MONTH, offset=i, score=T0 + i, expire_ms=0
+    )
+
+
+@contextmanager
+def _timed_calls() -> Iterator[list[float]]:
+    """Every LuaScript call (a direct call or a streamed batch) and its seconds, client side."""
+    seen: list[float] = []
+    call, stream = LuaScript.__call__, getattr(LuaScript, "stream", None)
+
+    def timed_call(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            seen.append(time.perf_counter() - start)
+
+    def timed_stream(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return stream(self, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            seen.append(time.perf_counter() - start)
+
+    LuaScript.__call__ = timed_call  # type: ignore[method-assign]
+    if stream is not None:
+        LuaScript.stream = timed_stream  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        LuaScript.__call__ = call  # type: ignore[method-assign]
+        if stream is not None:
+            LuaScript.stream = stream  # type: ignore[method-assign]
+
+
+def _fill(user_ids: list[int], items: int, *, first: int = 0) -> list[float]:
+    """Push ``items`` items to every user (each call one item to all of them), 90% of them
+    read beforehand (their read bits set, as a reader who keeps up); the deliveries' times."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    for i in range(first, first + items):
+        if i % 10 < READ_SHARE * 10:
+            for user_id in user_ids:
+                pipe.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+        if len(pipe) >= 5000:
+            pipe.execute()
+    pipe.execute()
+    times = []
+    for i in range(first, first + items):
+        entry = _entry(i)
+        publish.item_detail_put(
+            ref=entry.ref, detail={"member": entry.member, "title": "t", "category": entry.category}
+        )
+        start = time.perf_counter()
+        publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=T0)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _pages(user_ids: list[int], *, unread_only: bool) -> Stats:
+    samples = []
+    for n in range(PAGES):
+        user_id = user_ids[n % len(user_ids)]
+        start = time.perf_counter()
+        page = inbox.inbox_page(
+            user_id=user_id,
+            now_ms=NOW,
+            category=None,
+            max_score=None,
+            skip=0,
+            limit=20,
+            unread_only=unread_only,
+            since_ms=None,
+        )
+        samples.append(time.perf_counter() - start)
+        assert isinstance(page, inbox.Page)
+        assert len(page.rows) == 20, "a page of 20 was expected"
+    return Stats(samples)
+
+
+def _largest(times: list[float]) -> float:
+    return max(times) if times else 0.0
+
+
+def _slowlog_mark() -> int:
+    """The newest slow log entry's id (-1: none): what a section's reading starts after."""
+    entries = get_redis().slowlog_get(1)
+    return int(entries[0]["id"]) if entries else -1
+
+
+def _server_largest(after: int) -> str:
+    """The largest script call Redis itself logged since ``after`` (its own clock: no network,
+    no client scheduling), or the log's threshold when none took that long."""
+    client = get_redis()
+    threshold = int(client.config_get("slowlog-log-slower-than").get("slowlog-log-slower-than", 10_000))
+    longest = [
+        int(e["duration"])
+        for e in client.slowlog_get(100_000)
+        if int(e["id"]) > after and bytes(e["command"]).split(b" ", 1)[0].upper() in (b"EVALSHA", b"EVAL")
+    ]
+    if longest:
+        return f"largest server-side script call {max(longest) / 1e3:.2f} ms ({len(longest):,} over {threshold} µs)"
+    return f"no server-side script call over the slow log's {threshold} µs"
+
+
+def run(*, users: int, quick: bool) -> list[Row]:
+    client = get_redis()
+    client.flushdb()
+    big = 20_000 if quick else 100_000
+    rows: list[Row] = []
+    plain: dict[int, Stats] = {}
+    unread: dict[int, Stats] = {}
+    next_user = iter(range(900_000_000, 1_000_000_000))
+    calls_at_cap: list[float] = []
+    server_at_cap = ""
+    for size in (10, 10_000, big):
+        ids_ = [next(next_user) for _ in range(USERS)]
+        # Not 10 items: 200 (a page of 20 unread needs 200 items at 90% read); the 10 row pages all 10.
+        pushed = 200 if size == 10 else size
+        mark = _slowlog_mark()
+        with _timed_calls():
+            times = _fill(ids_, pushed)
+        if size == big:
+            server_at_cap = _server_largest(mark)
+        if size == big:
+            calls_at_cap = times[int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) :]
+        for user_id in ids_:  # settled once (the first read of a fresh inbox), then measured
+            inbox.inbox_counts(user_id=user_id, now_ms=NOW)
+        plain[size] = _pages(ids_, unread_only=False)
+        unread[size] = _pages(ids_, unread_only=True)
+        label = f"{size:,} items pushed per user" if size != 10 else "200 items per user"
+        held = client.zcard(keys.mc_inbox(ids_[0]))
+        for kind, stats in (("plain", plain[size]), ("unread-only, 90% read", unread[size])):
+            rows.append(
+                Row(
+                    "inbox growth",
+                    f"page of 20, {kind}, {label} ({held:,} held)",
+                    stats.median,
+                    "s",
+                    "-",
+                    None,
+                    p99=stats.p99,
+                )
+            )
+    ratio_row = Row(
+        "inbox growth",
+        "unread-only page vs plain page at 10,000 items, 90% read (ratio: plain / unread-only)",
+        unread[10_000].median,
+        "s",
+        "plain page",
+        plain[10_000].median,
+        p99=unread[10_000].p99,
+        baseline_p99=plain[10_000].p99,
+        target=1 / 1.5,
+        note="target: the unread-only page within 1.5x of the plain page",
+    )
+    rows.append(ratio_row)
+    growth = Row(
+        "inbox growth",
+        f"unread-only page at {big:,} vs 10 items pushed (ratio: 10 / {big:,})",
+        unread[big].median,
+        "s",
+        "unread-only page at 200 items",
+        unread[10].median,
+        p99=unread[big].p99,
+        baseline_p99=unread[10].p99,
+        target=1 / 1.5,
+    )
+    rows.append(growth)
+    at_cap = Stats(calls_at_cap)
+    rows.append(
+        Row(
+            "inbox growth",
+            f"delivery to {USERS} users at the cap (one fan-out call, {len(calls_at_cap):,} calls): largest call",
+            _largest(calls_at_cap),
+            "s",
+            "-",
+            None,
+            p99=at_cap.p99,
+            at_most=0.005,
+            note=f"median {at_cap.median * 1e3:.2f} ms; {server_at_cap}; client-side times on a shared 2-core "
+            "machine, so the largest includes scheduling noise",
+        )
+    )
+
+    # --- an inbox written without caps on write: 100,000 items, then its first read --------
+    legacy = [next(next_user) for _ in range(2)]
+    with override_settings(MESSAGECENTER_INBOX_MAX_ITEMS=10**9):
+        _fill(legacy, big)
+    held = client.zcard(keys.mc_inbox(legacy[0]))
+    mark = _slowlog_mark()
+    with _timed_calls() as calls:
+        start = time.perf_counter()
+        inbox.inbox_counts(user_id=legacy[0], now_ms=NOW)
+        first_read = time.perf_counter() - start
+    rows.append(
+        Row(
+            "inbox growth",
+            f"first read of an inbox holding {held:,} items (cap {settings.MESSAGECENTER_INBOX_MAX_ITEMS:,}): "
+            "largest script call",
+            _largest(calls),
+            "s",
+            "-",
+            None,
+            at_most=0.005,
+            note=f"{len(calls):,} script calls, {first_read * 1e3:.0f} ms in all; {_server_largest(mark)}; "
+            f"{client.zcard(keys.mc_inbox(legacy[0])):,} items held after",
+        )
+    )
+    return rows

@@ -1,0 +1,380 @@
+"""Caps on write and unread pages in O(page), on the Redis path.
+
+- A fan-out keeps an inbox at the cap as items arrive (the oldest leave, a
+  bounded number per insert); an inbox far over the cap (written before caps
+  were kept on write) and a pile of expired items are settled over several
+  bounded script calls, and no answer ever shows or counts what should be gone.
+- The unread zsets hold exactly the live members whose read bit is 0 (one for
+  all, one per category), the counters equal their sizes, and an unread-only
+  page is a range of them (it never walks read items).
+"""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from core import keys
+from messagecenter import drift, fallback, services
+from messagecenter.readmodel import InboxEntry, inbox, publish, scripts, to_ms
+from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
+from messagecenter.readmodel.inbox import AGAIN, Page
+from messagecenter.services.snapshots import inbox_read_snapshot
+from tests.factories import UserFactory
+from tests.messagecenter.conftest import send
+from tests.messagecenter.test_inbox_property import walk
+
+pytestmark = pytest.mark.django_db
+
+MONTH = 202611
+T0 = 1_795_000_000_000  # ms, in November 2026
+
+
+def _entry(i: int, *, category: str = "system", expire_ms: int = 0, score: int | None = None) -> InboxEntry:
+    return InboxEntry(
+        ref=f"m{100_000 + i}",
+        category=category,
+        month=MONTH,
+        offset=i,
+        score=T0 + i if score is None else score,
+        expire_ms=expire_ms,
+    )
+
+
+def _deliver(entry: InboxEntry, *user_ids: int, now_ms: int = T0) -> int:
+    publish.item_detail_put(ref=entry.ref, detail={"member": entry.member, "category": entry.category})
+    return publish.inbox_deliver(entry=entry, user_ids=list(user_ids), now_ms=now_ms)
+
+
+def _page(user_id: int, now_ms: int, **query: Any) -> Page:
+    defaults: dict[str, Any] = {
+        "category": None,
+        "max_score": None,
+        "skip": 0,
+        "limit": 20,
+        "unread_only": False,
+        "since_ms": None,
+    }
+    page = inbox.inbox_page(user_id=user_id, now_ms=now_ms, **{**defaults, **query})
+    assert isinstance(page, Page)
+    return page
+
+
+def _text(values: Any) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+def assert_unread_index(redis: Any, user_id: int) -> None:
+    """The unread zsets hold exactly the live members whose read bit is 0, with
+    their scores, and every counter equals its zset's size."""
+    everything = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox(user_id), 0, -1, withscores=True)}
+    bitmaps: dict[str, bytes | None] = {}
+    want_all: dict[str, float] = {}
+    counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.mc_inbox_counters(user_id)).items()}
+    for category in CATEGORY_ORDER:
+        members = {
+            m.decode(): s for m, s in redis.zrange(keys.mc_inbox_category(user_id, category), 0, -1, withscores=True)
+        }
+        assert set(members) <= set(everything)
+        want = {}
+        for member, score in members.items():
+            _ref, _cat, month, offset = parse_member(member)
+            if month not in bitmaps:
+                bitmaps[month] = redis.get(keys.mc_read_bitmap(user_id, month))
+            raw = bitmaps[month]
+            byte = offset >> 3
+            read = bool(raw) and byte < len(raw) and bool((raw[byte] >> (7 - (offset & 7))) & 1)  # type: ignore[index]
+            if not read:
+                want[member] = score
+        have = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox_unread(user_id, category), 0, -1, withscores=True)}
+        assert have == want, category
+        assert counters.get(category, 0) == len(want), category
+        want_all.update(want)
+    have_all = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox_unread(user_id), 0, -1, withscores=True)}
+    assert have_all == want_all
+
+
+# --- unread pages in O(page) ---------------------------------------------------------
+
+
+def test_an_unread_page_ranges_over_the_unread_zset(redis: Any) -> None:
+    """1,000 read and 10 unread items: the unread page is the 10, read from the
+    unread zset alone (a member planted only there shows; batch-skipping the
+    whole list would never see it), and the zsets hold exactly the unread set."""
+    user = UserFactory()
+    for i in range(1010):
+        if i % 101 != 0:  # 10 unread: offsets 0, 101, ..., 909
+            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+    for i in range(1010):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), user.pk)
+    unread = [f"m{100_000 + i}" for i in range(1010) if i % 101 == 0][::-1]
+    page = _page(user.pk, T0 + 5000, unread_only=True)
+    assert [row.ref for row in page.rows] == unread
+    assert not any(row.read for row in page.rows)
+    assert page.counts.unread == 10
+    assert_unread_index(redis, user.pk)
+    # Per category too.
+    for category in CATEGORY_ORDER:
+        rows = _page(user.pk, T0 + 5000, unread_only=True, category=category).rows
+        assert [r.ref for r in rows] == [r for r in unread if CATEGORY_ORDER[(int(r[1:]) - 100_000) % 4] == category]
+    # Planted only in the unread zset (and given a detail): the page reads that zset.
+    planted = _entry(5000)
+    redis.zadd(keys.mc_inbox_unread(user.pk), {planted.member: T0 + 4000})
+    redis.hset(keys.mc_item_detail(), planted.ref, json.dumps({"member": planted.member}))
+    rows = _page(user.pk, T0 + 5000, unread_only=True, limit=2).rows
+    assert rows[0].ref == planted.ref
+
+
+def test_unread_pages_walk_by_cursor_over_unread_items_only(redis: Any) -> None:
+    user = UserFactory()
+    for i in range(30):
+        if i % 3:
+            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+        # Pairs of equal times: cursors must split ties right.
+        _deliver(_entry(i, score=T0 + i // 2), user.pk)
+    seen: list[str] = []
+    position: tuple[int, int] | None = None
+    while True:
+        max_score, skip = position or (None, 0)
+        page = _page(user.pk, T0 + 100, unread_only=True, max_score=max_score, skip=skip, limit=3)
+        seen += [row.ref for row in page.rows]
+        if page.next_position is None:
+            break
+        position = page.next_position
+    everything = [row.ref for row in _page(user.pk, T0 + 100, limit=100).rows]
+    assert seen == [ref for ref in everything if (int(ref[1:]) - 100_000) % 3 == 0]
+
+
+def test_every_read_bit_change_keeps_the_unread_zsets_exact(redis: Any, clock: Any) -> None:
+    user = UserFactory()
+    uid = user.pk
+    now = to_ms(clock.now)
+    entries = [_entry(i, category=CATEGORY_ORDER[i % 4], score=now - 1000 + i) for i in range(12)]
+    for entry in entries:
+        _deliver(entry, uid, now_ms=now)
+    assert_unread_index(redis, uid)
+    inbox.inbox_set_read(user_id=uid, ref=entries[0].ref, read=True, now_ms=now)
+    inbox.inbox_set_read(user_id=uid, ref=entries[1].ref, read=True, now_ms=now)
+    inbox.inbox_set_read(user_id=uid, ref=entries[1].ref, read=False, now_ms=now)
+    assert_unread_index(redis, uid)
+    inbox.inbox_mark_many(user_id=uid, members=[e.member for e in entries[2:5]], read=True, now_ms=now)
+    inbox.inbox_mark_many(user_id=uid, members=[entries[3].member], read=False, now_ms=now)
+    assert_unread_index(redis, uid)
+    inbox.inbox_items_place(
+        user_id=uid,
+        places=[(entries[5], inbox.ARCHIVED, entries[5].score), (entries[6], inbox.SNOOZED, now + 60_000)],
+        now_ms=now,
+    )
+    assert_unread_index(redis, uid)
+    inbox.inbox_hide(user_id=uid, ref=entries[7].ref, now_ms=now)
+    assert_unread_index(redis, uid)
+    inbox.inbox_read_all(user_id=uid, category="promotion", now_ms=now)
+    assert_unread_index(redis, uid)
+    # The snoozed item wakes, unread; the archived one comes back with its flag.
+    inbox.inbox_counts(user_id=uid, now_ms=now + 61_000)
+    assert_unread_index(redis, uid)
+    inbox.inbox_items_place(user_id=uid, places=[(entries[5], inbox.LIVE, entries[5].score)], now_ms=now + 61_000)
+    assert_unread_index(redis, uid)
+    unread = _page(uid, now + 61_000, unread_only=True, limit=50).rows
+    assert {row.ref for row in unread} == {entries[i].ref for i in (3, 5, 6, 8, 10, 11)}
+    inbox.inbox_read_all(user_id=uid, category=None, now_ms=now + 61_000)
+    assert_unread_index(redis, uid)
+    assert redis.exists(keys.mc_inbox_unread(uid)) == 0
+    assert _page(uid, now + 61_000, unread_only=True).rows == []
+
+
+def test_an_inbox_without_unread_zsets_gets_them_built_in_bounded_calls(redis: Any, settings: Any) -> None:
+    """An inbox written before the unread zsets (or one the drift check resets)."""
+    settings.MESSAGECENTER_INBOX_SETTLE_STEP = 4
+    user = UserFactory()
+    for i in range(25):
+        if i % 2:
+            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4], score=T0 + i // 3), user.pk)
+    redis.delete(*scripts.unread_keys(user.pk))
+    redis.hset(keys.mc_inbox_counters(user.pk), "system", 99)  # whatever it was: built anew
+    redis.hdel(keys.mc_inbox_state(user.pk), "uz")
+    months = [str(MONTH)]
+    op = scripts.CountsOp()
+    mode = scripts.Settle(max_items=10_000, step=4)
+    replies = []
+    while (reply := scripts.inbox_call(op, user_id=user.pk, now_ms=T0 + 99, months=months, mode=mode)()) == AGAIN:
+        replies.append(reply)
+        assert len(replies) < 20
+    assert len(replies) >= 3  # 25 members, at most 4 (and the ties of the last) a call
+    assert_unread_index(redis, user.pk)
+    page = _page(user.pk, T0 + 99, unread_only=True, limit=50)
+    assert len(page.rows) == 13
+    assert page.counts.unread == 13
+
+
+# --- caps on write --------------------------------------------------------------------
+
+
+def test_a_delivery_to_an_inbox_at_the_cap_keeps_it_there(redis: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 20
+    users = [UserFactory() for _ in range(3)]
+    ids_ = [u.pk for u in users]
+    for i in range(60):
+        if i % 5 == 0:
+            redis.setbit(keys.mc_read_bitmap(ids_[0], MONTH), i, 1)
+        assert _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *ids_) == 3
+        for user_id in ids_:
+            assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 20)
+    for user_id in ids_:
+        page = _page(user_id, T0 + 100, limit=50)
+        assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(59, 39, -1)]
+        unread = [row.ref for row in page.rows if not row.read]
+        assert page.counts.unread == len(unread)
+        assert [r.ref for r in _page(user_id, T0 + 100, unread_only=True, limit=50).rows] == unread
+        assert_unread_index(redis, user_id)
+        # Every evicted member is gone from every structure once settled.
+        assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+        pushed = sum(redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i) for i in range(60))
+        assert pushed == 20
+    assert len(_page(ids_[0], T0 + 100, unread_only=True, limit=50).rows) == 16
+
+
+def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, settings: Any) -> None:
+    """Written before caps on write: 3x the cap. Each call removes at most a
+    step; the answers (which come once the inbox is settled) are exact."""
+    user = UserFactory()
+    uid = user.pk
+    for i in range(30):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 2]), uid)
+    assert redis.zcard(keys.mc_inbox(uid)) == 30
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    settings.MESSAGECENTER_INBOX_SETTLE_STEP = 4
+    mode = scripts.Settle(max_items=10, step=4)
+    call = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 99, months=[str(MONTH)], mode=mode)
+    # A first bounded call: everything about to be trimmed aside, 4 leave.
+    assert call() == AGAIN
+    assert redis.zcard(keys.mc_inbox(uid)) == 26
+    # A delivery meanwhile trims too (at most 2 per insert).
+    _deliver(_entry(30), uid)
+    assert redis.zcard(keys.mc_inbox(uid)) == 25
+    assert call() == AGAIN
+    assert redis.zcard(keys.mc_inbox(uid)) == 21
+    # A read settles the rest in further bounded calls before it answers.
+    page = _page(uid, T0 + 99, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(30, 20, -1)]
+    assert page.counts.unread == 10
+    assert redis.zcard(keys.mc_inbox(uid)) == 10
+    assert_unread_index(redis, uid)
+
+
+def test_expiry_settles_in_bounded_steps_and_counts_stay_exact(redis: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_INBOX_SETTLE_STEP = 3
+    user = UserFactory()
+    uid = user.pk
+    for i in range(10):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4], expire_ms=T0 + 1000), uid)
+    for i in range(10, 15):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), uid)
+    assert _page(uid, T0 + 10).counts.unread == 15
+    mode = scripts.Settle(max_items=10_000, step=3)
+    call = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 1000, months=[str(MONTH)], mode=mode)
+    assert call() == AGAIN  # 3 of the 10 expired ones: the answer waits
+    assert redis.zcard(keys.mc_inbox(uid)) == 12
+    page = _page(uid, T0 + 1000, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(14, 9, -1)]
+    assert page.counts.unread == 5
+    assert page.counts.unread_by_category == {
+        c: sum(1 for i in range(10, 15) if i % 4 == k) for k, c in enumerate(CATEGORY_ORDER)
+    }
+    assert [r.ref for r in _page(uid, T0 + 1000, unread_only=True, category="system").rows] == ["m100012"]
+    assert_unread_index(redis, uid)
+
+
+def test_a_full_inbox_loses_expired_items_before_live_ones(redis: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 5
+    user = UserFactory()
+    uid = user.pk
+    _deliver(_entry(0), uid)
+    _deliver(_entry(1, expire_ms=T0 + 100), uid)
+    for i in range(2, 5):
+        _deliver(_entry(i), uid)
+    # Full; item 1 expired: the next delivery drops it, not the oldest live item 0.
+    _deliver(_entry(5), uid, now_ms=T0 + 200)
+    assert {m.decode() for m in redis.zrange(keys.mc_inbox(uid), 0, -1)} == {_entry(i).member for i in (0, 2, 3, 4, 5)}
+    assert [r.ref for r in _page(uid, T0 + 200).rows] == [f"m{100_000 + i}" for i in (5, 4, 3, 2, 0)]
+    assert_unread_index(redis, uid)
+
+
+def test_an_evicted_item_delivered_again_is_counted_once(redis: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 3
+    user = UserFactory()
+    uid = user.pk
+    for i in range(4):
+        _deliver(_entry(i, category="promotion" if i == 0 else "system"), uid)
+    assert redis.sismember(keys.mc_inbox_evicted(uid), _entry(0, category="promotion").member)
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    # A rerun of the fan-out (it is idempotent) brings it back before any read settled it.
+    _deliver(_entry(0, category="promotion"), uid)
+    counts = _page(uid, T0 + 10).counts
+    assert counts.unread_by_category["promotion"] == 1
+    assert counts.unread == 4
+    assert_unread_index(redis, uid)
+
+
+# --- both paths agree on unread pages, over a cap and with expiry ---------------------
+
+
+def test_fallback_and_redis_agree_on_unread_pages_over_the_cap(
+    redis: Any, operator: Any, recipient: Any, clock: Any, settings: Any
+) -> None:
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 6
+    settings.MESSAGECENTER_INBOX_SETTLE_STEP = 1
+    sent = []
+    for i in range(10):
+        clock.advance(seconds=1)
+        # Only items past the cap expire: once the cap dropped an item, PostgreSQL
+        # alone would show it again when a newer one expired (it keeps the newest
+        # live ones), which a trimmed Redis inbox cannot (nor could it before).
+        expire = clock.now + timedelta(minutes=5) if i in (0, 2, 3) else None
+        sent.append(
+            send(operator, to={"users": [recipient]}, category=CATEGORY_ORDER[i % 4], title=f"i{i}", expire_at=expire)
+        )
+    services.inbox_mark_read(user=recipient, item_id=sent[8].ref)
+    services.inbox_mark_read(user=recipient, item_id=sent[5].ref)
+    inbox_read_snapshot()
+    for minutes in (0, 6):
+        clock.advance(minutes=minutes)
+        now = clock.now
+        for category in (None, *CATEGORY_ORDER):
+            for unread_only in (False, True):
+                query = {"category": category, "unread_only": unread_only, "since_ms": None, "limit": 2}
+
+                def redis_path(**q: Any) -> Page:
+                    page = inbox.inbox_page(user_id=recipient.pk, now_ms=to_ms(now), **q)  # noqa: B023
+                    assert isinstance(page, Page)
+                    return page
+
+                def postgres_path(**q: Any) -> Page:
+                    return fallback.inbox_page(user_id=recipient.pk, now=now, **q)  # noqa: B023
+
+                assert walk(postgres_path, **query) == walk(redis_path, **query), (minutes, category, unread_only)
+        assert fallback.inbox_counts(user_id=recipient.pk, now=now) == inbox.inbox_counts(
+            user_id=recipient.pk, now_ms=to_ms(now)
+        )
+        assert_unread_index(redis, recipient.pk)
+
+
+# --- the drift check ---------------------------------------------------------------------
+
+
+def test_the_drift_check_finds_and_mends_unread_counters_out_of_step(redis: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_CHECK_PUSH_SAMPLE = 1000
+    users = [UserFactory() for _ in range(2)]
+    for i in range(6):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *(u.pk for u in users))
+    assert drift.unread_index_find() == []
+    redis.hincrby(keys.mc_inbox_counters(users[1].pk), "system", 3)
+    redis.zrem(keys.mc_inbox_unread(users[0].pk), _entry(1, category="promotion").member)
+    found = drift.unread_index_find()
+    assert {f.fix for f in found} == {u.pk for u in users}
+    drift.unread_index_repair(found)
+    assert drift.unread_index_find() == []
+    for user in users:
+        assert_unread_index(redis, user.pk)
