@@ -519,16 +519,15 @@ def mc_notification_holders() -> str:
 
 
 # --- live updates -------------------------------------------------------------------
-# (owned by core/live.py, the transport; the counts ETag is messagecenter/readmodel/live.py)
+# (owned by core/live.py, the transport)
 #
 # Every change to what a user's inbox or announcement counts show bumps the
 # user's version and publishes a small event on the user's channel; the SSE
-# stream listens to the channel, and the counts endpoint builds its ETag from
-# the version (so a poll answers 304 without running the inbox script).
+# stream listens to the channel, and the read cache's tag takes the version in.
 
 
 def live_user_version(user_id: int) -> str:
-    """string: counter bumped on every change to the user's inbox (part of the counts ETag)."""
+    """string: counter bumped on every change to the user's inbox (part of the read cache's tag)."""
     return _key("live", "version", user_tag(user_id))
 
 

@@ -1,4 +1,4 @@
-"""Live inbox: server-sent event streams and the counts ETag (read use cases).
+"""Live inbox: server-sent event streams and the counts with their ETag (read use cases).
 
 One stream per signed-in page. It hears the user's channel and the
 broadcast channels of everyone and of the user's platforms (``core.live``,
@@ -8,23 +8,36 @@ a blocking iterator for WSGI servers and an async one, served by the
 process's hub, for ASGI servers.
 """
 
+import hashlib
+import json
 from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core import live
-from messagecenter.readmodel import to_ms
-from messagecenter.readmodel.live import counts_etag
+from messagecenter import selectors
 
 # The SSE event name a change reaches the inbox page under (static/js/app.js listens for it).
 INBOX_EVENT = "inbox"
 
 
-def inbox_counts_etag(*, user: AbstractBaseUser) -> str:
-    """The ETag of the user's counts as they are now (see ``readmodel.live.counts_etag``)."""
-    return counts_etag(user_id=int(user.pk), now_ms=to_ms(timezone.now()))
+def inbox_counts_with_etag(*, user: AbstractBaseUser) -> tuple[dict[str, Any], str]:
+    """The user's counts (``selectors.inbox_counts``) and their ETag, in the
+    counts' own round trip (none when the process holds them)."""
+    answer = selectors.inbox_counts(user=user)
+    return answer, counts_etag(user_id=int(user.pk), answer=answer)
+
+
+def counts_etag(*, user_id: int, answer: dict[str, Any]) -> str:
+    """A weak ETag of the counts answer itself: the same answer gives the same
+    tag, any other answer another one. The counts are exact when read (expiry,
+    wakes, publish and display times included), so the tag needs no reads of
+    its own and no time bucket, and a 304 is sent exactly when the body would
+    have been the same. The user id keeps two users' equal counts apart."""
+    body = json.dumps(answer, sort_keys=True, separators=(",", ":")).encode()
+    return f'W/"{user_id}.{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
 
 
 def live_available() -> bool:

@@ -27,7 +27,7 @@ from core import breaker
 from core.breaker import reset_breakers
 from core.selectors import user_platforms
 from core.services import user_set_platforms
-from messagecenter import selectors
+from messagecenter import live, selectors
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices import readmodel as notices_readmodel
 from notices.services import announcement_create, announcement_mark_read
@@ -138,6 +138,23 @@ def test_a_repeated_poll_is_answered_by_the_process(operator: Any, recipient: An
     with override_settings(MESSAGECENTER_COUNTS_HELD=False), round_trips() as unheld_trips:
         assert client.get("/api/v1/inbox/counts/").json() == answer
     assert api_trips == unheld_trips  # the PING in place of the read cache's check
+
+
+def test_a_held_poll_and_its_etag_take_no_round_trip(operator: Any, recipient: Any) -> None:
+    """The ETag comes from the held answer: a 304 poll costs nothing but the
+    barrier after this process's own commands (the request's throttle)."""
+    send(operator, to={"users": [recipient]})
+    announcement_create(
+        author=operator, title="A", body_html="<p>x</p>", platforms=["user"], publish_at=_past(), expire_at=None
+    )
+    answer = _hold(recipient)
+    with round_trips() as trips:
+        answer_again, etag = live.inbox_counts_with_etag(user=recipient)
+    assert trips == [0]
+    assert answer_again == answer
+    assert etag == live.counts_etag(user_id=recipient.pk, answer=answer)
+    client = client_for(recipient)
+    assert client.get("/api/v1/inbox/counts/", HTTP_IF_NONE_MATCH=etag).status_code == 304
 
 
 def _past() -> Any:

@@ -5,7 +5,10 @@ both flavours (blocking for WSGI, async for ASGI) on a real pub/sub."""
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from django.test import Client
@@ -13,8 +16,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import live as live_transport
 from messagecenter import live, services
+from messagecenter.live_api import InboxCountsLiveApi
 from notices.services import announcement_create, announcement_mark_read
-from tests.conftest import client_for
+from tests.conftest import client_for, round_trips
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = pytest.mark.django_db
@@ -164,6 +168,40 @@ def test_changes_without_a_user_event_still_move_the_etag(operator: Any, recipie
 def test_etags_are_per_user(operator: Any, recipient: Any, other_recipient: Any) -> None:
     etag = client_for(recipient).get(COUNTS)["ETag"]
     assert client_for(other_recipient).get(COUNTS, HTTP_IF_NONE_MATCH=etag).status_code == 200
+
+
+@contextmanager
+def view_round_trips() -> Iterator[list[int]]:
+    """The round trips the counts view itself makes (the request's own, for
+    credentials and throttles, are not the view's)."""
+    counted: list[int] = []
+    get = InboxCountsLiveApi.get
+
+    def counting(self: Any, request: Any) -> Any:
+        with round_trips() as trips:
+            response = get(self, request)
+        counted.extend(trips)
+        return response
+
+    with patch.object(InboxCountsLiveApi, "get", counting):
+        yield counted
+
+
+@pytest.mark.not_on_cluster(reason="one round trip is a single-Redis feature (a cluster plans every read)")
+def test_counts_and_their_etag_take_one_round_trip(operator: Any, recipient: Any, settings: Any) -> None:
+    """The ETag is the answer's own: a poll (200 or 304) costs the counts' one
+    round trip, and the tag moves exactly when the body does."""
+    settings.MESSAGECENTER_COUNTS_HELD = False
+    send(operator, to={"users": [recipient]})
+    client = client_for(recipient)
+    first = client.get(COUNTS)  # plans: the user's first read in this process
+    with view_round_trips() as trips:
+        again = client.get(COUNTS)
+        not_modified = client.get(COUNTS, HTTP_IF_NONE_MATCH=first["ETag"])
+    assert trips == [1, 1]
+    assert (again.status_code, again.json(), again["ETag"]) == (200, first.json(), first["ETag"])
+    assert (not_modified.status_code, not_modified["ETag"]) == (304, first["ETag"])
+    assert first["ETag"] == live.counts_etag(user_id=recipient.pk, answer=first.json())
 
 
 def test_counts_without_credentials_stay_401(anon_client: Any) -> None:
