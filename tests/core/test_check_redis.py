@@ -37,6 +37,7 @@ AREAS = [
     "hidden",
     "subscribers",
     "push_deliveries",
+    "unread_index",
 ]
 
 
