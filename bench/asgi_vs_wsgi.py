@@ -23,8 +23,6 @@ import fcntl
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,8 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from bench.http_load import free_port, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CONNECTIONS = 16
@@ -50,12 +50,6 @@ request = function()
   return wrk.format(nil, nil, {["Authorization"] = "Token " .. tokens[index]})
 end
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 _held: list[object] = []
@@ -125,7 +119,7 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
 
 @contextmanager
 def _server(kind: str, workers: int) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.bench"}
     binary = Path(sys.executable).with_name(kind)
     if kind == "gunicorn":
@@ -149,14 +143,7 @@ def _server(kind: str, workers: int) -> Iterator[str]:
                 time.sleep(0.3)
         yield base
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        stop_server(process)
         log.close()
 
 

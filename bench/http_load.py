@@ -41,7 +41,7 @@ class Load:
     errors: int  # socket errors: connect, read, write, timeout
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -103,7 +103,7 @@ def serve(
     kind: str, *, settings_module: str = "config.settings.bench", env: dict[str, str] | None = None
 ) -> Iterator[str]:
     """Serve the project (``kind`` "wsgi" or "asgi") on a free loopback port; yields the base URL."""
-    port = _free_port()
+    port = free_port()
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, **(env or {})}
     process = subprocess.Popen(
         server_command(kind, port),
@@ -115,14 +115,20 @@ def serve(
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        stop_server(process)
+
+
+def stop_server(process: subprocess.Popen[Any]) -> None:
+    """Stop a server started in its own session: its whole process group, by
+    SIGTERM, then SIGKILL when it has not gone within 15 seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
 
 
 def wait_ready(base: str, token: str, *, timeout: float = 30.0) -> None:
