@@ -69,3 +69,9 @@ def make_bulletin(operator: Any, *groups: UserGroup, title: str = "Bulletin", bo
 
 def ids(response: Any) -> list[str]:
     return [item["id"] for item in response.json()["results"]]
+
+
+def whole_inbox(limit: int) -> dict[str, Any]:
+    """The page arguments of a plain read from the top: every category, read
+    and unread, no cursor; the Redis path and the fallback take the same."""
+    return {"category": None, "max_score": None, "skip": 0, "limit": limit, "unread_only": False, "since_ms": None}

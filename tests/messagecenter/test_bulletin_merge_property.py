@@ -55,7 +55,7 @@ from messagecenter.readmodel import inbox, publish, to_ms
 from messagecenter.services.rebuild import inbox_rebuild
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import Clock
+from tests.messagecenter.conftest import Clock, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -91,16 +91,7 @@ def copy_user(user_id: int, to: int) -> None:
 
 
 def rows_and_counts(user_id: int, now: datetime) -> tuple[list[tuple[str, int, bool]], Any]:
-    page = inbox.inbox_page(
-        user_id=user_id,
-        now_ms=to_ms(now),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=1000,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), **whole_inbox(1000))
     assert isinstance(page, inbox.Page)
     counts = inbox.inbox_counts(user_id=user_id, now_ms=to_ms(now))
     return [(row.ref, row.score, row.read) for row in page.rows], counts
@@ -216,16 +207,7 @@ class BulletinMachine(RuleBasedStateMachine):
             publish.user_groups_replace(groups_by_user={full: list(groups)}, now_ms=to_ms(now))
             rows, counts = rows_and_counts(incremental, now)
             full_rows, full_counts = rows_and_counts(full, now)
-            postgres = fallback.inbox_page(
-                user_id=user.pk,
-                now=now,
-                category=None,
-                max_score=None,
-                skip=0,
-                limit=1000,
-                unread_only=False,
-                since_ms=None,
-            )
+            postgres = fallback.inbox_page(user_id=user.pk, now=now, **whole_inbox(1000))
             postgres_rows = [(row.ref, row.score, row.read) for row in postgres.rows]
             assert rows == full_rows == postgres_rows, user.username
             assert counts == full_counts == fallback.inbox_counts(user_id=user.pk, now=now), user.username
