@@ -288,6 +288,29 @@ class RotatingLoad(Load):
     bad: int = 0  # other non-2xx answers
 
 
+def run_wrk_script(
+    script: str, url: str, *, seconds: int, connections: int, latency: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``seconds`` of wrk load on ``url`` from a Lua ``script`` (written to a
+    temporary file for the run); wrk's finished process, its output as text."""
+    binary = shutil.which("wrk")
+    if binary is None:
+        raise RuntimeError("wrk is missing: `make bench` installs it (apt-get install wrk)")
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-wrk-", delete=False) as handle:
+        handle.write(script)
+    try:
+        command = [binary, f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
+        return subprocess.run(
+            [*command, *(["--latency"] if latency else []), "-s", handle.name, url],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 30,
+            check=True,
+        )
+    finally:
+        os.unlink(handle.name)
+
+
 def wrk_rotating(
     *,
     base: str,
@@ -297,23 +320,8 @@ def wrk_rotating(
     refs: Sequence[str] = (),
 ) -> RotatingLoad:
     """``seconds`` of load from a script rotating ``tokens``; the URL's path comes from the steps."""
-    binary = shutil.which("wrk")
-    if binary is None:
-        raise RuntimeError("wrk is missing: `make bench` installs it (apt-get install wrk)")
     script = rotating_script(tokens=tokens, steps=steps, threads=WRK_THREADS, refs=refs)
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-rotating-", delete=False) as handle:
-        handle.write(script)
-    try:
-        command = [binary, f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "5s", "--latency"]
-        done = subprocess.run(
-            [*command, "-s", handle.name, base],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 30,
-            check=True,
-        )
-    finally:
-        os.unlink(handle.name)
+    done = run_wrk_script(script, base, seconds=seconds, connections=CONNECTIONS, latency=True)
     load = _parse(done.stdout, done.stderr, path=",".join(sorted({s.path for s in steps})))
     counted = re.search(r"ROTATING throttled=(\d+) bad=(\d+)", done.stdout)
     if not counted:
