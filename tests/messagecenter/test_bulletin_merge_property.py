@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -55,7 +54,7 @@ from messagecenter.readmodel import inbox, publish, to_ms
 from messagecenter.services.rebuild import inbox_rebuild
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import Clock, whole_inbox
+from tests.messagecenter.conftest import Clock, machine_settings, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -220,10 +219,5 @@ def test_the_incremental_merge_equals_the_full_merge_and_postgres(monkeypatch: p
     BulletinMachine.users = [UserFactory(username=f"bm-user{i}") for i in range(N_USERS)]
     run_state_machine_as_test(
         BulletinMachine,
-        settings=settings(
-            max_examples=12,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
+        settings=machine_settings(12),
     )
