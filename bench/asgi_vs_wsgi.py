@@ -22,9 +22,6 @@ import argparse
 import fcntl
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,9 +32,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.http_load import free_port, run_wrk_script, stop_server
+
 ROOT = Path(__file__).resolve().parent.parent
 CONNECTIONS = 16
-WRK_THREADS = 2
 
 # A wrk script that sends each request with the next user's token.
 _WRK_SCRIPT = """
@@ -50,12 +48,6 @@ request = function()
   return wrk.format(nil, nil, {["Authorization"] = "Token " .. tokens[index]})
 end
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 _held: list[object] = []
@@ -125,7 +117,7 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
 
 @contextmanager
 def _server(kind: str, workers: int) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.bench"}
     binary = Path(sys.executable).with_name(kind)
     if kind == "gunicorn":
@@ -149,43 +141,13 @@ def _server(kind: str, workers: int) -> Iterator[str]:
                 time.sleep(0.3)
         yield base
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        stop_server(process)
         log.close()
 
 
 def _wrk(url: str, *, method: str, tokens_file: str, seconds: int, connections: int) -> tuple[float, int]:
-    binary = shutil.which("wrk")
-    if binary is None:
-        raise RuntimeError("wrk is missing (apt-get install wrk)")
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(_WRK_SCRIPT % {"tokens": tokens_file, "method": method})
-    try:
-        done = subprocess.run(
-            [
-                binary,
-                f"-t{WRK_THREADS}",
-                f"-c{connections}",
-                f"-d{seconds}s",
-                "--timeout",
-                "5s",
-                "-s",
-                script.name,
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 30,
-            check=True,
-        )
-    finally:
-        os.unlink(script.name)
+    script = _WRK_SCRIPT % {"tokens": tokens_file, "method": method}
+    done = run_wrk_script(script, url, seconds=seconds, connections=connections)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", done.stdout)
     if rps is None:

@@ -1,5 +1,8 @@
 """Bench data: users in bulk and the one-row-per-recipient baseline table."""
 
+from datetime import datetime, timedelta
+from typing import Any
+
 from django.db import connection
 
 BASELINE_TABLE = "bench_recipient_row"
@@ -157,6 +160,44 @@ def inbox_messages(*, operator: object, audiences: list[tuple[int, list[int]]]) 
     for message, (_, user_ids) in reversed(list(zip(created, plan, strict=True))):
         inbox_deliver(entry=message_entry(message), user_ids=user_ids, detail=message_detail(message))
     return [m.ref for m in created]
+
+
+def live_announcements(*, operator: Any, count: int, now: datetime | None = None) -> list[Any]:
+    """``count`` announcements on the "user" platform, published a minute
+    apart up to ``now``, with the platform's read model synced."""
+    from django.utils import timezone
+
+    from notices import readmodel
+    from notices.models import Announcement, AnnouncementPlatform
+
+    now = now or timezone.now()
+    created = Announcement.objects.bulk_create(
+        Announcement(
+            title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator
+        )
+        for i in range(count)
+    )
+    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform="user") for a in created)
+    readmodel.platform_sync(platform="user")
+    return created
+
+
+def first_page(user_id: int, *, now_ms: int, unread_only: bool = False, cache_field: str = "") -> Any:
+    """The read model's first inbox page of 20 (every category, no cursor), as
+    the inbox view asks for it."""
+    from messagecenter.readmodel import inbox
+
+    return inbox.inbox_page(
+        user_id=user_id,
+        now_ms=now_ms,
+        category=None,
+        max_score=None,
+        skip=0,
+        limit=20,
+        unread_only=unread_only,
+        since_ms=None,
+        cache_field=cache_field,
+    )
 
 
 def user_redis_keys(user_id: int) -> list[bytes]:

@@ -41,7 +41,7 @@ class Load:
     errors: int  # socket errors: connect, read, write, timeout
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -103,7 +103,7 @@ def serve(
     kind: str, *, settings_module: str = "config.settings.bench", env: dict[str, str] | None = None
 ) -> Iterator[str]:
     """Serve the project (``kind`` "wsgi" or "asgi") on a free loopback port; yields the base URL."""
-    port = _free_port()
+    port = free_port()
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, **(env or {})}
     process = subprocess.Popen(
         server_command(kind, port),
@@ -115,14 +115,20 @@ def serve(
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        stop_server(process)
+
+
+def stop_server(process: subprocess.Popen[Any]) -> None:
+    """Stop a server started in its own session: its whole process group, by
+    SIGTERM, then SIGKILL when it has not gone within 15 seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
 
 
 def wait_ready(base: str, token: str, *, timeout: float = 30.0) -> None:
@@ -282,6 +288,29 @@ class RotatingLoad(Load):
     bad: int = 0  # other non-2xx answers
 
 
+def run_wrk_script(
+    script: str, url: str, *, seconds: int, connections: int, latency: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``seconds`` of wrk load on ``url`` from a Lua ``script`` (written to a
+    temporary file for the run); wrk's finished process, its output as text."""
+    binary = shutil.which("wrk")
+    if binary is None:
+        raise RuntimeError("wrk is missing: `make bench` installs it (apt-get install wrk)")
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-wrk-", delete=False) as handle:
+        handle.write(script)
+    try:
+        command = [binary, f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
+        return subprocess.run(
+            [*command, *(["--latency"] if latency else []), "-s", handle.name, url],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 30,
+            check=True,
+        )
+    finally:
+        os.unlink(handle.name)
+
+
 def wrk_rotating(
     *,
     base: str,
@@ -291,23 +320,8 @@ def wrk_rotating(
     refs: Sequence[str] = (),
 ) -> RotatingLoad:
     """``seconds`` of load from a script rotating ``tokens``; the URL's path comes from the steps."""
-    binary = shutil.which("wrk")
-    if binary is None:
-        raise RuntimeError("wrk is missing: `make bench` installs it (apt-get install wrk)")
     script = rotating_script(tokens=tokens, steps=steps, threads=WRK_THREADS, refs=refs)
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-rotating-", delete=False) as handle:
-        handle.write(script)
-    try:
-        command = [binary, f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "5s", "--latency"]
-        done = subprocess.run(
-            [*command, "-s", handle.name, base],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 30,
-            check=True,
-        )
-    finally:
-        os.unlink(handle.name)
+    done = run_wrk_script(script, base, seconds=seconds, connections=CONNECTIONS, latency=True)
     load = _parse(done.stdout, done.stderr, path=",".join(sorted({s.path for s in steps})))
     counted = re.search(r"ROTATING throttled=(\d+) bad=(\d+)", done.stdout)
     if not counted:

@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import data
+
 ROOT = Path(__file__).resolve().parent.parent
 CATEGORIES = ("system", "promotion", "transaction", "interaction")
 
@@ -237,17 +239,7 @@ def reads(plan: Plan, *, now_ms: int, sample: int, seed: int = 5) -> dict[str, d
     field_name = "|0|20"  # the first page's read-cache field, as the selector names it
 
     def page(user_id: int) -> None:
-        result = inbox.inbox_page(
-            user_id=user_id,
-            now_ms=now_ms,
-            category=None,
-            max_score=None,
-            skip=0,
-            limit=20,
-            unread_only=False,
-            since_ms=None,
-            cache_field=field_name,
-        )
+        result = data.first_page(user_id, now_ms=now_ms, cache_field=field_name)
         tag = getattr(result, "cache_tag", None)
         if tag is not None:  # what the view does after rendering: keep the rendering
             inbox.page_cache_put(user_id=user_id, field=field_name, tag=tag, body=b"{}")

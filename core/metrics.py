@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils import timezone
@@ -38,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from core import breaker
 from core.models import OutboxEntry, WebhookDelivery
+from core.modes import BothModesMiddleware
 
 REQUEST_LATENCY = Histogram(
     "messagecenter_http_request_duration_seconds",
@@ -70,22 +70,11 @@ def _observe(request: HttpRequest, response: HttpResponseBase, started: float) -
     )
 
 
-class RequestMetricsMiddleware:
+class RequestMetricsMiddleware(BothModesMiddleware):
     """Times every request (sync under WSGI, async under ASGI: an async stack
     stays async). A streaming answer is timed to its first byte."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self._acall(request)
+    def _call(self, request: HttpRequest) -> Any:
         started = time.perf_counter()
         response = self.get_response(request)
         _observe(request, response, started)

@@ -6,10 +6,9 @@ the answer a JSON error and the body unread.
 """
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from csp import middleware as csp_middleware
 from django.conf import settings
 from django.contrib.auth import middleware as auth
@@ -23,30 +22,21 @@ from whitenoise import middleware as whitenoise_middleware
 
 from core.api.exception_handler import error_body, unavailable_body
 from core.exceptions import is_unavailable
+from core.modes import BothModesMiddleware
 
 logger = logging.getLogger(__name__)
 
 
-class _BothModes:
-    """A middleware that runs as its stack does: sync under WSGI, async under
-    ASGI (no thread switch around it)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+class _BothModes(BothModesMiddleware):
+    """A middleware that may answer early (`before`), the same in both modes."""
 
     def __call__(self, request: HttpRequest) -> Any:
         early = self.before(request)
         if self.is_async:
-            return self._acall(request, early)
+            return self._aanswer(request, early)
         return early or self.get_response(request)
 
-    async def _acall(self, request: HttpRequest, early: HttpResponseBase | None) -> HttpResponseBase:
+    async def _aanswer(self, request: HttpRequest, early: HttpResponseBase | None) -> HttpResponseBase:
         if early is not None:
             return early
         response: HttpResponseBase = await self.get_response(request)
@@ -182,24 +172,17 @@ class CSPMiddleware(InlineHooksMixin, csp_middleware.CSPMiddleware):
     pass
 
 
-class WhiteNoiseMiddleware(whitenoise_middleware.WhiteNoiseMiddleware):
+class WhiteNoiseMiddleware(BothModesMiddleware, whitenoise_middleware.WhiteNoiseMiddleware):
     """WhiteNoise, async under ASGI: a request that is no static file passes
     through on the event loop (a dict lookup); serving a file, or looking for
     one on disk (autorefresh), takes a thread."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response: Any) -> None:
-        super().__init__(get_response)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        whitenoise_middleware.WhiteNoiseMiddleware.__init__(self, get_response)
+        BothModesMiddleware.__init__(self, get_response)
 
-    def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self._acall(request)
-        return super().__call__(request)
+    def _call(self, request: HttpRequest) -> Any:
+        return whitenoise_middleware.WhiteNoiseMiddleware.__call__(self, request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         if self.autorefresh:

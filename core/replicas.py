@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import environ
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
@@ -47,6 +47,7 @@ from django.utils.functional import SimpleLazyObject, empty
 
 from core import keys
 from core.exceptions import is_database_outage
+from core.modes import BothModesMiddleware
 
 logger = logging.getLogger(__name__)
 
@@ -294,23 +295,12 @@ def _known_user_id(request: HttpRequest) -> int | None:
     return int(user.pk)
 
 
-class ReplicaReadsMiddleware:
+class ReplicaReadsMiddleware(BothModesMiddleware):
     """Opens the read scope for read requests; after a request that wrote,
     marks its user for read-your-writes. Sync under WSGI, async under ASGI
     (the scope is a context variable: it follows the request either way)."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self._acall(request)
+    def _call(self, request: HttpRequest) -> Any:
         if not replica_aliases():
             return self.get_response(request)
         with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:

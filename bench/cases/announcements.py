@@ -5,18 +5,16 @@ notification apps store a broadcast, measured in the same run.
 """
 
 import random
-from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.utils import timezone
 
 from bench import data, incumbent_client
 from bench.harness import RoundTrips, Row, measure
 from core import keys
 from core.redis import get_redis
 from notices import readmodel
-from notices.models import Announcement, AnnouncementPlatform
+from notices.models import Announcement
 from notices.selectors import announcement_counts
 from notices.services import announcement_mark_read
 
@@ -39,15 +37,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     # 2. One user's read/unread counts with 1,000 live announcements, some read.
     live = 200 if quick else 1000
     Announcement.objects.all().delete()
-    now = timezone.now()
-    created = Announcement.objects.bulk_create(
-        Announcement(
-            title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator
-        )
-        for i in range(live)
-    )
-    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform=PLATFORM) for a in created)
-    readmodel.platform_sync(platform=PLATFORM)
+    created = data.live_announcements(operator=operator, count=live)
     rng = random.Random(7)
     for a in rng.sample(created, live * 3 // 10):
         announcement_mark_read(user=reader, announcement_id=a.pk)

@@ -5,12 +5,10 @@ against django-notifications-hq on the same shapes (its unread().count() over
 bytes per (user, item) on the inbox side."""
 
 import random
-from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.test import override_settings
-from django.utils import timezone
 
 from bench import data, incumbent_client
 from bench.harness import RoundTrips, Row, measure
@@ -19,11 +17,8 @@ from core.redis import get_redis
 from messagecenter.models import ItemSlotMonth
 from messagecenter.selectors import inbox_counts
 from messagecenter.services.inbox import inbox_mark_all_read, inbox_mark_read
-from notices import readmodel
-from notices.models import Announcement, AnnouncementPlatform
+from notices.models import Announcement
 from notices.services import announcement_mark_read
-
-PLATFORM = "user"
 
 
 def _user_keys(user_id: int) -> list[bytes]:
@@ -60,15 +55,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     counter = User.objects.get(pk=low + 1)  # unread counts: inbox items (30% read) and announcements
     marker = User.objects.get(pk=low + 2)  # mark-all-read: every item unread
 
-    now = timezone.now()
-    created = Announcement.objects.bulk_create(
-        Announcement(
-            title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator
-        )
-        for i in range(announcements)
-    )
-    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform=PLATFORM) for a in created)
-    readmodel.platform_sync(platform=PLATFORM)
+    created = data.live_announcements(operator=operator, count=announcements)
     rng = random.Random(7)
     for a in rng.sample(created, announcements * 3 // 10):
         announcement_mark_read(user=counter, announcement_id=a.pk)

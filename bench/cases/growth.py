@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.test import override_settings
 
+from bench import data
 from bench.harness import Row, Stats
 from core import keys
 from core.lua import LuaScript
@@ -99,16 +100,7 @@ def _pages(user_ids: list[int], *, unread_only: bool) -> Stats:
     for n in range(PAGES):
         user_id = user_ids[n % len(user_ids)]
         start = time.perf_counter()
-        page = inbox.inbox_page(
-            user_id=user_id,
-            now_ms=NOW,
-            category=None,
-            max_score=None,
-            skip=0,
-            limit=20,
-            unread_only=unread_only,
-            since_ms=None,
-        )
+        page = data.first_page(user_id, now_ms=NOW, unread_only=unread_only)
         samples.append(time.perf_counter() - start)
         assert isinstance(page, inbox.Page)
         assert len(page.rows) == 20, "a page of 20 was expected"

@@ -24,15 +24,13 @@ from bench.http_load import Step
 from core import keys
 from core.redis import get_redis
 from messagecenter.services.bulletins import bulletin_create
-from notices import readmodel as notices_readmodel
-from notices.models import Announcement, AnnouncementPlatform
+from notices.models import Announcement
 
 CASE = "HTTP"
 USERS = 2_000
 ITEMS = 50  # inbox items of every user (pushed to all of them)
 ANNOUNCEMENTS = 20
 BULLETINS = 5
-PLATFORM = "user"
 SERVERS = (("wsgi", "gunicorn"), ("asgi", "uvicorn"))
 PING = Step("GET", "/bench/ping")
 INBOX = Step("GET", "/api/v1/inbox/")
@@ -73,14 +71,7 @@ def _prepare(users: int) -> tuple[list[int], list[str], list[str]]:
     get_redis().flushdb()
     refs = data.inbox_messages(operator=operator, audiences=[(ITEMS, ids)])
     now = timezone.now()
-    created = Announcement.objects.bulk_create(
-        Announcement(
-            title=f"A{i}", body_html="<p>x</p>", summary="x", publish_at=now - timedelta(minutes=i), author=operator
-        )
-        for i in range(ANNOUNCEMENTS)
-    )
-    AnnouncementPlatform.objects.bulk_create(AnnouncementPlatform(announcement=a, platform=PLATFORM) for a in created)
-    notices_readmodel.platform_sync(platform=PLATFORM)
+    data.live_announcements(operator=operator, count=ANNOUNCEMENTS, now=now)
     for i in range(BULLETINS):
         bulletin_create(
             title=f"Bulletin {i}", body_html="<p>b</p>", display_time=now - timedelta(minutes=i), actor=operator

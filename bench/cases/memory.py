@@ -42,16 +42,7 @@ def _fill(user_id: int, offsets: list[int]) -> None:
             ref=f"m{user_id}x{i}", category="system", month=MONTH, offset=offset, score=START_MS + offset, expire_ms=0
         )
         publish.inbox_deliver(entry=entry, user_ids=[user_id], now_ms=START_MS)
-    inbox.inbox_page(
-        user_id=user_id,
-        now_ms=NOW_MS,
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=20,
-        unread_only=False,
-        since_ms=None,
-    )
+    data.first_page(user_id, now_ms=NOW_MS)
     inbox.inbox_counts(user_id=user_id, now_ms=NOW_MS)
     inbox.inbox_read_all(user_id=user_id, category=None, now_ms=NOW_MS)
     inbox.inbox_counts(user_id=user_id, now_ms=NOW_MS)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from hypothesis import HealthCheck, settings
 
 from messagecenter import services
 from messagecenter.models import UserGroup
@@ -69,3 +70,21 @@ def make_bulletin(operator: Any, *groups: UserGroup, title: str = "Bulletin", bo
 
 def ids(response: Any) -> list[str]:
     return [item["id"] for item in response.json()["results"]]
+
+
+def whole_inbox(limit: int) -> dict[str, Any]:
+    """The page arguments of a plain read from the top: every category, read
+    and unread, no cursor; the Redis path and the fallback take the same."""
+    return {"category": None, "max_score": None, "skip": 0, "limit": limit, "unread_only": False, "since_ms": None}
+
+
+def machine_settings(max_examples: int) -> settings:
+    """A state machine's run: ``max_examples`` worlds of 25 steps each, with
+    no deadline (a step talks to PostgreSQL and Redis) and the test's
+    fixtures shared by every example (each world clears its rows itself)."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )

@@ -18,7 +18,7 @@ from messagecenter import fallback, services
 from messagecenter.items import bulletin_entry
 from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox, to_ms
-from tests.messagecenter.conftest import Clock, make_group
+from tests.messagecenter.conftest import Clock, make_group, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -53,31 +53,13 @@ def settled(plan: Any) -> bool:
 
 
 def refs(user: Any) -> list[str]:
-    page = inbox.inbox_page(
-        user_id=user.pk,
-        now_ms=to_ms(timezone.now()),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=LIVE + 10,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = inbox.inbox_page(user_id=user.pk, now_ms=to_ms(timezone.now()), **whole_inbox(LIVE + 10))
     assert isinstance(page, inbox.Page)
     return [row.ref for row in page.rows]
 
 
 def fallback_refs(user: Any) -> list[str]:
-    page = fallback.inbox_page(
-        user_id=user.pk,
-        now=timezone.now(),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=LIVE + 10,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = fallback.inbox_page(user_id=user.pk, now=timezone.now(), **whole_inbox(LIVE + 10))
     return [row.ref for row in page.rows]
 
 

@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -55,7 +54,7 @@ from messagecenter.readmodel import inbox, publish, to_ms
 from messagecenter.services.rebuild import inbox_rebuild
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import Clock
+from tests.messagecenter.conftest import Clock, machine_settings, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -91,16 +90,7 @@ def copy_user(user_id: int, to: int) -> None:
 
 
 def rows_and_counts(user_id: int, now: datetime) -> tuple[list[tuple[str, int, bool]], Any]:
-    page = inbox.inbox_page(
-        user_id=user_id,
-        now_ms=to_ms(now),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=1000,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), **whole_inbox(1000))
     assert isinstance(page, inbox.Page)
     counts = inbox.inbox_counts(user_id=user_id, now_ms=to_ms(now))
     return [(row.ref, row.score, row.read) for row in page.rows], counts
@@ -216,16 +206,7 @@ class BulletinMachine(RuleBasedStateMachine):
             publish.user_groups_replace(groups_by_user={full: list(groups)}, now_ms=to_ms(now))
             rows, counts = rows_and_counts(incremental, now)
             full_rows, full_counts = rows_and_counts(full, now)
-            postgres = fallback.inbox_page(
-                user_id=user.pk,
-                now=now,
-                category=None,
-                max_score=None,
-                skip=0,
-                limit=1000,
-                unread_only=False,
-                since_ms=None,
-            )
+            postgres = fallback.inbox_page(user_id=user.pk, now=now, **whole_inbox(1000))
             postgres_rows = [(row.ref, row.score, row.read) for row in postgres.rows]
             assert rows == full_rows == postgres_rows, user.username
             assert counts == full_counts == fallback.inbox_counts(user_id=user.pk, now=now), user.username
@@ -238,10 +219,5 @@ def test_the_incremental_merge_equals_the_full_merge_and_postgres(monkeypatch: p
     BulletinMachine.users = [UserFactory(username=f"bm-user{i}") for i in range(N_USERS)]
     run_state_machine_as_test(
         BulletinMachine,
-        settings=settings(
-            max_examples=12,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
+        settings=machine_settings(12),
     )

@@ -24,7 +24,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import to_ms
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import assert_error, client_for
-from tests.messagecenter.conftest import make_group, send
+from tests.messagecenter.conftest import make_group, send, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -248,16 +248,7 @@ def test_fallback_runs_a_fixed_number_of_queries(
         # snapshots, seen, then details: messages (+ their images), bulletins,
         # notifications.
         with django_assert_max_num_queries(13):
-            page = fallback.inbox_page(
-                user_id=recipient.pk,
-                now=now,
-                category=None,
-                max_score=None,
-                skip=0,
-                limit=20,
-                unread_only=False,
-                since_ms=None,
-            )
+            page = fallback.inbox_page(user_id=recipient.pk, now=now, **whole_inbox(20))
         assert {row.detail["kind"] for row in page.rows} == {"message", "bulletin", "notification"}
         # The counts and one item read the same rows as a page, item states and mute periods included.
         with django_assert_max_num_queries(9):

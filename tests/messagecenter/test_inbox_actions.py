@@ -22,7 +22,7 @@ from messagecenter.services.snapshots import inbox_read_snapshot
 from notices.services import announcement_create
 from tests.conftest import assert_error, client_for, flush_redis
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import ids, send
+from tests.messagecenter.conftest import ids, send, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -337,17 +337,7 @@ def test_actions_with_redis_down_are_kept_and_replayed(
     assert outbox.replay() > 0
     assert not OutboxEntry.objects.exists()
     now_ms = int(clock.now.timestamp() * 1000)
-    page = readmodel_inbox.inbox_listing(
-        user_id=recipient.pk,
-        now_ms=now_ms,
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=20,
-        unread_only=False,
-        since_ms=None,
-        archived=True,
-    )
+    page = readmodel_inbox.inbox_listing(user_id=recipient.pk, now_ms=now_ms, **whole_inbox(20), archived=True)
     assert [row.ref for row in page.rows] == [m0]
     assert page.counts.unread == 1
     clock.advance(minutes=5)

@@ -22,7 +22,7 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import AGAIN, Page
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import send
+from tests.messagecenter.conftest import send, whole_inbox
 from tests.messagecenter.test_inbox_property import walk
 
 pytestmark = pytest.mark.django_db
@@ -48,15 +48,7 @@ def _deliver(entry: InboxEntry, *user_ids: int, now_ms: int = T0) -> int:
 
 
 def _page(user_id: int, now_ms: int, **query: Any) -> Page:
-    defaults: dict[str, Any] = {
-        "category": None,
-        "max_score": None,
-        "skip": 0,
-        "limit": 20,
-        "unread_only": False,
-        "since_ms": None,
-    }
-    page = inbox.inbox_page(user_id=user_id, now_ms=now_ms, **{**defaults, **query})
+    page = inbox.inbox_page(user_id=user_id, now_ms=now_ms, **{**whole_inbox(20), **query})
     assert isinstance(page, Page)
     return page
 

@@ -39,7 +39,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -82,7 +81,7 @@ from messagecenter.services.inbox_actions import BULK_ACTIONS
 from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import client_for
 from tests.factories import SuperuserFactory, UserFactory
-from tests.messagecenter.conftest import Clock
+from tests.messagecenter.conftest import Clock, machine_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -653,12 +652,7 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
     InboxMachine.operator = SuperuserFactory(username="prop-operator", first_name="Prop", last_name="Operator")
     run_state_machine_as_test(
         InboxMachine,
-        settings=settings(
-            max_examples=15,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
+        settings=machine_settings(15),
     )
     # Both forms and the switch were exercised (not only one of them).
     assert {"set", "string", "switch"} <= FORMS_SEEN, FORMS_SEEN

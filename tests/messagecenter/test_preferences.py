@@ -20,7 +20,7 @@ from messagecenter.readmodel.inbox import Page
 from messagecenter.selectors import inbox_counts, inbox_list
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
-from tests.messagecenter.conftest import make_group, send
+from tests.messagecenter.conftest import make_group, send, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -30,16 +30,7 @@ SUBS = "/api/v1/me/subscriptions/"
 
 def refs(user: Any) -> list[str]:
     """The Redis path itself (the selector could answer from PostgreSQL while the read model heals)."""
-    page = inbox.inbox_page(
-        user_id=user.pk,
-        now_ms=to_ms(timezone.now()),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=100,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = inbox.inbox_page(user_id=user.pk, now_ms=to_ms(timezone.now()), **whole_inbox(100))
     assert isinstance(page, Page)
     listed = [row.ref for row in page.rows]
     assert [item.id for item in inbox_list(user=user).results] == listed
@@ -47,16 +38,7 @@ def refs(user: Any) -> list[str]:
 
 
 def fallback_refs(user: Any) -> list[str]:
-    page = fallback.inbox_page(
-        user_id=user.pk,
-        now=timezone.now(),
-        category=None,
-        max_score=None,
-        skip=0,
-        limit=100,
-        unread_only=False,
-        since_ms=None,
-    )
+    page = fallback.inbox_page(user_id=user.pk, now=timezone.now(), **whole_inbox(100))
     return [row.ref for row in page.rows]
 
 
