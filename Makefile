@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench bench-scale drill cluster-up cluster-down clean
+.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench bench-scale bench-rebuild drill cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,14 @@ bench: setup-dev $(INCUMBENT_STAMP)
 SCALE_ARGS ?=
 bench-scale: setup-dev
 	$(PY) -m bench.scale $(SCALE_ARGS)
+
+# The rebuild time (bench/rebuild_time.py, not in CI): users and a little state
+# made in the bench's PostgreSQL, then core.rebuild.rebuild() timed on an empty
+# private redis-server (stopped by its PID); writes bench/REBUILD.md. Larger:
+# REBUILD_ARGS="--users 200000".
+REBUILD_ARGS ?=
+bench-rebuild: setup-dev
+	$(PY) -m bench.rebuild_time $(REBUILD_ARGS)
 
 # The fault drill (bench/drill): gunicorn, a Celery worker and beat, a private
 # redis-server and a private PostgreSQL cluster on spare ports, under load,

@@ -1,0 +1,209 @@
+"""The rebuild time: ``python -m bench.rebuild_time [--users N]`` (``make bench-rebuild``).
+
+Creates ``--users`` users in PostgreSQL in bulk and a small, realistic amount
+of state through the project's services (push messages to every user and to a
+group, a message to everyone, bulletins, announcements, read marks and the
+read-state snapshots taken from them), then empties a private redis-server and
+times ``core.rebuild.rebuild()`` filling it from PostgreSQL: the wall clock and
+each stage the rebuild reports. Writes bench/REBUILD.md with the time per
+million users, a linear extrapolation of this run. The private Redis is
+stopped by its PID whatever happens; the machine's shared Redis is not touched.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.scale import ROOT, _commit, _free_port, private_redis
+
+# Push messages every user receives, and those only a tenth of the users (a group) receive.
+MESSAGES_TO_ALL = 5
+MESSAGES_TO_GROUP = 10
+# Users who mark things read before the snapshots are taken.
+READERS = 500
+
+
+class _Timer:
+    """Progress that remembers how long each stage of the rebuild took."""
+
+    def __init__(self) -> None:
+        from core.progress import Progress
+
+        self.progress = Progress(sys.stdout, tty=False)
+        self.stages: list[tuple[str, int, float]] = []
+        inner = self.progress.stage
+        timer = self
+
+        def stage(name: str, total: int) -> Any:
+            made = inner(name, total)
+            done = made.done
+
+            def finish() -> None:
+                if not made._finished:
+                    timer.stages.append((name, made.count, time.monotonic() - made.started))
+                done()
+
+            made.done = finish  # type: ignore[method-assign]
+            return made
+
+        self.progress.stage = stage  # type: ignore[method-assign]
+
+
+def create_state(users: int) -> dict[str, int]:
+    """The PostgreSQL state the rebuild reads, made through the bulk paths and services."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from bench.data import ensure_users, inbox_messages, reset_items
+    from messagecenter.services.bulletins import bulletin_create
+    from messagecenter.services.groups import user_group_add_members, user_group_create
+    from messagecenter.services.inbox import inbox_mark_read
+    from messagecenter.services.messages import message_send
+    from messagecenter.services.snapshots import inbox_read_snapshot
+    from notices.models import Announcement
+    from notices.services import announcement_create, announcement_mark_read
+    from notices.snapshots import announcement_read_snapshot
+
+    reset_items()
+    Announcement.objects.all().delete()
+    low, high = ensure_users(users)
+    user_model = get_user_model()
+    # ON CONFLICT in ensure_users spends sequence values: ids have gaps, so they are read back.
+    everyone = list(
+        user_model.objects.filter(id__range=(low, high), username__regex=r"^bench[0-9]+$").values_list("id", flat=True)
+    )
+    group_members = everyone[:: max(1, len(everyone) // (users // 10 or 1))][: users // 10]
+    operator, _ = user_model.objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
+    group = user_group_create(name=f"rebuild-bench-{time.time_ns()}")
+    user_group_add_members(group=group, user_ids=group_members)
+    refs = inbox_messages(
+        operator=operator, audiences=[(MESSAGES_TO_GROUP, group_members), (MESSAGES_TO_ALL, everyone)]
+    )
+    message_send(sender=operator, category="system", title="To everyone", body_html="<p>Hello all</p>", everyone=True)
+    now = timezone.now()
+    for i in range(2):
+        bulletin_create(title=f"Bulletin {i}", body_html="<p>Bulletin</p>", display_time=now - timedelta(minutes=1))
+    announcements = [
+        announcement_create(author=operator, title=f"Announcement {i}", body_html="<p>News</p>", platforms=["user"])
+        for i in range(3)
+    ]
+    readers = user_model.objects.filter(id__in=everyone[:READERS])
+    for user in readers:
+        inbox_mark_read(user=user, item_id=refs[-1])
+        announcement_mark_read(user=user, announcement_id=announcements[0].id)
+    snapshots = inbox_read_snapshot() + announcement_read_snapshot()
+    return {
+        "users": users,
+        "group members": len(group_members),
+        "bulk push messages": len(refs),
+        "inbox entries (push)": MESSAGES_TO_ALL * len(everyone) + MESSAGES_TO_GROUP * len(group_members),
+        "readers": READERS,
+        "snapshot rows written": snapshots,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.rebuild_time")
+    parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--port", type=int, default=6393, help="the private redis-server's port (else a free one)")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "REBUILD.md"))
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    port = _free_port(args.port)
+    with private_redis(port) as (url, pid):
+        print(f"== private redis-server pid {pid} on port {port}", flush=True)
+        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings.bench"
+        os.environ["BENCH_REDIS_URL"] = url
+        os.environ["MESSAGECENTER_SELF_HEALING"] = "false"
+        os.environ.setdefault("REDIS_SOCKET_TIMEOUT", "30")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        from core import journal, rebuild
+        from core.redis import get_redis
+
+        call_command("migrate", verbosity=0)
+        print(f"== creating {args.users:,} users and their state in PostgreSQL", flush=True)
+        created_at = time.perf_counter()
+        state = create_state(args.users)
+        create_seconds = time.perf_counter() - created_at
+        client = get_redis()
+        # The private Redis of this run only: emptied so the rebuild starts from nothing.
+        client.flushdb()
+        print("== rebuild on an empty Redis", flush=True)
+        load = os.getloadavg()
+        timer = _Timer()
+        started = time.perf_counter()
+        result = rebuild.rebuild(progress=timer.progress)
+        seconds = time.perf_counter() - started
+        load_after = os.getloadavg()
+        keys = client.dbsize()
+        used = int(client.info("memory")["used_memory"])
+        version = client.info("server")["redis_version"]
+        client.close()
+    assert result is not None
+    # The stages' work grows with the users; the rest of the wall clock is mostly
+    # the fixed journal wait (two flush intervals), which a large rebuild's stages outlast.
+    staged = sum(sec for _, _, sec in timer.stages)
+    per_million = staged / args.users * 1_000_000
+    written = state["inbox entries (push)"]
+    lines = [
+        "# Rebuild of the read model from PostgreSQL",
+        "",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {_commit()}; `python -m bench.rebuild_time "
+        f"--users {args.users}`; Redis {version} (private, port {port}, emptied before the rebuild); "
+        f"load average (1 min) {load[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} cores.",
+        "",
+        "## State in PostgreSQL",
+        "",
+        *[f"- {k}: {v:,}" for k, v in state.items()],
+        "- plus 1 message to everyone (pull), 2 bulletins, 3 announcements",
+        f"- created in {create_seconds:.1f} s",
+        "",
+        "## Result",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| users | {args.users:,} |",
+        f"| inbox entries re-delivered from PostgreSQL (push) | {written:,} |",
+        f"| Redis keys after | {keys:,} |",
+        f"| Redis used memory after | {used / 1024 / 1024:,.1f} MiB |",
+        f"| rebuild wall clock | {seconds:.1f} s |",
+        f"| sum of the stages | {staged:.1f} s |",
+        f"| per 1,000,000 users (the stages' sum, linear extrapolation of this run) "
+        f"| {per_million:,.0f} s ({per_million / 60:,.1f} min) |",
+        f"| journal marks / outbox entries replayed | {result.journal} / {result.outbox} |",
+        "",
+        "## Stages",
+        "",
+        "| stage | count | seconds |",
+        "|---|---|---|",
+        *[f"| {name} | {count:,} | {sec:.1f} |" for name, count, sec in timer.stages],
+        "",
+        "## Steps' own counts",
+        "",
+        *[
+            f"- {name}: " + ", ".join(f"{k} {v:,}" for k, v in (done or {}).items())
+            for name, done in result.steps.items()
+        ],
+        "",
+        f"The extrapolation assumes the stages' time grows linearly with users at this much state per user "
+        f"({written / args.users:.1f} push entries a user); the wall clock also holds the fixed journal wait "
+        f"(two flush intervals, {2 * journal.flush_seconds():.1f} s, overlapping the stages when they take longer).",
+        "",
+    ]
+    text = "\n".join(lines)
+    Path(args.output).write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
