@@ -16,10 +16,10 @@ from django.core.checks import CheckMessage, Tags, Warning, register
 from django.core.checks.security import base as security_base
 from django.core.checks.security import csrf as security_csrf
 from django.core.checks.security import sessions as security_sessions
-from django.test.utils import override_settings
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
+from django.test.utils import override_settings
 from django.utils.module_loading import import_string
 
 # Django's check id each class stands in for, and what it says.
