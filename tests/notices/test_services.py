@@ -225,7 +225,7 @@ def test_user_ids_out_of_range_fail_before_redis() -> None:
 def test_max_user_id_default_is_the_redis_bitmap_limit() -> None:
     with pytest.raises(LimitExceeded):
         readmodel.user_slot(2**32)
-    assert readmodel.user_slot(2**32 - 1) == divmod(2**32 - 1, 2**15)
+    assert readmodel.user_slot(2**32 - 1) == divmod(2**32 - 1, settings.MESSAGECENTER_NOTICE_CHUNK_USERS)
 
 
 def test_publish_now_and_unpublish(recipient: Any) -> None:
