@@ -131,6 +131,13 @@ def database_config(config: dict[str, Any], *, pool: bool, conn_max_age: int) ->
         }
     else:
         config["CONN_MAX_AGE"] = conn_max_age
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # The embedded setup writes from more than one thread (the marks
+        # journal's flusher, the rebuild) and process. A deferred transaction
+        # that reads, then writes, fails at once with "database is locked"
+        # when another writer got in between; one that starts IMMEDIATE waits
+        # its turn (up to the timeout) instead.
+        config.setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
     return config
 
 

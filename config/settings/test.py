@@ -89,4 +89,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # recognises SQLite by the engine's name, and would otherwise give each xdist
     # worker a database file named after the path of db.sqlite3.
     DATABASES["default"]["TEST"] = {"NAME": ":memory:"}
+    # In memory with a shared cache, locks are the cache's: a waiting IMMEDIATE
+    # transaction would fail at once rather than wait, so tests keep SQLite's default.
+    DATABASES["default"].get("OPTIONS", {}).pop("transaction_mode", None)
 DATABASES["default"]["ENGINE"] = _TEST_ENGINES.get(DATABASES["default"]["ENGINE"], DATABASES["default"]["ENGINE"])
