@@ -32,7 +32,10 @@ start() {
     for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   done
   if ! redis-cli -p 7000 cluster info 2>/dev/null | grep -q "cluster_state:ok"; then
-    redis-cli --cluster create $(printf "127.0.0.1:%s " "${PORTS[@]}") --cluster-replicas 1 --cluster-yes >/dev/null
+    if ! out=$(redis-cli --cluster create $(printf "127.0.0.1:%s " "${PORTS[@]}") --cluster-replicas 1 --cluster-yes 2>&1); then
+      echo "$out" >&2
+      exit 1
+    fi
   fi
   for _ in $(seq 1 100); do
     redis-cli -p 7000 cluster info | grep -q "cluster_state:ok" && break; sleep 0.1
@@ -50,6 +53,7 @@ start() {
 }
 
 stop() {
+  local pids=()
   for port in "${PORTS[@]}"; do
     pidfile="$DIR/$port/redis.pid"
     # Only the process this script started (its pid file), and only while
@@ -58,10 +62,21 @@ stop() {
       pid="$(cat "$pidfile")"
       if [ "$(ps -p "$pid" -o comm= 2>/dev/null)" = "redis-server" ]; then
         kill "$pid" 2>/dev/null || true
+        pids+=("$pid")
       fi
     fi
   done
-  sleep 0.3
+  # Wait until every node has really exited. A node that is still shutting
+  # down keeps its port and rewrites its nodes.conf on the way out: a start
+  # right after (the next test run joining) would then find the port taken or
+  # a node that still remembers the old cluster, and the create fails.
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+  done
   rm -rf "$DIR"
   echo "Redis Cluster stopped"
 }
