@@ -26,7 +26,8 @@ The month's offsets jump now and then (items that went to other users), so
 a user's month bit-sets are kept as sets (sparse), as bitmaps (dense), and
 switch from one to the other mid-run (messagecenter/lua/_bits.lua); a lost
 Redis is rebuilt from PostgreSQL (read state restored in the compact form).
-The run must have seen every form and a switch.
+A second test drives the same machine by hand through a sequence that
+surely switches forms.
 """
 
 from collections.abc import Callable, Iterator
@@ -401,7 +402,10 @@ class InboxMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1), read=st.booleans())
     def mark(self, data: Any, user: int, read: bool) -> None:
-        who, ref = self.users[user], self._pick_ref(data)
+        self.mark_ref(user=user, ref=self._pick_ref(data), read=read)
+
+    def mark_ref(self, *, user: int, ref: str, read: bool) -> None:
+        who = self.users[user]
         live = self._live(who, ref)
         try:
             (services.inbox_mark_read if read else services.inbox_mark_unread)(user=who, item_id=ref)
@@ -641,7 +645,7 @@ class InboxMachine(RuleBasedStateMachine):
                     ]
 
 
-def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+def _configure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(timezone, "now", CLOCK)
     monkeypatch.setattr(django_settings, "MESSAGECENTER_PUSH_THRESHOLD", 2)
     monkeypatch.setattr(django_settings, "MESSAGECENTER_FANOUT_CHUNK", 2)
@@ -650,9 +654,53 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(django_settings, "MESSAGECENTER_INBOX_SETTLE_STEP", 1)
     InboxMachine.users = [UserFactory(username=f"prop-user{i}") for i in range(N_USERS)]
     InboxMachine.operator = SuperuserFactory(username="prop-operator", first_name="Prop", last_name="Operator")
+
+
+def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    _configure(monkeypatch)
     run_state_machine_as_test(
         InboxMachine,
         settings=machine_settings(15),
     )
-    # Both forms and the switch were exercised (not only one of them).
+
+
+def test_a_bit_set_that_switches_form_keeps_both_paths_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same machine driven by hand through a sequence that surely switches
+    forms (the random runs above reach a switch only when their draws do): the
+    month's first 40 offsets went to others, so the first pushed item makes a
+    set; the second makes the set bigger than a bitmap up to offset 41 would
+    be, and it becomes one; reading them and a far offset later take the
+    read bit-sets through the same switch. Every step is checked as in the
+    random runs."""
+    _configure(monkeypatch)
+    FORMS_SEEN.clear()
+    machine = InboxMachine()
+
+    def step(action: Callable[[], None]) -> None:
+        action()
+        machine.bit_set_forms()
+        machine.both_paths_agree()
+
+    step(lambda: machine.world(gap=40))
+    for _ in range(3):
+        step(
+            lambda: machine.send(
+                users={0},
+                groups=set(),
+                everyone=False,
+                category=CATEGORIES[0],
+                expire_minutes=None,
+                by_operator=True,
+            )
+        )
     assert {"set", "string", "switch"} <= FORMS_SEEN, FORMS_SEEN
+    for message in Message.objects.order_by("pk"):
+        step(lambda ref=message.ref: machine.mark_ref(user=0, ref=ref, read=True))
+    step(lambda: machine.others_items(gap=1_000_000))
+    step(
+        lambda: machine.send(
+            users={0, 1}, groups=set(), everyone=False, category=CATEGORIES[0], expire_minutes=None, by_operator=False
+        )
+    )
+    step(machine.redis_lost)
+    machine.teardown()

@@ -89,6 +89,16 @@
   sources = buildSources();
   // Bumped by each new search: answers of an older one are dropped.
   var generation = 0;
+  // Bumped when one of the reader's own marks starts and when it ends. An
+  // answer fetched meanwhile may carry read flags older than what the page
+  // shows (a poll woken by the mark's own live event, racing the mark's
+  // second request): its flags are not applied, and a poll after the marks
+  // have settled brings the server's.
+  var marks = 0;
+  function marking(request) {
+    marks += 1;
+    return request.then(function (value) { marks += 1; return value; }, function (error) { marks += 1; throw error; });
+  }
 
   function normalise(source, raw) {
     if (source.name === "announcement") {
@@ -165,6 +175,7 @@
     var shown = 0;
     var rounds = 0;
     var mine = generation;
+    var marksAt = marks;
     function step() {
       if (mine !== generation) { return null; }
       var empties = sources.filter(function (s) { return !s.done && !s.buffer.length; });
@@ -209,6 +220,8 @@
       list.setAttribute("aria-busy", "false");
       updateEmpty();
       updateSelection();
+      // Rows fetched while the reader marked: their flags come again, current.
+      if (marks !== marksAt) { pollNew(); }
     });
   }
 
@@ -340,7 +353,7 @@
     if (read === undefined) { read = !row.classList.contains("read"); }
     if (row.classList.contains("read") === read) { return Promise.resolve(); }
     setRead(row, read);
-    return mc.api("POST", itemPath(row, read ? "read" : "unread")).then(function () {
+    return marking(mc.api("POST", itemPath(row, read ? "read" : "unread"))).then(function () {
       announce(read ? _("Marked read.") : _("Marked unread."));
       refreshCounts();
     }, function (error) { setRead(row, !read); fail(error); });
@@ -493,7 +506,7 @@
       if (!chosen.length) { return; }
       if (action === "delete") { deleteRows(chosen); return; }
       var ids = chosen.map(function (r) { return r.getAttribute("data-api-id"); });
-      mc.api("POST", inboxApi + "bulk/", { action: action, ids: ids }).then(function (answer) {
+      marking(mc.api("POST", inboxApi + "bulk/", { action: action, ids: ids })).then(function (answer) {
         chosen.forEach(function (r) {
           r.querySelector(".row-select").checked = false;
           if (action === "read" || action === "unread") { setRead(r, action === "read"); } else { r.remove(); }
@@ -621,10 +634,10 @@
       if (dialog.returnValue !== "confirm") { return; }
       var body = category ? { category: category } : {};
       var both = includeAnnouncements.checked && !category;
-      Promise.all([
+      marking(Promise.all([
         kind === "announcement" ? Promise.resolve({ data: { marked: 0 } }) : mc.api("POST", inboxApi + "read-all/", body),
         both || kind === "announcement" ? markAnnouncementsRead() : Promise.resolve(0)
-      ]).then(function (answers) {
+      ])).then(function (answers) {
         var marked = answers[0].data.marked + answers[1];
         rows().forEach(function (r) {
           if (r.getAttribute("data-source") === "inbox" || both || kind === "announcement") { setRead(r, true); }
@@ -663,6 +676,7 @@
     // Before the first page is in, the first page itself is the news.
     if (polling || archived || !ready) { return; }
     var mine = generation;
+    var marksAt = marks;
     // Each source's first page: it holds whatever is new, whatever kind it is
     // (a snoozed item that woke up is there too, though created long ago), and
     // the current read flags of the rows it shares with the page.
@@ -680,7 +694,7 @@
           if (!pair[0].newest || item.time > pair[0].newest) { pair[0].newest = item.time; }
           var known = document.getElementById(item.id);
           if (known) {
-            if (known.classList.contains("read") !== item.read) { setRead(known, item.read); }
+            if (marks === marksAt && known.classList.contains("read") !== item.read) { setRead(known, item.read); }
           } else if (!seen[item.id] && wanted(item)) {
             fresh.push(item);
           }
@@ -710,7 +724,10 @@
         ": " + fresh.map(function (i) { return i.title; }).reverse().join(", "));
       updateEmpty();
       updateSelection();
-    }).catch(function () {}).then(function () { polling = null; });
+    }).catch(function () {}).then(function () {
+      polling = null;
+      if (marks !== marksAt) { pollNew(); }
+    });
   }
   document.addEventListener("mc:counts-changed", pollNew);
   document.addEventListener("mc:inbox-changed", pollNew);
