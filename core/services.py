@@ -1,12 +1,17 @@
 """Write use cases of the core app."""
 
+import datetime
 import json
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.core.files import File
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 from core.models import AuditEntry, UserPlatform
@@ -45,17 +50,39 @@ def user_ensure_default_platform(*, user: User) -> None:
 # changed, the row itself keeps the whole value.
 _AUDIT_VALUE_MAX = 1000
 _AUDIT_LIST_MAX = 200
+# A value under a name like these is a credential: the log says it was given
+# or changed, never what it is (the log is read by more people than the row).
+_AUDIT_SECRET_WORDS = ("secret", "password", "token")
+_AUDIT_SECRET_NAMES = frozenset({"key"})  # an API token's own field
+AUDIT_MASK = "[masked]"
+# Values the JSON encoder of audit_record writes as they are (times as ISO strings).
+_AUDIT_PLAIN = (str, int, float, bool, type(None), datetime.date, datetime.time, datetime.timedelta, Decimal, UUID)
+
+
+def _audit_secret(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in _AUDIT_SECRET_NAMES or any(word in lowered for word in _AUDIT_SECRET_WORDS)
 
 
 def _audit_value(value: Any) -> Any:
+    # One cleaning for every source (API input, admin form values): names that
+    # hold a secret are masked, rows become their ids, long values are cut.
     if isinstance(value, str):
         return value if len(value) <= _AUDIT_VALUE_MAX else value[:_AUDIT_VALUE_MAX] + "…"
+    if isinstance(value, Model):
+        return value.pk
     if isinstance(value, Mapping):
-        return {str(key): _audit_value(item) for key, item in value.items()}
+        return {str(key): AUDIT_MASK if _audit_secret(str(key)) else _audit_value(item) for key, item in value.items()}
+    if isinstance(value, QuerySet):
+        return [_audit_value(item) for item in value[:_AUDIT_LIST_MAX]]
     if isinstance(value, list | tuple | set | frozenset):
         items = list(value)
         return [_audit_value(item) for item in items[:_AUDIT_LIST_MAX]]
-    return value
+    if isinstance(value, File):
+        return _audit_value(value.name or "")
+    if isinstance(value, _AUDIT_PLAIN):
+        return value
+    return _audit_value(str(value))
 
 
 def audit_record(
@@ -74,7 +101,8 @@ def audit_record(
 
     Call it inside the write's own transaction: the entry commits or rolls back
     with the write (``audit_record`` opens no transaction of its own). ``changes``
-    is made JSON-safe (times as ISO strings, long values cut).
+    is made JSON-safe (times as ISO strings, rows as their ids, long values
+    cut) and values under a secret's name (secret, password, token) are masked.
     """
     user = actor if actor is not None and actor.is_authenticated else None
     safe = json.loads(json.dumps(_audit_value(dict(changes or {})), cls=DjangoJSONEncoder))

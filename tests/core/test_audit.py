@@ -226,7 +226,12 @@ def test_admin_writes_are_audited(admin_client: Client, operator: Any, recipient
     entries = list(AuditEntry.objects.all())
     assert {e.source for e in entries} == {"admin"}
     assert {e.actor_name for e in entries} == {operator.username}
-    assert AuditEntry.objects.filter(action="update").get().changes == {"admin": [{"changed": {"fields": ["Name"]}}]}
+    assert AuditEntry.objects.filter(action="create").first().changes == {  # type: ignore[union-attr]
+        "name": "vip",
+        "add_members": [recipient.pk],
+        "remove_members": [],
+    }
+    assert AuditEntry.objects.filter(action="update").get().changes == {"name": {"old": "vip", "new": "vip2"}}
 
 
 def test_admin_compose_is_audited(admin_client: Client, recipient: Any) -> None:
