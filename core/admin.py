@@ -1,19 +1,26 @@
 from typing import Any
 
+from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin, AccessLogAdmin
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as KombuOperationalError
+from rest_framework.authtoken.admin import TokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
 from core import webhooks
-from core.audit import AuditedAdminMixin, audit_csv
+from core.audit import AuditedAdminMixin, audit_admin, audit_csv, object_type_of
 from core.exceptions import ValidationFailed
 from core.models import AuditEntry, RedisCheckRun, UserPlatform, WebhookDelivery, WebhookEndpoint
 from core.tasks import check_redis_task
@@ -48,6 +55,76 @@ class PlatformUserAdmin(AuditedAdminMixin, UserAdmin):
             queryset = queryset.filter(is_active=True)
         return queryset, may_have_duplicates
 
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        # Django saves the password and logs it without a transaction of its
+        # own: the audit entry (password masked) must commit with the change.
+        with transaction.atomic():
+            return super().user_change_password(request, id, form_url)
+
+
+# --- the libraries' admins, audited like ours ---------------------------------------
+# Groups carry permissions, tokens sign API calls, and deleting login attempts
+# unlocks an account: each is an operator write the log must show.
+
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditedAdminMixin, GroupAdmin):
+    pass
+
+
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(TokenProxy)
+class AuditedTokenAdmin(AuditedAdminMixin, TokenAdmin):
+    # A token's primary key and its str() are the key itself: the log names its user.
+    def audit_id(self, obj: Any) -> Any:
+        return obj.user_id
+
+    def audit_repr(self, obj: Any) -> str:
+        return f"API token of {obj.user}"
+
+
+class AuditedAccessAttemptAdmin(AuditedAdminMixin, AccessAttemptAdmin):
+    # The clean-up deletes expired attempts whichever rows were picked: it is
+    # recorded once, with its count, instead of once per picked row.
+    audit_skip_actions = ("cleanup_expired_attempts",)
+
+    @admin.action(description="Clean up expired attempts")
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        # axes reads the request's attempt time, which its middleware sets only
+        # on a login: without it the library's action fails (a 500).
+        if getattr(request, "axes_attempt_time", None) is None:
+            request.axes_attempt_time = timezone.now()  # type: ignore[attr-defined]
+        count = self.handler.clean_expired_user_attempts(request=request)
+        audit_admin(
+            request,
+            action="cleanup_expired_attempts",
+            object_type=object_type_of(AccessAttempt),
+            changes={"count": count},
+        )
+        self.message_user(request, f"Cleaned up {count} expired access attempts.")
+
+
+class AuditedAccessLogAdmin(AuditedAdminMixin, AccessLogAdmin):
+    pass
+
+
+class AuditedAccessFailureLogAdmin(AuditedAdminMixin, AccessFailureLogAdmin):
+    pass
+
+
+for _model, _admin_class in (
+    (AccessAttempt, AuditedAccessAttemptAdmin),
+    (AccessLog, AuditedAccessLogAdmin),
+    (AccessFailureLog, AuditedAccessFailureLogAdmin),
+):
+    if admin.site.is_registered(_model):  # AXES_ENABLE_ADMIN
+        admin.site.unregister(_model)
+        admin.site.register(_model, _admin_class)
+
 
 # --- Redis read model checks (check_redis) ------------------------------------------
 
@@ -55,9 +132,10 @@ RUN_PERMISSION = "core.add_redischeckrun"
 
 
 @admin.register(RedisCheckRun)
-class RedisCheckRunAdmin(admin.ModelAdmin):
+class RedisCheckRunAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Runs are records: read-only. "Run check now" (POST, CSRF) needs the model's
-    ``add`` permission, which holding it never turns into an add form here."""
+    ``add`` permission, which holding it never turns into an add form here; queuing
+    it is audited (a repair rewrites the read model)."""
 
     change_list_template = "admin/core/redischeckrun/change_list.html"
     list_display = ("started_at", "repair", "drift_count", "repaired_count", "error_summary")
@@ -121,7 +199,12 @@ class RedisCheckRunAdmin(admin.ModelAdmin):
             raise PermissionDenied
         repair = request.POST.get("repair") == "1"
         try:
-            check_redis_task.delay(repair=repair)
+            # The entry commits only if the check was queued: a broker that
+            # refuses it rolls the entry back with the error shown.
+            with transaction.atomic():
+                run_type = object_type_of(RedisCheckRun)
+                audit_admin(request, action="check_redis", object_type=run_type, changes={"repair": repair})
+                check_redis_task.delay(repair=repair)
         except KombuOperationalError as exc:
             self.message_user(request, f"Could not queue the check: {exc}", messages.ERROR)
         else:
@@ -212,8 +295,9 @@ class WebhookEndpointAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
-    """The delivery log: read-only, with a retry for failed deliveries."""
+class WebhookDeliveryAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """The delivery log: read-only, with a retry for failed deliveries (audited per
+    delivery, as is deleting rows of the log)."""
 
     list_display = ("event", "endpoint", "status", "attempts", "last_status_code", "created_at", "next_attempt_at")
     list_filter = ("status", "event", "endpoint")

@@ -677,9 +677,10 @@ class StockLevelAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(PendingDelivery)
-class PendingDeliveryAdmin(admin.ModelAdmin):
+class PendingDeliveryAdmin(AuditedAdminMixin, admin.ModelAdmin):
     """Delivery work committed and not yet in Redis: a row stays until its work
-    reached Redis, so a long list here is an outage or a failing job to look at."""
+    reached Redis, so a long list here is an outage or a failing job to look at.
+    "Due now" is audited per row by the mixin, in the action's transaction."""
 
     list_display = ["task", "object_id", "index", "attempts", "due_at", "created_at", "short_error"]
     list_filter = ["task"]
@@ -707,9 +708,5 @@ class PendingDeliveryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Hand the selected deliveries over again now", permissions=["due_now"])
     def due_now(self, request: HttpRequest, queryset: QuerySet[PendingDelivery]) -> None:
-        rows = list(queryset)
-        with transaction.atomic():
-            count = services.delivery_due_now(ids=[row.pk for row in rows])
-            for row in rows:
-                audit_admin(request, action="due_now", obj=row)
+        count = services.delivery_due_now(ids=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} deliveries due now.")
