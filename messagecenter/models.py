@@ -439,6 +439,19 @@ class Subscription(models.Model):
         return f"u{self.user_id}" if self.user_id else f"g{self.group_id}"
 
 
+class NotificationStatus(models.TextChoices):
+    """Where a notification stands: not a column but ``Notification.status``,
+    read off ``scheduled``, ``withdrawn`` and its slot."""
+
+    # Waiting for send_at: stored, reaching nobody yet.
+    SCHEDULED = "scheduled", "Scheduled"
+    SENT = "sent", "Sent"
+    # A scheduled notification cancelled before its time: it never reached anyone.
+    CANCELLED = "cancelled", "Cancelled (never sent)"
+    # Sent, then taken back out of every inbox.
+    WITHDRAWN = "withdrawn", "Withdrawn"
+
+
 class Notification(models.Model):
     """One typed notification for a scope: the durable truth the Redis inboxes
     are rebuilt from. The send-time audience is a roaring bitmap, never rows."""
@@ -498,6 +511,15 @@ class Notification(models.Model):
     @property
     def audience(self) -> BitMap:
         return BitMap.deserialize(bytes(self.audience_bitmap)) if self.audience_bitmap else BitMap()
+
+    @property
+    def status(self) -> str:
+        if self.scheduled:
+            return NotificationStatus.SCHEDULED.value
+        if self.withdrawn:
+            # Only a send allocates a slot: withdrawn without one was cancelled while scheduled.
+            return NotificationStatus.CANCELLED.value if self.slot_month == 0 else NotificationStatus.WITHDRAWN.value
+        return NotificationStatus.SENT.value
 
 
 class NotificationRule(models.Model):

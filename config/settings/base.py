@@ -465,7 +465,7 @@ SPECTACULAR_SETTINGS = {
     # Several answers have a "status": each set of choices gets its own name.
     "ENUM_NAME_OVERRIDES": {
         "MessageStatusEnum": "messagecenter.models.MessageStatus",
-        "NotificationStatusEnum": ["scheduled", "sent", "cancelled", "withdrawn"],
+        "NotificationStatusEnum": "messagecenter.models.NotificationStatus",
     },
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
