@@ -626,7 +626,10 @@ class UserPreferences(models.Model):
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="mc_preferences"
     )
-    email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, default=EmailDigest.OFF)
+    # Blank: the user never chose, and gets MESSAGECENTER_DIGEST_DEFAULT as it is
+    # now (a row also exists for mutes, or to record digest sends), so the
+    # operator's default keeps reaching exactly the users who never chose.
+    email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, blank=True, default="")
     # When the last digest was claimed for sending (services/digests.py): a
     # conditional UPDATE on it lets one run, and only one, send per period.
     last_digest_at = models.DateTimeField(null=True, blank=True)
@@ -635,11 +638,12 @@ class UserPreferences(models.Model):
     class Meta:
         verbose_name_plural = "user preferences"
         indexes = [
-            # The digest run's due query: email_digest IN (daily, weekly), by user id.
+            # The digest run's due query: email_digest IN (daily, weekly), and
+            # blank (never chose) while the default is on, by user id.
             models.Index(
                 fields=["user"],
                 name="mc_prefs_digest_on_idx",
-                condition=models.Q(email_digest__in=["daily", "weekly"]),
+                condition=models.Q(email_digest__in=["", "daily", "weekly"]),
             ),
         ]
 
