@@ -17,6 +17,7 @@ from messagecenter import insight
 from messagecenter.models import (
     Bulletin,
     Message,
+    MessageSendKey,
     MessageType,
     Notification,
     Subscription,
@@ -50,6 +51,8 @@ def _page(rows: QuerySet[M], *, name: str, filters: dict[str, Any], limit: int, 
 class MessageReadBack:
     message: Message
     read_count: int
+    # The key of an idempotent send, while its row is kept (the idempotency window).
+    idempotency_key: str | None = None
 
 
 def _messages() -> QuerySet[Message]:
@@ -58,7 +61,12 @@ def _messages() -> QuerySet[Message]:
 
 def _with_reads(messages: list[Message]) -> list[MessageReadBack]:
     counts = insight.message_read_counts(messages=messages)
-    return [MessageReadBack(message=m, read_count=counts.get(int(m.pk), 0)) for m in messages]
+    # One query per page; the index Django puts on the message foreign key serves it.
+    keys = dict(MessageSendKey.objects.filter(message__in=[m.pk for m in messages]).values_list("message_id", "key"))
+    return [
+        MessageReadBack(message=m, read_count=counts.get(int(m.pk), 0), idempotency_key=keys.get(m.pk))
+        for m in messages
+    ]
 
 
 def message_manage_list(

@@ -439,6 +439,19 @@ class Subscription(models.Model):
         return f"u{self.user_id}" if self.user_id else f"g{self.group_id}"
 
 
+class NotificationStatus(models.TextChoices):
+    """Where a notification stands: not a column but ``Notification.status``,
+    read off ``scheduled``, ``withdrawn`` and its slot."""
+
+    # Waiting for send_at: stored, reaching nobody yet.
+    SCHEDULED = "scheduled", "Scheduled"
+    SENT = "sent", "Sent"
+    # A scheduled notification cancelled before its time: it never reached anyone.
+    CANCELLED = "cancelled", "Cancelled (never sent)"
+    # Sent, then taken back out of every inbox.
+    WITHDRAWN = "withdrawn", "Withdrawn"
+
+
 class Notification(models.Model):
     """One typed notification for a scope: the durable truth the Redis inboxes
     are rebuilt from. The send-time audience is a roaring bitmap, never rows."""
@@ -498,6 +511,15 @@ class Notification(models.Model):
     @property
     def audience(self) -> BitMap:
         return BitMap.deserialize(bytes(self.audience_bitmap)) if self.audience_bitmap else BitMap()
+
+    @property
+    def status(self) -> str:
+        if self.scheduled:
+            return NotificationStatus.SCHEDULED.value
+        if self.withdrawn:
+            # Only a send allocates a slot: withdrawn without one was cancelled while scheduled.
+            return NotificationStatus.CANCELLED.value if self.slot_month == 0 else NotificationStatus.WITHDRAWN.value
+        return NotificationStatus.SENT.value
 
 
 class NotificationRule(models.Model):
@@ -604,7 +626,10 @@ class UserPreferences(models.Model):
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="mc_preferences"
     )
-    email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, default=EmailDigest.OFF)
+    # Blank: the user never chose, and gets MESSAGECENTER_DIGEST_DEFAULT as it is
+    # now (a row also exists for mutes, or to record digest sends), so the
+    # operator's default keeps reaching exactly the users who never chose.
+    email_digest = models.CharField(max_length=8, choices=EmailDigest.choices, blank=True, default="")
     # When the last digest was claimed for sending (services/digests.py): a
     # conditional UPDATE on it lets one run, and only one, send per period.
     last_digest_at = models.DateTimeField(null=True, blank=True)
@@ -613,11 +638,12 @@ class UserPreferences(models.Model):
     class Meta:
         verbose_name_plural = "user preferences"
         indexes = [
-            # The digest run's due query: email_digest IN (daily, weekly), by user id.
+            # The digest run's due query: email_digest IN (daily, weekly), and
+            # blank (never chose) while the default is on, by user id.
             models.Index(
                 fields=["user"],
                 name="mc_prefs_digest_on_idx",
-                condition=models.Q(email_digest__in=["daily", "weekly"]),
+                condition=models.Q(email_digest__in=["", "daily", "weekly"]),
             ),
         ]
 

@@ -210,11 +210,16 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         action = request.POST.get("action")
         try:
             if action == "preferences":
+                # The form always posts the digest it showed: only a change is a
+                # choice, so saving mutes keeps a user on the operator's default.
+                digest = request.POST.get("email_digest") or None
+                if digest is not None and digest == request.POST.get("email_digest_shown"):
+                    digest = None
                 services.preferences_update(
                     user=user,
                     muted_categories=request.POST.getlist("muted_categories"),
                     muted_message_types=request.POST.getlist("muted_message_types"),
-                    email_digest=request.POST.get("email_digest") or None,
+                    email_digest=digest,
                 )
                 messages.success(request, gettext("Preferences saved."))
             elif action == "follow":

@@ -380,7 +380,7 @@ def _create_three(op: APIClient, recipient: Any, group: str) -> dict[str, tuple[
         "/api/v1/manage/announcements/",
         [{"title": f"an{n}", "body_html": "x", "platforms": ["user"], "expire_at": soon} for n in range(3)],
         201,
-        {"title", "body_html", "platforms", "publish_at", "expire_at", "pinned"},
+        {"title", "body_html", "summary", "platforms", "publish_at", "expire_at", "pinned"},
     )
     three(
         "/api/v1/manage/bulletins/",
@@ -398,7 +398,8 @@ def _create_three(op: APIClient, recipient: Any, group: str) -> dict[str, tuple[
             for n in range(3)
         ],
         202,
-        {"category", "title", "summary", "body_html", "link", "images", "to", "expire_at", "delivery"},
+        {"category", "title", "summary", "body_html", "link", "images", "to", "expire_at", "delivery"}
+        | {"idempotency_key", "send_at", "recipients", "read_count"},
     )
     three(
         "/api/v1/manage/user-groups/",
@@ -410,7 +411,7 @@ def _create_three(op: APIClient, recipient: Any, group: str) -> dict[str, tuple[
         "/api/v1/manage/message-types/",
         [{"code": f"mt{n}", "name": f"Type {n}", "category": "system"} for n in range(3)],
         201,
-        {"code", "name", "category", "self_service"},
+        {"code", "name", "category", "default_ttl_seconds", "self_service"},
     )
     three(
         "/api/v1/manage/subscriptions/",
@@ -547,6 +548,35 @@ def test_idempotency_key(operator: Any, recipient: Any) -> None:
     assert_error(op.post("/api/v1/manage/messages/", {**body, "idempotency_key": 7}, format="json"), 400)
     _ok(op.post("/api/v1/manage/messages/", {**body, "idempotency_key": "k" * 200}, format="json"), 202)
     assert len(_titles(me)) == 3
+
+
+def test_scheduled_sends_and_keys_read_back(operator: Any, recipient: Any) -> None:
+    """A scheduled message or notification reads back with its send_at and a
+    scheduled status (a notification's recipients stay 0 until it is sent, so
+    only the status tells it from a sent one); a message's key reads back."""
+    op = client_for(operator)
+    send_at = _iso(datetime.now(UTC) + timedelta(days=2))
+    later = _send(op, [recipient.pk], "later", send_at=send_at, idempotency_key="batch-9")
+    message = _ok(op.get(f"/api/v1/manage/messages/{later['id']}/"), 200)
+    assert (message["status"], message["idempotency_key"]) == ("scheduled", "batch-9")
+    assert datetime.fromisoformat(message["send_at"]) == datetime.fromisoformat(send_at)
+    now = _send(op, [recipient.pk], "now")
+    message = _ok(op.get(f"/api/v1/manage/messages/{now['id']}/"), 200)
+    assert (message["send_at"], message["idempotency_key"]) == (None, None)
+    assert message["status"] != "scheduled"
+
+    _ok(op.post("/api/v1/manage/message-types/", {"code": "dock", "name": "Dock"}), 201)
+    _ok(op.post("/api/v1/manage/subscriptions/", {"message_type": "dock", "scope": "D1", "user": recipient.pk}), 201)
+    body = {"message_type": "dock", "scope": "D1", "title": "Gate 4", "body_html": "x"}
+    scheduled = _ok(op.post("/api/v1/manage/notifications/", {**body, "send_at": send_at}), 202)
+    sent = _ok(op.post("/api/v1/manage/notifications/", body), 202)
+    note = _ok(op.get(f"/api/v1/manage/notifications/{scheduled['id']}/"), 200)
+    assert (note["status"], note["recipients"], note["withdrawn"]) == ("scheduled", 0, False)
+    assert datetime.fromisoformat(note["send_at"]) == datetime.fromisoformat(send_at)
+    note = _ok(op.get(f"/api/v1/manage/notifications/{sent['id']}/"), 200)
+    assert (note["status"], note["recipients"], note["send_at"]) == ("sent", 1, None)
+    _ok(op.delete(f"/api/v1/manage/notifications/{sent['id']}/"), 204)
+    assert _ok(op.get(f"/api/v1/manage/notifications/{sent['id']}/"), 200)["status"] == "withdrawn"
 
 
 # -- the id rule --------------------------------------------------------------------------

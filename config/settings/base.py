@@ -465,7 +465,7 @@ SPECTACULAR_SETTINGS = {
     # Several answers have a "status": each set of choices gets its own name.
     "ENUM_NAME_OVERRIDES": {
         "MessageStatusEnum": "messagecenter.models.MessageStatus",
-        "NotificationStatusEnum": ["scheduled", "sent", "cancelled", "withdrawn"],
+        "NotificationStatusEnum": "messagecenter.models.NotificationStatus",
     },
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -597,9 +597,14 @@ EMAIL_TIMEOUT: int = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL: str = env("DEFAULT_FROM_EMAIL", default="Message centre <noreply@localhost>")
 # Absolute links in e-mails (the inbox, the unsubscribe link) start with this.
 MESSAGECENTER_SITE_URL: str = env("MESSAGECENTER_SITE_URL", default="http://localhost:8000")
-# The digest of users who never chose ("off", "daily" or "weekly"): off unless
-# the operator turns digests on for everyone who has not said otherwise.
-MESSAGECENTER_DIGEST_DEFAULT: str = env("MESSAGECENTER_DIGEST_DEFAULT", default="off")
+# The digest of users who never chose ("off", "daily" or "weekly"): daily unless
+# the operator says otherwise. It applies to those users at every run, so "off"
+# stops their digests; users who chose keep their choice.
+MESSAGECENTER_DIGEST_DEFAULT: str = env("MESSAGECENTER_DIGEST_DEFAULT", default="daily").strip().lower()
+if MESSAGECENTER_DIGEST_DEFAULT not in ("off", "daily", "weekly"):
+    raise ImproperlyConfigured(
+        f"MESSAGECENTER_DIGEST_DEFAULT must be off, daily or weekly, not {MESSAGECENTER_DIGEST_DEFAULT!r}."
+    )
 # Only unread items at least this old are worth an e-mail (the inbox shows the rest).
 MESSAGECENTER_DIGEST_MIN_AGE_HOURS: float = env.float("MESSAGECENTER_DIGEST_MIN_AGE_HOURS", default=24.0)
 # Items listed in one e-mail (the total unread count is always given).

@@ -15,7 +15,15 @@ from rest_framework import serializers
 from core.fields import OffsetDateTimeField
 from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
-from messagecenter.models import CATEGORIES, Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
+from messagecenter.models import (
+    CATEGORIES,
+    Bulletin,
+    DeliveryMode,
+    Message,
+    MessageStatus,
+    NotificationStatus,
+    UserGroupMembership,
+)
 
 _CATEGORY = filter_parameter("category", "Only this category.", enum=list(CATEGORIES))
 
@@ -120,6 +128,14 @@ class MessageReadSerializer(serializers.Serializer):
     images = serializers.ListField(child=serializers.CharField())
     to = MessageAudienceOutputSerializer()
     expire_at = OffsetDateTimeField(allow_null=True)
+    send_at = OffsetDateTimeField(
+        allow_null=True, help_text="When it is (or was) to be sent, if it was scheduled; null: sent at once."
+    )
+    idempotency_key = serializers.CharField(
+        allow_null=True,
+        help_text="The idempotency key it was sent with; null when sent without one, or once the key's "
+        "24-hour window is over and the clean-up removed it.",
+    )
     created_at = OffsetDateTimeField()
     sender = serializers.CharField(allow_null=True, help_text="Username of the operator who sent it.")
     delivery = serializers.ChoiceField(choices=DeliveryMode.values)
@@ -146,6 +162,8 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                     "everyone": message.everyone,
                 },
                 "expire_at": message.expire_at,
+                "send_at": message.send_at,
+                "idempotency_key": item.idempotency_key,
                 "created_at": message.created_at,
                 "sender": message.sender.get_username() if message.sender is not None else None,
                 "delivery": message.delivery,
@@ -167,6 +185,8 @@ MESSAGE_EXAMPLE: dict[str, Any] = {
     "images": [],
     "to": {"users": ["42"], "groups": ["3"], "everyone": False},
     "expire_at": None,
+    "send_at": None,
+    "idempotency_key": "maintenance-2026-11-22",
     "created_at": "2026-11-22T10:00:00+00:00",
     "sender": "olivia-operator",
     "delivery": "push",
@@ -249,6 +269,13 @@ class NotificationOutputSerializer(serializers.Serializer):
     created_at = OffsetDateTimeField()
     expire_at = OffsetDateTimeField()
     withdrawn = serializers.BooleanField()
+    send_at = OffsetDateTimeField(
+        allow_null=True, help_text="When it is (or was) to be sent, if it was scheduled; null: sent at once."
+    )
+    status = serializers.ChoiceField(
+        choices=NotificationStatus.choices,
+        help_text="scheduled (recipients 0 until sent), sent, cancelled (before it was sent) or withdrawn.",
+    )
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())
@@ -266,6 +293,8 @@ NOTIFICATION_EXAMPLE = {
     "created_at": "2026-11-22T10:00:00+00:00",
     "expire_at": "2026-11-29T10:00:00+00:00",
     "withdrawn": False,
+    "send_at": None,
+    "status": "sent",
 }
 NOTIFICATION_FILTERS = list_parameters(_TYPE_FILTER, _SCOPE_FILTER, _CATEGORY)
 

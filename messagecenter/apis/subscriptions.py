@@ -36,7 +36,7 @@ from messagecenter.apis.readback import (
     NotificationOutputSerializer,
     SubscriptionOutputSerializer,
 )
-from messagecenter.models import CATEGORIES, Notification, Subscription
+from messagecenter.models import CATEGORIES, Notification, NotificationStatus, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
 
@@ -199,22 +199,16 @@ class NotificationStateSerializer(serializers.Serializer):
     id = serializers.CharField()
     recipients = serializers.IntegerField(help_text="0 while scheduled: the audience is resolved at send time.")
     expire_at = OffsetDateTimeField()
-    status = serializers.ChoiceField(choices=["scheduled", "sent", "cancelled", "withdrawn"])
+    status = serializers.ChoiceField(choices=NotificationStatus.choices)
     send_at = OffsetDateTimeField(allow_null=True)
 
 
 def _notification_state(notification: Notification) -> dict[str, Any]:
-    if notification.scheduled:
-        state = "scheduled"
-    elif notification.withdrawn:
-        state = "cancelled" if notification.slot_month == 0 else "withdrawn"
-    else:
-        state = "sent"
     return {
         "id": notification.pk,
         "recipients": notification.recipients,
         "expire_at": notification.expire_at,
-        "status": state,
+        "status": notification.status,
         "send_at": notification.send_at,
     }
 

@@ -11,9 +11,11 @@ period. A send that fails puts ``last_digest_at`` back, so the next run tries
 again, and counts ``EMAIL_FAILURES``; the batch goes on. A user with nothing
 old and unread keeps the claim: the inbox is looked at once per period.
 
-Users who never chose (no preferences row) follow MESSAGECENTER_DIGEST_DEFAULT;
-when it is on, the run gives them a row with that choice, which also records
-their sends. See docs/ARCHITECTURE.md, "E-mail digests".
+Users who never chose (no preferences row, or one with a blank digest) follow
+MESSAGECENTER_DIGEST_DEFAULT as it is at each run. While it is on, the run
+gives those without a row a blank one, which records their sends without
+making the default their choice: an operator who turns the default off stops
+their digests, and only theirs. See docs/ARCHITECTURE.md, "E-mail digests".
 """
 
 import logging
@@ -85,17 +87,21 @@ def digest_unsubscribe(*, token: str) -> AbstractBaseUser:
 def digests_send(*, now: datetime | None = None) -> DigestRun:
     """Send every due digest; returns how many were sent, failed, or had nothing to say."""
     now = now or timezone.now()
-    _default_rows()
+    default = settings.MESSAGECENTER_DIGEST_DEFAULT
+    _default_rows(default=default)
     due = Q()
     for mode, period in PERIODS.items():
-        due |= Q(email_digest=mode) & (Q(last_digest_at__isnull=True) | Q(last_digest_at__lte=now - period))
+        due |= Q(email_digest__in=_stored(mode, default)) & (
+            Q(last_digest_at__isnull=True) | Q(last_digest_at__lte=now - period)
+        )
     sent = failed = empty = 0
     after = 0
     batch_size = settings.MESSAGECENTER_DIGEST_BATCH
     while True:
-        # mc_prefs_digest_on_idx serves the walk: only rows with a digest on, by user id.
+        # mc_prefs_digest_on_idx serves the walk: only rows with a digest on (or
+        # blank, following the default), by user id.
         rows = list(
-            UserPreferences.objects.filter(due, email_digest__in=list(PERIODS), user_id__gt=after)
+            UserPreferences.objects.filter(due, user_id__gt=after)
             .filter(user__is_active=True)
             .exclude(user__email="")
             .order_by("user_id")
@@ -105,9 +111,10 @@ def digests_send(*, now: datetime | None = None) -> DigestRun:
             break
         after = rows[-1][0]
         users = get_user_model().objects.in_bulk([row[0] for row in rows])
-        for user_id, mode, previous in rows:
+        for user_id, stored, previous in rows:
             user = users.get(user_id)
-            if user is None or not _claim(user_id=user_id, mode=mode, now=now):
+            mode = stored or default
+            if user is None or not _claim(user_id=user_id, stored=stored, mode=mode, now=now):
                 continue
             outcome = _send_one(user=user, mode=mode, now=now, previous=previous)
             sent += outcome == "sent"
@@ -120,10 +127,15 @@ def digests_send(*, now: datetime | None = None) -> DigestRun:
     return DigestRun(sent=sent, failed=failed, empty=empty)
 
 
-def _default_rows() -> None:
-    """Users without a preferences row get one with the operator's default, so
-    their sends are recorded like everyone's (nothing to do while it is off)."""
-    default = settings.MESSAGECENTER_DIGEST_DEFAULT
+def _stored(mode: str, default: str) -> list[str]:
+    """The stored values that mean ``mode`` now: the choice itself, and blank
+    (never chose) when it is the operator's default."""
+    return [mode, ""] if mode == default else [mode]
+
+
+def _default_rows(*, default: str) -> None:
+    """While the default is on, users without a preferences row get a blank one
+    (still following the default), so their sends are recorded like everyone's."""
     if default not in PERIODS:
         return
     batch_size = settings.MESSAGECENTER_DIGEST_BATCH
@@ -134,14 +146,15 @@ def _default_rows() -> None:
             return
         # ignore_conflicts: a user who saved preferences meanwhile keeps them.
         UserPreferences.objects.bulk_create(
-            [UserPreferences(user_id=pk, email_digest=default) for pk in ids], ignore_conflicts=True
+            [UserPreferences(user_id=pk, email_digest="") for pk in ids], ignore_conflicts=True
         )
 
 
-def _claim(*, user_id: int, mode: str, now: datetime) -> bool:
-    """Take this period for the user: true for exactly one concurrent run."""
+def _claim(*, user_id: int, stored: str, mode: str, now: datetime) -> bool:
+    """Take this period for the user: true for exactly one concurrent run, and
+    false when the user changed their choice since the row was listed."""
     window = Q(last_digest_at__isnull=True) | Q(last_digest_at__lte=now - PERIODS[mode])
-    return UserPreferences.objects.filter(window, pk=user_id, email_digest=mode).update(last_digest_at=now) == 1
+    return UserPreferences.objects.filter(window, pk=user_id, email_digest=stored).update(last_digest_at=now) == 1
 
 
 def _release(*, user_id: int, now: datetime, previous: datetime | None) -> None:

@@ -71,7 +71,41 @@ def test_every_detail_and_the_members_list_are_described(schema: dict[str, Any])
     assert {"limit", "cursor"} <= {p["name"] for p in members["parameters"] if p["in"] == "query"}
     assert set(_example(members)["results"][0]) >= {"id", "username"}
     message = _example(_get(schema, "/api/v1/manage/messages/{message_id}/"))
-    assert {"delivery", "recipients", "read_count"} <= set(message)
+    assert {"delivery", "recipients", "read_count", "send_at", "idempotency_key"} <= set(message)
+    notification = _example(_get(schema, "/api/v1/manage/notifications/{notification_id}/"))
+    assert {"send_at", "status", "recipients", "withdrawn"} <= set(notification)
+
+
+def _read_schema(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    ref = _get(schema, path)["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    return dict(schema["components"]["schemas"][ref.rsplit("/", 1)[-1]])
+
+
+def _enum(schema: dict[str, Any], prop: dict[str, Any]) -> set[str]:
+    if "enum" in prop:
+        return set(prop["enum"])
+    (ref,) = [part["$ref"] for part in prop.get("allOf", [prop]) if "$ref" in part]
+    return set(schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["enum"])
+
+
+def test_read_back_schemas_state_schedule_status_and_key(schema: dict[str, Any]) -> None:
+    message = _read_schema(schema, "/api/v1/manage/messages/{message_id}/")["properties"]
+    assert message["send_at"]["format"] == "date-time"
+    assert message["send_at"].get("nullable") is True
+    assert message["idempotency_key"]["type"] == "string"
+    assert message["idempotency_key"].get("nullable") is True
+    notification = _read_schema(schema, "/api/v1/manage/notifications/{notification_id}/")["properties"]
+    assert notification["send_at"]["format"] == "date-time"
+    assert notification["send_at"].get("nullable") is True
+    assert _enum(schema, notification["status"]) == {"scheduled", "sent", "cancelled", "withdrawn"}
+    # The list answers the same objects as the detail.
+    page = _read_schema(schema, "/api/v1/manage/notifications/")["properties"]["results"]["items"]["$ref"]
+    assert (
+        page.rsplit("/", 1)[-1]
+        == _get(schema, "/api/v1/manage/notifications/{notification_id}/")["responses"]["200"]["content"][
+            "application/json"
+        ]["schema"]["$ref"].rsplit("/", 1)[-1]
+    )
 
 
 def test_message_send_states_idempotency(schema: dict[str, Any]) -> None:

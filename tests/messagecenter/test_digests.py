@@ -4,12 +4,17 @@ unsubscribe headers, the old unread titles, nothing muted), one mail per
 period, the signed one-click unsubscribe, and a refused address that neither
 stops the batch nor goes uncounted."""
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from email import message_from_bytes, policy
 from email.message import EmailMessage
+from io import StringIO
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +22,7 @@ import pytest
 import redis as redis_lib
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from prometheus_client import REGISTRY
@@ -181,8 +187,80 @@ def test_only_due_users_get_mail(mailbox: Mailbox, clock: Clock, operator: Any, 
     settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
     assert digests.digests_send().sent == 1
     assert [m["To"] for m in mailbox.messages] == [weekly_due.email, never_chose.email]
-    assert UserPreferences.objects.get(user=never_chose).email_digest == "daily"
+    # The row records the send; it is no choice: blank, still following the default.
+    assert UserPreferences.objects.get(user=never_chose).email_digest == ""
     assert UserPreferences.objects.get(user=off).email_digest == "off"
+
+
+def test_never_chose_follows_the_default_daily_and_the_operators_off(
+    mailbox: Mailbox, clock: Clock, operator: Any, recipient: Any, other_recipient: Any, settings: Any
+) -> None:
+    # The mailbox fixture pins the default to off; this test sets the shipped one.
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
+    chooser = UserFactory(username="chloe")
+    _digest(chooser, "daily")
+    muter = UserFactory(username="mona")
+    services.preferences_update(user=muter, muted_categories=["promotion"])  # a row, but no digest choice
+    send(operator, to={"users": [recipient, other_recipient, chooser, muter]}, title="Still unread")
+    clock.advance(hours=25)
+
+    run = digests.digests_send()
+    assert (run.sent, run.failed) == (4, 0)
+    [mail] = mailbox.to(recipient)
+    assert mail["Subject"] == "Your daily inbox digest"
+    assert len(mailbox.to(muter)) == 1
+    assert digests.digests_send().sent == 0  # once per day
+
+    # The operator turns the default off: users who never chose get nothing
+    # more; the one who chose daily keeps it.
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "off"
+    clock.advance(days=1)
+    assert digests.digests_send().sent == 1
+    assert [m["To"] for m in mailbox.messages[4:]] == [chooser.email]
+    # Turned back on (weekly now), the default reaches them again, weekly.
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "weekly"
+    clock.advance(days=1)
+    assert digests.digests_send().sent == 1  # the chooser's daily one; theirs is not a week old yet
+    clock.advance(days=6)
+    run = digests.digests_send()
+    assert run.sent == 4
+    assert {m["To"] for m in mailbox.messages[-4:]} == {u.email for u in (recipient, other_recipient, chooser, muter)}
+    assert mailbox.to(recipient)[-1]["Subject"] == "Your weekly inbox digest"
+
+
+def test_no_digest_when_the_operator_default_is_off(
+    mailbox: Mailbox, clock: Clock, operator: Any, recipient: Any
+) -> None:
+    send(operator, to={"users": [recipient]}, title="Still unread")
+    clock.advance(days=3)
+    assert digests.digests_send() == digests.DigestRun()
+    assert mailbox.messages == []
+    assert not UserPreferences.objects.filter(user=recipient).exists()
+
+
+def test_the_shipped_default_is_daily_and_a_bad_value_is_refused() -> None:
+    """Read from the settings module in a fresh interpreter, without the variable
+    (and with a wrong one): the default must not depend on this test run."""
+    env = {k: v for k, v in os.environ.items() if k != "MESSAGECENTER_DIGEST_DEFAULT"}
+    code = "import config.settings.base as s; print(s.MESSAGECENTER_DIGEST_DEFAULT)"
+    root = Path(__file__).resolve().parents[2]
+
+    def load(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        # Our own interpreter on a fixed snippet: nothing untrusted runs.
+        command = [sys.executable, "-c", code]
+        return subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, check=False)  # noqa: S603
+
+    shipped = load(env)
+    assert shipped.returncode == 0, shipped.stderr
+    assert shipped.stdout.strip().splitlines()[-1] == "daily"
+    for value, expected in (("Weekly", "weekly"), (" off ", "off")):
+        chosen = {**env, "MESSAGECENTER_DIGEST_DEFAULT": value}
+        run = load(chosen)
+        assert run.stdout.strip().splitlines()[-1] == expected, run.stderr
+    wrong = {**env, "MESSAGECENTER_DIGEST_DEFAULT": "hourly"}
+    refused = load(wrong)
+    assert refused.returncode != 0
+    assert "MESSAGECENTER_DIGEST_DEFAULT must be off, daily or weekly" in refused.stderr
 
 
 def test_nothing_old_and_unread_sends_nothing(mailbox: Mailbox, clock: Clock, operator: Any, recipient: Any) -> None:
@@ -340,3 +418,14 @@ def test_digest_reads_postgresql_when_redis_is_down(
     assert "Still listed without Redis" in text
     assert "Still listed without Redis" in html
     assert "Muted promotion" not in text + html
+
+
+def test_the_demo_data_mails_nobody_at_start(mailbox: Mailbox, clock: Clock, settings: Any) -> None:
+    """make run's demo users never chose: under the default they follow daily,
+    but the demo items are new, so a first run finds nothing old to mail."""
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
+    call_command("seed_demo", stdout=StringIO())
+    run = digests.digests_send()
+    assert (run.sent, run.failed) == (0, 0)
+    assert run.empty >= 3  # alice, bob and carol were looked at
+    assert mailbox.messages == []

@@ -66,10 +66,38 @@ def closed_type(db: None) -> MessageType:
 # --- the preferences API ---------------------------------------------------------------
 
 
-def test_preferences_start_empty(recipient_client: Any) -> None:
+def test_preferences_start_empty(recipient_client: Any, settings: Any) -> None:
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "off"
     response = recipient_client.get(PREFS)
     assert response.status_code == 200
     assert response.json() == {"muted_categories": [], "muted_message_types": [], "email_digest": "off"}
+    # A user who never chose sees the operator's default as it is now.
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
+    assert recipient_client.get(PREFS).json()["email_digest"] == "daily"
+
+
+def test_muting_is_not_a_digest_choice(
+    recipient_client: Any, recipient: Any, browser: Client, other_recipient: Any, settings: Any
+) -> None:
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
+    response = recipient_client.put(PREFS, {"muted_categories": ["promotion"]}, format="json")
+    assert response.json()["email_digest"] == "daily"
+    assert UserPreferences.objects.get(user=recipient).email_digest == ""  # still following the default
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "off"
+    assert recipient_client.get(PREFS).json()["email_digest"] == "off"
+
+    # The settings page posts the digest it showed: unchanged, it is no choice; changed, it is.
+    settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
+    token = _csrf(browser)
+    form = {"action": "preferences", "muted_categories": ["system"], "csrfmiddlewaretoken": token}
+    shown = {"email_digest": "daily", "email_digest_shown": "daily"}
+    assert browser.post("/inbox/settings/", {**form, **shown}).status_code == 302
+    assert UserPreferences.objects.get(user=recipient).email_digest == ""
+    assert browser.post("/inbox/settings/", {**form, **shown, "email_digest": "weekly"}).status_code == 302
+    assert UserPreferences.objects.get(user=recipient).email_digest == "weekly"
+    page = browser.get("/inbox/settings/").content.decode()
+    assert 'name="email_digest_shown" value="weekly"' in page
+    assert not UserPreferences.objects.filter(user=other_recipient).exists()
 
 
 def test_put_stores_and_answers_the_preferences(recipient_client: Any, recipient: Any, alert: Any) -> None:

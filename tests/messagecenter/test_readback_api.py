@@ -62,17 +62,23 @@ def _notification(operator: Any, recipient: Any) -> Any:
 
 # resource path -> (factory, fields the create call accepts that the read-back must answer)
 RESOURCES: dict[str, tuple[Callable[[Any, Any], Any], set[str]]] = {
-    "announcements": (_announcement, {"title", "body_html", "platforms", "publish_at", "expire_at", "pinned"}),
+    "announcements": (
+        _announcement,
+        {"title", "body_html", "summary", "platforms", "publish_at", "expire_at", "pinned"},
+    ),
     "bulletins": (_bulletin, {"title", "body_html", "display_time", "expire_at", "user_groups"}),
     "messages": (
         _message,
         {"category", "title", "summary", "body_html", "link", "images", "to", "expire_at", "delivery"}
-        | {"recipients", "read_count"},
+        | {"idempotency_key", "send_at", "recipients", "read_count", "status"},
     ),
     "user-groups": (_group, {"name", "member_count"}),
-    "message-types": (_message_type, {"code", "name", "category"}),
+    "message-types": (_message_type, {"code", "name", "category", "default_ttl_seconds", "self_service"}),
     "subscriptions": (_subscription, {"message_type", "scope", "user", "group"}),
-    "notifications": (_notification, {"message_type", "scope", "title", "body_html", "ttl_seconds", "recipients"}),
+    "notifications": (
+        _notification,
+        {"message_type", "scope", "title", "body_html", "ttl_seconds", "send_at", "recipients", "status"},
+    ),
 }
 
 
@@ -278,3 +284,89 @@ def test_other_filters(operator: Any, operator_client: Any, recipient: Any, cloc
     assert ids("announcements", status="scheduled") == [str(future.pk)]
     assert_error(operator_client.get("/api/v1/manage/announcements/", {"status": "gone"}), 400)
     assert_error(operator_client.get("/api/v1/manage/announcements/", {"platform": "mars"}), 400)
+
+
+def test_scheduled_message_reads_back_with_send_at_status_and_key(
+    operator: Any, operator_client: Any, recipient: Any, clock: Any
+) -> None:
+    send_at = clock.now + timedelta(hours=2)
+    body = {
+        "category": "system",
+        "title": "Later",
+        "body_html": "<p>Soon</p>",
+        "to": {"users": [recipient.pk]},
+        "send_at": send_at.isoformat(),
+        "idempotency_key": "night-run-7",
+    }
+    created = operator_client.post("/api/v1/manage/messages/", body, format="json")
+    assert created.status_code == 202, created.content
+    url = f"/api/v1/manage/messages/{created.json()['id']}/"
+    item = operator_client.get(url).json()
+    expected = ("scheduled", send_at.isoformat(), "night-run-7")
+    assert (item["status"], item["send_at"], item["idempotency_key"]) == expected
+    listed = operator_client.get("/api/v1/manage/messages/", {"status": "scheduled"}).json()["results"]
+    assert listed == [item]
+
+    clock.advance(hours=3)
+    assert services.scheduled_send_due() == 1
+    sent = operator_client.get(url).json()
+    assert sent["status"] == "delivered"
+    assert sent["send_at"] == send_at.isoformat()  # kept: it was scheduled for then
+    assert sent["idempotency_key"] == "night-run-7"
+
+    # A message sent at once, without a key, says so with nulls.
+    plain = send(operator, to={"users": [recipient]}, title="Now")
+    now_item = operator_client.get(f"/api/v1/manage/messages/{plain.pk}/").json()
+    assert (now_item["send_at"], now_item["idempotency_key"]) == (None, None)
+
+    # Once the key's window is over and the clean-up ran, the key no longer reads back.
+    clock.advance(hours=24)
+    assert services.message_send_keys_purge() == 1
+    assert operator_client.get(url).json()["idempotency_key"] is None
+
+
+def test_idempotency_key_from_the_header_reads_back(operator_client: Any, recipient: Any) -> None:
+    body = {"category": "system", "title": "Once", "body_html": "x", "to": {"users": [recipient.pk]}}
+    created = operator_client.post("/api/v1/manage/messages/", body, format="json", HTTP_IDEMPOTENCY_KEY="hdr-1")
+    assert created.status_code == 202, created.content
+    item = operator_client.get(f"/api/v1/manage/messages/{created.json()['id']}/").json()
+    assert item["idempotency_key"] == "hdr-1"
+
+
+def test_notification_reads_back_its_schedule_and_status(operator_client: Any, recipient: Any, clock: Any) -> None:
+    services.message_type_create(code="restock", name="Restock")
+    services.subscription_create(message_type="restock", scope="wh-1", user_id=recipient.pk, group_id=None)
+    base = "/api/v1/manage/notifications/"
+    send_at = clock.now + timedelta(hours=1)
+    body = {"message_type": "restock", "scope": "wh-1", "title": "Later", "body_html": "b", "ttl_seconds": 3600}
+    created = operator_client.post(base, {**body, "send_at": send_at.isoformat()}, format="json")
+    assert created.status_code == 202, created.content
+    later_url = f"{base}{created.json()['id']}/"
+    item = operator_client.get(later_url).json()
+    # Scheduled: no recipients yet, not withdrawn, and the status says why.
+    assert (item["status"], item["send_at"], item["recipients"], item["withdrawn"]) == (
+        "scheduled",
+        send_at.isoformat(),
+        0,
+        False,
+    )
+    assert item["ttl_seconds"] == 3600
+    cancelled = operator_client.post(base, {**body, "send_at": send_at.isoformat()}, format="json").json()
+    now = operator_client.post(base, body, format="json").json()
+    assert operator_client.delete(f"{base}{cancelled['id']}/").status_code == 204
+
+    def status_of(notification_id: Any) -> tuple[str, Any, int]:
+        answer = operator_client.get(f"{base}{notification_id}/").json()
+        return answer["status"], answer["send_at"], answer["recipients"]
+
+    assert status_of(now["id"]) == ("sent", None, 1)
+    assert status_of(cancelled["id"]) == ("cancelled", send_at.isoformat(), 0)
+
+    clock.advance(hours=2)
+    assert services.scheduled_send_due() == 1
+    assert status_of(created.json()["id"]) == ("sent", send_at.isoformat(), 1)
+    assert operator_client.delete(later_url).status_code == 204
+    assert status_of(created.json()["id"]) == ("withdrawn", send_at.isoformat(), 1)
+    # The list answers the same objects as the details.
+    listed = {row["id"]: row["status"] for row in operator_client.get(base).json()["results"]}
+    assert listed == {created.json()["id"]: "withdrawn", cancelled["id"]: "cancelled", now["id"]: "sent"}
