@@ -3,12 +3,16 @@ import os
 import django
 
 from core.asgi import ASGIHandler
+from core.replicas import check_replicas_reachable
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 # What django.core.asgi.get_asgi_application does, with the project's handler
 # (core/asgi.py: a bound on the requests that run sync code at once).
 django.setup(set_prefix=False)
 django_application = ASGIHandler()
+
+# A replica that does not answer stops the process here, before it serves.
+check_replicas_reachable()
 
 # The event stream is answered before Django (core/live_asgi.py): imported
 # after the line above, which sets Django up.

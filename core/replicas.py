@@ -21,6 +21,12 @@ hold (docs/ARCHITECTURE.md, "Read replicas"):
   ``DATABASE_REPLICA_MAX_LAG_SECONDS``.
 
 Otherwise the read goes to the primary. Writes and migrations always do.
+
+A process that serves requests (config/wsgi.py, config/asgi.py,
+``manage.py serve``) first connects once to every replica
+(``check_replicas_reachable``): one that does not answer stops it at start,
+like a malformed URL. Commands (``migrate`` among them) and workers skip the
+check; they read the primary only.
 """
 
 import logging
@@ -35,6 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import environ
+import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
@@ -128,6 +135,53 @@ def _without_password(url: str) -> str:
     if parts.password:
         return url.replace(f":{parts.password}@", ":***@", 1)
     return url
+
+
+def _where(config: dict[str, Any]) -> str:
+    return f"{config.get('HOST')}:{config.get('PORT') or 5432}/{config.get('NAME')}"
+
+
+_start_checked = False
+_start_check_lock = threading.Lock()
+
+
+def check_replicas_reachable() -> None:
+    """Connect once to every replica in ``DATABASES`` and close again; raise
+    ImproperlyConfigured naming each one that does not answer (alias,
+    host:port/name, the server's or libpq's reason, never the password).
+
+    For the start of a serving process: a replica that is down then would only
+    be marked down at the first read and quietly send every read to the
+    primary, hiding a typo in a host name or a port. Runs once per process
+    (``manage.py serve`` checks, then runserver imports config/wsgi.py); a
+    replica lost later is the router's business (``mark_down``). Each attempt
+    waits at most the replica's ``connect_timeout`` (2 s by default)."""
+    global _start_checked
+    with _start_check_lock:
+        if _start_checked:
+            return
+        failures: list[str] = []
+        for alias in replica_aliases():
+            connection = connections[alias]
+            params = connection.get_connection_params()
+            params.setdefault("connect_timeout", 2)
+            try:
+                # Straight through the driver: the replica's pool would keep
+                # retrying for its timeout and then stay open in this process.
+                psycopg.connect(**params).close()
+            except psycopg.Error as error:
+                reason = " ".join(str(error).split())
+                password = connection.settings_dict.get("PASSWORD")
+                if password:
+                    reason = reason.replace(str(password), "***")
+                failures.append(f"{alias} at {_where(connection.settings_dict)} cannot be reached ({reason})")
+        if failures:
+            raise ImproperlyConfigured(
+                "DATABASE_REPLICA_URLS: "
+                + "; ".join(failures)
+                + ". Start the replica or fix its URL, or remove it from DATABASE_REPLICA_URLS."
+            )
+        _start_checked = True
 
 
 # --- health, per process ---------------------------------------------------------

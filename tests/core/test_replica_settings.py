@@ -1,13 +1,19 @@
 """Replica settings: a bad DATABASE_REPLICA_URLS stops the process at start
-with a clear message; without replicas the router leaves every query on the
-primary (the replica tests themselves are in test_replicas.py)."""
+with a clear message, and so does a replica that does not answer when a
+serving process starts (WSGI, ASGI, ``manage.py serve``; not ``migrate``);
+without replicas the router leaves every query on the primary (the replica
+tests themselves are in test_replicas.py)."""
 
 import os
+import socket
 import subprocess
 import sys
+import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
@@ -68,3 +74,101 @@ def test_without_replicas_the_router_has_no_opinion(settings: Any) -> None:
     settings.DATABASE_REPLICA_ALIASES = []
     assert router.db_for_read(User) == "default"
     assert router.db_for_write(User) == "default"
+
+
+# --- a replica that does not answer when a serving process starts --------------------
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound for a moment, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _url_of(database: dict[str, Any], *, name: str | None = None, password: str | None = None) -> str:
+    """A PostgreSQL URL for the run's database (the test database unless ``name``)."""
+    user = quote(str(database.get("USER") or "postgres"), safe="")
+    secret = password if password is not None else str(database.get("PASSWORD") or "")
+    credentials = f"{user}:{quote(secret, safe='')}" if secret else user
+    host = database.get("HOST") or "127.0.0.1"
+    port = database.get("PORT") or 5432
+    return f"postgres://{credentials}@{host}:{port}/{name or database['NAME']}"
+
+
+def _start(command: list[str], *, replica_urls: str, primary_url: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.local",
+        "DATABASE_URL": primary_url,
+        "DATABASE_REPLICA_URLS": replica_urls,
+    }
+    return subprocess.run(  # noqa: S603
+        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+_BUILD_WSGI = ["-c", "import config.wsgi; print('built')"]
+_BUILD_ASGI = ["-c", "import config.asgi; print('built')"]
+# The check comes before anything else serve does (no demo data, no rebuild).
+_SERVE = ["manage.py", "serve", "--no-demo", "127.0.0.1:0"]
+
+
+@pytest.mark.parametrize("command", [_BUILD_WSGI, _BUILD_ASGI, _SERVE], ids=["wsgi", "asgi", "serve"])
+def test_a_serving_process_does_not_start_with_a_replica_nothing_listens_on(command: list[str]) -> None:
+    port = _closed_port()
+    url = f"postgres://reader:s3cr3t-pw@127.0.0.1:{port}/mc"
+    done = _start(command, replica_urls=url, primary_url="postgres://postgres@127.0.0.1:5432/mc")
+    assert done.returncode != 0
+    assert "built" not in done.stdout
+    assert f"DATABASE_REPLICA_URLS: replica0 at 127.0.0.1:{port}/mc cannot be reached (" in done.stderr
+    assert "Connection refused" in done.stderr
+    assert "or remove it from DATABASE_REPLICA_URLS." in done.stderr
+    assert "s3cr3t-pw" not in done.stderr
+    if command is _SERVE:
+        assert "CommandError: DATABASE_REPLICA_URLS" in done.stderr  # the message, not a traceback
+        assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_replica_host_is_named_with_the_reason() -> None:
+    url = "postgres://reader:s3cr3t-pw@no-such-replica.invalid:5433/mc"
+    done = _start(_BUILD_WSGI, replica_urls=url, primary_url="postgres://postgres@127.0.0.1:5432/mc")
+    assert done.returncode != 0
+    assert "replica0 at no-such-replica.invalid:5433/mc cannot be reached (" in done.stderr
+    assert "no-such-replica.invalid" in done.stderr.split("cannot be reached (", 1)[1]  # libpq's own reason
+    assert "s3cr3t-pw" not in done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_replica_server_that_refuses_the_database_stops_the_start() -> None:
+    database = settings.DATABASES["default"]
+    missing = f"no_such_replica_{uuid.uuid4().hex[:8]}"
+    reachable = _url_of(database)
+    # The second replica answers but has no such database: both are checked, one is named.
+    done = _start(_BUILD_WSGI, replica_urls=f"{reachable},{_url_of(database, name=missing)}", primary_url=reachable)
+    assert done.returncode != 0
+    assert f"replica1 at {database.get('HOST') or '127.0.0.1'}:{database.get('PORT') or 5432}/{missing}" in done.stderr
+    assert f'database "{missing}" does not exist' in done.stderr
+    assert "replica0" not in done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", [_BUILD_WSGI, _BUILD_ASGI], ids=["wsgi", "asgi"])
+def test_a_serving_process_starts_with_a_replica_that_answers(command: list[str]) -> None:
+    # The run's own PostgreSQL stands in for a replica: the check only connects.
+    url = _url_of(settings.DATABASES["default"])
+    done = _start(command, replica_urls=url, primary_url=url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "built"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_migrate_is_not_held_up_by_a_replica_that_does_not_answer() -> None:
+    primary = _url_of(settings.DATABASES["default"])
+    dead = f"postgres://postgres@127.0.0.1:{_closed_port()}/mc"
+    done = _start(["manage.py", "migrate", "--check"], replica_urls=dead, primary_url=primary)
+    assert done.returncode == 0, done.stderr  # the test database is migrated: nothing to apply
+    assert "cannot be reached" not in done.stderr

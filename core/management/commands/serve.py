@@ -4,14 +4,18 @@ Loads the demo data and serves in one process. On the embedded default the
 Redis read model lives in this process's memory (fakeredis), so it is
 rebuilt from PostgreSQL here, and the demo data written here, before serving:
 a separate seeding process, or runserver's auto-reloader child, would each
-have a Redis of their own.
+have a Redis of their own. A read replica that does not answer stops it
+first, with the reason (core/replicas.py).
 """
 
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from core.replicas import check_replicas_reachable
 
 
 class Command(BaseCommand):
@@ -22,6 +26,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="skip loading the demo data")
 
     def handle(self, *args: Any, addrport: str, no_demo: bool, **options: Any) -> None:
+        try:
+            check_replicas_reachable()
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
         if settings.REDIS_EMBEDDED:
             call_command("rebuild_redis", stdout=self.stdout)
         if not no_demo:
