@@ -18,12 +18,21 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import DATABASES, _redis_cache, env
+from config.settings.base import CELERY_BROKER_KIND, CELERY_BROKER_TRANSPORT_OPTIONS, DATABASES, _redis_cache, env
 
 DATABASES["default"]["NAME"] = env("MESSAGECENTER_TEST_DATABASE_NAME")
 CACHES = {"default": _redis_cache(env("MESSAGECENTER_TEST_CACHE_URL"))}
 CELERY_TASK_DEFAULT_QUEUE: str = env("MESSAGECENTER_TEST_QUEUE")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if CELERY_BROKER_KIND != "amqp":
+    # kombu's Redis transport looks for tasks past their visibility timeout
+    # only every interval x throttle seconds (10 x 10 by default): a killed
+    # worker's task would come back 100 s later, not within seconds.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
 
 _CHUNK_SLEEP = env.float("MESSAGECENTER_TEST_CHUNK_SLEEP", default=0.0)
 _SLOWED = {"messagecenter.message_fanout_chunk", "messagecenter.notification_fanout_chunk"}
