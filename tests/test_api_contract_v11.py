@@ -338,7 +338,9 @@ def test_my_subscriptions(operator: Any, recipient: Any, outsider: Any) -> None:
     _ok(op.post("/api/v1/manage/message-types/", {"code": "ops", "name": "Ops only"}, format="json"), 201)
     group = _ok(op.post("/api/v1/manage/user-groups/", {"name": "buyers"}, format="json"), 201)["id"]
     _ok(op.post(f"/api/v1/manage/user-groups/{group}/members/", {"user_ids": [str(recipient.pk)]}, format="json"), 200)
-    _ok(op.post("/api/v1/manage/subscriptions/", {"message_type": "price", "scope": "G", "group": group}), 201)
+    group_sub = _ok(
+        op.post("/api/v1/manage/subscriptions/", {"message_type": "price", "scope": "G", "group": group}), 201
+    )
 
     assert _ok(me.get(mine), 200) == {"results": []}
     sub = _ok(me.post(mine, {"message_type": "price", "scope": "S1"}, format="json"), 201)
@@ -356,7 +358,25 @@ def test_my_subscriptions(operator: Any, recipient: Any, outsider: Any) -> None:
     assert _ok(op.post("/api/v1/manage/notifications/", note, format="json"), 202)["recipients"] == 1
     assert _titles(me) == ["price drop"]
 
+    # An outsider's list holds only their own; someone else's id is unknown to
+    # them whatever they try, and nothing changes.
+    assert _ok(out.get(mine), 200) == {"results": []}
+    theirs = _ok(out.post(mine, {"message_type": "price", "scope": "S1"}, format="json"), 201)
+    assert theirs["id"] != sub["id"]
+    assert _ok(out.get(mine), 200)["results"] == [{"id": theirs["id"], "message_type": "price", "scope": "S1"}]
     assert_error(out.delete(f"{mine}{sub['id']}/"), 404)
+    unknown = out.get(f"{mine}999999/")
+    seen = out.get(f"{mine}{sub['id']}/")
+    assert seen.status_code >= 400
+    assert (seen.status_code, seen.json()) == (unknown.status_code, unknown.json())  # no sign it exists
+    assert "S1" not in seen.content.decode()
+    assert _ok(me.get(mine), 200)["results"] == listed
+    # The group's subscription is not the member's own: not listed, not deletable.
+    assert_error(me.delete(f"{mine}{group_sub['id']}/"), 404)
+    _ok(out.delete(f"{mine}{theirs['id']}/"), 204)
+    assert _ok(out.get(mine), 200) == {"results": []}
+    assert _ok(me.get(mine), 200)["results"] == listed
+
     assert_error(me.delete(f"{mine}abc/"), 400)
     assert_error(me.delete(f"{mine}999999/"), 404)
     _ok(me.delete(f"{mine}{sub['id']}/"), 204)

@@ -183,7 +183,7 @@ def test_readers_of_an_announcement_over_time(operator: Any) -> None:
     assert [(d.first_reads, d.cumulative, d.active_readers) for d in days] == [(0, 0, 3), (5, 5, 1), (0, 5, 0)]
 
 
-def test_message_and_bulletin_readers_come_from_their_read_state(operator: Any) -> None:
+def test_message_readers_come_from_their_read_state(operator: Any) -> None:
     readers, other = [UserFactory() for _ in range(3)], UserFactory()
     message = mc_services.message_send(
         sender=operator, category="system", title="t", body_html="b", user_ids=[u.pk for u in [*readers, other]]
@@ -199,7 +199,54 @@ def test_message_and_bulletin_readers_come_from_their_read_state(operator: Any) 
         activity.record_active(user_id=user.pk)
     days = activity.item_readers_by_day(source=source, item_id=message.pk, end=today, days=1)
     assert [(d.first_reads, d.active_readers) for d in days] == [(3, 1)]
-    assert activity.reader_source("bulletin") is not None
+
+
+def test_bulletin_readers_per_day_equal_a_brute_force_count() -> None:
+    """First reads spread over three days (one reader reads again later and
+    marks it unread in between: still one first read), activity on four days,
+    a non-member who is active but cannot read it."""
+    members = [UserFactory() for _ in range(6)]
+    outsider = UserFactory()
+    group = mc_services.user_group_create(name="readers")
+    mc_services.user_group_add_members(group=group, user_ids=[u.pk for u in members])
+    now = datetime.now(UTC)
+    today = now.date()
+    bulletin = mc_services.bulletin_create(
+        title="t", body_html="b", display_time=now - timedelta(days=4), group_ids=[group.pk]
+    )
+    first_read_on = {members[0]: 2, members[1]: 2, members[2]: 1, members[3]: 0}  # days before today
+    for user, back in first_read_on.items():
+        mc_services.inbox_mark_read(user=user, item_id=bulletin.ref, now=at(today - timedelta(days=back)))
+    later = timedelta(hours=1)  # (noon of each day: the figures do not depend on when the test runs)
+    mc_services.inbox_mark_unread(user=members[0], item_id=bulletin.ref, now=at(today - timedelta(days=1)) + later)
+    mc_services.inbox_mark_read(user=members[0], item_id=bulletin.ref, now=at(today) + later)
+    active_on = {  # days before today -> who was active
+        3: {members[0], members[4]},
+        2: {members[0], members[1], outsider},
+        1: {members[1], members[2], members[3], members[5]},
+        0: {members[2], members[3], members[4], outsider},
+    }
+    for back, users in active_on.items():
+        for user in users:
+            activity.record_active(user_id=user.pk, now=at(today - timedelta(days=back)))
+
+    source = activity.reader_source("bulletin")
+    assert source is not None
+    assert source.exists(bulletin.pk)
+    assert not source.exists(bulletin.pk + 1000)
+    assert source.readers(bulletin.pk) == BitMap(u.pk for u in first_read_on)
+    assert source.readers(bulletin.pk + 1000) is None  # no such bulletin
+    days = activity.item_readers_by_day(source=source, item_id=bulletin.pk, end=today, days=5)
+
+    readers = set(first_read_on)
+    expected, cumulative = [], 0
+    for back in range(4, -1, -1):
+        first = sum(1 for b in first_read_on.values() if b == back)
+        cumulative += first
+        active = len(readers & active_on.get(back, set()))
+        expected.append((today - timedelta(days=back), first, cumulative, active))
+    assert [(d.day, d.first_reads, d.cumulative, d.active_readers) for d in days] == expected
+    assert expected[-1][2] == 4  # the figures are not trivially empty
 
 
 # --- the dashboard ---------------------------------------------------------------------------------
