@@ -80,6 +80,10 @@ HUB_RECONNECT_MAX_SECONDS = 5.0
 # the latest; sooner when the next one is due sooner.
 DUE_TICK_SECONDS = 1.0
 HUB_CLIENT_NAME = "mc-live-hub"
+# Closing the hub: how long each round waits for its cancelled tasks, and how
+# many rounds of cancelling it tries.
+HUB_CLOSE_WAIT_SECONDS = 1.0
+HUB_CLOSE_ROUNDS = 3
 
 
 # --- writers ----------------------------------------------------------------------
@@ -565,12 +569,24 @@ class LiveHub:
             await asyncio.sleep(delay)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(BaseException):
-                await task
-        self._tasks = []
+        """Stop the hub's tasks and its command pool. A cancellation that lands
+        inside a library call can be swallowed there (seen mid UNSUBSCRIBE:
+        the loop then waits for work again), so a task still running after a
+        moment is cancelled again, a few times, and then left behind with a
+        warning: a server's shutdown never waits on it forever."""
+        tasks, self._tasks = self._tasks, []
+        for _ in range(HUB_CLOSE_ROUNDS):
+            if not tasks:
+                break
+            for task in tasks:
+                task.cancel()
+            _, pending = await asyncio.wait(tasks, timeout=HUB_CLOSE_WAIT_SECONDS)
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: its error was logged where it happened
+            tasks = list(pending)
+        if tasks:
+            logger.warning("live hub: %d task(s) ignored cancellation; left behind", len(tasks))
         if self._commands is not None:
             with suppress(Exception):
                 await self._commands.aclose()
