@@ -13,12 +13,17 @@ from django.contrib.auth.models import Permission
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
 
+from core.models import WebhookEndpoint
 from core.services import user_set_platforms
+from core.webhooks import webhook_endpoint_create
 from messagecenter import services as mc
 from messagecenter.models import Bulletin, Message, MessageType, Notification, Subscription, UserGroup
 from notices.models import Announcement
 from notices.services import announcement_create
 from tests.factories import StaffFactory, SuperuserFactory, UserFactory
+
+# Webhook URLs the security tests register: nothing listens there.
+LOOPBACK_HOOK = "http://127.0.0.1:9/hook"
 
 
 @dataclass
@@ -36,6 +41,10 @@ class World:
     public_announcement: Announcement  # user platform: both see it
     message_type: MessageType
     alice_subscription: Subscription
+    scheduled_message: Message  # to alice, a day ahead: still editable
+    scheduled_notification: Notification  # (shipment, warehouse-1), a day ahead
+    self_service_type: MessageType  # users may subscribe to it themselves
+    webhook: WebhookEndpoint  # on a closed loopback port, for a rare event only
 
 
 def item_id(obj: Message | Bulletin | Notification) -> str:
@@ -87,6 +96,26 @@ def build_world() -> World:
     public = announcement_create(
         author=operator, title="Everyone", body_html="<p>u</p>", platforms=["user"], publish_at=None
     )
+    scheduled_message = mc.message_send(
+        sender=operator,
+        category="system",
+        title="Tomorrow",
+        body_html="<p>later</p>",
+        user_ids=[alice.pk],
+        send_at=now + timedelta(days=1),
+    )
+    scheduled_notification = mc.notification_schedule(
+        message_type="shipment",
+        scope="warehouse-1",
+        title="Tomorrow's parcel",
+        body_html="<p>soon</p>",
+        send_at=now + timedelta(days=1),
+    )
+    self_service_type = mc.message_type_create(code="weather", name="Weather", self_service=True)
+    # Port 9 (discard) on loopback: should a delivery ever be attempted, it
+    # leaves nothing but a refused connection on this machine.
+    with override_settings(WEBHOOK_ALLOW_PRIVATE_ADDRESSES=True):
+        webhook = webhook_endpoint_create(url=LOOPBACK_HOOK, events=["delivery.failed"], description="ops")
     for user in (operator, alice, mallory):
         Token.objects.get_or_create(user=user)  # before any snapshot: tests compare rows
     return World(
@@ -103,6 +132,10 @@ def build_world() -> World:
         public_announcement=public,
         message_type=message_type,
         alice_subscription=subscription,
+        scheduled_message=Message.objects.get(pk=scheduled_message.pk),
+        scheduled_notification=Notification.objects.get(pk=scheduled_notification.pk),
+        self_service_type=self_service_type,
+        webhook=webhook,
     )
 
 
