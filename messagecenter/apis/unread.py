@@ -152,7 +152,9 @@ class _RemindApi(APIView):
 
     def post(self, request: Request, item_id: int) -> Response:
         item = _item_of(self.model, item_id)
-        serializer = RemindInputSerializer(data=request.data or {})
+        # No body is an empty object (DRF parses it as one); any JSON that is
+        # not an object, even a falsy one ([], null), is refused by the serializer.
+        serializer = RemindInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         key = MessageSendApi.key_of(request, data.pop("idempotency_key", None))

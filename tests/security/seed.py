@@ -10,15 +10,21 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
 
+from core.models import WebhookEndpoint
 from core.services import user_set_platforms
+from core.webhooks import webhook_endpoint_create
 from messagecenter import services as mc
 from messagecenter.models import Bulletin, Message, MessageType, Notification, Subscription, UserGroup
 from notices.models import Announcement
 from notices.services import announcement_create
 from tests.factories import StaffFactory, SuperuserFactory, UserFactory
+
+# Webhook URLs the security tests register: nothing listens there.
+LOOPBACK_HOOK = "http://127.0.0.1:9/hook"
 
 
 @dataclass
@@ -36,6 +42,10 @@ class World:
     public_announcement: Announcement  # user platform: both see it
     message_type: MessageType
     alice_subscription: Subscription
+    scheduled_message: Message  # to alice, a day ahead: still editable
+    scheduled_notification: Notification  # (shipment, warehouse-1), a day ahead
+    self_service_type: MessageType  # users may subscribe to it themselves
+    webhook: WebhookEndpoint  # on a closed loopback port, for a rare event only
 
 
 def item_id(obj: Message | Bulletin | Notification) -> str:
@@ -87,6 +97,26 @@ def build_world() -> World:
     public = announcement_create(
         author=operator, title="Everyone", body_html="<p>u</p>", platforms=["user"], publish_at=None
     )
+    scheduled_message = mc.message_send(
+        sender=operator,
+        category="system",
+        title="Tomorrow",
+        body_html="<p>later</p>",
+        user_ids=[alice.pk],
+        send_at=now + timedelta(days=1),
+    )
+    scheduled_notification = mc.notification_schedule(
+        message_type="shipment",
+        scope="warehouse-1",
+        title="Tomorrow's parcel",
+        body_html="<p>soon</p>",
+        send_at=now + timedelta(days=1),
+    )
+    self_service_type = mc.message_type_create(code="weather", name="Weather", self_service=True)
+    # Port 9 (discard) on loopback: should a delivery ever be attempted, it
+    # leaves nothing but a refused connection on this machine.
+    with override_settings(WEBHOOK_ALLOW_PRIVATE_ADDRESSES=True):
+        webhook = webhook_endpoint_create(url=LOOPBACK_HOOK, events=["delivery.failed"], description="ops")
     for user in (operator, alice, mallory):
         Token.objects.get_or_create(user=user)  # before any snapshot: tests compare rows
     return World(
@@ -103,22 +133,38 @@ def build_world() -> World:
         public_announcement=public,
         message_type=message_type,
         alice_subscription=subscription,
+        scheduled_message=Message.objects.get(pk=scheduled_message.pk),
+        scheduled_notification=Notification.objects.get(pk=scheduled_notification.pk),
+        self_service_type=self_service_type,
+        webhook=webhook,
     )
+
+
+def _table_json(table: str, pk: str) -> str:
+    """A select of one label parameter and the table's rows as JSON, in key order."""
+    rows = f"json_agg(t ORDER BY t.{connection.ops.quote_name(pk)})::text"
+    return f"SELECT %s, (SELECT coalesce({rows}, '') FROM {connection.ops.quote_name(table)} t)"  # noqa: S608
 
 
 # Models whose rows an attempt must not create, change or delete.
 _WATCHED = ("core", "notices", "messagecenter", "authtoken")
 
 
-def db_state() -> dict[str, list[tuple[Any, ...]]]:
+def db_state() -> dict[str, Any]:
     """Every row of the project's tables (ordered), so any write shows up in a comparison."""
-    state: dict[str, list[tuple[Any, ...]]] = {}
-    for label in _WATCHED:
-        for model in apps.get_app_config(label).get_models():
-            fields = [f.attname for f in model._meta.concrete_fields]
-            state[model._meta.label] = [
-                tuple(map(repr, row)) for row in model.objects.order_by("pk").values_list(*fields)
-            ]
+    models = [model for label in _WATCHED for model in apps.get_app_config(label).get_models()]
+    if connection.vendor == "postgresql":
+        # One round trip for every table: the tests take this snapshot after
+        # each of thousands of refused requests. Only quoted table and column
+        # names of the models are formatted in; the labels are parameters.
+        parts = [_table_json(m._meta.db_table, m._meta.pk.column) for m in models]
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(parts), [m._meta.label for m in models])
+            return dict(cursor.fetchall())
+    state: dict[str, Any] = {}
+    for model in models:
+        fields = [f.attname for f in model._meta.concrete_fields]
+        state[model._meta.label] = [tuple(map(repr, row)) for row in model.objects.order_by("pk").values_list(*fields)]
     return state
 
 
@@ -127,28 +173,37 @@ def db_state() -> dict[str, list[tuple[Any, ...]]]:
 _CACHE_PARTS = (":auth:", ":user:platforms:", ":activity:")
 
 
+_READ = {
+    "string": lambda pipe, key: pipe.get(key),
+    "hash": lambda pipe, key: pipe.hgetall(key),
+    "zset": lambda pipe, key: pipe.zrange(key, 0, -1, withscores=True),
+    "set": lambda pipe, key: pipe.smembers(key),
+    "list": lambda pipe, key: pipe.lrange(key, 0, -1),
+}
+
+
 def redis_state(redis: Any) -> dict[str, Any]:
     """Every read-model key with its type and content (TTLs aside)."""
-    state: dict[str, Any] = {}
     prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
+    keys = []
     # Django's cache (throttle history) may share the database: read-model keys only.
     for raw in redis.scan_iter(match=prefix + "*", count=1000):
         key = raw.decode() if isinstance(raw, bytes) else raw
-        if any(part in ":" + key for part in _CACHE_PARTS):
-            continue
-        kind = redis.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "string":
-            value: Any = redis.get(key)
-        elif kind == "hash":
-            value = sorted(redis.hgetall(key).items())
-        elif kind == "zset":
-            value = redis.zrange(key, 0, -1, withscores=True)
-        elif kind == "set":
-            value = sorted(redis.smembers(key))
-        elif kind == "list":
-            value = redis.lrange(key, 0, -1)
-        else:
+        if not any(part in ":" + key for part in _CACHE_PARTS):
+            keys.append(key)
+    # Two pipelined round trips (types, then contents) rather than two per key.
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    kinds = [kind.decode() if isinstance(kind, bytes) else kind for kind in pipe.execute()]
+    pipe = redis.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds, strict=True):
+        _READ.get(kind, lambda pipe, key: pipe.type(key))(pipe, key)
+    state: dict[str, Any] = {}
+    for key, kind, value in zip(keys, kinds, pipe.execute(), strict=True):
+        if kind in ("hash", "set"):
+            value = sorted(value.items() if kind == "hash" else value)
+        elif kind not in _READ:
             value = kind
         state[key] = (kind, value)
     return state
