@@ -9,10 +9,11 @@ compare status, body and headers.
 """
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -240,6 +241,85 @@ def test_asgi_handler_bounds_requests_running_at_once(monkeypatch: pytest.Monkey
     answers = async_to_sync(burst)()
     assert [answer.content for answer in answers] == [b"ok"] * 20
     assert running["most"] == 3
+
+
+def _asgi_get(handler: Any, path: str) -> Any:
+    """One GET through an ASGI application, as a server would make it; the response's status."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    sent: list[dict[str, Any]] = []
+    asked = {"body": False}
+
+    async def receive() -> dict[str, Any]:
+        if not asked["body"]:
+            asked["body"] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # no disconnect: Django stops listening after the response
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def call() -> None:
+        await handler(scope, receive, send)
+
+    return call, sent
+
+
+def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request runs all its sync code on one thread, as Django expects,
+    but the threads outlive the requests: requests one after the other take
+    the same thread (Django alone starts and joins a new one per request),
+    and requests at the same time still take different ones."""
+    threads: list[tuple[int, threading.Thread]] = []
+    gate = threading.Barrier(2, timeout=5)
+    together = {"on": False}
+
+    async def view(self: Any, request: Any) -> Any:
+        def note() -> None:
+            threads.append((id(request), threading.current_thread()))
+            if together["on"]:
+                gate.wait()  # both requests hold their thread at once
+
+        await sync_to_async(note)()
+        await sync_to_async(note)()  # the same request again: the same thread
+        return HttpResponse(b"ok")
+
+    monkeypatch.setattr(BaseHandler, "get_response_async", view)
+    handler = ProjectASGIHandler()
+
+    async def one_after_another() -> None:
+        for _ in range(4):
+            call, sent = _asgi_get(handler, "/any/")
+            await call()
+            assert sent[0]["status"] == 200
+
+    async def at_once() -> None:
+        calls = [_asgi_get(handler, "/any/")[0] for _ in range(2)]
+        await asyncio.gather(*(call() for call in calls))
+
+    async_to_sync(one_after_another)()
+    assert len({id(thread) for _, thread in threads}) == 1, threads
+    threads.clear()
+    together["on"] = True
+    async_to_sync(at_once)()
+    by_request: dict[int, set[int]] = {}
+    for request, thread in threads:
+        by_request.setdefault(request, set()).add(id(thread))
+    assert len(by_request) == 2
+    assert all(len(seen) == 1 for seen in by_request.values()), by_request
+    assert len({next(iter(seen)) for seen in by_request.values()}) == 2
 
 
 def test_deploy_check_asks_for_the_middleware_classes(settings: Any) -> None:
