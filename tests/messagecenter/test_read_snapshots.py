@@ -180,7 +180,9 @@ def _dump(redis: Any) -> dict[str, Any]:
     and the inbox read caches (tagged with those markers: a rebuild makes them stale by design)."""
     ignored = {keys.notice_snapshot_restored(), keys.mc_snapshot_restored(), keys.mc_bulletin_update_time()}
     for platform in ALL_PLATFORMS:
-        ignored |= {keys.notice_meta(platform, 0), keys.notice_revision(platform)}
+        ignored.add(keys.notice_revision(platform))
+    # Every chunk's index meta (its token), whichever chunks the users' ids fall in.
+    meta_head, meta_tail = keys.notice_meta("p", 0).split("{")[0], keys.notice_meta("p", 0).rsplit("}", 1)[1]
     version_prefix = keys.live_user_version(0).split("{")[0]
     access_prefix = keys.mc_bulletin_access_time(0).split("{")[0]
     read_cache = keys.mc_inbox_pages(0).split("}", 1)[1]
@@ -188,6 +190,8 @@ def _dump(redis: Any) -> dict[str, Any]:
     for raw in keyspace_scan(redis, count=1000):
         key = raw.decode()
         if key in ignored or key.startswith((version_prefix, access_prefix)) or key.endswith(read_cache):
+            continue
+        if key.startswith(meta_head) and key.endswith(meta_tail):
             continue
         kind = redis.type(raw).decode()
         if kind == "string":
