@@ -450,9 +450,12 @@ def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkInde
 def _read_bits(
     client: RedisClient, *, platform: str, chunk: int, offset: int, index: ChunkIndex, ids: Sequence[int]
 ) -> list[bool] | None:
-    """The user's bits of these announcements of the copy; None when the copy is stale."""
-    if not ids:
-        return []
+    """The user's bits of these announcements of the copy; None when the copy is stale.
+
+    The token is checked even when the copy finds none of the asked ids live:
+    another process may have added one since this copy was read (a publish
+    pops only its own process's copies), and "none live" from a stale copy
+    would be a wrong 404 or an empty page, not a cheap answer."""
     reply = _READ_STATE(
         keys=[keys.notice_meta(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in ids)],
         args=[index.token, offset],

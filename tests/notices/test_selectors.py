@@ -144,6 +144,20 @@ def test_a_change_made_elsewhere_is_seen_at_once(recipient: Any, redis: Any) -> 
     assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 1}
 
 
+def test_an_announcement_published_elsewhere_opens_at_once(recipient: Any) -> None:
+    """Another process publishes: this process's copy of the index lacks the
+    new announcement, and asking for that one alone (no id the copy finds
+    live) must still notice the copy is stale rather than answer 404."""
+    a = announce(["user"])
+    assert announcement_get(user=recipient, announcement_id=a.pk, now=T0).announcement == a
+    cached = dict(readmodel._ids_cache)
+    b = announce(["user"], title="Published elsewhere")
+    readmodel._ids_cache.update(cached)  # what the other process's publish leaves here
+    assert announcement_get(user=recipient, announcement_id=b.pk, now=T0).announcement == b
+    readmodel._ids_cache.update(cached)
+    assert ids(announcement_list(user=recipient, now=T0, limit=1)) == [b.pk]
+
+
 @override_settings(MESSAGECENTER_NOTICE_CHUNK_USERS=8)
 def test_bitmaps_are_chunked_by_user_id(redis: Any) -> None:
     low = UserFactory(id=3)
