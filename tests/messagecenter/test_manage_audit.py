@@ -51,6 +51,12 @@ def _last_id() -> int:
     return last.pk if last is not None else 0
 
 
+def _assert_api_entry(entry: AuditEntry, *, action: str, model: str, pk: int, actor: Any, path: str) -> None:
+    """The entry names the action, the row, the API as its source, the operator and the path."""
+    assert (entry.action, entry.object_type, entry.object_id) == (action, f"messagecenter.{model}", str(pk))
+    assert (entry.source, entry.actor_name, entry.path) == ("api", actor.username, path)
+
+
 def test_message_patch_is_audited(operator: Any, operator_client: Any, scheduled_message: int) -> None:
     before = _last_id()
     send_at = _later(days=2)
@@ -59,13 +65,8 @@ def test_message_patch_is_audited(operator: Any, operator_client: Any, scheduled
     )
     assert response.status_code == 200, response.content
     [entry] = _after(before)
-    assert (entry.action, entry.object_type, entry.object_id) == (
-        "update",
-        "messagecenter.message",
-        str(scheduled_message),
-    )
-    assert (entry.source, entry.actor_name) == ("api", operator.username)
-    assert entry.path == f"{MESSAGES}{scheduled_message}/"
+    path = f"{MESSAGES}{scheduled_message}/"
+    _assert_api_entry(entry, action="update", model="message", pk=scheduled_message, actor=operator, path=path)
     assert entry.object_repr == str(Message.objects.get(pk=scheduled_message))
     assert entry.changes == {"title": "Later still", "send_at": send_at.replace("+00:00", "Z")}
 
@@ -94,23 +95,17 @@ def test_notification_patch_and_delete_are_audited(
     response = operator_client.patch(path, {"title": "Very low", "ttl_seconds": 3600}, format="json")
     assert response.status_code == 200, response.content
     [update] = _after(before)
-    assert (update.action, update.object_type, update.object_id) == (
-        "update",
-        "messagecenter.notification",
-        str(scheduled_notification),
+    _assert_api_entry(
+        update, action="update", model="notification", pk=scheduled_notification, actor=operator, path=path
     )
-    assert (update.source, update.actor_name, update.path) == ("api", operator.username, path)
     assert update.changes == {"title": "Very low", "ttl_seconds": 3600}
 
     before = _last_id()
     assert operator_client.delete(path).status_code == 204
     [delete] = _after(before)
-    assert (delete.action, delete.object_type, delete.object_id) == (
-        "delete",
-        "messagecenter.notification",
-        str(scheduled_notification),
+    _assert_api_entry(
+        delete, action="delete", model="notification", pk=scheduled_notification, actor=operator, path=path
     )
-    assert (delete.source, delete.actor_name, delete.path) == ("api", operator.username, path)
     assert delete.object_repr == str(Notification.objects.get(pk=scheduled_notification))
     assert delete.changes == {}
 
