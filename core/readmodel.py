@@ -11,6 +11,7 @@ this module only sends its commands.
 
 import secrets
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from core import keys
 from core.lua import LuaScript
@@ -19,6 +20,7 @@ from core.redis import get_redis
 FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
 UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
 ACTIVITY_MARK_SCRIPT = LuaScript(__file__, "lua/activity_mark.lua")
+THROTTLE_SCRIPT = LuaScript(__file__, "lua/throttle.lua")
 
 
 # --- read-through entries (the policy is core/readthrough.py) -------------------------
@@ -106,6 +108,25 @@ def activity_days_raw(*, chunk: int, days: Sequence[str]) -> list[bytes | None]:
     for day in days:
         pipe.get(keys.activity_day(chunk, day))
     return list(pipe.execute())
+
+
+def throttle_hit(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple[bool, int, int]:
+    """Count one request of the client ``name`` if its window has room:
+    (allowed, requests already in the window, the oldest one's time in ms or -1)."""
+    reply = THROTTLE_SCRIPT([keys.throttle(name)], throttle_args(now_ms, window_ms, limit))
+    return bool(int(reply[0])), int(reply[1]), int(reply[2])
+
+
+def throttle_forget(*, names: Iterable[str]) -> None:
+    """Drop these clients' request windows (one DEL each: the keys may live in different slots)."""
+    client = get_redis()
+    for name in names:
+        client.delete(keys.throttle(name))
+
+
+def throttle_args(now_ms: int, window_ms: int, limit: int) -> list[Any]:
+    """throttle.lua's arguments, shared with the async server's calls (core/fastlane.py)."""
+    return [now_ms, window_ms, limit, secrets.token_hex(8)]
 
 
 def health_probe() -> None:

@@ -157,6 +157,6 @@ def test_strict_throttles_bite_with_a_live_cache() -> None:
 def test_strict_throttles_still_bite_with_the_cache_dead(dead_cache: str) -> None:
     # With the cache dead the first call opens the breaker and the throttles
     # count in this process's memory: the third call is refused all the same.
-    fallback_cache.local.clear()
+    fallback_cache.clear()
     statuses = _strict_statuses()
     assert statuses == [200, 200, 429, 429]

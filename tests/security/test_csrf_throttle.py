@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.core.cache import cache
 from django.test import Client, override_settings
 
+from core.throttles import forget_history
 from tests.conftest import assert_error, client_for
 from tests.security.seed import World, build_world, db_state, item_id, redis_state, warm_up
 
@@ -109,10 +109,8 @@ def test_session_api_writes_need_csrf(world: World, redis: Any) -> None:
 
 
 def _forget_history(world: World) -> None:
-    # Only the throttle entries: cache.clear() would flush a Redis database the
-    # read model may share.
-    cache.delete_many(
-        ["throttle_anon_127.0.0.1", *(f"throttle_user_{u.pk}" for u in (world.alice, world.mallory, world.operator))]
+    forget_history(
+        "throttle_anon_127.0.0.1", *(f"throttle_user_{u.pk}" for u in (world.alice, world.mallory, world.operator))
     )
 
 
