@@ -90,6 +90,15 @@ class _MarkedToday:
 _marked = _MarkedToday()
 
 
+def recorded_today(*, user_id: int, now: datetime | None = None) -> bool:
+    """Whether this process already recorded the user active today (no Redis
+    call): the async hot path serves such users and leaves the day's first
+    request of each to the sync path, which records it."""
+    if not settings.MESSAGECENTER_ACTIVITY_ENABLED:
+        return True
+    return _marked.seen(day_name((now or timezone.now()).astimezone(UTC).date()), int(user_id))
+
+
 def forget_marked() -> None:
     """Forget which users this process marked (tests, and after Redis lost its data)."""
     _marked.forget()

@@ -64,8 +64,13 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 def _observe(request: HttpRequest, response: HttpResponseBase, started: float) -> None:
     match = getattr(request, "resolver_match", None)
     route = match.route if match is not None and match.route else "unmatched"
-    method = request.method if request.method in METHODS else "other"
-    REQUEST_LATENCY.labels(route=route, method=method, status=f"{response.status_code // 100}xx").observe(
+    observe_request(route=route, method=str(request.method), status=response.status_code, started=started)
+
+
+def observe_request(*, route: str, method: str, status: int, started: float) -> None:
+    """One answered request (also for answers given before Django: core/fast_asgi.py)."""
+    method = method if method in METHODS else "other"
+    REQUEST_LATENCY.labels(route=route, method=method, status=f"{status // 100}xx").observe(
         time.perf_counter() - started
     )
 

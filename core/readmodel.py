@@ -15,7 +15,7 @@ from typing import Any
 
 from core import keys
 from core.lua import LuaScript
-from core.redis import get_redis
+from core.redis import get_redis, round_trip_async
 
 FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
 UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
@@ -115,6 +115,19 @@ def throttle_hit(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple
     (allowed, requests already in the window, the oldest one's time in ms or -1)."""
     reply = THROTTLE_SCRIPT([keys.throttle(name)], throttle_args(now_ms, window_ms, limit))
     return bool(int(reply[0])), int(reply[1]), int(reply[2])
+
+
+async def throttle_hit_async(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple[bool, int, int]:
+    """``throttle_hit`` on the event loop's client (single Redis; NOSCRIPT raises: the sync path loads it)."""
+    command = THROTTLE_SCRIPT.command([keys.throttle(name)], throttle_args(now_ms, window_ms, limit))
+    (reply,) = await round_trip_async([command])
+    return bool(int(reply[0])), int(reply[1]), int(reply[2])
+
+
+async def cache_entry_get_async(*, key: str) -> bytes | None:
+    """``cache_entry_get`` on the event loop's client."""
+    (value,) = await round_trip_async([("GET", key)])
+    return value if value is None else bytes(value)
 
 
 def throttle_forget(*, names: Iterable[str]) -> None:

@@ -6,11 +6,14 @@ model talks to a Redis Cluster through redis-py's ``RedisCluster`` instead:
 django-redis's client cannot follow cluster redirects (it fails with MovedError).
 """
 
+import asyncio
+import weakref
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
 import hiredis
+import redis.asyncio
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
@@ -75,6 +78,64 @@ def round_trip(client: RedisClient, commands: Sequence[Sequence[Any]]) -> list[A
         raise
     finally:
         pool.release(connection)
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies
+
+
+# One async client per event loop (an asyncio pool binds to the loop that made
+# it): the read model's server and db, no retries inside redis-py (a caller
+# that meets an error lets the sync path answer, which has the breaker and the
+# fallbacks), the sync pool's bound and timeouts.
+_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def async_available() -> bool:
+    """Whether the read model has an async client: a single real Redis (the
+    embedded fakeredis lives in this process's threads; a cluster needs
+    redis-py's cluster client, which the hot async reads do not use)."""
+    return not is_cluster() and not settings.REDIS_EMBEDDED
+
+
+def get_async_redis() -> redis.asyncio.Redis:
+    """The running event loop's client of the read model's Redis (``async_available`` first)."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        timeout = settings.REDIS_SOCKET_TIMEOUT
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            settings.CACHES["default"]["LOCATION"],
+            max_connections=int(settings.REDIS_POOL_MAX_CONNECTIONS),
+            timeout=timeout,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+        )
+        client = _async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
+    return client
+
+
+async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``round_trip`` on the event loop's client: ``commands`` in one write,
+    one raw reply each, an error reply raised once every reply has been read."""
+    packed = [hiredis.pack_command(tuple(command)) for command in commands]
+    pool = get_async_redis().connection_pool
+    connection = await pool.get_connection()
+    replies: list[Any] = []
+    try:
+        await connection.send_packed_command(packed)
+        for _ in packed:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await connection.disconnect()  # replies may be left unread
+        raise
+    finally:
+        await pool.release(connection)
     for reply in replies:
         if isinstance(reply, ResponseError):
             raise reply

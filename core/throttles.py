@@ -61,6 +61,10 @@ class _Throttle(throttling.SimpleRateThrottle):
                 return allowed
         return super().allow_request(request, view)
 
+    # Set by SimpleRateThrottle.__init__ from the rate (the stubs do not declare them).
+    num_requests: int
+    duration: int
+
     def _allow_in_redis(self, name: str) -> bool:
         self.now = self.timer()
         allowed, count, oldest_ms = readmodel.throttle_hit(

@@ -9,18 +9,20 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, metrics, outbox, rebuild, snapshots
+        from core import activity, demo, drift, fast_asgi, metrics, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
-        from messagecenter import insight, projection, signals, tasks  # noqa: F401
+        from messagecenter import insight, live_api, projection, signals, tasks  # noqa: F401
         from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
         projection.register()
+        # Polls of the counts are answered on the event loop under ASGI when they can.
+        fast_asgi.register("mc-inbox-counts", live_api.inbox_counts_fast)
         signals.connect()
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():

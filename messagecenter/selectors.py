@@ -44,7 +44,13 @@ from messagecenter.models import (
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
-from notices.selectors import COUNT_SCRIPT, announcement_count_call, announcement_count_settle, announcement_counts
+from notices.selectors import (
+    COUNT_SCRIPT,
+    announcement_count_call,
+    announcement_count_call_warm,
+    announcement_count_settle,
+    announcement_counts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -360,6 +366,27 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
     by_category: dict[str, int] = dict(counts.unread_by_category)
     by_category["announcement"] = int(announcements["unread"])
     return _counts_answer(counts.unread, counts.unseen, tuple(by_category.items()))
+
+
+async def inbox_counts_async(*, user_id: int, platforms: Sequence[str], now: datetime) -> dict[str, Any] | None:
+    """``inbox_counts`` of a poll, on the event loop: the inbox's cached counts
+    and the announcement count in one round trip, no thread and no SQL. None
+    when only the sync selector can answer (counts not cached in Redis or not
+    known to this process, several platforms, a cold announcement index, the
+    index moved): the caller then takes the sync path."""
+    call = announcement_count_call_warm(user_id=user_id, platforms=platforms, now=now)
+    if call is None:
+        return None
+    both = await inbox.inbox_counts_alongside_async(
+        user_id=user_id, now_ms=to_ms(now), script=COUNT_SCRIPT, script_keys=call.keys, script_args=call.args()
+    )
+    if both is None:
+        return None
+    counts, reply = both
+    if isinstance(reply, Exception) or int(reply) < 0:
+        return None  # the count needs the sync path's second call or a fresh index
+    by_category = (*counts.unread_by_category.items(), ("announcement", call.live - int(reply)))
+    return _counts_answer(counts.unread, counts.unseen, by_category)
 
 
 def _counts_answer(unread: int, unseen: int, by_category: tuple[tuple[str, int], ...]) -> dict[str, Any]:

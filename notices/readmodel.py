@@ -559,6 +559,15 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
     )
 
 
+def read_count_call_warm(*, platform: str, user_id: int, now: datetime) -> CountCall | None:
+    """``read_count_call`` when this process's index copy of the user's chunk
+    is warm (no Redis call at all); None when reading it would take one."""
+    chunk, _ = user_slot(user_id)
+    if (platform, chunk) not in _ids_cache:
+        return None
+    return read_count_call(platform=platform, user_id=user_id, now=now)
+
+
 def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
     """(live, read) from the first call's reply. When publish or expiry times
     passed since the chunk time, a second call adds what they change for this

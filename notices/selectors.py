@@ -14,6 +14,7 @@ a flag for clients, and the pages show pinned ones in a section of their own.
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -172,6 +173,17 @@ def announcement_count_call(*, user: User, now: datetime) -> readmodel.CountCall
     if not user.is_authenticated or len(platforms) != 1:
         return None
     return readmodel.read_count_call(platform=platforms[0], user_id=readmodel.user_id_of(user), now=now)
+
+
+def announcement_count_call_warm(
+    *, user_id: int, platforms: Sequence[str], now: datetime
+) -> readmodel.CountCall | None:
+    """``announcement_count_call`` for a caller that may not wait on a sync
+    Redis call (the async hot path): None unless the user has one platform and
+    this process's copy of that chunk's index is warm."""
+    if len(platforms) != 1:
+        return None
+    return readmodel.read_count_call_warm(platform=platforms[0], user_id=int(user_id), now=now)
 
 
 def announcement_count_settle(call: readmodel.CountCall, reply: Any) -> dict[str, int]:

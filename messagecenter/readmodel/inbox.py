@@ -34,12 +34,12 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from core import keys, live
 from core.insight import hour_of
 from core.lua import LuaScript
-from core.redis import get_redis, is_cluster, round_trip
+from core.redis import get_redis, is_cluster, round_trip, round_trip_async
 from core.tracking import HeldAnswers, Ticket
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, listing, readcache
@@ -725,6 +725,27 @@ def inbox_counts_alongside(
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result), other, None
+
+
+async def inbox_counts_alongside_async(
+    *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
+) -> tuple[Counts, Any] | None:
+    """``inbox_counts_alongside``'s poll route on the event loop's client: the
+    read cache's check and the other script in one round trip. None whenever
+    that route does not apply or did not answer (nothing cached, a stale
+    value, an error reply such as NOSCRIPT): the sync path then answers, and
+    fills the cache for the next poll."""
+    if not _cache_checkable(user_id, COUNTS_FIELD):
+        return None
+    check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
+    try:
+        replies = await round_trip_async([*check, script.command(script_keys, script_args)])
+    except ResponseError:
+        return None
+    checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
+    if checked is None:
+        return None
+    return _cached_counts(checked[0]), replies[-1]
 
 
 def _read_keys(command: Sequence[str]) -> Sequence[str]:

@@ -1,0 +1,209 @@
+"""Answers to the hottest API reads on the event loop, in front of Django (ASGI).
+
+Under ASGI, Django runs each request's sync code (its request signals, the
+middleware, the DRF view) on a thread and awaits it: three hops a request,
+and the event loop's own work besides, where a WSGI worker just calls the
+view. A bell polling its counts pays all of it for one round trip to Redis.
+
+An app registers an async handler for one of its URL names (``register``).
+For a ``GET`` of that path with an API token, this route authenticates from
+the token's Redis read-through entry (the entry ``core.authentication``
+keeps), asks the handler for the answer and counts the request against the
+view's throttles: each a ``redis.asyncio`` round trip on the event loop, no
+thread, no PostgreSQL connection.
+
+Like the event stream's route (core/live_asgi.py) it only ever serves the
+success case. Everything else goes to Django, which answers as it always
+does: no token or a session, a token not cached or not fresh, an inactive
+user, a user this process has not yet recorded active today, Redis failing
+or not known to hold a ready read model, a throttle's refusal, a query
+string, a view with permissions or throttles this route does not know, or a
+handler that cannot answer on the loop. So the two paths cannot disagree on
+an error, and what needs PostgreSQL or a sync Redis call still gets it.
+
+The answer's headers are the ones Django sent with the last successful
+answer of the same path to the same language inputs and scheme (learned as
+it passed through: security headers, CSP, Vary, Content-Language, Allow);
+only the length and the handler's own headers (an ETag) are the answer's.
+The first request of each kind therefore goes to Django.
+"""
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.urls import resolve, reverse
+from django.utils import timezone
+from redis.exceptions import RedisError
+from rest_framework.permissions import IsAuthenticated
+
+from core import activity, healing, keys, metrics, readmodel
+from core.authentication import TokenAuthentication
+from core.breaker import any_open
+from core.readthrough import parse
+from core.redis import async_available
+from core.throttles import AnonRateThrottle, UserRateThrottle
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class FastRequest:
+    user_id: int
+    platforms: tuple[str, ...]
+    headers: Mapping[bytes, bytes]  # lower-case names, as ASGI gives them
+    now: datetime
+
+
+@dataclass(frozen=True)
+class FastAnswer:
+    status: int  # a success: 200, or 304 for a conditional GET
+    body: bytes = b""
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # the answer's own (an ETag)
+
+
+Handler = Callable[[FastRequest], Awaitable[FastAnswer | None]]
+
+# Handlers by URL name, registered by the apps (their AppConfig.ready).
+_handlers: dict[str, Handler] = {}
+
+# Headers that belong to one answer, never to the learned set.
+_OWN_HEADERS = frozenset({b"content-length", b"etag", b"set-cookie", b"date", b"server", b"last-modified"})
+# Learned header sets kept at most (language inputs vary by client): all are
+# forgotten when one more comes, and the next requests teach them again.
+MAX_LEARNED = 512
+
+
+def register(url_name: str, handler: Handler) -> None:
+    """Answer ``GET`` of the URL named ``url_name`` with ``handler`` when it can."""
+    _handlers[url_name] = handler
+
+
+@dataclass(frozen=True)
+class _Route:
+    handler: Handler
+    pattern: str  # the URL pattern, as /metrics labels Django's answers
+    view: Any  # the DRF view class: its throttles are read per request
+
+
+def _token(authorization: bytes | None) -> str | None:
+    if not authorization:
+        return None
+    keyword, _, key = authorization.decode("latin-1").partition(" ")
+    key = key.strip()
+    if keyword != TokenAuthentication.keyword or not key or " " in key:
+        return None
+    return key
+
+
+def _fits(view: Any) -> bool:
+    """Whether this route applies the view's checks exactly: token first,
+    ``IsAuthenticated`` only, the project's throttles only."""
+    authentication = list(getattr(view, "authentication_classes", ()))
+    permissions = list(getattr(view, "permission_classes", ()))
+    throttles = list(getattr(view, "throttle_classes", ()))
+    return (
+        bool(authentication)
+        and authentication[0] is TokenAuthentication
+        and permissions == [IsAuthenticated]
+        and all(t in (UserRateThrottle, AnonRateThrottle) for t in throttles)
+    )
+
+
+class FastRoutes:
+    """``application = FastRoutes(django_application)``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._routes: dict[str, _Route] | None = None
+        self._learned: dict[tuple[Any, ...], list[tuple[bytes, bytes]]] = {}
+
+    def _by_path(self) -> dict[str, _Route]:
+        if self._routes is None:
+            routes: dict[str, _Route] = {}
+            for name, handler in _handlers.items():
+                path = reverse(name)
+                match = resolve(path)
+                view = getattr(match.func, "view_class", None) or getattr(match.func, "cls", None)
+                if view is not None and _fits(view):
+                    routes[path] = _Route(handler, match.route, view)
+            self._routes = routes
+        return self._routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = None
+        if scope["type"] == "http" and scope["method"] == "GET" and settings.ASGI_FAST_READS and async_available():
+            route = self._by_path().get(scope["path"])
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", ()))
+        token = _token(headers.get(b"authorization"))
+        learn_as = (scope["path"], scope.get("scheme"), headers.get(b"accept-language"), headers.get(b"cookie"))
+        learned = self._learned.get(learn_as)
+        answer = None
+        started = time.perf_counter()
+        if token is not None and learned is not None and not scope.get("query_string"):
+            try:
+                answer = await self._answer(route, token, headers)
+            except (RedisError, OSError, TimeoutError):
+                answer = None  # Django's path has the breaker and the fallbacks
+        if answer is None or learned is None:
+            await self.app(scope, receive, self._learning(send, learn_as) if token is not None else send)
+            return
+        sent = [(n, v) for n, v in learned if answer.status == 200 or n != b"content-type"]
+        sent += [(b"content-length", str(len(answer.body)).encode()), *answer.headers]
+        await send({"type": "http.response.start", "status": answer.status, "headers": sent})
+        await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+        metrics.observe_request(route=route.pattern, method="GET", status=answer.status, started=started)
+
+    def _learning(self, send: Send, learn_as: tuple[Any, ...]) -> Send:
+        """``send`` that keeps the headers of Django's successful answer."""
+
+        async def learning_send(message: Mapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 200:
+                sent = [(bytes(n).lower(), bytes(v)) for n, v in message.get("headers", ())]
+                if not any(n == b"set-cookie" for n, _ in sent):
+                    if len(self._learned) >= MAX_LEARNED:
+                        self._learned.clear()
+                    self._learned[learn_as] = [(n, v) for n, v in sent if n not in _OWN_HEADERS]
+            await send(message)
+
+        return learning_send
+
+    async def _answer(self, route: _Route, token: str, headers: Mapping[bytes, bytes]) -> FastAnswer | None:
+        if any_open() or not healing.known_ready():
+            return None
+        now = timezone.now()
+        entry = parse(await readmodel.cache_entry_get_async(key=keys.auth_token(token)))
+        fields = entry.value
+        if not entry.found or time.time() * 1000 >= entry.fresh_until_ms or not isinstance(fields, dict):
+            return None
+        platforms = fields.get("platforms")
+        if not fields.get("is_active") or not isinstance(platforms, list):
+            return None
+        user_id = int(fields["id"])
+        if not activity.recorded_today(user_id=user_id, now=now):
+            return None
+        answer = await route.handler(FastRequest(user_id, tuple(platforms), headers, now))
+        if answer is None:
+            return None
+        # Counted last: a request handed to Django is counted there, once.
+        for throttle_class in route.view.throttle_classes:
+            throttle = throttle_class()
+            if throttle.rate is None or throttle_class is AnonRateThrottle:
+                continue  # no rate; the anonymous one never counts a signed-in user
+            name = throttle.cache_format % {"scope": throttle.scope, "ident": user_id}
+            window_ms, limit = int(throttle.duration * 1000), int(throttle.num_requests)
+            allowed, _, _ = await readmodel.throttle_hit_async(
+                name=name, now_ms=int(time.time() * 1000), window_ms=window_ms, limit=limit
+            )
+            if not allowed:
+                return None  # Django refuses it again, with its envelope and Retry-After
+        return answer

@@ -1,0 +1,202 @@
+"""Counts polls answered on the event loop (core/fast_asgi.py) under ASGI.
+
+Each test drives the whole ASGI application (the fast route in front of
+Django's ASGI handler) with raw ASGI messages and compares what the fast
+route sends with what Django sends for the same request. On a single real
+Redis the fast route answers a poll once Django answered that kind of request
+once; on the embedded fakeredis and on a Redis Cluster it has no async client
+and every request goes to Django, with the same answers.
+"""
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
+from django.test import override_settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from rest_framework.authtoken.models import Token
+
+from core import keys, readmodel
+from core.fast_asgi import FastRoutes
+from core.redis import async_available, get_redis
+from core.throttles import forget_history
+from messagecenter import services
+from notices.services import announcement_create
+from tests.messagecenter.conftest import send
+
+pytestmark = pytest.mark.django_db
+
+COUNTS = "/api/v1/inbox/counts/"
+# Drawn per response or per moment.
+_VARYING = {b"date", b"content-security-policy"}
+
+
+class Django:
+    """Django's ASGI handler, counting the requests that reach it."""
+
+    def __init__(self) -> None:
+        self.handler = ASGIHandler()
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.calls += 1
+        await self.handler(scope, receive, send)
+
+
+class Answer:
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        start = next(m for m in messages if m["type"] == "http.response.start")
+        self.status = int(start["status"])
+        self.headers = sorted(
+            (bytes(n).lower(), bytes(v)) for n, v in start["headers"] if bytes(n).lower() not in _VARYING
+        )
+        self.body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+
+    def header(self, name: bytes) -> bytes | None:
+        return next((v for n, v in self.headers if n == name), None)
+
+
+def call(app: Any, path: str, headers: dict[str, str]) -> Answer:
+    async def run() -> list[dict[str, Any]]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"testserver"), *((k.lower().encode(), v.encode()) for k, v in headers.items())],
+            "client": ("127.0.0.1", 40000),
+            "server": ("testserver", 80),
+        }
+        messages: list[dict[str, Any]] = []
+        asked = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def collect(message: dict[str, Any]) -> None:
+            messages.append(message)
+
+        await app(scope, receive, collect)
+        return messages
+
+    return Answer(async_to_sync(run)())
+
+
+@pytest.fixture
+def world(operator: Any, recipient: Any) -> dict[str, Any]:
+    first = send(operator, to={"users": [recipient]}, title="One")
+    send(operator, to={"users": [recipient]}, title="Two", category="promotion")
+    announcement_create(author=operator, title="Notice", body_html="<p>x</p>", platforms=["user"])
+    token, _ = Token.objects.get_or_create(user=recipient)
+    forget_history(f"throttle_user_{recipient.pk}")
+    django = Django()
+    return {
+        "item": f"m{first.pk}",
+        "auth": {"Authorization": f"Token {token.key}"},
+        "django": django,
+        "app": FastRoutes(django),
+        "token": token,
+        "user": recipient,
+    }
+
+
+def _warm(app: Any, auth: dict[str, str]) -> Answer:
+    """Django answers the first polls: it settles the inbox (the first read
+    merges what arrived), keeps the counts in Redis's read cache and teaches
+    the fast route the answer's headers. Polls from then on can go fast."""
+    call(app, COUNTS, auth)
+    return call(app, COUNTS, auth)
+
+
+def test_a_poll_is_answered_on_the_loop_with_django_s_answer(world: dict[str, Any]) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    first = _warm(app, auth)
+    assert first.status == 200
+    assert b'"total_unread":3' in first.body  # two messages and the announcement
+    warm = django.calls
+    polls = [call(app, COUNTS, auth) for _ in range(3)]
+    assert django.calls == (warm if async_available() else warm + 3)
+    for polled in polls:
+        assert (polled.status, polled.body, polled.headers) == (first.status, first.body, first.headers)
+    # A conditional poll: 304 with the same headers Django sends, no body.
+    conditional = {**auth, "If-None-Match": first.header(b"etag").decode()}
+    fast_304 = call(app, COUNTS, conditional)
+    assert django.calls == (warm if async_available() else warm + 4)
+    django_304 = call(django.handler, COUNTS, conditional)
+    assert fast_304.status == django_304.status == 304
+    assert (fast_304.body, fast_304.headers) == (django_304.body, django_304.headers)
+
+
+def test_a_change_is_seen_at_the_next_poll(world: dict[str, Any]) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    before = _warm(app, auth)
+    services.inbox_mark_read(user=world["user"], item_id=world["item"])
+    after = call(app, COUNTS, auth)  # the cached counts are stale: Django computes them
+    assert after.status == 200
+    assert b'"total_unread":2' in after.body
+    assert after.header(b"etag") != before.header(b"etag")
+    calls = django.calls
+    again = call(app, COUNTS, auth)
+    assert (again.body, again.headers) == (after.body, after.headers)
+    assert django.calls == (calls if async_available() else calls + 1)
+
+
+def test_errors_are_django_s(world: dict[str, Any]) -> None:
+    app, auth = world["app"], world["auth"]
+    _warm(app, auth)
+    bad = call(app, COUNTS, {"Authorization": "Token " + "0" * 40})
+    assert bad.status == 401
+    assert b'"error"' in bad.body
+    world["token"].delete()  # revoked: refused at once
+    assert call(app, COUNTS, auth).status == 401
+    assert call(app, COUNTS, {}).status == 401
+
+
+def test_throttles_count_each_request_once(world: dict[str, Any]) -> None:
+    app, auth, user = world["app"], world["auth"], world["user"]
+    rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "user": "4/min"}
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        statuses = [call(app, COUNTS, auth).status for _ in range(6)]
+        assert statuses == [200, 200, 200, 200, 429, 429]
+        refused = call(app, COUNTS, auth)
+        assert refused.status == 429
+        assert int(refused.header(b"retry-after") or 0) > 0
+        assert get_redis().zcard(keys.throttle(f"throttle_user_{user.pk}")) == 4
+    forget_history(f"throttle_user_{user.pk}")
+
+
+def test_redis_failing_on_the_loop_leaves_the_answer_to_django(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    first = _warm(app, auth)
+    calls = django.calls
+
+    async def down(**kwargs: Any) -> Any:
+        raise RedisConnectionError("down")
+
+    monkeypatch.setattr(readmodel, "cache_entry_get_async", down)
+    polled = call(app, COUNTS, auth)
+    assert (polled.status, polled.body) == (first.status, first.body)
+    assert django.calls == calls + 1
+
+
+def test_off_by_setting(world: dict[str, Any]) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    with override_settings(ASGI_FAST_READS=False):
+        for _ in range(3):
+            assert call(app, COUNTS, auth).status == 200
+    assert django.calls == 3
