@@ -17,7 +17,7 @@ success case. Everything else goes to Django, which answers as it always
 does: no token or a session, a token not cached or not fresh, an inactive
 user, a user this process has not yet recorded active today, Redis failing
 or not known to hold a ready read model, a throttle's refusal, a query
-string, a view with permissions or throttles this route does not know, or a
+string the handler does not take, a view with permissions or throttles this route does not know, or a
 handler that cannot answer on the loop. So the two paths cannot disagree on
 an error, and what needs PostgreSQL or a sync Redis call still gets it.
 
@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 from django.conf import settings
 from django.urls import resolve, reverse
@@ -58,6 +59,7 @@ class FastRequest:
     user_id: int
     platforms: tuple[str, ...]
     headers: Mapping[bytes, bytes]  # lower-case names, as ASGI gives them
+    query: Mapping[str, str]  # the query string's parameters (each given once)
     now: datetime
 
 
@@ -100,6 +102,18 @@ def _token(authorization: bytes | None) -> str | None:
     if keyword != TokenAuthentication.keyword or not key or " " in key:
         return None
     return key
+
+
+def _query(raw: bytes) -> dict[str, str] | None:
+    """The query string's parameters; None (Django answers) when one is given twice or is not UTF-8."""
+    if not raw:
+        return {}
+    try:
+        pairs = parse_qsl(raw.decode(), keep_blank_values=True, strict_parsing=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        return None
+    query = dict(pairs)
+    return query if len(query) == len(pairs) else None
 
 
 def _fits(view: Any) -> bool:
@@ -149,9 +163,10 @@ class FastRoutes:
         learned = self._learned.get(learn_as)
         answer = None
         started = time.perf_counter()
-        if token is not None and learned is not None and not scope.get("query_string"):
+        query = _query(scope.get("query_string", b""))
+        if token is not None and learned is not None and query is not None:
             try:
-                answer = await self._answer(route, token, headers)
+                answer = await self._answer(route, token, headers, query)
             except (RedisError, OSError, TimeoutError):
                 answer = None  # Django's path has the breaker and the fallbacks
         if answer is None or learned is None:
@@ -177,7 +192,9 @@ class FastRoutes:
 
         return learning_send
 
-    async def _answer(self, route: _Route, token: str, headers: Mapping[bytes, bytes]) -> FastAnswer | None:
+    async def _answer(
+        self, route: _Route, token: str, headers: Mapping[bytes, bytes], query: Mapping[str, str]
+    ) -> FastAnswer | None:
         if any_open() or not healing.known_ready():
             return None
         now = timezone.now()
@@ -191,7 +208,7 @@ class FastRoutes:
         user_id = int(fields["id"])
         if not activity.recorded_today(user_id=user_id, now=now):
             return None
-        answer = await route.handler(FastRequest(user_id, tuple(platforms), headers, now))
+        answer = await route.handler(FastRequest(user_id, tuple(platforms), headers, query, now))
         if answer is None:
             return None
         # Counted last: a request handed to Django is counted there, once.

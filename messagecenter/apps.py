@@ -16,13 +16,15 @@ class MessagecenterConfig(AppConfig):
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
         from messagecenter import insight, live_api, projection, signals, tasks  # noqa: F401
+        from messagecenter.apis import inbox as inbox_api
         from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
         projection.register()
-        # Polls of the counts are answered on the event loop under ASGI when they can.
+        # Polls of the counts and the first page are answered on the event loop under ASGI when they can.
         fast_asgi.register("mc-inbox-counts", live_api.inbox_counts_fast)
+        fast_asgi.register("mc-inbox", inbox_api.inbox_list_fast)
         signals.connect()
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():

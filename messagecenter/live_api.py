@@ -61,6 +61,8 @@ class InboxCountsLiveApi(InboxCountsApi):
 async def inbox_counts_fast(request: FastRequest) -> FastAnswer | None:
     """``InboxCountsLiveApi.get`` on the event loop (core/fast_asgi.py), for a
     poll whose counts Redis holds: the same body, ETag and 304."""
+    if request.query:
+        return None  # not a bell's poll: Django answers
     found = await live.inbox_counts_async(user_id=request.user_id, platforms=request.platforms, now=request.now)
     if found is None:
         return None

@@ -204,7 +204,8 @@ def inbox_list_rendered(
     a polled inbox costs one script call and no rendering. The script decides
     whether the rendering is current (_cache.lua, "Read cache")."""
     # The archived list and searches are not kept in the page cache.
-    field = "" if cursor or since or archived or query else f"{category or ''}|{int(unread_only)}|{limit}"
+    first_page = not (cursor or since or archived or query)
+    field = _page_cache_field(category=category, unread_only=unread_only, limit=limit) if first_page else ""
     page, cached = _inbox_list(
         user=user,
         category=category,
@@ -227,6 +228,23 @@ def inbox_list_rendered(
         except RedisError:
             logger.warning("redis unavailable; page of user %s not cached", user.pk)
     return body
+
+
+async def inbox_first_page_async(
+    *, user_id: int, category: str | None, unread_only: bool, limit: int, now: datetime
+) -> bytes | None:
+    """``inbox_list_rendered``'s answer for a polled first page (no cursor, no
+    ``since``, not archived, no search) when the page cache holds a current
+    rendering of it, on the event loop; None when only the sync selector can
+    answer (nothing current cached: it computes and caches the page)."""
+    category_validate(category)
+    field = _page_cache_field(category=category, unread_only=unread_only, limit=limit)
+    return await inbox.cache_get_async(user_id=user_id, field=field, now_ms=to_ms(now))
+
+
+def _page_cache_field(*, category: str | None, unread_only: bool, limit: int) -> str:
+    """The page cache's field of a first page's query."""
+    return f"{category or ''}|{int(unread_only)}|{limit}"
 
 
 def _inbox_list(

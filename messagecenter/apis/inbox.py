@@ -13,6 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.exceptions import ValidationFailed
+from core.fast_asgi import FastAnswer, FastRequest
 from core.fields import OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
@@ -133,6 +135,29 @@ class InboxListApi(APIView):
         )
         # Already JSON (the page cache keeps renderings): sent as it is.
         return HttpResponse(body, content_type="application/json")
+
+
+# What a polled first page may ask (anything more: Django answers).
+_FIRST_PAGE_PARAMS = frozenset({"category", "unread", "limit"})
+
+
+async def inbox_list_fast(request: FastRequest) -> FastAnswer | None:
+    """``InboxListApi.get`` of a polled first page on the event loop
+    (core/fast_asgi.py), when the page cache holds its current rendering."""
+    params = request.query
+    if not params.keys() <= _FIRST_PAGE_PARAMS:
+        return None
+    try:
+        body = await selectors.inbox_first_page_async(
+            user_id=request.user_id,
+            category=_category(params.get("category")),
+            unread_only=parse_bool(params.get("unread"), name="unread"),
+            limit=parse_limit(params.get("limit")),
+            now=request.now,
+        )
+    except ValidationFailed:
+        return None  # Django answers with the error envelope
+    return None if body is None else FastAnswer(200, body)
 
 
 class InboxItemApi(APIView):

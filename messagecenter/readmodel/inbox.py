@@ -625,6 +625,15 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     return checked[0] if checked is not None else None
 
 
+async def cache_get_async(*, user_id: int, field: str, now_ms: int) -> bytes | None:
+    """``cache_get`` on the event loop's client."""
+    if not _cache_checkable(user_id, field):
+        return None
+    replies = await round_trip_async(_cache_check_commands(keys.prefix(), user_id, field))
+    checked = _cache_checked(user_id, field, replies[-1], now_ms)
+    return checked[0] if checked is not None else None
+
+
 def _cached_counts(value: bytes) -> Counts:
     """Counts as counts.lua keeps them: ``<name>,<n>,...|<unseen>``."""
     flat, _, unseen = value.rpartition(b"|")

@@ -30,6 +30,7 @@ from tests.messagecenter.conftest import send
 pytestmark = pytest.mark.django_db
 
 COUNTS = "/api/v1/inbox/counts/"
+INBOX = "/api/v1/inbox/"
 # Drawn per response or per moment.
 _VARYING = {b"date", b"content-security-policy"}
 
@@ -59,7 +60,7 @@ class Answer:
         return next((v for n, v in self.headers if n == name), None)
 
 
-def call(app: Any, path: str, headers: dict[str, str]) -> Answer:
+def call(app: Any, path: str, headers: dict[str, str], query: str = "") -> Answer:
     async def run() -> list[dict[str, Any]]:
         scope = {
             "type": "http",
@@ -69,7 +70,7 @@ def call(app: Any, path: str, headers: dict[str, str]) -> Answer:
             "scheme": "http",
             "path": path,
             "raw_path": path.encode(),
-            "query_string": b"",
+            "query_string": query.encode(),
             "root_path": "",
             "headers": [(b"host", b"testserver"), *((k.lower().encode(), v.encode()) for k, v in headers.items())],
             "client": ("127.0.0.1", 40000),
@@ -113,12 +114,12 @@ def world(operator: Any, recipient: Any) -> dict[str, Any]:
     }
 
 
-def _warm(app: Any, auth: dict[str, str]) -> Answer:
+def _warm(app: Any, auth: dict[str, str], path: str = COUNTS, query: str = "") -> Answer:
     """Django answers the first polls: it settles the inbox (the first read
     merges what arrived), keeps the counts in Redis's read cache and teaches
     the fast route the answer's headers. Polls from then on can go fast."""
-    call(app, COUNTS, auth)
-    return call(app, COUNTS, auth)
+    call(app, path, auth, query)
+    return call(app, path, auth, query)
 
 
 def test_a_poll_is_answered_on_the_loop_with_django_s_answer(world: dict[str, Any]) -> None:
@@ -138,6 +139,37 @@ def test_a_poll_is_answered_on_the_loop_with_django_s_answer(world: dict[str, An
     django_304 = call(django.handler, COUNTS, conditional)
     assert fast_304.status == django_304.status == 304
     assert (fast_304.body, fast_304.headers) == (django_304.body, django_304.headers)
+
+
+@pytest.mark.parametrize("query", ["", "limit=5", "category=promotion&unread=true"])
+def test_a_polled_first_page_is_answered_on_the_loop(world: dict[str, Any], query: str) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    first = _warm(app, auth, INBOX, query)
+    assert first.status == 200
+    assert b'"results"' in first.body
+    warm = django.calls
+    polled = call(app, INBOX, auth, query)
+    assert django.calls == (warm if async_available() else warm + 1)
+    assert (polled.status, polled.body, polled.headers) == (first.status, first.body, first.headers)
+    # A mark changes the page: Django computes the next one, the poll after it is fast again.
+    services.inbox_mark_read(user=world["user"], item_id=world["item"])
+    changed = call(app, INBOX, auth, query)
+    assert changed.body != first.body or "promotion" in query
+    again = call(app, INBOX, auth, query)
+    assert (again.status, again.body) == (changed.status, changed.body)
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [("limit=0", 400), ("category=nope", 400), ("unread=maybe", 400), ("limit=1&limit=2", 200), ("cursor=abc", 400)],
+)
+def test_a_page_the_loop_does_not_take_is_django_s(world: dict[str, Any], query: str, status: int) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    _warm(app, auth, INBOX)
+    ours = call(app, INBOX, auth, query)
+    theirs = call(django.handler, INBOX, auth, query)
+    assert (ours.status, ours.body) == (theirs.status, theirs.body)
+    assert ours.status == status
 
 
 def test_a_change_is_seen_at_the_next_poll(world: dict[str, Any]) -> None:
