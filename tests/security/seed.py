@@ -168,9 +168,10 @@ def db_state() -> dict[str, Any]:
     return state
 
 
-# Read-through caches of PostgreSQL that any authenticated request may fill, and
-# the day's activity bitmap, which any authenticated request may set a bit in.
-_CACHE_PARTS = (":auth:", ":user:platforms:", ":activity:")
+# Read-through caches of PostgreSQL that any authenticated request may fill,
+# the day's activity bitmap, which any authenticated request may set a bit in,
+# and the throttles' windows, which count every request, refused ones too.
+_CACHE_PARTS = (":auth:", ":user:platforms:", ":activity:", ":throttle:")
 
 
 _READ = {
@@ -186,7 +187,7 @@ def redis_state(redis: Any) -> dict[str, Any]:
     """Every read-model key with its type and content (TTLs aside)."""
     prefix = str(settings.MESSAGECENTER_KEY_PREFIX)
     keys = []
-    # Django's cache (throttle history) may share the database: read-model keys only.
+    # Django's cache may share the database: read-model keys only.
     for raw in redis.scan_iter(match=prefix + "*", count=1000):
         key = raw.decode() if isinstance(raw, bytes) else raw
         if not any(part in ":" + key for part in _CACHE_PARTS):
