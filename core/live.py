@@ -33,6 +33,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from types import CoroutineType
 from typing import Any
 
 import redis.asyncio
@@ -352,7 +353,9 @@ class _Listener:
             return
         self.writes += 1
         pending = sink(frame)
-        if not isinstance(pending, Coroutine):
+        # The exact type first: an isinstance check against the ABC alone took
+        # longer than the rest of the write's Python (per stream, per event).
+        if type(pending) is not CoroutineType and not isinstance(pending, Coroutine):
             self.stalled = (pending, None)
             self.wake()
             return
@@ -464,6 +467,9 @@ class LiveHub:
         self._pubsub: Any = None
         self._commands: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Version reads waiting for the next MGET, and the tasks reading them.
+        self._versions: list[tuple[int, asyncio.Future[int]]] = []
+        self._readers: set[asyncio.Task[None]] = set()
         self.connected = False
 
     # -- streams
@@ -508,9 +514,41 @@ class LiveHub:
                 self._dirty.set()
 
     async def user_version(self, user_id: int) -> int:
-        if self._commands is None:
-            self._commands = self._factory()[1]
-        return int(await self._commands.get(keys.live_user_version(user_id)) or 0)
+        """The user's version, read with those of every stream opening in the
+        same turn of the loop (one MGET; streams run on a single Redis only):
+        a burst of streams takes one round trip, not one each queued on the
+        command pool's four connections. Raises RedisError."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+        self._versions.append((user_id, future))
+        if len(self._versions) == 1:
+            reader = loop.create_task(self._read_versions(), name="live-hub-versions")
+            self._readers.add(reader)
+            reader.add_done_callback(self._readers.discard)
+        return await future
+
+    async def _read_versions(self) -> None:
+        await asyncio.sleep(0)  # the streams opening in this turn of the loop join the batch
+        batch, self._versions = self._versions, []
+        try:
+            if self._commands is None:
+                self._commands = self._factory()[1]
+            values: list[Any] = []
+            for i in range(0, len(batch), SUBSCRIBE_BATCH):
+                part = batch[i : i + SUBSCRIBE_BATCH]
+                values += await self._commands.mget([keys.live_user_version(user_id) for user_id, _ in part])
+        except (RedisError, OSError) as error:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        except BaseException:
+            for _, future in batch:
+                future.cancel()
+            raise
+        for (_, future), value in zip(batch, values, strict=True):
+            if not future.done():
+                future.set_result(int(value or 0))
 
     def stream_count(self) -> int:
         return len(self._all)
@@ -660,7 +698,7 @@ class LiveHub:
         the loop then waits for work again), so a task still running after a
         moment is cancelled again, a few times, and then left behind with a
         warning: a server's shutdown never waits on it forever."""
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = [*self._tasks, *self._readers], []
         for _ in range(HUB_CLOSE_ROUNDS):
             if not tasks:
                 break

@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
+import redis.asyncio
 
 from core import live
 
@@ -206,3 +207,32 @@ def test_a_stream_whose_connection_fails_ends_and_leaves_the_hub() -> None:
     assert clients[0].reasons() == []
     assert clients[1].reasons() == ["bulletin"]
     assert (left, users) == (1, 1)
+
+
+def test_streams_opening_together_read_each_user_s_version_in_shared_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    real_mget = redis.asyncio.Redis.mget
+
+    async def counted_mget(self: Any, keys: Any, *args: Any) -> Any:
+        reads.append(len(keys))
+        return await real_mget(self, keys, *args)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "mget", counted_mget)
+    # Users 1 and 3 have versions of their own; the others none yet.
+    live.inbox_changed(user_ids=[FIRST_USER + 1, FIRST_USER + 3], reason="deliver")
+    live.inbox_changed(user_ids=[FIRST_USER + 3], reason="read")
+
+    async def scenario() -> list[Client]:
+        clients = [Client(FIRST_USER + n) for n in range(5)]
+        for client in clients:
+            client.start()
+        try:
+            await _until(lambda: all(c.events()[:1] for c in clients), "every hello")
+        finally:
+            await _close(clients)
+        return clients
+
+    clients = asyncio.run(scenario())
+    assert [c.events()[0] for c in clients] == [("hello", {"v": v}) for v in (0, 1, 0, 2, 0)]
+    # Read with MGET, in batches of the streams that opened together: never a GET per stream.
+    assert sum(reads) == 5
