@@ -37,8 +37,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "/api/v1/inbox/stream/"
@@ -207,26 +209,55 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _redis_clients() -> tuple[int, int, int]:
-    """(hub pub/sub connections, hub command connections, all connections) on the bench Redis."""
+def _redis_clients(server: int) -> tuple[int, int, int]:
+    """(the server's hub pub/sub connections, its hub command connections, every
+    connection it holds to Redis). Other processes on the same Redis (tests,
+    other benches) are left out: the hub's names carry the server's pid, and
+    the last figure counts the server's own sockets to the Redis port."""
+    from django.conf import settings
+
     from core.redis import get_redis
 
     clients = get_redis().client_list()
-    hub = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-") and int(c.get("sub", 0)))
-    commands = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-commands-"))
-    return hub, commands, len(clients)
+    hub = sum(1 for c in clients if c.get("name") == f"mc-live-hub-{server}" and int(c.get("sub", 0)))
+    commands = sum(1 for c in clients if c.get("name") == f"mc-live-hub-commands-{server}")
+    port = urlsplit(settings.CACHES["default"]["LOCATION"]).port or 6379
+    return hub, commands, len(_connections(server, port))
 
 
-def _pg_connections() -> str:
-    """The bench database's connections by state (the server's pool keeps a few idle)."""
+def _connections(pid: int, remote_port: int) -> list[int]:
+    """The local ports of the process's established TCP connections to ``remote_port``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        with suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                # local and remote "ADDR:PORT" in hex, state 01 = established, the socket's inode
+                local, remote, state, inode = (*line.split()[1:4], line.split()[9])
+                if int(remote.rsplit(":", 1)[1], 16) == remote_port and state == "01" and inode in inodes:
+                    found.append(int(local.rsplit(":", 1)[1], 16))
+    return found
+
+
+def _pg_connections(server: int) -> str:
+    """The server's PostgreSQL connections by state (its pool keeps a few idle):
+    pg_stat_activity's rows whose client port is one of the server's sockets."""
     from django.conf import settings
     from django.db import connection
 
+    ports = _connections(server, int(settings.DATABASES["default"].get("PORT") or 5432))
+    if not ports:
+        return "none"
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
-            [settings.DATABASES["default"]["NAME"]],
+            " WHERE client_port = ANY(%s) AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
+            [ports],
         )
         found = ", ".join(f"{count} {state}" for state, count in cursor.fetchall())
     connection.close()
@@ -248,7 +279,7 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
             await asyncio.gather(*(_open(port, token, book) for _, token in users[i : min(first, i + args.batch)]))
         )
     await asyncio.sleep(1)
-    result["redis_before"] = _redis_clients()
+    result["redis_before"] = _redis_clients(server)
     rss_before = _rss(server)
     result["first"] = first
     streams: list[Stream] = list(warm)
@@ -265,7 +296,8 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
                 streams.append(item)
             else:
                 failures += 1
-                reasons[type(item).__name__] = reasons.get(type(item).__name__, 0) + 1
+                kind = f"{type(item).__name__}({item})"
+                reasons[kind] = reasons.get(kind, 0) + 1
         if failures and not args.keep_going:
             break
     result["open_seconds"] = time.perf_counter() - started
@@ -274,8 +306,8 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
     result["failure_kinds"] = reasons
     await asyncio.sleep(2)  # let the server settle (freed request buffers, GC)
     result["rss_before"], result["rss_after"] = rss_before, _rss(server)
-    result["redis_after"] = _redis_clients()
-    result["pg"] = _pg_connections()
+    result["redis_after"] = _redis_clients(server)
+    result["pg"] = _pg_connections(server)
 
     # A user's event: one at a time to a random user with an open stream.
     user_delays = []
@@ -421,10 +453,11 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
         (
             "Redis connections per stream (target ~0: a fixed few per process)",
             f"{(total_after - total_before) / max(1, r['open'] - r['first']):.4f} "
-            f"(all clients {total_before} -> {total_after}; the hub's command pool {commands_after} of at most 4)",
+            f"(the server's connections to Redis {total_before} -> {total_after}; "
+            f"the hub's command pool {commands_after} of at most 4)",
             total_after - total_before <= 16,
         ),
-        ("PostgreSQL connections while streaming (the pool's idle ones)", r["pg"], None),
+        ("the server's PostgreSQL connections while streaming (its pool's idle ones)", r["pg"], None),
     ]
     width = max(len(name) for name, _, _ in rows)
     for name, value, met in rows:
