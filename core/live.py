@@ -16,8 +16,9 @@ the new counts once Redis is back).
 Readers: under ASGI every stream of a process goes through that process's
 ``LiveHub``: one pub/sub connection, subscribed once to the broadcast
 channels and to each user channel while a stream of that user is open, that
-fans each event out to the local streams. A stream holds a few hundred bytes
-of its own and no connection. Under WSGI each stream keeps its own blocking
+fans each event out to the local streams: one frame, written from the hub's
+loop to every stream that is idle. A stream holds a few hundred bytes of its
+own and no connection. Under WSGI each stream keeps its own blocking
 pub/sub (``event_stream``; a worker thread per stream cannot scale anyway).
 A stream lives at most ``MESSAGECENTER_LIVE_STREAM_SECONDS`` and sends a
 comment line every ``MESSAGECENTER_LIVE_HEARTBEAT_SECONDS``: the heartbeat
