@@ -32,7 +32,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import CoroutineType
 from typing import Any
@@ -71,6 +71,9 @@ DUE_BATCH = 100
 SUBSCRIBE_WAIT_SECONDS = 5.0
 # Channels per SUBSCRIBE command when many streams open at once.
 SUBSCRIBE_BATCH = 1000
+# Events the hub hands out together when they arrived together (one write per
+# stream for all of them); past that it starts another round.
+HUB_BURST = 256
 # Events a stream holds while its client does not read; past that they are
 # replaced by one "resync" event (the page refetches everything anyway).
 STREAM_BACKLOG = 16
@@ -345,12 +348,14 @@ class _Listener:
             self.frames.append(data)
         self.wake()
 
-    def offer(self, data: bytes, frame: bytes) -> None:
-        """``data`` for this stream, ``frame`` its SSE bytes (shared by every
-        stream of the event): written now when the stream is idle, else queued."""
+    def offer(self, events: Sequence[bytes], frame: bytes) -> None:
+        """``events`` for this stream, ``frame`` their SSE bytes (shared by every
+        stream given the same events): written now when the stream is idle,
+        else queued."""
         sink = self.sink
         if sink is None or self.busy or self.frames or self.stalled is not None or self.closed:
-            self.push(data)
+            for data in events:
+                self.push(data)
             return
         self.writes += 1
         pending = sink(frame)
@@ -609,11 +614,22 @@ class LiveHub:
                 await pubsub.ping()
                 continue
             silent = 0.0
-            kind = message.get("type")
-            if kind == "message":
-                self._dispatch(_text(message["channel"]), message["data"])
-            elif kind == "subscribe":
-                self._confirm(_text(message["channel"]))
+            # What else has already arrived goes out with it: a burst of events
+            # (a bulk retraction, a backlog of due broadcasts) costs each stream
+            # one write, not one per event.
+            burst: list[tuple[str, bytes]] = []
+            while message is not None:
+                kind = message.get("type")
+                if kind == "message":
+                    data = message["data"]
+                    burst.append((_text(message["channel"]), data if isinstance(data, bytes) else str(data).encode()))
+                elif kind == "subscribe":
+                    self._confirm(_text(message["channel"]))
+                if len(burst) >= HUB_BURST:
+                    break
+                message = await pubsub.get_message(timeout=0)
+            if burst:
+                self._dispatch(burst)
 
     def _confirm(self, channel: str) -> None:
         left = self._pending.get(channel, 0) - 1
@@ -627,26 +643,45 @@ class LiveHub:
             if ready is not None and not ready.done():
                 ready.set_result(None)
 
-    def _dispatch(self, channel: str, data: Any) -> None:
-        raw = data if isinstance(data, bytes) else str(data).encode()
+    def _listeners(self, channel: str) -> Iterable[_Listener]:
         scope = self._broadcast.get(channel)
         if scope is None:
-            self._fan(self._users.get(channel, ()), raw)
-        elif scope == BROADCAST_EVERYONE:
-            self._fan(self._all, raw)
-        else:
-            self._fan(self._platforms.get(scope, ()), raw)
+            return self._users.get(channel, ())
+        if scope == BROADCAST_EVERYONE:
+            return self._all
+        return self._platforms.get(scope, ())
+
+    def _dispatch(self, burst: list[tuple[str, bytes]]) -> None:
+        """Hand the events (channel, data) to the streams they concern, in order."""
+        if len(burst) == 1:
+            channel, raw = burst[0]
+            self._fan(self._listeners(channel), raw)
+            return
+        queued: dict[_Listener, list[bytes]] = {}
+        for channel, raw in burst:
+            for listener in self._listeners(channel):
+                queued.setdefault(listener, []).append(raw)
+        # Streams given the same events (all of them, for broadcasts) share one
+        # frame: the events are told apart by identity, and live until the end.
+        frames: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        for listener, events in queued.items():
+            key = (listener.event, tuple(map(id, events)))
+            frame = frames.get(key)
+            if frame is None:
+                frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
+            listener.offer(events, frame)
 
     @staticmethod
     def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
         # One SSE frame per event name (every inbox stream shares one), the
         # same bytes written to every stream.
         frames: dict[bytes, bytes] = {}
+        events = (raw,)
         for listener in list(listeners):
             frame = frames.get(listener.event)
             if frame is None:
                 frame = frames[listener.event] = _raw_frame(listener.event, raw)
-            listener.offer(raw, frame)
+            listener.offer(events, frame)
 
     async def _subscribe_loop(self) -> None:
         while True:

@@ -12,13 +12,15 @@ whose connection fails ends and leaves the hub.
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 import redis.asyncio
 
-from core import live
+from core import keys, live
+from core.redis import get_redis
 
 pytestmark = pytest.mark.not_on_cluster(reason="event streams are off on Redis Cluster by design (pages poll)")
 
@@ -236,3 +238,32 @@ def test_streams_opening_together_read_each_user_s_version_in_shared_reads(monke
     assert [c.events()[0] for c in clients] == [("hello", {"v": v}) for v in (0, 1, 0, 2, 0)]
     # Read with MGET, in batches of the streams that opened together: never a GET per stream.
     assert sum(reads) == 5
+
+
+def test_events_that_arrive_together_reach_each_stream_in_one_write() -> None:
+    async def scenario() -> list[Client]:
+        clients = await _open(3)
+        try:
+            # Published while this loop is blocked, so that all of them wait on the
+            # hub's socket when it reads next (the sleep lets Redis flush them there).
+            pipe = get_redis().pipeline(transaction=False)
+            for n in range(5):
+                event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason=f"burst-{n}")
+                pipe.publish(keys.live_broadcast_channel(live.BROADCAST_EVERYONE), event)
+            pipe.publish(keys.live_user_channel(FIRST_USER + 1), '{"v":7,"reason":"mine"}')
+            pipe.execute()
+            time.sleep(0.05)
+            await _until(lambda: [len(c.reasons()) for c in clients] == [5, 6, 5], "the burst")
+        finally:
+            await _close(clients)
+        return clients
+
+    clients = asyncio.run(scenario())
+    burst = [f"burst-{n}" for n in range(5)]
+    assert clients[0].reasons() == burst
+    assert clients[1].reasons() == [*burst, "mine"]
+    assert clients[2].reasons() == burst
+    # One write per stream for the whole burst, from the hub; the streams given
+    # the same events got the very same bytes.
+    assert [c.writers[1:] for c in clients] == [["live-hub-read"]] * 3
+    assert clients[0].chunks[1] is clients[2].chunks[1]
