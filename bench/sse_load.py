@@ -5,7 +5,8 @@
 Serves ``config.asgi:application`` with one uvicorn worker and the bench
 settings (database ``BENCH_DATABASE_URL``, Redis ``BENCH_REDIS_URL``), gives
 ``--streams`` users a token each and opens one stream per user from this
-process (plain asyncio sockets, so the client stays light). Then:
+process (plain asyncio sockets on uvloop when installed, so the client stays
+light). Then:
 
 - memory: the server's RSS before and after the streams opened, per stream;
 - Redis: the server process's pub/sub connections (``CLIENT LIST TYPE pubsub``
@@ -14,11 +15,16 @@ process (plain asyncio sockets, so the client stays light). Then:
 - delay of a user's event: ``--events`` events to random users, published
   here (``core.live.inbox_changed``, as a write does) and timed to their arrival;
 - delay of a broadcast: a few events to everyone (``core.live.broadcast``), timed
-  to their arrival on every stream (p50, p99, last).
+  to their arrival on every stream (p50, p99, last), and the server's CPU time
+  (user + system, from /proc) over each broadcast: the server's own cost,
+  whatever else the machine runs meanwhile.
 
 The file descriptor limit is raised to its hard limit (client and server each
 need one per stream). Timings include this client's own work on the same
-two cores. Not part of the test suite.
+two cores, and on loopback the server's writes also pay for the kernel's
+receiving side of each stream (a browser elsewhere would not). ``--pin`` puts
+the server on one core and the client on the other. Not part of the test
+suite.
 """
 
 import argparse
@@ -31,8 +37,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "/api/v1/inbox/stream/"
@@ -104,6 +112,13 @@ def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _cpu(pid: int) -> tuple[float, float]:
+    """The process's CPU time so far (all threads), user and system, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def _rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -112,7 +127,13 @@ def _rss(pid: int) -> int:
 
 
 class Stream(asyncio.Protocol):
-    """One open stream: notes when hello and each marked event arrive."""
+    """One open stream: notes when hello and each marked event arrive.
+
+    Until hello it parses the response's blocks; after that it only looks for
+    the marked events' tags in what arrives (with the few bytes a read may
+    have cut off kept for the next one): a broadcast makes ten thousand of
+    these calls on the core the server shares, and each one's time is part of
+    the delay measured."""
 
     def __init__(self, book: "Book") -> None:
         self.book = book
@@ -120,12 +141,16 @@ class Stream(asyncio.Protocol):
         self.buffer = b""
         self.status = 0
         self.transport: Any = None
+        self.ready = False
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
+        if self.ready:
+            self._marks(self.buffer + data if self.buffer else data, now)
+            return
         self.buffer += data
         while b"\n\n" in self.buffer:
             block, self.buffer = self.buffer.split(b"\n\n", 1)
@@ -136,13 +161,26 @@ class Stream(asyncio.Protocol):
                 continue
             if b"event: hello" in block and not self.hello.done():
                 self.hello.set_result(None)
+                self.ready = True
+                rest, self.buffer = self.buffer, b""
+                if rest:
+                    self._marks(rest, now)
+                return
             if b"event: unavailable" in block and not self.hello.done():
                 self.hello.set_exception(RuntimeError("unavailable"))
-            marker = block.find(MARK)
-            if marker >= 0:
-                start = marker + len(MARK)
-                tag = block[start : block.index(b'"', start)].decode()
-                self.book.arrived.setdefault(tag, []).append(now)
+
+    def _marks(self, data: bytes, now: float) -> None:
+        position = 0
+        while (marker := data.find(MARK, position)) >= 0:
+            start = marker + len(MARK)
+            end = data.find(b'"', start)
+            if end < 0:
+                self.buffer = data[marker:]  # the tag's end comes with the next read
+                return
+            self.book.arrived.setdefault(data[start:end].decode(), []).append(now)
+            position = end
+        # A marker cut by the read boundary: its start is in these last bytes.
+        self.buffer = data[max(position, len(data) - len(MARK) + 1) :]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.book.lost += 1
@@ -172,26 +210,55 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _redis_clients() -> tuple[int, int, int]:
-    """(hub pub/sub connections, hub command connections, all connections) on the bench Redis."""
+def _redis_clients(server: int) -> tuple[int, int, int]:
+    """(the server's hub pub/sub connections, its hub command connections, every
+    connection it holds to Redis). Other processes on the same Redis (tests,
+    other benches) are left out: the hub's names carry the server's pid, and
+    the last figure counts the server's own sockets to the Redis port."""
+    from django.conf import settings
+
     from core.redis import get_redis
 
     clients = get_redis().client_list()
-    hub = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-") and int(c.get("sub", 0)))
-    commands = sum(1 for c in clients if c.get("name", "").startswith("mc-live-hub-commands-"))
-    return hub, commands, len(clients)
+    hub = sum(1 for c in clients if c.get("name") == f"mc-live-hub-{server}" and int(c.get("sub", 0)))
+    commands = sum(1 for c in clients if c.get("name") == f"mc-live-hub-commands-{server}")
+    port = urlsplit(settings.CACHES["default"]["LOCATION"]).port or 6379
+    return hub, commands, len(_connections(server, port))
 
 
-def _pg_connections() -> str:
-    """The bench database's connections by state (the server's pool keeps a few idle)."""
+def _connections(pid: int, remote_port: int) -> list[int]:
+    """The local ports of the process's established TCP connections to ``remote_port``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        with suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                # local and remote "ADDR:PORT" in hex, state 01 = established, the socket's inode
+                local, remote, state, inode = (*line.split()[1:4], line.split()[9])
+                if int(remote.rsplit(":", 1)[1], 16) == remote_port and state == "01" and inode in inodes:
+                    found.append(int(local.rsplit(":", 1)[1], 16))
+    return found
+
+
+def _pg_connections(server: int) -> str:
+    """The server's PostgreSQL connections by state (its pool keeps a few idle):
+    pg_stat_activity's rows whose client port is one of the server's sockets."""
     from django.conf import settings
     from django.db import connection
 
+    ports = _connections(server, int(settings.DATABASES["default"].get("PORT") or 5432))
+    if not ports:
+        return "none"
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
-            [settings.DATABASES["default"]["NAME"]],
+            " WHERE client_port = ANY(%s) AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
+            [ports],
         )
         found = ", ".join(f"{count} {state}" for state, count in cursor.fetchall())
     connection.close()
@@ -213,12 +280,13 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
             await asyncio.gather(*(_open(port, token, book) for _, token in users[i : min(first, i + args.batch)]))
         )
     await asyncio.sleep(1)
-    result["redis_before"] = _redis_clients()
+    result["redis_before"] = _redis_clients(server)
     rss_before = _rss(server)
     result["first"] = first
     streams: list[Stream] = list(warm)
     started = time.perf_counter()
     failures = 0
+    reasons: dict[str, int] = {}
     batch = args.batch
     for i in range(first, len(users), batch):
         opened = await asyncio.gather(
@@ -229,15 +297,18 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
                 streams.append(item)
             else:
                 failures += 1
+                kind = f"{type(item).__name__}({item})"
+                reasons[kind] = reasons.get(kind, 0) + 1
         if failures and not args.keep_going:
             break
     result["open_seconds"] = time.perf_counter() - started
     result["open"] = len(streams)
     result["failures"] = failures
+    result["failure_kinds"] = reasons
     await asyncio.sleep(2)  # let the server settle (freed request buffers, GC)
     result["rss_before"], result["rss_after"] = rss_before, _rss(server)
-    result["redis_after"] = _redis_clients()
-    result["pg"] = _pg_connections()
+    result["redis_after"] = _redis_clients(server)
+    result["pg"] = _pg_connections(server)
 
     # A user's event: one at a time to a random user with an open stream.
     user_delays = []
@@ -258,10 +329,14 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
     lasts = []
     for n in range(args.broadcasts):
         tag = f"b{n}"
+        cpu = _cpu(server)
         sent = time.perf_counter()
         live.broadcast(scope=live.BROADCAST_EVERYONE, reason=f"bench-{tag}")
         while len(book.arrived.get(tag, ())) < len(streams) and time.perf_counter() - sent < 30:
             await asyncio.sleep(0.001)
+        # The server does nothing else meanwhile: its CPU time is the broadcast's cost.
+        user, system = _cpu(server)
+        result.setdefault("broadcast_cpu", []).append((user - cpu[0], system - cpu[1]))
         got = [t - sent for t in book.arrived.get(tag, ())]
         broadcast.extend(got)
         lasts.append(max(got) if got else float("nan"))
@@ -274,6 +349,16 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
     return result
 
 
+def _loop_run(main: Any) -> Any:
+    """asyncio.run, on uvloop when it is installed (as it is for the server):
+    the client's own per-stream work shares the two cores with the server."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=10_000)
@@ -282,6 +367,12 @@ def main() -> int:
     parser.add_argument("--broadcasts", type=int, default=3)
     parser.add_argument("--batch", type=int, default=250, help="streams opened concurrently")
     parser.add_argument("--keep-going", action="store_true", help="keep opening after a stream failed")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="server on one core, this client on another (the client stands for browsers elsewhere)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
     # This client calls Django's ORM (the connection counts) from its event
@@ -296,6 +387,10 @@ def main() -> int:
     port = _free_port()
     log = ROOT / "bench-sse-uvicorn.log"
     server = _serve(port, log)
+    if args.pin and len(os.sched_getaffinity(0)) >= 2:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(server.pid, {cpus[0]})
+        os.sched_setaffinity(0, {cpus[1]})
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -303,7 +398,7 @@ def main() -> int:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.2)
-        result = asyncio.run(_run(args, port, users, server.pid))
+        result = _loop_run(_run(args, port, users, server.pid))
     finally:
         os.killpg(server.pid, 15)
         try:
@@ -325,7 +420,8 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
     rows = [
         (
             "streams open (target >= 10,000)",
-            f"{r['open']:,} of {wanted:,} in {r['open_seconds']:.1f} s, {r['failures']} failed",
+            f"{r['open']:,} of {wanted:,} in {r['open_seconds']:.1f} s, {r['failures']} failed"
+            + "".join(f", {count} {kind}" for kind, count in sorted(r["failure_kinds"].items())),
             r["open"] >= 10_000,
         ),
         (
@@ -346,6 +442,12 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
             _quantile(spread, 0.99) * 1000 <= 100,
         ),
         (
+            "server CPU per broadcast to every stream (user + system)",
+            ", ".join(f"{(u + k) * 1000:.0f} ms ({u * 1000:.0f} + {k * 1000:.0f})" for u, k in r["broadcast_cpu"])
+            + f"; {min(u + k for u, k in r['broadcast_cpu']) / max(1, r['open']) * 1e6:.1f} us a stream at best",
+            None,
+        ),
+        (
             "Redis pub/sub connections of the process (target 1)",
             f"{hub_before} before, {hub_after} with the streams open",
             hub_after == 1,
@@ -353,10 +455,11 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
         (
             "Redis connections per stream (target ~0: a fixed few per process)",
             f"{(total_after - total_before) / max(1, r['open'] - r['first']):.4f} "
-            f"(all clients {total_before} -> {total_after}; the hub's command pool {commands_after} of at most 4)",
+            f"(the server's connections to Redis {total_before} -> {total_after}; "
+            f"the hub's command pool {commands_after} of at most 4)",
             total_after - total_before <= 16,
         ),
-        ("PostgreSQL connections while streaming (the pool's idle ones)", r["pg"], None),
+        ("the server's PostgreSQL connections while streaming (its pool's idle ones)", r["pg"], None),
     ]
     width = max(len(name) for name, _, _ in rows)
     for name, value, met in rows:

@@ -16,8 +16,9 @@ the new counts once Redis is back).
 Readers: under ASGI every stream of a process goes through that process's
 ``LiveHub``: one pub/sub connection, subscribed once to the broadcast
 channels and to each user channel while a stream of that user is open, that
-fans each event out to the local streams. A stream holds a few hundred bytes
-of its own and no connection. Under WSGI each stream keeps its own blocking
+fans each event out to the local streams: one frame, written from the hub's
+loop to every stream that is idle. A stream holds a few hundred bytes of its
+own and no connection. Under WSGI each stream keeps its own blocking
 pub/sub (``event_stream``; a worker thread per stream cannot scale anyway).
 A stream lives at most ``MESSAGECENTER_LIVE_STREAM_SECONDS`` and sends a
 comment line every ``MESSAGECENTER_LIVE_HEARTBEAT_SECONDS``: the heartbeat
@@ -31,8 +32,9 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from types import CoroutineType
 from typing import Any
 
 import redis.asyncio
@@ -69,6 +71,9 @@ DUE_BATCH = 100
 SUBSCRIBE_WAIT_SECONDS = 5.0
 # Channels per SUBSCRIBE command when many streams open at once.
 SUBSCRIBE_BATCH = 1000
+# Events the hub hands out together when they arrived together (one write per
+# stream for all of them); past that it starts another round.
+HUB_BURST = 256
 # Events a stream holds while its client does not read; past that they are
 # replaced by one "resync" event (the page refetches everything anyway).
 STREAM_BACKLOG = 16
@@ -301,16 +306,39 @@ def event_stream(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> 
 # --- the hub: one pub/sub connection per process (ASGI) ------------------------------
 
 
+# What a stream writes through under ASGI: one call per chunk of SSE bytes,
+# returning the ASGI ``send`` coroutine for it.
+Sink = Callable[[bytes], Awaitable[None]]
+
+
 class _Listener:
-    """One open stream: the events waiting for it and the future it sleeps on."""
+    """One open stream: the events waiting for it and the future it sleeps on.
 
-    __slots__ = ("closed", "frames", "platforms", "waiter")
+    Under ASGI a stream also has a ``sink`` once its opening is sent, and the
+    hub writes an event through it at once, from its own loop, when nothing
+    else of the stream is in flight (``offer``): a broadcast to ten thousand
+    streams is one loop of writes of the same bytes, not ten thousand task
+    wake-ups (each of which cost more than the write itself). When the stream
+    is busy (its task is writing, or a write waits for the client to read),
+    events queue in ``frames`` and its task sends them in order.
+    """
 
-    def __init__(self, platforms: frozenset[str]) -> None:
+    __slots__ = ("busy", "closed", "event", "frames", "platforms", "sink", "stalled", "waiter", "writes")
+
+    def __init__(self, platforms: frozenset[str], event: bytes = b"message") -> None:
         self.frames: list[bytes] = []
         self.waiter: asyncio.Future[None] | None = None
         self.platforms = platforms
+        self.event = event
         self.closed = False
+        self.sink: Sink | None = None
+        # The stream's task is inside a send of its own: the hub must not write meanwhile.
+        self.busy = False
+        # A write of the hub's that could not finish at once (the client's socket
+        # buffer is full, so the server waits for it to drain): the awaitable
+        # and what it waits on, for the stream's task to finish.
+        self.stalled: tuple[Awaitable[None], Any] | None = None
+        self.writes = 0
 
     def push(self, data: bytes) -> None:
         if len(self.frames) >= STREAM_BACKLOG:
@@ -318,6 +346,41 @@ class _Listener:
             self.frames = [RESYNC_EVENT]
         else:
             self.frames.append(data)
+        self.wake()
+
+    def offer(self, events: Sequence[bytes], frame: bytes) -> None:
+        """``events`` for this stream, ``frame`` their SSE bytes (shared by every
+        stream given the same events): written now when the stream is idle,
+        else queued."""
+        sink = self.sink
+        if sink is None or self.busy or self.frames or self.stalled is not None or self.closed:
+            for data in events:
+                self.push(data)
+            return
+        self.writes += 1
+        pending = sink(frame)
+        # The exact type first: an isinstance check against the ABC alone took
+        # longer than the rest of the write's Python (per stream, per event).
+        if type(pending) is not CoroutineType and not isinstance(pending, Coroutine):
+            self.stalled = (pending, None)
+            self.wake()
+            return
+        # Run the send coroutine here rather than in a task of its own: an
+        # ASGI server's send of a body chunk normally hands the bytes to the
+        # socket and returns without suspending (Python 3.12's eager tasks do
+        # the same). Only when it suspends (flow control) does the stream's
+        # task take the rest over (``_finish``), driving it as a task would.
+        try:
+            waiting = pending.send(None)
+        except StopIteration:
+            return
+        except Exception:
+            # The connection is gone (the server raised mid-write): the stream ends.
+            logger.debug("live stream: write failed", exc_info=True)
+            self.closed = True
+            self.wake()
+            return
+        self.stalled = (pending, waiting)
         self.wake()
 
     def wake(self) -> None:
@@ -334,6 +397,32 @@ class _Listener:
         finally:
             handle.cancel()
             self.waiter = None
+
+
+async def _finish(pending: Awaitable[None], waiting: Any) -> None:
+    """Finish a write that ``_Listener.offer`` started and that suspended on
+    ``waiting`` (a future, or None for a bare yield), the way a task would:
+    wait for it, then resume the coroutine, until it returns."""
+    if not isinstance(pending, Coroutine):
+        await pending
+        return
+    try:
+        while True:
+            if waiting is None:
+                await asyncio.sleep(0)
+            elif not asyncio.isfuture(waiting):
+                raise RuntimeError(f"live stream: a send awaited {waiting!r}, not a future")
+            else:
+                # What the coroutine awaits marked itself blocking for a task's
+                # benefit; this wait stands in for that task.
+                waiting._asyncio_future_blocking = False
+                await asyncio.wait((waiting,))
+            try:
+                waiting = pending.send(None)
+            except StopIteration:
+                return
+    finally:
+        pending.close()
 
 
 def _release(waiter: "asyncio.Future[None]") -> None:
@@ -384,6 +473,9 @@ class LiveHub:
         self._pubsub: Any = None
         self._commands: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Version reads waiting for the next MGET, and the tasks reading them.
+        self._versions: list[tuple[int, asyncio.Future[int]]] = []
+        self._readers: set[asyncio.Task[None]] = set()
         self.connected = False
 
     # -- streams
@@ -428,9 +520,41 @@ class LiveHub:
                 self._dirty.set()
 
     async def user_version(self, user_id: int) -> int:
-        if self._commands is None:
-            self._commands = self._factory()[1]
-        return int(await self._commands.get(keys.live_user_version(user_id)) or 0)
+        """The user's version, read with those of every stream opening in the
+        same turn of the loop (one MGET; streams run on a single Redis only):
+        a burst of streams takes one round trip, not one each queued on the
+        command pool's four connections. Raises RedisError."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+        self._versions.append((user_id, future))
+        if len(self._versions) == 1:
+            reader = loop.create_task(self._read_versions(), name="live-hub-versions")
+            self._readers.add(reader)
+            reader.add_done_callback(self._readers.discard)
+        return await future
+
+    async def _read_versions(self) -> None:
+        await asyncio.sleep(0)  # the streams opening in this turn of the loop join the batch
+        batch, self._versions = self._versions, []
+        try:
+            if self._commands is None:
+                self._commands = self._factory()[1]
+            values: list[Any] = []
+            for i in range(0, len(batch), SUBSCRIBE_BATCH):
+                part = batch[i : i + SUBSCRIBE_BATCH]
+                values += await self._commands.mget([keys.live_user_version(user_id) for user_id, _ in part])
+        except (RedisError, OSError) as error:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        except BaseException:
+            for _, future in batch:
+                future.cancel()
+            raise
+        for (_, future), value in zip(batch, values, strict=True):
+            if not future.done():
+                future.set_result(int(value or 0))
 
     def stream_count(self) -> int:
         return len(self._all)
@@ -490,11 +614,22 @@ class LiveHub:
                 await pubsub.ping()
                 continue
             silent = 0.0
-            kind = message.get("type")
-            if kind == "message":
-                self._dispatch(_text(message["channel"]), message["data"])
-            elif kind == "subscribe":
-                self._confirm(_text(message["channel"]))
+            # What else has already arrived goes out with it: a burst of events
+            # (a bulk retraction, a backlog of due broadcasts) costs each stream
+            # one write, not one per event.
+            burst: list[tuple[str, bytes]] = []
+            while message is not None:
+                kind = message.get("type")
+                if kind == "message":
+                    data = message["data"]
+                    burst.append((_text(message["channel"]), data if isinstance(data, bytes) else str(data).encode()))
+                elif kind == "subscribe":
+                    self._confirm(_text(message["channel"]))
+                if len(burst) >= HUB_BURST:
+                    break
+                message = await pubsub.get_message(timeout=0)
+            if burst:
+                self._dispatch(burst)
 
     def _confirm(self, channel: str) -> None:
         left = self._pending.get(channel, 0) - 1
@@ -508,20 +643,45 @@ class LiveHub:
             if ready is not None and not ready.done():
                 ready.set_result(None)
 
-    def _dispatch(self, channel: str, data: Any) -> None:
-        raw = data if isinstance(data, bytes) else str(data).encode()
+    def _listeners(self, channel: str) -> Iterable[_Listener]:
         scope = self._broadcast.get(channel)
         if scope is None:
-            self._fan(self._users.get(channel, ()), raw)
-        elif scope == BROADCAST_EVERYONE:
-            self._fan(self._all, raw)
-        else:
-            self._fan(self._platforms.get(scope, ()), raw)
+            return self._users.get(channel, ())
+        if scope == BROADCAST_EVERYONE:
+            return self._all
+        return self._platforms.get(scope, ())
+
+    def _dispatch(self, burst: list[tuple[str, bytes]]) -> None:
+        """Hand the events (channel, data) to the streams they concern, in order."""
+        if len(burst) == 1:
+            channel, raw = burst[0]
+            self._fan(self._listeners(channel), raw)
+            return
+        queued: dict[_Listener, list[bytes]] = {}
+        for channel, raw in burst:
+            for listener in self._listeners(channel):
+                queued.setdefault(listener, []).append(raw)
+        # Streams given the same events (all of them, for broadcasts) share one
+        # frame: the events are told apart by identity, and live until the end.
+        frames: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        for listener, events in queued.items():
+            key = (listener.event, tuple(map(id, events)))
+            frame = frames.get(key)
+            if frame is None:
+                frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
+            listener.offer(events, frame)
 
     @staticmethod
     def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
+        # One SSE frame per event name (every inbox stream shares one), the
+        # same bytes written to every stream.
+        frames: dict[bytes, bytes] = {}
+        events = (raw,)
         for listener in list(listeners):
-            listener.push(raw)
+            frame = frames.get(listener.event)
+            if frame is None:
+                frame = frames[listener.event] = _raw_frame(listener.event, raw)
+            listener.offer(events, frame)
 
     async def _subscribe_loop(self) -> None:
         while True:
@@ -574,7 +734,7 @@ class LiveHub:
         the loop then waits for work again), so a task still running after a
         moment is cancelled again, a few times, and then left behind with a
         warning: a server's shutdown never waits on it forever."""
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = [*self._tasks, *self._readers], []
         for _ in range(HUB_CLOSE_ROUNDS):
             if not tasks:
                 break
@@ -649,10 +809,12 @@ async def hub_close() -> None:
 
 class EventStream:
     """One stream on an event loop (ASGI), served by the loop's hub: no thread,
-    no connection of its own. Iterate it for the SSE bytes; ``close`` (the
-    client went away) ends it at once. A stream whose channel cannot be
-    subscribed (Redis unreachable) ends at once with a longer retry hint and
-    the page polls meanwhile."""
+    no connection of its own. ``serve`` writes it through an ASGI sink (the
+    stream's own route; the hub then writes events itself), or iterate it for
+    the SSE bytes (Django's streaming response); ``close`` (the client went
+    away) ends it at once. A stream whose channel cannot be subscribed (Redis
+    unreachable) ends at once with a longer retry hint and the page polls
+    meanwhile."""
 
     __slots__ = ("_channel", "_event", "_listener", "_user_id")
 
@@ -660,7 +822,7 @@ class EventStream:
         self._user_id = user_id
         self._event = event.encode()
         self._channel = keys.live_user_channel(user_id)
-        self._listener = _Listener(frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE})
+        self._listener = _Listener(frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE}, self._event)
 
     def close(self) -> None:
         self._listener.closed = True
@@ -668,6 +830,74 @@ class EventStream:
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._run()
+
+    async def _start(self, central: LiveHub) -> bytes | None:
+        """The opening (retry hint and hello), or None when the stream cannot start."""
+        if not await central.join(self._listener, self._channel):
+            return None
+        try:
+            version = await central.user_version(self._user_id)
+        except (RedisError, OSError):
+            return None
+        return _opening(version)
+
+    def _pending(self) -> bytes:
+        frames, self._listener.frames = self._listener.frames, []
+        return b"".join(_raw_frame(self._event, data) for data in frames)
+
+    async def serve(self, sink: Sink) -> None:
+        """Write the stream through ``sink`` until it ends (its cap, or ``close``).
+
+        After the opening the hub writes each event through the sink itself
+        while the stream is idle (``_Listener.offer``); this task writes only
+        the heartbeats, what queued while it was busy, and the rest of a
+        write the client was too slow to take at once.
+        """
+        central = hub()
+        listener = self._listener
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _stream_seconds()
+        heartbeat = _heartbeat_seconds()
+        metrics.LIVE_STREAMS.inc()
+        try:
+            opening = await self._start(central)
+            if opening is None:
+                await sink(_unavailable())
+                return
+            await sink(opening)
+            listener.sink = sink
+            while (remaining := deadline - loop.time()) > 0 and not listener.closed:
+                if listener.stalled is not None:
+                    (pending, waiting), listener.stalled = listener.stalled, None
+                    listener.busy = True
+                    try:
+                        await _finish(pending, waiting)
+                    finally:
+                        listener.busy = False
+                elif listener.frames:
+                    listener.busy = True
+                    try:
+                        await sink(self._pending())
+                    finally:
+                        listener.busy = False
+                else:
+                    writes = listener.writes
+                    await listener.wait(min(heartbeat, remaining))
+                    # A heartbeat only after a quiet wait: the hub's writes do not wake this task.
+                    quiet = listener.writes == writes and listener.stalled is None
+                    if quiet and not listener.frames and not listener.closed:
+                        listener.busy = True
+                        try:
+                            await sink(HEARTBEAT)
+                        finally:
+                            listener.busy = False
+        finally:
+            listener.sink = None
+            stalled, listener.stalled = listener.stalled, None
+            if stalled is not None and isinstance(stalled[0], Coroutine):
+                stalled[0].close()
+            central.leave(listener, self._channel)
+            metrics.LIVE_STREAMS.dec()
 
     async def _run(self) -> AsyncIterator[bytes]:
         central = hub()
@@ -677,21 +907,16 @@ class EventStream:
         heartbeat = _heartbeat_seconds()
         metrics.LIVE_STREAMS.inc()
         try:
-            if not await central.join(listener, self._channel):
+            opening = await self._start(central)
+            if opening is None:
                 yield _unavailable()
                 return
-            try:
-                version = await central.user_version(self._user_id)
-            except (RedisError, OSError):
-                yield _unavailable()
-                return
-            yield _opening(version)
+            yield opening
             while (remaining := deadline - loop.time()) > 0 and not listener.closed:
                 if not listener.frames:
                     await listener.wait(min(heartbeat, remaining))
                 if listener.frames:
-                    frames, listener.frames = listener.frames, []
-                    yield b"".join(_raw_frame(self._event, data) for data in frames)
+                    yield self._pending()
                 elif not listener.closed:
                     yield HEARTBEAT
         finally:

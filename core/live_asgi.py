@@ -109,10 +109,15 @@ class LiveStreamRoute:
         user_id, platforms = identity
         stream = live.EventStream(user_id=user_id, event=self.event, platforms=platforms)
         watcher = asyncio.create_task(_watch(receive, stream))
+
+        def body(chunk: bytes) -> Awaitable[None]:
+            # The send itself, not a coroutine around it: the hub drives it
+            # directly for each stream of a broadcast (core.live._Listener.offer).
+            return send({"type": "http.response.body", "body": chunk, "more_body": True})
+
         try:
             await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-            async for chunk in stream:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await stream.serve(body)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write

@@ -7,11 +7,13 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 from unittest.mock import patch
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import live as live_transport
@@ -335,3 +337,33 @@ def test_a_broadcast_for_later_waits_until_due_and_goes_out_once(recipient: Any)
         assert live_transport.due_publish(now_ms=now + 60_000) is None  # published once
         got = events(pubsub)
     assert [(e["reason"], e["ref"]) for e in got] == [("bulletin", "b1")]
+
+
+@PUBSUB_ONLY
+def test_a_scheduled_bulletin_edit_moves_its_one_event(recipient: Any) -> None:
+    """Created for a minute ahead, then moved to two: pages hear of it once, at the new time."""
+    now = timezone.now()
+    bulletin = services.bulletin_create(title="B", body_html="<p>b</p>", display_time=now + timedelta(minutes=1))
+    services.bulletin_update(bulletin=bulletin, data={"display_time": now + timedelta(minutes=2)})
+    at_ms = int((now + timedelta(minutes=2)).timestamp() * 1000)
+    with live_transport.subscribe(user_id=recipient.pk, scopes=["everyone"]) as pubsub:
+        assert live_transport.due_publish(now_ms=at_ms - 60_000) == at_ms  # its old time: nothing due
+        assert events(pubsub, wait=0.3) == []
+        assert live_transport.due_publish(now_ms=at_ms) is None
+        got = events(pubsub)
+    assert [(e["reason"], e.get("ref")) for e in got] == [("bulletin", bulletin.ref)]
+
+
+@PUBSUB_ONLY
+def test_a_scheduled_announcement_is_told_to_its_platform_at_its_publish_time(operator: Any, recipient: Any) -> None:
+    publish_at = timezone.now() + timedelta(minutes=5)
+    announcement = announcement_create(
+        author=operator, title="Later", body_html="<p>x</p>", platforms=["user"], publish_at=publish_at
+    )
+    at_ms = int(publish_at.timestamp() * 1000)
+    with live_transport.subscribe(user_id=recipient.pk, scopes=["everyone", "user", "operator"]) as pubsub:
+        assert live_transport.due_publish(now_ms=at_ms - 1) == at_ms
+        assert events(pubsub, wait=0.3) == []
+        assert live_transport.due_publish(now_ms=at_ms) is None
+        got = events(pubsub)
+    assert [(e["reason"], e["scope"], e.get("ref")) for e in got] == [("announcement", "user", f"a{announcement.pk}")]

@@ -6,8 +6,10 @@ and Redis, tests/core/test_asgi_connections.py's ``Server``) holds 200
 streams of 20 users open at once, signed in by token or by session. Every
 stream hears, as an ``inbox`` event: a pushed message, a message to
 everyone, a bulletin now and one scheduled for a moment later (only once it
-is due), an announcement (only the streams of its platform's users), a
-subscription notification and a retraction. Meanwhile ``CLIENT LIST TYPE
+is due), an announcement now and one scheduled for a moment later (only the
+streams of its platform's users, only once due), a bulletin deleted before
+its time (its removal, never the bulletin), a subscription notification and
+a retraction. Meanwhile ``CLIENT LIST TYPE
 pubsub`` shows one subscriber per worker and ``pg_stat_activity`` no more
 of the server's PostgreSQL connections than its pools' minimum, none busy.
 (tests/faults/test_live_redis_down.py: the same server without its Redis.)
@@ -208,11 +210,43 @@ async def _checks(
     await _in_thread(announcement_create, author=operator, title="For users", body_html="<p>a</p>", platforms=["user"])
     await _until(lambda: everyone_heard("announcement", among=plain), "an announcement")
 
+    # An announcement published a moment later reaches its platform's streams at its publish time.
+    publish_at = timezone.now() + timedelta(seconds=2)
+    pending = await _in_thread(
+        announcement_create,
+        author=operator,
+        title="Later for users",
+        body_html="<p>b</p>",
+        platforms=["user"],
+        publish_at=publish_at,
+    )
+    ref = f"a{pending.pk}"
+    await asyncio.sleep(0.5)
+    assert not any(event.get("ref") == ref for listener in listeners for _, event in listener.events)
+    await _until(lambda: everyone_heard("announcement", 2, among=plain), "a scheduled announcement once due")
+    arrivals = [at for listener in plain for at, event in listener.events if event.get("ref") == ref]
+    assert len(arrivals) == len(plain)
+    assert min(arrivals) >= publish_at.timestamp() - 0.05  # not before its publish time
+
+    # A bulletin deleted before its display time: every stream hears the removal, never the bulletin.
+    soon = timezone.now() + timedelta(seconds=1)
+    dropped = await _in_thread(services.bulletin_create, title="Dropped", body_html="<p>z</p>", display_time=soon)
+    await _in_thread(services.bulletin_delete, bulletin=dropped)
+    await _until(lambda: everyone_heard("remove"), "a deleted bulletin's removal")
+    # Due events go out in time order: once one due after it arrived, the dropped
+    # bulletin's would have come first.
+    marker = await _in_thread(
+        services.bulletin_create, title="Marker", body_html="<p>m</p>", display_time=soon + timedelta(seconds=0.5)
+    )
+    await _until(lambda: everyone_heard("bulletin", 3), "a bulletin due after the dropped one")
+    assert all(event.get("ref") != dropped.ref for listener in listeners for _, event in listener.events)
+    assert all([event.get("ref") for _, event in listener.events].count(marker.ref) == 1 for listener in listeners)
+
     await _in_thread(services.notification_send, message_type="ops", scope="site", title="N", body_html="")
     await _until(lambda: everyone_heard("deliver", 2), "a subscription notification")
 
     await _in_thread(services.message_retract, message=message, actor=operator)
-    await _until(lambda: everyone_heard("remove"), "a retraction")
+    await _until(lambda: everyone_heard("remove", 2), "a retraction")
 
     # The operator platform's streams heard everything but the user platform's announcement.
     assert not any("announcement" in listener.reasons() for listener in staff)

@@ -1,0 +1,269 @@
+"""The hub writes an event to every idle stream itself, the same bytes to each.
+
+Streams here are served through a sink, as the stream's own ASGI route
+serves them (``EventStream.serve``), by the loop's hub on the run's real
+Redis pub/sub. A broadcast is one frame, written from the hub's reader task
+to every stream that is not busy: no stream's task wakes for it. A stream
+whose write cannot finish at once (its client is not reading: the server
+waits for the socket to drain) still gets every event, in order, once it
+drains; one that stays stuck gets a single ``resync`` for what it missed; one
+whose connection fails ends and leaves the hub.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from core import keys, live
+from core.redis import get_redis
+
+pytestmark = pytest.mark.not_on_cluster(reason="event streams are off on Redis Cluster by design (pages poll)")
+
+FIRST_USER = 990_001
+
+
+class Client:
+    """One stream's ASGI side: what was written, and by which task.
+
+    ``gate``, when set and not done, makes a write wait for it first, as a
+    server's send waits for a socket buffer a slow client leaves full.
+    """
+
+    def __init__(self, user_id: int) -> None:
+        self.stream = live.EventStream(user_id=user_id, event="inbox")
+        self.chunks: list[bytes] = []
+        self.writers: list[str] = []
+        self.gate: asyncio.Future[None] | None = None
+        self.fail = False
+        self.task: asyncio.Task[None] | None = None
+
+    def sink(self, chunk: bytes) -> Awaitable[None]:
+        # Called (not yet awaited) by whoever writes: the hub or the stream's own task.
+        task = asyncio.current_task()
+        self.writers.append(task.get_name() if task else "")
+        return self._send(chunk)
+
+    async def _send(self, chunk: bytes) -> None:
+        if self.fail and b"event: inbox" in chunk:
+            raise OSError("connection reset")
+        gate = self.gate
+        if gate is not None and not gate.done():
+            await gate
+        self.chunks.append(chunk)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.stream.serve(self.sink))
+
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        found = []
+        for block in b"".join(self.chunks).decode().split("\n\n"):
+            lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            if "event" in lines:
+                found.append((lines["event"], json.loads(lines["data"])))
+        return found
+
+    def reasons(self) -> list[str]:
+        return [data["reason"] for name, data in self.events() if name == "inbox"]
+
+
+async def _until(check: Any, what: str, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def _open(count: int) -> list[Client]:
+    clients = [Client(FIRST_USER + n) for n in range(count)]
+    for client in clients:
+        client.start()
+    await _until(lambda: all(c.events()[:1] == [("hello", {"v": 0})] for c in clients), "every hello")
+    return clients
+
+
+async def _close(clients: list[Client]) -> None:
+    for client in clients:
+        if client.gate is not None and not client.gate.done():
+            # What a server does when the client goes: a waiting write returns.
+            client.gate.set_result(None)
+        client.stream.close()
+    await asyncio.gather(*(c.task for c in clients if c.task is not None))
+    await live.hub_close()
+
+
+async def _broadcast(reason: str) -> None:
+    await asyncio.to_thread(live.broadcast, scope=live.BROADCAST_EVERYONE, reason=reason)
+
+
+@pytest.fixture(autouse=True)
+def _long_streams(settings: Any) -> None:
+    # No cap and no heartbeat within a test: every chunk written is an event.
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 60
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 60
+
+
+def test_a_broadcast_is_one_frame_the_hub_writes_to_every_stream() -> None:
+    async def scenario() -> list[Client]:
+        clients = await _open(5)
+        try:
+            await _broadcast("bulletin")
+            await _until(lambda: all(len(c.chunks) == 2 for c in clients), "the broadcast on every stream")
+            await asyncio.to_thread(live.inbox_changed, user_ids=[FIRST_USER + 2], reason="deliver")
+            await _until(lambda: len(clients[2].chunks) == 3, "the user's event")
+        finally:
+            await _close(clients)
+        return clients
+
+    clients = asyncio.run(scenario())
+    frames = [client.chunks[1] for client in clients]
+    # Encoded once: the very same bytes object went to every stream.
+    assert all(frame is frames[0] for frame in frames)
+    assert clients[0].events()[1] == (
+        "inbox",
+        {"reason": "bulletin", "scope": "everyone", "spread": live.BROADCAST_SPREAD_MS},
+    )
+    for client in clients:
+        # The opening came from the stream's own task; the broadcast from the hub's reader,
+        # which woke no stream's task to write it.
+        opening, event = client.writers[:2]
+        assert opening != "live-hub-read"
+        assert event == "live-hub-read"
+    # A user's event takes the same path, to that user's streams only.
+    assert clients[2].reasons() == ["bulletin", "deliver"]
+    assert clients[2].writers[2] == "live-hub-read"
+    assert [len(c.chunks) for c in clients] == [2, 2, 3, 2, 2]
+
+
+def test_a_stream_whose_write_must_wait_gets_every_event_in_order() -> None:
+    async def scenario() -> Client:
+        (client,) = await _open(1)
+        try:
+            client.gate = asyncio.get_running_loop().create_future()
+            await _broadcast("first")  # the hub's write starts and waits at the gate
+            await _until(lambda: len(client.writers) == 2, "the hub's write to start (and wait)")
+            await asyncio.to_thread(live.inbox_changed, user_ids=[FIRST_USER], reason="second")
+            await _broadcast("third")
+            await _until(lambda: len(client.stream._listener.frames) == 2, "two events to queue")
+            assert client.reasons() == []  # nothing written while the client does not read
+            client.gate.set_result(None)
+            await _until(lambda: len(client.reasons()) == 3, "the three events")
+            await _broadcast("fourth")  # idle again: the hub writes it itself
+            await _until(lambda: len(client.reasons()) == 4, "the fourth event")
+        finally:
+            await _close([client])
+        return client
+
+    client = asyncio.run(scenario())
+    assert client.reasons() == ["first", "second", "third", "fourth"]
+    # The stalled write and the queued two were finished by the stream's own task.
+    assert client.writers[-1] == "live-hub-read"
+    assert "live-hub-read" not in client.writers[2:-1]
+    assert client.events()[2][1]["v"] == 1  # the user's event kept its version
+
+
+def test_a_stream_stuck_past_its_backlog_gets_one_resync() -> None:
+    async def scenario() -> Client:
+        (client,) = await _open(1)
+        try:
+            client.gate = asyncio.get_running_loop().create_future()
+            await _broadcast("stuck")
+            await _until(lambda: len(client.writers) == 2, "the hub's write to start (and wait)")
+            # One more than a stream holds: the held ones fold into a single resync.
+            for n in range(live.STREAM_BACKLOG + 1):
+                await _broadcast(f"missed-{n}")
+            await _until(lambda: client.stream._listener.frames == [live.RESYNC_EVENT], "the backlog to fold")
+            client.gate.set_result(None)
+            await _until(lambda: len(client.reasons()) == 2, "the stalled write and the resync")
+        finally:
+            await _close([client])
+        return client
+
+    assert asyncio.run(scenario()).reasons() == ["stuck", "resync"]
+
+
+def test_a_stream_whose_connection_fails_ends_and_leaves_the_hub() -> None:
+    async def scenario() -> tuple[list[Client], int, int]:
+        clients = await _open(2)
+        clients[0].fail = True
+        try:
+            await _broadcast("bulletin")
+            await _until(lambda: clients[0].task is not None and clients[0].task.done(), "the failed stream to end")
+            await _until(lambda: len(clients[1].chunks) == 2, "the other stream's event")
+            central = live.hub()
+            left = central.stream_count()
+            await _until(lambda: central.subscribed_users() == 1, "the failed stream's channel to go")
+            users = central.subscribed_users()
+        finally:
+            await _close(clients)
+        return clients, left, users
+
+    clients, left, users = asyncio.run(scenario())
+    assert clients[0].task is not None
+    assert clients[0].task.exception() is None  # ended, not crashed
+    assert clients[0].reasons() == []
+    assert clients[1].reasons() == ["bulletin"]
+    assert (left, users) == (1, 1)
+
+
+def test_streams_opening_together_read_each_user_s_version_in_shared_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    real_mget = redis.asyncio.Redis.mget
+
+    async def counted_mget(self: Any, keys: Any, *args: Any) -> Any:
+        reads.append(len(keys))
+        return await real_mget(self, keys, *args)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "mget", counted_mget)
+    # Users 1 and 3 have versions of their own; the others none yet.
+    live.inbox_changed(user_ids=[FIRST_USER + 1, FIRST_USER + 3], reason="deliver")
+    live.inbox_changed(user_ids=[FIRST_USER + 3], reason="read")
+
+    async def scenario() -> list[Client]:
+        clients = [Client(FIRST_USER + n) for n in range(5)]
+        for client in clients:
+            client.start()
+        try:
+            await _until(lambda: all(c.events()[:1] for c in clients), "every hello")
+        finally:
+            await _close(clients)
+        return clients
+
+    clients = asyncio.run(scenario())
+    assert [c.events()[0] for c in clients] == [("hello", {"v": v}) for v in (0, 1, 0, 2, 0)]
+    # Read with MGET, in batches of the streams that opened together: never a GET per stream.
+    assert sum(reads) == 5
+
+
+def test_events_that_arrive_together_reach_each_stream_in_one_write() -> None:
+    async def scenario() -> list[Client]:
+        clients = await _open(3)
+        try:
+            # Published while this loop is blocked, so that all of them wait on the
+            # hub's socket when it reads next (the sleep lets Redis flush them there).
+            pipe = get_redis().pipeline(transaction=False)
+            for n in range(5):
+                event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason=f"burst-{n}")
+                pipe.publish(keys.live_broadcast_channel(live.BROADCAST_EVERYONE), event)
+            pipe.publish(keys.live_user_channel(FIRST_USER + 1), '{"v":7,"reason":"mine"}')
+            pipe.execute()
+            time.sleep(0.05)
+            await _until(lambda: [len(c.reasons()) for c in clients] == [5, 6, 5], "the burst")
+        finally:
+            await _close(clients)
+        return clients
+
+    clients = asyncio.run(scenario())
+    burst = [f"burst-{n}" for n in range(5)]
+    assert clients[0].reasons() == burst
+    assert clients[1].reasons() == [*burst, "mine"]
+    assert clients[2].reasons() == burst
+    # One write per stream for the whole burst, from the hub; the streams given
+    # the same events got the very same bytes.
+    assert [c.writers[1:] for c in clients] == [["live-hub-read"]] * 3
+    assert clients[0].chunks[1] is clients[2].chunks[1]
