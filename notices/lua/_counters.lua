@@ -1,8 +1,19 @@
 -- Helpers of the per-user read counters of one (platform, chunk). A user's
--- counter (u16 in a BITFIELD "block" string of NOTICE_BLOCK_USERS users) is
--- how many announcements of the chunk index that were live at the chunk time
--- (meta field ``t``) the user has read. Reads add what changed between that
--- time and now (count.lua); advance.lua moves the time on for every reader.
+-- counter is how many announcements of the chunk index that were live at the
+-- chunk time (meta field ``t``) the user has read. Reads add what changed
+-- between that time and now (count.lua); advance.lua moves the time on for
+-- every reader.
+--
+-- A counter block holds NOTICE_BLOCK_USERS users: byte 0 is the width w of its
+-- counters in bits (4, 8, 16 or 32), counter i is the unsigned BITFIELD at bit
+-- 8 + i * w. A missing block is all zeros. A block is only as long as its
+-- highest non-zero counter needs (BITFIELD grows it), and only as wide as its
+-- largest counter needs: a counter that would pass 2^w - 1 widens the whole
+-- block once (a rewrite of at most NOTICE_BLOCK_USERS counters), so counts
+-- stay exact while most blocks (users who read fewer than 16 live
+-- announcements) cost half a byte per user.
+
+local NOTICE_WIDEST = 32
 
 -- Whether an announcement is live at t: publish <= t < expire (nil or false:
 -- not in the index / never expires).
@@ -18,20 +29,104 @@ local function notice_times(index_at, expiry_at, id)
   return publish and tonumber(publish) or nil, expire and tonumber(expire) or nil
 end
 
--- Creates the counter block KEYS[at] at its full size (size u16 counters)
--- when missing: written once at its final length, a block never pays the
--- string's doubling growth.
-local function notice_block_ready(at, size)
-  if redis.call('EXISTS', KEYS[at]) == 0 then
-    redis.call('SETRANGE', KEYS[at], size * 2 - 1, '\0')
+-- The counter width of block KEYS[at], nil when the block is missing.
+local function notice_block_width(at)
+  local head = redis.call('GETRANGE', KEYS[at], 0, 0)
+  if head == '' then
+    return nil
+  end
+  return string.byte(head)
+end
+
+-- Counter i (from 0) of block KEYS[at]; 0 past the block's end or when missing.
+local function notice_counter_get(at, i)
+  local w = notice_block_width(at)
+  if not w then
+    return 0
+  end
+  return redis.call('BITFIELD', KEYS[at], 'GET', 'u' .. w, 8 + i * w)[1]
+end
+
+-- Rewrites block KEYS[at] from width w to 2w (every counter keeps its value):
+-- big-endian unsigned, so a wider counter is its bytes after as many zero
+-- bytes; 4-bit counters are two per byte.
+local function notice_block_widen(at, w)
+  local data = redis.call('GET', KEYS[at])
+  local out = { string.char(w * 2) }
+  if w == 4 then
+    for i = 2, #data do
+      local byte = string.byte(data, i)
+      out[#out + 1] = string.char(math.floor(byte / 16), byte % 16)
+    end
+  else
+    local size = w / 8
+    local pad = string.rep('\0', size)
+    -- A block's length is whole counters (BITFIELD grew it by whole bytes, and
+    -- a w >= 8 counter is whole bytes).
+    for i = 2, #data, size do
+      out[#out + 1] = pad .. string.sub(data, i, i + size - 1)
+    end
+  end
+  redis.call('SET', KEYS[at], table.concat(out))
+  return w * 2
+end
+
+-- Adds deltas to counters of block KEYS[at]: ops = {i1, d1, i2, d2, ...}
+-- (each counter at most once). A counter that would overflow its width
+-- widens the block and is added again; one that would go below 0 (never, while
+-- counters match their bitmaps) stays at 0, as before.
+local function notice_counters_add(at, ops)
+  local w = notice_block_width(at)
+  if not w then
+    local any = false
+    for j = 2, #ops, 2 do
+      if ops[j] > 0 then
+        any = true
+        break
+      end
+    end
+    if not any then
+      return
+    end
+    redis.call('SET', KEYS[at], string.char(4))
+    w = 4
+  end
+  while #ops > 0 do
+    local overflow = w >= NOTICE_WIDEST and 'SAT' or 'FAIL'
+    local again = {}
+    for j = 1, #ops, 2000 do
+      local args = { 'OVERFLOW', overflow }
+      local last = math.min(j + 1999, #ops)
+      for k = j, last, 2 do
+        args[#args + 1] = 'INCRBY'
+        args[#args + 1] = 'u' .. w
+        args[#args + 1] = 8 + ops[k] * w
+        args[#args + 1] = ops[k + 1]
+      end
+      local results = redis.call('BITFIELD', KEYS[at], unpack(args))
+      for k = j, last, 2 do
+        if not results[(k - j) / 2 + 1] then
+          if ops[k + 1] > 0 then
+            again[#again + 1] = ops[k]
+            again[#again + 1] = ops[k + 1]
+          else
+            redis.call('BITFIELD', KEYS[at], 'SET', 'u' .. w, 8 + ops[k] * w, 0)
+          end
+        end
+      end
+    end
+    if #again > 0 then
+      w = notice_block_widen(at, w)
+    end
+    ops = again
   end
 end
 
 -- Adds delta to the counter of every user whose bit is set in the bitmap
 -- KEYS[bitmap_at]; the chunk's nb counter blocks (size users each) are
--- KEYS[first_block_at ..] in order. Work is bounded by
--- the bitmap (at most chunk-size bits): one pass over its bytes, one BITFIELD
--- per block and 1,000 set bits. SAT: a counter never wraps below 0 or above 65535.
+-- KEYS[first_block_at ..] in order. Work is bounded by the bitmap (at most
+-- chunk-size bits): one pass over its bytes, one BITFIELD per block and
+-- 1,000 set bits.
 local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
   local data = redis.call('GET', KEYS[bitmap_at])
   if not data then
@@ -53,9 +148,7 @@ local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
               list = {}
               ops[block] = list
             end
-            list[#list + 1] = 'INCRBY'
-            list[#list + 1] = 'u16'
-            list[#list + 1] = '#' .. (offset % size)
+            list[#list + 1] = offset % size
             list[#list + 1] = delta
             n = n + 1
           end
@@ -64,10 +157,7 @@ local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
     end
   end
   for block, list in pairs(ops) do
-    notice_block_ready(first_block_at + block - 1, size)
-    for j = 1, #list, 4000 do
-      redis.call('BITFIELD', KEYS[first_block_at + block - 1], 'OVERFLOW', 'SAT', unpack(list, j, math.min(j + 3999, #list)))
-    end
+    notice_counters_add(first_block_at + block - 1, list)
   end
   return n
 end
