@@ -128,7 +128,8 @@ def notice_tag(platform: str, chunk: int) -> str:
 
 
 def notice_bitmap(platform: str, chunk: int, announcement_id: int) -> str:
-    """bitmap: bit = user id minus the chunk's first id; 1 = read."""
+    """bitmap of a window of the chunk: a head saying the byte s it starts at, then bit i =
+    the user with id ``chunk's first id + 8 * s + i``; 1 = read (notices/lua/_bits.lua)."""
     return _key("notice", notice_tag(platform, chunk), int(announcement_id))
 
 

@@ -4,7 +4,9 @@ Layout (names in ``core.keys``), per platform ``p`` and user-id chunk ``c``
 (``MESSAGECENTER_NOTICE_CHUNK_USERS`` ids per chunk), all under the hash tag
 ``{p}`` (chunk 0) or ``{p:c}``:
 
-- ``notice:{p}:<id>``     bitmap, bit = user id within the chunk, 1 = read;
+- ``notice:{p}:<id>``     bitmap of a window of the chunk (the span of its readers:
+  a head saying the window's first byte s, then bit i = user ``8 * s + i`` of
+  the chunk, see lua/_bits.lua), 1 = read;
 - ``notice:{p}:index``    zset of the platform's not-yet-expired announcement ids,
   score = publish time in ms (scheduled ones included: time filters at read);
 - ``notice:{p}:expire``   zset, score = expiry time in ms (absent: never);
@@ -51,8 +53,8 @@ from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
 from notices.snapshot_rows import announcement_chunk_readers
 
-_COUNTERS = ("lua/_counters.lua",)
-_READ_STATE = LuaScript(__file__, "lua/read_state.lua")
+_COUNTERS = ("lua/_bits.lua", "lua/_counters.lua")
+_READ_STATE = LuaScript(__file__, "lua/read_state.lua", preambles=("lua/_bits.lua",))
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua", preambles=_COUNTERS)
 # Adding one announcement: the revision first, then each built chunk.
@@ -73,7 +75,12 @@ NOTICE_BLOCK_USERS = 2048
 # The format of the read state in Redis, recorded with the chunk size in
 # keys.notice_layout(). 1 (never recorded): u16 counter blocks of full size.
 # 2: counter blocks as wide and as long as needed (notices/lua/_counters.lua).
-LAYOUT_FORMAT = 2
+# 3: read bitmaps hold the window of the chunk their readers span (_bits.lua).
+LAYOUT_FORMAT = 3
+# A read bitmap's head (lua/_bits.lua): one byte s / 16 for a window starting
+# at a multiple s of 16 below _WINDOW_SHORT, else 255 and s in 4 bytes.
+_WINDOW_STEP = 16
+_WINDOW_SHORT = 255 * _WINDOW_STEP
 _BLOCK_WIDTHS = (4, 8, 16, 32)
 # Publish and expiry times one advance.lua call moves the chunk time over at most
 # (each costs a pass over that announcement's bitmap in the chunk).
@@ -156,6 +163,54 @@ def _pack_block(counts: Sequence[int]) -> bytes:
     return bytes([width]) + body
 
 
+def _window_head(byte: int) -> tuple[bytes, int]:
+    """(head, first byte) of a window holding byte ``byte`` of a chunk (as notice_head_for)."""
+    start = byte - byte % _WINDOW_STEP
+    if start < _WINDOW_SHORT:
+        return bytes([start // _WINDOW_STEP]), start
+    return b"\xff" + byte.to_bytes(4, "big"), byte
+
+
+def _window_of(data: bytes | None) -> tuple[int, int] | None:
+    """(first byte, head length) of a read bitmap string, None when empty."""
+    if not data:
+        return None
+    if data[0] < 255:
+        return data[0] * _WINDOW_STEP, 1
+    return int.from_bytes(data[1:5], "big"), 5
+
+
+def window_to_redis(users: BitMap, *, base: int) -> bytes:
+    """The read bitmap (lua/_bits.lua's window) of these user ids of the chunk whose
+    first id is ``base``: from the lowest one's byte on (b"" when none)."""
+    if not users:
+        return b""
+    head, first = _window_head((int(users.min()) - base) >> 3)
+    return head + bitmap_to_redis(users, base=base + 8 * first)
+
+
+def window_from_redis(data: bytes | None, *, base: int = 0, format: int = LAYOUT_FORMAT) -> BitMap:
+    """The user ids (each plus ``base``) of a read bitmap; ``format`` below 3: a plain
+    bitmap of the whole chunk (what a layout change reads before clearing it)."""
+    if format < 3:
+        return bitmap_from_redis(data, base=base)
+    window = _window_of(data)
+    if data is None or window is None:
+        return BitMap()
+    first, head = window
+    return bitmap_from_redis(data[head:], base=base + 8 * first)
+
+
+def _window_bit(data: bytes | None, offset: int) -> bool:
+    window = _window_of(data)
+    if data is None or window is None:
+        return False
+    first, head = window
+    pos = offset - 8 * first
+    byte = head + (pos >> 3)
+    return pos >= 0 and byte < len(data) and bool(data[byte] & (0x80 >> (pos & 7)))
+
+
 def counter_from_block(data: bytes | None, index: int) -> int:
     """Counter ``index`` of a block string (``_pack_block``'s format): for checks and tests."""
     if not data:
@@ -228,15 +283,17 @@ def _client() -> RedisClient:
     return client
 
 
-def layout_held_chunk_users() -> int | None:
-    """The chunk size of read state Redis holds under a layout other than this
-    process's, when it says (its bitmaps then read right: every format so far
-    lays bits out alike); None when it holds ours, none, or an unrecorded one."""
+def layout_held() -> tuple[int, int] | None:
+    """(format, users per chunk) of read state Redis holds under a layout other
+    than this process's, when it says; None when it holds ours, none, or an
+    unrecorded one (whose chunk size nothing tells)."""
     held = _held_layout(get_redis())
     if held is None or held == layout():
         return None
-    _, _, size = held.partition(":")
-    return int(size) if size.isdigit() and int(size) > 0 else None
+    version, _, size = held.partition(":")
+    if not (version.isdigit() and size.isdigit() and int(size) > 0):
+        return None
+    return int(version), int(size)
 
 
 def layout_adopt() -> bool:
@@ -825,9 +882,18 @@ def read_counts(*, announcement_id: int, platforms: Iterable[str]) -> dict[str, 
     pipe = client.pipeline(transaction=False)
     for platform in wanted:
         for chunk in chunks:
-            pipe.bitcount(keys.notice_bitmap(platform, chunk, announcement_id))
+            key = keys.notice_bitmap(platform, chunk, announcement_id)
+            pipe.bitcount(key)
+            pipe.getrange(key, 0, 4)  # the head's bits are not readers
     replies = iter(pipe.execute())
-    return {platform: sum(int(next(replies)) for _ in chunks) for platform in wanted}
+    return {platform: sum(_readers_in(next(replies), next(replies)) for _ in chunks) for platform in wanted}
+
+
+def _readers_in(bits: Any, start: bytes) -> int:
+    window = _window_of(start)
+    if window is None:
+        return 0
+    return int(bits) - sum(bin(b).count("1") for b in start[: window[1]])
 
 
 def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[datetime, int]:
@@ -841,12 +907,17 @@ def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[dateti
 
 
 def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -> list[bool]:
-    """Whether each user read the announcement on ``platform``: one pipelined GETBIT batch."""
+    """Whether each user read the announcement on ``platform``: one pipelined GET of
+    each chunk's bitmap (a window of at most a chunk's bytes) the users sit in."""
+    slots = [user_slot(user_id) for user_id in user_ids]
+    chunks = sorted({chunk for chunk, _ in slots})
+    if not chunks:
+        return []
     pipe = _client().pipeline(transaction=False)
-    for user_id in user_ids:
-        chunk, offset = user_slot(user_id)
-        pipe.getbit(keys.notice_bitmap(platform, chunk, announcement_id), offset)
-    return [bool(bit) for bit in pipe.execute()] if user_ids else []
+    for chunk in chunks:
+        pipe.get(keys.notice_bitmap(platform, chunk, announcement_id))
+    data = dict(zip(chunks, pipe.execute(), strict=True))
+    return [_window_bit(data[chunk], offset) for chunk, offset in slots]
 
 
 # --- Durable read-state snapshots ----------------------------------------------------
@@ -910,7 +981,7 @@ def snapshot_restored_set() -> None:
 
 
 def snapshot_readers(
-    *, members: Sequence[SnapshotMember], held_chunk_users: int | None = None
+    *, members: Sequence[SnapshotMember], held: tuple[int, int] | None = None
 ) -> tuple[dict[SnapshotMember, BitMap], bool]:
     """Readers (user ids) of each (platform, announcement), all chunks together, and
     whether the restored marker was still there after the bitmaps were read.
@@ -918,12 +989,12 @@ def snapshot_readers(
     The marker is read last in the same pipeline: a flush between the reads
     would take it along, so ``True`` proves every bitmap came from a Redis that
     still held its restored state (not the near-empty one of a fresh start).
-    ``held_chunk_users``: read bitmaps laid out in chunks of that size (what
-    ``layout_held_chunk_users`` found), before a layout change clears them.
+    ``held``: read bitmaps laid out as ``layout_held`` found (format, users per
+    chunk), before a layout change clears them.
     """
-    client = _client() if held_chunk_users is None else get_redis()
+    client = _client() if held is None else get_redis()
     chunks = _built_chunks(client)
-    size = _chunk_users() if held_chunk_users is None else held_chunk_users
+    form, size = (LAYOUT_FORMAT, _chunk_users()) if held is None else held
     pipe = client.pipeline(transaction=False)
     for platform, pk in members:
         for chunk in chunks:
@@ -936,7 +1007,7 @@ def snapshot_readers(
     for member in members:
         bits = BitMap()
         for chunk in chunks:
-            bits |= bitmap_from_redis(next(found), base=chunk * size)
+            bits |= window_from_redis(next(found), base=chunk * size, format=form)
         readers[member] = bits
     return readers, intact
 
@@ -968,7 +1039,7 @@ def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
                 keys.notice_bitmap(platform, chunk, pk),
                 *_block_keys(platform, chunk),
             ]
-            args = [bitmap_to_redis(part, base=chunk * size), int(pk), _block_users()]
+            args = [window_to_redis(part, base=chunk * size), int(pk), _block_users()]
             written += int(_RESTORE_BITMAP(keys=script_keys, args=args, client=client))
             chunks.add(chunk)
     if chunks:
@@ -1024,7 +1095,7 @@ def _restore_chunk(
     if readers:
         pipe = client.pipeline(transaction=False)
         for pk, users in readers.items():
-            pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(users, base=chunk * size), nx=True)
+            pipe.set(keys.notice_bitmap(platform, chunk, pk), window_to_redis(users, base=chunk * size), nx=True)
         pipe.execute()
     t = to_ms(timezone.now())
     live = [pk for pk, publish_ms, expire_ms in entries if publish_ms <= t and (expire_ms is None or t < expire_ms)]
@@ -1036,7 +1107,7 @@ def _restore_chunk(
         for pk in live:
             pipe.get(keys.notice_bitmap(platform, chunk, pk))
         for data in pipe.execute():
-            for offset in bitmap_from_redis(data):
+            for offset in window_from_redis(data):
                 if offset < size:
                     counts[offset] += 1
     block = _block_users()

@@ -65,23 +65,23 @@ def announcement_read_save_held(*, batch: int = BATCH, progress: Progress = SILE
     changed since the last snapshot, read under the layout Redis still holds, so the
     rebuild restores it from here (the marks journal alone would count those reads
     again in the read-rate chart). Nothing when Redis does not say its layout."""
-    size = readmodel.layout_held_chunk_users()
-    if size is None:
+    held = readmodel.layout_held()
+    if held is None:
         return 0
     drained = drain_dirty(
         label="announcement snapshots (previous layout)",
         pending=readmodel.snapshot_dirty_count(),
         pop=lambda count: readmodel.snapshot_dirty_pop(count=count),
         give_back=lambda members: readmodel.snapshot_dirty_return(members=members),
-        write=lambda members: _snapshot_batch(members, held_chunk_users=size),
+        write=lambda members: _snapshot_batch(members, held=held),
         batch=batch,
         progress=progress,
     )
     return drained.written
 
 
-def _snapshot_batch(members: list[readmodel.SnapshotMember], held_chunk_users: int | None = None) -> int:
-    readers, intact = readmodel.snapshot_readers(members=members, held_chunk_users=held_chunk_users)
+def _snapshot_batch(members: list[readmodel.SnapshotMember], held: tuple[int, int] | None = None) -> int:
+    readers, intact = readmodel.snapshot_readers(members=members, held=held)
     if not intact:
         raise RedisLost
     ids = {pk for _, pk in members}

@@ -71,76 +71,98 @@ local function notice_block_widen(at, w)
   return w * 2
 end
 
+-- Runs BITFIELD on KEYS[at] with OVERFLOW overflow and one INCRBY u<w> per
+-- (i, delta) of ops = {i1, d1, ...}, in batches; returns the replies in order.
+local function notice_incr(at, w, overflow, ops)
+  local replies = {}
+  for j = 1, #ops, 2000 do
+    local args = { 'OVERFLOW', overflow }
+    for k = j, math.min(j + 1999, #ops), 2 do
+      args[#args + 1] = 'INCRBY'
+      args[#args + 1] = 'u' .. w
+      args[#args + 1] = 8 + ops[k] * w
+      args[#args + 1] = ops[k + 1]
+    end
+    for _, reply in ipairs(redis.call('BITFIELD', KEYS[at], unpack(args))) do
+      replies[#replies + 1] = reply
+    end
+  end
+  return replies
+end
+
 -- Adds deltas to counters of block KEYS[at]: ops = {i1, d1, i2, d2, ...}
 -- (each counter at most once). A counter that would overflow its width
--- widens the block and is added again; one that would go below 0 (never, while
--- counters match their bitmaps) stays at 0, as before.
+-- widens the block and is added again; one that would go below 0 (never,
+-- while counters match their bitmaps) stays at 0, as before. The block grows
+-- exactly to its highest counter (notice_fit), never by a decrement.
 local function notice_counters_add(at, ops)
+  local ups, downs = {}, {}
+  for j = 1, #ops, 2 do
+    local list = ops[j + 1] > 0 and ups or downs
+    list[#list + 1] = ops[j]
+    list[#list + 1] = ops[j + 1]
+  end
   local w = notice_block_width(at)
-  if not w then
-    local any = false
-    for j = 2, #ops, 2 do
-      if ops[j] > 0 then
-        any = true
-        break
+  if w and #downs > 0 then
+    -- A counter past the block's end is 0, and stays 0 (SAT).
+    local bits = redis.call('STRLEN', KEYS[at]) * 8
+    local inside = {}
+    for j = 1, #downs, 2 do
+      if 8 + (downs[j] + 1) * w <= bits then
+        inside[#inside + 1] = downs[j]
+        inside[#inside + 1] = downs[j + 1]
       end
     end
-    if not any then
-      return
-    end
+    notice_incr(at, w, 'SAT', inside)
+  end
+  if #ups == 0 then
+    return
+  end
+  if not w then
     redis.call('SET', KEYS[at], string.char(4))
     w = 4
   end
-  while #ops > 0 do
-    local overflow = w >= NOTICE_WIDEST and 'SAT' or 'FAIL'
+  while #ups > 0 do
+    local top = 0
+    for j = 1, #ups, 2 do
+      top = math.max(top, ups[j])
+    end
+    notice_fit(at, 1 + math.ceil((top + 1) * w / 8))
+    local replies = notice_incr(at, w, w >= NOTICE_WIDEST and 'SAT' or 'FAIL', ups)
     local again = {}
-    for j = 1, #ops, 2000 do
-      local args = { 'OVERFLOW', overflow }
-      local last = math.min(j + 1999, #ops)
-      for k = j, last, 2 do
-        args[#args + 1] = 'INCRBY'
-        args[#args + 1] = 'u' .. w
-        args[#args + 1] = 8 + ops[k] * w
-        args[#args + 1] = ops[k + 1]
-      end
-      local results = redis.call('BITFIELD', KEYS[at], unpack(args))
-      for k = j, last, 2 do
-        if not results[(k - j) / 2 + 1] then
-          if ops[k + 1] > 0 then
-            again[#again + 1] = ops[k]
-            again[#again + 1] = ops[k + 1]
-          else
-            redis.call('BITFIELD', KEYS[at], 'SET', 'u' .. w, 8 + ops[k] * w, 0)
-          end
-        end
+    for j = 1, #ups, 2 do
+      if not replies[(j + 1) / 2] then
+        again[#again + 1] = ups[j]
+        again[#again + 1] = ups[j + 1]
       end
     end
     if #again > 0 then
       w = notice_block_widen(at, w)
     end
-    ops = again
+    ups = again
   end
 end
 
 -- Adds delta to the counter of every user whose bit is set in the bitmap
--- KEYS[bitmap_at]; the chunk's nb counter blocks (size users each) are
--- KEYS[first_block_at ..] in order. Work is bounded by the bitmap (at most
--- chunk-size bits): one pass over its bytes, one BITFIELD per block and
--- 1,000 set bits.
+-- KEYS[bitmap_at] (a window, see _bits.lua); the chunk's nb counter blocks
+-- (size users each) are KEYS[first_block_at ..] in order. Work is bounded by
+-- the bitmap (at most chunk-size bits): one pass over its bytes, one BITFIELD
+-- per block and 1,000 set bits.
 local function notice_add_readers(bitmap_at, first_block_at, nb, size, delta)
   local data = redis.call('GET', KEYS[bitmap_at])
-  if not data then
+  local first, head = notice_window_of(data)
+  if not first then
     return 0
   end
   local ops = {}
   local n = 0
-  for i = 1, #data do
+  for i = head + 1, #data do
     local byte = string.byte(data, i)
     if byte ~= 0 then
       for b = 0, 7 do
         -- Bit b of the byte, counted from the most significant (Redis's order).
         if math.floor(byte / 2 ^ (7 - b)) % 2 == 1 then
-          local offset = (i - 1) * 8 + b
+          local offset = (first + i - head - 1) * 8 + b
           local block = math.floor(offset / size) + 1
           if block <= nb then
             local list = ops[block]

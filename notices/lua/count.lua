@@ -40,6 +40,6 @@ if ARGV[5] ~= t then
   return read
 end
 for i = 5, #KEYS do
-  read = read + tonumber(ARGV[i + 1]) * redis.call('GETBIT', KEYS[i], ARGV[4])
+  read = read + tonumber(ARGV[i + 1]) * notice_bit_get(i, ARGV[4])
 end
 return read

@@ -17,7 +17,7 @@ local publish, expire = notice_times(2, 3, ARGV[1])
 if publish == nil then
   return -2
 end
-local previous = redis.call('SETBIT', KEYS[4], ARGV[2], ARGV[3])
+local previous = notice_bit_set(4, ARGV[2], ARGV[3])
 if previous ~= tonumber(ARGV[3]) then
   local t = tonumber(redis.call('HGET', KEYS[1], 't'))
   if t ~= nil and notice_live(publish, expire, t) then

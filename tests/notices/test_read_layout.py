@@ -3,6 +3,7 @@ and as long as their counters need (widened, never wrong, when a counter
 outgrows its width), and a recorded layout (format, users per chunk) so read
 state written under another chunk size is rebuilt from PostgreSQL, not misread."""
 
+from collections.abc import Iterable
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -12,9 +13,11 @@ from django.core.management import call_command
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyroaring import BitMap
 
 from core import healing, keys, rebuild
-from core.redis import keyspace_flush
+from core.bitmaps import bitmap_to_redis
+from core.redis import get_redis, keyspace_flush
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform, AnnouncementReadSnapshot
 from notices.selectors import announcement_counts
@@ -67,6 +70,88 @@ def test_a_packed_block_reads_back_every_counter(counts: list[int]) -> None:
         assert width == 4 or max(expected) >= 2 ** (width // 2)
         last = max(i for i, c in enumerate(counts) if c)
         assert len(data) == 1 + -(-(last + 1) * width // 8)
+
+
+def _window_length(offsets: Iterable[int]) -> int:
+    """Bytes of the read bitmap of readers at these offsets of a chunk: a one-byte
+    head for a window starting at a multiple of 16 below 4,080, else five bytes."""
+    low, high = min(offsets) // 8, max(offsets) // 8
+    start = low - low % 16
+    if start < 4080:
+        return 1 + high - start + 1
+    return 5 + high - low + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(offsets=st.sets(st.integers(0, 2**15 - 1), max_size=30), chunk=st.integers(0, 3))
+def test_a_read_bitmap_is_the_window_its_readers_span(offsets: set[int], chunk: int) -> None:
+    size = 2**15
+    users = BitMap(chunk * size + o for o in offsets)
+    data = readmodel.window_to_redis(users, base=chunk * size)
+    assert readmodel.window_from_redis(data, base=chunk * size) == users
+    assert [readmodel._window_bit(data, o) for o in range(0, size, 97)] == [o in offsets for o in range(0, size, 97)]
+    if offsets:
+        assert len(data) == _window_length(offsets)
+    else:
+        assert data == b""
+    # Before format 3 a bitmap was the whole chunk from offset 0.
+    plain = bitmap_to_redis(users, base=chunk * size)
+    assert readmodel.window_from_redis(plain, base=chunk * size, format=2) == users
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    offsets=st.lists(
+        st.one_of(st.integers(0, 2**15 - 1), st.integers(4080 * 8 - 40, 2**15 - 1)), min_size=1, max_size=12
+    )
+)
+def test_marks_in_any_order_make_the_window_python_writes(offsets: list[int]) -> None:
+    # mark.lua moves the window's start to each new lowest reader: the string
+    # is the one window_to_redis makes of the same readers (snapshots, rebuilds).
+    keyspace_flush()
+    readmodel.clear_local_cache()
+    Announcement.objects.all().delete()
+    [pk] = _bulk_announce(1)
+    base = 2**15  # chunk 1
+    for offset in offsets:
+        readmodel.mark(platforms=["user"], user_id=base + offset, announcement_id=pk, read=True)
+    users = BitMap(base + o for o in offsets)
+    assert get_redis().get(keys.notice_bitmap("user", 1, pk)) == readmodel.window_to_redis(users, base=base)
+    assert readmodel.readers(announcement_id=pk, platforms=["user"]) == users
+
+
+def test_a_lone_reader_far_into_a_chunk_makes_a_small_bitmap(redis: Any) -> None:
+    created = _bulk_announce(2)
+    readmodel.read_count(platform="user", user_id=0, now=T0)
+    high = 10**9  # offset 18,944 of its chunk of 32,768
+    chunk, offset = readmodel.user_slot(high)
+    assert offset > 8 * 1000
+    assert readmodel.mark(platforms=["user"], user_id=high, announcement_id=created[0], read=True)
+    key = keys.notice_bitmap("user", chunk, created[0])
+    assert redis.strlen(key) == 2  # its window starts at its byte (a multiple of 16): head and one byte
+    # A reader before the window moves its start; one after it extends it.
+    readers = [high]
+    for user_id in (high - 20, high + 9, high - 3):
+        assert readmodel.mark(platforms=["user"], user_id=user_id, announcement_id=created[0], read=True)
+        readers.append(user_id)
+        length = _window_length([readmodel.user_slot(u)[1] for u in readers])
+        assert redis.strlen(key) == length
+    probe = [*readers, high - 21, high - 19, high + 1, high + 10, high + 100, high - 100]
+    assert readmodel.read_bits(platform="user", announcement_id=created[0], user_ids=probe) == [
+        u in readers for u in probe
+    ]
+    # Clearing outside the window changes nothing and writes nothing.
+    assert not readmodel.mark(platforms=["user"], user_id=high - 1000, announcement_id=created[0], read=False)
+    assert redis.strlen(key) == length
+    assert readmodel.read_counts(announcement_id=created[0], platforms=["user"]) == {"user": 4}
+    for user_id in readers:
+        assert readmodel.read_count(platform="user", user_id=user_id, now=T0) == (2, 1)
+    # An expiry moves every reader's counter (advance.lua reads the window).
+    Announcement.objects.filter(pk=created[0]).update(expire_at=T0 + timedelta(minutes=1))
+    readmodel.platform_sync(platform="user")
+    for user_id in readers:
+        assert readmodel.read_count(platform="user", user_id=user_id, now=T0 + timedelta(minutes=2)) == (1, 0)
+    assert readmodel.readers(announcement_id=created[0], platforms=["user"]) == BitMap(readers)
 
 
 def test_a_block_is_as_long_and_as_wide_as_its_counters_need(redis: Any) -> None:
@@ -237,8 +322,10 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(
     # The read-rate chart keeps its history (summed into chunk 0's counts).
     assert readmodel.read_hours(announcement_id=created[0], platforms=["user"]) == hours
     # Nothing of the old layout is left: its chunk 0 bitmap held every user at
-    # their id's offset; now chunk 0 holds ids 0..3 only, half a byte.
-    assert redis.strlen(keys.notice_bitmap("user", 0, created[0])) <= 1
+    # their id's offset; now each bitmap is a window of a chunk of 4 users.
+    for user in users:
+        chunk = readmodel.user_slot(user.pk)[0]
+        assert redis.strlen(keys.notice_bitmap("user", chunk, created[0])) <= 1 + 1
 
 
 def test_read_state_from_before_layouts_were_recorded_is_rebuilt(redis: Any) -> None:
