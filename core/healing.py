@@ -154,6 +154,14 @@ def confirm_ready() -> None:
         raise ReadModelNotReady("the Redis read model is being rebuilt")
 
 
+def invalidate() -> None:
+    """Drop the generation marker: every process then treats the read model as lost
+    (answers from PostgreSQL) and one rebuilds it. For an app that finds its part of
+    Redis in a shape this code cannot read (the announcements' read-state layout)."""
+    get_redis().delete(keys.readmodel_generation())
+    _state["checked_at"] = -1e18  # this process looks at once
+
+
 def forget() -> None:
     """Drop the process's memory of the last check and healing attempt (tests)."""
     _state.update(checked_at=-1e18, ready=True, generation=None, failures=0)

@@ -135,7 +135,8 @@ def notice_tag(platform: str, chunk: int) -> str:
 
 
 def notice_bitmap(platform: str, chunk: int, announcement_id: int) -> str:
-    """bitmap: bit = user id minus the chunk's first id; 1 = read."""
+    """bitmap of a window of the chunk: a head saying the byte s it starts at, then bit i =
+    the user with id ``chunk's first id + 8 * s + i``; 1 = read (notices/lua/_bits.lua)."""
     return _key("notice", notice_tag(platform, chunk), int(announcement_id))
 
 
@@ -146,9 +147,10 @@ def notice_read_hours(platform: str, chunk: int, announcement_id: int) -> str:
 
 
 def notice_reads(platform: str, chunk: int, block: int) -> str:
-    """string of u16 counters (BITFIELD ``#i``): counter i = how many announcements of the chunk
-    index live at the chunk time (meta ``t``) user ``block * NOTICE_BLOCK_USERS + i`` of the chunk
-    has read (notices/lua/_counters.lua). Blocks keep one key at 4 KiB at most."""
+    """string: byte 0 the counter width w (4, 8, 16 or 32 bits), then counter i at bit
+    8 + i * w = how many announcements of the chunk index live at the chunk time (meta ``t``)
+    user ``block * NOTICE_BLOCK_USERS + i`` of the chunk has read (notices/lua/_counters.lua).
+    As long and as wide as its counters need: 1 KiB for 2,048 users who read under 16."""
     return _key("notice", notice_tag(platform, chunk), "reads", int(block))
 
 
@@ -177,6 +179,30 @@ def notice_revision(platform: str) -> str:
 def notice_chunks() -> str:
     """set: chunk numbers whose indexes have been built (they are kept in step)."""
     return _key("notice", "chunks")
+
+
+def notice_layout() -> str:
+    """string: ``<format>:<users per chunk>`` of the read state this Redis holds (bitmap
+    offsets and counter blocks mean nothing under another). Global, no hash tag: read once
+    per process outside any script, written by the rebuild that lays the state out."""
+    return _key("notice", "layout")
+
+
+def notice_scan_pattern() -> str:
+    """SCAN pattern of every announcement key above (a layout change clears them all)."""
+    return _key("notice", "*")
+
+
+def notice_read_hours_of(key: str) -> tuple[str, int] | None:
+    """(platform, announcement id) of a ``notice_read_hours`` key name, else None."""
+    head = _key("notice", "")
+    if not key.startswith(head) or not key.endswith(":hours"):
+        return None
+    tag, _, rest = key[len(head) :].partition("}:")
+    pk = rest.removesuffix(":hours")
+    if not tag.startswith("{") or not pk.isdigit():
+        return None
+    return tag[1:].split(":")[0], int(pk)
 
 
 def notice_snapshot_dirty() -> str:

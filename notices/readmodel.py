@@ -4,12 +4,17 @@ Layout (names in ``core.keys``), per platform ``p`` and user-id chunk ``c``
 (``MESSAGECENTER_NOTICE_CHUNK_USERS`` ids per chunk), all under the hash tag
 ``{p}`` (chunk 0) or ``{p:c}``:
 
-- ``notice:{p}:<id>``     bitmap, bit = user id within the chunk, 1 = read;
+- ``notice:{p}:<id>``     bitmap of a window of the chunk (the span of its readers:
+  a head saying the window's first byte s, then bit i = user ``8 * s + i`` of
+  the chunk, see lua/_bits.lua), 1 = read;
 - ``notice:{p}:index``    zset of the platform's not-yet-expired announcement ids,
   score = publish time in ms (scheduled ones included: time filters at read);
 - ``notice:{p}:expire``   zset, score = expiry time in ms (absent: never);
 - ``notice:{p}:meta``     hash ``rev`` / ``token`` of the index build, ``t`` the chunk time;
-- ``notice:{p}:reads:<b>`` u16 read counters of ``NOTICE_BLOCK_USERS`` users.
+- ``notice:{p}:reads:<b>`` read counters of ``NOTICE_BLOCK_USERS`` users, each as
+  wide (4 to 32 bits) and the block as long as its counters need;
+- ``notice:layout``       the layout of all of the above (format, users per chunk):
+  Redis holding another is rebuilt from PostgreSQL, never read (see ``layout``).
 
 Publishing writes the index of each built chunk (a handful), never per user.
 A user's count is their counter (announcements live at the chunk time ``t``
@@ -25,7 +30,6 @@ import bisect
 import itertools
 import logging
 import math
-import struct
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,18 +42,19 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import keys
+from core import healing, keys
 from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
 from core.exceptions import LimitExceeded
 from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.live import inbox_changed
 from core.lua import LuaScript
+from core.platforms import ALL_PLATFORMS
 from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
 from notices.snapshot_rows import announcement_chunk_readers
 
-_COUNTERS = ("lua/_counters.lua",)
-_READ_STATE = LuaScript(__file__, "lua/read_state.lua")
+_COUNTERS = ("lua/_bits.lua", "lua/_counters.lua")
+_READ_STATE = LuaScript(__file__, "lua/read_state.lua", preambles=("lua/_bits.lua",))
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua", preambles=_COUNTERS)
 # Adding one announcement: the revision first, then each built chunk.
@@ -58,14 +63,25 @@ _ADD_CHUNK = LuaScript(__file__, "lua/add_chunk.lua")
 _MARK = LuaScript(__file__, "lua/mark.lua", preambles=_COUNTERS)
 _ADVANCE = LuaScript(__file__, "lua/advance.lua", preambles=_COUNTERS)
 _RESTORE_BITMAP = LuaScript(__file__, "lua/restore_bitmap.lua", preambles=_COUNTERS)
-COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua")
+COUNT_SCRIPT = LuaScript(__file__, "lua/count.lua", preambles=_COUNTERS)
 
 logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ATTEMPTS = 4
-# Users per read-counter block: u16 each, so one block key is 4 KiB at most.
+# Users per read-counter block: 1 KiB at 4-bit counters (16 KiB at most, at 64-bit
+# widths never reached). Changing it changes what a block key holds: bump LAYOUT_FORMAT.
 NOTICE_BLOCK_USERS = 2048
+# The format of the read state in Redis, recorded with the chunk size in
+# keys.notice_layout(). 1 (never recorded): u16 counter blocks of full size.
+# 2: counter blocks as wide and as long as needed (notices/lua/_counters.lua).
+# 3: read bitmaps hold the window of the chunk their readers span (_bits.lua).
+LAYOUT_FORMAT = 3
+# A read bitmap's head (lua/_bits.lua): one byte s / 16 for a window starting
+# at a multiple s of 16 below _WINDOW_SHORT, else 255 and s in 4 bytes.
+_WINDOW_STEP = 16
+_WINDOW_SHORT = 255 * _WINDOW_STEP
+_BLOCK_WIDTHS = (4, 8, 16, 32)
 # Publish and expiry times one advance.lua call moves the chunk time over at most
 # (each costs a pass over that announcement's bitmap in the chunk).
 ADVANCE_BATCH = 64
@@ -84,6 +100,11 @@ Entry = tuple[int, int, int | None]  # (announcement id, publish ms, expire ms o
 
 class IndexUnsettled(RedisError):
     """The index kept changing under the reader; callers treat it like Redis being down."""
+
+
+class LayoutMismatch(RedisError):
+    """Redis holds read state laid out for another chunk size or format: callers treat it
+    like Redis being down until the rebuild lays it out again (see ``layout``)."""
 
 
 def to_ms(value: datetime) -> int:
@@ -118,10 +139,88 @@ def _block_keys(platform: str, chunk: int) -> list[str]:
     return [keys.notice_reads(platform, chunk, b) for b in range(-(-_chunk_users() // _block_users()))]
 
 
-def _counter_of(offset: int) -> tuple[int, str]:
-    """(block, BITFIELD ``#i`` field) of a user's read counter."""
+def _counter_of(offset: int) -> tuple[int, int]:
+    """(block, counter index in the block) of a user's read counter."""
     block, index = divmod(offset, _block_users())
-    return block, f"#{index}"
+    return block, index
+
+
+def _pack_block(counts: Sequence[int]) -> bytes:
+    """A counter block as _counters.lua reads it: the narrowest width that holds every
+    count, up to the last non-zero counter; b"" when all are zero (no key)."""
+    last = max((i for i, c in enumerate(counts) if c), default=-1)
+    if last < 0:
+        return b""
+    used = [min(int(c), 2**32 - 1) for c in counts[: last + 1]]
+    top = max(used)
+    width = next(w for w in _BLOCK_WIDTHS if top < 2**w)
+    if width == 4:
+        if len(used) % 2:
+            used.append(0)
+        body = bytes((used[i] << 4) | used[i + 1] for i in range(0, len(used), 2))
+    else:
+        body = b"".join(c.to_bytes(width // 8, "big") for c in used)
+    return bytes([width]) + body
+
+
+def _window_head(byte: int) -> tuple[bytes, int]:
+    """(head, first byte) of a window holding byte ``byte`` of a chunk (as notice_head_for)."""
+    start = byte - byte % _WINDOW_STEP
+    if start < _WINDOW_SHORT:
+        return bytes([start // _WINDOW_STEP]), start
+    return b"\xff" + byte.to_bytes(4, "big"), byte
+
+
+def _window_of(data: bytes | None) -> tuple[int, int] | None:
+    """(first byte, head length) of a read bitmap string, None when empty."""
+    if not data:
+        return None
+    if data[0] < 255:
+        return data[0] * _WINDOW_STEP, 1
+    return int.from_bytes(data[1:5], "big"), 5
+
+
+def window_to_redis(users: BitMap, *, base: int) -> bytes:
+    """The read bitmap (lua/_bits.lua's window) of these user ids of the chunk whose
+    first id is ``base``: from the lowest one's byte on (b"" when none)."""
+    if not users:
+        return b""
+    head, first = _window_head((int(users.min()) - base) >> 3)
+    return head + bitmap_to_redis(users, base=base + 8 * first)
+
+
+def window_from_redis(data: bytes | None, *, base: int = 0, format: int = LAYOUT_FORMAT) -> BitMap:
+    """The user ids (each plus ``base``) of a read bitmap; ``format`` below 3: a plain
+    bitmap of the whole chunk (what a layout change reads before clearing it)."""
+    if format < 3:
+        return bitmap_from_redis(data, base=base)
+    window = _window_of(data)
+    if data is None or window is None:
+        return BitMap()
+    first, head = window
+    return bitmap_from_redis(data[head:], base=base + 8 * first)
+
+
+def _window_bit(data: bytes | None, offset: int) -> bool:
+    window = _window_of(data)
+    if data is None or window is None:
+        return False
+    first, head = window
+    pos = offset - 8 * first
+    byte = head + (pos >> 3)
+    return pos >= 0 and byte < len(data) and bool(data[byte] & (0x80 >> (pos & 7)))
+
+
+def counter_from_block(data: bytes | None, index: int) -> int:
+    """Counter ``index`` of a block string (``_pack_block``'s format): for checks and tests."""
+    if not data:
+        return 0
+    width = data[0]
+    start, end = 8 + index * width, 8 + (index + 1) * width
+    if end > len(data) * 8:
+        return 0
+    value = int.from_bytes(data[start // 8 : -(-end // 8)], "big")
+    return (value >> ((-end) % 8)) & (2**width - 1)
 
 
 def user_id_of(user: Any) -> int:
@@ -134,6 +233,123 @@ def user_id_of(user: Any) -> int:
 def clear_local_cache() -> None:
     _ids_cache.clear()
     _revisions.clear()
+    _layout_seen.clear()
+
+
+# --- Layout ----------------------------------------------------------------------------
+# Bit offsets are user ids within a chunk, and counter blocks have a format:
+# read state written under another chunk size (a changed setting) or format
+# (an upgrade) would be misread, not merely missed. Redis records the layout
+# it holds; a process checks it once (and again whenever its own setting
+# changes) before its first call, and a mismatch makes the read model "lost":
+# every process answers from PostgreSQL while the rebuild (which lays the
+# state out anew, see ``layout_adopt``) restores the marks from their
+# snapshots and the marks journal.
+
+_layout_seen: dict[str, str] = {}  # "held": the layout this process found Redis holding
+
+
+def layout() -> str:
+    """This process's read-state layout: ``<format>:<users per chunk>``."""
+    return f"{LAYOUT_FORMAT}:{_chunk_users()}"
+
+
+def _held_layout(client: RedisClient) -> str | None:
+    """The layout Redis holds; a Redis with no read state at all takes ours."""
+    raw = client.get(keys.notice_layout())
+    if raw is None and not client.exists(keys.notice_chunks()):
+        # New or flushed (whatever refills it writes under this layout). Read
+        # state from before layouts were recorded always has the chunk set.
+        client.set(keys.notice_layout(), layout(), nx=True)
+        raw = client.get(keys.notice_layout())
+    return None if raw is None else raw.decode()
+
+
+def _client() -> RedisClient:
+    """The Redis client, once this process knows Redis holds its layout (LayoutMismatch if not)."""
+    client = get_redis()
+    want = layout()
+    if _layout_seen.get("held") == want:
+        return client
+    held = _held_layout(client)
+    if held != want:
+        logger.error(
+            "announcement read state in Redis is laid out as %s, this process as %s: rebuilding it", held, want
+        )
+        healing.invalidate()
+        healing.check(fresh=True)  # starts the rebuild where healing is on
+        raise LayoutMismatch(f"announcement read state laid out as {held}, expected {want}")
+    _layout_seen["held"] = want
+    return client
+
+
+def layout_held() -> tuple[int, int] | None:
+    """(format, users per chunk) of read state Redis holds under a layout other
+    than this process's, when it says; None when it holds ours, none, or an
+    unrecorded one (whose chunk size nothing tells)."""
+    held = _held_layout(get_redis())
+    if held is None or held == layout():
+        return None
+    version, _, size = held.partition(":")
+    if not (version.isdigit() and size.isdigit() and int(size) > 0):
+        return None
+    return int(version), int(size)
+
+
+def layout_adopt() -> bool:
+    """Make Redis hold this process's layout (the rebuild's first step). Read state of
+    another layout is deleted whole, the generation marker with it (so every process
+    answers from PostgreSQL until the rebuild ends); the rebuild then restores it from
+    PostgreSQL. The per-hour first-read counts, kept in Redis only, are summed into
+    chunk 0's. Returns True when it deleted anything."""
+    client = get_redis()
+    want = layout()
+    if _held_layout(client) == want:
+        _layout_seen["held"] = want
+        return False
+    healing.invalidate()
+    kept = {keys.notice_layout(), *(keys.notice_revision(p) for p in ALL_PLATFORMS)}
+    hours: dict[tuple[str, int], dict[bytes, int]] = {}
+    batch: list[str] = []
+
+    def purge() -> None:
+        pipe = client.pipeline(transaction=False)
+        for key in batch:
+            if keys.notice_read_hours_of(key) is not None:
+                pipe.hgetall(key)
+        found = iter(pipe.execute())
+        pipe = client.pipeline(transaction=False)
+        for key in batch:
+            owner = keys.notice_read_hours_of(key)
+            if owner is not None:
+                counts = hours.setdefault(owner, {})
+                for hour, n in next(found).items():
+                    counts[hour] = counts.get(hour, 0) + int(n)
+            pipe.delete(key)  # one key per DEL: a multi-key DEL fails across cluster slots
+        pipe.execute()
+        batch.clear()
+
+    for raw in client.scan_iter(match=keys.notice_scan_pattern(), count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if key not in kept:
+            batch.append(key)
+        if len(batch) >= 1000:
+            purge()
+    purge()
+    pipe = client.pipeline(transaction=False)
+    for (platform, pk), counts in hours.items():
+        target = keys.notice_read_hours(platform, 0, pk)
+        for hour, n in counts.items():
+            pipe.hincrby(target, hour, n)
+        pipe.expire(target, _READ_HOURS_TTL_SECONDS)
+    # The snapshot job restores before it copies again (the rebuild restores anyway).
+    pipe.delete(keys.notice_snapshot_restored())
+    pipe.set(keys.notice_layout(), want)
+    pipe.execute()
+    _ids_cache.clear()
+    _layout_seen["held"] = want
+    logger.warning("announcement read state cleared for layout %s; the rebuild restores it", want)
+    return True
 
 
 # Every publish reads this (platform_sync): one plain statement, not a
@@ -233,7 +449,7 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     Called after commit. The revision is taken before PostgreSQL is read: of two
     racing rebuilds the later revision saw every commit, and the script keeps it.
     """
-    client = get_redis()
+    client = _client()
     # One round trip; the chunk list is read after the revision is taken, so a
     # chunk registered later (_build_chunk) reads this revision or a newer one.
     pipe = client.pipeline(transaction=False)
@@ -288,7 +504,7 @@ def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
 
 
 def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
-    client = get_redis()
+    client = _client()
     pk, publish_ms, expire_ms = entry
     rev_call = (keys.notice_revision(platform),), (seen,)
     if is_cluster():
@@ -475,7 +691,7 @@ def read_state(*, platform: str, user_id: int, now: datetime) -> dict[int, tuple
     counts. A list page reads its own page only (``read_page``).
     """
     chunk, offset = user_slot(user_id)
-    client = get_redis()
+    client = _client()
     now_ms = to_ms(now)
     for _ in range(_ATTEMPTS):
         index = _chunk_index(client, platform=platform, chunk=chunk)
@@ -493,7 +709,7 @@ def read_page(
     first, strictly below ``after`` (publish ms, id): one script call reading
     the bits of those announcements only, whatever the number live."""
     chunk, offset = user_slot(user_id)
-    client = get_redis()
+    client = _client()
     now_ms = to_ms(now)
     for _ in range(_ATTEMPTS):
         index = _chunk_index(client, platform=platform, chunk=chunk)
@@ -509,7 +725,7 @@ def read_page(
 def read_flags(*, platform: str, user_id: int, ids: Sequence[int], now: datetime) -> dict[int, tuple[int, bool]]:
     """Of these announcements, those live on ``platform`` at ``now`` -> (publish ms, read)."""
     chunk, offset = user_slot(user_id)
-    client = get_redis()
+    client = _client()
     now_ms = to_ms(now)
     for _ in range(_ATTEMPTS):
         index = _chunk_index(client, platform=platform, chunk=chunk)
@@ -542,7 +758,7 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
     """Prepare a count (no Redis call when the process's index copy is warm)."""
     chunk, offset = user_slot(user_id)
     now_ms = to_ms(now)
-    index = _chunk_index(get_redis(), platform=platform, chunk=chunk)
+    index = _chunk_index(_client(), platform=platform, chunk=chunk)
     return CountCall(
         platform=platform,
         chunk=chunk,
@@ -572,7 +788,7 @@ def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
     """(live, read) from the first call's reply. When publish or expiry times
     passed since the chunk time, a second call adds what they change for this
     user (their bits only), and the chunk time moves on for every reader."""
-    client = get_redis()
+    client = _client()
     refreshes = 0
     while True:
         if isinstance(reply, Exception):
@@ -637,8 +853,8 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     """Set (or clear) the user's bit in each platform's bitmap, and the user's
     read counter with it; True if any bit changed."""
     chunk, offset = user_slot(user_id)
-    block, field = _counter_of(offset)
-    client = get_redis()
+    block, counter = _counter_of(offset)
+    client = _client()
     changed = False
     dirty: list[str] = []
     hour = to_ms(timezone.now()) // _HOUR_MS
@@ -649,7 +865,7 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
             keys.notice_read_hours(platform, chunk, announcement_id),
             keys.notice_reads(platform, chunk, block),
         ]
-        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, field, _block_users()]
+        args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, counter]
         for _ in range(_ATTEMPTS):
             previous = int(_MARK(keys=script_keys, args=args, client=client))
             if previous != -1:
@@ -669,20 +885,29 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
 
 def read_counts(*, announcement_id: int, platforms: Iterable[str]) -> dict[str, int]:
     """Users who read the announcement, per platform (BITCOUNT over every built chunk)."""
-    client = get_redis()
+    client = _client()
     chunks = _built_chunks(client)
     wanted = list(platforms)
     pipe = client.pipeline(transaction=False)
     for platform in wanted:
         for chunk in chunks:
-            pipe.bitcount(keys.notice_bitmap(platform, chunk, announcement_id))
+            key = keys.notice_bitmap(platform, chunk, announcement_id)
+            pipe.bitcount(key)
+            pipe.getrange(key, 0, 4)  # the head's bits are not readers
     replies = iter(pipe.execute())
-    return {platform: sum(int(next(replies)) for _ in chunks) for platform in wanted}
+    return {platform: sum(_readers_in(next(replies), next(replies)) for _ in chunks) for platform in wanted}
+
+
+def _readers_in(bits: Any, start: bytes) -> int:
+    window = _window_of(start)
+    if window is None:
+        return 0
+    return int(bits) - sum(bin(b).count("1") for b in start[: window[1]])
 
 
 def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[datetime, int]:
     """First reads per hour (all platforms and chunks added up), oldest first."""
-    client = get_redis()
+    client = _client()
     pipe = client.pipeline(transaction=False)
     for platform in platforms:
         for chunk in _built_chunks(client):
@@ -691,12 +916,17 @@ def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[dateti
 
 
 def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -> list[bool]:
-    """Whether each user read the announcement on ``platform``: one pipelined GETBIT batch."""
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in user_ids:
-        chunk, offset = user_slot(user_id)
-        pipe.getbit(keys.notice_bitmap(platform, chunk, announcement_id), offset)
-    return [bool(bit) for bit in pipe.execute()] if user_ids else []
+    """Whether each user read the announcement on ``platform``: one pipelined GET of
+    each chunk's bitmap (a window of at most a chunk's bytes) the users sit in."""
+    slots = [user_slot(user_id) for user_id in user_ids]
+    chunks = sorted({chunk for chunk, _ in slots})
+    if not chunks:
+        return []
+    pipe = _client().pipeline(transaction=False)
+    for chunk in chunks:
+        pipe.get(keys.notice_bitmap(platform, chunk, announcement_id))
+    data = dict(zip(chunks, pipe.execute(), strict=True))
+    return [_window_bit(data[chunk], offset) for chunk, offset in slots]
 
 
 # --- Durable read-state snapshots ----------------------------------------------------
@@ -750,25 +980,30 @@ def snapshot_dirty_return(*, members: Iterable[SnapshotMember]) -> None:
 
 
 def snapshot_restored() -> bool:
-    """Whether this Redis holds the restored read state (the marker survives until a flush)."""
-    return bool(get_redis().exists(keys.notice_snapshot_restored()))
+    """Whether this Redis holds the restored read state (the marker survives until a flush).
+    The snapshot job's first call: LayoutMismatch before it pops anything it could misread."""
+    return bool(_client().exists(keys.notice_snapshot_restored()))
 
 
 def snapshot_restored_set() -> None:
     get_redis().set(keys.notice_snapshot_restored(), to_ms(timezone.now()))
 
 
-def snapshot_readers(*, members: Sequence[SnapshotMember]) -> tuple[dict[SnapshotMember, BitMap], bool]:
+def snapshot_readers(
+    *, members: Sequence[SnapshotMember], held: tuple[int, int] | None = None
+) -> tuple[dict[SnapshotMember, BitMap], bool]:
     """Readers (user ids) of each (platform, announcement), all chunks together, and
     whether the restored marker was still there after the bitmaps were read.
 
     The marker is read last in the same pipeline: a flush between the reads
     would take it along, so ``True`` proves every bitmap came from a Redis that
     still held its restored state (not the near-empty one of a fresh start).
+    ``held``: read bitmaps laid out as ``layout_held`` found (format, users per
+    chunk), before a layout change clears them.
     """
-    client = get_redis()
+    client = _client() if held is None else get_redis()
     chunks = _built_chunks(client)
-    size = _chunk_users()
+    form, size = (LAYOUT_FORMAT, _chunk_users()) if held is None else held
     pipe = client.pipeline(transaction=False)
     for platform, pk in members:
         for chunk in chunks:
@@ -781,7 +1016,7 @@ def snapshot_readers(*, members: Sequence[SnapshotMember]) -> tuple[dict[Snapsho
     for member in members:
         bits = BitMap()
         for chunk in chunks:
-            bits |= bitmap_from_redis(next(found), base=chunk * size)
+            bits |= window_from_redis(next(found), base=chunk * size, format=form)
         readers[member] = bits
     return readers, intact
 
@@ -803,7 +1038,7 @@ def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
     counts and index builds include them. Returns keys written.
     """
     size = _chunk_users()
-    client = get_redis()
+    client = _client()
     chunks: set[int] = set()
     written = 0
     for (platform, pk), users in readers.items():
@@ -813,7 +1048,7 @@ def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
                 keys.notice_bitmap(platform, chunk, pk),
                 *_block_keys(platform, chunk),
             ]
-            args = [bitmap_to_redis(part, base=chunk * size), int(pk), _block_users()]
+            args = [window_to_redis(part, base=chunk * size), int(pk), _block_users()]
             written += int(_RESTORE_BITMAP(keys=script_keys, args=args, client=client))
             chunks.add(chunk)
     if chunks:
@@ -834,7 +1069,7 @@ def drift_platform_entries(*, platform: str) -> list[Entry]:
 
 def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
     """Per built chunk of ``platform``: (index id -> publish ms, expiry id -> expire ms), one pipeline."""
-    client = get_redis()
+    client = _client()
     chunks = _built_chunks(client)
     pipe = client.pipeline(transaction=False)
     for chunk in chunks:
@@ -869,7 +1104,7 @@ def _restore_chunk(
     if readers:
         pipe = client.pipeline(transaction=False)
         for pk, users in readers.items():
-            pipe.set(keys.notice_bitmap(platform, chunk, pk), bitmap_to_redis(users, base=chunk * size), nx=True)
+            pipe.set(keys.notice_bitmap(platform, chunk, pk), window_to_redis(users, base=chunk * size), nx=True)
         pipe.execute()
     t = to_ms(timezone.now())
     live = [pk for pk, publish_ms, expire_ms in entries if publish_ms <= t and (expire_ms is None or t < expire_ms)]
@@ -881,14 +1116,10 @@ def _restore_chunk(
         for pk in live:
             pipe.get(keys.notice_bitmap(platform, chunk, pk))
         for data in pipe.execute():
-            for offset in bitmap_from_redis(data):
+            for offset in window_from_redis(data):
                 if offset < size:
                     counts[offset] += 1
     block = _block_users()
-    blocks = []
-    for start in range(0, size, block):
-        part = counts[start : start + block]
-        # Whole blocks (or none): a block is written once at its final length.
-        part += [0] * (block - len(part))
-        blocks.append(struct.pack(f">{block}H", *(min(c, 0xFFFF) for c in part)) if any(part) else b"")
+    # Each block as long and as wide as its counters need (b"": none).
+    blocks = [_pack_block(counts[start : start + block]) for start in range(0, size, block)]
     return t, blocks

@@ -60,8 +60,28 @@ def announcement_read_snapshot(*, batch: int = BATCH, progress: Progress = SILEN
     return drained.written
 
 
-def _snapshot_batch(members: list[readmodel.SnapshotMember]) -> int:
-    readers, intact = readmodel.snapshot_readers(members=members)
+def announcement_read_save_held(*, batch: int = BATCH, progress: Progress = SILENT) -> int:
+    """Before the read state is laid out anew (``readmodel.layout_adopt``): copy what
+    changed since the last snapshot, read under the layout Redis still holds, so the
+    rebuild restores it from here (the marks journal alone would count those reads
+    again in the read-rate chart). Nothing when Redis does not say its layout."""
+    held = readmodel.layout_held()
+    if held is None:
+        return 0
+    drained = drain_dirty(
+        label="announcement snapshots (previous layout)",
+        pending=readmodel.snapshot_dirty_count(),
+        pop=lambda count: readmodel.snapshot_dirty_pop(count=count),
+        give_back=lambda members: readmodel.snapshot_dirty_return(members=members),
+        write=lambda members: _snapshot_batch(members, held=held),
+        batch=batch,
+        progress=progress,
+    )
+    return drained.written
+
+
+def _snapshot_batch(members: list[readmodel.SnapshotMember], held: tuple[int, int] | None = None) -> int:
+    readers, intact = readmodel.snapshot_readers(members=members, held=held)
     if not intact:
         raise RedisLost
     ids = {pk for _, pk in members}

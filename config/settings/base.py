@@ -489,10 +489,12 @@ MESSAGECENTER_PAGE_SIZE: int = env.int("MESSAGECENTER_PAGE_SIZE", default=20)
 MESSAGECENTER_MAX_PAGE_SIZE: int = env.int("MESSAGECENTER_MAX_PAGE_SIZE", default=100)
 MESSAGECENTER_BITMAP_CHUNK_USERS: int = env.int("MESSAGECENTER_BITMAP_CHUNK_USERS", default=2**20)
 # Users per announcement read-state chunk (notices/readmodel.py): a bitmap holds at
-# most this many bits. 2**15 (4 KiB) keeps a lone reader with a high id from making
-# a large key; the default stays at 2**20 until several chunks are proven under the
-# whole suite (an embedded run with users spread over chunks failed three tests).
-MESSAGECENTER_NOTICE_CHUNK_USERS: int = env.int("MESSAGECENTER_NOTICE_CHUNK_USERS", default=2**20)
+# most this many bits, so 2**15 keeps any read bitmap at 4 KiB (a lone reader with a
+# high id made a 128 KiB key at 2**20). Each chunk in use also keeps its own copy of
+# the platform's announcement index, so much smaller chunks cost more than they save.
+# Redis records the size its read state was written with: changing it makes the
+# read model rebuild from PostgreSQL (notices.readmodel.layout_adopt), never misread.
+MESSAGECENTER_NOTICE_CHUNK_USERS: int = env.int("MESSAGECENTER_NOTICE_CHUNK_USERS", default=2**15)
 MESSAGECENTER_MAX_USER_ID: int = env.int("MESSAGECENTER_MAX_USER_ID", default=2**32 - 1)
 MESSAGECENTER_FANOUT_CHUNK: int = env.int("MESSAGECENTER_FANOUT_CHUNK", default=1000)
 MESSAGECENTER_NOTIFICATION_TTL: int = env.int("MESSAGECENTER_NOTIFICATION_TTL", default=60 * 60 * 24 * 7)

@@ -6,7 +6,7 @@
 -- KEYS[1] meta hash, KEYS[2] index zset, KEYS[3] expiry zset, KEYS[4] the
 -- user's counter block, then (second call only) the bitmaps of the
 -- announcements whose liveness differs between t and now.
--- ARGV[1] token of the caller's index copy, ARGV[2] the user's counter ('#i'),
+-- ARGV[1] token of the caller's index copy, ARGV[2] the user's counter (index in its block),
 -- ARGV[3] now (ms), ARGV[4] bit offset, ARGV[5] the chunk time the caller
 -- read ('' on the first call), ARGV[6..] per bitmap: live now minus live at t
 -- (1 or -1), worked out from the caller's copy (the token proves it current).
@@ -23,7 +23,7 @@ local t = meta[2]
 if not t then
   return -3
 end
-local read = redis.call('BITFIELD', KEYS[4], 'GET', 'u16', ARGV[2])[1]
+local read = notice_counter_get(4, tonumber(ARGV[2]))
 local now = ARGV[3]
 if tonumber(now) == tonumber(t) then
   return read
@@ -40,6 +40,6 @@ if ARGV[5] ~= t then
   return read
 end
 for i = 5, #KEYS do
-  read = read + tonumber(ARGV[i + 1]) * redis.call('GETBIT', KEYS[i], ARGV[4])
+  read = read + tonumber(ARGV[i + 1]) * notice_bit_get(i, ARGV[4])
 end
 return read

@@ -7,7 +7,7 @@
 -- KEYS[5] per-hour read counter hash, KEYS[6] the user's counter block.
 -- ARGV[1] announcement id, ARGV[2] bit offset, ARGV[3] 1 (read) or 0 (unread),
 -- ARGV[4] the current hour (ms // 3600000), ARGV[5] the hour counter's
--- lifetime (s), ARGV[6] the user's counter in the block ('#i'), ARGV[7] users per block.
+-- lifetime (s), ARGV[6] the user's counter in the block (index from 0).
 -- Returns the previous bit, -1 when the chunk was never built (rebuild and
 -- retry), -2 when the announcement is not in the index.
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -17,13 +17,11 @@ local publish, expire = notice_times(2, 3, ARGV[1])
 if publish == nil then
   return -2
 end
-local previous = redis.call('SETBIT', KEYS[4], ARGV[2], ARGV[3])
+local previous = notice_bit_set(4, ARGV[2], ARGV[3])
 if previous ~= tonumber(ARGV[3]) then
   local t = tonumber(redis.call('HGET', KEYS[1], 't'))
   if t ~= nil and notice_live(publish, expire, t) then
-    local delta = previous == 0 and 1 or -1
-    notice_block_ready(6, tonumber(ARGV[7]))
-    redis.call('BITFIELD', KEYS[6], 'OVERFLOW', 'SAT', 'INCRBY', 'u16', ARGV[6], delta)
+    notice_counters_add(6, { tonumber(ARGV[6]), previous == 0 and 1 or -1 })
   end
 end
 -- Count first reads per hour for the read-rate chart; in the same script so

@@ -15,6 +15,6 @@ if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
 end
 local bits = {}
 for i = 2, #KEYS do
-  bits[i - 1] = redis.call('GETBIT', KEYS[i], ARGV[2])
+  bits[i - 1] = notice_bit_get(i, ARGV[2])
 end
 return table.concat(bits)

@@ -50,3 +50,8 @@ def announce(
 def on_platforms(user: Any, *platforms: str) -> Any:
     user_set_platforms(user=user, platforms=list(platforms))
     return user
+
+
+def read_bit(platform: str, announcement_id: int, user_id: int) -> bool:
+    """The user's read bit of the announcement on the platform, as the read model holds it."""
+    return readmodel.read_bits(platform=platform, announcement_id=announcement_id, user_ids=[user_id])[0]

@@ -22,7 +22,7 @@ from notices.services import (
     announcement_update,
 )
 from tests.factories import UserFactory
-from tests.notices.conftest import HOUR, T0, announce, on_platforms
+from tests.notices.conftest import HOUR, T0, announce, on_platforms, read_bit
 
 pytestmark = pytest.mark.django_db
 
@@ -151,11 +151,11 @@ def test_removing_a_platform_drops_its_index_entry_and_bitmaps_at_once(recipient
     on_platforms(recipient, "user", "customer")
     a = announce(["user", "customer"])
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
-    assert redis.getbit(keys.notice_bitmap("customer", 0, a.pk), recipient.pk) == 1
+    assert read_bit("customer", a.pk, recipient.pk) is True
     announcement_update(announcement=a, platforms=["user"])
     assert index_of(redis, "customer") == {}
     assert redis.exists(keys.notice_bitmap("customer", 0, a.pk)) == 0
-    assert redis.getbit(keys.notice_bitmap("user", 0, a.pk), recipient.pk) == 1
+    assert read_bit("user", a.pk, recipient.pk) is True
 
 
 def test_delete_removes_keys_at_once_and_from_every_count(recipient: Any, redis: Any) -> None:
@@ -178,24 +178,24 @@ def test_mark_read_and_unread_set_and_clear_the_bit(recipient: Any, redis: Any) 
     a = announce(["user"])
     assert announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0) is True
     assert announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0) is False  # already read
-    assert redis.getbit(keys.notice_bitmap("user", 0, a.pk), recipient.pk) == 1
+    assert read_bit("user", a.pk, recipient.pk) is True
     assert announcement_mark_unread(user=recipient, announcement_id=a.pk, now=T0) is True
     assert announcement_mark_unread(user=recipient, announcement_id=a.pk, now=T0) is False
-    assert redis.getbit(keys.notice_bitmap("user", 0, a.pk), recipient.pk) == 0
+    assert read_bit("user", a.pk, recipient.pk) is False
 
 
 def test_multi_platform_user_marks_every_targeted_platform(recipient: Any, redis: Any) -> None:
     on_platforms(recipient, "user", "customer")
     a = announce(["user", "customer", "operator"])
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
-    assert redis.getbit(keys.notice_bitmap("user", 0, a.pk), recipient.pk) == 1
-    assert redis.getbit(keys.notice_bitmap("customer", 0, a.pk), recipient.pk) == 1
+    assert read_bit("user", a.pk, recipient.pk) is True
+    assert read_bit("customer", a.pk, recipient.pk) is True
     # Not the user's platform: untouched.
     assert redis.exists(keys.notice_bitmap("operator", 0, a.pk)) == 0
     assert announcement_counts(user=recipient, now=T0) == {"read": 1, "unread": 0}
     announcement_mark_unread(user=recipient, announcement_id=a.pk, now=T0)
-    assert redis.getbit(keys.notice_bitmap("user", 0, a.pk), recipient.pk) == 0
-    assert redis.getbit(keys.notice_bitmap("customer", 0, a.pk), recipient.pk) == 0
+    assert read_bit("user", a.pk, recipient.pk) is False
+    assert read_bit("customer", a.pk, recipient.pk) is False
 
 
 def test_marking_needs_a_live_announcement_on_the_users_platforms(recipient: Any, redis: Any) -> None:
