@@ -191,8 +191,9 @@ REDIS_POOL_TIMEOUT = env.float("REDIS_POOL_TIMEOUT", default=1.0)
 # Under ASGI, how many requests per process run their (sync) view at once
 # (core/asgi.py); 0: the smaller of the two pools' sizes above.
 ASGI_CONCURRENT_REQUESTS = env.int("ASGI_CONCURRENT_REQUESTS", default=0)
-# Under ASGI, the hottest API reads (a poll of the counts) are answered on the
-# event loop with redis.asyncio when they can (core/fast_asgi.py); off: Django answers all.
+# Under ASGI, the hottest API reads (polls of the counts and of a first inbox
+# page) are answered on the event loop with redis.asyncio when they can
+# (core/fast_asgi.py); off: Django answers every request.
 ASGI_FAST_READS = env.bool("ASGI_FAST_READS", default=True)
 
 
