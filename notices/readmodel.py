@@ -283,6 +283,18 @@ def _client() -> RedisClient:
     return client
 
 
+def _register_chunks(client: Any, chunks: Sequence[int]) -> None:
+    """Add chunks to the chunk set, with the layout they are written under.
+
+    Only a process that found Redis holding its layout writes read state, but
+    Redis may have lost everything since it looked (a flush, a restart without
+    persistence): the chunk set would then come back without the layout, which
+    every process reads as read state of an unknown, older layout. So the set
+    never comes back alone (two commands, one per slot; ``client`` may be a pipeline)."""
+    client.set(keys.notice_layout(), layout(), nx=True)
+    client.sadd(keys.notice_chunks(), *chunks)
+
+
 def layout_held() -> tuple[int, int] | None:
     """(format, users per chunk) of read state Redis holds under a layout other
     than this process's, when it says; None when it holds ours, none, or an
@@ -454,9 +466,9 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     # chunk registered later (_build_chunk) reads this revision or a newer one.
     pipe = client.pipeline(transaction=False)
     pipe.incr(keys.notice_revision(platform))
-    pipe.sadd(keys.notice_chunks(), 0)
+    _register_chunks(pipe, [0])
     pipe.smembers(keys.notice_chunks())
-    rev_raw, _, chunks_raw = pipe.execute()
+    rev_raw, _, _, chunks_raw = pipe.execute()
     rev = int(rev_raw)
     _revisions[platform] = rev
     entries = _platform_entries(platform)
@@ -552,7 +564,7 @@ def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:
     Registered first, so a concurrent platform_sync either sees the chunk or ran
     its revision before ours, in which case our snapshot holds its commit.
     """
-    client.sadd(keys.notice_chunks(), chunk)
+    _register_chunks(client, [chunk])
     rev = int(client.get(keys.notice_revision(platform)) or 0)
     _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=_platform_entries(platform), drop_ids=())
 
@@ -1054,7 +1066,7 @@ def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
     if chunks:
         # A bitmap of an unregistered chunk would be invisible to read_counts
         # and left out of index builds; platform_sync builds every chunk here.
-        client.sadd(keys.notice_chunks(), *sorted(chunks))
+        _register_chunks(client, sorted(chunks))
     return written
 
 

@@ -266,6 +266,23 @@ def test_a_new_redis_takes_this_processs_layout(redis: Any) -> None:
     assert readmodel.layout() == f"{readmodel.LAYOUT_FORMAT}:{2**15}"
 
 
+def test_read_state_refilled_after_a_flush_keeps_its_layout(redis: Any) -> None:
+    # This process has seen Redis hold its layout; then Redis loses everything
+    # and this process refills it (a publish, a first read): the layout comes
+    # back with the chunk set, so another process (no memory of the first
+    # look) finds its own layout, not read state of an unknown one.
+    user = UserFactory()
+    on_platforms(user, "user")
+    created = _bulk_announce(2)
+    keyspace_flush()
+    readmodel._ids_cache.clear()
+    readmodel.platform_sync(platform="user")
+    announcement_mark_read(user=user, announcement_id=created[0], now=T0)
+    assert redis.get(keys.notice_layout()) == readmodel.layout().encode()
+    readmodel.clear_local_cache()  # another process
+    assert announcement_counts(user=user, now=T0) == {"read": 1, "unread": 1}
+
+
 def _marks(users: list[Any], created: list[int]) -> set[tuple[int, int]]:
     """User i reads the announcements whose position is a multiple of i + 1."""
     marked = set()
