@@ -247,10 +247,11 @@ def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, set
     # A delivery meanwhile trims too (at most 2 per insert).
     _deliver(_entry(30), uid)
     assert redis.zcard(keys.mc_inbox(uid)) == 25
-    # The call's step is shared: the delivery's 2 evictions are settled first, 2 more leave.
-    assert redis.scard(keys.mc_inbox_evicted(uid)) == 2
+    # The call's step is shared: of the delivery's 2 evictions, the one of another
+    # category than the new item's waited and is settled first; 3 more leave.
+    assert redis.scard(keys.mc_inbox_evicted(uid)) == 1
     assert call() == AGAIN
-    assert redis.zcard(keys.mc_inbox(uid)) == 23
+    assert redis.zcard(keys.mc_inbox(uid)) == 22
     assert redis.scard(keys.mc_inbox_evicted(uid)) == 0
     # A read settles the rest in further bounded calls before it answers.
     page = _page(uid, T0 + 99, limit=50)
@@ -486,4 +487,55 @@ def test_expired_members_go_before_the_cap_counts_an_inbox_over_it(redis: Any, s
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(9, -1, -1)]
     assert page.counts.unread == 10
+    assert_unread_index(redis, user_id)
+
+
+def test_a_delivery_to_a_full_inbox_of_expired_items_takes_out_a_few_each(redis: Any, settings: Any) -> None:
+    """Each delivery looks at no more than two expired members per recipient
+    (a call carries many recipients) and evicts no live one while more expired
+    ones may be due; reads then settle the rest, and the newest live stay."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    user_id = UserFactory().pk
+    for i in range(10):
+        _deliver(_entry(i, expire_ms=T0 + 50 if i < 8 else 0), user_id)
+    sizes = []
+    for i in range(10, 13):
+        _deliver(_entry(i), user_id, now_ms=T0 + 100)
+        sizes.append(redis.zcard(keys.mc_inbox(user_id)))
+    # Over the cap by one: two expired out (not all eight), no live one; then at the cap.
+    assert sizes == [9, 10, 9]
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 4
+    # Of the new items' category and month: removed whole, nothing waits.
+    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+    assert redis.zcard(keys.mc_inbox_category(user_id, "system")) == 9
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in (12, 11, 10, 9, 8)]
+    assert page.counts.unread == 5
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 0
+    assert_unread_index(redis, user_id)
+
+
+def test_an_evicted_member_of_the_new_items_kind_leaves_everything_at_once(redis: Any, settings: Any) -> None:
+    """A fan-out holds the new item's category and month keys: an oldest member
+    of both is removed whole there, so an inbox getting one kind of item stays
+    at the cap in every structure however long its user does not read."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    user_id = UserFactory().pk
+    for i in range(40):
+        if i % 4 == 0:
+            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+        _deliver(_entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0), user_id)
+        assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 10)
+        assert redis.zcard(keys.mc_inbox_category(user_id, "promotion")) == min(i + 1, 10)
+    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 5
+    assert [i for i in range(40) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
+    unread = [i for i in range(30, 40) if i % 4]
+    assert {m.decode() for m in redis.zrange(keys.mc_inbox_unread(user_id), 0, -1)} == {
+        _entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0).member for i in unread
+    }
+    assert int(redis.hget(keys.mc_inbox_counters(user_id), "promotion")) == len(unread)
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(39, 29, -1)]
+    assert page.counts.unread == len(unread)
     assert_unread_index(redis, user_id)
