@@ -20,7 +20,8 @@
 -- month of the user passed), then settles expiry. False when that check
 -- fails: the script then answers "STALE" having changed nothing, and the
 -- caller plans (the slower, cluster-safe route).
--- Settling is bounded (caps on write): when a step left members for later
+-- Settling is bounded (caps on write): every step of one call shares a
+-- budget of STEP members; when a step left members for later
 -- (MORE), open_inbox returns false too and the script answers "AGAIN" before
 -- its own work (NOT_OPEN names the answer): the caller repeats the call in
 -- mode "3" until the inbox is settled, so every answer is an exact one.
@@ -47,6 +48,7 @@ local function open_inbox(own_keys, own_args, with_ever)
   arg_pos = arg_pos + 3 + month_count
   if mode ~= "0" then
     STEP = tonumber(ARGV[arg_pos])
+    BUDGET = STEP
     arg_pos = arg_pos + 1
   end
   -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
@@ -61,16 +63,16 @@ local function open_inbox(own_keys, own_args, with_ever)
     detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
     pending_key = KEYS[global_base + 7]
     if not level() then return false end
-    backfill_unread()  -- unread zsets
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
+    backfill_unread()  -- unread zsets: last, so a trim's members are never walked
   elseif mode == "1" then
-    backfill_unread()  -- unread zsets
     settle_and_merge(arg_pos)
+    backfill_unread()
   elseif mode == "3" then
-    backfill_unread()  -- unread zsets
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
+    backfill_unread()
   end
   if MORE then
     NOT_OPEN = "AGAIN"

@@ -1,6 +1,7 @@
--- Shared by the per-user inbox scripts (after _item.lua, _state.lua and _steps.lua):
--- removal, the merge's add, expiry, trim, the fast path's check (level) and
--- the planned settle and merge that open_inbox runs.
+-- Shared by the per-user inbox scripts (after _item.lua, _state.lua,
+-- _batch.lua and _steps.lua): removal, the merge's add, waking, expiry and
+-- trim (_merge.lua then holds the fast path's check and the planned settle
+-- and merge that open_inbox runs).
 
 -- >>> archive and snooze (park.lua's keys; open_inbox binds them) >>>
 -- A parked member (archived or snoozed) left all, its category zset and its
@@ -50,10 +51,7 @@ local NEXT_EXPIRY = ""
 -- >>> archive and snooze: snoozed members whose time has come are back,
 -- unread, at their wake time (the bit was cleared when snoozed; again here
 -- so a replayed snooze cannot leave it set) >>>
-local function wake_snoozed()
-  if not snoozed_key then return end
-  local due = call("ZRANGEBYSCORE", snoozed_key, "-inf", NOW, "WITHSCORES", "LIMIT", 0, STEP)
-  if #due == 2 * STEP then MORE = true end
+local function wake_due(due)
   for i = 1, #due, 2 do
     local member, wake = due[i], due[i + 1]
     local ref, cat, month, off = parse(member)
@@ -66,84 +64,71 @@ local function wake_snoozed()
       touch()
     end
   end
+end
+
+local function wake_snoozed()
+  if not snoozed_key then return end
   local first = call("ZRANGE", snoozed_key, 0, 0, "WITHSCORES")
+  if #first == 2 and tonumber(first[2]) <= NOW then
+    local n = take(STEP)
+    if n > 0 then
+      local due = call("ZRANGEBYSCORE", snoozed_key, "-inf", NOW, "WITHSCORES", "LIMIT", 0, n)
+      BUDGET = BUDGET + (n - #due / 2)
+      wake_due(due)
+      first = call("ZRANGE", snoozed_key, 0, 0, "WITHSCORES")
+    end
+    if #first == 2 and tonumber(first[2]) <= NOW then MORE = true end
+  end
   if #first == 2 then NEXT_WAKE = first[2] else NEXT_WAKE = "" end
 end
 -- <<< archive and snooze <<<
 
 -- Expiry is exact: an item whose expire_at has come is gone from every view
--- (at most STEP a call; MORE: the caller calls again before it answers).
+-- (a step a call; MORE: the caller calls again before it answers).
 local function settle_expired()
   settle_evicted()  -- caps on write
   local first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
   if #first == 2 and tonumber(first[2]) <= NOW then
-    local due = call("ZRANGEBYSCORE", expiry_key, "-inf", NOW, "LIMIT", 0, STEP)
-    for _, member in ipairs(due) do
-      local _, _, month = parse(member)  -- a stray entry goes (a month not passed keeps its own)
-      if remove(member) == 0 and (not month or READ[month]) then call("ZREM", expiry_key, member) end
+    local n = take(STEP)
+    if n > 0 then
+      local due = call("ZRANGEBYSCORE", expiry_key, "-inf", NOW, "LIMIT", 0, n)
+      BUDGET = BUDGET + (n - #due)
+      -- Live ones leave in a few commands; parked, stray or unknown ones one by one.
+      local live, held = {}, {}
+      if #due > 0 then held = call("ZMSCORE", all_key, unpack(due)) end
+      for i, member in ipairs(due) do
+        if held[i] and removable(member) then
+          live[#live + 1] = member
+        else
+          local _, _, month = parse(member)  -- a stray entry goes (a month not passed keeps its own)
+          if remove(member) == 0 and (not month or READ[month]) then call("ZREM", expiry_key, member) end
+        end
+      end
+      remove_live(live)
+      first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
     end
-    first = call("ZRANGE", expiry_key, 0, 0, "WITHSCORES")
-    if #first == 2 and tonumber(first[2]) <= NOW then MORE = true end
+    if #first == 2 and tonumber(first[2]) <= NOW then
+      MORE = true
+      EXPIRY_LEFT = true
+    end
   end
   if #first == 2 then NEXT_EXPIRY = first[2] else NEXT_EXPIRY = "" end
   wake_snoozed()  -- archive and snooze
 end
 
--- The newest max_items stay, at most STEP leaving a call (an inbox filled before caps on write).
+-- The newest max_items stay, at most a step leaving a call (an inbox filled
+-- before caps on write). Only once no expired member is left: counted in the
+-- size, they would make it drop live items the cap keeps.
 local function trim(max_items)
+  if EXPIRY_LEFT then return end
   local extra = call("ZCARD", all_key) - max_items
-  if extra > STEP then extra, MORE = STEP, true end
-  if extra > 0 then
-    for _, member in ipairs(call("ZRANGE", all_key, 0, extra - 1)) do remove(member) end
+  if extra <= 0 then return end
+  local n = take(extra)
+  if n < extra then MORE = true end
+  if n == 0 then return end
+  local live = {}
+  for _, member in ipairs(call("ZRANGE", all_key, 0, n - 1)) do
+    if removable(member) then live[#live + 1] = member end  -- others are left alone, as remove() leaves them
   end
-end
-
--- What level() read that the read cache's tag needs too, by the tag's
--- names (readcache.TAG): _cache.lua adds the rest.
-local LEVEL = {}
-
--- Would planning find nothing to settle or merge? Mirrors readmodel/inbox.py _plan.
-local function level()
-  for _, month in ipairs(call("SMEMBERS", months_key)) do
-    if not READ[month] then return false end
-  end
-  -- "bd" (bulletin display): display time (ms) of the latest bulletin merged
-  -- into this inbox; a due bulletin displayed later still needs merging.
-  local state = call("HMGET", state_key, "settled", "pull", "bd", "rev")
-  local settled, pulled, bulletins_shown, rev = state[1], state[2], state[3], state[4]
-  local access = call("GET", access_key)
-  if not access or not bulletins_shown then return false end
-  local marks = call("MGET", removal_version_key, pull_sequence_key, bulletin_update_key, detail_version_key)
-  if tonumber(marks[1] or "0") > tonumber(settled or "0") then return false end
-  if tonumber(marks[2] or "0") > tonumber(pulled or "0") then return false end
-  if tonumber(marks[3] or "0") > tonumber(access) then return false end
-  local latest = call("ZREVRANGEBYSCORE", bulletin_config_key, NOW, "-inf", "WITHSCORES", "LIMIT", 0, 1)
-  if #latest == 2 and tonumber(latest[2]) > tonumber(bulletins_shown) then return false end
-  LEVEL = {rev = rev or "0", details = marks[4] or "0", removed = marks[1] or "0", pulled = marks[2] or "0",
-           updated = marks[3] or "0", shown = bulletins_shown, access = access}
-  return true
-end
-
--- The planned settle and merge (mode "1"), from ARGV[arg_pos]: the removal version
--- settled to ("" = unchanged), removals, merge candidates (member, time,
--- expiry ms), then the markers taken in (bulletin access, display, pull
--- sequence; "" = unchanged) and the most items an inbox keeps.
-local function settle_and_merge(arg_pos)
-  local settled, removal_count = ARGV[arg_pos], tonumber(ARGV[arg_pos + 1])
-  arg_pos = arg_pos + 2
-  for i = 0, removal_count - 1 do remove(ARGV[arg_pos + i]) end
-  arg_pos = arg_pos + removal_count
-  settle_expired()
-  local candidate_count = tonumber(ARGV[arg_pos])
-  arg_pos = arg_pos + 1
-  for i = 0, candidate_count - 1 do
-    add(ARGV[arg_pos + 3 * i], tonumber(ARGV[arg_pos + 3 * i + 1]), tonumber(ARGV[arg_pos + 3 * i + 2]))
-  end
-  arg_pos = arg_pos + 3 * candidate_count
-  if settled ~= "" then call("HSET", state_key, "settled", settled) end
-  if ARGV[arg_pos] ~= "" then call("SET", access_key, ARGV[arg_pos]) end
-  -- "bd": display time of the latest bulletin merged (see level()).
-  if ARGV[arg_pos + 1] ~= "" then call("HSET", state_key, "bd", ARGV[arg_pos + 1]) end
-  if ARGV[arg_pos + 2] ~= "" then call("HSET", state_key, "pull", ARGV[arg_pos + 2]) end
-  trim(tonumber(ARGV[arg_pos + 3]))
+  remove_live(live)
 end

@@ -6,10 +6,21 @@
 local removal_version_key, pull_sequence_key, bulletin_update_key = nil, nil, nil
 local bulletin_config_key, detail_key, detail_version_key, pending_key = nil, nil, nil, nil
 local NOW, NOW_ARG, FAST, TOUCHED = 0, "0", false, false
--- Bounded settling (caps on write): at most STEP members removed, woken or
--- evicted per step of a call; MORE when some were left for the next call
--- (open_inbox then answers "AGAIN" and the caller calls again).
-local STEP, MORE = 200, false
+-- Bounded settling (caps on write): at most STEP members settled (removed,
+-- woken, evicted, trimmed or walked into the unread zsets) in one call, all
+-- steps together: BUDGET is what this call has left (take). MORE when some
+-- were left for the next call (open_inbox then answers "AGAIN" and the
+-- caller calls again); EXPIRY_LEFT when expired members were (trim waits).
+local STEP, MORE, BUDGET, EXPIRY_LEFT = 200, false, 200, false
+
+-- Up to n of the call's budget (0 when it is spent): a step asks before it
+-- walks, and a step that got less than it needed sets MORE.
+local function take(n)
+  if n > BUDGET then n = BUDGET end
+  if n < 0 then n = 0 end
+  BUDGET = BUDGET - n
+  return n
+end
 
 local function touch()
   if not TOUCHED then

@@ -1,41 +1,78 @@
--- Shared by the per-user inbox scripts (after _item.lua and _state.lua,
--- before _settle.lua): the bounded settling steps that need no removal,
--- each doing at most STEP members a call and setting MORE when some are
--- left (open_inbox then answers "AGAIN" and the caller calls again).
+-- Shared by the per-user inbox scripts (after _item.lua, _state.lua and
+-- _batch.lua, before _settle.lua): the bounded settling steps that need no
+-- removal, all of one call sharing its budget of STEP members (take,
+-- _state.lua) and setting MORE when some are left (open_inbox then answers
+-- "AGAIN" and the caller calls again).
 
 -- >>> unread zsets: an inbox written before them (or one the drift check
 -- found out of step) has them and its counters built anew on its next reads,
--- at most STEP members a call walked upwards on the time axis (the state
--- hash's "uz": absent = start, the score walked up to, "done"; a score is
--- walked whole, so ties never split across calls). A member is counted when
--- it joins the unread zset, and removals uncount only members in it, so
--- deliveries and removals between two calls keep counters = ZCARD.
+-- a step of members a call walked downwards on the time axis, newest first
+-- (the state hash's "uz": absent = start, "top" = started, nothing walked,
+-- the score walked down to, "done"; a score is walked whole, so ties never
+-- split across calls). Newest first: an inbox far over the cap is trimmed
+-- from the oldest end, so the walk never visits a member the trim takes.
+-- A member is counted when it joins the unread zset, and removals uncount
+-- only members in it, so deliveries and removals between two calls keep
+-- counters = ZCARD.
 local function backfill_unread()
   local walked = call("HGET", state_key, "uz")
   if walked == "done" then return end
-  local low = "-inf"
-  if walked then
-    low = "(" .. walked
-  else
+  if not walked then
     -- UNLINK: a large zset is freed off the main thread, not within this call.
     call("UNLINK", counters_key, unread_all_key)
     for _, cat in ipairs(CATEGORIES) do call("UNLINK", unread_keys[cat]) end
+    walked = "top"
+    call("HSET", state_key, "uz", walked)
+    touch()
   end
-  local rows = call("ZRANGEBYSCORE", all_key, low, "+inf", "WITHSCORES", "LIMIT", 0, STEP)
+  local n = take(STEP)
+  if n == 0 then
+    MORE = true
+    return
+  end
+  local high = "+inf"
+  if walked ~= "top" then high = "(" .. walked end
+  local rows = call("ZREVRANGEBYSCORE", all_key, high, "-inf", "WITHSCORES", "LIMIT", 0, n)
   local last = rows[#rows]
-  if last then
-    for _, tie in ipairs(call("ZRANGEBYSCORE", all_key, last, last, "WITHSCORES")) do rows[#rows + 1] = tie end
-  end
+  local members, scores = {}, {}
   for i = 1, #rows, 2 do
-    local member = rows[i]
-    local ref, cat, month, off = parse(member)
-    if ref and unread_keys[cat] and read_bit(month, off) == 0
-        and call("ZADD", unread_all_key, rows[i + 1], member) == 1 then
-      call("ZADD", unread_keys[cat], rows[i + 1], member)
-      call("HINCRBY", counters_key, cat, 1)
+    members[#members + 1] = rows[i]
+    scores[rows[i]] = rows[i + 1]
+  end
+  if last and #rows >= 2 * n then
+    -- The rest of the last score's ties, so that the next call starts below it.
+    for _, tie in ipairs(call("ZRANGEBYSCORE", all_key, last, last)) do
+      if not scores[tie] then
+        members[#members + 1] = tie
+        scores[tie] = last
+      end
     end
   end
-  if last and #rows >= 2 * STEP then
+  BUDGET = BUDGET + math.max(0, n - #members)
+  -- Unread (read bit 0) members by category, their bits read month by month.
+  local unread = {}
+  for month, list in pairs(group(members, function(_, cat, m) return unread_keys[cat] and READ[m] and m end)) do
+    local bits = bits_get_many(READ[month], offsets(list))
+    for i, member in ipairs(list) do
+      if bits[i] == 0 then unread[#unread + 1] = member end
+    end
+  end
+  local all_pairs = {}
+  for cat, list in pairs(group(unread, category_of)) do
+    local pairs_ = {}
+    for _, member in ipairs(list) do
+      pairs_[#pairs_ + 1] = scores[member]
+      pairs_[#pairs_ + 1] = member
+      all_pairs[#all_pairs + 1] = scores[member]
+      all_pairs[#all_pairs + 1] = member
+    end
+    -- Counted once: a member already there (delivered or merged since the
+    -- walk began) is in both unread zsets and counted already.
+    local added = call("ZADD", unread_keys[cat], unpack(pairs_))
+    if added > 0 then call("HINCRBY", counters_key, cat, added) end
+  end
+  if #all_pairs > 0 then call("ZADD", unread_all_key, unpack(all_pairs)) end
+  if last and #rows >= 2 * n then
     call("HSET", state_key, "uz", last)
     MORE = true
   else
@@ -45,24 +82,26 @@ local function backfill_unread()
 end
 -- <<< unread zsets <<<
 
--- >>> caps on write: the rest of a fan-out's evictions (_item.lua), at most
--- STEP members a call. A member back in all since stays; one still in its
--- category zset leaves it, the unread zsets and its counter (by the unread
--- zsets, which hold exactly its read bit), its push bit and its expiry entry.
+-- >>> caps on write: the rest of a fan-out's evictions (_item.lua), a step
+-- a call. A member back in all since stays; one still in its category zset
+-- leaves it, the unread zsets and its counter (by the unread zsets, which
+-- hold exactly its read bit), its push bit and its expiry entry.
 local function settle_evicted()
   if not evicted_key then return end
-  local popped = call("SPOP", evicted_key, STEP)
-  if #popped == STEP and call("SCARD", evicted_key) > 0 then MORE = true end
-  for _, member in ipairs(popped) do
-    local ref, cat, month, off = parse(member)
-    if ref and category_keys[cat] and not call("ZSCORE", all_key, member)
-        and call("ZREM", category_keys[cat], member) == 1 then
-      if unread_drop(member, cat) == 1 then call("HINCRBY", counters_key, cat, -1) end
-      if PUSH[month] then bits_set(PUSH[month], off, 0) end
-      -- A parked member (its ref hidden) keeps its entry; a deleted one has none.
-      if call("SISMEMBER", hidden_key, ref) == 0 then call("ZREM", expiry_key, member) end
-      touch()
-    end
+  local n = take(STEP)
+  if n == 0 then
+    if call("EXISTS", evicted_key) == 1 then MORE = true end
+    return
   end
+  local popped = call("SPOP", evicted_key, n)
+  BUDGET = BUDGET + (n - #popped)
+  if #popped == n and call("EXISTS", evicted_key) == 1 then MORE = true end
+  if #popped == 0 then return end
+  local back = call("ZMSCORE", all_key, unpack(popped))
+  local gone = {}
+  for i, member in ipairs(popped) do
+    if not back[i] then gone[#gone + 1] = member end
+  end
+  drop_rest(gone, true)
 end
 -- <<< caps on write <<<

@@ -14,8 +14,9 @@
 -- ARGV: 1 member, 2 ref, 3 category, 4 offset, 5 month, 6 score, 7 expire ms
 -- (0 = never), 8 now ms, 9 stride (11, + 1 with the expiry zset, + 1 to index
 -- a notification for the sweep), 10 event head, 11 event tail ("" = no
--- pub/sub), 12 the most items an inbox keeps (0 = no cap here), 13 the most
--- expired members one call takes out, 14 "1" when the stride holds the
+-- pub/sub), 12 the most items an inbox keeps (0 = no cap here), 13 the settle
+-- step (expired members a recipient loses per delivery: at most that and
+-- EVICT_MAX), 14 "1" when the stride holds the
 -- expiry zset (always, from publish.py: an inbox over the cap loses expired
 -- members first), then one channel per recipient when publishing.
 -- Returns how many inboxes gained the item.
@@ -49,22 +50,39 @@ local UNREAD_ALL, UNREAD_CAT, EVICTED, NOTIF = 9 + EXPIRY_KEYS, 10 + EXPIRY_KEYS
 -- >>> caps on write: an inbox over the cap after an insert loses its oldest
 -- members here, at most EVICT_MAX per insert (an inbox filled before caps
 -- were kept on write shrinks a little with every delivery too), expired ones
--- first (at most `step`; when more may be due none is evicted: the next read
+-- first (at most EVICT_MAX too; when more may be due none is evicted: the next read
 -- settles expiry, then the cap, so the inbox keeps exactly the newest live
--- items). A member leaves all here; the rest of its removal (its category
--- and unread zsets, counter, push bit, expiry entry: keys of other
--- categories and months) waits in the evicted set for the next inbox script,
--- which settles it before answering (settle_evicted, _steps.lua).
+-- items). A member of the new item's category and month leaves everything
+-- here (those are the keys at hand): a user who gets items of one kind keeps
+-- every structure at the cap however long they do not read. Any other
+-- member leaves all here; the rest of its removal (its category and unread
+-- zsets, counter, push bit, expiry entry: keys of other categories and
+-- months) waits in the evicted set for the next inbox script, which settles
+-- it before answering (settle_evicted, _steps.lua).
 local EVICT_MAX = 2
+-- Expired members looked at per recipient per delivery: as few, since a
+-- call carries up to a batch of recipients (a step each would make a call
+-- of a hundred recipients remove thousands of members).
+local expired_max = math.min(step, EVICT_MAX)
 local function evict(member)
-  if call("ZREM", all_key, member) == 1 then call("SADD", evicted_key, member) end
+  if call("ZREM", all_key, member) == 0 then return end
+  local _, cat, of_month, off = parse(member)
+  if cat == category and of_month == month then
+    -- Live (it was in all), so not parked: its expiry entry goes too.
+    call("ZREM", category_keys[cat], member)
+    if unread_drop(member, cat) == 1 then call("HINCRBY", counters_key, cat, -1) end
+    bits_set(PUSH[month], off, 0)
+    if EXPIRY_KEYS == 1 then call("ZREM", expiry_key, member) end
+  else
+    call("SADD", evicted_key, member)
+  end
 end
 
 local function keep_cap()
   local over = call("ZCARD", all_key) - cap
   if over <= 0 then return end
   if EXPIRY_KEYS == 1 then
-    local due = call("ZRANGEBYSCORE", expiry_key, "-inf", now, "LIMIT", 0, step)
+    local due = call("ZRANGEBYSCORE", expiry_key, "-inf", now, "LIMIT", 0, expired_max)
     for _, gone in ipairs(due) do
       -- A parked member's entry stays: its removal needs the parked zsets (the next read).
       if call("ZSCORE", all_key, gone) then
@@ -73,7 +91,7 @@ local function keep_cap()
         over = over - 1
       end
     end
-    if #due == step then return end
+    if #due == expired_max then return end
   end
   if over > EVICT_MAX then over = EVICT_MAX end
   if over > 0 then

@@ -1,8 +1,7 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_steps.lua``, ``_settle.lua`` and
-``_inbox.lua``
-first) and the typed calls that build their KEYS and ARGV, so no caller
-counts positions.
+preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_batch.lua``,
+``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and ``_inbox.lua`` first) and
+the typed calls that build their KEYS and ARGV, so no caller counts positions.
 
 Every script names the same inbox (``open_inbox`` in the preamble): the
 user's eleven keys, the script's own keys, on the fast path the global
@@ -27,12 +26,21 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER
 
 # The shared helpers, each in one file: the month bit-sets' two forms and an
 # item's layout and insertion (deliver.lua runs only these two), the call's
-# state with the read marks and counters, settling and merging, the inbox's
+# state with the read marks and counters, settling many members in a few
+# commands, the bounded settling steps, removal and expiry, merging, the inbox's
 # opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
 # before the helpers that call it: this order.
 BITS = "../lua/_bits.lua"
 ITEM = (BITS, "../lua/_item.lua")
-INBOX = (*ITEM, "../lua/_state.lua", "../lua/_steps.lua", "../lua/_settle.lua", "../lua/_inbox.lua")
+INBOX = (
+    *ITEM,
+    "../lua/_state.lua",
+    "../lua/_batch.lua",
+    "../lua/_steps.lua",
+    "../lua/_settle.lua",
+    "../lua/_merge.lua",
+    "../lua/_inbox.lua",
+)
 CACHE = "../lua/_cache.lua"
 # Where a member is (live, archived, snoozed) and how it leaves the list.
 PARK = (*INBOX, "../lua/_park.lua")
@@ -125,7 +133,7 @@ class Merge:
     display: int | None  # latest bulletin display time taken in
     pull: int | None  # pull sequence taken in
     max_items: int
-    step: int  # the most members one settling step removes
+    step: int  # the most members the call settles, all its settling steps together
 
     def args(self) -> list[Any]:
         out: list[Any] = ["1", self.step, "" if self.settled_version is None else self.settled_version]
@@ -152,7 +160,7 @@ class Fast:
 @dataclass(frozen=True)
 class Settle:
     """Settle only (mode "3"): what an "AGAIN" answer left (expired members, the
-    cap, a fan-out's evictions), at most ``step`` members per step, then the op."""
+    cap, a fan-out's evictions), at most ``step`` members in the call, then the op."""
 
     max_items: int
     step: int

@@ -11,6 +11,7 @@
 
 import json
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -246,8 +247,12 @@ def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, set
     # A delivery meanwhile trims too (at most 2 per insert).
     _deliver(_entry(30), uid)
     assert redis.zcard(keys.mc_inbox(uid)) == 25
+    # The call's step is shared: of the delivery's 2 evictions, the one of another
+    # category than the new item's waited and is settled first; 3 more leave.
+    assert redis.scard(keys.mc_inbox_evicted(uid)) == 1
     assert call() == AGAIN
-    assert redis.zcard(keys.mc_inbox(uid)) == 21
+    assert redis.zcard(keys.mc_inbox(uid)) == 22
+    assert redis.scard(keys.mc_inbox_evicted(uid)) == 0
     # A read settles the rest in further bounded calls before it answers.
     page = _page(uid, T0 + 99, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(30, 20, -1)]
@@ -370,3 +375,167 @@ def test_the_drift_check_finds_and_mends_unread_counters_out_of_step(redis: Any,
     assert drift.unread_index_find() == []
     for user in users:
         assert_unread_index(redis, user.pk)
+
+
+# --- bounded steps: every call settles at most a step, and the steps converge ----------
+
+
+def _settle_calls(redis: Any, user_id: int, *, max_items: int, step: int, now_ms: int) -> list[dict[str, Any]]:
+    """Settle-only calls until one answers: the sizes each call left behind
+    (the first entry: before any call) and how far the unread walk got, to
+    check what each call did."""
+
+    def sizes() -> dict[str, Any]:
+        return {
+            "uz": (redis.hget(keys.mc_inbox_state(user_id), "uz") or b"").decode(),
+            "all": redis.zcard(keys.mc_inbox(user_id)),
+            "categories": sum(redis.zcard(keys.mc_inbox_category(user_id, c)) for c in CATEGORY_ORDER),
+            "unread": redis.zcard(keys.mc_inbox_unread(user_id)),
+            "evicted": redis.scard(keys.mc_inbox_evicted(user_id)),
+            "expiry": redis.zcard(keys.mc_inbox_expiry(user_id)),
+        }
+
+    mode = scripts.Settle(max_items=max_items, step=step)
+    call = scripts.inbox_call(scripts.CountsOp(), user_id=user_id, now_ms=now_ms, months=[str(MONTH)], mode=mode)
+    seen = [sizes()]
+    while True:
+        reply = call()
+        seen.append(sizes())
+        assert len(seen) < 1000
+        if reply != AGAIN:
+            return seen
+
+
+def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis: Any, settings: Any) -> None:
+    """Three times the cap delivered with no read between: each delivery keeps
+    the list at the cap, the evictions' rest waits; the first read settles it
+    at most a step a call, and then holds exactly the newest items, counted."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 25
+    step = 7
+    users = [UserFactory().pk for _ in range(2)]
+    for i in range(75):
+        if i % 3 == 0:
+            redis.setbit(keys.mc_read_bitmap(users[0], MONTH), i, 1)
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *users)
+    for user_id in users:
+        assert redis.zcard(keys.mc_inbox(user_id)) == 25
+        assert redis.scard(keys.mc_inbox_evicted(user_id)) == 50
+        seen = _settle_calls(redis, user_id, max_items=25, step=step, now_ms=T0 + 100)
+        for before, after in pairwise(seen):
+            settled = before["evicted"] - after["evicted"]
+            assert 0 <= settled <= step
+            assert before["categories"] - after["categories"] == settled
+            # A fresh inbox's first read also walks its members into new unread zsets (dropped first).
+            walked = after["unread"] - (before["unread"] if before is not seen[0] else 0)
+            assert 0 <= settled + walked <= step
+        # 50 evictions, then the 25 left walked: no call settled less than it could.
+        assert len(seen) - 1 == -(-75 // step)
+        newest = [f"m{100_000 + i}" for i in range(74, 49, -1)]
+        page = _page(user_id, T0 + 100, limit=50)
+        assert [row.ref for row in page.rows] == newest
+        unread = [row.ref for row in page.rows if not row.read]
+        assert page.counts.unread == len(unread)
+        assert [r.ref for r in _page(user_id, T0 + 100, unread_only=True, limit=50).rows] == unread
+        assert_unread_index(redis, user_id)
+        pushed = [i for i in range(75) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)]
+        assert pushed == list(range(50, 75))
+    assert len(_page(users[0], T0 + 100, unread_only=True, limit=50).rows) == 17  # 8 of the 25 were read
+
+
+def test_an_inbox_over_the_cap_is_trimmed_oldest_first_and_walked_newest_first(redis: Any) -> None:
+    """Written before caps on write and before the unread zsets: the trim and
+    the walk that builds the unread zsets share each call's step, and the
+    walk starts from the newest end, so it never visits a trimmed member."""
+    user_id = UserFactory().pk
+    for i in range(30):
+        if i % 2:
+            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), user_id)
+    redis.delete(*scripts.unread_keys(user_id))
+    redis.hdel(keys.mc_inbox_state(user_id), "uz")
+    seen = _settle_calls(redis, user_id, max_items=10, step=4, now_ms=T0 + 100)
+    for before, after in pairwise(seen):
+        trimmed, walked = before["all"] - after["all"], after["unread"] - before["unread"]
+        assert trimmed >= 0
+        assert walked >= 0
+        assert trimmed + walked <= 4
+    # 20 trimmed, then the 10 left walked (5 of them unread): 30 members, 4 a call.
+    assert len(seen) - 1 == 8
+    assert [s["all"] for s in seen] == [30, 26, 22, 18, 14, 10, 10, 10, 10]
+    # The walk waits for the trim (started, nothing walked), then goes down from the newest.
+    assert [s["uz"] for s in seen[1:6]] == ["top"] * 5
+    assert [s["uz"] for s in seen[6:]] == [str(T0 + 26), str(T0 + 22), "done"]
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(29, 19, -1)]
+    assert page.counts.unread == 5
+    assert_unread_index(redis, user_id)
+
+
+def test_expired_members_go_before_the_cap_counts_an_inbox_over_it(redis: Any, settings: Any) -> None:
+    """15 items, the 5 newest expired, cap 10: the 10 live ones all stay. A
+    trim counting the expired ones still there would drop the oldest live
+    ones while the expiry took its steps."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10**6  # written before caps on write
+    user_id = UserFactory().pk
+    for i in range(15):
+        _deliver(_entry(i, expire_ms=T0 + 50 if i >= 10 else 0), user_id)
+    seen = _settle_calls(redis, user_id, max_items=10, step=3, now_ms=T0 + 100)
+    # 3 expired, then 2 (the step's last member walks into the unread zsets), and never below 10.
+    assert [s["all"] for s in seen[:3]] == [15, 12, 10]
+    assert min(s["all"] for s in seen) == 10
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(9, -1, -1)]
+    assert page.counts.unread == 10
+    assert_unread_index(redis, user_id)
+
+
+def test_a_delivery_to_a_full_inbox_of_expired_items_takes_out_a_few_each(redis: Any, settings: Any) -> None:
+    """Each delivery looks at no more than two expired members per recipient
+    (a call carries many recipients) and evicts no live one while more expired
+    ones may be due; reads then settle the rest, and the newest live stay."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    user_id = UserFactory().pk
+    for i in range(10):
+        _deliver(_entry(i, expire_ms=T0 + 50 if i < 8 else 0), user_id)
+    sizes = []
+    for i in range(10, 13):
+        _deliver(_entry(i), user_id, now_ms=T0 + 100)
+        sizes.append(redis.zcard(keys.mc_inbox(user_id)))
+    # Over the cap by one: two expired out (not all eight), no live one; then at the cap.
+    assert sizes == [9, 10, 9]
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 4
+    # Of the new items' category and month: removed whole, nothing waits.
+    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+    assert redis.zcard(keys.mc_inbox_category(user_id, "system")) == 9
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in (12, 11, 10, 9, 8)]
+    assert page.counts.unread == 5
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 0
+    assert_unread_index(redis, user_id)
+
+
+def test_an_evicted_member_of_the_new_items_kind_leaves_everything_at_once(redis: Any, settings: Any) -> None:
+    """A fan-out holds the new item's category and month keys: an oldest member
+    of both is removed whole there, so an inbox getting one kind of item stays
+    at the cap in every structure however long its user does not read."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    user_id = UserFactory().pk
+    for i in range(40):
+        if i % 4 == 0:
+            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+        _deliver(_entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0), user_id)
+        assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 10)
+        assert redis.zcard(keys.mc_inbox_category(user_id, "promotion")) == min(i + 1, 10)
+    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 5
+    assert [i for i in range(40) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
+    unread = [i for i in range(30, 40) if i % 4]
+    assert {m.decode() for m in redis.zrange(keys.mc_inbox_unread(user_id), 0, -1)} == {
+        _entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0).member for i in unread
+    }
+    assert int(redis.hget(keys.mc_inbox_counters(user_id), "promotion")) == len(unread)
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(39, 29, -1)]
+    assert page.counts.unread == len(unread)
+    assert_unread_index(redis, user_id)

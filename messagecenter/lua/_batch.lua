@@ -1,0 +1,132 @@
+-- Shared by the per-user inbox scripts (after _item.lua and _state.lua,
+-- before _steps.lua and _settle.lua): settling many members in a few
+-- commands (one per category or month, each naming many members) instead of
+-- several commands per member. A step holds at most STEP members and STEP
+-- is capped (inbox.SETTLE_STEP_MAX), so the variadic commands' arguments stay
+-- within what Lua can unpack.
+
+-- The bits at these offsets (0 or 1 each, in order) in one command.
+local function bits_get_many(key, offs)
+  local form = bits_form(key)
+  if #offs > 0 and form == "set" then return call("SMISMEMBER", key, unpack(offs)) end
+  if #offs > 0 and form == "string" then
+    local ops = {}
+    for _, off in ipairs(offs) do
+      ops[#ops + 1] = "GET"
+      ops[#ops + 1] = "u1"
+      ops[#ops + 1] = off
+    end
+    return call("BITFIELD", key, unpack(ops))
+  end
+  local zeros = {}
+  for i = 1, #offs do zeros[i] = 0 end
+  return zeros
+end
+
+-- The bits at these offsets go to 0 in one command (past a bitmap's end they
+-- already are: BITFIELD SET there would grow the string).
+local function bits_clear_many(key, offs)
+  local form = bits_form(key)
+  if #offs > 0 and form == "set" then
+    call("SREM", key, unpack(offs))
+  elseif #offs > 0 and form == "string" then
+    local limit, ops = 8 * call("STRLEN", key), {}
+    for _, off in ipairs(offs) do
+      if off < limit then
+        ops[#ops + 1] = "SET"
+        ops[#ops + 1] = "u1"
+        ops[#ops + 1] = off
+        ops[#ops + 1] = 0
+      end
+    end
+    if #ops > 0 then call("BITFIELD", key, unpack(ops)) end
+  end
+end
+
+-- Members grouped by a part of their layout: part(ref, cat, month, off)
+-- names the group (nil: the member is left out); name -> list of members.
+local function group(members, part)
+  local groups = {}
+  for _, member in ipairs(members) do
+    local ref, cat, month, off = parse(member)
+    local name = ref and part(ref, cat, month, off)
+    if name then
+      local list = groups[name]
+      if not list then
+        list = {}
+        groups[name] = list
+      end
+      list[#list + 1] = member
+    end
+  end
+  return groups
+end
+
+local function category_of(_, cat) return category_keys[cat] and cat end
+
+-- The offsets of these members (one month's), in order.
+local function offsets(members)
+  local offs = {}
+  for i, member in ipairs(members) do
+    local _, _, _, off = parse(member)
+    offs[i] = off
+  end
+  return offs
+end
+
+-- The rest of the removal of members that left all (trimmed, expired, or
+-- evicted by a fan-out): each leaves its category zset and the unread zsets,
+-- uncounted by those (they hold exactly the counted members: no read bit is
+-- read), its push bit goes to 0 (a month whose bitmaps were not passed keeps
+-- it) and its expiry entry goes. `evicted`: only members still in their
+-- category zset (one removed otherwise since is done), and a parked member
+-- (its ref hidden) keeps its expiry entry.
+local function drop_rest(members, evicted)
+  local done = {}
+  for cat, list in pairs(group(members, category_of)) do
+    if evicted then
+      local held, kept = call("ZMSCORE", category_keys[cat], unpack(list)), {}
+      for i, member in ipairs(list) do
+        if held[i] then kept[#kept + 1] = member end
+      end
+      list = kept
+    end
+    if #list > 0 then
+      call("ZREM", category_keys[cat], unpack(list))
+      local unread = call("ZREM", unread_keys[cat], unpack(list))
+      if unread > 0 then call("HINCRBY", counters_key, cat, -unread) end
+      for _, member in ipairs(list) do done[#done + 1] = member end
+    end
+  end
+  if #done == 0 then return end
+  call("ZREM", unread_all_key, unpack(done))
+  for month, list in pairs(group(done, function(_, _, m) return PUSH[m] and m end)) do
+    bits_clear_many(PUSH[month], offsets(list))
+  end
+  local unexpired = done
+  if evicted then
+    local refs = {}
+    for i, member in ipairs(done) do refs[i] = parse(member) end
+    local hidden = call("SMISMEMBER", hidden_key, unpack(refs))
+    unexpired = {}
+    for i, member in ipairs(done) do
+      if hidden[i] == 0 then unexpired[#unexpired + 1] = member end
+    end
+  end
+  if #unexpired > 0 then call("ZREM", expiry_key, unpack(unexpired)) end
+  touch()
+end
+
+-- Can this call remove the member whole (remove() would not leave it alone)?
+local function removable(member)
+  local ref, cat, month = parse(member)
+  return ref ~= nil and category_keys[cat] ~= nil and READ[month] ~= nil
+end
+
+-- Live members (in all, each removable) leave the inbox whole: what
+-- remove() (_settle.lua) does to one, for many at once.
+local function remove_live(members)
+  if #members == 0 then return end
+  call("ZREM", all_key, unpack(members))
+  drop_rest(members, false)
+end
