@@ -87,7 +87,10 @@ def round_trip(client: RedisClient, commands: Sequence[Sequence[Any]]) -> list[A
 # One async client per event loop (an asyncio pool binds to the loop that made
 # it): the read model's server and db, no retries inside redis-py (a caller
 # that meets an error lets the sync path answer, which has the breaker and the
-# fallbacks), the sync pool's bound and timeouts.
+# fallbacks), the sync pool's timeouts. Its own small bound
+# (ASGI_FAST_READS_CONNECTIONS): one loop's calls hold a connection for one
+# round trip each, so a few serve it, and the process's connections stay
+# bounded (a call that finds them all busy past the wait goes the sync way).
 _async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = (
     weakref.WeakKeyDictionary()
 )
@@ -108,7 +111,7 @@ def get_async_redis() -> redis.asyncio.Redis:
         timeout = settings.REDIS_SOCKET_TIMEOUT
         pool = redis.asyncio.BlockingConnectionPool.from_url(
             settings.CACHES["default"]["LOCATION"],
-            max_connections=int(settings.REDIS_POOL_MAX_CONNECTIONS),
+            max_connections=int(settings.ASGI_FAST_READS_CONNECTIONS),
             timeout=timeout,
             socket_connect_timeout=timeout,
             socket_timeout=timeout,

@@ -53,7 +53,7 @@ from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
 from notices.snapshot_rows import announcement_chunk_readers
 
-_COUNTERS = ("lua/_bits.lua", "lua/_counters.lua")
+_COUNTERS = ("lua/_bits.lua", "lua/_counters.lua", "lua/_readers.lua")
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua", preambles=("lua/_bits.lua",))
 _SNAPSHOT = LuaScript(__file__, "lua/snapshot.lua")
 _SYNC_CHUNK = LuaScript(__file__, "lua/sync_chunk.lua", preambles=_COUNTERS)

@@ -195,6 +195,8 @@ ASGI_CONCURRENT_REQUESTS = env.int("ASGI_CONCURRENT_REQUESTS", default=0)
 # page) are answered on the event loop with redis.asyncio when they can
 # (core/fast_asgi.py); off: Django answers every request.
 ASGI_FAST_READS = env.bool("ASGI_FAST_READS", default=True)
+# Redis connections per process those reads use at most (beside the pool above).
+ASGI_FAST_READS_CONNECTIONS = env.int("ASGI_FAST_READS_CONNECTIONS", default=4)
 
 
 def _redis_cache(url: str) -> dict[str, Any]:
