@@ -90,13 +90,17 @@ class _MarkedToday:
 _marked = _MarkedToday()
 
 
-def recorded_today(*, user_id: int, now: datetime | None = None) -> bool:
-    """Whether this process already recorded the user active today (no Redis
-    call): the async hot path serves such users and leaves the day's first
-    request of each to the sync path, which records it."""
-    if not settings.MESSAGECENTER_ACTIVITY_ENABLED:
-        return True
-    return _marked.seen(day_name((now or timezone.now()).astimezone(UTC).date()), int(user_id))
+async def record_active_async(*, user_id: int, now: datetime | None = None) -> None:
+    """``record_active`` on the event loop (the async hot path); raises RedisError."""
+    if not settings.MESSAGECENTER_ACTIVITY_ENABLED or int(user_id) < 0:
+        return
+    day = day_name((now or timezone.now()).astimezone(UTC).date())
+    if _marked.seen(day, int(user_id)):
+        return
+    chunk, offset = divmod(int(user_id), _chunk_size())
+    keep = int(settings.MESSAGECENTER_ACTIVITY_KEEP_DAYS) * 86_400
+    await readmodel.activity_mark_async(chunk=chunk, offset=offset, day=day, keep_seconds=keep)
+    _marked.add(day, int(user_id))
 
 
 def forget_marked() -> None:

@@ -206,8 +206,7 @@ class FastRoutes:
         if not fields.get("is_active") or not isinstance(platforms, list):
             return None
         user_id = int(fields["id"])
-        if not activity.recorded_today(user_id=user_id, now=now):
-            return None
+        await activity.record_active_async(user_id=user_id, now=now)
         answer = await route.handler(FastRequest(user_id, tuple(platforms), headers, query, now))
         if answer is None:
             return None

@@ -72,6 +72,12 @@ def activity_mark(*, chunk: int, offset: int, day: str, keep_seconds: int) -> No
     ACTIVITY_MARK_SCRIPT([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
 
 
+async def activity_mark_async(*, chunk: int, offset: int, day: str, keep_seconds: int) -> None:
+    """``activity_mark`` on the event loop's client (NOSCRIPT raises: the sync path loads it)."""
+    command = ACTIVITY_MARK_SCRIPT.command([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
+    await round_trip_async([command])
+
+
 def activity_counts(*, chunk: int, day_sets: Sequence[Sequence[str]], op: str) -> list[int]:
     """For each list of days, the number of users of the chunk whose bits are set
     in any (``op`` "OR") or all (``op`` "AND") of those days' bitmaps: one BITOP

@@ -626,8 +626,9 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
 
 
 async def cache_get_async(*, user_id: int, field: str, now_ms: int) -> bytes | None:
-    """``cache_get`` on the event loop's client."""
-    if not _cache_checkable(user_id, field):
+    """``cache_get`` on the event loop's client, asked without this process's
+    hint (see ``inbox_counts_alongside_async``)."""
+    if is_cluster():
         return None
     replies = await round_trip_async(_cache_check_commands(keys.prefix(), user_id, field))
     checked = _cache_checked(user_id, field, replies[-1], now_ms)
@@ -743,8 +744,11 @@ async def inbox_counts_alongside_async(
     read cache's check and the other script in one round trip. None whenever
     that route does not apply or did not answer (nothing cached, a stale
     value, an error reply such as NOSCRIPT): the sync path then answers, and
-    fills the cache for the next poll."""
-    if not _cache_checkable(user_id, COUNTS_FIELD):
+    fills the cache for the next poll. Asked whether or not this process
+    holds a hint of the cached counts: a miss costs one async round trip
+    before the sync path, where each process would otherwise go through the
+    sync path once per user before its polls could go fast."""
+    if is_cluster():
         return None
     check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
     try:

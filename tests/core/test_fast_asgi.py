@@ -9,6 +9,7 @@ and every request goes to Django, with the same answers.
 """
 
 import asyncio
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -16,10 +17,11 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.test import override_settings
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from core import keys, readmodel
+from core import activity, keys, readmodel
 from core.fast_asgi import FastRoutes
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
@@ -128,8 +130,14 @@ def test_a_poll_is_answered_on_the_loop_with_django_s_answer(world: dict[str, An
     assert first.status == 200
     assert b'"total_unread":3' in first.body  # two messages and the announcement
     warm = django.calls
+    # As on a new day: the fast route records the user active itself.
+    day = activity.day_name(timezone.now().astimezone(UTC).date())
+    chunk, offset = divmod(int(world["user"].pk), activity._chunk_size())
+    activity.forget_marked()
+    get_redis().delete(keys.activity_day(chunk, day))
     polls = [call(app, COUNTS, auth) for _ in range(3)]
     assert django.calls == (warm if async_available() else warm + 3)
+    assert get_redis().getbit(keys.activity_day(chunk, day), offset) == 1
     for polled in polls:
         assert (polled.status, polled.body, polled.headers) == (first.status, first.body, first.headers)
     # A conditional poll: 304 with the same headers Django sends, no body.
