@@ -27,6 +27,7 @@ from core import journal
 from core.asgi import ASGIHandler as ProjectASGIHandler
 from core.checks import middleware_present
 from notices.services import announcement_create
+from tests.asgi_calls import get_scope, receive_empty_body
 from tests.conftest import assert_error
 from tests.messagecenter.conftest import send
 
@@ -245,28 +246,9 @@ def test_asgi_handler_bounds_requests_running_at_once(monkeypatch: pytest.Monkey
 
 def _asgi_get(handler: Any, path: str) -> Any:
     """One GET through an ASGI application, as a server would make it; the response's status."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = get_scope(path)
     sent: list[dict[str, Any]] = []
-    asked = {"body": False}
-
-    async def receive() -> dict[str, Any]:
-        if not asked["body"]:
-            asked["body"] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Event().wait()  # no disconnect: Django stops listening after the response
-        raise AssertionError("unreachable")
+    receive = receive_empty_body()
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

@@ -8,7 +8,6 @@ once; on the embedded fakeredis and on a Redis Cluster it has no async client
 and every request goes to Django, with the same answers.
 """
 
-import asyncio
 from datetime import UTC
 from typing import Any
 
@@ -27,6 +26,7 @@ from core.redis import async_available, get_redis
 from core.throttles import forget_history
 from messagecenter import services
 from notices.services import announcement_create
+from tests.asgi_calls import get_scope, receive_empty_body
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -64,35 +64,14 @@ class Answer:
 
 def call(app: Any, path: str, headers: dict[str, str], query: str = "") -> Answer:
     async def run() -> list[dict[str, Any]]:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": query.encode(),
-            "root_path": "",
-            "headers": [(b"host", b"testserver"), *((k.lower().encode(), v.encode()) for k, v in headers.items())],
-            "client": ("127.0.0.1", 40000),
-            "server": ("testserver", 80),
-        }
+        named = ((k.lower().encode(), v.encode()) for k, v in headers.items())
+        scope = get_scope(path, headers=named, query=query)
         messages: list[dict[str, Any]] = []
-        asked = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal asked
-            if not asked:
-                asked = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
 
         async def collect(message: dict[str, Any]) -> None:
             messages.append(message)
 
-        await app(scope, receive, collect)
+        await app(scope, receive_empty_body(), collect)
         return messages
 
     return Answer(async_to_sync(run)())

@@ -1,0 +1,38 @@
+"""Raw ASGI pieces for tests that call an ASGI application as a server would."""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+
+def get_scope(path: str, *, headers: Iterable[tuple[bytes, bytes]] = (), query: str = "") -> dict[str, Any]:
+    """The scope of one ``GET`` of ``path`` on http://testserver (headers: lower-case names)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+
+def receive_empty_body() -> Callable[[], Awaitable[dict[str, Any]]]:
+    """A ``receive`` that gives an empty body, then waits (no disconnect:
+    Django stops listening once it has answered)."""
+    asked = {"body": False}
+
+    async def receive() -> dict[str, Any]:
+        if not asked["body"]:
+            asked["body"] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    return receive
