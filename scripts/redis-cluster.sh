@@ -6,7 +6,10 @@
 #   scripts/redis-cluster.sh with COMMAND...   run COMMAND with the cluster up (see with_cluster)
 set -euo pipefail
 DIR="${REDIS_CLUSTER_DIR:-/tmp/messagecenter-redis-cluster}"
-PORTS=(7000 7001 7002 7003 7004 7005)
+# REDIS_CLUSTER_FIRST_PORT moves all six (the script's own test runs a
+# second cluster beside the one the suite uses).
+FIRST="${REDIS_CLUSTER_FIRST_PORT:-7000}"
+PORTS=($(seq "$FIRST" $((FIRST + 5))))
 # Test runs share the cluster (make test-cluster, the session fixture of each
 # xdist worker, a developer's run beside CI): each holds USERS shared while it
 # uses the cluster, and takes TURN to join (start the cluster if none is up)
@@ -17,9 +20,24 @@ TURN="$DIR.turn.lock"
 MARK="$DIR/started-for-a-run"
 
 start() {
+  if up; then echo "Redis Cluster up on ports ${PORTS[*]}"; return; fi
+  # Live nodes that do not form a cluster may only be converging (nodes
+  # restarted on their nodes.conf find each other within a few seconds).
+  if redis-cli -p "${PORTS[0]}" ping >/dev/null 2>&1; then
+    for _ in $(seq 1 50); do up && { echo "Redis Cluster up on ports ${PORTS[*]}"; return; }; sleep 0.1; done
+  fi
+  # Anything else of ours is a leftover: nodes of a run that was killed, or
+  # their nodes.conf files, which make a restarted node remember the old
+  # cluster so that "cluster create" refuses it ("node is not empty").
+  stop >/dev/null
+  for port in "${PORTS[@]}"; do
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+      echo "port $port answers but is not a node this script started (no pid file in $DIR): stop it or set REDIS_CLUSTER_DIR" >&2
+      exit 1
+    fi
+  done
   mkdir -p "$DIR"
   for port in "${PORTS[@]}"; do
-    if redis-cli -p "$port" ping >/dev/null 2>&1; then continue; fi
     mkdir -p "$DIR/$port"
     # --repl-diskless-sync-delay 0: in a brand-new cluster a killed master is
     # otherwise never replaced (replicas not yet synced).
@@ -31,21 +49,16 @@ start() {
   for port in "${PORTS[@]}"; do
     for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   done
-  if ! redis-cli -p 7000 cluster info 2>/dev/null | grep -q "cluster_state:ok"; then
-    if ! out=$(redis-cli --cluster create $(printf "127.0.0.1:%s " "${PORTS[@]}") --cluster-replicas 1 --cluster-yes 2>&1); then
-      echo "$out" >&2
-      exit 1
-    fi
+  if ! out=$(redis-cli --cluster create $(printf "127.0.0.1:%s " "${PORTS[@]}") --cluster-replicas 1 --cluster-yes 2>&1); then
+    echo "$out" >&2
+    exit 1
   fi
-  for _ in $(seq 1 100); do
-    redis-cli -p 7000 cluster info | grep -q "cluster_state:ok" && break; sleep 0.1
-  done
+  for _ in $(seq 1 100); do up && break; sleep 0.1; done
   # Wait until every replica has synced with its master.
   for port in "${PORTS[@]}"; do
     for _ in $(seq 1 100); do
-      role=$(redis-cli -p "$port" info replication | tr -d '\r' | awk -F: '/^role:/{print $2}')
-      [ "$role" = "master" ] && break
-      redis-cli -p "$port" info replication | tr -d '\r' | grep -q "master_link_status:up" && break
+      replication=$(redis-cli -p "$port" info replication | tr -d '\r')
+      [[ "$replication" == *role:master* || "$replication" == *master_link_status:up* ]] && break
       sleep 0.1
     done
   done
@@ -81,9 +94,11 @@ stop() {
   echo "Redis Cluster stopped"
 }
 
-status() { redis-cli -p 7000 cluster info 2>/dev/null | head -n 1 || echo "down"; }
+status() { redis-cli -p "${PORTS[0]}" cluster info 2>/dev/null | head -n 1 || echo "down"; }
 
-up() { redis-cli -p 7000 cluster info 2>/dev/null | grep -q "cluster_state:ok"; }
+# The reply is read whole before it is matched: with pipefail, "| grep -q"
+# can fail the pipeline when grep exits before redis-cli has written.
+up() { [[ "$(redis-cli -p "${PORTS[0]}" cluster info 2>/dev/null)" == *cluster_state:ok* ]]; }
 
 # Start the cluster unless one is up, run the command, and stop the cluster
 # again if a run started it and no other run still uses it. A cluster started
