@@ -37,6 +37,18 @@ def cache_fill_lock(*, key: str, token: str, lease_ms: int) -> bool:
     return bool(get_redis().set(keys.fill_lock(key), token, nx=True, px=lease_ms))
 
 
+def cache_fill_lock_and_look(*, key: str, token: str, lease_ms: int) -> tuple[bool, bytes | None]:
+    """Take the entry's fill lock as ``cache_fill_lock`` does and read the entry
+    in the same round trip (lock first): a filler that stored and released
+    between the caller's miss and this lock is seen here, not read again from
+    PostgreSQL. Both keys share the entry's hash tag."""
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.set(keys.fill_lock(key), token, nx=True, px=lease_ms)
+    pipe.get(key)
+    taken, entry = pipe.execute()
+    return bool(taken), entry
+
+
 def cache_fill_store(*, key: str, token: str, seen: bytes | None, entry: bytes, ttl_ms: int) -> bool:
     """Write ``entry`` if the caller still holds the lock and the entry is still
     the one it saw before reading PostgreSQL (cache_fill.lua); releases the lock."""

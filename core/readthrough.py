@@ -173,34 +173,27 @@ def _fill_on_miss(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:
     lease_ms = _lease_ms()
     deadline = time.monotonic() + 2 * lease_ms / 1000
     pause = 0.002
-    seen = entry.raw
-    waited = False
     while True:
         try:
-            if readmodel.cache_fill_lock(key=key, token=token, lease_ms=lease_ms):
-                if waited:
-                    # Another fill may have stored and released between our last look
-                    # and this lock: look once more before reading PostgreSQL.
-                    current = parse(readmodel.cache_entry_get(key=key))
-                    if current.found:
-                        readmodel.cache_fill_unlock(key=key, token=token)
-                        return current.value
-                    seen = current.raw
-                return _load_and_store(key, load, policy, token=token, seen=seen)
-        except RedisError:
-            return load()
-        if time.monotonic() >= deadline:
-            return load()  # the filler is stuck (or each lease expired under us): read it ourselves
-        time.sleep(pause)
-        waited = True
-        pause = min(pause * 2, 0.025)
-        try:
-            current = parse(readmodel.cache_entry_get(key=key))
+            # The entry is read again with the lock: another fill may have stored
+            # and released since our miss (however short that gap, a loaded
+            # machine can stretch it past a whole fill).
+            taken, raw = readmodel.cache_fill_lock_and_look(key=key, token=token, lease_ms=lease_ms)
+            current = parse(raw)
+            if taken:
+                if current.found:
+                    readmodel.cache_fill_unlock(key=key, token=token)
+                    return current.value
+                # (``raw`` may be a new tombstone: what the store must still find)
+                return _load_and_store(key, load, policy, token=token, seen=raw)
         except RedisError:
             return load()
         if current.found:
             return current.value
-        seen = current.raw  # (a new tombstone: what the next fill must still find)
+        if time.monotonic() >= deadline:
+            return load()  # the filler is stuck (or each lease expired under us): read it ourselves
+        time.sleep(pause)
+        pause = min(pause * 2, 0.025)
 
 
 def _load_and_store(key: str, load: Loader, policy: Policy, *, token: str, seen: bytes | None) -> Any:

@@ -63,14 +63,14 @@ def _misses(key: str, *, threads: int) -> int:
 
 def _each_alone(run: Callable[[], int]) -> int:
     """``run`` with both joins switched off: every miss fills on its own."""
-    real_flight, real_lock = readthrough._single_flight, readmodel.cache_fill_lock
+    real_flight, real_lock = readthrough._single_flight, readmodel.cache_fill_lock_and_look
     readthrough._single_flight = lambda _key, work: work()  # type: ignore[assignment]
-    readmodel.cache_fill_lock = lambda **kwargs: True  # type: ignore[assignment]
+    readmodel.cache_fill_lock_and_look = lambda **kwargs: (True, None)  # type: ignore[assignment]
     try:
         return run()
     finally:
         readthrough._single_flight = real_flight  # type: ignore[assignment]
-        readmodel.cache_fill_lock = real_lock  # type: ignore[assignment]
+        readmodel.cache_fill_lock_and_look = real_lock  # type: ignore[assignment]
 
 
 def _processes_alone(run: Callable[[], int]) -> int:
