@@ -200,7 +200,7 @@ class FastRoutes:
         now = timezone.now()
         entry = parse(await readmodel.cache_entry_get_async(key=keys.auth_token(token)))
         fields = entry.value
-        if not entry.found or time.time() * 1000 >= entry.fresh_until_ms or not isinstance(fields, dict):
+        if not entry.fresh() or not isinstance(fields, dict):
             return None
         platforms = fields.get("platforms")
         if not fields.get("is_active") or not isinstance(platforms, list):

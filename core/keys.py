@@ -128,6 +128,13 @@ def readmodel_generation() -> str:
 # spread over the cluster.
 
 
+def notice_summary(announcement_id: int) -> str:
+    """string: a read-through entry (core/readthrough.py) of what a list shows of one
+    announcement (title, summary, publish time, pinned), or of its absence; a tombstone
+    after any change of its row. The id is the hash tag, which the fill lock shares."""
+    return _key("notice", "summary", f"{{a{int(announcement_id)}}}")
+
+
 def notice_tag(platform: str, chunk: int) -> str:
     """Hash tag of one (platform, chunk): ``{user}`` for chunk 0 (the plain
     ``notice:<platform>:<id>`` shape), ``{user:1}`` for chunk 1, ..."""

@@ -32,6 +32,15 @@ def cache_entry_get(*, key: str) -> bytes | None:
     return value
 
 
+def cache_entries_get(*, entry_keys: Sequence[str]) -> list[bytes | None]:
+    """Several entries' bytes in one round trip (each key in its own slot:
+    a pipeline of GETs, not an MGET)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for key in entry_keys:
+        pipe.get(key)
+    return list(pipe.execute())
+
+
 def cache_fill_lock(*, key: str, token: str, lease_ms: int) -> bool:
     """Take the entry's fill lock for ``lease_ms`` (SET NX PX): True when taken."""
     return bool(get_redis().set(keys.fill_lock(key), token, nx=True, px=lease_ms))
@@ -42,11 +51,19 @@ def cache_fill_lock_and_look(*, key: str, token: str, lease_ms: int) -> tuple[bo
     in the same round trip (lock first): a filler that stored and released
     between the caller's miss and this lock is seen here, not read again from
     PostgreSQL. Both keys share the entry's hash tag."""
+    return cache_fill_locks_and_look(entry_keys=[key], token=token, lease_ms=lease_ms)[0]
+
+
+def cache_fill_locks_and_look(
+    *, entry_keys: Sequence[str], token: str, lease_ms: int
+) -> list[tuple[bool, bytes | None]]:
+    """``cache_fill_lock_and_look`` for several entries in one round trip."""
     pipe = get_redis().pipeline(transaction=False)
-    pipe.set(keys.fill_lock(key), token, nx=True, px=lease_ms)
-    pipe.get(key)
-    taken, entry = pipe.execute()
-    return bool(taken), entry
+    for key in entry_keys:
+        pipe.set(keys.fill_lock(key), token, nx=True, px=lease_ms)
+        pipe.get(key)
+    replies = pipe.execute()
+    return [(bool(replies[i]), replies[i + 1]) for i in range(0, len(replies), 2)]
 
 
 def cache_fill_store(*, key: str, token: str, seen: bytes | None, entry: bytes, ttl_ms: int) -> bool:

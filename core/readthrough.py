@@ -40,7 +40,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,8 @@ from redis.exceptions import RedisError
 from core import readmodel
 
 Loader = Callable[[], Any]
+# Loads the entries at these positions (of the keys asked): a value or None for each, in order.
+ManyLoader = Callable[[list[int]], list[Any]]
 
 # A user's platforms change rarely and every change invalidates them.
 PLATFORMS_TTL_SECONDS = 60 * 60 * 24
@@ -94,6 +96,10 @@ class Entry:
     found: bool  # a value or a miss (False: absent, a tombstone or unreadable)
     value: Any = None
     fresh_until_ms: int = 0
+
+    def fresh(self) -> bool:
+        """A value or a miss, to be served as it is now."""
+        return self.found and _now_ms() < self.fresh_until_ms
 
 
 def parse(raw: bytes | None) -> Entry:
@@ -143,6 +149,62 @@ def read_through(key: str, load: Loader, *, policy: Policy) -> Any:
             return entry.value
         return _refresh_or_stale(key, load, policy, entry)
     return json.loads(_single_flight(key, lambda: json.dumps(_fill_on_miss(key, load, policy, entry))))
+
+
+def read_through_many(entry_keys: Sequence[str], load: ManyLoader, *, policy: Policy) -> list[Any]:
+    """``read_through`` of several entries at once (a page of rows): one round
+    trip when all are fresh. The others (absent, stale or tombstoned) are
+    loaded together by one call of ``load`` (their positions in
+    ``entry_keys``; it answers a value or None for each) and stored under
+    the same rules as one entry's fill: each under its fill lock, and only
+    if it is still what it was before PostgreSQL was read, so invalidation
+    wins here too. An entry another request is filling is not waited for:
+    this caller's own load answers it, unstored."""
+    try:
+        entries = [parse(raw) for raw in readmodel.cache_entries_get(entry_keys=entry_keys)]
+    except RedisError:
+        return load(list(range(len(entry_keys))))
+    now_ms = _now_ms()
+    values: list[Any] = [entry.value for entry in entries]
+    wanted = [i for i, entry in enumerate(entries) if not entry.fresh()]
+    if not wanted:
+        return values
+    token = secrets.token_hex(8)
+    try:
+        locks = readmodel.cache_fill_locks_and_look(
+            entry_keys=[entry_keys[i] for i in wanted], token=token, lease_ms=_lease_ms()
+        )
+    except RedisError:
+        locks = [(False, None)] * len(wanted)
+    to_load: list[int] = []
+    held: dict[int, bytes | None] = {}  # position -> the entry seen under its lock
+    for i, (taken, raw) in zip(wanted, locks, strict=True):
+        current = parse(raw)
+        if current.fresh():
+            values[i] = current.value  # filled since our first look
+            if taken:
+                _unlock_quietly(entry_keys[i], token)
+            continue
+        to_load.append(i)
+        if taken:
+            held[i] = raw
+    loaded = load(to_load)
+    for i, value in zip(to_load, loaded, strict=True):
+        values[i] = value
+        if i in held:
+            body, ttl_ms = encode(value, policy, now_ms)
+            try:
+                readmodel.cache_fill_store(key=entry_keys[i], token=token, seen=held[i], entry=body, ttl_ms=ttl_ms)
+            except RedisError:
+                pass  # the lease ends the lock
+    return values
+
+
+def _unlock_quietly(key: str, token: str) -> None:
+    try:
+        readmodel.cache_fill_unlock(key=key, token=token)
+    except RedisError:
+        pass  # the lease ends it
 
 
 def invalidate(*entry_keys: str) -> None:
@@ -200,10 +262,7 @@ def _load_and_store(key: str, load: Loader, policy: Policy, *, token: str, seen:
     try:
         value = load()
     except BaseException:
-        try:
-            readmodel.cache_fill_unlock(key=key, token=token)
-        except RedisError:
-            pass  # the lease ends it
+        _unlock_quietly(key, token)
         raise
     body, ttl_ms = encode(value, policy, _now_ms())
     try:

@@ -1,5 +1,10 @@
 """The announcements' read-model writes for model changes: the one path to Redis.
 
+Two projections. ``notices.summary`` replaces the list's cached summary of
+an announcement (``keys.notice_summary``) by a tombstone after any commit
+that changed its title, summary, publish time or pin, or deleted it; the
+next list fills it again from PostgreSQL.
+
 Each platform's indexes (publish-time and expiry zsets per chunk of users)
 are written only from here. Two ways in:
 
@@ -27,11 +32,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core import live, projection
+from core import keys as core_keys
+from core import live, projection, readthrough
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 
 PLATFORMS = "notices.platform"
+SUMMARIES = "notices.summary"
 
 
 @dataclass(frozen=True)
@@ -87,9 +94,27 @@ def replay_platform_sync(payload: dict[str, Any], user_id: int | None) -> None:
     platform(str(payload["platform"]), payload["drop_ids"])
 
 
+# A summary drop Redis refused: ``{"ids": [int]}``; ``replay_summary_drop`` retries it.
+SUMMARY_TOPIC = "notices.summary_drop"
+
+
+def _drop_summaries(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    readthrough.invalidate(*(core_keys.notice_summary(int(pk)) for pk in keys))
+
+
+def _summary_payloads(keys: list[Any], facts: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    return [{"ids": [int(pk) for pk in keys]}]
+
+
+def replay_summary_drop(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``notices.summary_drop``."""
+    _drop_summaries(list(payload["ids"]), {})
+
+
 def register() -> None:
-    """Name the projection to core (``NoticesConfig.ready``)."""
+    """Name the projections to core (``NoticesConfig.ready``)."""
     projection.register(PLATFORMS, _run_platforms, topic=PLATFORM_SYNC_TOPIC, payloads=_payloads)
+    projection.register(SUMMARIES, _drop_summaries, topic=SUMMARY_TOPIC, payloads=_summary_payloads)
 
 
 # --- after commit -------------------------------------------------------------------------
@@ -99,6 +124,11 @@ def announcement_changed(announcement: Announcement) -> None:
     """Its times changed: every platform it is on rebuilds."""
     rows = AnnouncementPlatform.objects.filter(announcement=announcement).values_list("platform", flat=True)
     projection.project(PLATFORMS, [(p, int(announcement.pk), False) for p in rows])
+
+
+def summary_changed(announcement_id: int) -> None:
+    """What a list shows of it changed, or it was deleted."""
+    projection.project(SUMMARIES, [int(announcement_id)])
 
 
 def platform_row_added(row: AnnouncementPlatform) -> None:

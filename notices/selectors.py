@@ -2,8 +2,11 @@
 
 A user sees an announcement while it is live (``publish_at <= now < expire_at``)
 and targets one of the user's platforms. Which ones are live, and which the
-user read, comes from Redis (one script per platform of the user); rows for a
-page come from PostgreSQL by primary key. With Redis down (or its read model
+user read, comes from Redis (one script per platform of the user); what a
+list shows of each announcement (``AnnouncementSummary``) comes from its
+read-through entry in Redis, filled from PostgreSQL by primary key and
+replaced by a tombstone after any change of those fields (``notices.projection``),
+so a warm list page costs no SQL. With Redis down (or its read model
 lost and being rebuilt, ``core.healing``), lists and details
 fall back to PostgreSQL: read flags come from the last read-state snapshot
 (``AnnouncementReadSnapshot``) with the user's marks still waiting in the
@@ -16,7 +19,7 @@ a flag for clients, and the pages show pinned ones in a section of their own.
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -25,7 +28,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, outbox
+from core import healing, keys, outbox, readthrough
 from core.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
 from core.exceptions import NotFound, ValidationFailed
 from core.params import page_scope
@@ -50,9 +53,69 @@ class AnnouncementItem:
 
 
 @dataclass(frozen=True)
+class AnnouncementSummary:
+    """What a list shows of an announcement, under the row's own names (the
+    pages' templates read either). Times keep the row's microseconds."""
+
+    pk: int
+    title: str
+    summary: str
+    publish_at: datetime
+    pinned: bool
+
+    @classmethod
+    def of(cls, row: Announcement) -> "AnnouncementSummary":
+        return cls(int(row.pk), row.title, row.summary, row.publish_at, bool(row.pinned))
+
+    def to_entry(self) -> dict[str, Any]:
+        return {"t": self.title, "s": self.summary, "p": (self.publish_at - _EPOCH) // _MICROSECOND, "n": self.pinned}
+
+    @classmethod
+    def from_entry(cls, pk: int, value: dict[str, Any]) -> "AnnouncementSummary":
+        publish_at = _EPOCH + timedelta(microseconds=int(value["p"]))
+        return cls(int(pk), str(value["t"]), str(value["s"]), publish_at, bool(value["n"]))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+# Every change of a summary's fields replaces its entry (after commit, through
+# the outbox when Redis fails then), so the TTL only lets entries of
+# announcements no longer listed leave Redis.
+SUMMARY_TTL_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class AnnouncementListItem:
+    announcement: AnnouncementSummary
+    read: bool
+
+
+@dataclass(frozen=True)
 class AnnouncementPage:
-    items: list[AnnouncementItem]
+    items: list[AnnouncementListItem]
     next_cursor: str | None
+
+
+def _summary_policy() -> readthrough.Policy:
+    return readthrough.Policy(
+        fresh=float(SUMMARY_TTL_SECONDS),
+        stale=0.0,
+        miss=float(readthrough.auth_policy().miss),
+    )
+
+
+def announcement_summaries(*, announcement_ids: Sequence[int]) -> dict[int, AnnouncementSummary]:
+    """The summaries of these announcements that exist: their entries in one
+    round trip, the rest from PostgreSQL in one query (and stored)."""
+    ids = [int(pk) for pk in announcement_ids]
+
+    def load(positions: list[int]) -> list[Any]:
+        wanted = [ids[i] for i in positions]
+        rows = Announcement.objects.only("title", "summary", "publish_at", "pinned").in_bulk(wanted)
+        return [AnnouncementSummary.of(rows[pk]).to_entry() if pk in rows else None for pk in wanted]
+
+    values = readthrough.read_through_many([keys.notice_summary(pk) for pk in ids], load, policy=_summary_policy())
+    return {pk: AnnouncementSummary.from_entry(pk, value) for pk, value in zip(ids, values, strict=True) if value}
 
 
 def _visible_from_redis(*, user: User, now: datetime) -> dict[int, tuple[int, bool]]:
@@ -219,8 +282,8 @@ def announcement_list(
     try:
         keyed = _page_from_redis(user=user, now=now, after=after, limit=limit + 1)
         page_keys = keyed[:limit]
-        rows = Announcement.objects.in_bulk([pk for _, pk, _ in page_keys])
-        items = [AnnouncementItem(rows[pk], read) for _, pk, read in page_keys if pk in rows]
+        summaries = announcement_summaries(announcement_ids=[pk for _, pk, _ in page_keys])
+        items = [AnnouncementListItem(summaries[pk], read) for _, pk, read in page_keys if pk in summaries]
         more = len(keyed) > limit
     except RedisError:
         logger.warning("redis unavailable; listing announcements from the database")
@@ -231,12 +294,42 @@ def announcement_list(
         rows_list = list(qs[: limit + 1])
         more = len(rows_list) > limit
         read_ids = degraded_read_ids(user=user, announcement_ids=[row.pk for row in rows_list[:limit]])
-        items = [AnnouncementItem(row, row.pk in read_ids) for row in rows_list[:limit]]
+        items = [AnnouncementListItem(AnnouncementSummary.of(row), row.pk in read_ids) for row in rows_list[:limit]]
+    return _page(items, more=more)
+
+
+def _page(items: list[AnnouncementListItem], *, more: bool) -> AnnouncementPage:
     next_cursor = None
     if more and items:
         last = items[-1].announcement
         next_cursor = encode_cursor({"p": readmodel.to_ms(last.publish_at), "i": last.pk}, scope=CURSOR_SCOPE)
     return AnnouncementPage(items=items, next_cursor=next_cursor)
+
+
+async def announcement_first_page_async(
+    *, user_id: int, platforms: Sequence[str], limit: int, now: datetime
+) -> AnnouncementPage | None:
+    """``announcement_list``'s first page on the event loop: the read flags
+    and the summaries in one round trip, no thread and no SQL. None when only
+    the sync selector can answer: several platforms, this process's copy of
+    the index cold or moved, a summary not cached or not fresh."""
+    if len(platforms) != 1:
+        return None
+    call = readmodel.read_page_call_warm(platform=platforms[0], user_id=user_id, now=now, limit=limit + 1)
+    if call is None:
+        return None
+    shown = [pk for _, pk in call.page[:limit]]
+    found = await readmodel.read_page_async(call, also_get=[keys.notice_summary(pk) for pk in shown])
+    if found is None:
+        return None
+    bits, raws = found
+    items = []
+    for pk, read, raw in zip(shown, bits, raws, strict=True):
+        entry = readthrough.parse(raw)
+        if not entry.fresh() or entry.value is None:
+            return None
+        items.append(AnnouncementListItem(AnnouncementSummary.from_entry(pk, entry.value), read))
+    return _page(items, more=len(call.page) > limit)
 
 
 def announcement_get(*, user: User, announcement_id: int, now: datetime | None = None) -> AnnouncementItem:

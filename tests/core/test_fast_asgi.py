@@ -25,7 +25,8 @@ from core.fast_asgi import FastRoutes
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
 from messagecenter import services
-from notices.services import announcement_create
+from notices.models import Announcement
+from notices.services import announcement_create, announcement_mark_read, announcement_update
 from tests.asgi_calls import get_scope, receive_empty_body
 from tests.messagecenter.conftest import send
 
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.django_db
 
 COUNTS = "/api/v1/inbox/counts/"
 INBOX = "/api/v1/inbox/"
+ANNOUNCEMENTS = "/api/v1/announcements/"
 # Drawn per response or per moment.
 _VARYING = {b"date", b"content-security-policy"}
 
@@ -146,15 +148,47 @@ def test_a_polled_first_page_is_answered_on_the_loop(world: dict[str, Any], quer
     assert (again.status, again.body) == (changed.status, changed.body)
 
 
-@pytest.mark.parametrize(
-    ("query", "status"),
-    [("limit=0", 400), ("category=nope", 400), ("unread=maybe", 400), ("limit=1&limit=2", 200), ("cursor=abc", 400)],
-)
-def test_a_page_the_loop_does_not_take_is_django_s(world: dict[str, Any], query: str, status: int) -> None:
+@pytest.mark.parametrize("query", ["", "limit=1"])
+def test_an_announcement_page_is_answered_on_the_loop(world: dict[str, Any], query: str) -> None:
     app, django, auth = world["app"], world["django"], world["auth"]
-    _warm(app, auth, INBOX)
-    ours = call(app, INBOX, auth, query)
-    theirs = call(django.handler, INBOX, auth, query)
+    first = _warm(app, auth, ANNOUNCEMENTS, query)
+    assert first.status == 200
+    assert b'"title":"Notice"' in first.body
+    warm = django.calls
+    polled = call(app, ANNOUNCEMENTS, auth, query)
+    assert django.calls == (warm if async_available() else warm + 1)
+    assert (polled.status, polled.body, polled.headers) == (first.status, first.body, first.headers)
+    # A new title and a mark: the next page shows both, the one after is fast again.
+    notice = Announcement.objects.get(title="Notice")
+    announcement_update(announcement=notice, title="Edited")
+    announcement_mark_read(user=world["user"], announcement_id=notice.pk)
+    changed = call(app, ANNOUNCEMENTS, auth, query)
+    assert b'"title":"Edited"' in changed.body
+    assert b'"read":true' in changed.body
+    calls = django.calls
+    again = call(app, ANNOUNCEMENTS, auth, query)
+    assert (again.status, again.body, again.headers) == (changed.status, changed.body, changed.headers)
+    assert django.calls == (calls if async_available() else calls + 1)
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "status"),
+    [
+        (INBOX, "limit=0", 400),
+        (INBOX, "category=nope", 400),
+        (INBOX, "unread=maybe", 400),
+        (INBOX, "limit=1&limit=2", 200),
+        (INBOX, "cursor=abc", 400),
+        (ANNOUNCEMENTS, "limit=0", 400),
+        (ANNOUNCEMENTS, "cursor=abc", 400),
+        (ANNOUNCEMENTS, "limit=1&limit=2", 200),
+    ],
+)
+def test_a_page_the_loop_does_not_take_is_django_s(world: dict[str, Any], path: str, query: str, status: int) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    _warm(app, auth, path)
+    ours = call(app, path, auth, query)
+    theirs = call(django.handler, path, auth, query)
     assert (ours.status, ours.body) == (theirs.status, theirs.body)
     assert ours.status == status
 

@@ -317,3 +317,64 @@ def test_with_redis_down_lookups_read_postgresql(recipient: Any, redis_down: Any
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
     assert cached_user(recipient.pk) is not None
     assert cached_user(999_999) is None
+
+
+# --- several entries at once (a page of rows) ---------------------------------------------
+
+
+class Loads:
+    """A ``read_through_many`` loader over ``rows`` that records each call's keys."""
+
+    def __init__(self, entry_keys: list[str], rows: dict[str, Any]) -> None:
+        self.entry_keys, self.rows, self.calls = entry_keys, rows, []
+
+    def __call__(self, positions: list[int]) -> list[Any]:
+        asked = [self.entry_keys[i] for i in positions]
+        self.calls.append(asked)
+        return [self.rows.get(key) for key in asked]
+
+
+POLICY = Policy(fresh=60, stale=0, miss=60)
+
+
+def test_many_entries_load_what_is_missing_in_one_call_then_cost_no_load(redis: Any) -> None:
+    entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
+    load = Loads(entry_keys, {entry_keys[0]: {"t": "one"}, entry_keys[2]: {"t": "three"}})
+    assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "one"}, None, {"t": "three"}]
+    assert load.calls == [entry_keys]  # one load for all three
+    assert not any(redis.exists(keys.fill_lock(key)) for key in entry_keys)  # every lock released
+    # All cached now, the missing row as a miss: no load at all.
+    assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "one"}, None, {"t": "three"}]
+    assert len(load.calls) == 1
+
+
+def test_many_entries_reload_only_the_invalidated_and_the_expired(redis: Any) -> None:
+    entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
+    rows = {key: {"t": f"v{i}"} for i, key in enumerate(entry_keys)}
+    load = Loads(entry_keys, rows)
+    readthrough.read_through_many(entry_keys, load, policy=POLICY)
+    rows[entry_keys[0]] = {"t": "edited"}
+    readthrough.invalidate(entry_keys[0])
+    redis.set(entry_keys[2], readthrough.encode({"t": "old"}, Policy(fresh=0.001, stale=60, miss=1), 0)[0])
+    assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "edited"}, {"t": "v1"}, {"t": "v2"}]
+    assert load.calls[1:] == [[entry_keys[0], entry_keys[2]]]
+
+
+def test_many_entries_a_fill_that_read_before_an_invalidation_does_not_store(redis: Any) -> None:
+    entry_keys = [keys.notice_summary(pk) for pk in (1, 2)]
+
+    def load(positions: list[int]) -> list[Any]:
+        # Read from PostgreSQL, then the row changes and its commit invalidates, then we store.
+        readthrough.invalidate(entry_keys[0])
+        return [{"t": "before the edit"} for _ in positions]
+
+    assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "before the edit"}] * 2
+    assert not parse(redis.get(entry_keys[0])).found  # the edit's tombstone stayed
+    assert parse(redis.get(entry_keys[1])).value == {"t": "before the edit"}
+
+
+def test_many_entries_with_redis_down_load_everything(redis_down: Any) -> None:
+    entry_keys = [keys.notice_summary(pk) for pk in (1, 2)]
+    load = Loads(entry_keys, {entry_keys[1]: {"t": "two"}})
+    assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [None, {"t": "two"}]
+    assert load.calls == [entry_keys]

@@ -53,7 +53,9 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
     scripts = {path.rsplit("/", 1)[-1] for path, _ in calls}
     # live.lua: a mark that changed a bit bumps the user's live version (one key).
     # add_revision.lua then add_chunk.lua: a publish adds to the built indexes (the revision, then each chunk).
+    # cache_fill.lua: a list stores the summaries it read from PostgreSQL (entry and lock share the id's tag).
     assert scripts == {
+        "cache_fill.lua",
         "read_state.lua",
         "snapshot.lua",
         "sync_chunk.lua",
