@@ -5,12 +5,15 @@ middleware, the DRF view) on a thread and awaits it: three hops a request,
 and the event loop's own work besides, where a WSGI worker just calls the
 view. A bell polling its counts pays all of it for one round trip to Redis.
 
-An app registers an async handler for one of its URL names (``register``).
-For a ``GET`` of that path with an API token, this route authenticates from
-the token's Redis read-through entry (the entry ``core.authentication``
-keeps), asks the handler for the answer and counts the request against the
-view's throttles: each a ``redis.asyncio`` round trip on the event loop, no
-thread, no PostgreSQL connection.
+An app registers an async handler for one of its URL names (``register``):
+a read (``GET``) or a write without a body (``POST``, an inbox mark). For
+such a request with an API token, this route authenticates from the token's
+Redis read-through entry (the entry ``core.authentication`` keeps), asks the
+handler for the answer and counts the request against the view's
+throttles: each a ``redis.asyncio`` round trip on the event loop, no
+thread, no PostgreSQL connection. A read is counted once its answer exists;
+a write is counted before it changes anything, and taken back from the
+window when its handler leaves it to Django, so every request counts once.
 
 Like the event stream's route (core/live_asgi.py) it only ever serves the
 success case. Everything else goes to Django, which answers as it always
@@ -22,21 +25,23 @@ handler that cannot answer on the loop. So the two paths cannot disagree on
 an error, and what needs PostgreSQL or a sync Redis call still gets it.
 
 The answer's headers are the ones Django sent with the last successful
-answer of the same path to the same language inputs and scheme (learned as
-it passed through: security headers, CSP, Vary, Content-Language, Allow);
-only the length and the handler's own headers (an ETag) are the answer's.
-The first request of each kind therefore goes to Django.
+answer of the same route and method to the same language inputs and scheme
+(learned as it passed through: security headers, CSP, Vary,
+Content-Language, Allow); only the length and the handler's own headers (an
+ETag) are the answer's. The first request of each kind therefore goes to
+Django.
 """
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
 from django.conf import settings
-from django.urls import resolve, reverse
+from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 from rest_framework.permissions import IsAuthenticated
@@ -61,19 +66,22 @@ class FastRequest:
     headers: Mapping[bytes, bytes]  # lower-case names, as ASGI gives them
     query: Mapping[str, str]  # the query string's parameters (each given once)
     now: datetime
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # the URL's captured values (a write's item id)
 
 
 @dataclass(frozen=True)
 class FastAnswer:
-    status: int  # a success: 200, or 304 for a conditional GET
+    status: int  # a success: 200 (204 for a write), or 304 for a conditional GET
     body: bytes = b""
     headers: tuple[tuple[bytes, bytes], ...] = ()  # the answer's own (an ETag)
 
 
 Handler = Callable[[FastRequest], Awaitable[FastAnswer | None]]
 
-# Handlers by URL name, registered by the apps (their AppConfig.ready).
-_handlers: dict[str, Handler] = {}
+# Handlers by (method, URL name), registered by the apps (their AppConfig.ready).
+_handlers: dict[tuple[str, str], Handler] = {}
+# The methods a route answers, and the success it learns Django's headers from.
+_SUCCESS = {"GET": 200, "POST": 204}
 
 # Headers that belong to one answer, never to the learned set.
 _OWN_HEADERS = frozenset({b"content-length", b"etag", b"set-cookie", b"date", b"server", b"last-modified"})
@@ -82,9 +90,12 @@ _OWN_HEADERS = frozenset({b"content-length", b"etag", b"set-cookie", b"date", b"
 MAX_LEARNED = 512
 
 
-def register(url_name: str, handler: Handler) -> None:
-    """Answer ``GET`` of the URL named ``url_name`` with ``handler`` when it can."""
-    _handlers[url_name] = handler
+def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
+    """Answer ``method`` (``GET``, or ``POST`` without a body) of the URL named
+    ``url_name`` with ``handler`` when it can."""
+    if method not in _SUCCESS:
+        raise ValueError(f"the fast route answers {sorted(_SUCCESS)}, not {method}")
+    _handlers[(method, url_name)] = handler
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class _Route:
     handler: Handler
     pattern: str  # the URL pattern, as /metrics labels Django's answers
     view: Any  # the DRF view class: its throttles are read per request
+    write: bool = False
 
 
 def _token(authorization: bytes | None) -> str | None:
@@ -114,6 +126,11 @@ def _query(raw: bytes) -> dict[str, str] | None:
         return None
     query = dict(pairs)
     return query if len(query) == len(pairs) else None
+
+
+def _view_of(match: Any) -> Any:
+    """The DRF view class a URL resolved to (None: a plain Django view)."""
+    return getattr(match.func, "view_class", None) or getattr(match.func, "cls", None)
 
 
 def _fits(view: Any) -> bool:
@@ -141,48 +158,79 @@ class FastRoutes:
     def _by_path(self) -> dict[str, _Route]:
         if self._routes is None:
             routes: dict[str, _Route] = {}
-            for name, handler in _handlers.items():
+            for (method, name), handler in _handlers.items():
+                if method != "GET":
+                    continue
                 path = reverse(name)
                 match = resolve(path)
-                view = getattr(match.func, "view_class", None) or getattr(match.func, "cls", None)
+                view = _view_of(match)
                 if view is not None and _fits(view):
                     routes[path] = _Route(handler, match.route, view)
             self._routes = routes
         return self._routes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = None
-        if scope["type"] == "http" and scope["method"] == "GET" and settings.ASGI_FAST_READS and async_available():
+    def _write_route(self, path: str) -> tuple[_Route, dict[str, Any]] | None:
+        """The write route of ``path`` (its URL holds an id: resolved per request)."""
+        if not any(method == "POST" for method, _ in _handlers):
+            return None
+        try:
+            match = resolve(path)
+        except Resolver404:
+            return None
+        handler = _handlers.get(("POST", match.url_name or ""))
+        view = _view_of(match)
+        if handler is None or view is None or not _fits(view):
+            return None
+        return _Route(handler, match.route, view, write=True), dict(match.kwargs)
+
+    def _route(self, scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[_Route, dict[str, Any]] | None:
+        if scope["type"] != "http" or not settings.ASGI_FAST_READS or not async_available():
+            return None
+        if scope["method"] == "GET":
             route = self._by_path().get(scope["path"])
-        if route is None:
+            return (route, {}) if route is not None else None
+        # A write without a body only: a body is Django's to read (and to refuse).
+        if scope["method"] == "POST" and headers.get(b"content-length", b"0") == b"0":
+            if b"transfer-encoding" not in headers:
+                return self._write_route(scope["path"])
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers", ())) if scope["type"] == "http" else {}
+        found = self._route(scope, headers)
+        if found is None:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", ()))
+        route, kwargs = found
         token = _token(headers.get(b"authorization"))
-        learn_as = (scope["path"], scope.get("scheme"), headers.get(b"accept-language"), headers.get(b"cookie"))
+        language, cookie = headers.get(b"accept-language"), headers.get(b"cookie")
+        learn_as = (route.pattern, scope["method"], scope.get("scheme"), language, cookie)
         learned = self._learned.get(learn_as)
         answer = None
         started = time.perf_counter()
         query = _query(scope.get("query_string", b""))
         if token is not None and learned is not None and query is not None:
             try:
-                answer = await self._answer(route, token, headers, query)
+                answer = await self._answer(route, token, headers, query, kwargs)
             except (RedisError, OSError, TimeoutError):
                 answer = None  # Django's path has the breaker and the fallbacks
         if answer is None or learned is None:
-            await self.app(scope, receive, self._learning(send, learn_as) if token is not None else send)
+            learning = self._learning(send, learn_as, _SUCCESS[scope["method"]])
+            await self.app(scope, receive, learning if token is not None else send)
             return
-        sent = [(n, v) for n, v in learned if answer.status == 200 or n != b"content-type"]
-        sent += [(b"content-length", str(len(answer.body)).encode()), *answer.headers]
+        sent = [(n, v) for n, v in learned if answer.status != 304 or n != b"content-type"]
+        if answer.status != 204:  # a 204 carries no length (nor a body)
+            sent.append((b"content-length", str(len(answer.body)).encode()))
+        sent += answer.headers
         await send({"type": "http.response.start", "status": answer.status, "headers": sent})
         await send({"type": "http.response.body", "body": answer.body, "more_body": False})
-        metrics.observe_request(route=route.pattern, method="GET", status=answer.status, started=started)
+        metrics.observe_request(route=route.pattern, method=scope["method"], status=answer.status, started=started)
 
-    def _learning(self, send: Send, learn_as: tuple[Any, ...]) -> Send:
+    def _learning(self, send: Send, learn_as: tuple[Any, ...], success: int) -> Send:
         """``send`` that keeps the headers of Django's successful answer."""
 
         async def learning_send(message: Mapping[str, Any]) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 200:
+            if message["type"] == "http.response.start" and message["status"] == success:
                 sent = [(bytes(n).lower(), bytes(v)) for n, v in message.get("headers", ())]
                 if not any(n == b"set-cookie" for n, _ in sent):
                     if len(self._learned) >= MAX_LEARNED:
@@ -193,7 +241,12 @@ class FastRoutes:
         return learning_send
 
     async def _answer(
-        self, route: _Route, token: str, headers: Mapping[bytes, bytes], query: Mapping[str, str]
+        self,
+        route: _Route,
+        token: str,
+        headers: Mapping[bytes, bytes],
+        query: Mapping[str, str],
+        kwargs: Mapping[str, Any],
     ) -> FastAnswer | None:
         if any_open() or not healing.known_ready():
             return None
@@ -207,19 +260,48 @@ class FastRoutes:
             return None
         user_id = int(fields["id"])
         await activity.record_active_async(user_id=user_id, now=now)
-        answer = await route.handler(FastRequest(user_id, tuple(platforms), headers, query, now))
-        if answer is None:
+        request = FastRequest(user_id, tuple(platforms), headers, query, now, kwargs)
+        if not route.write:
+            # Counted last: a read handed to Django is counted there, once.
+            answer = await route.handler(request)
+            if answer is None or await _count(route.view, user_id) is None:
+                return None
+            return answer
+        # Counted first: a write the throttle refuses must change nothing.
+        counted = await _count(route.view, user_id)
+        if counted is None:
             return None
-        # Counted last: a request handed to Django is counted there, once.
-        for throttle_class in route.view.throttle_classes:
-            throttle = throttle_class()
-            if throttle.rate is None or throttle_class is AnonRateThrottle:
-                continue  # no rate; the anonymous one never counts a signed-in user
-            name = throttle.cache_format % {"scope": throttle.scope, "ident": user_id}
-            window_ms, limit = int(throttle.duration * 1000), int(throttle.num_requests)
-            allowed, _, _ = await readmodel.throttle_hit_async(
-                name=name, now_ms=int(time.time() * 1000), window_ms=window_ms, limit=limit
-            )
-            if not allowed:
-                return None  # Django refuses it again, with its envelope and Retry-After
+        try:
+            answer = await route.handler(request)
+        except (RedisError, OSError, TimeoutError):
+            answer = None
+        if answer is None:
+            await _uncount(counted)  # Django counts it instead (a failure here: Django's path has the fallbacks)
         return answer
+
+
+async def _count(view: Any, user_id: int) -> list[tuple[str, str]] | None:
+    """Count the request against the view's throttles: the (window, member)
+    of each count; None when one refuses (Django refuses it again, with its
+    envelope and ``Retry-After``), the counts made before it taken back."""
+    counted: list[tuple[str, str]] = []
+    for throttle_class in view.throttle_classes:
+        throttle = throttle_class()
+        if throttle.rate is None or throttle_class is AnonRateThrottle:
+            continue  # no rate; the anonymous one never counts a signed-in user
+        name = throttle.cache_format % {"scope": throttle.scope, "ident": user_id}
+        window_ms, limit = int(throttle.duration * 1000), int(throttle.num_requests)
+        member = secrets.token_hex(8)
+        allowed, _, _ = await readmodel.throttle_hit_async(
+            name=name, now_ms=int(time.time() * 1000), window_ms=window_ms, limit=limit, member=member
+        )
+        if not allowed:
+            await _uncount(counted)
+            return None
+        counted.append((name, member))
+    return counted
+
+
+async def _uncount(counted: list[tuple[str, str]]) -> None:
+    for name, member in counted:
+        await readmodel.throttle_unhit_async(name=name, member=member)

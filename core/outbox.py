@@ -100,13 +100,21 @@ def _pending() -> Any:
 
 
 def _may_have_user_marks() -> bool:
-    if not _local["enqueued"] and time.monotonic() < float(_local["empty_until"]):
+    if known_settled():
         return False
     if _pending().filter(user_id__isnull=False).exists():
         return True
     _local["enqueued"] = False
     _local["empty_until"] = time.monotonic() + EMPTY_CACHE_SECONDS
     return False
+
+
+def known_settled() -> bool:
+    """Whether this process knows, without asking PostgreSQL, that no user's
+    mark waits in the outbox (its last look found none, recently, and it has
+    queued none since): a mark may then go straight to Redis. False when
+    ``settle_user`` would have to look."""
+    return not _local["enqueued"] and time.monotonic() < float(_local["empty_until"])
 
 
 def forget_local_state() -> None:

@@ -152,11 +152,21 @@ def throttle_hit(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple
     return bool(int(reply[0])), int(reply[1]), int(reply[2])
 
 
-async def throttle_hit_async(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple[bool, int, int]:
-    """``throttle_hit`` on the event loop's client (single Redis; NOSCRIPT raises: the sync path loads it)."""
-    command = THROTTLE_SCRIPT.command([keys.throttle(name)], throttle_args(now_ms, window_ms, limit))
-    (reply,) = await round_trip_async([command])
+async def throttle_hit_async(
+    *, name: str, now_ms: int, window_ms: int, limit: int, member: str | None = None
+) -> tuple[bool, int, int]:
+    """``throttle_hit`` on the event loop's client (single Redis; NOSCRIPT raises: the sync path loads it).
+    ``member`` names the request in the window, for ``throttle_unhit_async``."""
+    args = throttle_args(now_ms, window_ms, limit)
+    if member is not None:
+        args[-1] = member
+    (reply,) = await round_trip_async([THROTTLE_SCRIPT.command([keys.throttle(name)], args)])
     return bool(int(reply[0])), int(reply[1]), int(reply[2])
+
+
+async def throttle_unhit_async(*, name: str, member: str) -> None:
+    """Take back one request ``throttle_hit_async`` counted as ``member``."""
+    await round_trip_async([("ZREM", keys.throttle(name), member)])
 
 
 async def cache_entry_get_async(*, key: str) -> bytes | None:
@@ -173,7 +183,7 @@ def throttle_forget(*, names: Iterable[str]) -> None:
 
 
 def throttle_args(now_ms: int, window_ms: int, limit: int) -> list[Any]:
-    """throttle.lua's arguments, shared with the async server's calls (core/fastlane.py)."""
+    """throttle.lua's arguments, shared with the event loop's calls (core/fast_asgi.py)."""
     return [now_ms, window_ms, limit, secrets.token_hex(8)]
 
 

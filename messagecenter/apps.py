@@ -22,9 +22,12 @@ class MessagecenterConfig(AppConfig):
         from messagecenter.services.snapshots import inbox_read_snapshot
 
         projection.register()
-        # Polls of the counts and the first page are answered on the event loop under ASGI when they can.
+        # Polls of the counts and the first page, and marks, are answered on the
+        # event loop under ASGI when they can.
         fast_asgi.register("mc-inbox-counts", live_api.inbox_counts_fast)
         fast_asgi.register("mc-inbox", inbox_api.inbox_list_fast)
+        fast_asgi.register("mc-inbox-item-read", inbox_api.inbox_item_read_fast, method="POST")
+        fast_asgi.register("mc-inbox-item-unread", inbox_api.inbox_item_unread_fast, method="POST")
         signals.connect()
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():

@@ -5,13 +5,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 
-def get_scope(path: str, *, headers: Iterable[tuple[bytes, bytes]] = (), query: str = "") -> dict[str, Any]:
-    """The scope of one ``GET`` of ``path`` on http://testserver (headers: lower-case names)."""
+def get_scope(
+    path: str, *, headers: Iterable[tuple[bytes, bytes]] = (), query: str = "", method: str = "GET"
+) -> dict[str, Any]:
+    """The scope of one request (a ``GET`` unless told) of ``path`` on
+    http://testserver (headers: lower-case names)."""
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),

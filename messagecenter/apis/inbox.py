@@ -195,6 +195,25 @@ class InboxItemUnreadApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+async def inbox_item_read_fast(request: FastRequest) -> FastAnswer | None:
+    """``InboxItemReadApi.post`` on the event loop (core/fast_asgi.py) when it can."""
+    return await _mark_fast(request, read=True)
+
+
+async def inbox_item_unread_fast(request: FastRequest) -> FastAnswer | None:
+    """``InboxItemUnreadApi.post`` on the event loop (core/fast_asgi.py) when it can."""
+    return await _mark_fast(request, read=False)
+
+
+async def _mark_fast(request: FastRequest, *, read: bool) -> FastAnswer | None:
+    if request.query:
+        return None
+    marked = await services.inbox_set_read_async(
+        user_id=request.user_id, item_id=str(request.kwargs["item_id"]), read=read, now=request.now
+    )
+    return FastAnswer(204) if marked else None
+
+
 class InboxItemArchiveApi(APIView):
     @extend_schema(
         operation_id="inbox_item_archive", request=None, responses={204: None, **ERRORS(401, 404), **UNAVAILABLE}

@@ -45,7 +45,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
-from messagecenter.readmodel.reads import record_reads
+from messagecenter.readmodel.reads import first_reads_note, record_reads
 from messagecenter.readmodel.scripts import (
     ArchiveOp,
     BulkMarkOp,
@@ -896,8 +896,52 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
         # 2: the user's first read of the item (counted in the same round trip).
         month = parse_member(plan.detail["member"])[2]
         record_reads(user_id=user_id, months=[month], first_refs=[ref] if result == 2 else [], now_ms=now_ms)
-        live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
+        live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
     return bool(result)
+
+
+async def inbox_set_read_async(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
+    """``inbox_set_read`` on the event loop's client, for an inbox the fast
+    path can take as it is (settled, this process knowing its months): the
+    item's detail, then the mark with the user's live update and snapshot
+    note in one round trip, and only on the item's first read one more for
+    that statistic. False when it did not mark, and the sync path must
+    answer: an item not in the inbox (the sync path says 404), a month or an
+    inbox the fast path cannot take (it answers STALE having changed
+    nothing; the live version may have moved in vain, which costs the
+    user's pages one refetch)."""
+    months = _months_hint.get(user_id)
+    if months is None or is_cluster():
+        return False
+    (raw,) = await round_trip_async([("HGET", keys.mc_item_detail(), ref)])
+    if raw is None:
+        return False
+    member = json.loads(raw)["member"]
+    month = parse_member(member)[2]
+    if month not in months:
+        return False
+    call = _fast_call(user_id, now_ms, MarkOp(member=member, read=read))
+    if call is None:
+        return False
+    commands = [call.command()]
+    commands += [
+        live.SCRIPT.command(k, a) for k, a in live.changed_calls(user_ids=[user_id], reason=_mark_reason(read))
+    ]
+    commands.append(("SADD", keys.mc_snapshot_dirty(), *dirty_members(user_id=user_id, months=[month])))
+    result = (await round_trip_async(commands))[0]
+    if _unanswered(result) or not int(result):
+        return False
+    if int(result) == 2:  # the user's first read of the item
+        note = first_reads_note(hour=hour_of(now_ms), refs=[ref])
+        try:
+            await round_trip_async([("RPUSH", keys.mc_first_reads_pending(), note)])
+        except RedisError:
+            logger.warning("first read of %s by user %s not recorded", ref, user_id, exc_info=True)
+    return True
+
+
+def _mark_reason(read: bool) -> str:
+    return "read" if read else "unread"
 
 
 def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:

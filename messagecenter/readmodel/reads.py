@@ -58,13 +58,18 @@ def record_reads(
         # Write-behind: one list entry whatever the number of items (the hour
         # hashes are global keys, one per item: two commands each would make a
         # "read all" of 10,000 items cost 20,000 commands).
-        pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|{','.join(refs)}")
+        pipe.rpush(keys.mc_first_reads_pending(), first_reads_note(hour=hour, refs=refs))
     for month, bitmap in maps.items():
         pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|@{month}|".encode() + bitmap)
     try:
         pipe.execute()
     except RedisError:
         logger.warning("read notes not recorded for user %s (%d first read(s))", user_id, len(refs), exc_info=True)
+
+
+def first_reads_note(*, hour: int, refs: Iterable[str]) -> str:
+    """The pending list's entry of these items' first reads in ``hour``."""
+    return f"{hour}|{','.join(refs)}"
 
 
 def bitmap_offsets(bitmap: bytes) -> list[int]:

@@ -8,6 +8,8 @@ once; on the embedded fakeredis and on a Redis Cluster it has no async client
 and every request goes to Django, with the same answers.
 """
 
+import json
+from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
 
@@ -20,8 +22,9 @@ from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from core import activity, keys, readmodel
+from core import activity, journal, keys, outbox, readmodel
 from core.fast_asgi import FastRoutes
+from core.models import MarkJournal
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
 from messagecenter import services
@@ -64,10 +67,10 @@ class Answer:
         return next((v for n, v in self.headers if n == name), None)
 
 
-def call(app: Any, path: str, headers: dict[str, str], query: str = "") -> Answer:
+def call(app: Any, path: str, headers: dict[str, str], query: str = "", method: str = "GET") -> Answer:
     async def run() -> list[dict[str, Any]]:
         named = ((k.lower().encode(), v.encode()) for k, v in headers.items())
-        scope = get_scope(path, headers=named, query=query)
+        scope = get_scope(path, headers=named, query=query, method=method)
         messages: list[dict[str, Any]] = []
 
         async def collect(message: dict[str, Any]) -> None:
@@ -253,3 +256,82 @@ def test_off_by_setting(world: dict[str, Any]) -> None:
         for _ in range(3):
             assert call(app, COUNTS, auth).status == 200
     assert django.calls == 3
+
+
+# --- marks ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _journal_buffered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, db: None) -> Iterator[None]:
+    """Marks on the loop need the journal's buffer (the suite writes each mark
+    at once); the buffer is flushed here, in the test's transaction, rather
+    than by the journal's thread (or at exit, into no test's database)."""
+    if "mark" not in request.node.name:
+        yield
+        return
+    monkeypatch.setattr(settings, "MESSAGECENTER_JOURNAL_FLUSH_SECONDS", 1.0)
+    monkeypatch.setattr(journal, "_ensure_flusher", lambda: None)
+    yield
+    journal.flush()
+
+
+def _unread(app: Any, auth: dict[str, str]) -> int:
+    return int(json.loads(call(app, COUNTS, auth).body)["unread"])
+
+
+def test_a_mark_is_made_on_the_loop_with_django_s_answer(world: dict[str, Any]) -> None:
+    app, django, auth, item = world["app"], world["django"], world["auth"], world["item"]
+    read, unread = f"/api/v1/inbox/{item}/read/", f"/api/v1/inbox/{item}/unread/"
+    for path in (read, unread, read, unread):  # Django answers each kind once and teaches its headers
+        first = call(app, path, auth, method="POST")
+        assert first.status == 204
+    assert _unread(app, auth) == 2
+    warm = django.calls
+    journal.flush()
+    journalled = MarkJournal.objects.count()
+    marked = call(app, read, auth, method="POST")
+    assert django.calls == (warm if async_available() else warm + 1)
+    assert (marked.status, marked.body, marked.headers) == (first.status, first.body, first.headers)
+    assert _unread(app, auth) == 1  # Django's sync path reads what the loop wrote
+    assert call(app, unread, auth, method="POST").status == 204
+    assert _unread(app, auth) == 2
+    journal.flush()
+    assert MarkJournal.objects.count() == journalled + 2  # each mark journalled once, in order
+    last = MarkJournal.objects.order_by("-pk").first()
+    assert last is not None
+    assert last.payload["read"] is False
+
+
+def test_a_mark_the_loop_does_not_take_is_django_s(world: dict[str, Any]) -> None:
+    app, django, auth, item = world["app"], world["django"], world["auth"], world["item"]
+    read = f"/api/v1/inbox/{item}/read/"
+    call(app, read, auth, method="POST")
+    call(app, f"/api/v1/inbox/{item}/unread/", auth, method="POST")
+    # Not in the inbox: Django's 404 envelope.
+    missing = call(app, "/api/v1/inbox/m999999/read/", auth, method="POST")
+    assert missing.status == 404
+    assert b'"error"' in missing.body
+    # A body, or a query string: Django reads (and judges) it.
+    calls = django.calls
+    with_query = call(app, read, auth, query="x=1", method="POST")
+    assert with_query.status == 204
+    assert django.calls == calls + 1
+    # Marks waiting in the outbox go first, through Django.
+    outbox.forget_local_state()
+    calls = django.calls
+    assert call(app, read, auth, method="POST").status == 204
+    assert django.calls == calls + 1
+
+
+def test_marks_count_against_the_throttle_once_each(world: dict[str, Any]) -> None:
+    app, auth, user, item = world["app"], world["auth"], world["user"], world["item"]
+    read = f"/api/v1/inbox/{item}/read/"
+    call(app, read, auth, method="POST")  # teaches the headers
+    forget_history(f"throttle_user_{user.pk}")
+    rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "user": "4/min"}
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        # A mark the loop hands to Django (an item not in the inbox) is counted there, once.
+        statuses = [call(app, path, auth, method="POST").status for path in [read, "/api/v1/inbox/m999999/read/"] * 3]
+        assert statuses == [204, 404, 204, 404, 429, 429]
+        assert get_redis().zcard(keys.throttle(f"throttle_user_{user.pk}")) == 4
+    forget_history(f"throttle_user_{user.pk}")
