@@ -92,8 +92,11 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
     low, high = ensure_users(users)
     operator, _ = get_user_model().objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
     have = set(Token.objects.filter(user_id__gte=low, user_id__lte=high).values_list("user_id", flat=True))
+    # The crowd's ids need not be consecutive (a run with more users adds
+    # them after other rows): take the ids that exist.
+    crowd = get_user_model().objects.filter(pk__gte=low, pk__lte=high, username__regex=r"^bench[0-9]+$")
     Token.objects.bulk_create(
-        Token(user_id=pk, key=Token.generate_key()) for pk in range(low, high + 1) if pk not in have
+        Token(user_id=pk, key=Token.generate_key()) for pk in crowd.values_list("pk", flat=True) if pk not in have
     )
     tokens = list(Token.objects.filter(user_id__gte=low, user_id__lte=high).values_list("key", flat=True))
     # Warm caches (the credential cache of every token), as a running site has them.
