@@ -327,6 +327,11 @@ def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
     months = _months_hint.get(user_id)
     if months is None or is_cluster():
         return None
+    return _fast_call_on(user_id, now_ms, op, months)
+
+
+def _fast_call_on(user_id: int, now_ms: int, op: InboxOp, months: Sequence[str]) -> InboxCall:
+    """The op's fast-path call over these months (the user's, as the caller knows them)."""
     mode = Fast(max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS), step=_settle_step())
     return inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=mode)
 
@@ -902,27 +907,26 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
 
 async def inbox_set_read_async(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     """``inbox_set_read`` on the event loop's client, for an inbox the fast
-    path can take as it is (settled, this process knowing its months): the
-    item's detail, then the mark with the user's live update and snapshot
-    note in one round trip, and only on the item's first read one more for
-    that statistic. False when it did not mark, and the sync path must
-    answer: an item not in the inbox (the sync path says 404), a month or an
+    path can take as it is (settled): the item's detail and the user's
+    months (what ``_plan`` reads for a mark, so no process needs to have
+    seen the user before), then the mark with the user's live update and
+    snapshot note in one round trip, and only on the item's first read one
+    more for that statistic. False when it did not mark, and the sync path
+    must answer: an item not in the inbox (the sync path says 404), an
     inbox the fast path cannot take (it answers STALE having changed
     nothing; the live version may have moved in vain, which costs the
     user's pages one refetch)."""
-    months = _months_hint.get(user_id)
-    if months is None or is_cluster():
+    if is_cluster():
         return False
-    (raw,) = await round_trip_async([("HGET", keys.mc_item_detail(), ref)])
+    raw, months_raw = await round_trip_async(
+        [("HGET", keys.mc_item_detail(), ref), ("SMEMBERS", keys.mc_inbox_months(user_id))]
+    )
     if raw is None:
         return False
     member = json.loads(raw)["member"]
     month = parse_member(member)[2]
-    if month not in months:
-        return False
-    call = _fast_call(user_id, now_ms, MarkOp(member=member, read=read))
-    if call is None:
-        return False
+    months = sorted({m.decode() for m in months_raw} | {month})
+    call = _fast_call_on(user_id, now_ms, MarkOp(member=member, read=read), months)
     commands = [call.command()]
     commands += [
         live.SCRIPT.command(k, a) for k, a in live.changed_calls(user_ids=[user_id], reason=_mark_reason(read))
