@@ -49,6 +49,12 @@ WEBHOOK_FAILURES = Counter(
     "messagecenter_webhook_failures", "Webhook delivery attempts that failed, per event.", ["event"]
 )
 EMAIL_FAILURES = Counter("messagecenter_email_failures", "Emails the backend refused or failed to send.")
+FAST_ROUTE = Counter(
+    "messagecenter_fast_route_requests",
+    "Requests the ASGI fast route took, per URL pattern, method and outcome: answered on the "
+    "event loop, or handed to Django (something only Django's path answers).",
+    ["route", "method", "outcome"],
+)
 LIVE_STREAMS = Gauge(
     "messagecenter_live_streams",
     "Live inbox event streams open now.",

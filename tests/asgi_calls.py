@@ -29,12 +29,17 @@ def get_scope(
 def receive_empty_body() -> Callable[[], Awaitable[dict[str, Any]]]:
     """A ``receive`` that gives an empty body, then waits (no disconnect:
     Django stops listening once it has answered)."""
+    return receive_body(b"")
+
+
+def receive_body(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """A ``receive`` that gives ``body`` in one message, then waits."""
     asked = {"body": False}
 
     async def receive() -> dict[str, Any]:
         if not asked["body"]:
             asked["body"] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
