@@ -746,24 +746,37 @@ async def inbox_counts_alongside_async(
     *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
 ) -> tuple[Counts, Any] | None:
     """``inbox_counts_alongside``'s poll route on the event loop's client: the
-    read cache's check and the other script in one round trip. None whenever
-    that route does not apply or did not answer (nothing cached, a stale
-    value, an error reply such as NOSCRIPT): the sync path then answers, and
-    fills the cache for the next poll. Asked whether or not this process
-    holds a hint of the cached counts: a miss costs one async round trip
-    before the sync path, where each process would otherwise go through the
-    sync path once per user before its polls could go fast."""
+    read cache's check, the user's months and the other script in one round
+    trip. When the cached counts are missing or stale (after every change of
+    the user's inbox: a mark, a delivery), the counts script's fast path
+    computes them, and keeps them for the next poll, in a second round trip,
+    as the sync path would. None whenever that route does not apply or did
+    not answer (an inbox to settle or merge first: the script answers STALE
+    having changed nothing; an error reply such as NOSCRIPT): the sync path
+    then answers. Asked whether or not this process holds a hint of the
+    cached counts, so no process needs to have seen the user before."""
     if is_cluster():
         return None
     check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
     try:
-        replies = await round_trip_async([*check, script.command(script_keys, script_args)])
+        replies = await round_trip_async(
+            [("SMEMBERS", keys.mc_inbox_months(user_id)), *check, script.command(script_keys, script_args)]
+        )
     except ResponseError:
         return None
     checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
-    if checked is None:
+    if checked is not None:
+        return _cached_counts(checked[0]), replies[-1]
+    months = sorted(m.decode() for m in replies[0])
+    call = _fast_call_on(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS), months)
+    try:
+        (result,) = await round_trip_async([call.command()])
+    except ResponseError:
         return None
-    return _cached_counts(checked[0]), replies[-1]
+    if _unanswered(result):
+        return None
+    _cache_hint_add(user_id, COUNTS_FIELD)
+    return _counts(result), replies[-1]
 
 
 def _read_keys(command: Sequence[str]) -> Sequence[str]:
