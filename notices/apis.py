@@ -48,16 +48,10 @@ def _platforms_field(*, required: bool = True) -> serializers.ListField:
 
 
 def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
+    """An announcement with its body: what a list shows of it, and the body."""
     announcement = item.announcement
-    return {
-        "id": str(announcement.pk),
-        "title": announcement.title,
-        "summary": announcement.summary,
-        "published_at": announcement.publish_at,
-        "pinned": announcement.pinned,
-        "read": item.read,
-        "body_html": announcement.body_html,
-    }
+    listed = selectors.AnnouncementListItem(selectors.AnnouncementSummary.of(announcement), item.read)
+    return {**_list_item(listed), "body_html": announcement.body_html}
 
 
 def _list_item(item: selectors.AnnouncementListItem) -> dict[str, Any]:
