@@ -6,7 +6,7 @@ and the event loop's own work besides, where a WSGI worker just calls the
 view. A bell polling its counts pays all of it for one round trip to Redis.
 
 An app registers an async handler for one of its URL names (``register``):
-a read (``GET``) or a write without a body (``POST``, an inbox mark). For
+a read (``GET``) or a write that takes no input (``POST``, an inbox mark). For
 such a request with an API token, this route authenticates from the token's
 Redis read-through entry (the entry ``core.authentication`` keeps), asks the
 handler for the answer and counts the request against the view's
@@ -91,8 +91,8 @@ MAX_LEARNED = 512
 
 
 def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
-    """Answer ``method`` (``GET``, or ``POST`` without a body) of the URL named
-    ``url_name`` with ``handler`` when it can."""
+    """Answer ``method`` (``GET``, or ``POST`` of a view that reads no body) of
+    the URL named ``url_name`` with ``handler`` when it can."""
     if method not in _SUCCESS:
         raise ValueError(f"the fast route answers {sorted(_SUCCESS)}, not {method}")
     _handlers[(method, url_name)] = handler
