@@ -164,7 +164,6 @@ def read_through_many(entry_keys: Sequence[str], load: ManyLoader, *, policy: Po
         entries = [parse(raw) for raw in readmodel.cache_entries_get(entry_keys=entry_keys)]
     except RedisError:
         return load(list(range(len(entry_keys))))
-    now_ms = _now_ms()
     values: list[Any] = [entry.value for entry in entries]
     wanted = [i for i, entry in enumerate(entries) if not entry.fresh()]
     if not wanted:
@@ -192,11 +191,7 @@ def read_through_many(entry_keys: Sequence[str], load: ManyLoader, *, policy: Po
     for i, value in zip(to_load, loaded, strict=True):
         values[i] = value
         if i in held:
-            body, ttl_ms = encode(value, policy, now_ms)
-            try:
-                readmodel.cache_fill_store(key=entry_keys[i], token=token, seen=held[i], entry=body, ttl_ms=ttl_ms)
-            except RedisError:
-                pass  # the lease ends the lock
+            _store(entry_keys[i], value, policy, token=token, seen=held[i])
     return values
 
 
@@ -264,12 +259,18 @@ def _load_and_store(key: str, load: Loader, policy: Policy, *, token: str, seen:
     except BaseException:
         _unlock_quietly(key, token)
         raise
+    _store(key, value, policy, token=token, seen=seen)
+    return value
+
+
+def _store(key: str, value: Any, policy: Policy, *, token: str, seen: bytes | None) -> None:
+    """Store a fill's value while the caller holds the lock and the entry is
+    still ``seen`` (cache_fill.lua); a failure leaves the lease to end the lock."""
     body, ttl_ms = encode(value, policy, _now_ms())
     try:
         readmodel.cache_fill_store(key=key, token=token, seen=seen, entry=body, ttl_ms=ttl_ms)
     except RedisError:
         pass
-    return value
 
 
 # --- one fill per key inside a process ---------------------------------------------------
