@@ -231,15 +231,34 @@ def inbox_list_rendered(
 
 
 async def inbox_first_page_async(
-    *, user_id: int, category: str | None, unread_only: bool, limit: int, now: datetime
+    *,
+    user_id: int,
+    render: Callable[[InboxPage], bytes],
+    category: str | None,
+    unread_only: bool,
+    limit: int,
+    now: datetime,
 ) -> bytes | None:
-    """``inbox_list_rendered``'s answer for a polled first page (no cursor, no
-    ``since``, not archived, no search) when the page cache holds a current
-    rendering of it, on the event loop; None when only the sync selector can
-    answer (nothing current cached: it computes and caches the page)."""
+    """``inbox_list_rendered``'s answer for a first page (no cursor, no
+    ``since``, not archived, no search) on the event loop: the page cache's
+    current rendering, or the page computed by the script's fast path,
+    rendered and kept for the next poll as the sync selector does. None
+    when only the sync selector can answer (an inbox to settle or merge
+    first, a cluster)."""
     category_validate(category)
     field = _page_cache_field(category=category, unread_only=unread_only, limit=limit)
-    return await inbox.cache_get_async(user_id=user_id, field=field, now_ms=to_ms(now))
+    page = await inbox.first_page_async(
+        user_id=user_id, now_ms=to_ms(now), category=category, limit=limit, unread_only=unread_only, cache_field=field
+    )
+    if page is None or isinstance(page, CachedPage):
+        return None if page is None else page.body
+    body = render(_inbox_page_of(page, category=category, unread_only=unread_only))
+    if page.cache_tag is not None:
+        try:
+            await inbox.page_cache_put_async(user_id=user_id, field=field, tag=page.cache_tag, body=body)
+        except RedisError:
+            logger.warning("redis unavailable; page of user %s not cached", user_id)
+    return body
 
 
 def _page_cache_field(*, category: str | None, unread_only: bool, limit: int) -> str:
@@ -293,6 +312,22 @@ def _inbox_list(
         _redis_down("inbox page", user, exc)
         page = fallback.inbox_page(user_id=user_id, now=now, archived=archived, query=query, **filters)
         degraded = True
+    return _inbox_page_of(
+        page, category=category, unread_only=unread_only, archived=archived, query=query, degraded=degraded
+    ), None
+
+
+def _inbox_page_of(
+    page: Page,
+    *,
+    category: str | None,
+    unread_only: bool,
+    archived: bool = False,
+    query: str | None = None,
+    degraded: bool = False,
+) -> InboxPage:
+    """The API's page of a read model's (or fallback's) page: its items and
+    the cursor of the page after it."""
     next_cursor = None
     if page.next_position is not None:
         score, offset = page.next_position
@@ -309,7 +344,7 @@ def _inbox_list(
         unseen_count=page.counts.unseen,
         degraded=degraded,
         cache_tag=page.cache_tag,
-    ), None
+    )
 
 
 def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> InboxItem:

@@ -142,14 +142,16 @@ _FIRST_PAGE_PARAMS = frozenset({"category", "unread", "limit"})
 
 
 async def inbox_list_fast(request: FastRequest) -> FastAnswer | None:
-    """``InboxListApi.get`` of a polled first page on the event loop
-    (core/fast_asgi.py), when the page cache holds its current rendering."""
+    """``InboxListApi.get`` of a first page on the event loop (core/fast_asgi.py)
+    when the inbox needs no settling: the page cache's rendering, or the page
+    computed and rendered there."""
     params = request.query
     if not params.keys() <= _FIRST_PAGE_PARAMS:
         return None
     try:
         body = await selectors.inbox_first_page_async(
             user_id=request.user_id,
+            render=render_page,
             category=_category(params.get("category")),
             unread_only=parse_bool(params.get("unread"), name="unread"),
             limit=parse_limit(params.get("limit")),

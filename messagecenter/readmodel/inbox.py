@@ -442,6 +442,12 @@ def inbox_page(
     if result[0] == b"HIT":
         _cache_hint_add(user_id, cache_field)
         return CachedPage(body=result[1])
+    return _page_of(result)
+
+
+def _page_of(result: list[Any]) -> Page:
+    """A page from page.lua's reply (the planned path's reply carries no
+    details: they are read here)."""
     members, scores, reads, position, counts, *fetched = result
     refs = [m.decode().split("|", 1)[0] for m in members]
     details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
@@ -572,11 +578,16 @@ def inbox_listing(
 def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
     """Keep a computed page's rendering for the next identical read (see _cache.lua).
     A write racing a change is harmless: its tag is already out of date."""
-    pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(keys.mc_inbox_pages(user_id), mapping={field: body, f"{field}#": readcache.held_tag(*tag)})
-    pipe.expire(keys.mc_inbox_pages(user_id), PAGE_CACHE_SECONDS)
+    pipe = get_redis().pipeline(transaction=False)  # any client: fakeredis, a cluster (one slot)
+    for command in _page_cache_put_commands(user_id, field, tag, body):
+        pipe.execute_command(*command)
     pipe.execute()
     _cache_hint_add(user_id, field)
+
+
+def _page_cache_put_commands(user_id: int, field: str, tag: tuple[str, str], body: bytes) -> list[tuple[Any, ...]]:
+    pages = keys.mc_inbox_pages(user_id)
+    return [("HSET", pages, field, body, f"{field}#", readcache.held_tag(*tag)), ("EXPIRE", pages, PAGE_CACHE_SECONDS)]
 
 
 # The read cache's field of the counts (counts.lua keeps them there itself).
@@ -630,14 +641,50 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     return checked[0] if checked is not None else None
 
 
-async def cache_get_async(*, user_id: int, field: str, now_ms: int) -> bytes | None:
-    """``cache_get`` on the event loop's client, asked without this process's
-    hint (see ``inbox_counts_alongside_async``)."""
+async def first_page_async(
+    *, user_id: int, now_ms: int, category: str | None, limit: int, unread_only: bool, cache_field: str
+) -> Page | CachedPage | None:
+    """``inbox_page`` of a first page on the event loop's client, for an
+    inbox the fast path can take as it is: the read cache's check and the
+    user's months in one round trip; when the cached rendering is missing or
+    stale (after every change of the user's inbox: a mark, a delivery), the
+    page script's fast path computes the page, with its details and the tag
+    to keep its rendering under, in a second. None when the sync path must
+    answer: a cluster, an inbox to settle or merge first (the script answers
+    STALE having changed nothing), an error reply such as NOSCRIPT. Asked
+    whether or not this process holds a hint, so no process needs to have
+    seen the user before."""
     if is_cluster():
         return None
-    replies = await round_trip_async(_cache_check_commands(keys.prefix(), user_id, field))
-    checked = _cache_checked(user_id, field, replies[-1], now_ms)
-    return checked[0] if checked is not None else None
+    check = _cache_check_commands(keys.prefix(), user_id, cache_field)
+    months_raw, *replies = await round_trip_async([("SMEMBERS", keys.mc_inbox_months(user_id)), *check])
+    checked = _cache_checked(user_id, cache_field, replies[-1], now_ms)
+    if checked is not None:
+        return CachedPage(body=checked[0])
+    op = PageOp(
+        category=category or "",
+        time_max=None,
+        skip=0,
+        limit=limit,
+        unread_only=unread_only,
+        since_time=None,
+        cache_field=cache_field,
+    )
+    call = _fast_call_on(user_id, now_ms, op, sorted(m.decode() for m in months_raw))
+    try:
+        (result,) = await round_trip_async([call.command()])
+    except ResponseError:
+        return None
+    if _unanswered(result):
+        return None
+    if result[0] == b"HIT":
+        return CachedPage(body=result[1])
+    return _page_of(result)
+
+
+async def page_cache_put_async(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
+    """``page_cache_put`` on the event loop's client."""
+    await round_trip_async(_page_cache_put_commands(user_id, field, tag, body))
 
 
 def _cached_counts(value: bytes) -> Counts:

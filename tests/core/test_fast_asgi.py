@@ -100,6 +100,7 @@ def world(operator: Any, recipient: Any) -> dict[str, Any]:
         "app": FastRoutes(django),
         "token": token,
         "user": recipient,
+        "operator": operator,
     }
 
 
@@ -151,15 +152,47 @@ def _polled_on_the_loop(world: dict[str, Any], path: str, query: str) -> Answer:
 
 @pytest.mark.parametrize("query", ["", "limit=5", "category=promotion&unread=true"])
 def test_a_polled_first_page_is_answered_on_the_loop(world: dict[str, Any], query: str) -> None:
-    app, auth = world["app"], world["auth"]
+    app, django, auth = world["app"], world["django"], world["auth"]
     first = _polled_on_the_loop(world, INBOX, query)
     assert b'"results"' in first.body
-    # A mark changes the page: Django computes the next one, the poll after it is fast again.
+    # A mark changes the page: the loop computes the next one and keeps it
+    # for the poll after it, with the body Django computes.
     services.inbox_mark_read(user=world["user"], item_id=world["item"])
+    calls = django.calls
     changed = call(app, INBOX, auth, query)
+    assert django.calls == (calls if async_available() else calls + 1)
     assert changed.body != first.body or "promotion" in query
+    assert changed.status == first.status
+    assert changed.header(b"content-length") == str(len(changed.body)).encode()
+    assert [h for h in changed.headers if h[0] != b"content-length"] == [
+        h for h in first.headers if h[0] != b"content-length"
+    ]
     again = call(app, INBOX, auth, query)
     assert (again.status, again.body) == (changed.status, changed.body)
+    get_redis().delete(keys.mc_inbox_pages(world["user"].pk))
+    theirs = call(django.handler, INBOX, auth, query)
+    assert (theirs.status, theirs.body) == (changed.status, changed.body)
+
+
+def test_a_page_with_more_after_it_carries_django_s_cursor(world: dict[str, Any]) -> None:
+    """A page computed on the loop names the next page as Django does, and
+    that cursor walks on (Django answers a cursor)."""
+    app, django, auth = world["app"], world["django"], world["auth"]
+    _polled_on_the_loop(world, INBOX, "limit=1")
+    send(world["operator"], to={"users": [world["user"]]}, title="Three")
+    calls = django.calls
+    ours = call(app, INBOX, auth, "limit=1")
+    assert django.calls == (calls if async_available() else calls + 1)
+    get_redis().delete(keys.mc_inbox_pages(world["user"].pk))
+    theirs = call(django.handler, INBOX, auth, "limit=1")
+    assert (ours.status, ours.body) == (theirs.status, theirs.body)
+    cursor = json.loads(ours.body)["next_cursor"]
+    assert b'"title":"Three"' in ours.body
+    assert cursor
+    after = call(app, INBOX, auth, f"limit=1&cursor={cursor}")
+    assert after.status == 200
+    assert b'"title":"Three"' not in after.body
+    assert json.loads(after.body)["results"]
 
 
 @pytest.mark.parametrize("query", ["", "limit=1"])
