@@ -32,6 +32,7 @@ ETag) are the answer's. The first request of each kind therefore goes to
 Django.
 """
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,6 +53,8 @@ from core.breaker import any_open
 from core.readthrough import parse
 from core.redis import async_available
 from core.throttles import AnonRateThrottle, UserRateThrottle
+
+logger = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -106,7 +109,7 @@ class _Route:
     write: bool = False
 
 
-def _token(authorization: bytes | None) -> str | None:
+def token_of(authorization: bytes | None) -> str | None:
     if not authorization:
         return None
     keyword, _, key = authorization.decode("latin-1").partition(" ")
@@ -147,11 +150,13 @@ def _fits(view: Any) -> bool:
     )
 
 
-class FastRoutes:
-    """``application = FastRoutes(django_application)``."""
+class FastCore:
+    """What the fast route does whatever the server: which requests it may
+    take, the headers learned from Django's answers, and the answer itself.
+    ``FastRoutes`` (ASGI, here) and ``core.fast_wsgi.FastWSGIRoutes`` (WSGI)
+    adapt their server's request and response to it."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self) -> None:
         self._routes: dict[str, _Route] | None = None
         self._learned: dict[tuple[Any, ...], list[tuple[bytes, bytes]]] = {}
 
@@ -183,70 +188,51 @@ class FastRoutes:
             return None
         return _Route(handler, match.route, view, write=True), dict(match.kwargs)
 
-    def _route(self, scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[_Route, dict[str, Any]] | None:
-        if scope["type"] != "http" or not settings.ASGI_FAST_READS or not async_available():
+    def route(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
+        """The route of a request (with the URL's captured values), or None: Django's."""
+        if not async_available():
             return None
-        if scope["method"] == "GET":
-            route = self._by_path().get(scope["path"])
+        if method == "GET":
+            route = self._by_path().get(path)
             return (route, {}) if route is not None else None
-        if scope["method"] == "POST":
-            return self._write_route(scope["path"])
+        if method == "POST":
+            return self._write_route(path)
         return None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope.get("headers", ())) if scope["type"] == "http" else {}
-        found = self._route(scope, headers)
-        if found is None:
-            await self.app(scope, receive, send)
+    def learned(self, learn_as: tuple[Any, ...]) -> list[tuple[bytes, bytes]] | None:
+        """Django's headers for answers of this kind, once one passed through."""
+        return self._learned.get(learn_as)
+
+    def learn(self, learn_as: tuple[Any, ...], status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Keep the headers of Django's answer if it is the route's success
+        and sets no cookie (lower-case names)."""
+        if status != _SUCCESS[learn_as[1]] or any(n == b"set-cookie" for n, _ in headers):
             return
-        route, kwargs = found
-        if route.write:
-            # The write routes take no input: a body (clients often send "{}")
-            # is read and ignored, as Django's view ignores it, and handed on
-            # unread-looking when Django answers.
-            receive, small = await _buffered(receive)
-            if not small:
-                await self.app(scope, receive, send)
-                return
-        token = _token(headers.get(b"authorization"))
-        language, cookie = headers.get(b"accept-language"), headers.get(b"cookie")
-        learn_as = (route.pattern, scope["method"], scope.get("scheme"), language, cookie)
-        learned = self._learned.get(learn_as)
-        answer = None
-        started = time.perf_counter()
-        query = _query(scope.get("query_string", b""))
-        if token is not None and learned is not None and query is not None:
-            try:
-                answer = await self._answer(route, token, headers, query, kwargs)
-            except (RedisError, OSError, TimeoutError):
-                answer = None  # Django's path has the breaker and the fallbacks
-        if answer is None or learned is None:
-            metrics.FAST_ROUTE.labels(route=route.pattern, method=scope["method"], outcome="django").inc()
-            learning = self._learning(send, learn_as, _SUCCESS[scope["method"]])
-            await self.app(scope, receive, learning if token is not None else send)
-            return
-        metrics.FAST_ROUTE.labels(route=route.pattern, method=scope["method"], outcome="answered").inc()
-        sent = [(n, v) for n, v in learned if answer.status != 304 or n != b"content-type"]
-        if answer.status != 204:  # a 204 carries no length (nor a body)
-            sent.append((b"content-length", str(len(answer.body)).encode()))
-        sent += answer.headers
-        await send({"type": "http.response.start", "status": answer.status, "headers": sent})
-        await send({"type": "http.response.body", "body": answer.body, "more_body": False})
-        metrics.observe_request(route=route.pattern, method=scope["method"], status=answer.status, started=started)
+        if len(self._learned) >= MAX_LEARNED:
+            self._learned.clear()
+        self._learned[learn_as] = [(n, v) for n, v in headers if n not in _OWN_HEADERS]
 
-    def _learning(self, send: Send, learn_as: tuple[Any, ...], success: int) -> Send:
-        """``send`` that keeps the headers of Django's successful answer."""
-
-        async def learning_send(message: Mapping[str, Any]) -> None:
-            if message["type"] == "http.response.start" and message["status"] == success:
-                sent = [(bytes(n).lower(), bytes(v)) for n, v in message.get("headers", ())]
-                if not any(n == b"set-cookie" for n, _ in sent):
-                    if len(self._learned) >= MAX_LEARNED:
-                        self._learned.clear()
-                    self._learned[learn_as] = [(n, v) for n, v in sent if n not in _OWN_HEADERS]
-            await send(message)
-
-        return learning_send
+    async def answer(
+        self,
+        route: _Route,
+        token: str | None,
+        headers: Mapping[bytes, bytes],
+        raw_query: bytes,
+        kwargs: Mapping[str, Any],
+    ) -> FastAnswer | None:
+        """The answer on the loop, or None: Django answers (whatever failed on
+        the way: Django's path has the breaker and the fallbacks)."""
+        query = _query(raw_query)
+        if token is None or query is None:
+            return None
+        try:
+            return await self._answer(route, token, headers, query, kwargs)
+        except (RedisError, OSError, TimeoutError):
+            return None
+        except Exception:
+            # A defect of a handler: logged, and the request still gets Django's answer, not a 500.
+            logger.exception("fast route %s failed; Django answers", route.pattern)
+            return None
 
     async def _answer(
         self,
@@ -283,9 +269,81 @@ class FastRoutes:
             answer = await route.handler(request)
         except (RedisError, OSError, TimeoutError):
             answer = None
+        except Exception:
+            logger.exception("fast route %s failed; Django answers", route.pattern)
+            answer = None
         if answer is None:
             await _uncount(counted)  # Django counts it instead (a failure here: Django's path has the fallbacks)
         return answer
+
+
+def learn_key(route: _Route, method: str, scheme: str | None, headers: Mapping[bytes, bytes]) -> tuple[Any, ...]:
+    """What Django's headers for an answer depend on: the route, the method,
+    the scheme and the language inputs (the header and the cookie)."""
+    return (route.pattern, method, scheme, headers.get(b"accept-language"), headers.get(b"cookie"))
+
+
+def answer_headers(answer: FastAnswer, learned: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers of an answer given on the loop: Django's learned ones, its length and its own."""
+    sent = [(n, v) for n, v in learned if answer.status != 304 or n != b"content-type"]
+    if answer.status != 204:  # a 204 carries no length (nor a body)
+        sent.append((b"content-length", str(len(answer.body)).encode()))
+    return sent + list(answer.headers)
+
+
+def count_outcome(route: _Route, method: str, answered: bool) -> None:
+    metrics.FAST_ROUTE.labels(route=route.pattern, method=method, outcome="answered" if answered else "django").inc()
+
+
+class FastRoutes:
+    """``application = FastRoutes(django_application)``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.core = FastCore()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = None
+        if scope["type"] == "http" and settings.ASGI_FAST_READS:
+            found = self.core.route(scope["method"], scope["path"])
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        route, kwargs = found
+        if route.write:
+            # The write routes take no input: a body (clients often send "{}")
+            # is read and ignored, as Django's view ignores it, and handed on
+            # unread-looking when Django answers.
+            receive, small = await _buffered(receive)
+            if not small:
+                await self.app(scope, receive, send)
+                return
+        headers = dict(scope.get("headers", ()))
+        token = token_of(headers.get(b"authorization"))
+        learn_as = learn_key(route, scope["method"], scope.get("scheme"), headers)
+        learned = self.core.learned(learn_as)
+        answer = None
+        started = time.perf_counter()
+        if learned is not None:
+            answer = await self.core.answer(route, token, headers, scope.get("query_string", b""), kwargs)
+        count_outcome(route, scope["method"], answer is not None and learned is not None)
+        if answer is None or learned is None:
+            await self.app(scope, receive, self._learning(send, learn_as) if token is not None else send)
+            return
+        await send({"type": "http.response.start", "status": answer.status, "headers": answer_headers(answer, learned)})
+        await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+        metrics.observe_request(route=route.pattern, method=scope["method"], status=answer.status, started=started)
+
+    def _learning(self, send: Send, learn_as: tuple[Any, ...]) -> Send:
+        """``send`` that keeps the headers of Django's successful answer."""
+
+        async def learning_send(message: Mapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sent = [(bytes(n).lower(), bytes(v)) for n, v in message.get("headers", ())]
+                self.core.learn(learn_as, int(message["status"]), sent)
+            await send(message)
+
+        return learning_send
 
 
 # The most of a write's body the route reads before leaving it to Django.

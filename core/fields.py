@@ -169,3 +169,27 @@ class TimeField(serializers.DateTimeField):
 
 # Responses write times with the same field inputs read them with.
 OffsetDateTimeField = TimeField
+
+
+class DirectRepresentation:
+    """A flat output serializer's ``.data`` built without DRF's per-field
+    machinery (a serializer copies its fields per instance and walks them per
+    item: about half a millisecond for a page of 20). The serializer stays
+    the one description of the object, which the OpenAPI document shows:
+    its fields, in its order; only its time fields convert their values (to
+    ISO 8601 with an offset), the rest are passed as the items hold them."""
+
+    def __init__(self, serializer_class: type[serializers.Serializer]) -> None:
+        fields = serializer_class().fields
+        self.names = tuple(fields)
+        self.convert = {name: field.to_representation for name, field in fields.items() if isinstance(field, TimeField)}
+
+    def of_mapping(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        convert = self.convert
+        return {name: convert[name](item[name]) if name in convert else item[name] for name in self.names}
+
+    def of_object(self, item: Any) -> dict[str, Any]:
+        convert = self.convert
+        return {
+            name: convert[name](getattr(item, name)) if name in convert else getattr(item, name) for name in self.names
+        }

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from core import live as live_transport
 from core.fast_asgi import FastAnswer, FastRequest
+from core.fields import DirectRepresentation
 from core.openapi import ErrorEnvelope
 from core.selectors import user_platforms
 from messagecenter import live
@@ -58,6 +59,10 @@ class InboxCountsLiveApi(InboxCountsApi):
         return response
 
 
+# The counts' JSON, generated from their serializer (see DirectRepresentation).
+_COUNTS = DirectRepresentation(InboxCountsApi.OutputSerializer)
+
+
 async def inbox_counts_fast(request: FastRequest) -> FastAnswer | None:
     """``InboxCountsLiveApi.get`` on the event loop (core/fast_asgi.py), for a
     poll whose counts Redis holds: the same body, ETag and 304."""
@@ -70,7 +75,7 @@ async def inbox_counts_fast(request: FastRequest) -> FastAnswer | None:
     own = ((b"etag", etag.encode()),)
     if _matches(request.headers.get(b"if-none-match", b"").decode("latin-1"), etag):
         return FastAnswer(304, b"", own)
-    return FastAnswer(200, JSONRenderer().render(InboxCountsApi.OutputSerializer(answer).data), own)
+    return FastAnswer(200, JSONRenderer().render(_COUNTS.of_mapping(answer)), own)
 
 
 class EventStreamRenderer(BaseRenderer):

@@ -17,7 +17,14 @@ from rest_framework.views import APIView
 from core.audit import audit_api
 from core.exceptions import ValidationFailed
 from core.fast_asgi import FastAnswer, FastRequest
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictCharField, StrictInputSerializer, TimeField
+from core.fields import (
+    DirectRepresentation,
+    OffsetDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictInputSerializer,
+    TimeField,
+)
 from core.openapi import (
     ERRORS,
     cursor_parameter,
@@ -80,6 +87,10 @@ class AnnouncementItemSerializer(serializers.Serializer):
     read = serializers.BooleanField()
 
 
+# A list item's JSON, generated from its serializer (see DirectRepresentation).
+_LIST_ITEM = DirectRepresentation(AnnouncementItemSerializer)
+
+
 class AnnouncementListApi(APIView):
     class OutputSerializer(serializers.Serializer):
         results = AnnouncementItemSerializer(many=True)
@@ -104,8 +115,11 @@ class AnnouncementListApi(APIView):
 
 def render_list(page: selectors.AnnouncementPage) -> bytes:
     """The list endpoint's body, through the API's JSON renderer."""
-    body = {"results": [_list_item(item) for item in page.items], "next_cursor": page.next_cursor}
-    return bytes(JSONRenderer().render(AnnouncementListApi.OutputSerializer(body).data))
+    body = {
+        "results": [_LIST_ITEM.of_mapping(_list_item(item)) for item in page.items],
+        "next_cursor": page.next_cursor,
+    }
+    return bytes(JSONRenderer().render(body))
 
 
 async def announcement_list_fast(request: FastRequest) -> FastAnswer | None:

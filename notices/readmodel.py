@@ -776,12 +776,15 @@ async def read_page_async(call: PageCall, *, also_get: Sequence[str]) -> tuple[l
     """The page's read flags, and the strings ``also_get`` names, in one round
     trip on the event loop's client; None when the index copy is stale (it is
     dropped: the sync path reads it afresh)."""
-    replies = await round_trip_async([_READ_STATE.command(call.keys, call.args), *(("GET", key) for key in also_get)])
+    commands: list[tuple[Any, ...]] = [_READ_STATE.command(call.keys, call.args)]
+    if also_get:
+        commands.append(("MGET", *also_get))  # one reply to read, not one per key
+    replies = await round_trip_async(commands)
     if replies[0] == -1:
         _ids_cache.pop((call.platform, call.chunk), None)
         return None
     bits = replies[0].decode() if isinstance(replies[0], bytes) else str(replies[0])
-    return [bit == "1" for bit in bits], list(replies[1:])
+    return [bit == "1" for bit in bits], list(replies[1]) if also_get else []
 
 
 @dataclass(frozen=True)

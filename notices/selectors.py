@@ -324,7 +324,8 @@ async def announcement_first_page_async(
         return None
     bits, raws = found
     items = []
-    for pk, read, raw in zip(shown, bits, raws, strict=True):
+    # The flags cover the page and the one past it (whether there is more).
+    for pk, read, raw in zip(shown, bits[: len(shown)], raws, strict=True):
         entry = readthrough.parse(raw)
         if not entry.fresh() or entry.value is None:
             return None

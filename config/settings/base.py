@@ -195,6 +195,10 @@ ASGI_CONCURRENT_REQUESTS = env.int("ASGI_CONCURRENT_REQUESTS", default=0)
 # page) are answered on the event loop with redis.asyncio when they can
 # (core/fast_asgi.py); off: Django answers every request.
 ASGI_FAST_READS = env.bool("ASGI_FAST_READS", default=True)
+# The same route in front of Django under WSGI (core/fast_wsgi.py: a sync
+# worker's main thread runs it on an event loop of its own); off: Django
+# answers every request.
+WSGI_FAST_READS = env.bool("WSGI_FAST_READS", default=True)
 # Redis connections per process those reads use at most (beside the pool above).
 ASGI_FAST_READS_CONNECTIONS = env.int("ASGI_FAST_READS_CONNECTIONS", default=4)
 

@@ -1,7 +1,5 @@
 """The signed-in user's inbox: ``/api/v1/inbox/``."""
 
-from collections.abc import Callable
-from datetime import UTC
 from typing import Any
 
 from django.http import HttpResponse
@@ -15,7 +13,7 @@ from rest_framework.views import APIView
 
 from core.exceptions import ValidationFailed
 from core.fast_asgi import FastAnswer, FastRequest
-from core.fields import OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
+from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
 from messagecenter import selectors, services
@@ -62,24 +60,15 @@ def _category(raw: str | None) -> str | None:
 
 
 # The list's JSON is generated from ItemSerializer (the one description of an
-# item, which the OpenAPI document shows): its fields, in its order, read from
-# the page's items without DRF's per-field machinery (that cost ~0.5 ms for a
-# page of 20). Only the time needs a conversion: ISO 8601 in UTC, with offset.
-_ITEM_FIELDS = tuple(ItemSerializer().fields)
-_CONVERT: dict[str, Callable[[Any], Any]] = {"created_at": lambda value: value.astimezone(UTC).isoformat()}
-
-
-def _item_payload(item: Any) -> dict[str, Any]:
-    return {
-        name: _CONVERT[name](getattr(item, name)) if name in _CONVERT else getattr(item, name) for name in _ITEM_FIELDS
-    }
+# item, which the OpenAPI document shows) without DRF's per-field machinery.
+_ITEM = DirectRepresentation(ItemSerializer)
 
 
 def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
     """``InboxListApi.OutputSerializer(page).data``, built from the serializer's
     fields directly (the hot path: see ``_ITEM_FIELDS``)."""
     return {
-        "results": [_item_payload(item) for item in page.results],
+        "results": [_ITEM.of_object(item) for item in page.results],
         "next_cursor": page.next_cursor,
         "unread_count": page.unread_count,
         "unseen_count": page.unseen_count,

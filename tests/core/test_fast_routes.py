@@ -1,14 +1,19 @@
-"""Counts polls answered on the event loop (core/fast_asgi.py) under ASGI.
+"""Requests answered on the event loop (core/fast_asgi.py), under ASGI and WSGI.
 
-Each test drives the whole ASGI application (the fast route in front of
-Django's ASGI handler) with raw ASGI messages and compares what the fast
-route sends with what Django sends for the same request. On a single real
-Redis the fast route answers a poll once Django answered that kind of request
-once; on the embedded fakeredis and on a Redis Cluster it has no async client
-and every request goes to Django, with the same answers.
+Each test runs twice: driving the ASGI application (the fast route in front
+of Django's ASGI handler) with raw ASGI messages, and the WSGI one
+(core/fast_wsgi.py in front of Django's WSGI handler) with WSGI environs.
+It compares what the fast route sends with what Django sends for the same
+request. On a single real Redis the fast route answers a request once Django
+answered that kind of request once; on the embedded fakeredis and on a Redis
+Cluster it has no async client and every request goes to Django, with the
+same answers.
 """
 
+import io
 import json
+import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
@@ -17,6 +22,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.wsgi import WSGIHandler
 from django.test import override_settings
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -24,6 +30,7 @@ from rest_framework.authtoken.models import Token
 
 from core import activity, fast_asgi, journal, keys, outbox, readmodel
 from core.fast_asgi import FastRoutes
+from core.fast_wsgi import FastWSGIRoutes
 from core.models import MarkJournal
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
@@ -55,6 +62,21 @@ class Django:
         await self.handler(scope, receive, send)
 
 
+class DjangoWSGI:
+    """Django's WSGI handler, counting the requests that reach it."""
+
+    def __init__(self) -> None:
+        self.handler = WSGIHandler()
+        self.calls = 0
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        self.calls += 1
+        return self.handler(environ, start_response)
+
+
+_WSGI = (FastWSGIRoutes, DjangoWSGI, WSGIHandler)
+
+
 class Answer:
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         start = next(m for m in messages if m["type"] == "http.response.start")
@@ -71,6 +93,9 @@ class Answer:
 def call(
     app: Any, path: str, headers: dict[str, str], query: str = "", method: str = "GET", body: bytes = b""
 ) -> Answer:
+    if isinstance(app, _WSGI):
+        return _wsgi_call(app, path, headers, query, method, body)
+
     async def run() -> list[dict[str, Any]]:
         named = ((k.lower().encode(), v.encode()) for k, v in headers.items())
         scope = get_scope(path, headers=named, query=query, method=method)
@@ -85,19 +110,62 @@ def call(
     return Answer(async_to_sync(run)())
 
 
-@pytest.fixture
-def world(operator: Any, recipient: Any) -> dict[str, Any]:
+def _wsgi_call(app: Any, path: str, headers: dict[str, str], query: str, method: str, body: bytes) -> Answer:
+    """``call`` as a WSGI server makes it; the answer as the ASGI messages that say the same."""
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "testserver",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    for name, value in headers.items():
+        environ["HTTP_" + name.upper().replace("-", "_")] = value
+    started: dict[str, Any] = {}
+
+    def start_response(status: str, sent: list[tuple[str, str]], exc_info: Any = None) -> None:
+        started["status"] = int(status.split(" ", 1)[0])
+        started["headers"] = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in sent]
+
+    chunks = app(environ, start_response)
+    try:
+        content = b"".join(chunks)
+    finally:
+        if hasattr(chunks, "close"):
+            chunks.close()
+    return Answer(
+        [
+            {"type": "http.response.start", "status": started["status"], "headers": started["headers"]},
+            {"type": "http.response.body", "body": content},
+        ]
+    )
+
+
+@pytest.fixture(params=["asgi", "wsgi"])
+def world(request: pytest.FixtureRequest, operator: Any, recipient: Any) -> dict[str, Any]:
     first = send(operator, to={"users": [recipient]}, title="One")
     send(operator, to={"users": [recipient]}, title="Two", category="promotion")
     announcement_create(author=operator, title="Notice", body_html="<p>x</p>", platforms=["user"])
     token, _ = Token.objects.get_or_create(user=recipient)
     forget_history(f"throttle_user_{recipient.pk}")
-    django = Django()
+    django: Any = Django() if request.param == "asgi" else DjangoWSGI()
     return {
         "item": f"m{first.pk}",
         "auth": {"Authorization": f"Token {token.key}"},
         "django": django,
-        "app": FastRoutes(django),
+        "app": FastRoutes(django) if request.param == "asgi" else FastWSGIRoutes(django),
         "token": token,
         "user": recipient,
         "operator": operator,
@@ -213,6 +281,16 @@ def test_an_announcement_page_is_answered_on_the_loop(world: dict[str, Any], que
     assert django.calls == (calls if async_available() else calls + 1)
 
 
+def test_an_announcement_page_with_more_after_it_is_answered_on_the_loop(world: dict[str, Any]) -> None:
+    """More live announcements than the page holds: the loop's page is
+    Django's, its cursor included."""
+    for title in ("Second", "Third"):
+        announcement_create(author=world["operator"], title=title, body_html="<p>x</p>", platforms=["user"])
+    first = _polled_on_the_loop(world, ANNOUNCEMENTS, "limit=2")
+    assert b'"title":"Third"' in first.body
+    assert json.loads(first.body)["next_cursor"]
+
+
 @pytest.mark.parametrize(
     ("path", "query", "status"),
     [
@@ -295,7 +373,7 @@ def test_redis_failing_on_the_loop_leaves_the_answer_to_django(
 
 def test_off_by_setting(world: dict[str, Any]) -> None:
     app, django, auth = world["app"], world["django"], world["auth"]
-    with override_settings(ASGI_FAST_READS=False):
+    with override_settings(ASGI_FAST_READS=False, WSGI_FAST_READS=False):
         for _ in range(3):
             assert call(app, COUNTS, auth).status == 200
     assert django.calls == 3
@@ -384,3 +462,20 @@ def test_marks_count_against_the_throttle_once_each(world: dict[str, Any]) -> No
         assert statuses == [204, 404, 204, 404, 429, 429]
         assert get_redis().zcard(keys.throttle(f"throttle_user_{user.pk}")) == 4
     forget_history(f"throttle_user_{user.pk}")
+
+
+def test_wsgi_requests_off_the_main_thread_are_django_s(recipient: Any) -> None:
+    """A WSGI server's other threads (runserver's, a threaded worker's) have
+    no loop of the fast route: Django answers every request there."""
+    token, _ = Token.objects.get_or_create(user=recipient)
+    auth = {"Authorization": f"Token {token.key}"}
+    django = DjangoWSGI()
+    app = FastWSGIRoutes(django)
+    answers: list[Answer] = []
+    worker = threading.Thread(target=lambda: answers.extend(call(app, COUNTS, auth) for _ in range(3)))
+    worker.start()
+    worker.join()
+    # (Whatever the thread's own database connection makes of the token.)
+    assert len(answers) == 3
+    assert django.calls == 3
+    forget_history(f"throttle_user_{recipient.pk}")
