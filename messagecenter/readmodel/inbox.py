@@ -641,6 +641,18 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     return checked[0] if checked is not None else None
 
 
+async def _fast_async(user_id: int, now_ms: int, op: InboxOp, months_raw: Sequence[bytes]) -> Any | None:
+    """The op's fast path on the event loop's client, over the user's months
+    as SMEMBERS gave them; None when it did not answer (STALE, AGAIN, an
+    error reply such as NOSCRIPT): the sync path answers then."""
+    call = _fast_call_on(user_id, now_ms, op, sorted(m.decode() for m in months_raw))
+    try:
+        (result,) = await round_trip_async([call.command()])
+    except ResponseError:
+        return None
+    return None if _unanswered(result) else result
+
+
 async def first_page_async(
     *, user_id: int, now_ms: int, category: str | None, limit: int, unread_only: bool, cache_field: str
 ) -> Page | CachedPage | None:
@@ -670,12 +682,8 @@ async def first_page_async(
         since_time=None,
         cache_field=cache_field,
     )
-    call = _fast_call_on(user_id, now_ms, op, sorted(m.decode() for m in months_raw))
-    try:
-        (result,) = await round_trip_async([call.command()])
-    except ResponseError:
-        return None
-    if _unanswered(result):
+    result = await _fast_async(user_id, now_ms, op, months_raw)
+    if result is None:
         return None
     if result[0] == b"HIT":
         return CachedPage(body=result[1])
@@ -814,13 +822,8 @@ async def inbox_counts_alongside_async(
     checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
     if checked is not None:
         return _cached_counts(checked[0]), replies[-1]
-    months = sorted(m.decode() for m in replies[0])
-    call = _fast_call_on(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS), months)
-    try:
-        (result,) = await round_trip_async([call.command()])
-    except ResponseError:
-        return None
-    if _unanswered(result):
+    result = await _fast_async(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS), replies[0])
+    if result is None:
         return None
     _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result), replies[-1]
