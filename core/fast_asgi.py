@@ -50,8 +50,9 @@ from rest_framework.permissions import IsAuthenticated
 from core import activity, healing, keys, metrics, readmodel
 from core.authentication import TokenAuthentication
 from core.breaker import any_open
+from core.readmodel import THROTTLE_SCRIPT, throttle_args
 from core.readthrough import parse
-from core.redis import async_available
+from core.redis import Ahead, async_available, sent_ahead
 from core.throttles import AnonRateThrottle, UserRateThrottle
 
 logger = logging.getLogger(__name__)
@@ -255,25 +256,29 @@ class FastCore:
         user_id = int(fields["id"])
         await activity.record_active_async(user_id=user_id, now=now)
         request = FastRequest(user_id, tuple(platforms), headers, query, now, kwargs)
-        if not route.write:
-            # Counted last: a read handed to Django is counted there, once.
-            answer = await route.handler(request)
-            if answer is None or await _count(route.view, user_id) is None:
-                return None
-            return answer
-        # Counted first: a write the throttle refuses must change nothing.
-        counted = await _count(route.view, user_id)
-        if counted is None:
-            return None
+        # The request is counted against the view's throttles in the same
+        # write as the handler's first round trip, and a refusal stops the
+        # handler there: a write handler's first round trip only reads, so a
+        # refused write changes nothing. Whatever the handler leaves to Django
+        # is taken back from the window, and Django counts it: once each.
+        counting = _Counting(route.view, user_id)
         try:
-            answer = await route.handler(request)
+            with sent_ahead(Ahead(counting.commands, counting.check)) as ahead:
+                answer = await route.handler(request)
+        except _Refused:
+            answer = None
         except (RedisError, OSError, TimeoutError):
             answer = None
         except Exception:
             logger.exception("fast route %s failed; Django answers", route.pattern)
             answer = None
-        if answer is None:
-            await _uncount(counted)  # Django counts it instead (a failure here: Django's path has the fallbacks)
+        if not ahead.taken:  # the handler made no round trip: counted now
+            if answer is None or await _count(route.view, user_id) is None:
+                return None
+            return answer
+        if answer is None or not counting.allowed(ahead.replies):
+            await _uncount(counting.counted(ahead.replies))
+            return None
         return answer
 
 
@@ -374,17 +379,61 @@ async def _buffered(receive: Receive) -> tuple[Receive, bool]:
     return replay, not more and size <= MAX_IGNORED_BODY and pending[0]["type"] == "http.request"
 
 
-async def _count(view: Any, user_id: int) -> list[tuple[str, str]] | None:
-    """Count the request against the view's throttles: the (window, member)
-    of each count; None when one refuses (Django refuses it again, with its
-    envelope and ``Retry-After``), the counts made before it taken back."""
-    counted: list[tuple[str, str]] = []
+class _Refused(Exception):
+    """A throttle refused the request (raised from its handler's first round trip)."""
+
+
+class _Counting:
+    """The throttle counts of one request, to send ahead of its handler's
+    first round trip (``core.redis.Ahead``)."""
+
+    def __init__(self, view: Any, user_id: int) -> None:
+        now_ms = int(time.time() * 1000)
+        self.windows: list[tuple[str, str]] = []  # (window's name, this request's member)
+        self.commands: list[tuple[Any, ...]] = []
+        for name, window_ms, limit in _windows(view, user_id):
+            args = throttle_args(now_ms, window_ms, limit)
+            self.windows.append((name, args[-1]))
+            self.commands.append(THROTTLE_SCRIPT.command([keys.throttle(name)], args))
+
+    def allowed(self, replies: list[Any] | None) -> bool:
+        return replies is not None and all(_allows(reply) for reply in replies)
+
+    def check(self, replies: list[Any]) -> None:
+        if not self.allowed(replies):
+            raise _Refused
+
+    def counted(self, replies: list[Any] | None) -> list[tuple[str, str]]:
+        """The windows that counted the request (all of them when the replies
+        were lost with the connection: taking back a member never counted
+        changes nothing)."""
+        if replies is None:
+            return self.windows
+        return [window for window, reply in zip(self.windows, replies, strict=True) if _allows(reply)]
+
+
+def _allows(reply: Any) -> bool:
+    return not isinstance(reply, Exception) and bool(int(reply[0]))
+
+
+def _windows(view: Any, user_id: int) -> list[tuple[str, int, int]]:
+    """(name, window in ms, limit) of each of the view's throttles that counts a signed-in user."""
+    windows = []
     for throttle_class in view.throttle_classes:
         throttle = throttle_class()
         if throttle.rate is None or throttle_class is AnonRateThrottle:
             continue  # no rate; the anonymous one never counts a signed-in user
         name = throttle.cache_format % {"scope": throttle.scope, "ident": user_id}
-        window_ms, limit = int(throttle.duration * 1000), int(throttle.num_requests)
+        windows.append((name, int(throttle.duration * 1000), int(throttle.num_requests)))
+    return windows
+
+
+async def _count(view: Any, user_id: int) -> list[tuple[str, str]] | None:
+    """Count the request against the view's throttles: the (window, member)
+    of each count; None when one refuses (Django refuses it again, with its
+    envelope and ``Retry-After``), the counts made before it taken back."""
+    counted: list[tuple[str, str]] = []
+    for name, window_ms, limit in _windows(view, user_id):
         member = secrets.token_hex(8)
         allowed, _, _ = await readmodel.throttle_hit_async(
             name=name, now_ms=int(time.time() * 1000), window_ms=window_ms, limit=limit, member=member

@@ -29,12 +29,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
 from core import activity, fast_asgi, journal, keys, outbox, readmodel
+from core import redis as core_redis
 from core.fast_asgi import FastRoutes
 from core.fast_wsgi import FastWSGIRoutes
 from core.models import MarkJournal
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
-from messagecenter import services
+from messagecenter import selectors, services
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices.models import Announcement
 from notices.services import announcement_create, announcement_mark_read, announcement_update
@@ -392,6 +393,9 @@ def _journal_buffered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         return
     monkeypatch.setattr(settings, "MESSAGECENTER_JOURNAL_FLUSH_SECONDS", 1.0)
     monkeypatch.setattr(journal, "_ensure_flusher", lambda: None)
+    # The outbox seen empty stays known for the whole test, however slow the
+    # machine: the loop takes a mark only then, and the tests say when it must.
+    monkeypatch.setattr(outbox, "EMPTY_CACHE_SECONDS", 3600.0)
     yield
     journal.flush()
 
@@ -479,3 +483,45 @@ def test_wsgi_requests_off_the_main_thread_are_django_s(recipient: Any) -> None:
     assert len(answers) == 3
     assert django.calls == 3
     forget_history(f"throttle_user_{recipient.pk}")
+
+
+def test_a_refused_mark_changes_nothing(world: dict[str, Any]) -> None:
+    """The throttle's count rides on the mark's first round trip (which only
+    reads): a refusal stops the mark before it writes."""
+    app, auth, user, item = world["app"], world["auth"], world["user"], world["item"]
+    read, unread = f"/api/v1/inbox/{item}/read/", f"/api/v1/inbox/{item}/unread/"
+    call(app, read, auth, method="POST")  # Django answers each kind once and teaches its headers
+    call(app, unread, auth, method="POST")
+    forget_history(f"throttle_user_{user.pk}")
+    rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "user": "1/min"}
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        assert call(app, read, auth, method="POST").status == 204
+        assert selectors.inbox_counts(user=user)["unread"] == 1
+        refused = call(app, unread, auth, method="POST")
+        assert refused.status == 429
+        assert b'"error"' in refused.body
+        assert selectors.inbox_counts(user=user)["unread"] == 1  # still read
+        assert get_redis().zcard(keys.throttle(f"throttle_user_{user.pk}")) == 1
+    forget_history(f"throttle_user_{user.pk}")
+
+
+def test_a_poll_on_the_loop_makes_two_round_trips(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token's entry, then the answer with the throttle's count in the
+    same write (no async client: Django answers, none on the loop)."""
+    app, django, auth = world["app"], world["django"], world["auth"]
+    _warm(app, auth)
+    sent: list[int] = []
+    real = core_redis.round_trip_async
+
+    async def counting(commands: Any) -> Any:
+        sent.append(len(commands))
+        return await real(commands)
+
+    monkeypatch.setattr(core_redis, "round_trip_async", counting)
+    for module in (readmodel, inbox_readmodel):
+        monkeypatch.setattr(module, "round_trip_async", counting)
+    calls = django.calls
+    polled = call(app, COUNTS, auth)
+    assert polled.status == 200
+    assert len(sent) == (2 if async_available() else 0)
+    assert django.calls == (calls if async_available() else calls + 1)
