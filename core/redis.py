@@ -156,11 +156,11 @@ async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
     one raw reply each, an error reply raised once every reply has been read
     (and the commands of an ``Ahead`` waiting for this round trip checked)."""
     ahead = _ahead.get()
-    first: Sequence[Sequence[Any]] = ()
     if ahead is not None and not ahead.taken:
         ahead.taken = True
-        first = ahead.commands
-        commands = [*first, *commands]
+        commands = [*ahead.commands, *commands]
+    else:
+        ahead = None  # none waits, or an earlier round trip took it
     packed = [hiredis.pack_command(tuple(command)) for command in commands]
     pool = get_async_redis().connection_pool
     connection = await pool.get_connection()
@@ -177,8 +177,9 @@ async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
         raise
     finally:
         await pool.release(connection)
-    if ahead is not None and first:
-        ahead.replies, replies = replies[: len(first)], replies[len(first) :]
+    if ahead is not None:
+        carried = len(ahead.commands)
+        ahead.replies, replies = replies[:carried], replies[carried:]
         ahead.check(ahead.replies)
     for reply in replies:
         if isinstance(reply, ResponseError):

@@ -525,3 +525,14 @@ def test_a_poll_on_the_loop_makes_two_round_trips(world: dict[str, Any], monkeyp
     assert polled.status == 200
     assert len(sent) == (2 if async_available() else 0)
     assert django.calls == (calls if async_available() else calls + 1)
+
+
+def test_without_throttle_rates_the_loop_still_answers(world: dict[str, Any]) -> None:
+    app, django, auth = world["app"], world["django"], world["auth"]
+    rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "user": None}
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        first = _warm(app, auth)
+        calls = django.calls
+        polled = call(app, COUNTS, auth)
+    assert (polled.status, polled.body) == (first.status, first.body)
+    assert django.calls == (calls if async_available() else calls + 1)
