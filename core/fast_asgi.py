@@ -8,12 +8,15 @@ view. A bell polling its counts pays all of it for one round trip to Redis.
 An app registers an async handler for one of its URL names (``register``):
 a read (``GET``) or a write that takes no input (``POST``, an inbox mark). For
 such a request with an API token, this route authenticates from the token's
-Redis read-through entry (the entry ``core.authentication`` keeps), asks the
-handler for the answer and counts the request against the view's
-throttles: each a ``redis.asyncio`` round trip on the event loop, no
-thread, no PostgreSQL connection. A read is counted once its answer exists;
-a write is counted before it changes anything, and taken back from the
-window when its handler leaves it to Django, so every request counts once.
+Redis read-through entry (the entry ``core.authentication`` keeps) and asks
+the handler for the answer: ``redis.asyncio`` round trips on the event loop,
+no thread, no PostgreSQL connection. The request is counted against the
+view's throttles in the same write as the handler's first round trip
+(``core.redis.Ahead``), so a poll costs two round trips; a refusal stops
+the handler right there. A write handler's first round trip only reads, so
+a refused write changes nothing. A request the handler leaves to Django is
+taken back from the window, and Django counts it: every request counts once.
+Under WSGI, ``core.fast_wsgi`` puts the same route in front of Django.
 
 Like the event stream's route (core/live_asgi.py) it only ever serves the
 success case. Everything else goes to Django, which answers as it always
@@ -96,7 +99,9 @@ MAX_LEARNED = 512
 
 def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
     """Answer ``method`` (``GET``, or ``POST`` of a view that reads no body) of
-    the URL named ``url_name`` with ``handler`` when it can."""
+    the URL named ``url_name`` with ``handler`` when it can. A ``POST``
+    handler's first round trip must change nothing: the throttle's count
+    rides on it, and a refusal is only known once it is back."""
     if method not in _SUCCESS:
         raise ValueError(f"the fast route answers {sorted(_SUCCESS)}, not {method}")
     _handlers[(method, url_name)] = handler
