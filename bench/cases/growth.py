@@ -165,7 +165,8 @@ def _server_bound(before: ScriptHistogram, after: ScriptHistogram) -> tuple[floa
     over = total - (made(below) if below else 0)
     return (
         top / 1e6,
-        f"{total:,} script calls; the largest took {below:,}-{top:,} µs on Redis's clock ({over:,} in that bucket)",
+        f"{total:,} script calls; the largest took {below:,}-{top:,} µs on Redis's clock ({over:,} in that bucket; "
+        "wall time on the server, so a Redis the shared cores' other processes preempted mid-call counts it too)",
     )
 
 
