@@ -81,17 +81,21 @@ class Traffic:
     # Connection failures: core.healing looks at Redis's generation marker
     # afresh after any (a Redis that failed may come back empty).
     failures: int = 0
-    # Commands sent (core.tracking's own connection does not count): core.tracking
-    # reads it to know whether this process may have written since it last made
-    # sure Redis's invalidations had arrived.
-    commands_sent: int = 0
+    # Commands done: replies read (core.tracking's own connection does not
+    # count). core.tracking reads it to know whether this process may have
+    # written since it last made sure Redis's invalidations had arrived.
+    # Counted when the reply is read, not when the command is sent: a command
+    # counted at sending could still be on its way while a barrier (a PING, or
+    # a read on the tracking connection) passed it, and that barrier would
+    # then vouch for a write Redis had not yet made.
+    commands_done: int = 0
 
 
 traffic = Traffic()
 
 
 class BreakerConnection(Connection):
-    counts_sends = True  # core.tracking's own connection does not count
+    counts_commands = True  # core.tracking's own connection does not count
 
     def __init__(self, *args: Any, breaker_cooldown: float = 5.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,8 +112,6 @@ class BreakerConnection(Connection):
             raise
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if self.counts_sends:
-            traffic.commands_sent += 1
         if not self._sock:
             self.breaker.check()
         try:
@@ -125,6 +127,8 @@ class BreakerConnection(Connection):
             self.breaker.record_failure()
             raise
         self.breaker.record_success()
+        if self.counts_commands:
+            traffic.commands_done += 1
         return response
 
 

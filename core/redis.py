@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from core import keys
+from core import breaker, keys
 
 RedisClient = Any  # redis.Redis | redis.cluster.RedisCluster; both speak the same commands
 
@@ -177,6 +177,9 @@ async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
         raise
     finally:
         await pool.release(connection)
+        # Done (or failed on the way): a held answer (core.tracking) needs a
+        # barrier before it is served again.
+        breaker.traffic.commands_done += len(packed)
     if ahead is not None:
         carried = len(ahead.commands)
         ahead.replies, replies = replies[:carried], replies[carried:]

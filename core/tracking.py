@@ -25,9 +25,10 @@ Why it stays correct:
 - This process's own writes: Redis queues the writer's reply and the
   invalidation to us in the same event-loop pass, but writes the two sockets
   one after the other, so the writer may read its reply before the push
-  reaches us. After anything this process sent on a pooled connection
-  (``core.breaker.traffic.commands_sent`` counts every command; telling
-  writes from reads is not worth the risk), the next ``get`` sends a PING on the tracking
+  reaches us. After anything this process did on a pooled connection or
+  the event loop's client (``core.breaker.traffic.commands_done`` counts
+  every command once its reply is read; telling writes from reads is not
+  worth the risk), the next ``get`` sends a PING on the tracking
   connection and reads to its PONG first: Redis queued any invalidation of
   that write before the PONG. Repeated reads with nothing sent in between
   cost no round trip.
@@ -110,7 +111,7 @@ class HeldAnswers:
         self._recent: dict[bytes, int] = {}
         self._horizon = 0
         self._flushed_at = 0
-        self._writes_seen = breaker.traffic.commands_sent
+        self._writes_seen = breaker.traffic.commands_done
         self._heard = 0.0  # monotonic time Redis last said anything on the connection
         self._ping_sent = 0.0  # monotonic time of the PING awaiting its PONG, or 0
 
@@ -154,7 +155,7 @@ class HeldAnswers:
             try:
                 connection = self._connected()
                 self._await_pong(connection)
-                self._writes_seen = breaker.traffic.commands_sent  # this round trip is a barrier too
+                self._writes_seen = breaker.traffic.commands_done  # this round trip is a barrier too
                 round_trips[0] += 1
                 connection.send_packed_command([hiredis.pack_command(tuple(c)) for c in commands])
                 replies: list[Any] = []
@@ -227,7 +228,7 @@ class HeldAnswers:
             self._reset()
         if self._connection is None:
             connection = pool.connection_class(**{**pool.connection_kwargs, "protocol": 3, "health_check_interval": 0})
-            connection.counts_sends = False
+            connection.counts_commands = False
             try:
                 connection.connect()
                 connection._parser.set_invalidation_push_handler(self._invalidated)
@@ -239,7 +240,7 @@ class HeldAnswers:
             self._connection, self._pool = connection, pool
             self._heard = time.monotonic()
             self._ping_sent = 0.0
-            self._writes_seen = breaker.traffic.commands_sent
+            self._writes_seen = breaker.traffic.commands_done
         return self._connection
 
     def _settle(self) -> None:
@@ -249,8 +250,8 @@ class HeldAnswers:
         if connection is None:
             raise RedisError("no tracking connection")
         now = time.monotonic()
-        if self._writes_seen != breaker.traffic.commands_sent:
-            self._writes_seen = breaker.traffic.commands_sent
+        if self._writes_seen != breaker.traffic.commands_done:
+            self._writes_seen = breaker.traffic.commands_done
             if not self._ping_sent:
                 connection.send_command("PING")
                 self._ping_sent = now

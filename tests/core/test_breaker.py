@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_py
 
+from core import breaker
 from core.breaker import BreakerConnection, reset_breakers
 
 
@@ -93,3 +94,22 @@ def test_stopped_redis_recovers_after_restart(redis_server: tuple[int, subproces
     finally:
         restarted.terminate()
         restarted.wait(5)
+
+
+def test_a_command_counts_as_done_once_its_reply_is_read(
+    redis_server: tuple[int, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held answers (core.tracking) trust a barrier only for commands done
+    before it: a command counted when sent could still be on its way while
+    the barrier passed it. So the count moves when the reply is read."""
+    port, _ = redis_server
+    monkeypatch.setattr(breaker, "traffic", breaker.Traffic())
+    client = _client(port)
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_command("SET", "k", "v")
+        assert breaker.traffic.commands_done == 0  # sent: Redis may not have made it yet
+        assert connection.read_response() == b"OK"
+        assert breaker.traffic.commands_done == 1
+    finally:
+        client.connection_pool.release(connection)

@@ -112,11 +112,11 @@ def elsewhere() -> Iterator[None]:
     """Make a change as another process would: what this process sends meanwhile
     is not counted, so the next poll takes no barrier and only Redis's
     invalidation push can drop the held answer."""
-    commands_sent = breaker.traffic.commands_sent
+    commands_done = breaker.traffic.commands_done
     try:
         yield
     finally:
-        breaker.traffic.commands_sent = commands_sent
+        breaker.traffic.commands_done = commands_done
 
 
 def test_a_repeated_poll_is_answered_by_the_process(operator: Any, recipient: Any) -> None:
