@@ -336,7 +336,7 @@ class FastRoutes:
         started = time.perf_counter()
         if learned is not None:
             answer = await self.core.answer(route, token, headers, scope.get("query_string", b""), kwargs)
-        count_outcome(route, scope["method"], answer is not None and learned is not None)
+        count_outcome(route, scope["method"], answer is not None)
         if answer is None or learned is None:
             await self.app(scope, receive, self._learning(send, learn_as) if token is not None else send)
             return
