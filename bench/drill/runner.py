@@ -16,7 +16,7 @@ from bench.drill import stack
 from bench.drill.load import Load, Reader, call, wait_until
 from core import keys
 from messagecenter import fallback
-from messagecenter.models import FanoutChunk, Message, MessageStatus
+from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
 from messagecenter.services import groups
 
 RESTORE_TARGET = 30.0  # seconds, without an operator
@@ -365,10 +365,33 @@ class Drill:
         if took is None:
             row.blocked = True
             row.notes.append(f"the large message's fan-out had not finished {SETTLE_TIMEOUT:.0f} s after the restart")
+            row.notes.extend(self._stuck_fanout(message_id, chunks))
         else:
             row.notes.append(f"fan-out finished {time.monotonic() - killed:.1f} s after the kill")
         self._count_crowd(row, message_id)
         return killed
+
+    def _stuck_fanout(self, message_id: int, chunks: int) -> list[str]:
+        """What a fan-out that did not finish left behind: the chunks not
+        recorded, their pending rows (tries, due, last error) and the worker
+        log's errors, so that a miss on a machine since gone can be explained."""
+        close_old_connections()
+        done = set(FanoutChunk.objects.filter(message_id=message_id).values_list("index", flat=True))
+        missing = sorted(set(range(chunks)) - done)
+        notes = [
+            f"message {message_id}: status {Message.objects.get(pk=message_id).status}, chunks not recorded {missing}"
+        ]
+        now = datetime.now(UTC)
+        for pending in PendingDelivery.objects.order_by("id"):
+            notes.append(
+                f"pending {pending.task}({pending.object_id}, {pending.index}): {pending.attempts} failed tries, "
+                f"due in {(pending.due_at - now).total_seconds():.0f} s, last error {pending.last_error or '-'!r}"
+            )
+        for log in sorted(self.workdir.glob("worker*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            flagged = [line for line in lines if "ERROR" in line or "WARNING" in line or "Error" in line]
+            notes += [f"{log.name}: {line[:300]}" for line in flagged[-15:]]
+        return notes
 
     def _count_crowd(self, row: Row, message_id: int) -> None:
         close_old_connections()

@@ -166,8 +166,17 @@ def _send(task: str, rows: Sequence[tuple[int, int]]) -> bool:
             if _broker_breaker.is_open and not _eager():
                 raise BrokerError("the broker failed moments ago; not tried again yet")
             celery_task.apply_async(args=args, retry=False)
-        except (BrokerError, OSError) as exc:
-            logger.warning("broker refused %s%r, kept pending: %s", task, args, exc)
+        except Exception as exc:
+            # Not only kombu's OperationalError: kombu converts only the
+            # errors it deems recoverable, and a publish can also fail with a
+            # raw AMQP error (a nacked publisher confirm, a channel closed by
+            # the broker). Whatever the cause, the rows are committed and
+            # the relay is the retry; letting it escape would fail a planner
+            # whose rows then wait for the whole lease. Eager Celery ran the
+            # task right here: its own failure was recorded by _attempt.
+            if _eager() and not isinstance(exc, (BrokerError, OSError)):
+                raise
+            logger.warning("broker refused %s%r, kept pending: %r", task, args, exc)
             _broker_breaker.record_failure()
             for rest_id, rest_index in rows[sent:]:
                 _note_failure(task, rest_id, rest_index, exc, delay=delay)

@@ -6,13 +6,16 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from amqp.exceptions import MessageNacked
 from celery import Celery, current_app
 from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
+from django.utils import timezone
 
 from core import keys
 from core.breaker import reset_breakers
@@ -217,6 +220,51 @@ def test_chunks_cut_off_by_an_outage_are_delivered_by_check_redis_repair(
     assert message.status == MessageStatus.DELIVERED
     assert FanoutChunk.objects.filter(message=message).count() == 3
     _assert_delivered_once(message, user_ids)
+
+
+@override_settings(MESSAGECENTER_FANOUT_CHUNK=2, MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS=0)
+def test_a_planner_whose_chunk_publish_is_nacked_finishes_and_leaves_the_rest_to_the_relay(
+    dead_broker: Celery, operator: Any, django_user_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A raw AMQP error (here a nacked publisher confirm, which kombu does not
+    convert) on the second chunk's hand-over: the planner still ends, and the
+    chunks not handed over are due again at once instead of after the lease."""
+    users = [django_user_model.objects.create(username=f"reader{i}") for i in range(5)]
+    user_ids = [u.pk for u in users]
+    message = services.message_send(
+        sender=operator, category="system", title="Nacked", body_html="<p>x</p>", user_ids=user_ids
+    )
+    assert _pending(message) == [(messages.DELIVER_TASK, 0)]  # the broker refused the planner too
+    chunk_task = current_app.tasks[messages.FANOUT_CHUNK_TASK]
+    handed: list[list[int]] = []
+
+    def nack_the_second(*, args: list[int], **kwargs: Any) -> None:
+        if handed:
+            raise MessageNacked("basic.nack from the broker")
+        handed.append(args)
+
+    monkeypatch.setattr(chunk_task, "apply_async", nack_the_second)
+    delivery.forget_local_state()
+    before = timezone.now()
+    assert delivery.delivery_run(task=messages.DELIVER_TASK, object_id=message.pk) == 3
+    chunk = messages.FANOUT_CHUNK_TASK
+    assert _pending(message) == [(chunk, 0), (chunk, 1), (chunk, 2)]  # the planner's own row is done
+    assert handed == [[message.pk, 0]]
+    rows = {row.index: row for row in PendingDelivery.objects.filter(object_id=message.pk)}
+    lease = before + timedelta(seconds=settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS)
+    assert rows[0].attempts == 0
+    assert rows[0].due_at >= lease  # handed over: waits for its task
+    for index in (1, 2):
+        assert rows[index].attempts == 1
+        assert "MessageNacked" in rows[index].last_error
+        assert rows[index].due_at < lease  # due again with the backoff, not the lease
+
+    # The broker takes publishes again: the relay hands over just those two.
+    monkeypatch.undo()
+    dead_broker.conf.task_always_eager = True
+    delivery.forget_local_state()
+    assert delivery.delivery_relay() == 2
+    assert _pending(message) == [(chunk, 0)]
 
 
 # --- End to end: a real worker whose broker is the read model's Redis ----------------
