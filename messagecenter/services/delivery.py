@@ -39,6 +39,7 @@ from typing import Any
 
 from celery import Task, current_app
 from django.conf import settings
+from django.db import OperationalError as DatabaseOperationalError
 from django.db import connections, router, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
@@ -209,11 +210,15 @@ def _note_failure(task: str, object_id: int, index: int, exc: Exception, *, dela
 
 def _attempt(task: str, object_id: int, index: int, work: Callable[[], int]) -> tuple[bool, int]:
     """Run one row's work: delete the row when it succeeded, keep it (due again
-    soon) on a Redis error. (succeeded, users reached)."""
+    soon) when Redis or the database failed it. (succeeded, users reached)."""
     try:
         reached = work()
-    except RedisError as exc:
-        logger.warning("delivery %s(%s, %s) kept pending: redis unavailable (%s)", task, object_id, index, exc)
+    except (RedisError, DatabaseOperationalError) as exc:
+        # A service that blinked: Redis, or PostgreSQL (a dropped connection,
+        # a deadlock a concurrent run of the same work ran into). Due again
+        # with the backoff, as after any outage; if the database cannot even
+        # record that, the error goes up and the row keeps the due time it has.
+        logger.warning("delivery %s(%s, %s) kept pending: %r", task, object_id, index, exc)
         _note_failure(task, object_id, index, exc)
         return False, 0
     except Exception as exc:

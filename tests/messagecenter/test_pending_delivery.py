@@ -5,7 +5,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -62,6 +62,39 @@ def test_a_delivery_that_keeps_failing_stays_due_within_a_few_seconds(
     monkeypatch.undo()
     assert delivery.delivery_relay(inline=True, due_only=False) == 1
     assert not PendingDelivery.objects.exists()
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+
+
+def test_a_database_error_in_the_work_keeps_the_row_due_with_the_backoff_not_the_lease(
+    operator: Any, recipient: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadlock or a dropped connection is an outage, not a bug: the row is
+    tried again within seconds, as after a Redis error."""
+    settings.MESSAGECENTER_DELIVERY_RETRY_MAX_SECONDS = 4.0
+    settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS = 300.0
+
+    def deadlocked(**kwargs: Any) -> None:
+        raise OperationalError("deadlock detected")
+
+    monkeypatch.setattr(messages.publish, "item_detail_put", deadlocked)
+    message = _send(operator, recipient)
+    assert delivery.delivery_run(task=messages.DELIVER_TASK, object_id=message.pk) == 0
+    row = PendingDelivery.objects.get(object_id=message.pk)
+    assert "deadlock detected" in row.last_error
+    assert row.due_at <= timezone.now() + timedelta(seconds=4)
+
+    # A bug is different: kept for an operator, tried again only after the lease.
+    def broken(**kwargs: Any) -> None:
+        raise ValueError("cannot render")
+
+    monkeypatch.setattr(messages.publish, "item_detail_put", broken)
+    with pytest.raises(ValueError, match="cannot render"):
+        delivery.delivery_run(task=messages.DELIVER_TASK, object_id=message.pk)
+    row.refresh_from_db()
+    assert row.due_at >= timezone.now() + timedelta(seconds=290)
+
+    monkeypatch.undo()
+    assert delivery.delivery_relay(inline=True, due_only=False) == 1
     assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
 
 
