@@ -213,6 +213,30 @@ def _pending(user_id: int) -> list[tuple[str, dict[str, Any]]]:
     return [(entry.topic, entry.payload) for entry in entries if isinstance(entry.payload, dict)]
 
 
+def _away_from_list(
+    until: datetime | None, snoozed_at: datetime | None, listed_at: datetime | None
+) -> tuple[int, float] | None:
+    """[start ms, end ms) an item was out of the list by a snooze that an archive
+    cancelled (no wake time): from the snooze until an unarchive brought it
+    back, or still. None for any other row: a woken snooze is placed at its
+    wake time, which already keeps earlier "read all" marks off it."""
+    if until is not None or snoozed_at is None:
+        return None
+    start = to_ms(snoozed_at)
+    if listed_at is not None and to_ms(listed_at) >= start:
+        return start, float(to_ms(listed_at))
+    return start, float("inf")
+
+
+def _read_all_reached(entry: InboxEntry, states: dict[str, Any], at_ms: int, category: str) -> bool:
+    """Whether a "read all" (of ``category``, "" = all) at ``at_ms`` reached the
+    item: placed by then, of its category, and not out of the list by a
+    cancelled snooze (``_away_from_list``)."""
+    state = states.get(entry.ref)
+    away = state is not None and state[4] is not None and state[4][0] <= at_ms < state[4][1]
+    return entry.score <= at_ms and not away and (not category or entry.category == category)
+
+
 def _load(user_id: int, now: datetime) -> _Inbox:
     now_ms = to_ms(now)
     pending = _pending(user_id)
@@ -225,10 +249,10 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     )
     # mc_item_state_unique serves this lookup by user.
     states = {
-        ref: (archived, until, snoozed_at, to_ms(updated_at))
-        for ref, archived, until, snoozed_at, updated_at in InboxItemState.objects.filter(user_id=user_id)
+        ref: (archived, until, snoozed_at, to_ms(updated_at), _away_from_list(until, snoozed_at, listed_at))
+        for ref, archived, until, snoozed_at, listed_at, updated_at in InboxItemState.objects.filter(user_id=user_id)
         .exclude(item_id__in=hidden)
-        .values_list("item_id", "archived", "snoozed_until", "snoozed_at", "updated_at")
+        .values_list("item_id", "archived", "snoozed_until", "snoozed_at", "listed_at", "updated_at")
     }
     scan = want + len(states)  # parked items do not count towards the list's size
     candidates = [
@@ -244,7 +268,7 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         if entry.ref not in states:
             items.append(entry)
             continue
-        is_archived, until, snoozed_at, _changed_ms = states[entry.ref]
+        is_archived, until, snoozed_at, _changed_ms, _away = states[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
         placed = replace(entry, score=to_ms(until)) if until is not None else entry
         if snoozed_at is not None:  # (an archive cancelling the snooze keeps the cleared flag too)
@@ -285,16 +309,12 @@ def _load(user_id: int, now: datetime) -> _Inbox:
                     (read.add if payload["read"] else read.discard)(ref)
             elif topic == TOPIC_READ_ALL:
                 category, at_ms = str(payload.get("category") or ""), int(payload["at_ms"])
-                read.update(
-                    entry.ref
-                    for entry in items
-                    if entry.score <= at_ms and (not category or entry.category == category)
-                )
+                read.update(entry.ref for entry in items if _read_all_reached(entry, states, at_ms, category))
                 # An item archived after the "read all" was in the list when it ran.
                 read.update(
                     entry.ref
                     for entry in archived
-                    if entry.score <= at_ms < states[entry.ref][3] and (not category or entry.category == category)
+                    if _read_all_reached(entry, states, at_ms, category) and at_ms < states[entry.ref][3]
                 )
             elif topic == TOPIC_SEEN:
                 seen_ms = max(seen_ms, int(payload["at_ms"]))

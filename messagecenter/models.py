@@ -314,6 +314,11 @@ class InboxItemState(models.Model):
     # When the snooze was asked: it cleared the item's read bit then, so a
     # read-state snapshot older than this cannot tell the item's flag.
     snoozed_at = models.DateTimeField(null=True, blank=True)
+    # When an unarchive last put the item back in the list. With a snooze
+    # that an archive cancelled (``snoozed_until`` None, ``snoozed_at`` set)
+    # it ends the time the item was out of the list: a "read all" from the
+    # snooze until then did not reach it (the fallback's pending marks).
+    listed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:

@@ -103,7 +103,13 @@ def inbox_unarchive(*, user: AbstractBaseUser, item_id: str, now: datetime | Non
     ref = _ref(item_id)
     place = _place(int(user.pk), ref, now)
     if place == inbox.ARCHIVED:
-        _state_put(user_id=int(user.pk), refs=[ref], now=now, archived=False)
+        _unarchive(user_id=int(user.pk), refs=[ref], now=now)
+
+
+def _unarchive(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
+    """Back in the list from ``now`` on (the row keeps its snooze fields: they
+    still tell the fallback when the item was away)."""
+    _state_put(user_id=user_id, refs=refs, now=now, archived=False, listed_at=now)
 
 
 def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: datetime | None = None) -> None:
@@ -120,7 +126,9 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
     ref = _ref(item_id)
     user_id = int(user.pk)
     _place(user_id, ref, now)
-    _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
+    _state_put(
+        user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now, listed_at=None
+    )
     # The snooze leaves the item unread: noted like an "unread" mark, so a
     # rebuild and the fallback's pending marks tell the same.
     journal.record(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": False, "at_ms": to_ms(now)}, user_id=user_id)
@@ -151,7 +159,7 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
     elif action == "unarchive":
         archived = [r for r, p in places.items() if p == inbox.ARCHIVED]
         if archived:
-            _state_put(user_id=user_id, refs=archived, now=now, archived=False)
+            _unarchive(user_id=user_id, refs=archived, now=now)
     else:
         _bulk_hide(user_id=user_id, refs=list(places), now=now)
     return len(places)

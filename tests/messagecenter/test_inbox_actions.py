@@ -342,3 +342,42 @@ def test_actions_with_redis_down_are_kept_and_replayed(
     assert page.counts.unread == 1
     clock.advance(minutes=5)
     assert ids(client.get("/api/v1/inbox/")) == [m1, m2]
+
+
+def test_a_read_all_queued_while_a_cancelled_snooze_kept_the_item_away_leaves_it_unread(
+    operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snoozed, then a "read all" accepted with Redis down, then archived (which
+    cancels the snooze): the item was out of the list when the "read all" ran,
+    so PostgreSQL's answer keeps it unread, as Redis does. Unarchived, it is
+    in the list again, and the next "read all" reaches it."""
+    m0, m1, m2 = _three(operator, recipient, clock)
+    client = client_for(recipient)
+    until = {"until": (clock.now + timedelta(minutes=5)).isoformat()}
+    assert client.post(f"/api/v1/inbox/{m1}/snooze/", until, format="json").status_code == 204
+    dead = redis_lib.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+
+    def archived() -> list[tuple[str, bool]]:
+        return [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/?archived=true").json()["results"]]
+
+    with monkeypatch.context() as down:
+        for module in (core.lua, scripts, readmodel_inbox, publish):
+            down.setattr(module, "get_redis", lambda: dead)
+        clock.advance(seconds=1)
+        assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 2}  # m0 and m2: m1 is away
+        clock.advance(seconds=1)
+        assert client.post(f"/api/v1/inbox/{m1}/archive/").status_code == 204
+        assert archived() == [(m1, False)]
+        clock.advance(seconds=1)
+        assert client.post(f"/api/v1/inbox/{m1}/unarchive/").status_code == 204
+        assert _counts(client)["unread"] == 1
+        clock.advance(seconds=1)
+        assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 1}
+        assert _counts(client)["unread"] == 0
+    # Redis, once the queued marks are replayed, says the same.
+    assert outbox.replay() > 0
+    listed = [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]]
+    assert listed == [(m2, True), (m1, True), (m0, True)]
+    assert _counts(client)["unread"] == 0
