@@ -14,9 +14,29 @@
 -- A member is counted when it joins the unread zset, and removals uncount
 -- only members in it, so deliveries and removals between two calls keep
 -- counters = ZCARD.
+-- Every writer since the unread zsets exist (deliver.lua, the merge, the
+-- removals, the trims) keeps them and the counters in step, so an inbox
+-- they wrote from its start has counters equal to its zsets' sizes: its
+-- first read has nothing to walk (a 10,000-item inbox would take a hundred
+-- calls). An inbox written before them has none while its counters count
+-- unread items; the drift check forgets "uz" only when the sizes disagree.
+local function unread_index_agrees()
+  local total = 0
+  for _, cat in ipairs(CATEGORIES) do
+    local counted = tonumber(call("HGET", counters_key, cat) or "0")
+    if call("ZCARD", unread_keys[cat]) ~= counted then return false end
+    total = total + counted
+  end
+  return call("ZCARD", unread_all_key) == total
+end
+
 local function backfill_unread()
   local walked = call("HGET", state_key, "uz")
   if walked == "done" then return end
+  if not walked and unread_index_agrees() then
+    call("HSET", state_key, "uz", "done")
+    return
+  end
   if not walked then
     -- UNLINK: a large zset is freed off the main thread, not within this call.
     call("UNLINK", counters_key, unread_all_key)
