@@ -2,10 +2,13 @@
 -- come first; the ever-read bitmaps are passed). Returns 0 if the item is
 -- not in the inbox (or snoozed), 2 for the user's first read of it (the
 -- caller counts it: the per-item counter is a global key, so it is not
--- touched here), else 1.
+-- touched here), else 1. On the fast path the script queues that first read
+-- itself on the pending list (a global key of the fast path), in reads.py's
+-- entry format for the hour bucket `hour`, and returns 1: the caller has
+-- nothing left to send.
 
-local member, want = ARGV[1], tonumber(ARGV[2])
-if not open_inbox(0, 2, true) then return NOT_OPEN end
+local member, want, hour = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if not open_inbox(0, 3, true) then return NOT_OPEN end
 
 local live = present(member)
 -- An archived item keeps its flag (it is in no count); a snoozed one is away.
@@ -20,5 +23,8 @@ if old ~= want then
     if want == 1 then unread_drop(member, cat) else unread_add(member, cat, call("ZSCORE", all_key, member)) end
   end
 end
-if want == 1 and old == 0 and first_read(month, off) then return 2 end
+if want == 1 and old == 0 and first_read(month, off) then
+  if not FAST then return 2 end
+  call("RPUSH", pending_key, hour .. "|" .. parse(member))
+end
 return 1

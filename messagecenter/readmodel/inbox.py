@@ -45,7 +45,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
-from messagecenter.readmodel.reads import first_reads_note, record_reads
+from messagecenter.readmodel.reads import record_reads
 from messagecenter.readmodel.scripts import (
     ArchiveOp,
     BulkMarkOp,
@@ -959,9 +959,11 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
-    result = int(_run(user_id, now_ms, MarkOp(member=plan.detail["member"], read=read), plan))
+    op = MarkOp(member=plan.detail["member"], read=read, hour=hour_of(now_ms))
+    result = int(_run(user_id, now_ms, op, plan))
     if result:
-        # 2: the user's first read of the item (counted in the same round trip).
+        # 2: the user's first read of the item (counted in the same round trip;
+        # a fast-path call queued it itself and answered 1).
         month = parse_member(plan.detail["member"])[2]
         record_reads(user_id=user_id, months=[month], first_refs=[ref] if result == 2 else [], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
@@ -973,8 +975,8 @@ async def inbox_set_read_async(*, user_id: int, ref: str, read: bool, now_ms: in
     path can take as it is (settled): the item's detail and the user's
     months (what ``_plan`` reads for a mark, so no process needs to have
     seen the user before), then the mark with the user's live update and
-    snapshot note in one round trip, and only on the item's first read one
-    more for that statistic. False when it did not mark, and the sync path
+    snapshot note in one round trip (an item's first read is queued for its
+    statistic by the script itself). False when it did not mark, and the sync path
     must answer: an item not in the inbox (the sync path says 404), an
     inbox the fast path cannot take (it answers STALE having changed
     nothing; the live version may have moved in vain, which costs the
@@ -989,22 +991,15 @@ async def inbox_set_read_async(*, user_id: int, ref: str, read: bool, now_ms: in
     member = json.loads(raw)["member"]
     month = parse_member(member)[2]
     months = sorted({m.decode() for m in months_raw} | {month})
-    call = _fast_call_on(user_id, now_ms, MarkOp(member=member, read=read), months)
+    call = _fast_call_on(user_id, now_ms, MarkOp(member=member, read=read, hour=hour_of(now_ms)), months)
     commands = [call.command()]
     commands += [
         live.SCRIPT.command(k, a) for k, a in live.changed_calls(user_ids=[user_id], reason=_mark_reason(read))
     ]
     commands.append(("SADD", keys.mc_snapshot_dirty(), *dirty_members(user_id=user_id, months=[month])))
     result = (await round_trip_async(commands))[0]
-    if _unanswered(result) or not int(result):
-        return False
-    if int(result) == 2:  # the user's first read of the item
-        note = first_reads_note(hour=hour_of(now_ms), refs=[ref])
-        try:
-            await round_trip_async([("RPUSH", keys.mc_first_reads_pending(), note)])
-        except RedisError:
-            logger.warning("first read of %s by user %s not recorded", ref, user_id, exc_info=True)
-    return True
+    # A first read was queued by the script itself (the fast path's pending key).
+    return not _unanswered(result) and bool(int(result))
 
 
 def _mark_reason(read: bool) -> str:

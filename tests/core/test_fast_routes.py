@@ -36,6 +36,7 @@ from core.models import MarkJournal
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
 from messagecenter import selectors, services
+from messagecenter.insight import message_read_counts
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices.models import Announcement
 from notices.services import announcement_create, announcement_mark_read, announcement_update
@@ -157,13 +158,14 @@ def _wsgi_call(app: Any, path: str, headers: dict[str, str], query: str, method:
 @pytest.fixture(params=["asgi", "wsgi"])
 def world(request: pytest.FixtureRequest, operator: Any, recipient: Any) -> dict[str, Any]:
     first = send(operator, to={"users": [recipient]}, title="One")
-    send(operator, to={"users": [recipient]}, title="Two", category="promotion")
+    second = send(operator, to={"users": [recipient]}, title="Two", category="promotion")
     announcement_create(author=operator, title="Notice", body_html="<p>x</p>", platforms=["user"])
     token, _ = Token.objects.get_or_create(user=recipient)
     forget_history(f"throttle_user_{recipient.pk}")
     django: Any = Django() if request.param == "asgi" else DjangoWSGI()
     return {
         "item": f"m{first.pk}",
+        "second": second,
         "auth": {"Authorization": f"Token {token.key}"},
         "django": django,
         "app": FastRoutes(django) if request.param == "asgi" else FastWSGIRoutes(django),
@@ -429,6 +431,33 @@ def test_a_mark_is_made_on_the_loop_with_django_s_answer(world: dict[str, Any]) 
     last = MarkJournal.objects.order_by("-pk").first()
     assert last is not None
     assert last.payload["read"] is False
+
+
+def test_a_first_read_marked_on_the_loop_is_counted_in_the_mark_s_own_round_trip(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script queues the item's first read for its statistic itself: the
+    mark costs the token's entry and two round trips, and the read counts once."""
+    app, django, auth, second = world["app"], world["django"], world["auth"], world["second"]
+    assert call(app, f"/api/v1/inbox/{world['item']}/read/", auth, method="POST").status == 204  # Django teaches
+    sent: list[int] = []
+    real = core_redis.round_trip_async
+
+    async def counting(commands: Any) -> Any:
+        sent.append(len(commands))
+        return await real(commands)
+
+    for module in (core_redis, readmodel, inbox_readmodel):
+        monkeypatch.setattr(module, "round_trip_async", counting)
+    calls = django.calls
+    assert call(app, f"/api/v1/inbox/m{second.pk}/read/", auth, method="POST").status == 204
+    assert django.calls == (calls if async_available() else calls + 1)
+    assert len(sent) == (3 if async_available() else 0)
+    assert message_read_counts(messages=[second]) == {second.pk: 1}
+    # Read again (after an unread): not a first read, not counted again.
+    for path in (f"/api/v1/inbox/m{second.pk}/unread/", f"/api/v1/inbox/m{second.pk}/read/"):
+        assert call(app, path, auth, method="POST").status == 204
+    assert message_read_counts(messages=[second]) == {second.pk: 1}
 
 
 def test_a_mark_the_loop_does_not_take_is_django_s(world: dict[str, Any]) -> None:
