@@ -402,6 +402,20 @@ def _journal_buffered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     journal.flush()
 
 
+def _count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The loop's round trips from now on (the commands each carried), wherever they are sent from."""
+    sent: list[int] = []
+    real = core_redis.round_trip_async
+
+    async def counting(commands: Any) -> Any:
+        sent.append(len(commands))
+        return await real(commands)
+
+    for module in (core_redis, readmodel, inbox_readmodel):
+        monkeypatch.setattr(module, "round_trip_async", counting)
+    return sent
+
+
 def _unread(app: Any, auth: dict[str, str]) -> int:
     return int(json.loads(call(app, COUNTS, auth).body)["unread"])
 
@@ -440,15 +454,7 @@ def test_a_first_read_marked_on_the_loop_is_counted_in_the_mark_s_own_round_trip
     mark costs the token's entry and two round trips, and the read counts once."""
     app, django, auth, second = world["app"], world["django"], world["auth"], world["second"]
     assert call(app, f"/api/v1/inbox/{world['item']}/read/", auth, method="POST").status == 204  # Django teaches
-    sent: list[int] = []
-    real = core_redis.round_trip_async
-
-    async def counting(commands: Any) -> Any:
-        sent.append(len(commands))
-        return await real(commands)
-
-    for module in (core_redis, readmodel, inbox_readmodel):
-        monkeypatch.setattr(module, "round_trip_async", counting)
+    sent = _count_round_trips(monkeypatch)
     calls = django.calls
     assert call(app, f"/api/v1/inbox/m{second.pk}/read/", auth, method="POST").status == 204
     assert django.calls == (calls if async_available() else calls + 1)
@@ -539,16 +545,7 @@ def test_a_poll_on_the_loop_makes_two_round_trips(world: dict[str, Any], monkeyp
     same write (no async client: Django answers, none on the loop)."""
     app, django, auth = world["app"], world["django"], world["auth"]
     _warm(app, auth)
-    sent: list[int] = []
-    real = core_redis.round_trip_async
-
-    async def counting(commands: Any) -> Any:
-        sent.append(len(commands))
-        return await real(commands)
-
-    monkeypatch.setattr(core_redis, "round_trip_async", counting)
-    for module in (readmodel, inbox_readmodel):
-        monkeypatch.setattr(module, "round_trip_async", counting)
+    sent = _count_round_trips(monkeypatch)
     calls = django.calls
     polled = call(app, COUNTS, auth)
     assert polled.status == 200

@@ -2,6 +2,8 @@
 (``q``), and the bell's ``total_unread``; with bad input, other users' ids,
 exact counts, the read cache across a wake time, and a rebuild."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +36,18 @@ def _three(operator: Any, recipient: Any, clock: Any) -> list[str]:
         clock.advance(seconds=1)
         refs.append(send(operator, to={"users": [recipient]}, category=category, title=f"t{i}").ref)
     return refs
+
+
+@contextmanager
+def _redis_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The read model's Redis refuses every connection (nothing listens on port 1)."""
+    dead = redis_lib.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    with monkeypatch.context() as down:
+        for module in (core.lua, scripts, readmodel_inbox, publish):
+            down.setattr(module, "get_redis", lambda: dead)
+        yield
 
 
 def _counts(client: Any) -> dict[str, Any]:
@@ -319,12 +333,7 @@ def test_actions_with_redis_down_are_kept_and_replayed(
     m0, m1, m2 = _three(operator, recipient, clock)
     client = client_for(recipient)
     assert ids(client.get("/api/v1/inbox/")) == [m2, m1, m0]
-    dead = redis_lib.Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
-    )
-    with monkeypatch.context() as down:
-        for module in (core.lua, scripts, readmodel_inbox, publish):
-            down.setattr(module, "get_redis", lambda: dead)
+    with _redis_down(monkeypatch):
         assert client.post(f"/api/v1/inbox/{m0}/archive/").status_code == 204
         until = clock.now + timedelta(minutes=5)
         assert (
@@ -355,16 +364,11 @@ def test_a_read_all_queued_while_a_cancelled_snooze_kept_the_item_away_leaves_it
     client = client_for(recipient)
     until = {"until": (clock.now + timedelta(minutes=5)).isoformat()}
     assert client.post(f"/api/v1/inbox/{m1}/snooze/", until, format="json").status_code == 204
-    dead = redis_lib.Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
-    )
 
     def archived() -> list[tuple[str, bool]]:
         return [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/?archived=true").json()["results"]]
 
-    with monkeypatch.context() as down:
-        for module in (core.lua, scripts, readmodel_inbox, publish):
-            down.setattr(module, "get_redis", lambda: dead)
+    with _redis_down(monkeypatch):
         clock.advance(seconds=1)
         assert client.post("/api/v1/inbox/read-all/").json() == {"marked": 2}  # m0 and m2: m1 is away
         clock.advance(seconds=1)
