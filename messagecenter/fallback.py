@@ -29,7 +29,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Q
@@ -213,27 +213,34 @@ def _pending(user_id: int) -> list[tuple[str, dict[str, Any]]]:
     return [(entry.topic, entry.payload) for entry in entries if isinstance(entry.payload, dict)]
 
 
-def _away_from_list(
-    until: datetime | None, snoozed_at: datetime | None, listed_at: datetime | None
-) -> tuple[int, float] | None:
-    """[start ms, end ms) an item was out of the list by a snooze that an archive
-    cancelled (no wake time): from the snooze until an unarchive brought it
-    back, or still. None for any other row: a woken snooze is placed at its
-    wake time, which already keeps earlier "read all" marks off it."""
-    if until is not None or snoozed_at is None:
-        return None
-    start = to_ms(snoozed_at)
-    if listed_at is not None and to_ms(listed_at) >= start:
-        return start, float(to_ms(listed_at))
-    return start, float("inf")
+class _ItemState(NamedTuple):
+    """A user's ``InboxItemState`` row as the fallback reads it."""
+
+    archived: bool
+    until: datetime | None
+    snoozed_at: datetime | None
+    listed_at: datetime | None
+    changed_ms: int
+
+    def away_at(self, at_ms: int) -> bool:
+        """Out of the list at ``at_ms`` by a snooze that an archive cancelled (no
+        wake time): from the snooze until an unarchive brought it back, or
+        still. A woken snooze is placed at its wake time instead, which already
+        keeps earlier "read all" marks off it."""
+        if self.until is not None or self.snoozed_at is None:
+            return False
+        start = to_ms(self.snoozed_at)
+        if at_ms < start:
+            return False
+        # An unarchive after the snooze ends it; one from before the snooze does not.
+        back = None if self.listed_at is None else to_ms(self.listed_at)
+        return back is None or back < start or at_ms < back
 
 
-def _read_all_reached(entry: InboxEntry, states: dict[str, Any], at_ms: int, category: str) -> bool:
+def _read_all_reached(entry: InboxEntry, state: _ItemState | None, at_ms: int, category: str) -> bool:
     """Whether a "read all" (of ``category``, "" = all) at ``at_ms`` reached the
-    item: placed by then, of its category, and not out of the list by a
-    cancelled snooze (``_away_from_list``)."""
-    state = states.get(entry.ref)
-    away = state is not None and state[4] is not None and state[4][0] <= at_ms < state[4][1]
+    item: placed by then, of its category, and not away (``_ItemState.away_at``)."""
+    away = state is not None and state.away_at(at_ms)
     return entry.score <= at_ms and not away and (not category or entry.category == category)
 
 
@@ -249,7 +256,7 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     )
     # mc_item_state_unique serves this lookup by user.
     states = {
-        ref: (archived, until, snoozed_at, to_ms(updated_at), _away_from_list(until, snoozed_at, listed_at))
+        ref: _ItemState(archived, until, snoozed_at, listed_at, to_ms(updated_at))
         for ref, archived, until, snoozed_at, listed_at, updated_at in InboxItemState.objects.filter(user_id=user_id)
         .exclude(item_id__in=hidden)
         .values_list("item_id", "archived", "snoozed_until", "snoozed_at", "listed_at", "updated_at")
@@ -268,7 +275,8 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         if entry.ref not in states:
             items.append(entry)
             continue
-        is_archived, until, snoozed_at, _changed_ms, _away = states[entry.ref]
+        state = states[entry.ref]
+        is_archived, until, snoozed_at = state.archived, state.until, state.snoozed_at
         # A snooze that has woken keeps the item at its wake time.
         placed = replace(entry, score=to_ms(until)) if until is not None else entry
         if snoozed_at is not None:  # (an archive cancelling the snooze keeps the cleared flag too)
@@ -309,12 +317,15 @@ def _load(user_id: int, now: datetime) -> _Inbox:
                     (read.add if payload["read"] else read.discard)(ref)
             elif topic == TOPIC_READ_ALL:
                 category, at_ms = str(payload.get("category") or ""), int(payload["at_ms"])
-                read.update(entry.ref for entry in items if _read_all_reached(entry, states, at_ms, category))
+                read.update(
+                    entry.ref for entry in items if _read_all_reached(entry, states.get(entry.ref), at_ms, category)
+                )
                 # An item archived after the "read all" was in the list when it ran.
                 read.update(
                     entry.ref
                     for entry in archived
-                    if _read_all_reached(entry, states, at_ms, category) and at_ms < states[entry.ref][3]
+                    if _read_all_reached(entry, states[entry.ref], at_ms, category)
+                    and at_ms < states[entry.ref].changed_ms
                 )
             elif topic == TOPIC_SEEN:
                 seen_ms = max(seen_ms, int(payload["at_ms"]))

@@ -21,9 +21,10 @@
 -- calls). An inbox written before them has none while its counters count
 -- unread items; the drift check forgets "uz" only when the sizes disagree.
 local function unread_index_agrees()
+  local counters = call("HMGET", counters_key, unpack(CATEGORIES))
   local total = 0
-  for _, cat in ipairs(CATEGORIES) do
-    local counted = tonumber(call("HGET", counters_key, cat) or "0")
+  for i, cat in ipairs(CATEGORIES) do
+    local counted = tonumber(counters[i] or "0")
     if call("ZCARD", unread_keys[cat]) ~= counted then return false end
     total = total + counted
   end

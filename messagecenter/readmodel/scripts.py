@@ -248,7 +248,7 @@ class MarkOp(InboxOp):
     ever: ClassVar[bool] = True
     member: str
     read: bool
-    hour: int = 0  # the hour bucket a first read counts in (queued by the script on the fast path)
+    hour: int  # the hour bucket a first read counts in (queued by the script on the fast path)
 
     def own_args(self) -> list[Any]:
         return [self.member, 1 if self.read else 0, self.hour]

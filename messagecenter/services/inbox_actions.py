@@ -126,9 +126,7 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
     ref = _ref(item_id)
     user_id = int(user.pk)
     _place(user_id, ref, now)
-    _state_put(
-        user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now, listed_at=None
-    )
+    _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
     # The snooze leaves the item unread: noted like an "unread" mark, so a
     # rebuild and the fallback's pending marks tell the same.
     journal.record(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": False, "at_ms": to_ms(now)}, user_id=user_id)

@@ -193,7 +193,7 @@ def test_read_script_keys_share_one_cluster_slot() -> None:
     from messagecenter.readmodel.scripts import MarkOp, ReadAllOp, inbox_call
 
     months = ["202611", "202612"]
-    for op in (MarkOp(member="m1|system|202611|1", read=True), ReadAllOp(category="", time_max=None, hour=0)):
+    for op in (MarkOp(member="m1|system|202611|1", read=True, hour=0), ReadAllOp(category="", time_max=None, hour=0)):
         script_keys = inbox_call(op, user_id=42, now_ms=0, months=months).keys
         assert {keys.mc_read_ever_bitmap(42, m) for m in months} <= set(script_keys)
         assert len({key_slot(k.encode()) for k in script_keys}) == 1

@@ -406,7 +406,7 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         ),
         scripts.CountsOp(),
         scripts.GetOp(member="m1|system|202611|1"),
-        scripts.MarkOp(member="m1|system|202611|1", read=True),
+        scripts.MarkOp(member="m1|system|202611|1", read=True, hour=0),
         scripts.HideOp(member="m1|system|202611|1"),
         scripts.ReadAllOp(category="", time_max=None, hour=0),
         scripts.SeenOp(),
