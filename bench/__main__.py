@@ -28,6 +28,7 @@ CASES = (
     "bench.cases.bulletins",
     "bench.cases.memory",
     "bench.cases.growth",
+    "bench.cases.sse",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

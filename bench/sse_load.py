@@ -245,24 +245,25 @@ def _connections(pid: int, remote_port: int) -> list[int]:
     return found
 
 
-def _pg_connections(server: int) -> str:
-    """The server's PostgreSQL connections by state (its pool keeps a few idle):
-    pg_stat_activity's rows whose client port is one of the server's sockets."""
+def _pg_connections(server: int) -> tuple[str, int]:
+    """The server's PostgreSQL connections by state (its pool keeps a few idle),
+    and how many: pg_stat_activity's rows whose client port is one of the
+    server's sockets."""
     from django.conf import settings
     from django.db import connection
 
     ports = _connections(server, int(settings.DATABASES["default"].get("PORT") or 5432))
     if not ports:
-        return "none"
+        return "none", 0
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity"
             " WHERE client_port = ANY(%s) AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1",
             [ports],
         )
-        found = ", ".join(f"{count} {state}" for state, count in cursor.fetchall())
+        states = cursor.fetchall()
     connection.close()
-    return found or "none"
+    return ", ".join(f"{count} {state}" for state, count in states) or "none", sum(count for _, count in states)
 
 
 async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]], server: int) -> dict[str, Any]:
@@ -308,7 +309,7 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
     await asyncio.sleep(2)  # let the server settle (freed request buffers, GC)
     result["rss_before"], result["rss_after"] = rss_before, _rss(server)
     result["redis_after"] = _redis_clients(server)
-    result["pg"] = _pg_connections(server)
+    result["pg"], result["pg_count"] = _pg_connections(server)
 
     # A user's event: one at a time to a random user with an open stream.
     user_delays = []
@@ -359,6 +360,63 @@ def _loop_run(main: Any) -> Any:
     return uvloop.run(main)
 
 
+def measure(
+    streams: int,
+    *,
+    events: int = 300,
+    gap: float = 0.01,
+    broadcasts: int = 3,
+    batch: int = 250,
+    pin: bool = False,
+    keep_going: bool = False,
+) -> dict[str, Any]:
+    """Serve, open ``streams`` streams (fewer when the descriptor limit is
+    lower), measure, stop the server; what ``_run`` found, with ``wanted``
+    (the streams asked for) and ``events`` (the user events sent)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
+    limit = _raise_fd_limit()
+    wanted = streams
+    if limit < wanted + 200:
+        print(f"fd limit {limit}: at most {limit - 200} streams")
+        wanted = limit - 200
+    users = _prepare(wanted)
+    port = _free_port()
+    log = ROOT / "bench-sse-uvicorn.log"
+    server = _serve(port, log)
+    if pin and len(os.sched_getaffinity(0)) >= 2:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(server.pid, {cpus[0]})
+        os.sched_setaffinity(0, {cpus[1]})
+    # This client calls Django's ORM (the connection counts) and the sync
+    # Redis client from its event loop, between measurements: nothing else
+    # runs then. The server is started without this flag.
+    unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    settings = argparse.Namespace(events=events, gap=gap, broadcasts=broadcasts, batch=batch, keep_going=keep_going)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        result = _loop_run(_run(settings, port, users, server.pid))
+    finally:
+        if unsafe is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = unsafe
+        if pin:
+            os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+    return {**result, "wanted": wanted, "events": events}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=10_000)
@@ -374,43 +432,24 @@ def main() -> int:
         help="server on one core, this client on another (the client stands for browsers elsewhere)",
     )
     args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
-    # This client calls Django's ORM (the connection counts) from its event
-    # loop, between measurements: nothing else runs then.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    limit = _raise_fd_limit()
-    wanted = args.streams
-    if limit < wanted + 200:
-        print(f"fd limit {limit}: at most {limit - 200} streams")
-        wanted = limit - 200
-    users = _prepare(wanted)
-    port = _free_port()
-    log = ROOT / "bench-sse-uvicorn.log"
-    server = _serve(port, log)
-    if args.pin and len(os.sched_getaffinity(0)) >= 2:
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(server.pid, {cpus[0]})
-        os.sched_setaffinity(0, {cpus[1]})
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-        result = _loop_run(_run(args, port, users, server.pid))
-    finally:
-        os.killpg(server.pid, 15)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-            server.wait()
-    _report(args, wanted, result)
+    result = measure(
+        args.streams,
+        events=args.events,
+        gap=args.gap,
+        broadcasts=args.broadcasts,
+        batch=args.batch,
+        pin=args.pin,
+        keep_going=args.keep_going,
+    )
+    for name, value, met in findings(result):
+        verdict = "" if met is None else ("met" if met else "MISSED")
+        print(f"{name}  {value}  {verdict}")
     return 0
 
 
-def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
+def findings(r: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """(what, the figures, whether its target is met; None: no target) of one ``measure``."""
+    wanted = r["wanted"]
     each = (r["rss_after"] - r["rss_before"]) / max(1, r["open"] - r["first"])
     user = r["user_delays"]
     spread = r["broadcast_delays"]
@@ -432,7 +471,7 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
         ),
         (
             "event delay p99, a user's event (target <= 100 ms)",
-            f"p50 {_quantile(user, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms ({len(user)}/{args.events} arrived)",
+            f"p50 {_quantile(user, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms ({len(user)}/{r['events']} arrived)",
             p99 <= 100,
         ),
         (
@@ -461,10 +500,7 @@ def _report(args: argparse.Namespace, wanted: int, r: dict[str, Any]) -> None:
         ),
         ("the server's PostgreSQL connections while streaming (its pool's idle ones)", r["pg"], None),
     ]
-    width = max(len(name) for name, _, _ in rows)
-    for name, value, met in rows:
-        verdict = "" if met is None else ("met" if met else "MISSED")
-        print(f"{name:<{width}}  {value}  {verdict}")
+    return rows
 
 
 if __name__ == "__main__":
