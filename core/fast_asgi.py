@@ -12,8 +12,12 @@ Redis read-through entry (the entry ``core.authentication`` keeps) and asks
 the handler for the answer: ``redis.asyncio`` round trips on the event loop,
 no thread, no PostgreSQL connection. The request is counted against the
 view's throttles in the same write as the handler's first round trip
-(``core.redis.Ahead``), so a poll costs two round trips; a refusal stops
-the handler right there. A write handler's first round trip only reads, so
+(``core.redis.Ahead``); a refusal stops the handler right there. A token
+this process authenticated before is not read on its own either: its entry
+is held here, and the same write reads it again; the answer stands only if
+Redis still holds that entry byte for byte (a revoked token, a changed or
+deactivated user rewrite it), so a poll costs one round trip and a mark
+two. A write handler's first round trip only reads, so
 a refused write changes nothing. A request the handler leaves to Django is
 taken back from the window, and Django counts it: every request counts once.
 Under WSGI, ``core.fast_wsgi`` puts the same route in front of Django.
@@ -36,7 +40,6 @@ Django.
 """
 
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,8 +57,8 @@ from core import activity, healing, keys, metrics, readmodel
 from core.authentication import TokenAuthentication
 from core.breaker import any_open
 from core.readmodel import THROTTLE_SCRIPT, throttle_args
-from core.readthrough import parse
-from core.redis import Ahead, async_available, sent_ahead
+from core.readthrough import Entry, parse
+from core.redis import Ahead, async_available, round_trip_async, sent_ahead
 from core.throttles import AnonRateThrottle, UserRateThrottle
 
 logger = logging.getLogger(__name__)
@@ -95,6 +98,9 @@ _OWN_HEADERS = frozenset({b"content-length", b"etag", b"set-cookie", b"date", b"
 # Learned header sets kept at most (language inputs vary by client): all are
 # forgotten when one more comes, and the next requests teach them again.
 MAX_LEARNED = 512
+# Token entries held at most (a few hundred bytes each); all are forgotten
+# when one more comes, and each token's next request reads its entry again.
+MAX_HELD_TOKENS = 20_000
 
 
 def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
@@ -165,6 +171,8 @@ class FastCore:
     def __init__(self) -> None:
         self._routes: dict[str, _Route] | None = None
         self._learned: dict[tuple[Any, ...], list[tuple[bytes, bytes]]] = {}
+        # Token -> its read-through entry as this process last read it (fresh then).
+        self._tokens: dict[str, Entry] = {}
 
     def _by_path(self) -> dict[str, _Route]:
         if self._routes is None:
@@ -251,7 +259,12 @@ class FastCore:
         if any_open() or not healing.known_ready():
             return None
         now = timezone.now()
-        entry = parse(await readmodel.cache_entry_get_async(key=keys.auth_token(token)))
+        held = self._tokens.get(token)
+        if held is not None and held.fresh():
+            entry = held  # read again with the handler's first round trip
+        else:
+            entry = parse(await readmodel.cache_entry_get_async(key=keys.auth_token(token)))
+            held = None
         fields = entry.value
         if not entry.fresh() or not isinstance(fields, dict):
             return None
@@ -266,7 +279,7 @@ class FastCore:
         # handler there: a write handler's first round trip only reads, so a
         # refused write changes nothing. Whatever the handler leaves to Django
         # is taken back from the window, and Django counts it: once each.
-        counting = _Counting(route.view, user_id)
+        counting = _Counting(route.view, user_id, token if held is not None else None, entry.raw)
         try:
             with sent_ahead(Ahead(counting.commands, counting.check)) as ahead:
                 answer = await route.handler(request)
@@ -277,12 +290,19 @@ class FastCore:
         except Exception:
             logger.exception("fast route %s failed; Django answers", route.pattern)
             answer = None
-        if not ahead.taken:  # the handler made no round trip: counted now
-            if answer is None or await _count(route.view, user_id) is None:
+        replies = ahead.replies
+        if not ahead.taken:  # the handler made no round trip: counted (and the token checked) now
+            if answer is None:
                 return None
-            return answer
-        if answer is None or not counting.allowed(ahead.replies):
-            await _uncount(counting.counted(ahead.replies))
+            replies = await round_trip_async(counting.commands)
+        if counting.token_changed(replies):
+            self._tokens.pop(token, None)  # Django reads it again (and answers a revoked token)
+        elif held is None:
+            if len(self._tokens) >= MAX_HELD_TOKENS:
+                self._tokens.clear()
+            self._tokens[token] = entry
+        if answer is None or not counting.allowed(replies):
+            await _uncount(counting.counted(replies))
             return None
         return answer
 
@@ -389,10 +409,11 @@ class _Refused(Exception):
 
 
 class _Counting:
-    """The throttle counts of one request, to send ahead of its handler's
-    first round trip (``core.redis.Ahead``)."""
+    """What rides ahead of a request's first round trip (``core.redis.Ahead``):
+    its throttle counts and, for a token whose entry is held, that entry read
+    again (the last command), which must be the bytes held."""
 
-    def __init__(self, view: Any, user_id: int) -> None:
+    def __init__(self, view: Any, user_id: int, held_token: str | None = None, held: bytes | None = None) -> None:
         now_ms = int(time.time() * 1000)
         self.windows: list[tuple[str, str]] = []  # (window's name, this request's member)
         self.commands: list[tuple[Any, ...]] = []
@@ -400,9 +421,22 @@ class _Counting:
             args = throttle_args(now_ms, window_ms, limit)
             self.windows.append((name, args[-1]))
             self.commands.append(THROTTLE_SCRIPT.command([keys.throttle(name)], args))
+        self.held = held if held_token is not None else None
+        if held_token is not None:
+            self.commands.append(("GET", keys.auth_token(held_token)))
+
+    def token_changed(self, replies: list[Any] | None) -> bool:
+        """Whether the held entry is no longer Redis's (False when none is held);
+        replies lost with the connection say nothing."""
+        if self.held is None or replies is None:
+            return False
+        reply = replies[len(self.windows)]
+        return isinstance(reply, Exception) or reply is None or bytes(reply) != self.held
 
     def allowed(self, replies: list[Any] | None) -> bool:
-        return replies is not None and all(_allows(reply) for reply in replies)
+        if replies is None or self.token_changed(replies):
+            return False
+        return all(_allows(reply) for reply in replies[: len(self.windows)])
 
     def check(self, replies: list[Any]) -> None:
         if not self.allowed(replies):
@@ -414,7 +448,7 @@ class _Counting:
         changes nothing)."""
         if replies is None:
             return self.windows
-        return [window for window, reply in zip(self.windows, replies, strict=True) if _allows(reply)]
+        return [window for window, reply in zip(self.windows, replies, strict=False) if _allows(reply)]
 
 
 def _allows(reply: Any) -> bool:
@@ -431,23 +465,6 @@ def _windows(view: Any, user_id: int) -> list[tuple[str, int, int]]:
         name = throttle.cache_format % {"scope": throttle.scope, "ident": user_id}
         windows.append((name, int(throttle.duration * 1000), int(throttle.num_requests)))
     return windows
-
-
-async def _count(view: Any, user_id: int) -> list[tuple[str, str]] | None:
-    """Count the request against the view's throttles: the (window, member)
-    of each count; None when one refuses (Django refuses it again, with its
-    envelope and ``Retry-After``), the counts made before it taken back."""
-    counted: list[tuple[str, str]] = []
-    for name, window_ms, limit in _windows(view, user_id):
-        member = secrets.token_hex(8)
-        allowed, _, _ = await readmodel.throttle_hit_async(
-            name=name, now_ms=int(time.time() * 1000), window_ms=window_ms, limit=limit, member=member
-        )
-        if not allowed:
-            await _uncount(counted)
-            return None
-        counted.append((name, member))
-    return counted
 
 
 async def _uncount(counted: list[tuple[str, str]]) -> None:

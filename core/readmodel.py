@@ -152,20 +152,8 @@ def throttle_hit(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple
     return bool(int(reply[0])), int(reply[1]), int(reply[2])
 
 
-async def throttle_hit_async(
-    *, name: str, now_ms: int, window_ms: int, limit: int, member: str | None = None
-) -> tuple[bool, int, int]:
-    """``throttle_hit`` on the event loop's client (single Redis; NOSCRIPT raises: the sync path loads it).
-    ``member`` names the request in the window, for ``throttle_unhit_async``."""
-    args = throttle_args(now_ms, window_ms, limit)
-    if member is not None:
-        args[-1] = member
-    (reply,) = await round_trip_async([THROTTLE_SCRIPT.command([keys.throttle(name)], args)])
-    return bool(int(reply[0])), int(reply[1]), int(reply[2])
-
-
 async def throttle_unhit_async(*, name: str, member: str) -> None:
-    """Take back one request ``throttle_hit_async`` counted as ``member``."""
+    """Take back one request the fast route counted as ``member`` (core/fast_asgi.py)."""
     await round_trip_async([("ZREM", keys.throttle(name), member)])
 
 
