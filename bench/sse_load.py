@@ -205,7 +205,7 @@ async def _open(port: int, token: str, book: Book) -> Stream:
     return stream
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
@@ -371,8 +371,9 @@ def measure(
     keep_going: bool = False,
 ) -> dict[str, Any]:
     """Serve, open ``streams`` streams (fewer when the descriptor limit is
-    lower), measure, stop the server; what ``_run`` found, with ``wanted``
-    (the streams asked for) and ``events`` (the user events sent)."""
+    lower), measure, stop the server; what ``_run`` found, with ``asked``
+    (``streams``), ``wanted`` (what the limit allowed of them) and ``events``
+    (the user events sent)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.bench")
     limit = _raise_fd_limit()
     wanted = streams
@@ -414,7 +415,7 @@ def measure(
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, 9)
             server.wait()
-    return {**result, "wanted": wanted, "events": events}
+    return {**result, "asked": streams, "wanted": wanted, "events": events}
 
 
 def main() -> int:
@@ -455,7 +456,7 @@ def findings(r: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     spread = r["broadcast_delays"]
     hub_before, _, total_before = r["redis_before"]
     hub_after, commands_after, total_after = r["redis_after"]
-    p99 = _quantile(user, 0.99) * 1000
+    p99 = quantile(user, 0.99) * 1000
     rows = [
         (
             "streams open (target >= 10,000)",
@@ -471,14 +472,14 @@ def findings(r: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         ),
         (
             "event delay p99, a user's event (target <= 100 ms)",
-            f"p50 {_quantile(user, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms ({len(user)}/{r['events']} arrived)",
+            f"p50 {quantile(user, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms ({len(user)}/{r['events']} arrived)",
             p99 <= 100,
         ),
         (
             "event delay p99, a broadcast to every stream (target <= 100 ms)",
-            f"p50 {_quantile(spread, 0.5) * 1000:.0f} ms, p99 {_quantile(spread, 0.99) * 1000:.0f} ms, "
+            f"p50 {quantile(spread, 0.5) * 1000:.0f} ms, p99 {quantile(spread, 0.99) * 1000:.0f} ms, "
             f"last {max(r['broadcast_last']) * 1000:.0f} ms, reached {r['broadcast_reached']}",
-            _quantile(spread, 0.99) * 1000 <= 100,
+            quantile(spread, 0.99) * 1000 <= 100,
         ),
         (
             "server CPU per broadcast to every stream (user + system)",

@@ -30,17 +30,17 @@ def _label(streams: int) -> str:
 
 
 def _p(values: list[float], q: float) -> float:
-    return sse_load._quantile(values, q)
+    return sse_load.quantile(values, q)
 
 
 def _rows(results: list[dict[str, Any]]) -> list[GrowthRow]:
-    sizes = [_label(r["wanted"]) for r in results]
+    sizes = [_label(r["asked"]) for r in results]
     largest = results[-1]
     opened = [float(r["open"]) for r in results]
     failed = sum(r["failures"] for r in results)
     # A quick run asks for fewer than CAPACITY: it checks only that every stream opened.
-    capacity_met = failed == 0 and all(r["open"] == r["wanted"] for r in results)
-    if largest["wanted"] >= CAPACITY:
+    capacity_met = failed == 0 and all(r["open"] == r["asked"] for r in results)
+    if largest["asked"] >= CAPACITY:
         capacity_met = capacity_met and largest["open"] >= CAPACITY
     each = [(r["rss_after"] - r["rss_before"]) / max(1, r["open"] - r["first"]) for r in results]
     user_p99 = [_p(r["user_delays"], 0.99) for r in results]
@@ -64,7 +64,7 @@ def _rows(results: list[dict[str, Any]]) -> list[GrowthRow]:
             capacity_met,
             note=per_size(
                 lambda r: (
-                    f"{r['open']:,} of {r['wanted']:,} in {r['open_seconds']:.1f} s, {r['failures']} failed"
+                    f"{r['open']:,} of {r['asked']:,} in {r['open_seconds']:.1f} s, {r['failures']} failed"
                     + "".join(f", {count} {kind}" for kind, count in sorted(r["failure_kinds"].items()))
                 )
             ),
