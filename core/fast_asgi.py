@@ -279,7 +279,7 @@ class FastCore:
         # handler there: a write handler's first round trip only reads, so a
         # refused write changes nothing. Whatever the handler leaves to Django
         # is taken back from the window, and Django counts it: once each.
-        counting = _Counting(route.view, user_id, token if held is not None else None, entry.raw)
+        counting = _Counting(route.view, user_id, held=(token, held.raw) if held is not None and held.raw else None)
         try:
             with sent_ahead(Ahead(counting.commands, counting.check)) as ahead:
                 answer = await route.handler(request)
@@ -413,7 +413,7 @@ class _Counting:
     its throttle counts and, for a token whose entry is held, that entry read
     again (the last command), which must be the bytes held."""
 
-    def __init__(self, view: Any, user_id: int, held_token: str | None = None, held: bytes | None = None) -> None:
+    def __init__(self, view: Any, user_id: int, *, held: tuple[str, bytes] | None = None) -> None:
         now_ms = int(time.time() * 1000)
         self.windows: list[tuple[str, str]] = []  # (window's name, this request's member)
         self.commands: list[tuple[Any, ...]] = []
@@ -421,9 +421,9 @@ class _Counting:
             args = throttle_args(now_ms, window_ms, limit)
             self.windows.append((name, args[-1]))
             self.commands.append(THROTTLE_SCRIPT.command([keys.throttle(name)], args))
-        self.held = held if held_token is not None else None
-        if held_token is not None:
-            self.commands.append(("GET", keys.auth_token(held_token)))
+        self.held = None if held is None else held[1]  # the entry's bytes, as held
+        if held is not None:
+            self.commands.append(("GET", keys.auth_token(held[0])))
 
     def token_changed(self, replies: list[Any] | None) -> bool:
         """Whether the held entry is no longer Redis's (False when none is held);
