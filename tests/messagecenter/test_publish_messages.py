@@ -7,13 +7,15 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import keys
 from core.exceptions import ValidationFailed
 from messagecenter import services, tasks
-from messagecenter.models import ItemSlotMonth, Message, MessageImage, MessageStatus
+from messagecenter.models import ItemSlotMonth, Message, MessageImage, MessageStatus, PendingDelivery
 from messagecenter.selectors import inbox_item_get
+from messagecenter.services import delivery
 from messagecenter.services import messages as messages_module
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids
@@ -210,3 +212,30 @@ def test_the_pull_status_write_waits_for_no_flush_and_leaves_the_session_as_it_w
     assert len(queries.captured_queries) == 1
     assert "synchronous_commit" in queries.captured_queries[0]["sql"]
     assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+
+
+@pytest.mark.postgres
+def test_a_done_row_is_deleted_without_waiting_for_a_flush_only_in_autocommit(operator: Any) -> None:
+    def row() -> PendingDelivery:
+        return PendingDelivery.objects.create(
+            task="messagecenter.message_deliver", object_id=987654, index=0, due_at=timezone.now()
+        )
+
+    row()
+    with CaptureQueriesContext(connection) as queries:
+        delivery._done("messagecenter.message_deliver", 987654, 0)
+    assert [q["sql"] for q in queries.captured_queries if "synchronous_commit" in q["sql"]]
+    assert not PendingDelivery.objects.filter(object_id=987654).exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    # Inside a caller's transaction the setting would outlive the statement: a plain DELETE.
+    with transaction.atomic():
+        row()
+        with CaptureQueriesContext(connection) as queries:
+            delivery._done("messagecenter.message_deliver", 987654, 0)
+        assert not [q["sql"] for q in queries.captured_queries if "synchronous_commit" in q["sql"]]
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    assert not PendingDelivery.objects.filter(object_id=987654).exists()
