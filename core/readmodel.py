@@ -15,7 +15,7 @@ from typing import Any
 
 from core import keys
 from core.lua import LuaScript
-from core.redis import get_redis, round_trip_async
+from core.redis import get_redis, is_cluster, round_trip_async
 
 FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
 UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
@@ -33,9 +33,15 @@ def cache_entry_get(*, key: str) -> bytes | None:
 
 
 def cache_entries_get(*, entry_keys: Sequence[str]) -> list[bytes | None]:
-    """Several entries' bytes in one round trip (each key in its own slot:
-    a pipeline of GETs, not an MGET)."""
-    pipe = get_redis().pipeline(transaction=False)
+    """Several entries' bytes in one round trip: one MGET on a single Redis
+    (one reply to parse instead of one per key); on a cluster, where each
+    key has a slot of its own, a pipeline of GETs."""
+    if not entry_keys:
+        return []
+    client = get_redis()
+    if not is_cluster():
+        return list(client.mget(entry_keys))
+    pipe = client.pipeline(transaction=False)
     for key in entry_keys:
         pipe.get(key)
     return list(pipe.execute())
