@@ -286,6 +286,7 @@ def rotating_script(*, tokens: Sequence[str], steps: Sequence[Step], threads: in
 class RotatingLoad(Load):
     throttled: int = 0  # 429 answers
     bad: int = 0  # other non-2xx answers
+    rounds: tuple[float, ...] = ()  # requests/s of each round, when several were run
 
 
 def run_wrk_script(

@@ -3,7 +3,11 @@ request authenticates as the next one), the production throttles on, WSGI
 (gunicorn) and ASGI (uvicorn) side by side at the same worker count, each
 endpoint next to the trivial DRF view on the same server, warm and cold.
 
-Warm: after a pass over every user, ``seconds`` of load per endpoint. Cold:
+Warm: after a pass over every user, ``seconds`` of load per endpoint, taken
+in interleaved rounds (the ping view, then each endpoint, round after round);
+an endpoint's figure is its median round, its failures those of every
+round, so a burst of another process on the shared machine costs one round
+of one endpoint rather than its row. Cold:
 a fresh server (nothing held by its processes) and the users' read cache,
 announcement count and authentication entries deleted from Redis, then each
 user asked once; its latency next to the same pass over the ping view.
@@ -11,6 +15,7 @@ The mixed workload is 90% reads (inbox page, counts, announcements) and 10%
 marks, every user in turn.
 """
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -106,17 +111,36 @@ def _serve(kind: str) -> Any:
     return http_load.serve(kind, env={"BENCH_THROTTLES": "true"})
 
 
-def _warm(kind: str, tokens: list[str], refs: list[str], seconds: int) -> dict[str, http_load.RotatingLoad]:
-    loads: dict[str, http_load.RotatingLoad] = {}
+def _warm(
+    kind: str, tokens: list[str], refs: list[str], seconds: int, rounds: int
+) -> dict[str, http_load.RotatingLoad]:
+    runs: dict[str, list[http_load.RotatingLoad]] = {}
     with _serve(kind) as base:
         _ready(base, tokens[0])
         # Reads of the mix first (on an idle machine every user several times): each process's
         # connections, caches and held answers.
         http_load.wrk_rotating(base=base, tokens=tokens, steps=MIXED[:5], seconds=max(5, seconds))
-        loads["ping"] = http_load.wrk_rotating(base=base, tokens=tokens, steps=(PING,), seconds=seconds)
-        for name, steps in WORKLOADS:
-            loads[name] = http_load.wrk_rotating(base=base, tokens=tokens, steps=steps, seconds=seconds, refs=refs)
-    return loads
+        each = max(1, round(seconds / rounds))
+        for _ in range(rounds):
+            for name, steps in (("ping", (PING,)), *WORKLOADS):
+                load = http_load.wrk_rotating(base=base, tokens=tokens, steps=steps, seconds=each, refs=refs)
+                runs.setdefault(name, []).append(load)
+    return {name: _median_round(loads) for name, loads in runs.items()}
+
+
+def _median_round(loads: list[http_load.RotatingLoad]) -> http_load.RotatingLoad:
+    """The round of median requests/s, with the requests, failures and 429s of every round."""
+    ranked = sorted(loads, key=lambda load: load.rps)
+    middle = ranked[len(ranked) // 2]
+    return dataclasses.replace(
+        middle,
+        requests=sum(load.requests for load in loads),
+        non_2xx=sum(load.non_2xx for load in loads),
+        errors=sum(load.errors for load in loads),
+        throttled=sum(load.throttled for load in loads),
+        bad=sum(load.bad for load in loads),
+        rounds=tuple(load.rps for load in loads),
+    )
 
 
 def _cold(kind: str, user_ids: list[int], tokens: list[str]) -> dict[str, http_load.RotatingLoad]:
@@ -131,10 +155,13 @@ def _cold(kind: str, user_ids: list[int], tokens: list[str]) -> dict[str, http_l
 
 
 def _detail(load: http_load.RotatingLoad) -> str:
-    return (
+    text = (
         f"{load.requests:,} requests, p50 {load.p50 * 1e3:.2f} ms, p99 {load.p99 * 1e3:.2f} ms, "
         f"{load.throttled} throttled (429), {load.bad} other non-2xx, {load.errors} socket errors"
     )
+    if len(load.rounds) > 1:
+        text += f"; rounds {' · '.join(f'{rps:,.0f}/s' for rps in load.rounds)} (latencies: the median round's)"
+    return text
 
 
 def _failures(*loads: http_load.RotatingLoad) -> int:
@@ -142,9 +169,9 @@ def _failures(*loads: http_load.RotatingLoad) -> int:
 
 
 def run(*, users: int, quick: bool) -> list[Row]:
-    seconds = 3 if quick else 10
+    seconds, rounds = (3, 1) if quick else (12, 3)
     user_ids, tokens, refs = _prepare(users)
-    warm = {kind: _warm(kind, tokens, refs, seconds) for kind, _ in SERVERS}
+    warm = {kind: _warm(kind, tokens, refs, seconds, rounds) for kind, _ in SERVERS}
     cold_users = QUICK_COLD_USERS if quick else len(tokens)
     cold = {kind: _cold(kind, user_ids[:cold_users], tokens[:cold_users]) for kind, _ in SERVERS}
     rows: list[Row] = []
@@ -165,7 +192,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
                 better="higher",
                 failures=_failures(ping),
                 throttled=ping.throttled,
-                note=f"{setting}, {seconds} s: {_detail(ping)}",
+                note=f"{setting}, {seconds} s in {rounds} round(s): {_detail(ping)}",
             )
         )
         for name, steps in WORKLOADS:
@@ -183,7 +210,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
                     target=TARGETS[name],
                     failures=_failures(load),
                     throttled=load.throttled,
-                    note=f"{what}; {setting}, {seconds} s: {_detail(load)}",
+                    note=f"{what}; {setting}, {seconds} s in {rounds} round(s): {_detail(load)}",
                 )
             )
         floor = cold[kind]["ping"]
