@@ -531,13 +531,14 @@ def muted_among(
 ) -> set[int]:
     """The users among ``user_ids`` from whom an item of this category (and
     message type) at ``time_ms`` is hidden: delivery skips them. One query
-    per batch of users (mc_muteperiod_user_idx serves ``user_id IN``)."""
+    per batch of users, the batch as one array (``core.lookups``;
+    mc_muteperiod_user_idx serves it)."""
     target = Q(category=category)
     if message_type_id is not None:
         target |= Q(message_type_id=message_type_id)
     muted: set[int] = set()
     for start in range(0, len(user_ids), MUTED_AMONG_BATCH):
-        rows = MutePeriod.objects.filter(target, user_id__in=user_ids[start : start + MUTED_AMONG_BATCH])
+        rows = MutePeriod.objects.filter(target, user_id__any_of=user_ids[start : start + MUTED_AMONG_BATCH])
         rows = rows.filter(start_ms__lt=time_ms).filter(Q(end_ms__isnull=True) | Q(end_ms__gte=time_ms))
         muted.update(rows.values_list("user_id", flat=True))
     return muted

@@ -45,7 +45,7 @@ def _resolve(
     wanted_groups = {int(g) for g in group_ids}
     errors: dict[str, list[str]] = {}
     if wanted_users:
-        found = BitMap(get_user_model().objects.filter(pk__in=list(wanted_users)).values_list("pk", flat=True))
+        found = BitMap(get_user_model().objects.filter(pk__any_of=list(wanted_users)).values_list("pk", flat=True))
         missing = wanted_users - found
         if missing:
             errors["users"] = [f"Unknown user id(s): {', '.join(map(str, missing))}."]
