@@ -18,11 +18,11 @@ class AnyOf(Lookup):
     lookup_name = "any_of"
     prepare_rhs = False
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         if connection.vendor != "postgresql":
             return In(self.lhs, list(self.rhs)).as_sql(compiler, connection)
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        return f"{lhs} = ANY(%s)", [*lhs_params, [self.lhs.output_field.get_prep_value(v) for v in self.rhs]]
+        return f"{lhs} = ANY(%s)", (*lhs_params, [self.lhs.output_field.get_prep_value(v) for v in self.rhs])
 
 
 # Related fields take only their own class's lookups, not Field's.
