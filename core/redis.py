@@ -7,6 +7,7 @@ django-redis's client cannot follow cluster redirects (it fails with MovedError)
 """
 
 import asyncio
+import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from core import breaker, keys
@@ -107,7 +109,12 @@ def async_available() -> bool:
 
 
 def get_async_redis() -> redis.asyncio.Redis:
-    """The running event loop's client of the read model's Redis (``async_available`` first)."""
+    """The running event loop's client of the read model's Redis (``async_available`` first).
+
+    Its connections have no socket timeout of their own: ``round_trip_async``
+    puts one deadline on a whole round trip. redis-py's, on every write and
+    every reply, schedules and cancels a timer for each and runs each write
+    as a task of its own, a quarter of a polled page's round trip in CPU."""
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
@@ -117,7 +124,7 @@ def get_async_redis() -> redis.asyncio.Redis:
             max_connections=int(settings.ASGI_FAST_READS_CONNECTIONS),
             timeout=timeout,
             socket_connect_timeout=timeout,
-            socket_timeout=timeout,
+            socket_timeout=None,
         )
         client = _async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
     return client
@@ -166,12 +173,18 @@ async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
     connection = await pool.get_connection()
     replies: list[Any] = []
     try:
-        await connection.send_packed_command(packed)
-        for _ in packed:
-            try:
-                replies.append(await connection.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
+        # One deadline for the write and every reply (the connections have
+        # no socket timeout: see get_async_redis).
+        async with asyncio.timeout(settings.REDIS_SOCKET_TIMEOUT):
+            await connection.send_packed_command(packed)
+            for _ in packed:
+                try:
+                    replies.append(await connection.read_response(timeout=math.inf))
+                except ResponseError as exc:
+                    replies.append(exc)
+    except TimeoutError as exc:
+        await connection.disconnect()  # replies may be left unread
+        raise RedisTimeoutError(f"no reply from Redis within {settings.REDIS_SOCKET_TIMEOUT} s") from exc
     except BaseException:
         await connection.disconnect()  # replies may be left unread
         raise
