@@ -373,10 +373,7 @@ def test_redis_failing_on_the_loop_leaves_the_answer_to_django(
         async def get_connection(self) -> Any:
             raise RedisConnectionError("down")
 
-    class Down:
-        connection_pool = Refusing()
-
-    monkeypatch.setattr(core_redis, "get_async_redis", lambda: Down())
+    monkeypatch.setattr(core_redis, "get_async_pool", lambda: Refusing())
     polled = call(app, COUNTS, auth)
     assert (polled.status, polled.body) == (first.status, first.body)
     assert django.calls == calls + 1
