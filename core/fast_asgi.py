@@ -44,6 +44,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -101,6 +102,12 @@ MAX_LEARNED = 512
 # Token entries held at most (a few hundred bytes each); all are forgotten
 # when one more comes, and each token's next request reads its entry again.
 MAX_HELD_TOKENS = 20_000
+# Write paths whose resolution is held (a few hundred bytes each): a mark's
+# path holds its item's id, so Django's resolver would otherwise try the
+# project's URL patterns one by one for every mark. All are forgotten when
+# one more comes. Marks cluster on the items just delivered (a broadcast's
+# id is the same in every inbox), so most find theirs held.
+MAX_HELD_WRITE_PATHS = 10_000
 
 
 def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
@@ -173,6 +180,8 @@ class FastCore:
         self._learned: dict[tuple[Any, ...], list[tuple[bytes, bytes]]] = {}
         # Token -> its read-through entry as this process last read it (fresh then).
         self._tokens: dict[str, Entry] = {}
+        # Path of a POST -> its write route and the URL's captured values (None: Django's).
+        self._write_paths: dict[str, tuple[_Route, Mapping[str, Any]] | None] = {}
 
     def _by_path(self) -> dict[str, _Route]:
         if self._routes is None:
@@ -188,8 +197,17 @@ class FastCore:
             self._routes = routes
         return self._routes
 
-    def _write_route(self, path: str) -> tuple[_Route, dict[str, Any]] | None:
-        """The write route of ``path`` (its URL holds an id: resolved per request)."""
+    def _write_route(self, path: str) -> tuple[_Route, Mapping[str, Any]] | None:
+        """The write route of ``path`` (its URL holds an id: resolved once per path held)."""
+        if path in self._write_paths:
+            return self._write_paths[path]
+        if len(self._write_paths) >= MAX_HELD_WRITE_PATHS:
+            self._write_paths.clear()
+        found = self._write_paths[path] = self._resolve_write(path)
+        return found
+
+    @staticmethod
+    def _resolve_write(path: str) -> tuple[_Route, Mapping[str, Any]] | None:
         if not any(method == "POST" for method, _ in _handlers):
             return None
         try:
@@ -200,9 +218,10 @@ class FastCore:
         view = _view_of(match)
         if handler is None or view is None or not _fits(view):
             return None
-        return _Route(handler, match.route, view, write=True), dict(match.kwargs)
+        # Read-only: the same values serve every request to this path.
+        return _Route(handler, match.route, view, write=True), MappingProxyType(dict(match.kwargs))
 
-    def route(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
+    def route(self, method: str, path: str) -> tuple[_Route, Mapping[str, Any]] | None:
         """The route of a request (with the URL's captured values), or None: Django's."""
         if not async_available():
             return None

@@ -498,6 +498,31 @@ def test_a_mark_the_loop_does_not_take_is_django_s(world: dict[str, Any]) -> Non
     assert django.calls == calls + 1
 
 
+def test_a_write_path_is_resolved_once_while_held(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    app, auth, item = world["app"], world["auth"], world["item"]
+    read, unread = f"/api/v1/inbox/{item}/read/", f"/api/v1/inbox/{item}/unread/"
+    resolved: list[str] = []
+    real = fast_asgi.resolve
+
+    def counting(path: str) -> Any:
+        resolved.append(path)
+        return real(path)
+
+    monkeypatch.setattr(fast_asgi, "resolve", counting)
+    for path in (read, unread) * 3:
+        assert call(app, path, auth, method="POST").status == 204
+    # A path that is no write route is held as such: Django answers it each time.
+    for _ in range(2):
+        assert call(app, "/api/v1/inbox/mark-all-read/x/", auth, method="POST").status == 404
+    expected = [read, unread, "/api/v1/inbox/mark-all-read/x/"] if async_available() else []
+    assert resolved == expected
+    # Past the bound, every held path is forgotten and resolved again when next asked.
+    monkeypatch.setattr(fast_asgi, "MAX_HELD_WRITE_PATHS", 3)
+    assert call(app, f"/api/v1/inbox/{item}/archive/", auth, method="POST").status == 204
+    assert call(app, read, auth, method="POST").status == 204
+    assert resolved == ([*expected, f"/api/v1/inbox/{item}/archive/", read] if async_available() else [])
+
+
 def test_marks_count_against_the_throttle_once_each(world: dict[str, Any]) -> None:
     app, auth, user, item = world["app"], world["auth"], world["user"], world["item"]
     read = f"/api/v1/inbox/{item}/read/"
