@@ -212,8 +212,10 @@ class LuaScript:
         """The call as a bare EVALSHA command, to send among others in one
         ``core.redis.round_trip`` (single Redis). A NOSCRIPT reply there is raised
         as ``NoScriptError``: the call changed nothing, run it again through ``self``."""
-        client = client if client is not None else get_redis()
-        return ("EVALSHA", self._registered(client).sha, len(keys), *keys, *args)
+        script = self._script
+        if script is None:  # the client is needed only to register the script, once
+            script = self._registered(client if client is not None else get_redis())
+        return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
         """Queue a call on a single Redis's pipeline as a bare EVALSHA.
