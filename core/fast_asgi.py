@@ -110,6 +110,13 @@ MAX_HELD_TOKENS = 20_000
 MAX_HELD_WRITE_PATHS = 10_000
 
 
+def _hold(store: dict[Any, Any], limit: int, key: Any, value: Any) -> None:
+    """Keep ``value`` under ``key``, forgetting everything first once ``limit`` entries are held."""
+    if len(store) >= limit:
+        store.clear()
+    store[key] = value
+
+
 def register(url_name: str, handler: Handler, *, method: str = "GET") -> None:
     """Answer ``method`` (``GET``, or ``POST`` of a view that reads no body) of
     the URL named ``url_name`` with ``handler`` when it can. A ``POST``
@@ -199,12 +206,9 @@ class FastCore:
 
     def _write_route(self, path: str) -> tuple[_Route, Mapping[str, Any]] | None:
         """The write route of ``path`` (its URL holds an id: resolved once per path held)."""
-        if path in self._write_paths:
-            return self._write_paths[path]
-        if len(self._write_paths) >= MAX_HELD_WRITE_PATHS:
-            self._write_paths.clear()
-        found = self._write_paths[path] = self._resolve_write(path)
-        return found
+        if path not in self._write_paths:
+            _hold(self._write_paths, MAX_HELD_WRITE_PATHS, path, self._resolve_write(path))
+        return self._write_paths[path]
 
     @staticmethod
     def _resolve_write(path: str) -> tuple[_Route, Mapping[str, Any]] | None:
@@ -241,9 +245,7 @@ class FastCore:
         and sets no cookie (lower-case names)."""
         if status != _SUCCESS[learn_as[1]] or any(n == b"set-cookie" for n, _ in headers):
             return
-        if len(self._learned) >= MAX_LEARNED:
-            self._learned.clear()
-        self._learned[learn_as] = [(n, v) for n, v in headers if n not in _OWN_HEADERS]
+        _hold(self._learned, MAX_LEARNED, learn_as, [(n, v) for n, v in headers if n not in _OWN_HEADERS])
 
     async def answer(
         self,
@@ -317,9 +319,7 @@ class FastCore:
         if counting.token_changed(replies):
             self._tokens.pop(token, None)  # Django reads it again (and answers a revoked token)
         elif held is None:
-            if len(self._tokens) >= MAX_HELD_TOKENS:
-                self._tokens.clear()
-            self._tokens[token] = entry
+            _hold(self._tokens, MAX_HELD_TOKENS, token, entry)
         if answer is None or not counting.allowed(replies):
             await _uncount(counting.counted(replies))
             return None
