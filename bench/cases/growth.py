@@ -40,25 +40,52 @@ def _entry(i: int) -> InboxEntry:
     )
 
 
+def _redis_cpu() -> float:
+    """Seconds of CPU Redis's main thread has used so far (user + system).
+
+    What a call costs Redis in work: unlike wall time, it does not grow when
+    the kernel takes the core from Redis in the middle of a call, which on
+    two cores shared with this client and PostgreSQL happens every few
+    thousand calls and makes even an HGET look like milliseconds. The
+    difference between two readings also holds one INFO's own cost
+    (``_cpu_floor``)."""
+    info = get_redis().info("cpu")
+    return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+
+
+def _cpu_floor(samples: int = 200) -> float:
+    """Redis's CPU between two readings with nothing in between (the median):
+    what every per-call CPU figure holds besides the call."""
+    deltas = []
+    for _ in range(samples):
+        before = _redis_cpu()
+        deltas.append(_redis_cpu() - before)
+    return Stats(deltas).median
+
+
 @contextmanager
-def _timed_calls() -> Iterator[list[float]]:
-    """Every LuaScript call (a direct call or a streamed batch) and its seconds, client side."""
+def _timed_calls(cpu: list[float] | None = None) -> Iterator[list[float]]:
+    """Every LuaScript call (a direct call or a streamed batch) and its seconds,
+    client side; with ``cpu``, also each call's CPU on Redis's main thread
+    (read before and after it, outside the timed part)."""
     seen: list[float] = []
     call, stream = LuaScript.__call__, getattr(LuaScript, "stream", None)
 
-    def timed_call(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
+    def timed(run: Any, *args: Any, **kwargs: Any) -> Any:
+        used = _redis_cpu() if cpu is not None else 0.0
         start = time.perf_counter()
         try:
-            return call(self, *args, **kwargs)
+            return run(*args, **kwargs)
         finally:
             seen.append(time.perf_counter() - start)
+            if cpu is not None:
+                cpu.append(_redis_cpu() - used)
+
+    def timed_call(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
+        return timed(call, self, *args, **kwargs)
 
     def timed_stream(self: LuaScript, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return stream(self, *args, **kwargs)  # type: ignore[misc]
-        finally:
-            seen.append(time.perf_counter() - start)
+        return timed(stream, self, *args, **kwargs)
 
     LuaScript.__call__ = timed_call  # type: ignore[method-assign]
     if stream is not None:
@@ -71,9 +98,10 @@ def _timed_calls() -> Iterator[list[float]]:
             LuaScript.stream = stream  # type: ignore[method-assign]
 
 
-def _fill(user_ids: list[int], items: int, *, first: int = 0) -> list[float]:
+def _fill(user_ids: list[int], items: int, *, first: int = 0, cpu: list[float] | None = None) -> list[float]:
     """Push ``items`` items to every user (each call one item to all of them), 90% of them
-    read beforehand (their read bits set, as a reader who keeps up); the deliveries' times."""
+    read beforehand (their read bits set, as a reader who keeps up); the deliveries' times
+    (and with ``cpu`` each delivery's CPU on Redis's main thread, ``_redis_cpu``)."""
     client = get_redis()
     pipe = client.pipeline(transaction=False)
     for i in range(first, first + items):
@@ -89,9 +117,12 @@ def _fill(user_ids: list[int], items: int, *, first: int = 0) -> list[float]:
         publish.item_detail_put(
             ref=entry.ref, detail={"member": entry.member, "title": "t", "category": entry.category}
         )
+        used = _redis_cpu() if cpu is not None else 0.0
         start = time.perf_counter()
         publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=T0)
         times.append(time.perf_counter() - start)
+        if cpu is not None:
+            cpu.append(_redis_cpu() - used)
     return times
 
 
@@ -179,6 +210,8 @@ def run(*, users: int, quick: bool) -> list[Row]:
     unread: dict[int, Stats] = {}
     next_user = iter(range(900_000_000, 1_000_000_000))
     calls_at_cap: list[float] = []
+    cpu_at_cap: list[float] = []
+    floor = _cpu_floor()
     server_at_cap = ""
     bound_at_cap = (0.0, "")
     for size in (10, 10_000, big):
@@ -187,13 +220,15 @@ def run(*, users: int, quick: bool) -> list[Row]:
         pushed = 200 if size == 10 else size
         mark = _slowlog_mark()
         histogram = _script_histogram()
+        cpu: list[float] | None = [] if size == big else None
         with _timed_calls():
-            times = _fill(ids_, pushed)
+            times = _fill(ids_, pushed, cpu=cpu)
         if size == big:
             server_at_cap = _server_largest(mark)
             bound_at_cap = _server_bound(histogram, _script_histogram())
-        if size == big:
-            calls_at_cap = times[int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) :]
+            cap = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
+            calls_at_cap = times[cap:]
+            cpu_at_cap = (cpu or [])[cap:]
         for user_id in ids_:  # settled once (the first read of a fresh inbox), then measured
             inbox.inbox_counts(user_id=user_id, now_ms=NOW)
         plain[size] = _pages(ids_, unread_only=False)
@@ -266,6 +301,10 @@ def run(*, users: int, quick: bool) -> list[Row]:
         )
     )
 
+    rows.append(
+        _cpu_row(f"delivery to {USERS} users at the cap ({len(cpu_at_cap):,} fan-out calls)", cpu_at_cap, floor)
+    )
+
     # --- an inbox written without caps on write: 100,000 items, then its first read --------
     legacy = [next(next_user) for _ in range(2)]
     with override_settings(MESSAGECENTER_INBOX_MAX_ITEMS=10**9):
@@ -273,7 +312,8 @@ def run(*, users: int, quick: bool) -> list[Row]:
     held = client.zcard(keys.mc_inbox(legacy[0]))
     mark = _slowlog_mark()
     histogram = _script_histogram()
-    with _timed_calls() as calls:
+    cpu_first_read: list[float] = []
+    with _timed_calls(cpu=cpu_first_read) as calls:
         start = time.perf_counter()
         inbox.inbox_counts(user_id=legacy[0], now_ms=NOW)
         first_read = time.perf_counter() - start
@@ -305,4 +345,30 @@ def run(*, users: int, quick: bool) -> list[Row]:
             note=f"{bound_first_read[1]}; the value is the bucket's upper bound",
         )
     )
+    rows.append(
+        _cpu_row(f"first read of an inbox holding {held:,} items ({len(calls):,} script calls)", cpu_first_read, floor)
+    )
     return rows
+
+
+def _cpu_row(what: str, cpu: list[float], floor: float) -> Row:
+    """The largest of these calls by the work it made Redis do: its main
+    thread's CPU across the call (``_redis_cpu``), the target the same
+    ceiling as the wall-time rows'."""
+    stats = Stats(cpu)
+    largest = _largest(cpu)
+    over = sum(1 for c in cpu if c > 0.001)
+    return Row(
+        "inbox growth",
+        f"{what}: largest call's CPU on Redis's main thread",
+        largest,
+        "s",
+        "-",
+        None,
+        p99=stats.p99,
+        at_most=0.005,
+        note=f"median {stats.median * 1e6:.0f} µs, {over:,} over 1 ms; read from INFO cpu before and after each "
+        f"call, so each figure also holds one INFO's cost (median {floor * 1e6:.0f} µs with no call between); "
+        "CPU time, not wall time: the kernel preempting Redis mid-call does not count, other clients' commands "
+        "meanwhile would",
+    )
