@@ -307,13 +307,34 @@ def _settled(user_id: int, now_ms: int, op: InboxOp, months: Sequence[str], resu
     return result
 
 
-def _run(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any:
+def _hinted(user_id: int, plan: _Plan) -> list[str]:
+    """The plan's months, sorted, kept as the user's months hint."""
     months = sorted(plan.months)
     if len(_months_hint) >= MONTHS_HINT_USERS:
         _months_hint.clear()
     _months_hint[user_id] = tuple(months)
+    return months
+
+
+def _run(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any:
+    months = _hinted(user_id, plan)
     result = inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge)()
     return _settled(user_id, now_ms, op, months, result)
+
+
+def _fast_planned(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any | None:
+    """The op by the fast path when planning found nothing to settle or merge
+    (a user this process has no months hint of, whose inbox is level: the
+    common first read after a restart), else None. The fast path answers
+    what the planned one does and more in the same call: a page's details
+    and the tag its rendering is kept under, the counts kept in the read
+    cache; the planned path would need another round trip for the details.
+    Should the inbox have changed since the plan, the script answers STALE
+    having changed nothing, and the caller runs the plan."""
+    if plan.merge is None or not plan.merge.idle or is_cluster():
+        return None
+    result = _fast_call_on(user_id, now_ms, op, _hinted(user_id, plan))()
+    return None if _unanswered(result) else result
 
 
 def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
@@ -349,7 +370,10 @@ def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
     """Run a read op: the one-round-trip path when it applies, else plan and run."""
     result = _fast(user_id, now_ms, op)
     if result is None:
-        result = _run(user_id, now_ms, op, _plan(user_id, now_ms))
+        plan = _plan(user_id, now_ms)
+        result = _fast_planned(user_id, now_ms, op, plan)
+        if result is None:
+            result = _run(user_id, now_ms, op, plan)
     return result
 
 
@@ -703,11 +727,14 @@ def _cached_counts(value: bytes) -> Counts:
 
 def _counts_computed(user_id: int, now_ms: int) -> Counts:
     """The counts from the script (which keeps them in the read cache on the fast path)."""
-    result = _fast(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS))
+    op = CountsOp(cache_seconds=PAGE_CACHE_SECONDS)
+    result = _fast(user_id, now_ms, op)
     if result is None:
-        result = _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
-    else:
-        _cache_hint_add(user_id, COUNTS_FIELD)
+        plan = _plan(user_id, now_ms)
+        result = _fast_planned(user_id, now_ms, op, plan)
+        if result is None:
+            return _counts(_run(user_id, now_ms, CountsOp(), plan))
+    _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result)
 
 

@@ -135,6 +135,18 @@ class Merge:
     max_items: int
     step: int  # the most members the call settles, all its settling steps together
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to settle, merge or take in: the fast path's check would pass."""
+        return (
+            self.settled_version is None
+            and not self.removals
+            and not self.candidates
+            and self.access is None
+            and self.display is None
+            and self.pull is None
+        )
+
     def args(self) -> list[Any]:
         out: list[Any] = ["1", self.step, "" if self.settled_version is None else self.settled_version]
         out.append(len(self.removals))
