@@ -98,6 +98,25 @@ def test_a_database_error_in_the_work_keeps_the_row_due_with_the_backoff_not_the
     assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
 
 
+def test_rows_are_written_once_however_many_and_however_often(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No hand-over after commit: the rows alone are looked at.
+    monkeypatch.setattr(delivery, "_hand_over", lambda *_args: None)
+    chunks = list(range(2 * delivery.INSERT_BATCH + 7))  # more rows than one INSERT carries
+    before = timezone.now()
+    with transaction.atomic():
+        delivery.delivery_add(task=messages.FANOUT_CHUNK_TASK, object_id=42, indexes=chunks)
+    with transaction.atomic():  # a rerun: the rows are there already
+        delivery.delivery_add(task=messages.FANOUT_CHUNK_TASK, object_id=42, indexes=[0, 5, len(chunks)])
+    rows = PendingDelivery.objects.filter(task=messages.FANOUT_CHUNK_TASK, object_id=42).order_by("index")
+    assert [row.index for row in rows] == [*chunks, len(chunks)]
+    lease = timedelta(seconds=float(settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS))
+    for row in rows:
+        assert (row.attempts, row.last_error) == (0, "")
+        assert before <= row.created_at <= timezone.now()
+        # Read back through the ORM as an aware time, leased as a hand-over's would be.
+        assert before + lease <= row.due_at <= timezone.now() + lease
+
+
 def test_an_unknown_task_is_refused_before_anything_is_written() -> None:
     with pytest.raises(ValueError, match="No delivery job"):
         delivery.delivery_add(task="messagecenter.nothing", object_id=1)
