@@ -148,6 +148,15 @@ def broadcast_event(*, scope: str, reason: str, ref: str = "") -> str:
     return json.dumps(event, separators=(",", ":"))
 
 
+def broadcast_parts(*, scope: str, reason: str, ref: str = "") -> tuple[str, str]:
+    """A broadcast's channel and event, for a script that publishes it within
+    its own call (a round trip less than ``broadcast`` after it); ("", "")
+    where pages poll instead (a cluster)."""
+    if not available():
+        return "", ""
+    return keys.live_broadcast_channel(scope), broadcast_event(scope=scope, reason=reason, ref=ref)
+
+
 def broadcast(*, scope: str, reason: str, ref: str = "", at_ms: int | None = None) -> None:
     """Tell every open page of ``scope`` (``everyone`` or a platform) that what it
     shows changed; never raises.
@@ -157,10 +166,9 @@ def broadcast(*, scope: str, reason: str, ref: str = "", at_ms: int | None = Non
     out when that time comes (``due_publish``). The same scope, reason and
     ``ref`` again only moves its time, so an edit never tells pages twice.
     """
-    if not available():
+    channel, event = broadcast_parts(scope=scope, reason=reason, ref=ref)
+    if not channel:
         return
-    channel = keys.live_broadcast_channel(scope)
-    event = broadcast_event(scope=scope, reason=reason, ref=ref)
     try:
         client = get_redis()
         if at_ms is not None and at_ms > int(time.time() * 1000):

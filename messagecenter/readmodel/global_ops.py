@@ -128,13 +128,15 @@ class PullRegister(GlobalOp):
     ref: str
     detail_json: str
     pull_member: str
+    # The live broadcast published when the item is registered: (channel, event), or none.
+    announce: tuple[str, str] = ("", "")
 
     @staticmethod
     def keys() -> list[str]:
         return [keys.mc_item_detail(), keys.mc_item_detail_version(), keys.mc_pull(), keys.mc_pull_sequence()]
 
     def args(self) -> list[Any]:
-        return [self.ref, self.detail_json, self.pull_member]
+        return [self.ref, self.detail_json, self.pull_member, *self.announce]
 
 
 @dataclass(frozen=True)

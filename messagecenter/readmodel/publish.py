@@ -90,12 +90,16 @@ def _audience_chunks(audience: BitMap) -> dict[int, bytes]:
     return {chunk: bytes(data) for chunk, data in chunks.items()}
 
 
-def pull_register(*, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None) -> int:
+def pull_register(
+    *, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None, announce: tuple[str, str] = ("", "")
+) -> int:
     """Store a pull item once; users merge it on their next read.
 
     ``audience`` None means everyone; otherwise its bitmap is written first
     (chunked by user id, so no key grows past MESSAGECENTER_BITMAP_CHUNK_USERS
     bits), then the item is registered. Registering twice is a no-op.
+    ``announce``: a live broadcast (``live.broadcast_parts``) the script
+    publishes when it registers the item.
     """
     client = get_redis()
     if audience is not None:
@@ -104,7 +108,7 @@ def pull_register(*, entry: InboxEntry, detail: Mapping[str, Any], audience: Bit
             pipe.set(keys.mc_pull_audience(entry.ref, chunk), data)
         pipe.execute()
     member = pull_member(entry, everyone=audience is None)
-    return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member)())
+    return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member, announce=announce)())
 
 
 def pull_member(entry: InboxEntry, *, everyone: bool) -> str:

@@ -57,14 +57,17 @@ def inbox_deliver(
     return publish.inbox_deliver(entry=entry, user_ids=wanted, now_ms=_now_ms(now))
 
 
-def inbox_publish_pull(*, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None) -> int:
+def inbox_publish_pull(
+    *, entry: InboxEntry, detail: Mapping[str, Any], audience: BitMap | None, announce: tuple[str, str] = ("", "")
+) -> int:
     """Store an item once for users to merge on read (pull fan-out).
 
     ``audience`` None means everyone (including users created later);
-    otherwise the send-time set of user ids. Returns the pull sequence
-    number (0 when it was registered already).
+    otherwise the send-time set of user ids. ``announce``: the live
+    broadcast to publish with the registration. Returns the pull sequence
+    number (0 when it was registered already: nobody is told again).
     """
-    return publish.pull_register(entry=entry, detail=detail, audience=audience)
+    return publish.pull_register(entry=entry, detail=detail, audience=audience, announce=announce)
 
 
 # --- The user's marks ----------------------------------------------------------

@@ -302,10 +302,15 @@ def message_deliver(*, message: Message, image_files: Sequence[MessageImage] | N
     detail = message_detail(message, image_files=image_files)
     entry = message_entry(message)
     if message.delivery == DeliveryMode.PULL:
-        if inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience):
-            # Stored once, merged on read: open pages hear of it on the shared
-            # channel (a rerun registers nothing and tells nobody again).
-            live.broadcast(scope=live.BROADCAST_EVERYONE, reason="pull", ref=entry.ref)
+        # Stored once, merged on read: open pages hear of it on the shared
+        # channel, from the registering script itself (a rerun registers
+        # nothing and tells nobody again).
+        inbox_publish_pull(
+            entry=entry,
+            detail=detail,
+            audience=None if message.everyone else message.audience,
+            announce=live.broadcast_parts(scope=live.BROADCAST_EVERYONE, reason="pull", ref=entry.ref),
+        )
         # The row is locked by this UPDATE: a retraction that commits later
         # removes the item after our write. Only when it did not match (a
         # rerun, or retracted meanwhile) can a removal have gone first.

@@ -340,6 +340,28 @@ def test_a_broadcast_for_later_waits_until_due_and_goes_out_once(recipient: Any)
 
 
 @PUBSUB_ONLY
+def test_a_message_to_everyone_is_told_once_by_its_registering_script(
+    operator: Any, recipient: Any, settings: Any
+) -> None:
+    """The pull registration publishes the broadcast in its own call; a rerun of
+    the delivery registers nothing and tells nobody again."""
+    from messagecenter.models import Message, MessageStatus
+
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 0
+    # Nothing publishes after the script: a broadcast of its own would fail here.
+    with (
+        patch.object(live_transport, "broadcast", side_effect=AssertionError("a broadcast round trip of its own")),
+        live_transport.subscribe(user_id=recipient.pk, scopes=["everyone"]) as pubsub,
+    ):
+        message = send(operator, to={"everyone": True})
+        Message.objects.filter(pk=message.pk).update(status=MessageStatus.QUEUED)
+        services.message_deliver(message=Message.objects.get(pk=message.pk))  # a rerun
+        got = events(pubsub)
+    assert [(e["reason"], e.get("ref")) for e in got] == [("pull", message.ref)]
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+
+
+@PUBSUB_ONLY
 def test_a_scheduled_bulletin_edit_moves_its_one_event(recipient: Any) -> None:
     """Created for a minute ahead, then moved to two: pages hear of it once, at the new time."""
     now = timezone.now()
