@@ -234,8 +234,12 @@ def _note_failure(task: str, object_id: int, index: int, exc: Exception, *, dela
 
 
 def _attempt(task: str, object_id: int, index: int, work: Callable[[], int]) -> tuple[bool, int]:
-    """Run one row's work: delete the row when it succeeded, keep it (due again
-    soon) when Redis or the database failed it. (succeeded, users reached)."""
+    """Run one row's work: delete the row when it succeeded (unless the work
+    deleted it with its own last write, ``delivery_done_with``), keep it (due
+    again soon) when Redis or the database failed it. (succeeded, users reached)."""
+    outer = getattr(_state, "finished", None)
+    finished: set[tuple[str, int, int]] = set()
+    _state.finished = finished
     try:
         reached = work()
     except (RedisError, DatabaseOperationalError) as exc:
@@ -251,7 +255,10 @@ def _attempt(task: str, object_id: int, index: int, work: Callable[[], int]) -> 
         # tried again only after a lease, and let the caller see the error.
         _note_failure(task, object_id, index, exc, delay=float(settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS))
         raise
-    _done(task, object_id, index)
+    finally:
+        _state.finished = outer
+    if (task, object_id, index) not in finished:
+        _done(task, object_id, index)
     return True, reached
 
 
@@ -274,6 +281,36 @@ def _done(task: str, object_id: int, index: int) -> None:
     unflushed = connection.vendor == "postgresql" and connection.get_autocommit()
     with connection.cursor() as cursor:
         cursor.execute((_DONE_NO_FLUSH_SQL if unflushed else _DONE_SQL).format(table=table), [task, object_id, index])
+
+
+def delivery_done_with(
+    *, task: str, object_id: int, index: int = 0, statement: str, params: Sequence[Any]
+) -> int | None:
+    """The work's own last write, ``statement`` (an UPDATE, its parameters
+    ``params``), and the deletion of its row as one statement: one round trip
+    where there were two, on every publish of a message to everyone. Returns
+    the UPDATE's row count. Neither waits for the WAL flush, as ``_done`` and
+    the work's status write did not (the same argument holds: lost in a crash,
+    the row is due again and the idempotent work runs once more).
+
+    None, having done nothing, where it cannot be one statement: not
+    PostgreSQL (SQLite has no DELETE in a WITH), or inside a caller's
+    transaction (whose commit decides, with its flush). The caller then
+    writes as before, and the row goes after the work as always."""
+    connection = connections[router.db_for_write(PendingDelivery)]
+    if connection.vendor != "postgresql" or not connection.get_autocommit():
+        return None
+    table = connection.ops.quote_name(PendingDelivery._meta.db_table)
+    with connection.cursor() as cursor:
+        # A DELETE in a WITH runs whatever the UPDATE matches.
+        cursor.execute(
+            "WITH done AS (" + _DONE_SQL.format(table=table) + ") " + statement, [task, object_id, index, *params]
+        )
+        count = int(cursor.rowcount)
+    finished = getattr(_state, "finished", None)
+    if finished is not None:  # run by _attempt: the row is gone already
+        finished.add((task, object_id, index))
+    return count
 
 
 def delivery_run(*, task: str, object_id: int, index: int = 0) -> int:

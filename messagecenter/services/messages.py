@@ -32,7 +32,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import publish
-from messagecenter.services.delivery import Job, delivery_add
+from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.slots import slot_allocate
 
@@ -269,7 +269,8 @@ def _remove_everywhere(message: Message) -> None:
 # within wal_writer_delay) is what a process dying between the Redis write and
 # this UPDATE already is: the message stays queued and its delivery, which is
 # idempotent, can run again. set_config(..., true) applies to the current
-# transaction, here this one statement's; nothing else is written this way.
+# transaction, here this one statement's (which also deletes the delivery's
+# pending row: delivery_done_with); nothing else is written this way.
 _PULL_DELIVERED_SQL = """
     UPDATE {table} SET status = %s
     WHERE id = %s AND status = %s AND set_config('synchronous_commit', 'off', true) IS NOT NULL
@@ -277,19 +278,22 @@ _PULL_DELIVERED_SQL = """
 
 
 def _mark_pulled_delivered(message: Message) -> bool:
-    """QUEUED -> DELIVERED after the pull registration; False when the row was not queued."""
+    """QUEUED -> DELIVERED after the pull registration, with the deletion of
+    the delivery's pending row in the same statement; False when the row was
+    not queued."""
     connection = connections[router.db_for_write(Message)]
-    if connection.vendor != "postgresql" or not connection.get_autocommit():
-        # SQLite (the embedded default), or inside a caller's transaction, whose commit decides.
-        return bool(
-            Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERED)
-        )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _PULL_DELIVERED_SQL.format(table=connection.ops.quote_name(Message._meta.db_table)),
-            [MessageStatus.DELIVERED, message.pk, MessageStatus.QUEUED],
-        )
-        return bool(cursor.rowcount)
+    updated = delivery_done_with(
+        task=DELIVER_TASK,
+        object_id=message.pk,
+        statement=_PULL_DELIVERED_SQL.format(table=connection.ops.quote_name(Message._meta.db_table)),
+        params=[MessageStatus.DELIVERED, message.pk, MessageStatus.QUEUED],
+    )
+    if updated is not None:
+        return bool(updated)
+    # SQLite (the embedded default), or inside a caller's transaction, whose commit decides.
+    return bool(
+        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(status=MessageStatus.DELIVERED)
+    )
 
 
 def message_deliver(*, message: Message, image_files: Sequence[MessageImage] | None = None) -> int:

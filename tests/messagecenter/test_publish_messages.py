@@ -215,6 +215,22 @@ def test_the_pull_status_write_waits_for_no_flush_and_leaves_the_session_as_it_w
 
 
 @pytest.mark.postgres
+def test_a_pull_delivery_ends_with_one_statement_for_its_status_and_its_pending_row(operator: Any) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        message = everyone(operator)
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith(("DELETE", "WITH"))]
+    assert len(deletes) == 1, deletes
+    assert "DELETE FROM" in deletes[0]
+    assert "UPDATE" in deletes[0]
+    assert "synchronous_commit" in deletes[0]
+    assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
+    assert not PendingDelivery.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.postgres
 def test_a_done_row_is_deleted_without_waiting_for_a_flush_only_in_autocommit(operator: Any) -> None:
     def row() -> PendingDelivery:
         return PendingDelivery.objects.create(
