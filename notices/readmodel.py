@@ -502,8 +502,9 @@ def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
     revision, so an older rebuild still in flight is refused and a newer one
     includes the row anyway. Each script stays in one slot (the revision and
     each chunk have their own): on a single Redis one pipeline (revision and
-    chunk set), then one call per built chunk; on Redis Cluster one more for
-    the chunk set. Returns True when it added without a rebuild.
+    chunk set), then the calls of every built chunk in one round trip; on
+    Redis Cluster one more for the chunk set and one call per chunk. Returns
+    True when it added without a rebuild.
     """
     expire_ms = entry[2]
     now_ms = to_ms(timezone.now())
@@ -540,18 +541,19 @@ def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
     # revision or a newer one, and PostgreSQL after our commit: it holds the row.
     chunks = sorted({0} | {int(c) for c in chunks_raw})
     token = uuid.uuid4().hex
-    added = True
+    expire = "" if expire_ms is None else int(expire_ms)
+    calls = [
+        (_chunk_keys(platform, chunk), [seen, f"{token}:{chunk}", int(pk), int(publish_ms), expire, now_ms, rev])
+        for chunk in chunks
+    ]
+    if is_cluster():
+        replies = [_ADD_CHUNK(keys=chunk_keys, args=args, client=client) for chunk_keys, args in calls]
+    else:
+        # Every chunk's call in one round trip (a platform of a million users
+        # has about thirty chunks): each call is one script in its own slot.
+        replies = _ADD_CHUNK.stream(calls, client=client)
+    added = all(bool(int(reply)) for reply in replies)
     for chunk in chunks:
-        args = [
-            seen,
-            f"{token}:{chunk}",
-            int(pk),
-            int(publish_ms),
-            "" if expire_ms is None else int(expire_ms),
-        ]
-        added = (
-            bool(int(_ADD_CHUNK(keys=_chunk_keys(platform, chunk), args=[*args, now_ms, rev], client=client))) and added
-        )
         _ids_cache.pop((platform, chunk), None)
     if added:
         _revisions[platform] = rev

@@ -67,6 +67,26 @@ def test_a_publish_costs_five_statements_and_three_round_trips(redis: Any) -> No
 
 
 @override_settings(MESSAGECENTER_NOTICE_CHUNK_USERS=4)
+def test_a_publish_reaches_every_chunk_in_the_same_round_trips(redis: Any) -> None:
+    """However many chunks the platform's readers make (users up to 10^9 make
+    thousands at full size), the chunks' calls go out together."""
+    for user_id in (2, 9, 13, 21, 30):  # chunks 0, 2, 3, 5 and 7
+        UserFactory(id=user_id)
+        readmodel.read_state(platform="user", user_id=user_id, now=T0)
+    announce(["user"])  # the first build of the platform: a full rebuild
+    announce(["user"], title="First add")  # the add's scripts are loaded from here on, as in steady state
+    with round_trips() as trips:
+        second = announce(["user"], title="Second")
+    built = readmodel.drift_chunk_indexes(platform="user")
+    assert sorted(built) == [0, 2, 3, 5, 7]
+    for chunk in built.values():
+        assert second.pk in chunk[0]
+    assert indexes() == rebuilt()
+    if not is_cluster():  # RoundTrips counts the pool of a single Redis
+        assert trips[0] <= 3
+
+
+@override_settings(MESSAGECENTER_NOTICE_CHUNK_USERS=4)
 @pytest.mark.parametrize("seed", range(6))
 def test_indexes_after_random_operations_equal_a_full_rebuild(seed: int, redis: Any) -> None:
     """Random creates (some expired, some scheduled, several platforms), edits,

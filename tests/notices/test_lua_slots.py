@@ -35,7 +35,19 @@ def test_every_script_call_stays_in_one_slot(redis: Any) -> None:
         calls.append((self.path, list(keys)))
         original_queue(self, pipe, keys, args)
 
-    with mock.patch.object(LuaScript, "__call__", recording), mock.patch.object(LuaScript, "queue", queueing):
+    original_stream = LuaScript.stream
+
+    def streaming(self: LuaScript, stream_calls: Any, client: Any = None) -> Any:
+        # Calls sent together on a single Redis (an add's chunk calls).
+        listed = list(stream_calls)
+        calls.extend((self.path, list(keys)) for keys, _args in listed)
+        return original_stream(self, listed, client)
+
+    with (
+        mock.patch.object(LuaScript, "__call__", recording),
+        mock.patch.object(LuaScript, "queue", queueing),
+        mock.patch.object(LuaScript, "stream", streaming),
+    ):
         low, high = UserFactory(id=2), UserFactory(id=4 * 3 + 1)
         for user in (low, high):
             on_platforms(user, "user", "customer")
