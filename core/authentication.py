@@ -26,7 +26,7 @@ from rest_framework.authtoken.models import Token
 from core import keys
 from core.activity import record_active
 from core.readthrough import auth_policy, read_through
-from core.selectors import PLATFORMS_ATTR, user_platforms
+from core.selectors import PLATFORMS_ATTR, platforms_of
 
 # Fields rebuilt from the cache: everything a request handler reads on
 # ``request.user``, including the password hash that session auth compares.
@@ -36,13 +36,27 @@ _USER_FIELDS = (
 )  # fmt: skip
 
 
-def _snapshot(user: User) -> dict[str, Any]:
+# A fill reads the user's fields and their platforms in one query: the
+# platforms' rows joined (one row per platform; a user with none stored comes
+# as one row, and the default rule applies). Every inbox request needs the
+# platforms (announcement counts), so the snapshot carries them. Read here,
+# not through the platforms' own cache entry, whose lookup, fill lock and
+# store were three more round trips on every cold request; a platform change
+# drops the snapshots as well as that entry, so a fill that read before it is
+# refused all the same.
+_PLATFORM = "platform_memberships__platform"
+
+
+def _snapshot(rows: list[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
+    """A snapshot from the joined rows (field names under ``prefix``), None for none."""
+    if not rows:
+        return None
     data: dict[str, Any] = {}
     for name in _USER_FIELDS:
-        value = getattr(user, name)
+        value = rows[0][prefix + name]
         data[name] = value.isoformat() if hasattr(value, "isoformat") else value
-    # Every inbox request needs the platforms (announcement counts): carry them.
-    data["platforms"] = user_platforms(user=user)
+    stored = [row[prefix + _PLATFORM] for row in rows if row[prefix + _PLATFORM] is not None]
+    data["platforms"] = platforms_of(stored=stored, is_staff=bool(data["is_staff"]))
     return data
 
 
@@ -59,8 +73,7 @@ def _restore(data: dict[str, Any]) -> User:
 
 
 def _user_snapshot_by_id(user_id: int) -> dict[str, Any] | None:
-    user = get_user_model().objects.filter(pk=user_id).first()
-    return _snapshot(user) if user is not None else None
+    return _snapshot(list(get_user_model().objects.filter(pk=user_id).values(*_USER_FIELDS, _PLATFORM)))
 
 
 def cached_user(user_id: int) -> User | None:
@@ -70,8 +83,8 @@ def cached_user(user_id: int) -> User | None:
 
 
 def _owner_snapshot(key: str) -> dict[str, Any] | None:
-    token = Token.objects.select_related("user").filter(key=key).first()
-    return _snapshot(token.user) if token is not None else None
+    fields = [f"user__{name}" for name in (*_USER_FIELDS, _PLATFORM)]
+    return _snapshot(list(Token.objects.filter(key=key).values(*fields)), prefix="user__")
 
 
 class TokenAuthentication(DRFTokenAuthentication):

@@ -1,5 +1,6 @@
 """Read use cases of the core app."""
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
@@ -14,12 +15,18 @@ from core.platforms import ALL_PLATFORMS, default_platforms
 from core.readthrough import platforms_policy, read_through
 
 
-def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
-    stored = set(UserPlatform.objects.filter(user_id=user_id).values_list("platform", flat=True))
-    if not stored:
+def platforms_of(*, stored: Iterable[str], is_staff: bool) -> list[str]:
+    """A user's platforms from their stored rows, in the fixed order."""
+    held = set(stored)
+    if not held:
         # Users created in bulk (imports, benchmarks) have no rows: the default rule applies.
         return default_platforms(is_staff=is_staff)
-    return [p for p in ALL_PLATFORMS if p in stored]
+    return [p for p in ALL_PLATFORMS if p in held]
+
+
+def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
+    stored = UserPlatform.objects.filter(user_id=user_id).values_list("platform", flat=True)
+    return platforms_of(stored=stored, is_staff=is_staff)
 
 
 # Memo on the user object, like Django's permission cache: a request's user

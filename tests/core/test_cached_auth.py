@@ -3,13 +3,16 @@
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 
 from core import keys, readmodel
 from core.readthrough import parse
 from core.redis import get_redis
-from tests.conftest import assert_error, client_for
+from core.selectors import PLATFORMS_ATTR
+from tests.conftest import assert_error, client_for, on_cluster
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -61,6 +64,27 @@ def test_a_cached_token_costs_one_redis_command(recipient: Any, monkeypatch: Any
     auth = [args for args in sent if args not in throttle]
     assert auth == [("GET", keys.auth_token(Token.objects.get(user=recipient).key))]
     assert len(throttle) <= 1
+
+
+def test_a_cold_token_costs_its_own_fill_and_nothing_nested(recipient: Any, redis: Any) -> None:
+    """The first request with a token (or after a change dropped its entry):
+    the entry's lookup, its fill lock and its store, around one query (the
+    token, its user and their platforms); not a fill of the platforms' own
+    entry inside it."""
+    from core.authentication import TokenAuthentication
+    from tests.conftest import round_trips
+
+    key = Token.objects.get_or_create(user=recipient)[0].key
+    redis.delete(keys.auth_token(key), keys.user_platforms(recipient.pk))
+    with round_trips() as trips, CaptureQueriesContext(connection) as queries:
+        user, _token = TokenAuthentication().authenticate_credentials(key)
+    assert user.pk == recipient.pk
+    assert len(queries.captured_queries) == 1
+    assert getattr(user, PLATFORMS_ATTR) == ("user",)
+    assert parse(redis.get(keys.auth_token(key))).found
+    assert not redis.exists(keys.user_platforms(recipient.pk))
+    if not on_cluster():  # round_trips counts a single Redis's pool
+        assert trips[0] <= 4  # the three, and the user's first activity of the day
 
 
 def test_user_changes_reach_token_requests_at_once(recipient: Any) -> None:
