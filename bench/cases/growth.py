@@ -369,6 +369,6 @@ def _cpu_row(what: str, cpu: list[float], floor: float) -> Row:
         at_most=0.005,
         note=f"median {stats.median * 1e6:.0f} µs, {over:,} over 1 ms; read from INFO cpu before and after each "
         f"call, so each figure also holds one INFO's cost (median {floor * 1e6:.0f} µs with no call between); "
-        "CPU time, not wall time: the kernel preempting Redis mid-call does not count, other clients' commands "
-        "meanwhile would",
+        "CPU time, not wall time: the kernel preempting Redis mid-call does not count; Redis's own work between "
+        "the readings (its cron: incremental rehashing, expiry) and other clients' commands would",
     )
