@@ -366,15 +366,25 @@ def _fast(user_id: int, now_ms: int, op: InboxOp) -> Any | None:
     return None if _unanswered(result) else result
 
 
-def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
-    """Run a read op: the one-round-trip path when it applies, else plan and run."""
+def _answer(user_id: int, now_ms: int, op: InboxOp, planned: InboxOp | None = None) -> tuple[Any, bool]:
+    """Run a read op: the one-round-trip path when it applies, else plan, then
+    the fast path after all when the plan found nothing to do, else the plan
+    (with ``planned``, the op as the planned script takes it, when given).
+    The answer, and whether a fast path gave it (and kept in the read cache
+    what the op asks it to keep)."""
     result = _fast(user_id, now_ms, op)
-    if result is None:
-        plan = _plan(user_id, now_ms)
-        result = _fast_planned(user_id, now_ms, op, plan)
-        if result is None:
-            result = _run(user_id, now_ms, op, plan)
-    return result
+    if result is not None:
+        return result, True
+    plan = _plan(user_id, now_ms)
+    result = _fast_planned(user_id, now_ms, op, plan)
+    if result is not None:
+        return result, True
+    return _run(user_id, now_ms, planned or op, plan), False
+
+
+def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
+    """A read op's answer (``_answer``)."""
+    return _answer(user_id, now_ms, op)[0]
 
 
 @dataclass(frozen=True)
@@ -727,14 +737,9 @@ def _cached_counts(value: bytes) -> Counts:
 
 def _counts_computed(user_id: int, now_ms: int) -> Counts:
     """The counts from the script (which keeps them in the read cache on the fast path)."""
-    op = CountsOp(cache_seconds=PAGE_CACHE_SECONDS)
-    result = _fast(user_id, now_ms, op)
-    if result is None:
-        plan = _plan(user_id, now_ms)
-        result = _fast_planned(user_id, now_ms, op, plan)
-        if result is None:
-            return _counts(_run(user_id, now_ms, CountsOp(), plan))
-    _cache_hint_add(user_id, COUNTS_FIELD)
+    result, kept = _answer(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS), planned=CountsOp())
+    if kept:
+        _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result)
 
 

@@ -140,6 +140,8 @@ def delivery_add(
 # Rows per INSERT: five parameters each, well under SQLite's limit on them.
 INSERT_BATCH = 100
 _INSERT_SQL = "INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT DO NOTHING"
+# The model's fields, each stored under its own name (no db_column), and one row's values.
+_INSERT_COLUMNS = ("task", "object_id", "index", "due_at", "created_at", "attempts", "last_error")
 _INSERT_ROW = "(%s, %s, %s, %s, %s, 0, '')"
 
 
@@ -150,17 +152,15 @@ def _insert(task: str, object_id: int, indexes: Sequence[int], due: datetime) ->
     statement's round trip. Values are adapted as the ORM adapts them
     (SQLite keeps datetimes as text)."""
     connection = connections[router.db_for_write(PendingDelivery)]
-    ops, meta = connection.ops, PendingDelivery._meta
-    # The model's fields, each stored under its own name (no db_column).
-    names = ("task", "object_id", "index", "due_at", "created_at", "attempts", "last_error")
-    columns = ", ".join(ops.quote_name(name) for name in names)
+    ops = connection.ops
+    table, columns = ops.quote_name(PendingDelivery._meta.db_table), ", ".join(map(ops.quote_name, _INSERT_COLUMNS))
     due_value, now_value = ops.adapt_datetimefield_value(due), ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
         for start in range(0, len(indexes), INSERT_BATCH):
             batch = indexes[start : start + INSERT_BATCH]
             values = ", ".join([_INSERT_ROW] * len(batch))
             cursor.execute(
-                _INSERT_SQL.format(table=ops.quote_name(meta.db_table), columns=columns, values=values),
+                _INSERT_SQL.format(table=table, columns=columns, values=values),
                 [value for index in batch for value in (task, object_id, index, due_value, now_value)],
             )
 
