@@ -25,7 +25,7 @@ from rest_framework.authtoken.models import Token
 
 from core import keys
 from core.activity import record_active
-from core.readthrough import auth_policy, read_through
+from core.readthrough import Entry, auth_policy, fill_entry, read_through
 from core.selectors import PLATFORMS_ATTR, platforms_of
 
 # Fields rebuilt from the cache: everything a request handler reads on
@@ -85,6 +85,13 @@ def cached_user(user_id: int) -> User | None:
 def _owner_snapshot(key: str) -> dict[str, Any] | None:
     fields = [f"user__{name}" for name in (*_USER_FIELDS, _PLATFORM)]
     return _snapshot(list(Token.objects.filter(key=key).values(*fields)), prefix="user__")
+
+
+def token_entry_fill(key: str) -> Entry | None:
+    """The token's entry filled from PostgreSQL, for a caller that found it
+    not fresh in Redis (``core.readthrough.fill_entry``); None when no fresh
+    one is known."""
+    return fill_entry(keys.auth_token(key), lambda: _owner_snapshot(key), policy=auth_policy())
 
 
 class TokenAuthentication(DRFTokenAuthentication):

@@ -22,10 +22,19 @@ a refused write changes nothing. A request the handler leaves to Django is
 taken back from the window, and Django counts it: every request counts once.
 Under WSGI, ``core.fast_wsgi`` puts the same route in front of Django.
 
+A token whose entry Redis does not hold fresh (its first request since the
+entry expired, was dropped or was invalidated) is filled by the route itself,
+under the rules of authentication's own fill (``fill_token``: one query, the
+fill lock, nothing stored over an invalidation), on the process's sync
+thread under ASGI and in place under WSGI; the request is then answered
+here. Without this, every user's first request after a restart or an expiry
+paid a whole Django request just to authenticate.
+
 Like the event stream's route (core/live_asgi.py) it only ever serves the
 success case. Everything else goes to Django, which answers as it always
-does: no token or a session, a token not cached or not fresh, an inactive
-user, a user this process has not yet recorded active today, Redis failing
+does: no token or a session, a token with no owner (the fill remembers
+that miss) or whose fill found another process filling it, an inactive
+user, Redis failing
 or not known to hold a ready read model, a throttle's refusal, a query
 string the handler does not take, a view with permissions or throttles this route does not know, or a
 handler that cannot answer on the loop. So the two paths cannot disagree on
@@ -48,14 +57,16 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 from rest_framework.permissions import IsAuthenticated
 
 from core import activity, healing, keys, metrics, readmodel
-from core.authentication import TokenAuthentication
+from core.authentication import TokenAuthentication, token_entry_fill
 from core.breaker import any_open
 from core.readmodel import THROTTLE_SCRIPT, throttle_args
 from core.readthrough import Entry, parse
@@ -88,6 +99,12 @@ class FastAnswer:
 
 
 Handler = Callable[[FastRequest], Awaitable[FastAnswer | None]]
+
+# ``FastCore.answer``'s reply when Redis holds no fresh entry for the token
+# (its first request since the entry expired or was dropped): Django's
+# authentication fills it, or the WSGI front, whose sync worker may read
+# PostgreSQL, fills it and asks again with it (core/fast_wsgi.py).
+TOKEN_NOT_FRESH = FastAnswer(status=0)
 
 # Handlers by (method, URL name), registered by the apps (their AppConfig.ready).
 _handlers: dict[tuple[str, str], Handler] = {}
@@ -254,14 +271,17 @@ class FastCore:
         headers: Mapping[bytes, bytes],
         raw_query: bytes,
         kwargs: Mapping[str, Any],
+        entry: Entry | None = None,
     ) -> FastAnswer | None:
         """The answer on the loop, or None: Django answers (whatever failed on
-        the way: Django's path has the breaker and the fallbacks)."""
+        the way: Django's path has the breaker and the fallbacks), or
+        ``TOKEN_NOT_FRESH`` (never when ``entry``, the token's entry as the
+        caller just filled it, is given; read from Redis otherwise)."""
         query = _query(raw_query)
         if token is None or query is None:
             return None
         try:
-            return await self._answer(route, token, headers, query, kwargs)
+            return await self._answer(route, token, headers, query, kwargs, entry)
         except (RedisError, OSError, TimeoutError):
             return None
         except Exception:
@@ -276,18 +296,23 @@ class FastCore:
         headers: Mapping[bytes, bytes],
         query: Mapping[str, str],
         kwargs: Mapping[str, Any],
+        filled: Entry | None,
     ) -> FastAnswer | None:
         if any_open() or not healing.known_ready():
             return None
         now = timezone.now()
         held = self._tokens.get(token)
-        if held is not None and held.fresh():
+        if filled is not None:
+            entry, held = filled, None
+        elif held is not None and held.fresh():
             entry = held  # read again with the handler's first round trip
         else:
             entry = parse(await readmodel.cache_entry_get_async(key=keys.auth_token(token)))
             held = None
+        if not entry.fresh():
+            return TOKEN_NOT_FRESH if filled is None else None
         fields = entry.value
-        if not entry.fresh() or not isinstance(fields, dict):
+        if not isinstance(fields, dict):
             return None
         platforms = fields.get("platforms")
         if not fields.get("is_active") or not isinstance(platforms, list):
@@ -324,6 +349,25 @@ class FastCore:
             await _uncount(counting.counted(replies))
             return None
         return answer
+
+
+def fill_token(token: str | None) -> Entry | None:
+    """The token's entry filled from PostgreSQL as Django's authentication
+    would fill it, for a request that met ``TOKEN_NOT_FRESH`` (sync: a WSGI
+    worker calls it as it is, the ASGI route on a thread), the connection then
+    handed back as at the end of a request. None when no fresh entry is known
+    or the fill failed: Django answers, meeting the same state again. A
+    token's first request since its entry expired thus costs the fill, not
+    Django's whole request besides."""
+    if token is None:
+        return None
+    try:
+        return token_entry_fill(token)
+    except Exception:
+        logger.warning("fast route: token entry not filled; Django answers", exc_info=True)
+        return None
+    finally:
+        close_old_connections()
 
 
 def learn_key(route: _Route, method: str, scheme: str | None, headers: Mapping[bytes, bytes]) -> tuple[Any, ...]:
@@ -374,7 +418,18 @@ class FastRoutes:
         answer = None
         started = time.perf_counter()
         if learned is not None:
-            answer = await self.core.answer(route, token, headers, scope.get("query_string", b""), kwargs)
+            raw_query = scope.get("query_string", b"")
+            answer = await self.core.answer(route, token, headers, raw_query, kwargs)
+            if answer is TOKEN_NOT_FRESH:
+                # Filled on the process's sync thread (the database driver is
+                # sync; one thread, as Django's sync code outside a request
+                # uses), then asked again: one hop, not Django's three.
+                entry = await sync_to_async(fill_token)(token)
+                answer = (
+                    await self.core.answer(route, token, headers, raw_query, kwargs, entry)
+                    if entry is not None
+                    else None
+                )
         count_outcome(route, scope["method"], answer is not None)
         if answer is None or learned is None:
             await self.app(scope, receive, self._learning(send, learn_as) if token is not None else send)

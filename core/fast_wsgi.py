@@ -28,7 +28,16 @@ from typing import Any
 from django.conf import settings
 
 from core import metrics
-from core.fast_asgi import MAX_IGNORED_BODY, FastCore, answer_headers, count_outcome, learn_key, token_of
+from core.fast_asgi import (
+    MAX_IGNORED_BODY,
+    TOKEN_NOT_FRESH,
+    FastCore,
+    answer_headers,
+    count_outcome,
+    fill_token,
+    learn_key,
+    token_of,
+)
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -107,6 +116,13 @@ class FastWSGIRoutes:
         if learned is not None:
             raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
             answer = loop.run_until_complete(self.core.answer(route, token, headers, raw_query, kwargs))
+            if answer is TOKEN_NOT_FRESH:  # filled here (a sync worker may read PostgreSQL), then asked again
+                entry = fill_token(token)
+                answer = (
+                    loop.run_until_complete(self.core.answer(route, token, headers, raw_query, kwargs, entry))
+                    if entry is not None
+                    else None
+                )
         count_outcome(route, method, answer is not None)
         if answer is None or learned is None:
             return self.app(environ, self._learning(start_response, learn_as) if token is not None else start_response)

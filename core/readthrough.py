@@ -254,23 +254,53 @@ def _fill_on_miss(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:
 
 
 def _load_and_store(key: str, load: Loader, policy: Policy, *, token: str, seen: bytes | None) -> Any:
-    try:
-        value = load()
-    except BaseException:
-        _unlock_quietly(key, token)
-        raise
+    value = _load_or_unlock(key, load, token)
     _store(key, value, policy, token=token, seen=seen)
     return value
 
 
-def _store(key: str, value: Any, policy: Policy, *, token: str, seen: bytes | None) -> None:
+def _load_or_unlock(key: str, load: Loader, token: str) -> Any:
+    """``load()``; a load that fails releases the fill lock first."""
+    try:
+        return load()
+    except BaseException:
+        _unlock_quietly(key, token)
+        raise
+
+
+def _store(key: str, value: Any, policy: Policy, *, token: str, seen: bytes | None) -> bytes | None:
     """Store a fill's value while the caller holds the lock and the entry is
-    still ``seen`` (cache_fill.lua); a failure leaves the lease to end the lock."""
+    still ``seen`` (cache_fill.lua); the entry stored, or None when it was
+    not (a failure leaves the lease to end the lock)."""
     body, ttl_ms = encode(value, policy, _now_ms())
     try:
-        readmodel.cache_fill_store(key=key, token=token, seen=seen, entry=body, ttl_ms=ttl_ms)
+        stored = readmodel.cache_fill_store(key=key, token=token, seen=seen, entry=body, ttl_ms=ttl_ms)
     except RedisError:
-        pass
+        return None
+    return body if stored else None
+
+
+def fill_entry(key: str, load: Loader, *, policy: Policy) -> Entry | None:
+    """Fill an entry its caller just found not fresh (absent, a miss's or a
+    value's that expired, a tombstone), under the rules of a miss's fill, and
+    answer the entry Redis now holds: the one this call stored, or one another
+    fill stored meanwhile. None when no fresh entry is known (another process
+    holds the fill lock, the store was refused because an invalidation came
+    in between, or Redis failed): the caller then takes the ordinary path,
+    which waits for the other fill or reads PostgreSQL. For a single-threaded
+    caller (a sync worker's fast route): no fill is shared between threads."""
+    token = secrets.token_hex(8)
+    try:
+        taken, raw = readmodel.cache_fill_lock_and_look(key=key, token=token, lease_ms=_lease_ms())
+    except RedisError:
+        return None
+    current = parse(raw)
+    if current.fresh() or not taken:
+        if taken:
+            _unlock_quietly(key, token)
+        return current if current.fresh() else None
+    stored = _store(key, _load_or_unlock(key, load, token), policy, token=token, seen=raw)
+    return parse(stored) if stored is not None else None
 
 
 # --- one fill per key inside a process ---------------------------------------------------

@@ -23,12 +23,14 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from core import activity, fast_asgi, journal, keys, outbox, readmodel
+from core import activity, fast_asgi, journal, keys, outbox, readmodel, readthrough
 from core import redis as core_redis
 from core.fast_asgi import FastRoutes
 from core.fast_wsgi import FastWSGIRoutes
@@ -640,3 +642,75 @@ def test_without_throttle_rates_the_loop_still_answers(world: dict[str, Any]) ->
         polled = call(app, COUNTS, auth)
     assert (polled.status, polled.body) == (first.status, first.body)
     assert django.calls == (calls if async_available() else calls + 1)
+
+
+# --- a token's first request since its entry expired ----------------------------------------
+
+
+def _forget_token(app: Any, token: Token) -> None:
+    """As in a process that never saw the token, after its entry expired in Redis."""
+    get_redis().delete(keys.auth_token(token.key))
+    app.core._tokens.clear()
+
+
+@pytest.mark.parametrize("path", [COUNTS, INBOX, ANNOUNCEMENTS])
+def test_a_token_redis_no_longer_holds_is_filled_and_answered_on_the_loop(world: dict[str, Any], path: str) -> None:
+    """Filled as Django's authentication fills it (one query, the entry then
+    in Redis for everyone), then answered on the loop: not a whole Django
+    request for the token's first poll."""
+    app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
+    first = _warm(app, auth, path)
+    _forget_token(app, token)
+    calls = django.calls
+    with CaptureQueriesContext(connection) as queries:
+        polled = call(app, path, auth)
+    assert django.calls == (calls if async_available() else calls + 1)
+    if async_available():
+        assert len(queries) == 1, [q["sql"] for q in queries]  # the fill
+    assert (polled.status, polled.headers) == (first.status, first.headers)
+    assert unsigned(polled.body) == unsigned(first.body)
+    entry = readthrough.parse(get_redis().get(keys.auth_token(token.key)))
+    assert entry.fresh()
+    assert entry.value["id"] == world["user"].pk
+    calls = django.calls
+    with CaptureQueriesContext(connection) as queries:
+        assert call(app, path, auth).status == 200
+    assert django.calls == (calls if async_available() else calls + 1)
+    if async_available():
+        assert len(queries) == 0
+
+
+def test_a_filled_token_that_has_no_owner_is_refused_by_django(world: dict[str, Any]) -> None:
+    """The fill remembers the miss; Django answers the refusal (and finds the
+    miss without reading PostgreSQL again)."""
+    app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
+    _warm(app, auth)
+    bad = "Token " + "1" * 40
+    calls = django.calls
+    refused = call(app, COUNTS, {"Authorization": bad})
+    assert refused.status == 401
+    assert b'"error"' in refused.body
+    assert django.calls == calls + 1
+    assert readthrough.parse(get_redis().get(keys.auth_token("1" * 40))).found
+    # An inactive owner: filled, then refused by Django too.
+    _forget_token(app, token)
+    user = world["user"]
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+    calls = django.calls
+    assert call(app, COUNTS, auth).status == 401
+    assert django.calls == calls + 1
+
+
+def test_a_token_whose_fill_fails_is_django_s(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
+    first = _warm(app, auth)
+    _forget_token(app, token)
+
+    def failing(key: str) -> Any:
+        raise RuntimeError("the fill broke")
+
+    monkeypatch.setattr(fast_asgi, "token_entry_fill", failing)
+    calls = django.calls
+    polled = call(app, COUNTS, auth)
+    assert (polled.status, polled.body) == (first.status, first.body)
+    assert django.calls == calls + 1

@@ -297,6 +297,81 @@ def test_a_fill_whose_lease_ran_out_does_not_store(redis: Any) -> None:
     assert redis.get(keys.fill_lock(key)) == b"someone-else"
 
 
+# --- a fill from a known miss (the fast route's) ----------------------------------------------
+
+
+class OneLoad:
+    """A loader that counts its calls and answers ``value`` (running ``then`` first)."""
+
+    def __init__(self, value: Any, then: Callable[[], None] | None = None) -> None:
+        self.value, self.then, self.calls = value, then, 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.then is not None:
+            self.then()
+        return self.value
+
+
+def test_a_fill_from_a_miss_answers_the_entry_it_stored(redis: Any) -> None:
+    key = keys.auth_user(4250)
+    load = OneLoad({"id": 4250})
+    entry = readthrough.fill_entry(key, load, policy=readthrough.auth_policy())
+    assert entry is not None
+    assert entry.fresh()
+    assert entry.value == {"id": 4250}
+    assert load.calls == 1
+    assert redis.get(key) == entry.raw  # byte for byte: what a held copy is compared with
+    assert not redis.exists(keys.fill_lock(key))
+    missed = readthrough.fill_entry(keys.auth_user(4251), OneLoad(None), policy=readthrough.auth_policy())
+    assert missed is not None
+    assert missed.fresh()
+    assert missed.value is None  # a miss is remembered too
+
+
+def test_a_fill_from_a_miss_takes_an_entry_stored_meanwhile_without_reading(redis: Any) -> None:
+    key = keys.auth_user(4252)
+    body, ttl_ms = readthrough.encode({"id": 7}, readthrough.auth_policy(), int(time.time() * 1000))
+    redis.set(key, body, px=ttl_ms)  # another process filled it after this one's miss
+    load = OneLoad({"id": 8})
+    entry = readthrough.fill_entry(key, load, policy=readthrough.auth_policy())
+    assert entry is not None
+    assert entry.value == {"id": 7}
+    assert load.calls == 0
+    assert not redis.exists(keys.fill_lock(key))
+
+
+def test_a_fill_from_a_miss_leaves_a_locked_entry_to_its_filler(redis: Any) -> None:
+    key = keys.auth_user(4253)
+    redis.set(keys.fill_lock(key), "another-process", px=5000)
+    load = OneLoad({"id": 9})
+    assert readthrough.fill_entry(key, load, policy=readthrough.auth_policy()) is None
+    assert load.calls == 0
+    assert redis.get(key) is None
+    assert redis.get(keys.fill_lock(key)) == b"another-process"
+
+
+def test_a_fill_from_a_miss_that_read_before_an_invalidation_answers_nothing(redis: Any) -> None:
+    key = keys.auth_user(4254)
+    load = OneLoad({"id": 10}, then=lambda: readthrough.invalidate(key))  # a change commits while it reads
+    assert readthrough.fill_entry(key, load, policy=readthrough.auth_policy()) is None
+    assert load.calls == 1
+    assert not parse(redis.get(key)).found  # the tombstone stays
+    assert not redis.exists(keys.fill_lock(key))
+
+
+def test_a_fill_from_a_miss_whose_load_fails_releases_the_lock(redis: Any) -> None:
+    key = keys.auth_user(4255)
+
+    def failing() -> Any:
+        raise RuntimeError("PostgreSQL went away")
+
+    with pytest.raises(RuntimeError):
+        readthrough.fill_entry(key, failing, policy=readthrough.auth_policy())
+    assert not redis.exists(keys.fill_lock(key))
+    assert redis.get(key) is None
+
+
 # --- Redis down ----------------------------------------------------------------------------
 
 
@@ -324,7 +399,7 @@ def test_with_redis_down_lookups_read_postgresql(recipient: Any, redis_down: Any
 # --- several entries at once (a page of rows) ---------------------------------------------
 
 
-class Loads:
+class CountingLoad:
     """A ``read_through_many`` loader over ``rows`` that records each call's keys."""
 
     def __init__(self, entry_keys: list[str], rows: dict[str, Any]) -> None:
@@ -341,7 +416,7 @@ POLICY = Policy(fresh=60, stale=0, miss=60)
 
 def test_many_entries_load_what_is_missing_in_one_call_then_cost_no_load(redis: Any) -> None:
     entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
-    load = Loads(entry_keys, {entry_keys[0]: {"t": "one"}, entry_keys[2]: {"t": "three"}})
+    load = CountingLoad(entry_keys, {entry_keys[0]: {"t": "one"}, entry_keys[2]: {"t": "three"}})
     assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "one"}, None, {"t": "three"}]
     assert load.calls == [entry_keys]  # one load for all three
     assert not any(redis.exists(keys.fill_lock(key)) for key in entry_keys)  # every lock released
@@ -353,7 +428,7 @@ def test_many_entries_load_what_is_missing_in_one_call_then_cost_no_load(redis: 
 def test_many_entries_reload_only_the_invalidated_and_the_expired(redis: Any) -> None:
     entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
     rows = {key: {"t": f"v{i}"} for i, key in enumerate(entry_keys)}
-    load = Loads(entry_keys, rows)
+    load = CountingLoad(entry_keys, rows)
     readthrough.read_through_many(entry_keys, load, policy=POLICY)
     rows[entry_keys[0]] = {"t": "edited"}
     readthrough.invalidate(entry_keys[0])
@@ -377,6 +452,6 @@ def test_many_entries_a_fill_that_read_before_an_invalidation_does_not_store(red
 
 def test_many_entries_with_redis_down_load_everything(redis_down: Any) -> None:
     entry_keys = [keys.notice_summary(pk) for pk in (1, 2)]
-    load = Loads(entry_keys, {entry_keys[1]: {"t": "two"}})
+    load = CountingLoad(entry_keys, {entry_keys[1]: {"t": "two"}})
     assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [None, {"t": "two"}]
     assert load.calls == [entry_keys]
