@@ -59,7 +59,7 @@ from urllib.parse import parse_qsl
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -363,6 +363,10 @@ def fill_token(token: str | None) -> Entry | None:
         return None
     try:
         return token_entry_fill(token)
+    except DatabaseError:
+        # PostgreSQL unavailable: Django's answer (a 503) says so; no log line per request.
+        logger.debug("fast route: token entry not filled; Django answers", exc_info=True)
+        return None
     except Exception:
         logger.warning("fast route: token entry not filled; Django answers", exc_info=True)
         return None

@@ -23,14 +23,14 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from core import activity, fast_asgi, journal, keys, outbox, readmodel, readthrough
+from core import activity, authentication, fast_asgi, journal, keys, outbox, readmodel, readthrough
 from core import redis as core_redis
 from core.fast_asgi import FastRoutes
 from core.fast_wsgi import FastWSGIRoutes
@@ -714,3 +714,22 @@ def test_a_token_whose_fill_fails_is_django_s(world: dict[str, Any], monkeypatch
     polled = call(app, COUNTS, auth)
     assert (polled.status, polled.body) == (first.status, first.body)
     assert django.calls == calls + 1
+
+
+def test_a_token_filled_while_postgresql_is_down_is_django_s(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django answers it as it answers any request then (a 503), and the fill stores nothing."""
+    app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
+    _warm(app, auth)
+    _forget_token(app, token)
+
+    def unavailable(key: str) -> Any:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(authentication, "_owner_snapshot", unavailable)
+    calls = django.calls
+    answer = call(app, COUNTS, auth)
+    assert answer.status == 503
+    assert django.calls == calls + 1
+    assert get_redis().get(keys.auth_token(token.key)) is None
