@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -90,17 +91,40 @@ class _MarkedToday:
 _marked = _MarkedToday()
 
 
-async def record_active_async(*, user_id: int, now: datetime | None = None) -> None:
-    """``record_active`` on the event loop (the async hot path); raises RedisError."""
+@dataclass(frozen=True)
+class PendingMark:
+    """The user's mark for today, for a caller that sends ``command`` with
+    commands of its own (the fast route: with its request's first round
+    trip) and calls ``done`` once Redis took it."""
+
+    day: str
+    user_id: int
+    command: tuple[Any, ...]
+
+    def done(self) -> None:
+        _marked.add(self.day, self.user_id)
+
+
+def _due(user_id: int, now: datetime | None) -> tuple[str, int, int, int] | None:
+    """(day, chunk, offset, seconds kept) of the user's mark today; None when
+    activity is off, the id is no user's, or this process marked them today."""
     if not settings.MESSAGECENTER_ACTIVITY_ENABLED or int(user_id) < 0:
-        return
+        return None
     day = day_name((now or timezone.now()).astimezone(UTC).date())
     if _marked.seen(day, int(user_id)):
-        return
+        return None
     chunk, offset = divmod(int(user_id), _chunk_size())
-    keep = int(settings.MESSAGECENTER_ACTIVITY_KEEP_DAYS) * 86_400
-    await readmodel.activity_mark_async(chunk=chunk, offset=offset, day=day, keep_seconds=keep)
-    _marked.add(day, int(user_id))
+    return day, chunk, offset, int(settings.MESSAGECENTER_ACTIVITY_KEEP_DAYS) * 86_400
+
+
+def pending_mark(*, user_id: int, now: datetime | None = None) -> PendingMark | None:
+    """What records the user active today, unless nothing is due (``_due``)."""
+    due = _due(user_id, now)
+    if due is None:
+        return None
+    day, chunk, offset, keep = due
+    command = readmodel.activity_mark_command(chunk=chunk, offset=offset, day=day, keep_seconds=keep)
+    return PendingMark(day, int(user_id), command)
 
 
 def forget_marked() -> None:
@@ -110,16 +134,11 @@ def forget_marked() -> None:
 
 def record_active(*, user_id: int, now: datetime | None = None) -> bool:
     """Mark the user active today; True when it cost a Redis command. Never raises."""
-    if not settings.MESSAGECENTER_ACTIVITY_ENABLED:
+    due = _due(user_id, now)
+    if due is None:
         return False
+    day, chunk, offset, keep = due
     user_id = int(user_id)
-    if user_id < 0:
-        return False
-    day = day_name((now or timezone.now()).astimezone(UTC).date())
-    if _marked.seen(day, user_id):
-        return False
-    chunk, offset = divmod(user_id, _chunk_size())
-    keep = int(settings.MESSAGECENTER_ACTIVITY_KEEP_DAYS) * 86_400
     try:
         readmodel.activity_mark(chunk=chunk, offset=offset, day=day, keep_seconds=keep)
     except (RedisError, OSError):

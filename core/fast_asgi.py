@@ -318,14 +318,21 @@ class FastCore:
         if not fields.get("is_active") or not isinstance(platforms, list):
             return None
         user_id = int(fields["id"])
-        await activity.record_active_async(user_id=user_id, now=now)
+        # The user's first request of the day in this process records them
+        # active in that same write too.
+        mark = activity.pending_mark(user_id=user_id, now=now)
         request = FastRequest(user_id, tuple(platforms), headers, query, now, kwargs)
         # The request is counted against the view's throttles in the same
         # write as the handler's first round trip, and a refusal stops the
         # handler there: a write handler's first round trip only reads, so a
         # refused write changes nothing. Whatever the handler leaves to Django
         # is taken back from the window, and Django counts it: once each.
-        counting = _Counting(route.view, user_id, held=(token, held.raw) if held is not None and held.raw else None)
+        counting = _Counting(
+            route.view,
+            user_id,
+            held=(token, held.raw) if held is not None and held.raw else None,
+            mark=mark.command if mark is not None else None,
+        )
         try:
             with sent_ahead(Ahead(counting.commands, counting.check)) as ahead:
                 answer = await route.handler(request)
@@ -341,6 +348,8 @@ class FastCore:
             if answer is None:
                 return None
             replies = await round_trip_async(counting.commands)
+        if mark is not None and counting.marked(replies):
+            mark.done()
         if counting.token_changed(replies):
             self._tokens.pop(token, None)  # Django reads it again (and answers a revoked token)
         elif held is None:
@@ -488,10 +497,20 @@ class _Refused(Exception):
 
 class _Counting:
     """What rides ahead of a request's first round trip (``core.redis.Ahead``):
-    its throttle counts and, for a token whose entry is held, that entry read
-    again (the last command), which must be the bytes held."""
+    its throttle counts, for a token whose entry is held that entry read
+    again, which must be the bytes held, and the user's mark for the day
+    when one is due (``activity.pending_mark``), which must be taken: an
+    error (its script not loaded yet) leaves the request to Django, whose
+    sync call loads it."""
 
-    def __init__(self, view: Any, user_id: int, *, held: tuple[str, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        view: Any,
+        user_id: int,
+        *,
+        held: tuple[str, bytes] | None = None,
+        mark: tuple[Any, ...] | None = None,
+    ) -> None:
         now_ms = int(time.time() * 1000)
         self.windows: list[tuple[str, str]] = []  # (window's name, this request's member)
         self.commands: list[tuple[Any, ...]] = []
@@ -502,6 +521,9 @@ class _Counting:
         self.held = None if held is None else held[1]  # the entry's bytes, as held
         if held is not None:
             self.commands.append(("GET", keys.auth_token(held[0])))
+        self.mark_at = len(self.commands) if mark is not None else None  # the mark's reply
+        if mark is not None:
+            self.commands.append(mark)
 
     def token_changed(self, replies: list[Any] | None) -> bool:
         """Whether the held entry is no longer Redis's (False when none is held);
@@ -511,8 +533,14 @@ class _Counting:
         reply = replies[len(self.windows)]
         return isinstance(reply, Exception) or reply is None or bytes(reply) != self.held
 
+    def marked(self, replies: list[Any] | None) -> bool:
+        """Whether the user's mark for the day was taken (False when none was sent)."""
+        return self.mark_at is not None and replies is not None and not isinstance(replies[self.mark_at], Exception)
+
     def allowed(self, replies: list[Any] | None) -> bool:
         if replies is None or self.token_changed(replies):
+            return False
+        if self.mark_at is not None and not self.marked(replies):
             return False
         return all(_allows(reply) for reply in replies[: len(self.windows)])
 

@@ -107,10 +107,10 @@ def activity_mark(*, chunk: int, offset: int, day: str, keep_seconds: int) -> No
     ACTIVITY_MARK_SCRIPT([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
 
 
-async def activity_mark_async(*, chunk: int, offset: int, day: str, keep_seconds: int) -> None:
-    """``activity_mark`` on the event loop's client (NOSCRIPT raises: the sync path loads it)."""
-    command = ACTIVITY_MARK_SCRIPT.command([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
-    await round_trip_async([command])
+def activity_mark_command(*, chunk: int, offset: int, day: str, keep_seconds: int) -> tuple[Any, ...]:
+    """``activity_mark`` as a command for a caller's own round trip (an
+    EVALSHA: NOSCRIPT comes back as an error reply; the sync path loads it)."""
+    return ACTIVITY_MARK_SCRIPT.command([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
 
 
 def activity_counts(*, chunk: int, day_sets: Sequence[Sequence[str]], op: str) -> list[int]:

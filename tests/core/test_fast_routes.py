@@ -730,3 +730,43 @@ def test_a_token_whose_fill_fails_is_django_s(
         assert answer.body == first.body
     else:
         assert get_redis().get(keys.auth_token(token.key)) is None  # the fill stored nothing
+
+
+def _a_new_day(user: Any) -> tuple[str, int]:
+    """As on a new day: nobody marked the user active; the day's key and the user's bit."""
+    day = activity.day_name(timezone.now().astimezone(UTC).date())
+    chunk, offset = divmod(int(user.pk), activity._chunk_size())
+    activity.forget_marked()
+    get_redis().delete(keys.activity_day(chunk, day))
+    return keys.activity_day(chunk, day), offset
+
+
+def test_a_user_s_first_poll_of_the_day_is_marked_in_the_answer_s_round_trip(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, auth, user = world["app"], world["auth"], world["user"]
+    _warm(app, auth)
+    call(app, COUNTS, auth)  # the token's entry is held from here on
+    day_key, offset = _a_new_day(user)
+    sent = _count_round_trips(monkeypatch)
+    assert call(app, COUNTS, auth).status == 200
+    assert get_redis().getbit(day_key, offset) == 1
+    # The answer's commands with the throttle, the held entry and the mark ahead of them: one write.
+    assert len(sent) == (1 if async_available() else 0)
+    day = activity.day_name(timezone.now().astimezone(UTC).date())
+    assert activity._marked.seen(day, user.pk)  # the process knows: the next poll sends no mark
+
+
+def test_a_mark_for_the_day_redis_refuses_leaves_the_request_to_django(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its script not loaded yet (a flushed Redis): Django answers and its sync call loads and marks."""
+    app, django, auth, user = world["app"], world["django"], world["auth"], world["user"]
+    first = _warm(app, auth)
+    day_key, offset = _a_new_day(user)
+    monkeypatch.setattr(readmodel, "activity_mark_command", lambda **_: ("EVALSHA", "0" * 40, 0))
+    calls = django.calls
+    polled = call(app, COUNTS, auth)
+    assert (polled.status, polled.body) == (first.status, first.body)
+    assert django.calls == calls + 1
+    assert get_redis().getbit(day_key, offset) == 1  # by Django's authentication
