@@ -173,9 +173,13 @@ def test_a_token_created_after_a_miss_works_at_once(redis: Any) -> None:
 
 
 def test_a_user_created_after_a_miss_is_found(django_assert_num_queries: Any) -> None:
-    assert cached_user(123456) is None
-    UserFactory(id=123456, username="late")
-    user = cached_user(123456)
+    # The next id, not a far one: SQLite keeps a table's highest id across the
+    # rollback, so a far id would move every later test's users there (into
+    # another announcement chunk, for one).
+    late_id = (User.objects.order_by("-pk").values_list("pk", flat=True).first() or 0) + 1
+    assert cached_user(late_id) is None
+    UserFactory(id=late_id, username="late")
+    user = cached_user(late_id)
     assert user is not None
     assert user.username == "late"
 

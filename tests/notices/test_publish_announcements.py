@@ -71,6 +71,8 @@ def test_a_chunk_never_built_is_restored_before_its_index_opens(
 ) -> None:
     on_platforms(recipient, "user")
     on_platforms(other_recipient, "user")
+    # A sync builds chunk 0 (and the chunks Redis lists): the reader must sit there.
+    assert readmodel.user_slot(other_recipient.pk)[0] == 0, other_recipient.pk
     a = announce(["user"])
     announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
     announcement_read_snapshot()

@@ -156,10 +156,10 @@ def test_a_count_reads_the_users_counter_not_the_announcements(recipient: Any, r
     # (each answer is exact meanwhile); a few counts bring it to T0.
     for _ in range(2000 // readmodel.ADVANCE_BATCH + 2):
         assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 2000}
-    assert redis.hget(keys.notice_meta("user", 0), "t") == str(readmodel.to_ms(T0)).encode()
+    chunk, offset = readmodel.user_slot(recipient.pk)
+    assert redis.hget(keys.notice_meta("user", chunk), "t") == str(readmodel.to_ms(T0)).encode()
     for a in created[::2][:700]:
         readmodel.mark(platforms=["user"], user_id=recipient.pk, announcement_id=a.pk, read=True)
-    chunk, offset = readmodel.user_slot(recipient.pk)
     block, index = readmodel._counter_of(offset)
     counter = keys.notice_reads("user", chunk, block)
     assert readmodel.counter_from_block(redis.get(counter), index) == 700
@@ -191,11 +191,12 @@ def test_expiry_moves_every_readers_counter_once(recipient: Any, other_recipient
         assert announcement_counts(user=user, now=T0) == {"read": 2, "unread": 0}
     later = T0 + 2 * HOUR
     assert announcement_counts(user=recipient, now=later) == {"read": 1, "unread": 0}
-    # That count moved the chunk time past the expiry, for both readers.
-    assert redis.hget(keys.notice_meta("user", 0), "t") == str(readmodel.to_ms(later)).encode()
-    offset = readmodel.user_slot(other_recipient.pk)[1]
+    # That count moved the chunk time past the expiry, for both readers (one chunk holds them).
+    chunk, offset = readmodel.user_slot(other_recipient.pk)
+    assert readmodel.user_slot(recipient.pk)[0] == chunk
+    assert redis.hget(keys.notice_meta("user", chunk), "t") == str(readmodel.to_ms(later)).encode()
     block, index = readmodel._counter_of(offset)
-    assert readmodel.counter_from_block(redis.get(keys.notice_reads("user", 0, block)), index) == 1
+    assert readmodel.counter_from_block(redis.get(keys.notice_reads("user", chunk, block)), index) == 1
     assert announcement_counts(user=other_recipient, now=later) == {"read": 1, "unread": 0}
     # Back in time: the expired one counts again, without moving the chunk time back.
     assert announcement_counts(user=other_recipient, now=T0) == {"read": 2, "unread": 0}
