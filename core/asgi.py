@@ -22,15 +22,43 @@ requests/s). Here each request still gets a context of its own, so all its
 sync code runs on one thread as Django expects, but the context is given a
 one-thread executor from this process's idle ones, handed back when the
 request ends: the threads outlive the requests, as a WSGI server's do.
+
+A request whose view is sync (every DRF view) then still switched to that
+thread and back three times: Django sends ``request_started``, calls the
+view and closes the response (``request_finished``) each through
+``sync_to_async``, and under load each switch waits for the GIL behind the
+event loop. Such a request here makes one switch: its thread runs the
+signals and the same middleware, built once more for sync calls (the classes
+serve both modes, as under WSGI), around the view, and closes the response
+before handing it back, as a WSGI server closes it after its body. Only the
+body is then sent from the event loop. A streaming answer is closed after its
+last part, and a client that leaves stops it, as in Django's own path. The
+kind of view a path leads to is resolved once per path and kept (a path no
+view serves counts as sync: its 404 or redirect is sync work). A request
+whose view is async takes Django's path unchanged, on a reused thread too.
 """
 
 import asyncio
+import contextvars
+import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import suppress
+from typing import Any, TypeVar
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction
 from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
+from django.core.handlers.asgi import get_script_prefix
+from django.core.handlers.base import BaseHandler
+from django.core.signals import setting_changed
+from django.http import FileResponse
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+_T = TypeVar("_T")
 
 
 def concurrent_requests() -> int:
@@ -57,6 +85,10 @@ class ASGIHandler(DjangoASGIHandler):
         # One-thread executors of finished requests, for the next ones.
         self._idle: list[ThreadPoolExecutor] = []
         self._keep = idle_threads_kept()
+        # The same middleware, built for sync calls: the stack a sync view's
+        # request runs whole on its thread (see the module's docstring).
+        self._sync = BaseHandler()
+        self._sync.load_middleware(is_async=False)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -64,9 +96,12 @@ class ASGIHandler(DjangoASGIHandler):
             return
         executor = self._idle.pop() if self._idle else ThreadPoolExecutor(1, thread_name_prefix="asgi-request")
         try:
-            # The context owns no executor of its own: it does not shut this one down.
-            async with ThreadSensitiveContext(executor=executor):
-                await self.handle(scope, receive, send)
+            if runs_sync(scope):
+                await self._handle_sync(scope, receive, send, executor)
+            else:
+                # The context owns no executor of its own: it does not shut this one down.
+                async with ThreadSensitiveContext(executor=executor):
+                    await self.handle(scope, receive, send)
         finally:
             # A request cancelled mid-call may leave its call running on the
             # thread: the next request's calls then queue behind it, in order.
@@ -75,8 +110,100 @@ class ASGIHandler(DjangoASGIHandler):
             else:
                 executor.shutdown(wait=False)
 
-    async def run_get_response(self, request: Any) -> Any:
+    def _bound(self) -> asyncio.Semaphore:
         if self._slots is None:
             self._slots = asyncio.Semaphore(concurrent_requests())
-        async with self._slots:
+        return self._slots
+
+    async def run_get_response(self, request: Any) -> Any:
+        async with self._bound():
             return await super().run_get_response(request)
+
+    async def _handle_sync(self, scope: Any, receive: Any, send: Any, executor: ThreadPoolExecutor) -> None:
+        """A sync view's request: one call on its thread, then the body sent from here."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            async with self._bound():
+                response = await _on_thread(executor, self._respond, scope, body_file)
+            if response.streaming:
+                await self._stream(response, receive, send, executor)
+            else:
+                await self.send_response(response, send)
+        finally:
+            body_file.close()
+
+    def _respond(self, scope: Any, body_file: Any) -> HttpResponseBase:
+        """The request's sync part, on its thread: what Django's ``handle`` does
+        around a sync view in three switches, in one."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        response: Any = error_response if request is None else self._sync.get_response(request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if not response.streaming:
+            # Its body is in memory: closed here (request_finished: the
+            # database connection goes back), before it is sent.
+            response.close()
+        return response
+
+    async def _stream(self, response: HttpResponseBase, receive: Any, send: Any, executor: ThreadPoolExecutor) -> None:
+        """Send a streaming answer until its end or until the client leaves, then close it."""
+        sending = asyncio.create_task(self.send_response(response, send))
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait([sending, listening], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (listening, sending):
+                task.cancel()
+                with suppress(asyncio.CancelledError, RequestAborted):
+                    await task
+            await _on_thread(executor, response.close)
+
+
+async def _on_thread(executor: ThreadPoolExecutor, call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)`` on the request's thread, in a copy of this task's context.
+
+    What asgiref's ``sync_to_async`` does for a request's sync code, without
+    its bookkeeping (a fifth of a trivial request's time on the event loop):
+    the thread is known, and the sync code here (Django's handler, the
+    middleware, DRF's views) calls no ``async_to_sync`` that would need it."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(context.run, call, *args))
+
+
+# path -> whether its view is sync; bounded (paths carry ids), a hint only.
+_view_kinds: dict[str, bool] = {}
+VIEW_KINDS_KEPT = 4096
+
+
+def runs_sync(scope: Any) -> bool:
+    """Whether the request's view is sync (or no view resolves its path: the
+    404 and the redirects of the middleware are sync work too)."""
+    path = str(scope.get("path", ""))
+    root = str(scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    known = _view_kinds.get(path)
+    if known is not None:
+        return known
+    try:
+        sync = not iscoroutinefunction(get_resolver().resolve(path or "/").func)
+    except Resolver404:
+        sync = True
+    if len(_view_kinds) >= VIEW_KINDS_KEPT:
+        _view_kinds.clear()
+    _view_kinds[path] = sync
+    return sync
+
+
+def _forget_view_kinds(*, setting: str, **kwargs: Any) -> None:
+    if setting == "ROOT_URLCONF":
+        _view_kinds.clear()
+
+
+setting_changed.connect(_forget_view_kinds)

@@ -3,31 +3,39 @@ request that needs no database opens none.
 
 Under ASGI the middleware stack runs on the event loop (core.middleware's
 inline hooks); these tests call each endpoint through Django's AsyncClient
-(the ASGI handler, its middleware built in async mode) and through the
-plain test client (the WSGI handler), for the same user and data, and
-compare status, body and headers.
+(the ASGI handler, its middleware built in async mode), through the
+project's ASGI handler as a server calls it (core/asgi.py: a sync view's
+request runs whole on its thread) and through the plain test client (the
+WSGI handler), for the same user and data, and compare status, body and
+headers.
 """
 
 import asyncio
+import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from django.conf import settings
+from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client, override_settings
+from django.urls import path as url_path
 from django.utils import deprecation
 from rest_framework.authtoken.models import Token
 from rest_framework.settings import api_settings
 
+from core import asgi as asgi_module
 from core import journal, outbox
 from core.asgi import ASGIHandler as ProjectASGIHandler
 from core.checks import middleware_present
 from notices.services import announcement_create
-from tests.asgi_calls import get_scope, receive_empty_body, unsigned
+from tests.asgi_calls import get_scope, receive_body, receive_empty_body, unsigned
 from tests.conftest import assert_error
 from tests.messagecenter.conftest import send
 
@@ -47,6 +55,7 @@ class Both:
             self.headers["Authorization"] = f"Token {token.key}"
         self.wsgi = Client(headers=self.headers)
         self.asgi = AsyncClient()
+        self.project = ProjectASGIHandler()
 
     def wsgi_call(self, method: str, path: str, **extra: Any) -> Any:
         return getattr(self.wsgi, method)(path, **extra)
@@ -55,16 +64,71 @@ class Both:
         # (AsyncClient's own default headers do not reach the scope: passed per request.)
         return async_to_sync(getattr(self.asgi, method))(path, headers={**self.headers, **(headers or {})})
 
+    def project_call(self, method: str, path: str, headers: dict[str, str] | None = None) -> "Answer":
+        """The request through the project's ASGI handler, as a server makes it."""
+        path, _, query = path.partition("?")
+        pairs = {**self.headers, **(headers or {})}
+        scope = get_scope(
+            path,
+            method=method.upper(),
+            query=query,
+            headers=[(name.lower().encode(), value.encode()) for name, value in pairs.items()],
+        )
+        return Answer.of(async_to_sync(_sent)(self.project, scope))
+
     def same(self, method: str, path: str, **extra: Any) -> Any:
-        """Call both (WSGI first); assert equal answers; return the ASGI one."""
+        """Call all three (WSGI first); assert equal answers; return the AsyncClient's."""
         wsgi = self.wsgi_call(method, path, **extra)
-        asgi = self.asgi_call(method, path, **extra)
-        assert asgi.status_code == wsgi.status_code, (path, asgi.content, wsgi.content)
-        # Both bodies in full on a mismatch (pytest shortens them to their ends).
-        # (A cursor is signed with the second it was made in.)
-        assert unsigned(asgi.content) == unsigned(wsgi.content), (path, wsgi.content.decode(), asgi.content.decode())
-        assert _headers(asgi) == _headers(wsgi), path
+        for asgi in (self.asgi_call(method, path, **extra), self.project_call(method, path, **extra)):
+            assert asgi.status_code == wsgi.status_code, (path, asgi.content, wsgi.content)
+            # Both bodies in full on a mismatch (pytest shortens them to their ends).
+            # (A cursor is signed with the second it was made in.)
+            assert unsigned(asgi.content) == unsigned(wsgi.content), (
+                path,
+                wsgi.content.decode(),
+                asgi.content.decode(),
+            )
+            assert _headers(asgi) == _headers(wsgi), path
         return asgi
+
+
+async def _sent(handler: Any, scope: dict[str, Any], body: bytes = b"") -> list[dict[str, Any]]:
+    """What ``handler`` sends for one request (a client that stays)."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await handler(scope, receive_body(body), send)
+    return sent
+
+
+class Answer:
+    """An answer as a server got it from an ASGI application, read like the test client's."""
+
+    def __init__(self, status_code: int, headers: list[tuple[str, str]], content: bytes) -> None:
+        self.status_code, self.content = status_code, content
+        # Cookies: the test client keeps them apart from the headers.
+        self._headers = {name: value for name, value in headers if name.lower() != "set-cookie"}
+        self.cookies = [value for name, value in headers if name.lower() == "set-cookie"]
+
+    @classmethod
+    def of(cls, sent: list[dict[str, Any]]) -> "Answer":
+        start, *parts = sent
+        assert start["type"] == "http.response.start", sent
+        assert all(part["type"] == "http.response.body" for part in parts), sent
+        assert not parts[-1].get("more_body", False), "the answer did not end"
+        headers = [(name.decode("latin1"), value.decode("latin1")) for name, value in start["headers"]]
+        return cls(start["status"], headers, b"".join(part.get("body", b"") for part in parts))
+
+    def items(self) -> Any:
+        return self._headers.items()
+
+    def __getitem__(self, name: str) -> str:
+        return {key.lower(): value for key, value in self._headers.items()}[name.lower()]
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 def _headers(response: Any) -> dict[str, str]:
@@ -268,26 +332,38 @@ def _asgi_get(handler: Any, path: str) -> Any:
     return call, sent
 
 
-def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("view_is_sync", [True, False], ids=["sync-view", "async-view"])
+def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch, view_is_sync: bool) -> None:
     """Each request runs all its sync code on one thread, as Django expects,
     but the threads outlive the requests: requests one after the other take
     the same thread (Django alone starts and joins a new one per request),
-    and requests at the same time still take different ones."""
+    and requests at the same time still take different ones. Both ways
+    through the handler: a sync view's whole request on its thread, and
+    Django's own path (an async view's)."""
     threads: list[tuple[int, threading.Thread]] = []
     gate = threading.Barrier(2, timeout=5)
     together = {"on": False}
 
-    async def view(self: Any, request: Any) -> Any:
-        def note() -> None:
-            threads.append((id(request), threading.current_thread()))
-            if together["on"]:
-                gate.wait()  # both requests hold their thread at once
+    def note(request: Any) -> None:
+        threads.append((id(request), threading.current_thread()))
+        if together["on"]:
+            gate.wait()  # both requests hold their thread at once
 
-        await sync_to_async(note)()
-        await sync_to_async(note)()  # the same request again: the same thread
+    def sync_view(self: Any, request: Any) -> Any:
+        note(request)
+        note(request)
         return HttpResponse(b"ok")
 
-    monkeypatch.setattr(BaseHandler, "get_response_async", view)
+    async def view(self: Any, request: Any) -> Any:
+        await sync_to_async(note)(request)
+        await sync_to_async(note)(request)  # the same request again: the same thread
+        return HttpResponse(b"ok")
+
+    monkeypatch.setattr(asgi_module, "runs_sync", lambda scope: view_is_sync)
+    if view_is_sync:
+        monkeypatch.setattr(BaseHandler, "get_response", sync_view)
+    else:
+        monkeypatch.setattr(BaseHandler, "get_response_async", view)
     handler = ProjectASGIHandler()
 
     async def one_after_another() -> None:
@@ -311,6 +387,155 @@ def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch)
     assert len(by_request) == 2
     assert all(len(seen) == 1 for seen in by_request.values()), by_request
     assert len({next(iter(seen)) for seen in by_request.values()}) == 2
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """A request thread that counts the calls handed to it (the thread switches)."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.calls = 0
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super().submit(*args, **kwargs)
+
+
+def test_a_sync_views_request_switches_thread_once(recipient: Any, data: dict[str, str]) -> None:
+    """The request signals, the middleware, the view and the close of a sync
+    view's answer run in one switch to the request's thread (Django's own
+    path takes three), and the answer is the WSGI handler's."""
+    both = Both(recipient)
+    executor = _CountingExecutor()
+    both.project._idle[:] = [executor]
+    finished: list[object] = []
+
+    def on_finished(**kwargs: Any) -> None:
+        finished.append(kwargs["sender"])
+
+    signals.request_finished.connect(on_finished)
+    try:
+        answer = both.same("get", "/api/v1/me/")
+    finally:
+        signals.request_finished.disconnect(on_finished)
+    assert answer.status_code == 200
+    assert executor.calls == 1
+    # Closed once, by the project's handler (and once each by the other two clients).
+    assert finished.count(ProjectASGIHandler) == 1
+
+
+def test_a_sync_views_request_answers_like_wsgi_whatever_the_outcome(recipient: Any, data: dict[str, str]) -> None:
+    """A path no view serves, Django's redirect to the slash, a page with its
+    cookies, a request body too big, a POST's JSON body: as under WSGI."""
+    both = Both(recipient)
+    assert both.project_call("get", "/no/such/page/").status_code == both.wsgi_call("get", "/no/such/page/").status_code
+    moved = both.project_call("get", "/api/v1/me")
+    assert (moved.status_code, moved["Location"]) == (301, "/api/v1/me/")
+    login = both.project_call("get", "/accounts/login/")
+    wsgi_login = Client().get("/accounts/login/")
+    assert login.status_code == wsgi_login.status_code == 200
+    assert [c.split("=")[0] for c in login.cookies] == list(wsgi_login.cookies)
+
+    big = b"x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    scope = get_scope(
+        "/api/v1/inbox/bulk/",
+        method="POST",
+        headers=[(b"authorization", both.headers["Authorization"].encode()), (b"content-length", b"%d" % len(big))],
+    )
+    assert_error(Answer.of(async_to_sync(_sent)(both.project, scope, big)), 413)
+
+    body = json.dumps({"action": "read", "ids": [data["item"]]}).encode()
+    scope = get_scope(
+        "/api/v1/inbox/bulk/",
+        method="POST",
+        headers=[
+            (b"authorization", both.headers["Authorization"].encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+        ],
+    )
+    answer = Answer.of(async_to_sync(_sent)(both.project, scope, body))
+    assert answer.status_code == 200, answer.content
+    assert both.wsgi_call("get", "/api/v1/inbox/counts/").json()["unread"] == 2
+
+
+async def _endless_parts() -> Any:
+    while True:
+        yield b"tick\n"
+        await asyncio.sleep(0.005)
+
+
+def _endless(request: Any) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_endless_parts(), content_type="text/plain")
+
+
+_view_loops: list[asyncio.AbstractEventLoop] = []
+
+
+async def _async_view(request: Any) -> HttpResponse:
+    _view_loops.append(asyncio.get_running_loop())
+    return HttpResponse(b"async")
+
+
+urlpatterns = [url_path("endless/", _endless), url_path("async/", _async_view)]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_sync_views_stream_ends_when_its_client_leaves() -> None:
+    """A sync view's streaming answer is sent from the event loop until the
+    client leaves; then it stops and is closed (request_finished) once."""
+    handler = ProjectASGIHandler()
+    sent: list[dict[str, Any]] = []
+    finished: list[object] = []
+    left = asyncio.Event()
+
+    def on_finished(**kwargs: Any) -> None:
+        finished.append(kwargs["sender"])
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if sum(1 for m in sent if m.get("body")) == 3:
+            left.set()
+
+    asked = {"body": False}
+
+    async def receive() -> dict[str, Any]:
+        if not asked["body"]:
+            asked["body"] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def call() -> None:
+        await asyncio.wait_for(handler(get_scope("/endless/"), receive, send), timeout=10)
+
+    signals.request_finished.connect(on_finished)
+    try:
+        async_to_sync(call)()
+    finally:
+        signals.request_finished.disconnect(on_finished)
+    assert sent[0]["status"] == 200
+    assert [m["body"] for m in sent[1:4]] == [b"tick\n"] * 3
+    assert finished == [ProjectASGIHandler]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_an_async_view_takes_djangos_path() -> None:
+    assert asgi_module.runs_sync(get_scope("/endless/"))
+    assert not asgi_module.runs_sync(get_scope("/async/"))
+    assert asgi_module.runs_sync(get_scope("/nothing/here/"))
+    call, sent = _asgi_get(ProjectASGIHandler(), "/async/")
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def served() -> None:
+        loops.append(asyncio.get_running_loop())
+        await call()
+
+    _view_loops.clear()
+    async_to_sync(served)()
+    assert (sent[0]["status"], sent[1]["body"]) == (200, b"async")
+    # Awaited on the server's own loop (the sync stack would have run it in a loop of its own).
+    assert _view_loops == loops
 
 
 def test_deploy_check_asks_for_the_middleware_classes(settings: Any) -> None:
