@@ -39,7 +39,6 @@ whose view is async takes Django's path unchanged, on a reused thread too.
 """
 
 import asyncio
-import contextvars
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -126,7 +125,6 @@ class ASGIHandler(DjangoASGIHandler):
         except RequestAborted:
             return
         try:
-            set_script_prefix(get_script_prefix(scope))
             async with self._bound():
                 response = await _on_thread(executor, self._respond, scope, body_file)
             if response.streaming:
@@ -139,6 +137,7 @@ class ASGIHandler(DjangoASGIHandler):
     def _respond(self, scope: Any, body_file: Any) -> HttpResponseBase:
         """The request's sync part, on its thread: what Django's ``handle`` does
         around a sync view in three switches, in one."""
+        set_script_prefix(get_script_prefix(scope))
         signals.request_started.send(sender=self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body_file)
         response: Any = error_response if request is None else self._sync.get_response(request)
@@ -166,14 +165,19 @@ class ASGIHandler(DjangoASGIHandler):
 
 
 async def _on_thread(executor: ThreadPoolExecutor, call: Callable[..., _T], *args: Any) -> _T:
-    """``call(*args)`` on the request's thread, in a copy of this task's context.
+    """``call(*args)`` on the request's thread, in that thread's own context.
 
     What asgiref's ``sync_to_async`` does for a request's sync code, without
-    its bookkeeping (a fifth of a trivial request's time on the event loop):
-    the thread is known, and the sync code here (Django's handler, the
-    middleware, DRF's views) calls no ``async_to_sync`` that would need it."""
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(context.run, call, *args))
+    its bookkeeping (a fifth of a trivial request's time on the event loop).
+    It ran the code in a copy of the request task's context, thrown away
+    after the request: Django keeps its cache connections per context, so
+    every request built the cache backend and its Redis client anew. In the
+    thread's own context they last as long as the thread, as a WSGI
+    server's threads keep them. The request's own context-bound state (the
+    script prefix, the replica router's scope) is set on the thread, within
+    the call; and the sync code here (Django's handler, the middleware, DRF's
+    views) calls no ``async_to_sync`` that would need asgiref's bookkeeping."""
+    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(call, *args))
 
 
 # path -> whether its view is sync; bounded (paths carry ids), a hint only.

@@ -20,6 +20,7 @@ import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core import signals
+from django.core.cache import caches
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -387,6 +388,26 @@ def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch,
     assert len(by_request) == 2
     assert all(len(seen) == 1 for seen in by_request.values()), by_request
     assert len({next(iter(seen)) for seen in by_request.values()}) == 2
+
+
+def test_a_sync_views_requests_keep_their_threads_cache_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django keeps its cache backends per context: the requests a thread
+    serves one after another share one backend (and its Redis client), as a
+    WSGI server's thread does, instead of building one per request."""
+    seen: list[tuple[int, int]] = []
+
+    def view(self: Any, request: Any) -> Any:
+        seen.append((threading.get_ident(), id(caches["default"])))
+        return HttpResponse(b"ok")
+
+    monkeypatch.setattr(asgi_module, "runs_sync", lambda scope: True)
+    monkeypatch.setattr(BaseHandler, "get_response", view)
+    handler = ProjectASGIHandler()
+    for _ in range(3):
+        call, sent = _asgi_get(handler, "/any/")
+        async_to_sync(call)()
+        assert sent[0]["status"] == 200
+    assert len(set(seen)) == 1, seen
 
 
 class _CountingExecutor(ThreadPoolExecutor):
