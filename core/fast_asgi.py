@@ -48,6 +48,7 @@ ETag) are the answer's. The first request of each kind therefore goes to
 Django.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -57,7 +58,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import AsyncToSync, sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.urls import Resolver404, resolve, reverse
@@ -408,6 +409,20 @@ class FastRoutes:
         self.app = app
         self.core = FastCore()
 
+    @staticmethod
+    async def _fill(token: str | None) -> Entry | None:
+        """``fill_token`` on a thread of the loop's default executor: fills side
+        by side, each thread keeping Django's cache connections in its own
+        context. (A bare ``sync_to_async`` would run every fill of the process
+        on one thread, a crowd's first requests after a restart queued behind
+        each other, each in a throwaway copy of the request's context.) When
+        a sync caller waits above (``async_to_sync``: a test holding the
+        transaction the fill must see), the fill runs on its thread, as
+        asgiref would run it."""
+        if getattr(AsyncToSync.executors, "current", None) is not None:
+            return await sync_to_async(fill_token)(token)
+        return await asyncio.get_running_loop().run_in_executor(None, fill_token, token)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = None
         if scope["type"] == "http" and settings.ASGI_FAST_READS:
@@ -434,10 +449,8 @@ class FastRoutes:
             raw_query = scope.get("query_string", b"")
             answer = await self.core.answer(route, token, headers, raw_query, kwargs)
             if answer is TOKEN_NOT_FRESH:
-                # Filled on the process's sync thread (the database driver is
-                # sync; one thread, as Django's sync code outside a request
-                # uses), then asked again: one hop, not Django's three.
-                entry = await sync_to_async(fill_token)(token)
+                # Filled on a thread (the database driver is sync), then asked again.
+                entry = await self._fill(token)
                 answer = (
                     await self.core.answer(route, token, headers, raw_query, kwargs, entry)
                     if entry is not None

@@ -10,11 +10,13 @@ Cluster it has no async client and every request goes to Django, with the
 same answers.
 """
 
+import asyncio
 import io
 import json
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from typing import Any
 
@@ -43,6 +45,7 @@ from messagecenter.readmodel import inbox as inbox_readmodel
 from notices.models import Announcement
 from notices.services import announcement_create, announcement_mark_read, announcement_update
 from tests.asgi_calls import get_scope, receive_body, unsigned
+from tests.factories import UserFactory
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -678,6 +681,61 @@ def test_a_token_redis_no_longer_holds_is_filled_and_answered_on_the_loop(world:
     assert django.calls == (calls if async_available() else calls + 1)
     if async_available():
         assert len(queries) == 0
+
+
+@pytest.mark.parametrize("world", ["asgi"], indirect=True)  # the WSGI route fills in place
+def test_fills_under_a_server_run_side_by_side_on_the_loops_executor(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a server (no sync caller waiting above the loop) token fills go to
+    the loop's default executor, several at once, not one thread for the
+    whole process; each is answered on the loop as above."""
+    app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
+    # Two users: two fills of one token would meet its fill lock (one of them then goes to Django).
+    other, _ = Token.objects.get_or_create(user=UserFactory())
+    auths = [auth, {"Authorization": f"Token {other.key}"}]
+    for each in auths:
+        _warm(app, each)
+    threads: list[str] = []
+    both_in = threading.Barrier(2, timeout=5)
+    original = fast_asgi.fill_token
+
+    def fill(key: str | None) -> Any:
+        threads.append(threading.current_thread().name)
+        both_in.wait()  # two fills at the same time, or this times out
+        return original(key)
+
+    monkeypatch.setattr(fast_asgi, "fill_token", fill)
+    _forget_token(app, token)
+    _forget_token(app, other)
+    calls = django.calls
+
+    async def two_polls() -> list[list[dict[str, Any]]]:
+        async def poll(auth: dict[str, str]) -> list[dict[str, Any]]:
+            scope = get_scope(COUNTS, headers=[(b"authorization", auth["Authorization"].encode())])
+            sent: list[dict[str, Any]] = []
+
+            async def collect(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            await app(scope, receive_body(b""), collect)
+            return sent
+
+        return list(await asyncio.gather(*(poll(each) for each in auths)))
+
+    # asyncio.run on a thread of its own: an event loop as a server runs it.
+    with ThreadPoolExecutor(1, thread_name_prefix="server") as server:
+        answers = server.submit(asyncio.run, two_polls()).result(timeout=30)
+    assert [Answer(sent).status for sent in answers] == [200, 200]
+    for each in (token, other):
+        assert readthrough.parse(get_redis().get(keys.auth_token(each.key))).fresh()
+    if async_available():
+        assert django.calls == calls
+        assert len(threads) == 2, threads
+        assert not any(name.startswith("server") for name in threads), threads
+    else:  # no async client (embedded, a cluster): Django answers both, no route fills
+        assert django.calls == calls + 2
+        assert threads == []
 
 
 def test_a_filled_token_that_has_no_owner_is_refused_by_django(world: dict[str, Any]) -> None:
