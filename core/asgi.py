@@ -188,10 +188,11 @@ VIEW_KINDS_KEPT = 4096
 def runs_sync(scope: Any) -> bool:
     """Whether the request's view is sync (or no view resolves its path: the
     404 and the redirects of the middleware are sync work too)."""
+    # The path Django resolves: ASGIRequest's path_info.
     path = str(scope.get("path", ""))
-    root = str(scope.get("root_path", ""))
-    if root and path.startswith(root):
-        path = path[len(root) :]
+    script_name = get_script_prefix(scope)
+    if script_name:
+        path = path.removeprefix(script_name)
     known = _view_kinds.get(path)
     if known is not None:
         return known

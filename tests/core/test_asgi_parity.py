@@ -545,6 +545,9 @@ def test_an_async_view_takes_djangos_path() -> None:
     assert asgi_module.runs_sync(get_scope("/endless/"))
     assert not asgi_module.runs_sync(get_scope("/async/"))
     assert asgi_module.runs_sync(get_scope("/nothing/here/"))
+    # Mounted under a prefix (the server's root_path): the path Django resolves is below it.
+    mounted = {**get_scope("/mounted/async/"), "root_path": "/mounted"}
+    assert not asgi_module.runs_sync(mounted)
     call, sent = _asgi_get(ProjectASGIHandler(), "/async/")
     loops: list[asyncio.AbstractEventLoop] = []
 
