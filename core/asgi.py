@@ -157,11 +157,13 @@ class ASGIHandler(DjangoASGIHandler):
         try:
             await asyncio.wait([sending, listening], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (listening, sending):
-                task.cancel()
-                with suppress(asyncio.CancelledError, RequestAborted):
-                    await task
-            await _on_thread(executor, response.close)
+            try:
+                for task in (listening, sending):
+                    task.cancel()
+                    with suppress(asyncio.CancelledError, RequestAborted):
+                        await task  # a send that failed raises here...
+            finally:
+                await _on_thread(executor, response.close)  # ...and the answer is still closed
 
 
 async def _on_thread(executor: ThreadPoolExecutor, call: Callable[..., _T], *args: Any) -> _T:

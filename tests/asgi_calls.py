@@ -47,6 +47,17 @@ def receive_body(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
     return receive
 
 
+async def sent_by(app: Any, scope: dict[str, Any], body: bytes = b"") -> list[dict[str, Any]]:
+    """The messages ``app`` sends for one request with ``body`` (a client that stays)."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive_body(body), send)
+    return sent
+
+
 def unsigned(body: bytes) -> Any:
     """A page's JSON with its cursor's signing time and signature left out:
     two answers a second apart sign the same cursor differently. Bodies that

@@ -36,7 +36,7 @@ from core import journal, outbox
 from core.asgi import ASGIHandler as ProjectASGIHandler
 from core.checks import middleware_present
 from notices.services import announcement_create
-from tests.asgi_calls import get_scope, receive_body, receive_empty_body, unsigned
+from tests.asgi_calls import get_scope, receive_empty_body, sent_by, unsigned
 from tests.conftest import assert_error
 from tests.messagecenter.conftest import send
 
@@ -75,7 +75,7 @@ class Both:
             query=query,
             headers=[(name.lower().encode(), value.encode()) for name, value in pairs.items()],
         )
-        return Answer.of(async_to_sync(_sent)(self.project, scope))
+        return Answer.of(async_to_sync(sent_by)(self.project, scope))
 
     def same(self, method: str, path: str, **extra: Any) -> Any:
         """Call all three (WSGI first); assert equal answers; return the AsyncClient's."""
@@ -91,17 +91,6 @@ class Both:
             )
             assert _headers(asgi) == _headers(wsgi), path
         return asgi
-
-
-async def _sent(handler: Any, scope: dict[str, Any], body: bytes = b"") -> list[dict[str, Any]]:
-    """What ``handler`` sends for one request (a client that stays)."""
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await handler(scope, receive_body(body), send)
-    return sent
 
 
 class Answer:
@@ -463,7 +452,7 @@ def test_a_sync_views_request_answers_like_wsgi_whatever_the_outcome(recipient: 
         method="POST",
         headers=[(b"authorization", both.headers["Authorization"].encode()), (b"content-length", b"%d" % len(big))],
     )
-    assert_error(Answer.of(async_to_sync(_sent)(both.project, scope, big)), 413)
+    assert_error(Answer.of(async_to_sync(sent_by)(both.project, scope, big)), 413)
 
     body = json.dumps({"action": "read", "ids": [data["item"]]}).encode()
     scope = get_scope(
@@ -475,7 +464,7 @@ def test_a_sync_views_request_answers_like_wsgi_whatever_the_outcome(recipient: 
             (b"content-length", b"%d" % len(body)),
         ],
     )
-    answer = Answer.of(async_to_sync(_sent)(both.project, scope, body))
+    answer = Answer.of(async_to_sync(sent_by)(both.project, scope, body))
     assert answer.status_code == 200, answer.content
     assert both.wsgi_call("get", "/api/v1/inbox/counts/").json()["unread"] == 2
 
@@ -537,6 +526,32 @@ def test_a_sync_views_stream_ends_when_its_client_leaves() -> None:
         signals.request_finished.disconnect(on_finished)
     assert sent[0]["status"] == 200
     assert [m["body"] for m in sent[1:4]] == [b"tick\n"] * 3
+    assert finished == [ProjectASGIHandler]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_stream_whose_send_fails_is_still_closed() -> None:
+    """A server whose send fails mid-stream (its transport broke): the error
+    reaches the server, and the answer is closed (request_finished) anyway."""
+    handler = ProjectASGIHandler()
+    finished: list[object] = []
+
+    def on_finished(**kwargs: Any) -> None:
+        finished.append(kwargs["sender"])
+
+    async def send(message: dict[str, Any]) -> None:
+        if message.get("body"):
+            raise OSError("the transport broke")
+
+    async def call() -> None:
+        await asyncio.wait_for(handler(get_scope("/endless/"), receive_empty_body(), send), timeout=10)
+
+    signals.request_finished.connect(on_finished)
+    try:
+        with pytest.raises(OSError, match="transport broke"):
+            async_to_sync(call)()
+    finally:
+        signals.request_finished.disconnect(on_finished)
     assert finished == [ProjectASGIHandler]
 
 

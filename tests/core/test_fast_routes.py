@@ -44,7 +44,7 @@ from messagecenter.insight import message_read_counts
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices.models import Announcement
 from notices.services import announcement_create, announcement_mark_read, announcement_update
-from tests.asgi_calls import get_scope, receive_body, unsigned
+from tests.asgi_calls import get_scope, sent_by, unsigned
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import send
 
@@ -103,18 +103,9 @@ def call(
     if isinstance(app, _WSGI):
         return _wsgi_call(app, path, headers, query, method, body)
 
-    async def run() -> list[dict[str, Any]]:
-        named = ((k.lower().encode(), v.encode()) for k, v in headers.items())
-        scope = get_scope(path, headers=named, query=query, method=method)
-        messages: list[dict[str, Any]] = []
-
-        async def collect(message: dict[str, Any]) -> None:
-            messages.append(message)
-
-        await app(scope, receive_body(body), collect)
-        return messages
-
-    return Answer(async_to_sync(run)())
+    named = ((k.lower().encode(), v.encode()) for k, v in headers.items())
+    scope = get_scope(path, headers=named, query=query, method=method)
+    return Answer(async_to_sync(sent_by)(app, scope, body))
 
 
 def _wsgi_call(app: Any, path: str, headers: dict[str, str], query: str, method: str, body: bytes) -> Answer:
@@ -711,17 +702,8 @@ def test_fills_under_a_server_run_side_by_side_on_the_loops_executor(
     calls = django.calls
 
     async def two_polls() -> list[list[dict[str, Any]]]:
-        async def poll(auth: dict[str, str]) -> list[dict[str, Any]]:
-            scope = get_scope(COUNTS, headers=[(b"authorization", auth["Authorization"].encode())])
-            sent: list[dict[str, Any]] = []
-
-            async def collect(message: dict[str, Any]) -> None:
-                sent.append(message)
-
-            await app(scope, receive_body(b""), collect)
-            return sent
-
-        return list(await asyncio.gather(*(poll(each) for each in auths)))
+        scopes = [get_scope(COUNTS, headers=[(b"authorization", each["Authorization"].encode())]) for each in auths]
+        return list(await asyncio.gather(*(sent_by(app, scope) for scope in scopes)))
 
     # asyncio.run on a thread of its own: an event loop as a server runs it.
     with ThreadPoolExecutor(1, thread_name_prefix="server") as server:
