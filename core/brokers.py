@@ -6,10 +6,16 @@ before a worker or a web process runs with tasks going nowhere. See the
 README ("Choosing the broker") and docs/ARCHITECTURE.md.
 """
 
-from typing import Any, Literal
+import json
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:  # the settings import this module: Celery loads with the app, not here
+    from celery import Celery
 
 BrokerKind = Literal["redis", "amqp"]
 _SCHEMES: dict[str, BrokerKind] = {
@@ -62,3 +68,46 @@ def amqp_settings() -> dict[str, Any]:
         "WORKER_DETECT_QUORUM_QUEUES": True,
         "BROKER_TRANSPORT_OPTIONS": {"confirm_publish": True},
     }
+
+
+# How many held messages one pass looks at: a worker holds at most its
+# prefetch (one per process) plus the countdown retries it waits on, so a few
+# hundred covers many workers; the rest wait for the next pass.
+RESTORE_BATCH = 200
+
+
+def restore_held(app: "Celery", *, tasks: Collection[str], older_than: float) -> int:
+    """On a Redis broker, put back in their queues the messages of ``tasks``
+    that a worker took more than ``older_than`` seconds ago and has not
+    acknowledged; how many (0 on RabbitMQ, which requeues a dead worker's
+    messages when its connection drops).
+
+    A worker killed with a task taken but not started (its prefetch: the next
+    chunk of a fan-out) leaves the message in the transport's unacknowledged
+    set, where kombu restores it only after the visibility timeout, which has
+    to exceed the longest periodic job. For short, idempotent tasks the caller
+    names (delivery chunks, with ``older_than`` longer than one runs) a
+    message held that long belongs to a dead worker, or to one so late that
+    running it again is what the delivery's run lease does anyway. Each is
+    moved back with kombu's own restore (a WATCHed transaction: one the worker
+    acknowledged meanwhile is gone and not requeued)."""
+    with app.pool.acquire(block=True) as connection:
+        channel = connection.default_channel
+        if connection.transport.driver_type != "redis":
+            return 0
+        client = channel.client
+        ceiling = time.time() - older_than
+        tags = client.zrange(
+            channel.unacked_index_key, ceiling, 0, desc=True, byscore=True, offset=0, num=RESTORE_BATCH
+        )
+        restored = 0
+        for tag in tags:
+            raw = client.hget(channel.unacked_key, tag)
+            if raw is None:
+                continue  # acknowledged since
+            message = json.loads(raw)[0]
+            if message.get("headers", {}).get("task") not in tasks:
+                continue
+            channel.qos.restore_by_tag(tag, client)
+            restored += 1
+        return restored

@@ -267,8 +267,9 @@ CELERY_TIMEZONE = "UTC"
 # ones are the periodic jobs that walk the whole read model (check_redis,
 # notices.rebuild_all, the read snapshots), minutes on a large install. Half an
 # hour leaves them room. Delivery does not wait that long after a lost
-# worker: its pending rows are handed over again after
-# MESSAGECENTER_DELIVERY_LEASE_SECONDS (running one twice changes nothing).
+# worker: the relay requeues delivery tasks held past the run lease (below),
+# and its pending rows are handed over again after their lease (running one
+# twice changes nothing).
 MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT: int = env.int("MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT", default=30 * 60)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "visibility_timeout": MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT,
