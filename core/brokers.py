@@ -70,10 +70,11 @@ def amqp_settings() -> dict[str, Any]:
     }
 
 
-# How many held messages one pass looks at: a worker holds at most its
-# prefetch (one per process) plus the countdown retries it waits on, so a few
-# hundred covers many workers; the rest wait for the next pass.
-RESTORE_BATCH = 200
+# How many held messages one pass looks at: a worker holds its prefetch (one
+# per process) and the countdown retries it waits on (those look old too, and
+# are skipped after a look at their task name); the rest wait for the next pass.
+RESTORE_SCAN_MAX = 2000
+RESTORE_BATCH = 200  # held messages read per round trip
 
 
 def restore_held(app: "Celery", *, tasks: Collection[str], older_than: float) -> int:
@@ -92,22 +93,26 @@ def restore_held(app: "Celery", *, tasks: Collection[str], older_than: float) ->
     moved back with kombu's own restore (a WATCHed transaction: one the worker
     acknowledged meanwhile is gone and not requeued)."""
     with app.pool.acquire(block=True) as connection:
-        channel = connection.default_channel
         if connection.transport.driver_type != "redis":
             return 0
+        channel = connection.default_channel
         client = channel.client
         ceiling = time.time() - older_than
         tags = client.zrange(
-            channel.unacked_index_key, ceiling, 0, desc=True, byscore=True, offset=0, num=RESTORE_BATCH
+            channel.unacked_index_key, ceiling, 0, desc=True, byscore=True, offset=0, num=RESTORE_SCAN_MAX
         )
         restored = 0
-        for tag in tags:
-            raw = client.hget(channel.unacked_key, tag)
-            if raw is None:
-                continue  # acknowledged since
-            message = json.loads(raw)[0]
-            if message.get("headers", {}).get("task") not in tasks:
-                continue
-            channel.qos.restore_by_tag(tag, client)
-            restored += 1
+        for start in range(0, len(tags), RESTORE_BATCH):
+            batch = tags[start : start + RESTORE_BATCH]
+            with client.pipeline(transaction=False) as pipe:
+                for tag in batch:
+                    pipe.hget(channel.unacked_key, tag)
+                held = pipe.execute()
+            for tag, raw in zip(batch, held, strict=True):
+                if raw is None:
+                    continue  # acknowledged since
+                if json.loads(raw)[0].get("headers", {}).get("task") not in tasks:
+                    continue
+                channel.qos.restore_by_tag(tag, client)
+                restored += 1
         return restored
