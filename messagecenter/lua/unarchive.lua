@@ -1,14 +1,30 @@
 -- An archived (or snoozed) item goes back to the list as it was: at `score`,
 -- with its read bit (the inbox preambles and _park.lua come first). The
--- projection runs it whenever PostgreSQL says the item is in the list.
+-- projection runs it whenever PostgreSQL says the item is in the list; one
+-- in the list at another score moves to `score`.
 -- Returns 1 if the item is in the list now, 0 if it is not in this inbox.
 
 local member, score, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not open_inbox(0, 3, false) then return NOT_OPEN end
 
 local where = place(member)
-if where == "live" then return 1 end
 local ref, cat, month, off = parse(member)
+if where == "live" then
+  -- In the list already, maybe elsewhere: a rebuild delivers and merges
+  -- every item at its own time before it places them, while a snooze that
+  -- has woken puts the item at its wake time. PostgreSQL's score wins; an
+  -- unread member joins the unread zsets at it (counted only if it was not
+  -- there: an unread index still being walked may not have reached it).
+  if tonumber(call("ZSCORE", all_key, member)) == tonumber(score) then return 1 end
+  call("ZADD", all_key, score, member)
+  call("ZADD", category_keys[cat], score, member)
+  if bits_get(READ[month], off) == 0 then
+    if call("ZADD", unread_keys[cat], score, member) == 1 then call("HINCRBY", counters_key, cat, 1) end
+    call("ZADD", unread_all_key, score, member)
+  end
+  touch()
+  return 1
+end
 if where == nil then
   -- Not merged yet (a rebuild; a pull item or bulletin not read since): in
   -- now at its place, as the merge would (NX; a deleted ref stays out).
