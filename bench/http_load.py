@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +287,30 @@ class RotatingLoad(Load):
     throttled: int = 0  # 429 answers
     bad: int = 0  # other non-2xx answers
     rounds: tuple[float, ...] = ()  # requests/s of each round, when several were run
+    latencies: tuple[float, ...] = field(default=(), repr=False)  # seconds, each request's (a cold pass)
+    seconds: float = 0.0  # a cold pass's length
+
+
+def pooled(loads: Sequence[RotatingLoad]) -> RotatingLoad:
+    """Cold passes of one endpoint taken as one: every request's latency, the
+    answers and failures of all, requests/s over their summed length."""
+    latencies = tuple(sorted(t for load in loads for t in load.latencies))
+    ordered = latencies or (float("nan"),)
+    seconds = sum(load.seconds for load in loads)
+    requests = sum(load.requests for load in loads)
+    return RotatingLoad(
+        path=loads[0].path,
+        requests=requests,
+        rps=requests / seconds if seconds else float("nan"),
+        p50=ordered[len(ordered) // 2],
+        p99=ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+        non_2xx=sum(load.non_2xx for load in loads),
+        errors=sum(load.errors for load in loads),
+        throttled=sum(load.throttled for load in loads),
+        bad=sum(load.bad for load in loads),
+        latencies=latencies,
+        seconds=seconds,
+    )
 
 
 def run_wrk_script(
@@ -379,4 +403,6 @@ def cold_pass(*, base: str, tokens: Sequence[str], step: Step, concurrency: int 
         errors=errors,
         throttled=throttled,
         bad=bad,
+        latencies=tuple(ordered) if latencies else (),
+        seconds=elapsed,
     )

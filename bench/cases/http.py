@@ -4,17 +4,21 @@ request authenticates as the next one), the production throttles on, WSGI
 endpoint next to the trivial DRF view on the same server, warm and cold.
 
 Warm: after a pass over every user, ``seconds`` of load per endpoint, taken
-in interleaved rounds (the ping view, then each endpoint, round after round);
+in interleaved rounds (the ping view, then each endpoint, round after round,
+gunicorn and uvicorn up side by side and taking turns on each);
 an endpoint's figure is its median round, its failures those of every
 round, so a burst of another process on the shared machine costs one round
 of one endpoint rather than its row. Cold:
 a fresh server (nothing held by its processes) and the users' read cache,
 announcement count and authentication entries deleted from Redis, then each
-user asked once; its latency next to the same pass over the ping view.
+user asked once; its latency next to the same pass over the ping view, two
+passes each in mirrored order (ping, the endpoints, the endpoints again,
+ping), pooled.
 The mixed workload is 90% reads (inbox page, counts, announcements) and 10%
 marks, every user in turn.
 """
 
+import contextlib
 import dataclasses
 from datetime import timedelta
 from typing import Any
@@ -112,20 +116,30 @@ def _serve(kind: str) -> Any:
 
 
 def _warm(
-    kind: str, tokens: list[str], refs: list[str], seconds: int, rounds: int
-) -> dict[str, http_load.RotatingLoad]:
-    runs: dict[str, list[http_load.RotatingLoad]] = {}
-    with _serve(kind) as base:
-        _ready(base, tokens[0])
-        # Reads of the mix first (on an idle machine every user several times): each process's
-        # connections, caches and held answers.
-        http_load.wrk_rotating(base=base, tokens=tokens, steps=MIXED[:5], seconds=max(5, seconds))
+    tokens: list[str], refs: list[str], seconds: int, rounds: int
+) -> dict[str, dict[str, http_load.RotatingLoad]]:
+    """Both servers up side by side, each warmed, then ``rounds`` rounds of
+    every workload, the two servers taking turns on each (which goes first
+    alternates from round to round): a drift of the shared machine (a vacuum,
+    another process) falls on both sides of every ASGI/WSGI pair rather than
+    on one server's whole series. An idle server costs the other nothing."""
+    runs: dict[str, dict[str, list[http_load.RotatingLoad]]] = {kind: {} for kind, _ in SERVERS}
+    with contextlib.ExitStack() as stack:
+        bases: dict[str, str] = {}
+        for kind, _ in SERVERS:
+            bases[kind] = stack.enter_context(_serve(kind))
+            _ready(bases[kind], tokens[0])
+            # Reads of the mix first (on an idle machine every user several times): each process's
+            # connections, caches and held answers.
+            http_load.wrk_rotating(base=bases[kind], tokens=tokens, steps=MIXED[:5], seconds=max(5, seconds))
         each = max(1, round(seconds / rounds))
-        for _ in range(rounds):
+        for turn in range(rounds):
+            order = list(bases) if turn % 2 == 0 else list(reversed(bases))
             for name, steps in (("ping", (PING,)), *WORKLOADS):
-                load = http_load.wrk_rotating(base=base, tokens=tokens, steps=steps, seconds=each, refs=refs)
-                runs.setdefault(name, []).append(load)
-    return {name: _median_round(loads) for name, loads in runs.items()}
+                for kind in order:
+                    load = http_load.wrk_rotating(base=bases[kind], tokens=tokens, steps=steps, seconds=each, refs=refs)
+                    runs[kind].setdefault(name, []).append(load)
+    return {kind: {name: _median_round(loads) for name, loads in by_name.items()} for kind, by_name in runs.items()}
 
 
 def _median_round(loads: list[http_load.RotatingLoad]) -> http_load.RotatingLoad:
@@ -144,14 +158,18 @@ def _median_round(loads: list[http_load.RotatingLoad]) -> http_load.RotatingLoad
 
 
 def _cold(kind: str, user_ids: list[int], tokens: list[str]) -> dict[str, http_load.RotatingLoad]:
-    """One cold pass per endpoint over these users, each on a fresh server."""
-    loads: dict[str, http_load.RotatingLoad] = {}
-    for name, step in (("ping", PING), ("inbox", INBOX), ("counts", COUNTS), ("announcements", ANNOUNCEMENT_LIST)):
+    """Two cold passes per endpoint over these users, each on a fresh server,
+    in mirrored order (ping, inbox, counts, announcements, then back): a
+    drift of the machine over the passes weighs on every endpoint alike. An
+    endpoint's figures pool its two passes."""
+    steps = (("ping", PING), ("inbox", INBOX), ("counts", COUNTS), ("announcements", ANNOUNCEMENT_LIST))
+    passes: dict[str, list[http_load.RotatingLoad]] = {}
+    for name, step in (*steps, *reversed(steps)):
         with _serve(kind) as base:
             _ready(base, tokens[0])
             drop_caches(user_ids, tokens)
-            loads[name] = http_load.cold_pass(base=base, tokens=tokens, step=step)
-    return loads
+            passes.setdefault(name, []).append(http_load.cold_pass(base=base, tokens=tokens, step=step))
+    return {name: http_load.pooled(loads) for name, loads in passes.items()}
 
 
 def _detail(load: http_load.RotatingLoad) -> str:
@@ -169,9 +187,9 @@ def _failures(*loads: http_load.RotatingLoad) -> int:
 
 
 def run(*, users: int, quick: bool) -> list[Row]:
-    seconds, rounds = (3, 1) if quick else (12, 3)
+    seconds, rounds = (3, 1) if quick else (15, 5)
     user_ids, tokens, refs = _prepare(users)
-    warm = {kind: _warm(kind, tokens, refs, seconds, rounds) for kind, _ in SERVERS}
+    warm = _warm(tokens, refs, seconds, rounds)
     cold_users = QUICK_COLD_USERS if quick else len(tokens)
     cold = {kind: _cold(kind, user_ids[:cold_users], tokens[:cold_users]) for kind, _ in SERVERS}
     rows: list[Row] = []
@@ -230,8 +248,8 @@ def run(*, users: int, quick: bool) -> list[Row]:
                     failures=_failures(load),
                     throttled=load.throttled,
                     note=f"a fresh server, the users' cache entries deleted, each of {cold_users:,} users asked once "
-                    f"({http_load.CONNECTIONS} at a time, an asyncio httpx client): {_detail(load)}; "
-                    f"ping's pass: {_detail(floor)}",
+                    f"per pass, two passes in mirrored order pooled ({http_load.CONNECTIONS} at a time, an asyncio "
+                    f"httpx client): {_detail(load)}; ping's passes: {_detail(floor)}",
                 )
             )
     for name in ("ping", *(name for name, _ in WORKLOADS)):

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from lupa.lua51 import LuaRuntime  # wrk runs LuaJIT: Lua 5.1's semantics
 
+from bench import http_load
 from bench.http_load import Step, rotating_script
 
 # wrk's API as far as the script uses it: wrk.format, wrk.thread:stop(), and
@@ -89,3 +90,27 @@ def test_done_counts_throttled_and_other_failures_over_threads() -> None:
 def test_refs_required_for_a_ref_step() -> None:
     with pytest.raises(ValueError, match="refs are required"):
         rotating_script(tokens=["t"], steps=[Step("POST", "/api/v1/inbox/{ref}/read/")], threads=1)
+
+
+def test_cold_passes_pool_every_latency_and_their_length() -> None:
+    def cold(latencies: list[float], seconds: float, bad: int) -> http_load.RotatingLoad:
+        return http_load.RotatingLoad(
+            path="/x",
+            requests=len(latencies),
+            rps=len(latencies) / seconds,
+            p50=0.0,
+            p99=0.0,
+            non_2xx=bad,
+            errors=1,
+            bad=bad,
+            latencies=tuple(latencies),
+            seconds=seconds,
+        )
+
+    pooled = http_load.pooled([cold([0.1, 0.3, 0.5], 1.0, 1), cold([0.2, 0.4, 0.6, 0.7], 3.0, 0)])
+    assert pooled.latencies == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    assert pooled.p50 == 0.4  # the median of all seven, not of either pass
+    assert pooled.p99 == 0.7
+    assert pooled.requests == 7
+    assert pooled.rps == 7 / 4.0
+    assert (pooled.non_2xx, pooled.bad, pooled.errors) == (1, 1, 2)
