@@ -30,6 +30,7 @@ A second test drives the same machine by hand through a sequence that
 surely switches forms.
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -664,6 +665,13 @@ def test_the_fallback_and_the_redis_path_agree(monkeypatch: pytest.MonkeyPatch) 
     )
 
 
+def _checked(machine: InboxMachine, action: Callable[[], None]) -> None:
+    """A rule driven by hand, then the invariants the random runs check after every step."""
+    action()
+    machine.bit_set_forms()
+    machine.both_paths_agree()
+
+
 def test_a_bit_set_that_switches_form_keeps_both_paths_equal(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same machine driven by hand through a sequence that surely switches
     forms (the random runs above reach a switch only when their draws do): the
@@ -675,11 +683,7 @@ def test_a_bit_set_that_switches_form_keeps_both_paths_equal(monkeypatch: pytest
     _configure(monkeypatch)
     FORMS_SEEN.clear()
     machine = InboxMachine()
-
-    def step(action: Callable[[], None]) -> None:
-        action()
-        machine.bit_set_forms()
-        machine.both_paths_agree()
+    step = functools.partial(_checked, machine)
 
     step(lambda: machine.world(gap=40))
     for _ in range(3):
@@ -723,11 +727,7 @@ def test_a_snooze_that_woke_keeps_its_place_through_a_rebuild(monkeypatch: pytes
     time again (found by the random runs: it stayed at its own time)."""
     _configure(monkeypatch)
     machine = InboxMachine()
-
-    def step(action: Callable[[], None]) -> None:
-        action()
-        machine.bit_set_forms()
-        machine.both_paths_agree()
+    step = functools.partial(_checked, machine)
 
     step(lambda: machine.world(gap=0))
     step(
