@@ -19,8 +19,8 @@ if where == "live" then
   call("ZADD", all_key, score, member)
   call("ZADD", category_keys[cat], score, member)
   if bits_get(READ[month], off) == 0 then
-    if call("ZADD", unread_keys[cat], score, member) == 1 then call("HINCRBY", counters_key, cat, 1) end
-    call("ZADD", unread_all_key, score, member)
+    if not call("ZSCORE", unread_keys[cat], member) then call("HINCRBY", counters_key, cat, 1) end
+    unread_add(member, cat, score)
   end
   touch()
   return 1
