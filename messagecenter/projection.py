@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core import live, projection
@@ -104,6 +105,9 @@ def user_groups(user_ids: Iterable[int]) -> None:
     for user_id, group_id in rows:
         groups[user_id].append(group_id)
     publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
+    # The replace dropped the users' archived and snoozed bulletins with the
+    # rest: those their groups still show go back where the rows say.
+    _bulletin_rows_placed(InboxItemState.objects.filter(user_id__in=list(groups), item_id__startswith="b"))
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:
@@ -164,6 +168,11 @@ def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
         # The rebuild (edit=False) writes what pages already showed: no event.
         state = bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk]))
         _bulletin_put(bulletin.pk, state, edit=edit, tell=edit)
+    if edit:
+        # An edit takes the bulletin out of every inbox, archived and snoozed
+        # places too: the users who had one get it back where their rows say
+        # (and only if their groups still show it).
+        _bulletin_rows_placed(InboxItemState.objects.filter(item_id__in=[f"b{b}" for b in wanted]))
 
 
 def bulletin_removed(bulletin_id: int, entry: InboxEntry) -> None:
@@ -229,24 +238,28 @@ def subscribers(message_type_id: int, scope: str) -> None:
     )
 
 
-def item_entry(ref: str, now: datetime) -> InboxEntry | None:
-    """The entry of a live item (not retracted, withdrawn, deleted or expired), else None."""
-    kind, pk = ref[:1], ref[1:]
-    if not pk.isdigit():
-        return None
-    entry: InboxEntry | None = None
-    if kind == "m":
-        message = Message.objects.filter(pk=int(pk)).exclude(status=MessageStatus.RETRACTED).first()
-        entry = message_entry(message) if message is not None else None
-    elif kind == "b":
-        bulletin = Bulletin.objects.filter(pk=int(pk)).first()
-        entry = bulletin_entry(bulletin) if bulletin is not None else None
-    elif kind == "n":
-        notification = Notification.objects.filter(pk=int(pk), withdrawn=False).first()
-        entry = notification_entry(notification) if notification is not None else None
-    if entry is None or (entry.expire_ms and entry.expire_ms <= to_ms(now)):
-        return None
-    return entry
+def item_entries(refs: Iterable[str], now: datetime) -> dict[str, InboxEntry | None]:
+    """Each ref's entry if the item is live (not retracted, withdrawn, deleted
+    or expired), else None: one query per kind of item."""
+    wanted: dict[str, list[int]] = {"m": [], "b": [], "n": []}
+    found: dict[str, InboxEntry | None] = {}
+    for ref in refs:
+        found[ref] = None
+        if ref[:1] in wanted and ref[1:].isdigit():
+            wanted[ref[:1]].append(int(ref[1:]))
+    entries: list[InboxEntry] = []
+    if wanted["m"]:
+        messages = Message.objects.filter(pk__in=wanted["m"]).exclude(status=MessageStatus.RETRACTED)
+        entries += [message_entry(m) for m in messages.defer("audience_bitmap", "users_bitmap")]
+    if wanted["b"]:
+        entries += [bulletin_entry(b) for b in Bulletin.objects.filter(pk__in=wanted["b"])]
+    if wanted["n"]:
+        entries += [notification_entry(n) for n in Notification.objects.filter(pk__in=wanted["n"], withdrawn=False)]
+    now_ms = to_ms(now)
+    for entry in entries:
+        if entry.ref in found and not (entry.expire_ms and entry.expire_ms <= now_ms):
+            found[entry.ref] = entry
+    return found
 
 
 def item_place_of(state: InboxItemState | None, entry: InboxEntry, now: datetime) -> tuple[str, int]:
@@ -263,23 +276,71 @@ def item_place_of(state: InboxItemState | None, entry: InboxEntry, now: datetime
     return inbox_rm.LIVE, score
 
 
+def _bulletin_rows_placed(rows: QuerySet[InboxItemState]) -> None:
+    # By user, mc_item_state_unique serves the lookup; by item, mc_item_state_item_idx.
+    item_places(rows.order_by("user_id").values_list("user_id", "item_id"))
+
+
+# Users placed per round: each round looks up its items, rows and groups at once.
+PLACE_ROUND_USERS = 500
+
+
 def item_places(pairs: Iterable[Sequence[Any]]) -> None:
     """Put each (user id, ref) where its ``InboxItemState`` row says (no row:
-    in the list), reloading from PostgreSQL; idempotent. Items gone or deleted
-    by the user are left to the removal and hide paths."""
+    in the list), reloading from PostgreSQL; idempotent. Items gone, deleted
+    by the user, or bulletins the user's groups do not show are left alone
+    (the removal, hide and membership paths own those). A bulletin whose
+    display time is still ahead is only freed in Redis: the merge lists it
+    when that time comes."""
     now = timezone.now()
-    by_user: dict[int, list[str]] = {}
+    by_user: dict[int, dict[str, None]] = {}
     for user_id, ref in pairs:
-        by_user.setdefault(int(user_id), []).append(str(ref))
-    for user_id, refs in by_user.items():
-        hidden = set(InboxHidden.objects.filter(user_id=user_id, item_id__in=refs).values_list("item_id", flat=True))
-        states = {s.item_id: s for s in InboxItemState.objects.filter(user_id=user_id, item_id__in=refs)}
+        by_user.setdefault(int(user_id), {})[str(ref)] = None
+    users = list(by_user)
+    for start in range(0, len(users), PLACE_ROUND_USERS):
+        _place_round({u: list(by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now)
+
+
+def _place_round(refs_by_user: dict[int, list[str]], now: datetime) -> None:
+    user_ids = list(refs_by_user)
+    refs = {ref for user_refs in refs_by_user.values() for ref in user_refs}
+    hidden = set(InboxHidden.objects.filter(user_id__in=user_ids, item_id__in=refs).values_list("user_id", "item_id"))
+    states = {(s.user_id, s.item_id): s for s in InboxItemState.objects.filter(user_id__in=user_ids, item_id__in=refs)}
+    entries = item_entries(refs, now)
+    shown = _bulletin_viewers([e for e in entries.values() if e is not None and e.ref[:1] == "b"], user_ids)
+    now_ms = to_ms(now)
+    for user_id, user_refs in refs_by_user.items():
         places = []
-        for ref in dict.fromkeys(refs):
-            entry = item_entry(ref, now)
-            if entry is not None and ref not in hidden:
-                places.append((entry, *item_place_of(states.get(ref), entry, now)))
-        inbox_rm.inbox_items_place(user_id=user_id, places=places, now_ms=to_ms(now))
+        for ref in user_refs:
+            entry = entries[ref]
+            if entry is None or (user_id, ref) in hidden or (ref in shown and user_id not in shown[ref]):
+                continue
+            if entry.score > now_ms:  # a bulletin not displayed yet
+                places.append((entry, inbox_rm.LIVE, entry.score))
+            else:
+                places.append((entry, *item_place_of(states.get((user_id, ref)), entry, now)))
+        inbox_rm.inbox_items_place(user_id=user_id, places=places, now_ms=now_ms)
+
+
+def _bulletin_viewers(entries: Sequence[InboxEntry], user_ids: Sequence[int]) -> dict[str, set[int]]:
+    """ref -> which of these users a bulletin shown to some groups reaches
+    (one of their groups is among its groups); bulletins for everyone are
+    not named. The fallback reads memberships by the same rule."""
+    groups_of: dict[str, set[int]] = {}
+    ids = [int(e.ref[1:]) for e in entries]
+    for bulletin_id, group_id in Bulletin.groups.through.objects.filter(bulletin_id__in=ids).values_list(
+        "bulletin_id", "usergroup_id"
+    ):
+        groups_of.setdefault(f"b{bulletin_id}", set()).add(group_id)
+    if not groups_of:
+        return {}
+    members: dict[int, set[int]] = {}
+    # mc_membership_user_idx serves this lookup by user.
+    for user_id, group_id in UserGroupMembership.objects.filter(user_id__in=user_ids).values_list(
+        "user_id", "group_id"
+    ):
+        members.setdefault(group_id, set()).add(user_id)
+    return {ref: set().union(*(members.get(g, set()) for g in groups)) for ref, groups in groups_of.items()}
 
 
 # --- runners: what core.projection calls with the keys of one transaction -------------

@@ -1,7 +1,9 @@
 -- An archived (or snoozed) item goes back to the list as it was: at `score`,
 -- with its read bit (the inbox preambles and _park.lua come first). The
 -- projection runs it whenever PostgreSQL says the item is in the list; one
--- in the list at another score moves to `score`.
+-- in the list at another score moves to `score`. A bulletin whose display
+-- time is still ahead (an edit moved it) is only freed: the merge lists it
+-- when that time comes.
 -- Returns 1 if the item is in the list now, 0 if it is not in this inbox.
 
 local member, score, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -26,16 +28,22 @@ if where == "live" then
   return 1
 end
 if where == nil then
-  -- Not merged yet (a rebuild; a pull item or bulletin not read since): in
-  -- now at its place, as the merge would (NX; a deleted ref stays out).
+  -- Not merged yet (a rebuild; a pull item or bulletin not read since; a
+  -- bulletin whose parked place an edit or a membership change dropped):
+  -- in now at its place, as the merge would. Its ref may still be hidden
+  -- from that parking; the projection only calls this for an item the user
+  -- has not deleted, so the ref is free again. A bulletin not displayed yet
+  -- waits for the merge at its display time.
   if not category_keys[cat] or not READ[month] or (expire > 0 and expire <= NOW) then return 0 end
+  if call("SREM", hidden_key, ref) == 1 then touch() end
+  if tonumber(score) > NOW then return 0 end
   if not insert(member, ref, cat, month, off, score, expire, expire > 0) then return 0 end
   touch()
   return 1
 end
 if where == "archived" then call("ZREM", archived_key, member) else call("ZREM", snoozed_key, member) end
 call("SREM", hidden_key, ref)
-if expire > 0 and expire <= NOW then
+if (expire > 0 and expire <= NOW) or tonumber(score) > NOW then
   call("ZREM", expiry_key, member)
   touch()
   return 0

@@ -13,7 +13,7 @@ from core import webhooks
 from core.exceptions import ValidationFailed
 from core.html import sanitize_html
 from messagecenter import projection
-from messagecenter.models import Bulletin, UserGroup
+from messagecenter.models import Bulletin, InboxItemState, UserGroup
 from messagecenter.services.slots import slot_allocate
 
 
@@ -83,11 +83,24 @@ def bulletin_create(
     return bulletin
 
 
+def _user_states_dropped(bulletin: Bulletin) -> None:
+    """A bulletin moved to show later comes again, as new, when that time
+    comes: what users did with its earlier showing (archived it, snoozed it)
+    no longer applies. Their rows go, and after commit their inboxes free it
+    (the edit itself takes it out of every inbox until then)."""
+    rows = InboxItemState.objects.filter(item_id=bulletin.ref)
+    user_ids = list(rows.values_list("user_id", flat=True))
+    rows.delete()
+    for user_id in user_ids:
+        projection.item_place_changed(user_id, [bulletin.ref])
+
+
 def bulletin_update(
     *, bulletin: Bulletin, data: dict[str, Any], actor: AbstractBaseUser | None = None
 ) -> tuple[Bulletin, list[str]]:
     """Apply the given fields (title, body_html, display_time, expire_at,
-    group_ids); returns the bulletin and the names of the fields that changed."""
+    group_ids); returns the bulletin and the names of the fields that changed.
+    Users' archive and snooze of it stay, unless the display time moves ahead."""
     changed: list[str] = []
     for name in ("title", "body_html", "display_time", "expire_at"):
         if name in data:
@@ -100,6 +113,8 @@ def bulletin_update(
     with transaction.atomic():
         if changed:
             bulletin.save()
+            if "display_time" in changed and bulletin.display_time > timezone.now():
+                _user_states_dropped(bulletin)
         if groups is not None and {g.pk for g in groups} != set(bulletin.groups.values_list("pk", flat=True)):
             bulletin.groups.set(groups)
             changed.append("user_groups")
