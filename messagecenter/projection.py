@@ -125,8 +125,9 @@ def user_mutes(user_ids: Iterable[int]) -> None:
     )
 
 
-def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: bool = True) -> None:
-    publish.bulletin_put(
+def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: bool = True) -> bool:
+    """Write it; False when an edit changed only what it says (no inbox takes it in again)."""
+    moved = publish.bulletin_put(
         bulletin_id=bulletin_id,
         entry=state.entry,
         detail=state.detail,
@@ -139,6 +140,7 @@ def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: b
         # Open pages hear of it at its display time: now, or from the due
         # zset when that time comes (an edit moves the one waiting event).
         live.broadcast(scope=live.BROADCAST_EVERYONE, reason="bulletin", ref=state.entry.ref, at_ms=state.entry.score)
+    return bool(moved)
 
 
 def bulletin_state(bulletin: Bulletin, *, group_ids: Iterable[int]) -> BulletinState:
@@ -164,15 +166,17 @@ def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
         "bulletin_id", "usergroup_id"
     ):
         groups[bulletin_id].append(group_id)
+    moved = []
     for bulletin in Bulletin.objects.filter(pk__in=wanted).select_related("created_by").order_by("pk"):
         # The rebuild (edit=False) writes what pages already showed: no event.
         state = bulletin_state(bulletin, group_ids=sorted(groups[bulletin.pk]))
-        _bulletin_put(bulletin.pk, state, edit=edit, tell=edit)
-    if edit:
-        # An edit takes the bulletin out of every inbox, archived and snoozed
-        # places too: the users who had one get it back where their rows say
-        # (and only if their groups still show it).
-        _bulletin_rows_placed(InboxItemState.objects.filter(item_id__in=[f"b{b}" for b in wanted]))
+        if _bulletin_put(bulletin.pk, state, edit=edit, tell=edit) and edit:
+            moved.append(bulletin.ref)
+    if moved:
+        # An edit of its times or groups takes the bulletin out of every
+        # inbox, archived and snoozed places too: the users who had one get
+        # it back where their rows say (if their groups still show it).
+        _bulletin_rows_placed(InboxItemState.objects.filter(item_id__in=moved))
 
 
 def bulletin_removed(bulletin_id: int, entry: InboxEntry) -> None:

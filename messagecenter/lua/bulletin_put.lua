@@ -6,15 +6,37 @@
 -- floor.
 -- ARGV: 1 now (ms), 2 bulletin id, 3 ref, 4 item JSON, 5 member to remove
 -- from every inbox ("" for a new bulletin), 6 n, then n x (config member,
--- display ms, config JSON). Returns n.
+-- display ms, config JSON). Returns n, or 0 for an edit that left every
+-- config as it was (its title or body only): the detail is written and no
+-- inbox settles or merges it again, so users' places of it stay.
 
 detail_key, detail_version_key, config_key, bulletin_detail_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 members_key, update_key, removed_key, removed_version_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 changes_key, changes_floor_key = KEYS[9], KEYS[10]
 local now, bid = tonumber(ARGV[1]), ARGV[2]
+local member_count = tonumber(ARGV[6])
+
+-- Are the stored configs exactly the ones given (members, display times, JSON)?
+local function configs_unchanged()
+  local old = redis.call("HGET", members_key, bid)
+  if not old then return false end
+  local i = 0
+  for member in string.gmatch(old, "[^,]+") do
+    if i >= member_count or member ~= ARGV[7 + 3 * i] then return false end
+    local score = redis.call("ZSCORE", config_key, member)
+    if not score or tonumber(score) ~= tonumber(ARGV[8 + 3 * i]) then return false end
+    if redis.call("HGET", bulletin_detail_key, member) ~= ARGV[9 + 3 * i] then return false end
+    i = i + 1
+  end
+  return i == member_count
+end
+
+if ARGV[5] ~= "" and configs_unchanged() then
+  detail_put(ARGV[3], ARGV[4])
+  return 0
+end
 drop_bulletin_config(bid)
 detail_put(ARGV[3], ARGV[4])
-local member_count = tonumber(ARGV[6])
 local members = {}
 for i = 0, member_count - 1 do
   local member, score, json = ARGV[7 + 3 * i], ARGV[8 + 3 * i], ARGV[9 + 3 * i]

@@ -57,6 +57,8 @@ def bulletin_put(
     An edit also removes the bulletin from every inbox that merged it; the
     bumped ``bulletin:update:time`` makes each user merge it again (with
     its read bit, which lives in the bitmaps) if it is still visible to them.
+    An edit that leaves every config as it was (only the detail changed)
+    writes the detail alone and returns 0; otherwise the number of configs.
     ``arrived_ms`` (its creation) goes with the config for the mute rule.
     """
     config_detail = dumps(bulletin_config(entry=entry, arrived_ms=arrived_ms))

@@ -11,8 +11,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import keys, outbox
 from messagecenter import services
+from messagecenter.items import bulletin_entry
 from messagecenter.models import Bulletin
-from messagecenter.readmodel import publish
+from messagecenter.readmodel import publish, to_ms
 from messagecenter.selectors import inbox_item_get
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids, make_group
@@ -130,3 +131,29 @@ def test_redis_failing_at_commit_queues_a_reloading_mirror(
     assert outbox.replay() == 1
     assert config_members(redis, bulletin) == {f"{bulletin.pk}_0"}
     assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"b{bulletin.pk}"]
+
+
+def test_an_edit_of_its_words_only_leaves_every_inbox_alone(recipient: Any, redis: Any, clock: Any) -> None:
+    """A title or body edit writes the detail and nothing inboxes settle: no
+    removal, no new merge marker, and a user's archive of it stays as it was
+    without the rows being placed again. Moving it does all of that."""
+    bulletin = services.bulletin_create(title="News", body_html="<p>x</p>", display_time=clock.now)
+    services.inbox_archive(user=recipient, item_id=bulletin.ref)
+    marks = (keys.mc_removed_version(), keys.mc_bulletin_update_time())
+    before = redis.mget(marks)
+
+    services.bulletin_update(bulletin=bulletin, data={"title": "News, corrected", "body_html": "<p>y</p>"})
+    assert redis.mget(marks) == before
+    assert inbox_item_get(user=recipient, item_id=bulletin.ref).title == "News, corrected"
+    archived = {m.decode() for m in redis.zrange(keys.mc_inbox_archived(recipient.pk), 0, -1)}
+    assert archived == {bulletin_entry(bulletin).member}
+
+    services.bulletin_update(bulletin=bulletin, data={"display_time": clock.now - timedelta(minutes=5)})
+    removed, updated = redis.mget(marks)
+    assert int(removed) > int(before[0] or 0)
+    assert int(updated) > int(before[1])
+    archived = redis.zrange(keys.mc_inbox_archived(recipient.pk), 0, -1, withscores=True)
+    # Placed again from the row, at the new display time.
+    assert [(m.decode(), int(s)) for m, s in archived] == [
+        (bulletin_entry(bulletin).member, to_ms(clock.now - timedelta(minutes=5)))
+    ]
