@@ -104,10 +104,21 @@ def user_groups(user_ids: Iterable[int]) -> None:
     rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
     for user_id, group_id in rows:
         groups[user_id].append(group_id)
-    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()))
-    # The replace dropped the users' archived and snoozed bulletins with the
-    # rest: those their groups still show go back where the rows say.
-    _bulletin_rows_placed(InboxItemState.objects.filter(user_id__in=list(groups), item_id__startswith="b"))
+    # The users' archived and snoozed bulletins (their rows; mc_item_state_unique
+    # serves this lookup by user) leave with the rest, and those their groups
+    # still show go back where the rows say.
+    parked = list(
+        InboxItemState.objects.filter(user_id__in=list(groups), item_id__startswith="b")
+        .order_by("user_id")
+        .values_list("user_id", "item_id")
+    )
+    entries = item_entries({ref for _user, ref in parked}, timezone.now())
+    parked_by_user: dict[int, list[str]] = {}
+    for user_id, ref in parked:
+        if (entry := entries[ref]) is not None:
+            parked_by_user.setdefault(user_id, []).append(entry.member)
+    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()), parked_by_user=parked_by_user)
+    item_places(parked)
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:

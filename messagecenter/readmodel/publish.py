@@ -204,9 +204,15 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     return gained
 
 
-def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: int) -> None:
+def user_groups_replace(
+    *,
+    groups_by_user: Mapping[int, Iterable[int]],
+    now_ms: int,
+    parked_by_user: Mapping[int, Sequence[str]] | None = None,
+) -> None:
     """Mirror memberships, then drop the users' merged bulletins so the next
-    read merges exactly what their groups show now."""
+    read merges exactly what their groups show now; the bulletin members in
+    ``parked_by_user`` (archived or snoozed) leave those places too."""
     client = get_redis()
     pipe = client.pipeline(transaction=False)
     user_ids = list(groups_by_user)
@@ -221,9 +227,17 @@ def user_groups_replace(*, groups_by_user: Mapping[int, Iterable[int]], now_ms: 
     months_by_user: dict[int, list[str]] = {}
     for user_id, result in zip(user_ids, [r for r in results if isinstance(r, set)], strict=True):
         months_by_user[user_id] = sorted(m.decode() for m in result)
-    drop = DropPrefixOp(prefix="b")
+    parked = parked_by_user or {}
     run_inbox_calls(
-        [inbox_call(drop, user_id=user_id, now_ms=now_ms, months=months_by_user[user_id]) for user_id in user_ids]
+        [
+            inbox_call(
+                DropPrefixOp(prefix="b", parked=tuple(parked.get(user_id, ()))),
+                user_id=user_id,
+                now_ms=now_ms,
+                months=months_by_user[user_id],
+            )
+            for user_id in user_ids
+        ]
     )
 
 

@@ -300,9 +300,10 @@ class SeenOp(InboxOp):
 class DropPrefixOp(InboxOp):
     script: ClassVar[LuaScript] = DROP_PREFIX_SCRIPT
     prefix: str
+    parked: tuple[str, ...] = ()  # the members PostgreSQL's rows say are archived or snoozed
 
     def own_args(self) -> list[Any]:
-        return [self.prefix]
+        return [self.prefix, ",".join(self.parked)]  # (members hold no comma)
 
 
 @dataclass(frozen=True)
