@@ -16,7 +16,9 @@ changes_key, changes_floor_key = KEYS[9], KEYS[10]
 local now, bid = tonumber(ARGV[1]), ARGV[2]
 local member_count = tonumber(ARGV[6])
 
--- Are the stored configs exactly the ones given (members, display times, JSON)?
+-- Are the stored configs exactly the ones given (members, display times,
+-- JSON), each in the change log? (A config the log lost is written again in
+-- full: the drift repair relies on that.)
 local function configs_unchanged()
   local old = redis.call("HGET", members_key, bid)
   if not old then return false end
@@ -26,6 +28,7 @@ local function configs_unchanged()
     local score = redis.call("ZSCORE", config_key, member)
     if not score or tonumber(score) ~= tonumber(ARGV[8 + 3 * i]) then return false end
     if redis.call("HGET", bulletin_detail_key, member) ~= ARGV[9 + 3 * i] then return false end
+    if not redis.call("ZSCORE", changes_key, member) then return false end
     i = i + 1
   end
   return i == member_count
