@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from core import live, projection
@@ -112,13 +111,14 @@ def user_groups(user_ids: Iterable[int]) -> None:
         .order_by("user_id")
         .values_list("user_id", "item_id")
     )
-    entries = item_entries({ref for _user, ref in parked}, timezone.now())
+    now = timezone.now()
+    entries = item_entries({ref for _user, ref in parked}, now)
     parked_by_user: dict[int, list[str]] = {}
     for user_id, ref in parked:
         if (entry := entries[ref]) is not None:
             parked_by_user.setdefault(user_id, []).append(entry.member)
-    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(timezone.now()), parked_by_user=parked_by_user)
-    item_places(parked)
+    publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(now), parked_by_user=parked_by_user)
+    item_places(parked, entries=entries)
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:
@@ -187,7 +187,10 @@ def bulletins(bulletin_ids: Iterable[int], *, edit: bool = True) -> None:
         # An edit of its times or groups takes the bulletin out of every
         # inbox, archived and snoozed places too: the users who had one get
         # it back where their rows say (if their groups still show it).
-        _bulletin_rows_placed(InboxItemState.objects.filter(item_id__in=moved))
+        # (mc_item_state_item_idx serves this lookup by item.)
+        item_places(
+            InboxItemState.objects.filter(item_id__in=moved).order_by("user_id").values_list("user_id", "item_id")
+        )
 
 
 def bulletin_removed(bulletin_id: int, entry: InboxEntry) -> None:
@@ -291,37 +294,35 @@ def item_place_of(state: InboxItemState | None, entry: InboxEntry, now: datetime
     return inbox_rm.LIVE, score
 
 
-def _bulletin_rows_placed(rows: QuerySet[InboxItemState]) -> None:
-    # By user, mc_item_state_unique serves the lookup; by item, mc_item_state_item_idx.
-    item_places(rows.order_by("user_id").values_list("user_id", "item_id"))
-
-
 # Users placed per round: each round looks up its items, rows and groups at once.
 PLACE_ROUND_USERS = 500
 
 
-def item_places(pairs: Iterable[Sequence[Any]]) -> None:
+def item_places(pairs: Iterable[Sequence[Any]], *, entries: Mapping[str, InboxEntry | None] | None = None) -> None:
     """Put each (user id, ref) where its ``InboxItemState`` row says (no row:
     in the list), reloading from PostgreSQL; idempotent. Items gone, deleted
     by the user, or bulletins the user's groups do not show are left alone
     (the removal, hide and membership paths own those). A bulletin whose
     display time is still ahead is only freed in Redis: the merge lists it
-    when that time comes."""
+    when that time comes. ``entries``: the refs' ``item_entries`` when the
+    caller has them already."""
     now = timezone.now()
     by_user: dict[int, dict[str, None]] = {}
     for user_id, ref in pairs:
         by_user.setdefault(int(user_id), {})[str(ref)] = None
     users = list(by_user)
     for start in range(0, len(users), PLACE_ROUND_USERS):
-        _place_round({u: list(by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now)
+        _place_round({u: list(by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now, entries)
 
 
-def _place_round(refs_by_user: dict[int, list[str]], now: datetime) -> None:
+def _place_round(
+    refs_by_user: dict[int, list[str]], now: datetime, known: Mapping[str, InboxEntry | None] | None
+) -> None:
     user_ids = list(refs_by_user)
     refs = {ref for user_refs in refs_by_user.values() for ref in user_refs}
     hidden = set(InboxHidden.objects.filter(user_id__in=user_ids, item_id__in=refs).values_list("user_id", "item_id"))
     states = {(s.user_id, s.item_id): s for s in InboxItemState.objects.filter(user_id__in=user_ids, item_id__in=refs)}
-    entries = item_entries(refs, now)
+    entries = known if known is not None else item_entries(refs, now)
     shown = _bulletin_viewers([e for e in entries.values() if e is not None and e.ref[:1] == "b"], user_ids)
     now_ms = to_ms(now)
     for user_id, user_refs in refs_by_user.items():
