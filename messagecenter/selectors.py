@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from core import healing
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
+from core.lookups import Whole
 from core.selectors import user_platforms
 from messagecenter import fallback
 from messagecenter.items import KIND_BY_PREFIX
@@ -538,9 +539,9 @@ def muted_among(
         target |= Q(message_type_id=message_type_id)
     muted: set[int] = set()
     for start in range(0, len(user_ids), MUTED_AMONG_BATCH):
-        rows = MutePeriod.objects.filter(target, user_id__any_of=user_ids[start : start + MUTED_AMONG_BATCH])
+        rows = MutePeriod.objects.filter(target, user_id__any_of=Whole(user_ids[start : start + MUTED_AMONG_BATCH]))
         rows = rows.filter(start_ms__lt=time_ms).filter(Q(end_ms__isnull=True) | Q(end_ms__gte=time_ms))
-        muted.update(rows.values_list("user_id", flat=True))
+        muted.update(rows.order_by().values_list("user_id", flat=True))
     return muted
 
 

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from core import live, webhooks
 from core.exceptions import LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
+from core.lookups import Whole
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -45,7 +46,7 @@ def _resolve(
     wanted_groups = {int(g) for g in group_ids}
     errors: dict[str, list[str]] = {}
     if wanted_users:
-        found = BitMap(get_user_model().objects.filter(pk__any_of=list(wanted_users)).values_list("pk", flat=True))
+        found = BitMap(get_user_model().objects.filter(pk__any_of=Whole(wanted_users)).values_list("pk", flat=True))
         missing = wanted_users - found
         if missing:
             errors["users"] = [f"Unknown user id(s): {', '.join(map(str, missing))}."]

@@ -27,6 +27,7 @@ from pyroaring import BitMap
 
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
+from core.lookups import Whole
 from messagecenter.models import (
     Message,
     MessageStatus,
@@ -115,7 +116,7 @@ def _message_release(message: Message, now: datetime) -> None:
     explicit = message.explicit_users
     if explicit:
         # Users deleted since it was scheduled are dropped, not an error.
-        explicit = BitMap(get_user_model().objects.filter(pk__any_of=list(explicit)).values_list("pk", flat=True))
+        explicit = BitMap(get_user_model().objects.filter(pk__any_of=Whole(explicit)).values_list("pk", flat=True))
     groups = list(message.groups.all())
     audience = BitMap() if message.everyone else explicit | _members(groups)
     if audience and audience.max() > int(settings.MESSAGECENTER_MAX_USER_ID):

@@ -1,11 +1,14 @@
 """``field__any_of``: the same rows as ``field__in``, sent as one array on PostgreSQL."""
 
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models.sql.query import Query
 
+from core.lookups import Whole
 from messagecenter.models import MutePeriod
 from tests.factories import UserFactory
 
@@ -56,3 +59,33 @@ def test_any_of_takes_values_that_are_not_plain_integers_one_by_one() -> None:
     numbered: Any = UserFactory(username="12345")
     found = User.objects.filter(username__any_of=[12345, 7]).values_list("pk", flat=True)
     assert list(found) == [numbered.pk]
+
+
+def test_a_whole_list_finds_the_same_rows_without_django_walking_it() -> None:
+    """``Whole(values)``: the same query and rows as the plain list, but Django
+    no longer checks each value on its way to the lookup (for a relation's
+    column it looks at every value's model: most of a large list's cost)."""
+    users = [UserFactory() for _ in range(3)]
+    for user in users:
+        MutePeriod.objects.create(user=user, category="promotion", start_ms=1)
+    wanted = [users[0].pk, users[2].pk, *range(10**9, 10**9 + 500)]
+    checked: list[Any] = []
+    original = Query.check_query_object_type
+
+    def counting(self: Query, value: Any, opts: Any, field: Any) -> None:
+        checked.append(value)
+        original(self, value, opts, field)
+
+    with mock.patch.object(Query, "check_query_object_type", counting):
+        plain = MutePeriod.objects.filter(user_id__any_of=wanted).order_by("user_id")
+        walked = len(checked)
+        whole = MutePeriod.objects.filter(user_id__any_of=Whole(wanted)).order_by("user_id")
+    assert walked == len(wanted)  # the plain list: one check per value
+    assert len(checked) == walked  # the whole one: none
+    assert whole.query.sql_with_params() == plain.query.sql_with_params()
+    assert list(whole.values_list("user_id", flat=True)) == [users[0].pk, users[2].pk]
+    User = get_user_model()
+    assert list(User.objects.filter(pk__any_of=Whole(iter(wanted))).values_list("pk", flat=True).order_by("pk")) == [
+        users[0].pk,
+        users[2].pk,
+    ]
