@@ -17,7 +17,12 @@ light). Then:
 - delay of a broadcast: a few events to everyone (``core.live.broadcast``), timed
   to their arrival on every stream (p50, p99, last), and the server's CPU time
   (user + system, from /proc) over each broadcast: the server's own cost,
-  whatever else the machine runs meanwhile.
+  whatever else the machine runs meanwhile;
+- the machine's floor for that broadcast (``floor``): the same streams opened
+  to a bare server instead (one process, plain blocking sockets, no Django,
+  no ASGI, no Redis) that writes the same kind of frame to each in one loop of
+  send() calls, timed by the same client in the same way. No server of one
+  process can get a broadcast out faster than that loop on this machine.
 
 The file descriptor limit is raised to its hard limit (client and server each
 need one per stream). Timings include this client's own work on the same
@@ -39,6 +44,7 @@ import sys
 import time
 from contextlib import suppress
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -418,6 +424,108 @@ def measure(
     return {**result, "asked": streams, "wanted": wanted, "events": events}
 
 
+# The bare server's answer to a stream's request: what the real one sends
+# first (its headers, chunked, and an opening event), byte for byte in kind.
+_BARE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+
+
+def _chunk(frame: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(frame), frame)
+
+
+def bare_server(port_file: str, count: int) -> None:
+    """``python -m bench.sse_load --bare-server FILE COUNT``: listen on a free
+    port (written to FILE), accept ``count`` streams one by one (each request
+    read to its blank line, then answered as the real server does), then for
+    each line read from stdin write one event naming it to every stream, in
+    one loop of send() calls: the least a server of one process can do per
+    broadcast. Ends at end of input."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8192)
+    Path(port_file).write_text(str(listener.getsockname()[1]))
+    streams: list[socket.socket] = []
+    while len(streams) < count:
+        sock, _ = listener.accept()
+        request = b""
+        while b"\r\n\r\n" not in request:
+            data = sock.recv(4096)
+            if not data:
+                break
+            request += data
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn sets it
+        sock.sendall(_BARE_HEAD + _chunk(b'retry: 3000\n\nevent: hello\ndata: {"v":0}\n\n'))
+        streams.append(sock)
+    for line in sys.stdin:
+        tag = line.strip()
+        frame = _chunk(b'event: message\ndata: {"reason":"bench-%s","spread":0}\n\n' % tag.encode())
+        for sock in streams:
+            sock.send(frame)
+    for sock in streams:
+        sock.close()
+
+
+async def _floor_run(port: int, count: int, broadcasts: int, batch: int, feed: Any) -> dict[str, Any]:
+    book = Book()
+    streams: list[Stream] = []
+    for i in range(0, count, batch):
+        streams.extend(await asyncio.gather(*(_open(port, "-", book) for _ in range(min(batch, count - i)))))
+    await asyncio.sleep(1)
+    delays, lasts, reached = [], [], []
+    for n in range(broadcasts):
+        tag = f"f{n}"
+        sent = time.perf_counter()
+        feed.write(f"{tag}\n".encode())
+        feed.flush()
+        while len(book.arrived.get(tag, ())) < len(streams) and time.perf_counter() - sent < 30:
+            await asyncio.sleep(0.001)
+        got = [t - sent for t in book.arrived.get(tag, ())]
+        delays.extend(got)
+        lasts.append(max(got) if got else float("nan"))
+        reached.append(len(got))
+        await asyncio.sleep(1)
+    for stream in streams:
+        stream.transport.close()
+    return {"floor_delays": delays, "floor_last": lasts, "floor_reached": reached}
+
+
+def floor(streams: int, *, broadcasts: int = 3, batch: int = 250) -> dict[str, Any]:
+    """The machine's floor for a broadcast to ``streams`` streams: the bare
+    server (``bare_server``) and this process's client, as ``measure`` times
+    the real one (the same ``Stream`` protocol on the same event loop)."""
+    limit = _raise_fd_limit()
+    count = min(streams, limit - 200)
+    with TemporaryDirectory() as scratch:
+        port_file = Path(scratch) / "port"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "bench.sse_load", "--bare-server", str(port_file), str(count)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists() or not port_file.read_text():
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the bare server did not start")
+                time.sleep(0.05)
+            port = int(port_file.read_text())
+            result = _loop_run(_floor_run(port, count, broadcasts, batch, server.stdin))
+        finally:
+            if server.stdin:
+                server.stdin.close()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, 9)
+                server.wait()
+    return {**result, "floor_streams": count}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=10_000)
@@ -432,7 +540,11 @@ def main() -> int:
         default=False,
         help="server on one core, this client on another (the client stands for browsers elsewhere)",
     )
+    parser.add_argument("--bare-server", nargs=2, metavar=("PORT_FILE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bare_server:
+        bare_server(args.bare_server[0], int(args.bare_server[1]))
+        return 0
     result = measure(
         args.streams,
         events=args.events,
@@ -442,6 +554,7 @@ def main() -> int:
         pin=args.pin,
         keep_going=args.keep_going,
     )
+    result.update(floor(args.streams, broadcasts=args.broadcasts, batch=args.batch))
     for name, value, met in findings(result):
         verdict = "" if met is None else ("met" if met else "MISSED")
         print(f"{name}  {value}  {verdict}")
@@ -481,6 +594,14 @@ def findings(r: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             f"last {max(r['broadcast_last']) * 1000:.0f} ms, reached {r['broadcast_reached']}",
             quantile(spread, 0.99) * 1000 <= 100,
         ),
+        (
+            "the machine's floor for that broadcast (bare sockets, one process, same client)",
+            f"p50 {quantile(r['floor_delays'], 0.5) * 1000:.0f} ms, p99 {quantile(r['floor_delays'], 0.99) * 1000:.0f} ms, "
+            f"last {max(r['floor_last']) * 1000:.0f} ms, reached {r['floor_reached']}",
+            None,
+        )
+        if "floor_delays" in r
+        else ("the machine's floor for that broadcast", "not measured", None),
         (
             "server CPU per broadcast to every stream (user + system)",
             ", ".join(f"{(u + k) * 1000:.0f} ms ({u * 1000:.0f} + {k * 1000:.0f})" for u, k in r["broadcast_cpu"])
