@@ -265,10 +265,18 @@ def mc_inbox_unread(user_id: int, category: str = "") -> str:
 
 
 def mc_inbox_evicted(user_id: int) -> str:
-    """set: members that left the inbox in a fan-out (cap or expiry) whose push bit is still
-    set (the fan-out holds only the new item's month bitmaps); the next inbox script clears
-    those bits, a bounded number per call."""
+    """set: placed members that left ``mc_inbox`` in a fan-out (cap or expiry) whose category
+    and unread zsets, counter, push bit and expiry entry still hold them (the fan-out holds
+    none of those keys); the next inbox script finishes their removal, a bounded number per
+    call."""
     return _key("inbox", user_tag(user_id), "evicted")
+
+
+def mc_inbox_arrivals(user_id: int) -> str:
+    """zset: members a fan-out added to ``mc_inbox`` (with their expiry entry and month) whose
+    other places (category zset, push bit, unread zsets and counter) the user's next inbox
+    script gives them, a bounded number per call; score = the item's time."""
+    return _key("inbox", user_tag(user_id), "arrivals")
 
 
 def mc_inbox_hidden(user_id: int) -> str:
@@ -349,45 +357,28 @@ def mc_inbox_scratch(user_id: int) -> str:
 USER_ID_FILL = "\x01"
 
 
-def mc_deliver_key_templates(
-    category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
-) -> list[str]:
+def mc_deliver_key_templates(*, notifications: bool = False, expiry: bool = True) -> list[str]:
     """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id:
     the named functions' own names, for a stand-in id whose tag becomes the fill."""
     stand_in = 0
     tag, fill_tag = user_tag(stand_in), "{u" + USER_ID_FILL + "}"
-    namers: list[Callable[[int], str]] = [
-        mc_inbox,
-        lambda u: mc_inbox_category(u, category),
-        mc_inbox_counters,
-        mc_inbox_hidden,
-    ]
+    namers: list[Callable[[int], str]] = [mc_inbox, mc_inbox_hidden, mc_inbox_arrivals]
     if expiry:
         namers.append(mc_inbox_expiry)
-    namers += [
-        mc_inbox_months,
-        lambda u: mc_push_bitmap(u, month),
-        lambda u: mc_read_bitmap(u, month),
-        live_user_version,
-        mc_inbox_unread,
-        lambda u: mc_inbox_unread(u, category),
-        mc_inbox_evicted,
-    ]
+    namers += [mc_inbox_months, live_user_version, mc_inbox_evicted]
     if notifications:
         namers.append(mc_user_notifications)
     # The tag is the only place an id appears in these names.
     return [namer(stand_in).replace(tag, fill_tag) for namer in namers]
 
 
-def mc_deliver_keys(
-    user_ids: Iterable[int], category: str, month: int | str, *, notifications: bool = False, expiry: bool = True
-) -> list[str]:
+def mc_deliver_keys(user_ids: Iterable[int], *, notifications: bool = False, expiry: bool = True) -> list[str]:
     """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
-    recipient in its order: ``mc_inbox``, ``mc_inbox_category``, ``mc_inbox_counters``,
-    ``mc_inbox_hidden``, ``mc_inbox_expiry`` (only with ``expiry``: an item that never
-    expires leaves that zset alone), ``mc_inbox_months``, ``mc_push_bitmap``,
-    ``mc_read_bitmap`` (of ``month``), ``live_user_version``, ``mc_inbox_unread`` (all, then
-    the category's), ``mc_inbox_evicted`` and, with ``notifications``, ``mc_user_notifications``.
+    recipient in its order: ``mc_inbox``, ``mc_inbox_hidden``, ``mc_inbox_arrivals``,
+    ``mc_inbox_expiry`` (only with ``expiry``: an item that never expires leaves that zset
+    alone), ``mc_inbox_months``, ``live_user_version``, ``mc_inbox_evicted`` and, with
+    ``notifications``, ``mc_user_notifications``: the few keys an item's arrival writes (the
+    recipient's next read places it: its category zset, bitmaps and counters).
 
     The same names as those functions (a test holds them equal), filled into
     one template per call: a fan-out builds them for every recipient, and a
@@ -395,7 +386,7 @@ def mc_deliver_keys(
     Redis the fan-out packs the templates straight into the protocol instead:
     core.lua.pack_filled.)
     """
-    names = mc_deliver_key_templates(category, month, notifications=notifications, expiry=expiry)
+    names = mc_deliver_key_templates(notifications=notifications, expiry=expiry)
     # NUL occurs in no key name: one join, a replace per recipient, one split.
     template = "\x00".join(names)
     joined = "\x00".join(template.replace(USER_ID_FILL, str(int(u))) for u in user_ids)

@@ -8,8 +8,8 @@
 -- 11 bulletin access time; then the script's own `own_keys` keys (named at
 -- its top); on the fast path the 7 global keys below; then n read bitmaps, n
 -- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month; last the
--- unread zsets (all, then CATEGORIES order), the evicted set, the archived
--- and snoozed zsets.
+-- unread zsets (all, then CATEGORIES order), the evicted set, the arrivals,
+-- the archived and snoozed zsets.
 -- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
 -- months, then the mode and, except for "0", the most members one settling
 -- step removes (STEP, _state.lua): "0" run as is, "1" + the planned settle and
@@ -53,9 +53,9 @@ local function open_inbox(own_keys, own_args, with_ever)
   end
   -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
   archived_key, snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
-  -- unread zsets and the evicted set: just before those.
-  unread_all_key, evicted_key = KEYS[#KEYS - 7], KEYS[#KEYS - 2]
-  for i, cat in ipairs(CATEGORIES) do unread_keys[cat] = KEYS[#KEYS - 7 + i] end
+  -- unread zsets, the evicted set and the arrivals: just before those.
+  unread_all_key, evicted_key, arrivals_key = KEYS[#KEYS - 8], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+  for i, cat in ipairs(CATEGORIES) do unread_keys[cat] = KEYS[#KEYS - 8 + i] end
   if mode == "2" then
     FAST = true
     removal_version_key, pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]
@@ -65,13 +65,18 @@ local function open_inbox(own_keys, own_args, with_ever)
     if not level() then return false end
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
-    backfill_unread()  -- unread zsets: last, so a trim's members are never walked
+    -- Arrivals after the trim (what it takes is never placed), the unread
+    -- zsets last, so a trim's members are never walked.
+    settle_arrivals()
+    backfill_unread()
   elseif mode == "1" then
     settle_and_merge(arg_pos)
+    settle_arrivals()
     backfill_unread()
   elseif mode == "3" then
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
+    settle_arrivals()
     backfill_unread()
   end
   if MORE then

@@ -8,11 +8,14 @@
 -- Score = the item's time in ms (creation, or a bulletin's display time):
 -- the inbox's one time axis. Page positions ("time_max"), "since" and the
 -- seen watermark are points on that axis, named as such below.
--- Invariants kept by every script: counters[c] = members of category c whose
+-- Invariants kept by every script, over the members of all that are not
+-- arrivals (a fan-out's, placed by the next inbox script before it reads
+-- anything: arrivals_key below): counters[c] = members of category c whose
 -- read bit is 0 = ZCARD of c's unread zset (the unread zsets hold exactly
--- the live members whose read bit is 0: one for all, one per category); a member's push bit is 1 exactly while it is in the inbox;
--- the state hash's "rev" moves whenever anything a page shows changes in the
--- user's keys (items, read bits, counters, the seen watermark).
+-- the placed live members whose read bit is 0: one for all, one per
+-- category); a member's push bit is 1 exactly while it is placed in the
+-- inbox; the state hash's "rev" moves whenever anything a page shows changes
+-- in the user's keys (items, read bits, counters, the seen watermark).
 
 local call = redis.call
 local CATEGORIES = {"system", "promotion", "transaction", "interaction"}
@@ -27,8 +30,15 @@ local unread_all_key = nil
 -- Caps on write: members a fan-out took out of all (over the cap, or
 -- expired) whose category zset, unread zsets, counter, push bit and expiry
 -- entry the next inbox script settles (settle_evicted, _steps.lua): the
--- fan-out holds only the new item's category and month keys.
+-- fan-out holds none of those keys.
 local evicted_key = nil
+-- Arrivals: members a fan-out put in all (with their expiry entry and month)
+-- whose other places (category zset, push bit, unread zsets and counter) the
+-- next inbox script gives them (settle_arrivals, _arrivals.lua; present(),
+-- _state.lua, for one member at once): a fan-out writes a few keys per
+-- recipient, and a user who never reads never pays for the rest. zset,
+-- score = the item's time.
+local arrivals_key = nil
 local unread_keys = {}  -- category -> its unread zset
 
 local function unread_add(member, cat, time)
@@ -50,31 +60,36 @@ local function parse(member)
   return ref, cat, month, tonumber(off)
 end
 
--- Put one item into the inbox named by the keys above (its category's zset
--- and its month's bitmaps looked up in category_keys, PUSH and READ): NX, so
--- running a fan-out or a merge twice changes nothing; hidden refs stay out;
--- the unread counter moves only when the read bit is 0. Time, offset and
--- expiry go to Redis as given (deliver.lua passes the strings it got:
--- formatting Lua numbers costs more than some commands). True if added.
-local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
-  if call("SISMEMBER", hidden_key, ref) == 1 then return false end
-  if call("ZADD", all_key, "NX", time, member) == 0 then return false end
+-- A member of all takes its other places: its category zset, its push bit
+-- and, when its read bit is 0, the unread zsets and counter (its category's
+-- zset and its month's bitmaps looked up in category_keys, PUSH and READ).
+local function place(member, cat, month, off, time)
   if call("ZADD", category_keys[cat], time, member) == 0 then
     -- Still in its category zset: a fan-out evicted it and the rest of its
-    -- removal is pending (caps on write, below): it is still counted, so it
-    -- is only back in all (and moved to this time), not counted again.
+    -- removal is pending (caps on write): it is still counted, so it is only
+    -- back in all (and moved to this time), not counted again.
     call("SREM", evicted_key, member)
     if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
-    if expiring then call("ZADD", expiry_key, expire_ms, member) end
     bits_set(PUSH[month], off, 1)
-    return true
+    return
   end
-  if expiring then call("ZADD", expiry_key, expire_ms, member) end
-  call("SADD", months_key, month)
   bits_set(PUSH[month], off, 1)
   if bits_get(READ[month], off) == 0 then
     call("HINCRBY", counters_key, cat, "1")
     unread_add(member, cat, time)
   end
+end
+
+-- Put one item into the inbox named by the keys above: NX, so running a
+-- merge twice changes nothing; hidden refs stay out; the unread counter
+-- moves only when the read bit is 0. Time, offset and expiry go to Redis as
+-- given. True if added. (A fan-out adds to all alone and leaves the rest to
+-- place(), on the user's next read: deliver.lua.)
+local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
+  if call("SISMEMBER", hidden_key, ref) == 1 then return false end
+  if call("ZADD", all_key, "NX", time, member) == 0 then return false end
+  if expiring then call("ZADD", expiry_key, expire_ms, member) end
+  call("SADD", months_key, month)
+  place(member, cat, month, off, time)
   return true
 end

@@ -38,10 +38,17 @@ local function read_bit(month, off)
 end
 
 -- Is the member a live item of this inbox ("is readable": pushed and present)?
+-- An arrival takes its places first: a script that acts on one member never
+-- waits for the others to be placed.
 local function present(member)
   local ref, cat, month, off = parse(member)
   if not ref or not READ[month] then return false end
-  if not call("ZSCORE", all_key, member) then return false end
+  local time = call("ZSCORE", all_key, member)
+  if not time then return false end
+  if arrivals_key and category_keys[cat] and call("ZREM", arrivals_key, member) == 1 then
+    place(member, cat, month, off, time)
+    touch()
+  end
   return bits_get(PUSH[month], off) == 1
 end
 

@@ -32,6 +32,7 @@ local function unread_index_agrees()
 end
 
 local function backfill_unread()
+  if ARRIVALS_LEFT then return end
   local walked = call("HGET", state_key, "uz")
   if walked == "done" then return end
   if not walked and unread_index_agrees() then

@@ -130,18 +130,18 @@ def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:
 
 
 # Recipients per deliver.lua call on a single Redis: a call blocks the server
-# while it runs (about 10-15 µs per recipient measured here, most of it the
-# eight commands and Lua's own work), and Redis runs one call while Python
-# packs the next, so a chunk goes as several short calls (250 measured no
-# better than 100).
+# while it runs (about 6-7 µs per recipient measured here, its six commands
+# and Lua's own work), and Redis runs one call while Python packs the next,
+# so a chunk goes as several short calls (250 measured no better than 100).
 DELIVER_BATCH = 100
 
 
 def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, notification: bool = False) -> int:
     """Push one item into these users' inboxes; returns how many inboxes gained it.
 
-    Idempotent (ZADD NX); hidden refs stay out. Each recipient whose inbox
-    changed gets its live version bumped and, if a page of theirs listens,
+    Idempotent (ZADD NX); hidden refs stay out. The item arrives in each
+    inbox (``all`` and the arrivals); the recipient's next read places it
+    (deliver.lua). Each recipient whose inbox changed gets its live version bumped and, if a page of theirs listens,
     its event published inside the same script. On a single Redis: deliver.lua
     calls of ``DELIVER_BATCH`` recipients streamed on one connection
     (``LuaScript.stream``, keys packed from templates); on Redis
@@ -161,13 +161,11 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     args = [
         entry.member,
         entry.ref,
-        entry.category,
-        entry.offset,
         entry.month,
         entry.score,
         entry.expire_ms,
         now_ms,
-        11 + int(expiry) + int(notification),  # the stride of KEYS per recipient
+        6 + int(expiry) + int(notification),  # the stride of KEYS per recipient
         head,
         tail,
         int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write
@@ -181,14 +179,10 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
             by_slot.setdefault(key_slot(keys.user_tag(user_id).encode()), []).append(user_id)
         gained = 0
         for batch in by_slot.values():
-            script_keys = keys.mc_deliver_keys(
-                batch, entry.category, entry.month, notifications=notification, expiry=expiry
-            )
+            script_keys = keys.mc_deliver_keys(batch, notifications=notification, expiry=expiry)
             gained += int(DELIVER_SCRIPT(script_keys, [*args, *keys.live_user_channels(batch)] if tail else args))
     else:
-        templates = keys.mc_deliver_key_templates(
-            entry.category, entry.month, notifications=notification, expiry=expiry
-        )
+        templates = keys.mc_deliver_key_templates(notifications=notification, expiry=expiry)
         channel = [keys.live_user_channel_template()]
 
         def calls() -> Iterator[tuple[Packed, list[Any]]]:

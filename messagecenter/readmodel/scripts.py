@@ -1,6 +1,6 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
 preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_batch.lua``,
-``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and ``_inbox.lua`` first) and
+``_arrivals.lua``, ``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and ``_inbox.lua`` first) and
 the typed calls that build their KEYS and ARGV, so no caller counts positions.
 
 Every script names the same inbox (``open_inbox`` in the preamble): the
@@ -25,10 +25,10 @@ from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
 # The shared helpers, each in one file: the month bit-sets' two forms and an
-# item's layout and insertion (deliver.lua runs only these two), the call's
-# state with the read marks and counters, settling many members in a few
-# commands, the bounded settling steps, removal and expiry, merging, the inbox's
-# opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
+# item's layout and insertion, the call's state with the read marks and
+# counters, settling many members in a few commands, placing a fan-out's
+# arrivals, the bounded settling steps, removal and expiry, merging, the
+# inbox's opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
 # before the helpers that call it: this order.
 BITS = "../lua/_bits.lua"
 ITEM = (BITS, "../lua/_item.lua")
@@ -36,6 +36,7 @@ INBOX = (
     *ITEM,
     "../lua/_state.lua",
     "../lua/_batch.lua",
+    "../lua/_arrivals.lua",
     "../lua/_steps.lua",
     "../lua/_settle.lua",
     "../lua/_merge.lua",
@@ -64,7 +65,8 @@ READ_ALL_SCRIPT = _script("read_all.lua")
 SEEN_SCRIPT = _script("seen.lua")
 DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
-DELIVER_SCRIPT = _script("deliver.lua", *ITEM)
+# A fan-out only adds: its script needs none of the helpers.
+DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua")
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
@@ -398,9 +400,9 @@ def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], f
     if op.ever:
         names += [keys.mc_read_ever_bitmap(user_id, m) for m in months]
     # Last, whatever the script (open_inbox takes them from the end): the unread zsets (all, then
-    # each category), the evicted set, the archived and snoozed zsets.
+    # each category), the evicted set, the arrivals, the archived and snoozed zsets.
     names += unread_keys(user_id)
-    names += [keys.mc_inbox_evicted(user_id)]
+    names += [keys.mc_inbox_evicted(user_id), keys.mc_inbox_arrivals(user_id)]
     names += [keys.mc_inbox_archived(user_id), keys.mc_inbox_snoozed(user_id)]
     return tuple(names)
 

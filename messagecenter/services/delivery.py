@@ -21,8 +21,8 @@ work has reached Redis, so:
 The relay (``delivery_relay``) runs from Celery beat every
 ``MESSAGECENTER_DELIVERY_RELAY_SECONDS``, after each hand-over for a few due
 rows, and inline from ``check_redis --repair`` (the ``deliveries`` drift
-area). Running a row twice changes nothing: ``deliver.lua`` inserts with
-ZADD NX and moves a counter only for a member it added, and a chunk's
+area). Running a row twice changes nothing: ``deliver.lua`` adds with ZADD
+NX (a member already there arrives no second time), and a chunk's
 ``FanoutChunk`` row is written once.
 
 The app registers what runs each task's row (``register``, from

@@ -56,8 +56,8 @@ def test_an_error_reply_is_raised_after_all_replies(incr_script: LuaScript, redi
 def test_packed_keys_are_the_packed_names(ids: list[int], notifications: bool, expiry: bool) -> None:
     from core import keys
 
-    templates = keys.mc_deliver_key_templates("system", 202611, notifications=notifications, expiry=expiry)
-    names = keys.mc_deliver_keys(ids, "system", 202611, notifications=notifications, expiry=expiry)
+    templates = keys.mc_deliver_key_templates(notifications=notifications, expiry=expiry)
+    names = keys.mc_deliver_keys(ids, notifications=notifications, expiry=expiry)
     packed = pack_filled(templates, ids)
     args = ["m1|system|202611|3", 5, "", "é"]
     channels = keys.live_user_channels(ids)

@@ -23,6 +23,8 @@ from core.redis import get_redis
 from messagecenter import services
 from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, Notification, PendingDelivery
+from messagecenter.readmodel import inbox as readmodel_inbox
+from messagecenter.readmodel import to_ms
 from messagecenter.services import delivery, messages, notifications
 from tests.faults.conftest import RedisServer
 from tests.faults.test_worker_kill import Worker
@@ -58,7 +60,9 @@ def _inbox(user_id: int) -> list[bytes]:
 
 
 def _unread(user_id: int) -> int:
-    return int(get_redis().hget(keys.mc_inbox_counters(user_id), "system") or 0)
+    """The user's unread count as a read answers it (placing what arrived)."""
+    counts = readmodel_inbox.inbox_counts(user_id=user_id, now_ms=to_ms(timezone.now()))
+    return counts.unread_by_category["system"]
 
 
 def _version(user_id: int) -> int:

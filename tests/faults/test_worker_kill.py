@@ -43,6 +43,7 @@ from core.redis import get_redis
 from messagecenter import services, tasks
 from messagecenter.items import message_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
+from messagecenter.readmodel import inbox as readmodel_inbox
 from tests.conftest import ROOT
 
 RABBITMQ = os.environ.get("MESSAGECENTER_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
@@ -274,18 +275,22 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     assert sorted(index for index, _ in rows) == list(range(CHUNKS))
     assert sum(size for _, size in rows) == USERS
 
-    # Redis: every recipient has the item exactly once, unread, and its inbox
-    # changed exactly once (the live version counts gains, not attempts).
+    # Redis: every recipient has the item exactly once, arrived once (so its
+    # next read counts it once), and its inbox changed exactly once (the live
+    # version counts gains, not attempts).
     member = message_entry(message).member
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
         pipe.zrange(keys.mc_inbox(user_id), 0, -1)
-        pipe.hget(keys.mc_inbox_counters(user_id), "system")
+        pipe.zrange(keys.mc_inbox_arrivals(user_id), 0, -1)
         pipe.get(keys.live_user_version(user_id))
     replies = pipe.execute()
     wrong = []
     for i, user_id in enumerate(user_ids):
-        inbox, unread, version = replies[3 * i : 3 * i + 3]
-        if inbox != [member.encode()] or int(unread or 0) != 1 or int(version or 0) != 1:
-            wrong.append((user_id, inbox, unread, version))
+        inbox, arrived, version = replies[3 * i : 3 * i + 3]
+        if inbox != [member.encode()] or arrived != [member.encode()] or int(version or 0) != 1:
+            wrong.append((user_id, inbox, arrived, version))
     assert not wrong, f"{len(wrong)} recipients wrong, e.g. {wrong[:3]}"
+    now_ms = int(time.time() * 1000)
+    for user_id in user_ids[:: max(1, len(user_ids) // 20)]:
+        assert readmodel_inbox.inbox_counts(user_id=user_id, now_ms=now_ms).unread == 1, user_id

@@ -118,7 +118,8 @@ def test_a_user_with_five_items_in_a_month_of_a_million_costs_at_most_4_kb(
 
 
 def _deliver(user_ids: list[int], offsets: list[int]) -> list[InboxEntry]:
-    """One pushed item per offset (the ref and time follow the offset)."""
+    """One pushed item per offset (the ref and time follow the offset), each
+    placed in the users' inboxes (push bits included) by their next read."""
     entries = [
         InboxEntry(ref=f"m{9000 + o}", category="system", month=MONTH, offset=o, score=SCORE + o, expire_ms=0)
         for o in offsets
@@ -126,6 +127,8 @@ def _deliver(user_ids: list[int], offsets: list[int]) -> list[InboxEntry]:
     for entry in entries:
         publish.item_detail_put(ref=entry.ref, detail={"title": entry.ref, "category": "system"})
         publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=SCORE)
+    for user_id in user_ids:
+        inbox.inbox_counts(user_id=user_id, now_ms=SCORE)
     return entries
 
 

@@ -8,7 +8,7 @@ from pyroaring import BitMap
 from core import keys
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
-from messagecenter.readmodel import bits, to_ms
+from messagecenter.readmodel import bits, inbox, to_ms
 from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
@@ -33,11 +33,16 @@ def test_push_below_threshold_in_chunks(
     assert BitMap.deserialize(bytes(message.audience_bitmap)) == BitMap([recipient.pk, other_recipient.pk])
     assert message.status == MessageStatus.DELIVERED
     assert list(FanoutChunk.objects.filter(message=message).values_list("index", "size")) == [(0, 2)]
-    # Redis: written into each recipient's zsets.
+    # Redis: written into each recipient's inbox as an arrival, placed by their next read.
     member = f"m{message.pk}|system|{message.slot_month}|{message.slot_offset}"
-    assert redis.zscore(keys.mc_inbox(recipient.pk), member) == to_ms(message.created_at)
-    assert redis.zscore(keys.mc_inbox_category(other_recipient.pk, "system"), member) is not None
-    assert message.slot_offset in bits.read_many([keys.mc_push_bitmap(recipient.pk, message.slot_month)])[0]
+    for user in (recipient, other_recipient):
+        assert redis.zscore(keys.mc_inbox(user.pk), member) == to_ms(message.created_at)
+        assert redis.zscore(keys.mc_inbox_arrivals(user.pk), member) == to_ms(message.created_at)
+        assert redis.zscore(keys.mc_inbox_category(user.pk, "system"), member) is None
+        assert inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(message.created_at)).unread == 1
+        assert redis.exists(keys.mc_inbox_arrivals(user.pk)) == 0
+        assert redis.zscore(keys.mc_inbox_category(user.pk, "system"), member) is not None
+        assert message.slot_offset in bits.read_many([keys.mc_push_bitmap(user.pk, message.slot_month)])[0]
 
 
 def test_pull_above_threshold(
@@ -75,6 +80,8 @@ def test_overlapping_groups_count_each_member_once(
     assert message.audience == BitMap([recipient.pk, other_recipient.pk, carol.pk])
     assert message.delivery == "push"
     for user in (recipient, other_recipient, carol):
+        assert redis.zcard(keys.mc_inbox(user.pk)) == 1
+        assert inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(message.created_at)).unread == 1
         assert redis.hget(keys.mc_inbox_counters(user.pk), "system") == b"1"
     assert redis.zcard(keys.mc_inbox(outsider.pk)) == 0
     assert services.message_audience_preview(group_ids=[empty.pk]) == 0

@@ -37,12 +37,12 @@ def _entry(*, expire_ms: int = 0, ref: str = "m901", offset: int = 9) -> InboxEn
 
 def test_deliver_keys_leave_out_the_expiry_zset_only_when_asked() -> None:
     for notifications in (False, True):
-        full = keys.mc_deliver_keys([42, 7], "system", MONTH, notifications=notifications)
-        short = keys.mc_deliver_keys([42, 7], "system", MONTH, notifications=notifications, expiry=False)
+        full = keys.mc_deliver_keys([42, 7], notifications=notifications)
+        short = keys.mc_deliver_keys([42, 7], notifications=notifications, expiry=False)
         expiry = {keys.mc_inbox_expiry(42), keys.mc_inbox_expiry(7)}
         assert [k for k in full if k not in expiry] == short
-        assert len(short) == 2 * (11 + notifications)
-    assert keys.mc_deliver_keys([], "system", MONTH, expiry=False) == []
+        assert len(short) == 2 * (6 + notifications)
+    assert keys.mc_deliver_keys([], expiry=False) == []
 
 
 @pytest.mark.parametrize("notification", [False, True], ids=["inbox", "notification"])
@@ -54,19 +54,26 @@ def test_every_key_of_the_layout_is_written(redis: Any, notification: bool, expi
     assert publish.inbox_deliver(entry=entry, user_ids=ids_, now_ms=1, notification=notification) == 3
     for user_id in ids_:
         assert redis.zscore(keys.mc_inbox(user_id), entry.member) == entry.score
-        assert redis.zscore(keys.mc_inbox_category(user_id, "system"), entry.member) == entry.score
-        assert redis.hget(keys.mc_inbox_counters(user_id), "system") == b"1"
+        assert redis.zscore(keys.mc_inbox_arrivals(user_id), entry.member) == entry.score
         assert redis.smembers(keys.mc_inbox_months(user_id)) == {str(MONTH).encode()}
-        assert entry.offset in bits.read_many([keys.mc_push_bitmap(user_id, MONTH)])[0]
         assert live_transport.user_version(user_id=user_id) == 1
         # The expiry zset holds the item only when it expires; untouched otherwise.
         assert redis.zscore(keys.mc_inbox_expiry(user_id), entry.member) == (expire_ms or None)
         assert redis.exists(keys.mc_inbox_expiry(user_id)) == (1 if expire_ms else 0)
         notif = redis.zscore(keys.mc_user_notifications(user_id), entry.member)
         assert notif == (expire_ms if notification else None)
-        # No key of another layout position was written by mistake.
+        # No key of another layout position was written by mistake, nor any the next read writes.
         assert redis.exists(keys.mc_read_bitmap(user_id, MONTH)) == 0
         assert redis.exists(keys.mc_inbox_hidden(user_id)) == 0
+        assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
+        assert redis.exists(keys.mc_inbox_category(user_id, "system"), keys.mc_inbox_counters(user_id)) == 0
+        assert redis.exists(keys.mc_push_bitmap(user_id, MONTH), keys.mc_inbox_unread(user_id)) == 0
+        # The next read places it: category zset, counter, push bit; the arrival is gone.
+        assert inbox.inbox_counts(user_id=user_id, now_ms=2).unread_by_category["system"] == 1
+        assert redis.zscore(keys.mc_inbox_category(user_id, "system"), entry.member) == entry.score
+        assert redis.hget(keys.mc_inbox_counters(user_id), "system") == b"1"
+        assert entry.offset in bits.read_many([keys.mc_push_bitmap(user_id, MONTH)])[0]
+        assert redis.exists(keys.mc_inbox_arrivals(user_id)) == 0
     # Expiry is exact: once the time came, nobody gains it (the sweep index still learns it).
     if expire_ms:
         late = UserFactory()
@@ -91,13 +98,13 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
 
 def test_the_script_refuses_keys_that_do_not_fit_the_stride(redis: Any) -> None:
     entry = _entry(expire_ms=0)
-    # Without the expiry zset a recipient takes 11 keys: 12 (with it) do not fit.
-    args = [entry.member, entry.ref, "system", entry.offset, MONTH, entry.score, 0, 1, 11, "", "", 0, 200, "0"]
+    # Without the expiry zset a recipient takes 6 keys: 7 (with it) do not fit.
+    args = [entry.member, entry.ref, MONTH, entry.score, 0, 1, 6, "", "", 0, 200, "0"]
     with pytest.raises(ResponseError, match="do not fit the stride"):
-        DELIVER_SCRIPT(keys.mc_deliver_keys([1], "system", MONTH), args)
-    args[8] = 14  # no such layout
+        DELIVER_SCRIPT(keys.mc_deliver_keys([1]), args)
+    args[6] = 9  # no such layout
     with pytest.raises(ResponseError, match="do not fit the stride"):
-        DELIVER_SCRIPT(keys.mc_deliver_keys([1], "system", MONTH, expiry=False), args)
+        DELIVER_SCRIPT(keys.mc_deliver_keys([1], expiry=False), args)
     assert redis.exists(keys.mc_inbox(1)) == 0
 
 

@@ -43,32 +43,27 @@ def _entry(ref: str = "m900", *, offset: int = 7, score: int = 1_790_000_000_000
 def test_deliver_keys_are_the_named_keys() -> None:
     for prefix in ("test:", "other:"):
         with override_settings(MESSAGECENTER_KEY_PREFIX=prefix):
-            names = keys.mc_deliver_keys([42, 7], "promotion", MONTH, notifications=True)
+            names = keys.mc_deliver_keys([42, 7], notifications=True)
             assert names == [
                 name
                 for user_id in (42, 7)
                 for name in (
                     keys.mc_inbox(user_id),
-                    keys.mc_inbox_category(user_id, "promotion"),
-                    keys.mc_inbox_counters(user_id),
                     keys.mc_inbox_hidden(user_id),
+                    keys.mc_inbox_arrivals(user_id),
                     keys.mc_inbox_expiry(user_id),
                     keys.mc_inbox_months(user_id),
-                    keys.mc_push_bitmap(user_id, MONTH),
-                    keys.mc_read_bitmap(user_id, MONTH),
                     keys.live_user_version(user_id),
-                    keys.mc_inbox_unread(user_id),
-                    keys.mc_inbox_unread(user_id, "promotion"),
                     keys.mc_inbox_evicted(user_id),
                     keys.mc_user_notifications(user_id),
                 )
             ]
             assert names[0].startswith(prefix)
-            assert keys.mc_deliver_keys([42], "promotion", MONTH) == names[:12]
-            assert keys.mc_deliver_keys([], "promotion", MONTH) == []
+            assert keys.mc_deliver_keys([42]) == names[:7]
+            assert keys.mc_deliver_keys([]) == []
             assert keys.live_user_channels([1, 42]) == [keys.live_user_channel(1), keys.live_user_channel(42)]
     # One recipient's keys map to one cluster slot (deliver.lua groups calls by slot there).
-    assert len({key_slot(k.encode()) for k in keys.mc_deliver_keys([42], "system", MONTH, notifications=True)}) == 1
+    assert len({key_slot(k.encode()) for k in keys.mc_deliver_keys([42], notifications=True)}) == 1
 
 
 def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPatch, redis: Any) -> None:

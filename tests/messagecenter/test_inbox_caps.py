@@ -236,6 +236,7 @@ def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, set
     uid = user.pk
     for i in range(30):
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 2]), uid)
+    assert inbox.inbox_counts(user_id=uid, now_ms=T0).unread == 30  # read once: every item placed
     assert redis.zcard(keys.mc_inbox(uid)) == 30
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     settings.MESSAGECENTER_INBOX_SETTLE_STEP = 4
@@ -244,15 +245,19 @@ def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, set
     # A first bounded call: everything about to be trimmed aside, 4 leave.
     assert call() == AGAIN
     assert redis.zcard(keys.mc_inbox(uid)) == 26
-    # A delivery meanwhile trims too (at most 2 per insert).
+    # A delivery meanwhile trims too (at most 2 per arrival): the 2 placed members
+    # leave all, and the rest of their removal waits in the evicted set.
     _deliver(_entry(30), uid)
     assert redis.zcard(keys.mc_inbox(uid)) == 25
-    # The call's step is shared: of the delivery's 2 evictions, the one of another
-    # category than the new item's waited and is settled first; 3 more leave.
-    assert redis.scard(keys.mc_inbox_evicted(uid)) == 1
+    assert redis.scard(keys.mc_inbox_evicted(uid)) == 2
+    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 1
+    # The call's step is shared: the 2 evictions are settled first, 2 more
+    # leave, and the arrival (placed after the trim: what the trim takes is
+    # never placed) waits for the next call.
     assert call() == AGAIN
-    assert redis.zcard(keys.mc_inbox(uid)) == 22
+    assert redis.zcard(keys.mc_inbox(uid)) == 23
     assert redis.scard(keys.mc_inbox_evicted(uid)) == 0
+    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 1
     # A read settles the rest in further bounded calls before it answers.
     page = _page(uid, T0 + 99, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(30, 20, -1)]
@@ -303,8 +308,10 @@ def test_an_evicted_item_delivered_again_is_counted_once(redis: Any, settings: A
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 3
     user = UserFactory()
     uid = user.pk
-    for i in range(4):
-        _deliver(_entry(i, category="promotion" if i == 0 else "system"), uid)
+    _deliver(_entry(0, category="promotion"), uid)
+    assert inbox.inbox_counts(user_id=uid, now_ms=T0).unread == 1  # read once: placed
+    for i in range(1, 4):
+        _deliver(_entry(i), uid)
     assert redis.sismember(keys.mc_inbox_evicted(uid), _entry(0, category="promotion").member)
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     # A rerun of the fan-out (it is idempotent) brings it back before any read settled it.
@@ -366,6 +373,9 @@ def test_the_drift_check_finds_and_mends_unread_counters_out_of_step(redis: Any,
     users = [UserFactory() for _ in range(2)]
     for i in range(6):
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *(u.pk for u in users))
+    assert drift.unread_index_find() == []  # arrivals are in neither side yet
+    for user in users:
+        assert inbox.inbox_counts(user_id=user.pk, now_ms=T0).unread == 6  # placed by a read
     assert drift.unread_index_find() == []
     redis.hincrby(keys.mc_inbox_counters(users[1].pk), "system", 3)
     redis.zrem(keys.mc_inbox_unread(users[0].pk), _entry(1, category="promotion").member)
@@ -392,6 +402,7 @@ def _settle_calls(redis: Any, user_id: int, *, max_items: int, step: int, now_ms
             "categories": sum(redis.zcard(keys.mc_inbox_category(user_id, c)) for c in CATEGORY_ORDER),
             "unread": redis.zcard(keys.mc_inbox_unread(user_id)),
             "evicted": redis.scard(keys.mc_inbox_evicted(user_id)),
+            "arrivals": redis.zcard(keys.mc_inbox_arrivals(user_id)),
             "expiry": redis.zcard(keys.mc_inbox_expiry(user_id)),
         }
 
@@ -408,8 +419,9 @@ def _settle_calls(redis: Any, user_id: int, *, max_items: int, step: int, now_ms
 
 def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis: Any, settings: Any) -> None:
     """Three times the cap delivered with no read between: each delivery keeps
-    the list at the cap, the evictions' rest waits; the first read settles it
-    at most a step a call, and then holds exactly the newest items, counted."""
+    all and the arrivals at the cap (an arrival evicted before any read took
+    it in leaves everything at once); the first read places the rest at most
+    a step a call, and then holds exactly the newest items, counted."""
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 25
     step = 7
     users = [UserFactory().pk for _ in range(2)]
@@ -419,17 +431,20 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *users)
     for user_id in users:
         assert redis.zcard(keys.mc_inbox(user_id)) == 25
-        assert redis.scard(keys.mc_inbox_evicted(user_id)) == 50
+        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == 25
+        assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
         seen = _settle_calls(redis, user_id, max_items=25, step=step, now_ms=T0 + 100)
         for before, after in pairwise(seen):
-            settled = before["evicted"] - after["evicted"]
-            assert 0 <= settled <= step
-            assert before["categories"] - after["categories"] == settled
-            # The unread zsets were kept by every delivery: only evictions leave them, nothing is walked.
-            assert before["unread"] - after["unread"] <= settled
-            assert after["uz"] == "done"
-        # 50 evictions, a step a call: no call settled less than it could.
-        assert len(seen) - 1 == -(-50 // step)
+            placed = before["arrivals"] - after["arrivals"]
+            assert 0 <= placed <= step
+            assert after["categories"] - before["categories"] == placed
+            assert after["all"] == 25
+            # The unread zsets grow with what is placed: nothing is walked (the
+            # walk's check waits for the last arrival, then finds them in step).
+            assert after["unread"] - before["unread"] <= placed
+            assert after["uz"] == ("done" if after["arrivals"] == 0 else "")
+        # 25 arrivals, a step a call: no call placed less than it could.
+        assert len(seen) - 1 == -(-25 // step)
         newest = [f"m{100_000 + i}" for i in range(74, 49, -1)]
         page = _page(user_id, T0 + 100, limit=50)
         assert [row.ref for row in page.rows] == newest
@@ -451,6 +466,7 @@ def test_an_inbox_over_the_cap_is_trimmed_oldest_first_and_walked_newest_first(r
         if i % 2:
             redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), user_id)
+    assert inbox.inbox_counts(user_id=user_id, now_ms=T0).unread == 15  # read once: every item placed
     redis.delete(*scripts.unread_keys(user_id))
     redis.hdel(keys.mc_inbox_state(user_id), "uz")
     seen = _settle_calls(redis, user_id, max_items=10, step=4, now_ms=T0 + 100)
@@ -479,6 +495,7 @@ def test_expired_members_go_before_the_cap_counts_an_inbox_over_it(redis: Any, s
     user_id = UserFactory().pk
     for i in range(15):
         _deliver(_entry(i, expire_ms=T0 + 50 if i >= 10 else 0), user_id)
+    assert inbox.inbox_counts(user_id=user_id, now_ms=T0).unread == 15  # read once: every item placed
     seen = _settle_calls(redis, user_id, max_items=10, step=3, now_ms=T0 + 100)
     # 3 expired, then 2 (the step's last member walks into the unread zsets), and never below 10.
     assert [s["all"] for s in seen[:3]] == [15, 12, 10]
@@ -505,9 +522,9 @@ def test_a_delivery_to_a_full_inbox_of_expired_items_takes_out_a_few_each(redis:
     # Over the cap by one: two expired out (not all eight), no live one; then at the cap.
     assert sizes == [9, 10, 9]
     assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 4
-    # Of the new items' category and month: removed whole, nothing waits.
-    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
-    assert redis.zcard(keys.mc_inbox_category(user_id, "system")) == 9
+    # Arrivals nobody read: removed whole, nothing waits.
+    assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
+    assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == 9
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in (12, 11, 10, 9, 8)]
     assert page.counts.unread == 5
@@ -515,27 +532,121 @@ def test_a_delivery_to_a_full_inbox_of_expired_items_takes_out_a_few_each(redis:
     assert_unread_index(redis, user_id)
 
 
-def test_an_evicted_member_of_the_new_items_kind_leaves_everything_at_once(redis: Any, settings: Any) -> None:
-    """A fan-out holds the new item's category and month keys: an oldest member
-    of both is removed whole there, so an inbox getting one kind of item stays
-    at the cap in every structure however long its user does not read."""
+def test_an_inbox_whose_user_never_reads_stays_at_the_cap_in_every_structure(redis: Any, settings: Any) -> None:
+    """Deliveries to a user who does not read write all, the arrivals and the
+    expiry entries only, each kept at the cap as items arrive; once a read
+    placed some, evicting those leaves the rest of their removal in the
+    evicted set, no bigger than what that read placed. Every structure stays
+    bounded by the cap however long the user does not read."""
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     user_id = UserFactory().pk
+
+    def entry(i: int) -> InboxEntry:
+        return _entry(i, category=CATEGORY_ORDER[i % 4], expire_ms=T0 + 10**6 if i % 2 else 0)
+
     for i in range(40):
         if i % 4 == 0:
             redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
-        _deliver(_entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0), user_id)
+        _deliver(entry(i), user_id)
         assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 10)
-        assert redis.zcard(keys.mc_inbox_category(user_id, "promotion")) == min(i + 1, 10)
-    assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
+        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == min(i + 1, 10)
+    assert redis.exists(keys.mc_inbox_evicted(user_id), keys.mc_push_bitmap(user_id, MONTH)) == 0
+    assert redis.exists(*(keys.mc_inbox_category(user_id, c) for c in CATEGORY_ORDER)) == 0
     assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 5
-    assert [i for i in range(40) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
     unread = [i for i in range(30, 40) if i % 4]
-    assert {m.decode() for m in redis.zrange(keys.mc_inbox_unread(user_id), 0, -1)} == {
-        _entry(i, category="promotion", expire_ms=T0 + 10**6 if i % 2 else 0).member for i in unread
-    }
-    assert int(redis.hget(keys.mc_inbox_counters(user_id), "promotion")) == len(unread)
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(39, 29, -1)]
     assert page.counts.unread == len(unread)
     assert_unread_index(redis, user_id)
+    assert [i for i in range(40) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
+    # Placed now: 30 more deliveries, no read between.
+    for i in range(40, 70):
+        if i % 4 == 0:
+            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+        _deliver(entry(i), user_id)
+        assert redis.zcard(keys.mc_inbox(user_id)) == 10
+        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == min(i - 39, 10)
+        assert redis.scard(keys.mc_inbox_evicted(user_id)) == min(i - 39, 10)
+        assert sum(redis.zcard(keys.mc_inbox_category(user_id, c)) for c in CATEGORY_ORDER) == 10
+    unread = [i for i in range(60, 70) if i % 4]
+    page = _page(user_id, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(69, 59, -1)]
+    assert page.counts.unread == len(unread)
+    assert redis.exists(keys.mc_inbox_evicted(user_id), keys.mc_inbox_arrivals(user_id)) == 0
+    assert_unread_index(redis, user_id)
+    assert [i for i in range(70) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(60, 70))
+
+
+# --- arrivals: what a fan-out leaves to the next read ---------------------------------
+
+
+def test_a_batch_places_the_arrivals_its_later_ops_act_on(redis: Any, settings: Any) -> None:
+    """A batch's first call settles a step (here 1) and answers AGAIN; the
+    ops after it run without settling, and each places the arrival it acts
+    on first: the hides are exact and the counts stay in step."""
+    settings.MESSAGECENTER_INBOX_SETTLE_STEP = 1
+    uid = UserFactory().pk
+    entries = [_entry(i, category=CATEGORY_ORDER[i % 4]) for i in range(6)]
+    for entry in entries:
+        _deliver(entry, uid)
+    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 6
+    hidden = [entries[0].member, entries[3].member, entries[5].member]
+    assert inbox.inbox_hide_many(user_id=uid, members=hidden, now_ms=T0 + 10) == 3
+    page = _page(uid, T0 + 10)
+    assert [row.ref for row in page.rows] == [entries[i].ref for i in (4, 2, 1)]
+    assert page.counts.unread == 3
+    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert_unread_index(redis, uid)
+
+
+def test_an_arrival_of_a_month_the_call_does_not_pass_waits_for_one_that_does(redis: Any) -> None:
+    """A call planned on months read before the fan-out added a new one has no
+    bitmaps of that month: the arrival stays an arrival (not dropped, not
+    counted half), and the next call that passes the month places it."""
+    uid = UserFactory().pk
+    old, new = _entry(1), InboxEntry(ref="m200001", category="system", month=202612, offset=1, score=T0 + 5)
+    _deliver(old, uid)
+    _deliver(new, uid)
+    mode = scripts.Settle(max_items=100, step=100)
+    counts = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 10, months=[str(MONTH)], mode=mode)
+    flat, _unseen = counts()
+    assert dict(zip(flat[::2], flat[1::2], strict=True)) == {b"system": b"1"}  # the old one only
+    assert redis.zrange(keys.mc_inbox_arrivals(uid), 0, -1) == [new.member.encode()]
+    assert inbox.inbox_counts(user_id=uid, now_ms=T0 + 10).unread == 2  # planned: both months
+    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert_unread_index(redis, uid)
+
+
+def test_an_arrival_removed_before_any_read_leaves_nothing_behind(redis: Any) -> None:
+    """Retracted, or expired, before its user read: it leaves all and the
+    arrivals, and no counter, zset or bit ever held it."""
+    uid = UserFactory().pk
+    kept, retracted, expiring = _entry(1), _entry(2), _entry(3, expire_ms=T0 + 50)
+    for entry in (kept, retracted, expiring):
+        _deliver(entry, uid)
+    publish.item_remove(entry=retracted)
+    page = _page(uid, T0 + 100)
+    assert [row.ref for row in page.rows] == [kept.ref]
+    assert page.counts.unread == 1
+    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert redis.zrange(keys.mc_inbox_category(uid, "system"), 0, -1) == [kept.member.encode()]
+    assert [i for i in range(5) if redis.getbit(keys.mc_push_bitmap(uid, MONTH), i)] == [1]
+    assert_unread_index(redis, uid)
+
+
+def test_arrivals_over_the_cap_are_trimmed_before_any_is_placed(redis: Any, settings: Any) -> None:
+    """Three times the cap arrived while the cap was higher: the settling calls
+    trim the oldest arrivals first and place only the newest, so no call
+    places a member a later call takes out again."""
+    uid = UserFactory().pk
+    for i in range(30):
+        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), uid)
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
+    seen = _settle_calls(redis, uid, max_items=10, step=4, now_ms=T0 + 100)
+    assert [s["all"] for s in seen] == [30, 26, 22, 18, 14, 10, 10, 10, 10]
+    assert [s["categories"] for s in seen] == [0, 0, 0, 0, 0, 0, 4, 8, 10]
+    assert [s["arrivals"] for s in seen] == [30, 26, 22, 18, 14, 10, 6, 2, 0]
+    page = _page(uid, T0 + 100, limit=50)
+    assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(29, 19, -1)]
+    assert page.counts.unread == 10
+    assert_unread_index(redis, uid)

@@ -208,7 +208,7 @@ KEY_ARGS: dict[str, str | tuple[int, ...]] = {
             "SADD SREM SISMEMBER SMISMEMBER SMEMBERS SCARD SPOP SRANDMEMBER "
             "LPUSH RPUSH LPOP RPOP LRANGE LLEN LTRIM "
             "ZADD ZREM ZINCRBY ZSCORE ZMSCORE ZRANK ZREVRANK ZCARD ZCOUNT ZRANGE ZREVRANGE "
-            "ZRANGEBYSCORE ZREVRANGEBYSCORE ZREMRANGEBYSCORE ZREMRANGEBYRANK"
+            "ZRANGEBYSCORE ZREVRANGEBYSCORE ZREMRANGEBYSCORE ZREMRANGEBYRANK ZPOPMIN"
         ).split(),
         (0,),
     ),
@@ -428,8 +428,8 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         assert call.args == [*op.own_args(), 5, 1, "202611", "2", 7, 9]
         # The archived and snoozed zsets close every call's KEYS (open_inbox takes them from the end).
         assert call.keys[-2:] == [keys.mc_inbox_archived(42), keys.mc_inbox_snoozed(42)]
-        # Before them the unread zsets (all, then by category) and the evicted set.
-        assert call.keys[-8:-2] == [*scripts.unread_keys(42), keys.mc_inbox_evicted(42)]
+        # Before them the unread zsets (all, then by category), the evicted set and the arrivals.
+        assert call.keys[-9:-2] == [*scripts.unread_keys(42), keys.mc_inbox_evicted(42), keys.mc_inbox_arrivals(42)]
 
 
 # Past this a script mixes concerns: its helpers go to a preamble of their own.

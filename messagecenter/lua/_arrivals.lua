@@ -1,0 +1,44 @@
+-- Shared by the per-user inbox scripts (after _item.lua and _state.lua,
+-- before _steps.lua, whose unread walk waits for it): the bounded step that
+-- places a fan-out's arrivals, sharing the call's budget of STEP members
+-- (take, _state.lua) and setting MORE when some are left.
+
+-- >>> arrivals (_item.lua): a fan-out's members take their places, oldest
+-- first, a step a call. ARRIVALS_LEFT when some wait for the next call: the
+-- unread walk (_steps.lua) waits for them too (it would count them before place()
+-- does). A member gone from all since (removed, expired, trimmed, evicted)
+-- has nothing to take; one of a month whose bitmaps the caller did not pass
+-- (its months were read before the fan-out) waits for a call that passes them.
+local ARRIVALS_LEFT = false
+local function settle_arrivals()
+  if not arrivals_key then return end
+  local n = take(STEP)
+  if n == 0 then
+    if call("EXISTS", arrivals_key) == 1 then MORE, ARRIVALS_LEFT = true, true end
+    return
+  end
+  local rows = call("ZPOPMIN", arrivals_key, n)
+  local got = #rows / 2
+  BUDGET = BUDGET + (n - got)
+  if got == n and call("EXISTS", arrivals_key) == 1 then MORE, ARRIVALS_LEFT = true, true end
+  if got == 0 then return end
+  local members = {}
+  for i = 1, #rows, 2 do members[#members + 1] = rows[i] end
+  local times = call("ZMSCORE", all_key, unpack(members))
+  local waiting = {}
+  for i, member in ipairs(members) do
+    local time = times[i]
+    local ref, cat, month, off = parse(member)
+    if time and ref and category_keys[cat] then
+      if READ[month] then
+        place(member, cat, month, off, time)
+      else
+        waiting[#waiting + 1] = time
+        waiting[#waiting + 1] = member
+      end
+    end
+  end
+  if #waiting > 0 then call("ZADD", arrivals_key, unpack(waiting)) end
+  touch()
+end
+-- <<< arrivals <<<
