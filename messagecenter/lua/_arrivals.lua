@@ -10,16 +10,24 @@
 -- has nothing to take; one of a month whose bitmaps the caller did not pass
 -- (its months were read before the fan-out) waits for a call that passes them.
 local ARRIVALS_LEFT = false
+-- Placing a member takes about three times what removing one does (its
+-- category zset, push and read bits, counter and two unread zsets, one by
+-- one, against a removal's few variadic commands): each arrival counts as
+-- that many members of the call's budget, so a call stays as short as the
+-- other steps' (at least one arrival a call, so a step of 1 still ends).
+local ARRIVAL_COST = 3
 local function settle_arrivals()
   if not arrivals_key then return end
-  local n = take(STEP)
+  local budget = take(STEP)
+  local n = 0
+  if budget > 0 then n = math.max(1, math.floor(budget / ARRIVAL_COST)) end
   if n == 0 then
     if call("EXISTS", arrivals_key) == 1 then MORE, ARRIVALS_LEFT = true, true end
     return
   end
   local rows = call("ZPOPMIN", arrivals_key, n)
   local got = #rows / 2
-  BUDGET = BUDGET + (n - got)
+  BUDGET = BUDGET + math.max(0, budget - got * ARRIVAL_COST)
   if got == n and call("EXISTS", arrivals_key) == 1 then MORE, ARRIVALS_LEFT = true, true end
   if got == 0 then return end
   local members = {}

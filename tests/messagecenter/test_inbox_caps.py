@@ -30,6 +30,8 @@ pytestmark = pytest.mark.django_db
 
 MONTH = 202611
 T0 = 1_795_000_000_000  # ms, in November 2026
+# What placing an arrival counts for in a call's step (_arrivals.lua).
+ARRIVAL_COST = 3
 
 
 def _entry(i: int, *, category: str = "system", expire_ms: int = 0, score: int | None = None) -> InboxEntry:
@@ -185,6 +187,7 @@ def test_an_inbox_without_unread_zsets_gets_them_built_in_bounded_calls(redis: A
         if i % 2:
             redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4], score=T0 + i // 3), user.pk)
+    assert inbox.inbox_counts(user_id=user.pk, now_ms=T0).unread == 13  # read once: every item placed
     redis.delete(*scripts.unread_keys(user.pk))
     redis.hset(keys.mc_inbox_counters(user.pk), "system", 99)  # whatever it was: built anew
     redis.hdel(keys.mc_inbox_state(user.pk), "uz")
@@ -424,6 +427,7 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
     a step a call, and then holds exactly the newest items, counted."""
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 25
     step = 7
+    placed_per_call = step // ARRIVAL_COST  # an arrival counts as that many members of a call's step
     users = [UserFactory().pk for _ in range(2)]
     for i in range(75):
         if i % 3 == 0:
@@ -436,7 +440,7 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
         seen = _settle_calls(redis, user_id, max_items=25, step=step, now_ms=T0 + 100)
         for before, after in pairwise(seen):
             placed = before["arrivals"] - after["arrivals"]
-            assert 0 <= placed <= step
+            assert 0 <= placed <= placed_per_call
             assert after["categories"] - before["categories"] == placed
             assert after["all"] == 25
             # The unread zsets grow with what is placed: nothing is walked (the
@@ -444,7 +448,7 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
             assert after["unread"] - before["unread"] <= placed
             assert after["uz"] == ("done" if after["arrivals"] == 0 else "")
         # 25 arrivals, a step a call: no call placed less than it could.
-        assert len(seen) - 1 == -(-25 // step)
+        assert len(seen) - 1 == -(-25 // placed_per_call)
         newest = [f"m{100_000 + i}" for i in range(74, 49, -1)]
         page = _page(user_id, T0 + 100, limit=50)
         assert [row.ref for row in page.rows] == newest
@@ -642,10 +646,13 @@ def test_arrivals_over_the_cap_are_trimmed_before_any_is_placed(redis: Any, sett
     for i in range(30):
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), uid)
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
-    seen = _settle_calls(redis, uid, max_items=10, step=4, now_ms=T0 + 100)
-    assert [s["all"] for s in seen] == [30, 26, 22, 18, 14, 10, 10, 10, 10]
-    assert [s["categories"] for s in seen] == [0, 0, 0, 0, 0, 0, 4, 8, 10]
-    assert [s["arrivals"] for s in seen] == [30, 26, 22, 18, 14, 10, 6, 2, 0]
+    seen = _settle_calls(redis, uid, max_items=10, step=6, now_ms=T0 + 100)
+    # 6 trimmed a call down to the cap, then 2 placed a call (an arrival counts
+    # as ARRIVAL_COST members of the step; the call that ends the trim places
+    # one with what is left).
+    assert [s["all"] for s in seen] == [30, 24, 18, 12, 10, 10, 10, 10, 10, 10]
+    assert [s["categories"] for s in seen] == [0, 0, 0, 0, 1, 3, 5, 7, 9, 10]
+    assert [s["arrivals"] for s in seen] == [30, 24, 18, 12, 9, 7, 5, 3, 1, 0]
     page = _page(uid, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(29, 19, -1)]
     assert page.counts.unread == 10
