@@ -275,7 +275,8 @@ def mc_inbox_evicted(user_id: int) -> str:
 def mc_inbox_arrivals(user_id: int) -> str:
     """zset: members a fan-out added to ``mc_inbox`` (with their expiry entry and month) whose
     other places (category zset, push bit, unread zsets and counter) the user's next inbox
-    script gives them, a bounded number per call; score = the item's time."""
+    script gives them, a bounded number per call; score = the item's time (+inf: waiting for
+    a call that passes its month's bitmaps)."""
     return _key("inbox", user_tag(user_id), "arrivals")
 
 

@@ -8,7 +8,8 @@
 -- unread walk (_steps.lua) waits for them too (it would count them before place()
 -- does). A member gone from all since (removed, expired, trimmed, evicted)
 -- has nothing to take; one of a month whose bitmaps the caller did not pass
--- (its months were read before the fan-out) waits for a call that passes them.
+-- (its months were read before the fan-out) waits for a call that passes them,
+-- behind the others.
 local ARRIVALS_LEFT = false
 -- Placing a member takes about three times what removing one does (its
 -- category zset, push and read bits, counter and two unread zsets, one by
@@ -28,25 +29,40 @@ local function settle_arrivals()
   local rows = call("ZPOPMIN", arrivals_key, n)
   local got = #rows / 2
   BUDGET = BUDGET + math.max(0, budget - got * ARRIVAL_COST)
-  if got == n and call("EXISTS", arrivals_key) == 1 then MORE, ARRIVALS_LEFT = true, true end
   if got == 0 then return end
-  local members = {}
-  for i = 1, #rows, 2 do members[#members + 1] = rows[i] end
+  -- Popped for the first time (a finite score): not yet sent to the back.
+  local members, first_time = {}, 0
+  for i = 1, #rows, 2 do
+    members[#members + 1] = rows[i]
+    if rows[i + 1] ~= "inf" then first_time = first_time + 1 end
+  end
   local times = call("ZMSCORE", all_key, unpack(members))
-  local waiting = {}
+  local placed, waiting = 0, {}
   for i, member in ipairs(members) do
     local time = times[i]
     local ref, cat, month, off = parse(member)
     if time and ref and category_keys[cat] then
       if READ[month] then
         place(member, cat, month, off, time)
+        placed = placed + 1
       else
-        waiting[#waiting + 1] = time
+        -- Back behind every other arrival (+inf): a step that pops only
+        -- these has nothing left that this call could place.
+        waiting[#waiting + 1] = "+inf"
         waiting[#waiting + 1] = member
       end
     end
   end
   if #waiting > 0 then call("ZADD", arrivals_key, unpack(waiting)) end
-  touch()
+  if (got == n or #waiting > 0) and call("EXISTS", arrivals_key) == 1 then
+    -- The unread walk waits while any arrival is left. Another call only
+    -- when this step was full and moved something (placed it, or sent it
+    -- back): a full step of members already sent back means only those
+    -- waiting for their month are left, and calling again with the same
+    -- months would loop.
+    ARRIVALS_LEFT = true
+    if got == n and first_time > 0 then MORE = true end
+  end
+  if placed > 0 then touch() end
 end
 -- <<< arrivals <<<

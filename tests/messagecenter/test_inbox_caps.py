@@ -657,3 +657,23 @@ def test_arrivals_over_the_cap_are_trimmed_before_any_is_placed(redis: Any, sett
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(29, 19, -1)]
     assert page.counts.unread == 10
     assert_unread_index(redis, uid)
+
+
+def test_many_arrivals_of_a_month_the_calls_do_not_pass_never_keep_them_calling(redis: Any) -> None:
+    """More arrivals of an unknown month than a call places, with placeable
+    ones behind them: the calls place the known ones and then answer (the
+    others wait behind, not popped again and again), and a planned read
+    places the rest."""
+    uid = UserFactory().pk
+    later = [InboxEntry(ref=f"m2{i:05d}", category="system", month=202612, offset=i, score=T0 + i) for i in range(20)]
+    known = [_entry(100 + i, score=T0 + 1000 + i) for i in range(5)]
+    for entry in (*later, *known):
+        _deliver(entry, uid)
+    seen = _settle_calls(redis, uid, max_items=100, step=12, now_ms=T0 + 2000)  # 4 arrivals a call
+    assert len(seen) - 1 <= 10
+    assert seen[-1]["categories"] == 5  # the known ones, placed
+    assert seen[-1]["arrivals"] == 20  # the others wait
+    assert {s for _m, s in redis.zrange(keys.mc_inbox_arrivals(uid), 0, -1, withscores=True)} == {float("inf")}
+    assert inbox.inbox_counts(user_id=uid, now_ms=T0 + 2000).unread == 25  # planned: both months
+    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert_unread_index(redis, uid)
