@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -331,29 +332,55 @@ async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]]
         await asyncio.sleep(args.gap)
     result["user_delays"] = user_delays
 
-    # A broadcast: every stream hears it.
-    broadcast = []
-    lasts = []
-    for n in range(args.broadcasts):
-        tag = f"b{n}"
-        cpu = _cpu(server)
-        sent = time.perf_counter()
-        live.broadcast(scope=live.BROADCAST_EVERYONE, reason=f"bench-{tag}")
-        while len(book.arrived.get(tag, ())) < len(streams) and time.perf_counter() - sent < 30:
-            await asyncio.sleep(0.001)
-        # The server does nothing else meanwhile: its CPU time is the broadcast's cost.
-        user, system = _cpu(server)
-        result.setdefault("broadcast_cpu", []).append((user - cpu[0], system - cpu[1]))
-        got = [t - sent for t in book.arrived.get(tag, ())]
-        broadcast.extend(got)
-        lasts.append(max(got) if got else float("nan"))
-        result.setdefault("broadcast_reached", []).append(len(got))
-        await asyncio.sleep(1)
-    result["broadcast_delays"] = broadcast
-    result["broadcast_last"] = lasts
+    # A broadcast: every stream hears it. The server does nothing else
+    # meanwhile: its CPU time over each is the broadcast's cost.
+    (
+        result["broadcast_delays"],
+        result["broadcast_last"],
+        result["broadcast_reached"],
+        result["broadcast_cpu"],
+    ) = await _timed_broadcasts(
+        book,
+        len(streams),
+        [f"b{n}" for n in range(args.broadcasts)],
+        lambda tag: live.broadcast(scope=live.BROADCAST_EVERYONE, reason=f"bench-{tag}"),
+        cpu=lambda: _cpu(server),
+    )
     for stream in streams:
         stream.transport.close()
     return result
+
+
+async def _timed_broadcasts(
+    book: "Book",
+    count: int,
+    tags: list[str],
+    publish: Callable[[str], None],
+    cpu: Callable[[], tuple[float, float]] | None = None,
+) -> tuple[list[float], list[float], list[int], list[tuple[float, float]]]:
+    """One broadcast per tag (``publish(tag)``), each timed to its arrival on
+    all ``count`` streams (30 s at most), a second apart: every delay, the
+    last of each, how many streams each reached and, given ``cpu`` (a
+    process's (user, system) seconds), the CPU each cost."""
+    delays: list[float] = []
+    lasts: list[float] = []
+    reached: list[int] = []
+    cpus: list[tuple[float, float]] = []
+    for tag in tags:
+        before = cpu() if cpu else (0.0, 0.0)
+        sent = time.perf_counter()
+        publish(tag)
+        while len(book.arrived.get(tag, ())) < count and time.perf_counter() - sent < 30:
+            await asyncio.sleep(0.001)
+        if cpu:
+            user, system = cpu()
+            cpus.append((user - before[0], system - before[1]))
+        got = [t - sent for t in book.arrived.get(tag, ())]
+        delays.extend(got)
+        lasts.append(max(got) if got else float("nan"))
+        reached.append(len(got))
+        await asyncio.sleep(1)
+    return delays, lasts, reached, cpus
 
 
 def _loop_run(main: Any) -> Any:
@@ -475,19 +502,14 @@ async def _floor_run(port: int, count: int, broadcasts: int, batch: int, feed: A
     for i in range(0, count, batch):
         streams.extend(await asyncio.gather(*(_open(port, "-", book) for _ in range(min(batch, count - i)))))
     await asyncio.sleep(1)
-    delays, lasts, reached = [], [], []
-    for n in range(broadcasts):
-        tag = f"f{n}"
-        sent = time.perf_counter()
+
+    def publish(tag: str) -> None:
         feed.write(f"{tag}\n".encode())
         feed.flush()
-        while len(book.arrived.get(tag, ())) < len(streams) and time.perf_counter() - sent < 30:
-            await asyncio.sleep(0.001)
-        got = [t - sent for t in book.arrived.get(tag, ())]
-        delays.extend(got)
-        lasts.append(max(got) if got else float("nan"))
-        reached.append(len(got))
-        await asyncio.sleep(1)
+
+    delays, lasts, reached, _ = await _timed_broadcasts(
+        book, len(streams), [f"f{n}" for n in range(broadcasts)], publish
+    )
     for stream in streams:
         stream.transport.close()
     return {"floor_delays": delays, "floor_last": lasts, "floor_reached": reached}

@@ -38,11 +38,10 @@ class AnyOf(Lookup):
     prepare_rhs = False
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        values = self.rhs.values if isinstance(self.rhs, Whole) else list(self.rhs)
         if connection.vendor != "postgresql":
-            values = self.rhs.values if isinstance(self.rhs, Whole) else list(self.rhs)
             return In(self.lhs, values).as_sql(compiler, connection)
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        values = self.rhs.values if isinstance(self.rhs, Whole) else list(self.rhs)
         integer_column = self.lhs.output_field.db_type(connection) in _INTEGER_TYPES
         if integer_column and all(type(v) is int and _INT64_MIN <= v <= _INT64_MAX for v in values):
             # Plain integers (ids) for an integer column: one array literal,

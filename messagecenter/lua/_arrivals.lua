@@ -18,7 +18,6 @@ local ARRIVALS_LEFT = false
 -- other steps' (at least one arrival a call, so a step of 1 still ends).
 local ARRIVAL_COST = 3
 local function settle_arrivals()
-  if not arrivals_key then return end
   local budget = take(STEP)
   local n = 0
   if budget > 0 then n = math.max(1, math.floor(budget / ARRIVAL_COST)) end

@@ -128,6 +128,6 @@ end
 local function remove_live(members)
   if #members == 0 then return end
   call("ZREM", all_key, unpack(members))
-  if arrivals_key then call("ZREM", arrivals_key, unpack(members)) end
+  call("ZREM", arrivals_key, unpack(members))
   drop_rest(members, false)
 end

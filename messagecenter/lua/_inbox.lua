@@ -63,19 +63,16 @@ local function open_inbox(own_keys, own_args, with_ever)
     detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
     pending_key = KEYS[global_base + 7]
     if not level() then return false end
+  end
+  if mode == "1" then
+    settle_and_merge(arg_pos)  -- (expiry and the trim included)
+  elseif mode == "2" or mode == "3" then
     settle_expired()
     trim(tonumber(ARGV[arg_pos]))
+  end
+  if mode ~= "0" then
     -- Arrivals after the trim (what it takes is never placed), the unread
     -- zsets last, so a trim's members are never walked.
-    settle_arrivals()
-    backfill_unread()
-  elseif mode == "1" then
-    settle_and_merge(arg_pos)
-    settle_arrivals()
-    backfill_unread()
-  elseif mode == "3" then
-    settle_expired()
-    trim(tonumber(ARGV[arg_pos]))
     settle_arrivals()
     backfill_unread()
   end

@@ -37,7 +37,7 @@ local evicted_key = nil
 -- next inbox script gives them (settle_arrivals, _arrivals.lua; present(),
 -- _state.lua, for one member at once): a fan-out writes a few keys per
 -- recipient, and a user who never reads never pays for the rest. zset,
--- score = the item's time.
+-- score = the item's time (+inf: waiting for a call that passes its month).
 local arrivals_key = nil
 local unread_keys = {}  -- category -> its unread zset
 

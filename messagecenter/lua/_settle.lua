@@ -27,7 +27,7 @@ local function remove(member)
   local bit = read_bit(month, off)
   if bit == nil then return 0 end
   if call("ZREM", all_key, member) == 0 then return unpark_removed(member) end
-  if arrivals_key then call("ZREM", arrivals_key, member) end  -- (one not placed yet holds nothing else)
+  call("ZREM", arrivals_key, member)  -- (one not placed yet holds nothing else)
   call("ZREM", category_keys[cat], member)
   call("ZREM", expiry_key, member)
   bits_set(PUSH[month], off, 0)

@@ -45,7 +45,7 @@ local function present(member)
   if not ref or not READ[month] then return false end
   local time = call("ZSCORE", all_key, member)
   if not time then return false end
-  if arrivals_key and category_keys[cat] and call("ZREM", arrivals_key, member) == 1 then
+  if category_keys[cat] and call("ZREM", arrivals_key, member) == 1 then
     place(member, cat, month, off, time)
     touch()
   end

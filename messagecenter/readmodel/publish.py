@@ -141,8 +141,9 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
 
     Idempotent (ZADD NX); hidden refs stay out. The item arrives in each
     inbox (``all`` and the arrivals); the recipient's next read places it
-    (deliver.lua). Each recipient whose inbox changed gets its live version bumped and, if a page of theirs listens,
-    its event published inside the same script. On a single Redis: deliver.lua
+    (deliver.lua). Each recipient whose inbox changed gets its live version
+    bumped and, if a page of theirs listens, its event published inside the
+    same script. On a single Redis: deliver.lua
     calls of ``DELIVER_BATCH`` recipients streamed on one connection
     (``LuaScript.stream``, keys packed from templates); on Redis
     Cluster one call per slot (recipients' keys carry their own hash tags).

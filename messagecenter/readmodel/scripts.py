@@ -1,7 +1,8 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
 preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_batch.lua``,
-``_arrivals.lua``, ``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and ``_inbox.lua`` first) and
-the typed calls that build their KEYS and ARGV, so no caller counts positions.
+``_arrivals.lua``, ``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and
+``_inbox.lua`` first) and the typed calls that build their KEYS and ARGV, so
+no caller counts positions.
 
 Every script names the same inbox (``open_inbox`` in the preamble): the
 user's eleven keys, the script's own keys, on the fast path the global
