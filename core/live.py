@@ -33,9 +33,10 @@ import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from types import CoroutineType
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio
 from django.conf import settings
@@ -89,6 +90,10 @@ HUB_CLIENT_NAME = "mc-live-hub"
 # many rounds of cancelling it tries.
 HUB_CLOSE_WAIT_SECONDS = 1.0
 HUB_CLOSE_ROUNDS = 3
+# Threads that may write one broadcast's frames at once (the hub's loop and
+# helpers): the kernel's side of a socket write runs without the GIL, so on
+# a machine of several cores the writes to ten thousand streams share them.
+WRITE_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
 
 
 # --- writers ----------------------------------------------------------------------
@@ -319,6 +324,26 @@ def event_stream(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> 
 Sink = Callable[[bytes], Awaitable[None]]
 
 
+class DirectWrite(Protocol):
+    """What a stream's server lets the hub do with the stream's socket, when it
+    can (``core.live_asgi``): write whole body chunks of the response (HTTP/1.1
+    chunked framing, ``chunk``) straight to the non-blocking socket ``fd``
+    while the server holds nothing unsent for it (``idle``), and hand back
+    what the socket did not take (``rest``: the server writes it in order,
+    with its own buffering and flow control)."""
+
+    fd: int
+
+    def idle(self) -> bool: ...
+
+    def rest(self, data: bytes) -> None: ...
+
+
+def chunk(frame: bytes) -> bytes:
+    """One HTTP/1.1 chunk of a response body carrying ``frame``."""
+    return b"%x\r\n%s\r\n" % (len(frame), frame)
+
+
 class _Listener:
     """One open stream: the events waiting for it and the future it sleeps on.
 
@@ -328,10 +353,14 @@ class _Listener:
     streams is one loop of writes of the same bytes, not ten thousand task
     wake-ups (each of which cost more than the write itself). When the stream
     is busy (its task is writing, or a write waits for the client to read),
-    events queue in ``frames`` and its task sends them in order.
+    events queue in ``frames`` and its task sends them in order. When the
+    server lets the hub at the stream's socket (``direct``), the hub skips
+    the send and writes the chunk to the socket itself (``_write_direct``):
+    ten thousand sends cost the server more Python than the writes cost the
+    kernel, and the writes can share the machine's cores.
     """
 
-    __slots__ = ("busy", "closed", "event", "frames", "platforms", "sink", "stalled", "waiter", "writes")
+    __slots__ = ("busy", "closed", "direct", "event", "frames", "platforms", "sink", "stalled", "waiter", "writes")
 
     def __init__(self, platforms: frozenset[str], event: bytes = b"message") -> None:
         self.frames: list[bytes] = []
@@ -340,6 +369,8 @@ class _Listener:
         self.event = event
         self.closed = False
         self.sink: Sink | None = None
+        # The stream's socket, when its server lets the hub write to it (``DirectWrite``).
+        self.direct: DirectWrite | None = None
         # The stream's task is inside a send of its own: the hub must not write meanwhile.
         self.busy = False
         # A write of the hub's that could not finish at once (the client's socket
@@ -436,6 +467,94 @@ async def _finish(pending: Awaitable[None], waiting: Any) -> None:
 def _release(waiter: "asyncio.Future[None]") -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _direct_ready(listener: _Listener) -> bool:
+    """The hub may write to the stream's socket itself: its server lets it, and
+    neither the stream's task nor the server holds anything of it unsent."""
+    direct = listener.direct
+    return (
+        direct is not None
+        and not (listener.busy or listener.frames or listener.closed or listener.stalled is not None)
+        and direct.idle()
+    )
+
+
+def _write_fds(fds: Sequence[int], data: bytes, first: int) -> list[tuple[int, int]]:
+    """Write ``data`` to each non-blocking socket; the ones it did not wholly
+    reach, as (index from ``first``, bytes written: 0 when the socket was
+    full, -1 when the connection failed)."""
+    short = []
+    size = len(data)
+    write = os.write
+    for index, fd in enumerate(fds, first):
+        try:
+            written = write(fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            written = -1
+        if written != size:
+            short.append((index, written))
+    return short
+
+
+_writers: ThreadPoolExecutor | None = None
+
+
+def _write_split(fds: list[int], data: bytes) -> list[tuple[int, int]]:
+    """``_write_fds`` over every socket, in parts written by this thread and
+    helper threads at once when there are enough of them
+    (``MESSAGECENTER_LIVE_WRITE_SPLIT`` a part at least). This thread waits
+    for the helpers: the event loop would be busy writing anyway, and no
+    other write to these sockets can start meanwhile."""
+    global _writers
+    parts = min(WRITE_THREADS, len(fds) // max(1, int(settings.MESSAGECENTER_LIVE_WRITE_SPLIT)))
+    if parts <= 1:
+        return _write_fds(fds, data, 0)
+    if _writers is None:
+        _writers = ThreadPoolExecutor(max_workers=WRITE_THREADS - 1, thread_name_prefix="live-writes")
+    size = -(-len(fds) // parts)
+    helpers: list[Future[list[tuple[int, int]]]] = [
+        _writers.submit(_write_fds, fds[start : start + size], data, start) for start in range(size, len(fds), size)
+    ]
+    short = _write_fds(fds[:size], data, 0)
+    for helper in helpers:
+        short += helper.result()
+    return short
+
+
+def _count(sent: int, direct: Iterable[list[_Listener]]) -> None:
+    """The metric of one fan-out: streams given the event through their send
+    (or queued), and streams the hub wrote to directly."""
+    if sent:
+        _SENT.inc(sent)
+    written = sum(map(len, direct))
+    if written:
+        _DIRECT.inc(written)
+
+
+_SENT = metrics.LIVE_WRITES.labels(way="send")
+_DIRECT = metrics.LIVE_WRITES.labels(way="direct")
+
+
+def _write_direct(listeners: list[_Listener], frame: bytes) -> None:
+    """Write ``frame`` as one body chunk straight to each stream's socket (each
+    ``_direct_ready``); what a full socket did not take goes through its
+    server after it, and a stream whose connection failed ends."""
+    data = chunk(frame)
+    fds = [listener.direct.fd for listener in listeners]  # type: ignore[union-attr]
+    short = _write_split(fds, data)
+    for listener in listeners:
+        listener.writes += 1
+    for index, written in short:
+        listener = listeners[index]
+        if written < 0:
+            logger.debug("live stream: direct write failed")
+            listener.closed = True
+            listener.wake()
+        else:
+            listener.direct.rest(data[written:])  # type: ignore[union-attr]
 
 
 # Sent to every stream of a hub that lost its connection and got it back, and
@@ -672,24 +791,41 @@ class LiveHub:
         # Streams given the same events (all of them, for broadcasts) share one
         # frame: the events are told apart by identity, and live until the end.
         frames: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        direct: dict[bytes, list[_Listener]] = {}
         for listener, events in queued.items():
             key = (listener.event, tuple(map(id, events)))
             frame = frames.get(key)
             if frame is None:
                 frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
-            listener.offer(events, frame)
+            if _direct_ready(listener):
+                direct.setdefault(frame, []).append(listener)
+            else:
+                listener.offer(events, frame)
+        for frame, ready in direct.items():
+            _write_direct(ready, frame)
+        _count(len(queued) - sum(map(len, direct.values())), direct.values())
 
     @staticmethod
     def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
         # One SSE frame per event name (every inbox stream shares one), the
-        # same bytes written to every stream.
+        # same bytes written to every stream: straight to the sockets the
+        # server lets the hub write to, through each stream's send otherwise.
         frames: dict[bytes, bytes] = {}
+        direct: dict[bytes, list[_Listener]] = {}
         events = (raw,)
+        sent = 0
         for listener in list(listeners):
+            if _direct_ready(listener):
+                direct.setdefault(listener.event, []).append(listener)
+                continue
             frame = frames.get(listener.event)
             if frame is None:
                 frame = frames[listener.event] = _raw_frame(listener.event, raw)
             listener.offer(events, frame)
+            sent += 1
+        for name, ready in direct.items():
+            _write_direct(ready, frames.get(name) or _raw_frame(name, raw))
+        _count(sent, direct.values())
 
     async def _subscribe_loop(self) -> None:
         while True:
@@ -853,13 +989,14 @@ class EventStream:
         frames, self._listener.frames = self._listener.frames, []
         return b"".join(_raw_frame(self._event, data) for data in frames)
 
-    async def serve(self, sink: Sink) -> None:
+    async def serve(self, sink: Sink, direct: DirectWrite | None = None) -> None:
         """Write the stream through ``sink`` until it ends (its cap, or ``close``).
 
-        After the opening the hub writes each event through the sink itself
-        while the stream is idle (``_Listener.offer``); this task writes only
-        the heartbeats, what queued while it was busy, and the rest of a
-        write the client was too slow to take at once.
+        After the opening the hub writes each event itself while the stream is
+        idle: straight to the socket when the server gives ``direct`` (see
+        ``DirectWrite``), else through the sink (``_Listener.offer``); this
+        task writes only the heartbeats, what queued while it was busy, and
+        the rest of a write the client was too slow to take at once.
         """
         central = hub()
         listener = self._listener
@@ -874,6 +1011,7 @@ class EventStream:
                 return
             await sink(opening)
             listener.sink = sink
+            listener.direct = direct
             while (remaining := deadline - loop.time()) > 0 and not listener.closed:
                 if listener.stalled is not None:
                     (pending, waiting), listener.stalled = listener.stalled, None
@@ -901,6 +1039,7 @@ class EventStream:
                             listener.busy = False
         finally:
             listener.sink = None
+            listener.direct = None
             stalled, listener.stalled = listener.stalled, None
             if stalled is not None and isinstance(stalled[0], Coroutine):
                 stalled[0].close()

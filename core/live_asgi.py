@@ -117,12 +117,69 @@ class LiveStreamRoute:
 
         try:
             await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-            await stream.serve(body)
+            await stream.serve(body, direct_write(send))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write
         finally:
             watcher.cancel()
+
+
+# The server whose response cycles the hub may write to directly: uvicorn's
+# httptools protocol (its default when httptools is installed, as here).
+UVICORN_HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
+
+
+class _UvicornDirect:
+    """The socket under a uvicorn (httptools) response, for the hub's writes.
+
+    uvicorn answers a body chunk by writing ``chunk(body)`` to its transport,
+    which writes to the socket at the end of the loop's turn (uvloop) or at
+    once, buffering what the socket does not take. So a chunk the hub writes
+    to the socket itself is exactly what uvicorn would have sent, provided
+    the transport holds nothing unsent, the response is still going and the
+    server is not waiting for the client to read (``idle``); what the socket
+    does not take goes through the transport after it (``rest``), in order.
+    """
+
+    __slots__ = ("_buffered", "_closing", "_cycle", "_flow", "fd", "rest")
+
+    def __init__(self, cycle: Any, fd: int) -> None:
+        transport = cycle.transport
+        self._cycle = cycle
+        self._flow = cycle.flow
+        self._buffered = transport.get_write_buffer_size
+        self._closing = transport.is_closing
+        self.rest = transport.write
+        self.fd = fd
+
+    def idle(self) -> bool:
+        cycle = self._cycle
+        if cycle.disconnected or cycle.response_complete or self._flow.write_paused:
+            return False
+        return self._buffered() == 0 and not self._closing()
+
+
+def direct_write(send: Send) -> live.DirectWrite | None:
+    """The stream's socket for the hub's own writes when ``send`` is a uvicorn
+    httptools response's (chunked, as a stream's response is), else None:
+    the hub then writes through ``send``, as under any other server."""
+    cycle: Any = getattr(send, "__self__", None)
+    if type(cycle).__module__ != UVICORN_HTTPTOOLS:
+        return None
+    try:
+        if cycle.chunked_encoding is not True:
+            return None
+        sock = cycle.transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        # The attributes idle() reads, checked once: a uvicorn that renamed one falls back to send.
+        if fd < 0 or not isinstance(cycle.disconnected, bool) or not isinstance(cycle.flow.write_paused, bool):
+            return None
+        if not isinstance(cycle.response_complete, bool):
+            return None
+        return _UvicornDirect(cycle, fd)
+    except (AttributeError, OSError):
+        return None
 
 
 async def _watch(receive: Receive, stream: live.EventStream) -> None:

@@ -7,11 +7,18 @@ to every stream that is not busy: no stream's task wakes for it. A stream
 whose write cannot finish at once (its client is not reading: the server
 waits for the socket to drain) still gets every event, in order, once it
 drains; one that stays stuck gets a single ``resync`` for what it missed; one
-whose connection fails ends and leaves the hub.
+whose connection fails ends and leaves the hub. A stream whose server lends
+the hub its socket (``live.DirectWrite``; here a real socket pair) gets the
+event written straight to the socket, a broadcast's writes shared between
+threads; what a full socket does not take goes back to the server, and a
+failed connection ends the stream.
 """
 
 import asyncio
 import json
+import os
+import socket
+import threading
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -19,7 +26,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from core import keys, live
+from core import keys, live, metrics
 from core.redis import get_redis
 
 pytestmark = pytest.mark.not_on_cluster(reason="event streams are off on Redis Cluster by design (pages poll)")
@@ -267,3 +274,184 @@ def test_events_that_arrive_together_reach_each_stream_in_one_write() -> None:
     # the same events got the very same bytes.
     assert [c.writers[1:] for c in clients] == [["live-hub-read"]] * 3
     assert clients[0].chunks[1] is clients[2].chunks[1]
+
+
+class SocketDirect:
+    """A stream's socket as a server lends it to the hub (``live.DirectWrite``):
+    one end of a real socket pair, non-blocking; the client reads the other.
+    It is idle while nothing it was handed back (``rest``) waits, as a
+    server's transport is while it holds nothing unsent."""
+
+    def __init__(self) -> None:
+        self.ours, self.peer = socket.socketpair()
+        self.ours.setblocking(False)
+        self.peer.setblocking(False)
+        self.fd = self.ours.fileno()
+        self.rests: list[bytes] = []
+        self.received = b""
+
+    def idle(self) -> bool:
+        return not self.rests
+
+    def rest(self, data: bytes) -> None:
+        self.rests.append(data)
+
+    def read(self) -> bytes:
+        while True:
+            try:
+                data = self.peer.recv(65536)
+            except BlockingIOError:
+                return self.received
+            if not data:
+                return self.received
+            self.received += data
+
+    def close(self) -> None:
+        self.ours.close()
+        self.peer.close()
+
+
+class DirectClient(Client):
+    def __init__(self, user_id: int) -> None:
+        super().__init__(user_id)
+        self.direct = SocketDirect()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.stream.serve(self.sink, self.direct))
+
+
+def _frame(reason: str) -> bytes:
+    event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason=reason)
+    return b"event: inbox\ndata: " + event.encode() + b"\n\n"
+
+
+def _direct_count() -> float:
+    return metrics.LIVE_WRITES.labels(way="direct")._value.get()
+
+
+async def _open_direct(count: int) -> list[DirectClient]:
+    clients = [DirectClient(FIRST_USER + n) for n in range(count)]
+    for client in clients:
+        client.start()
+    await _until(lambda: all(c.events()[:1] == [("hello", {"v": 0})] for c in clients), "every hello")
+    return clients
+
+
+@pytest.fixture
+def helper_threads(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Any:
+    """Three threads write a broadcast, two streams a part at least; the helpers' pool is the test's own."""
+    settings.MESSAGECENTER_LIVE_WRITE_SPLIT = 2
+    monkeypatch.setattr(live, "WRITE_THREADS", 3)
+    monkeypatch.setattr(live, "_writers", None)
+    parts: list[tuple[str, list[int]]] = []
+    real = live._write_fds
+
+    def recorded(fds: Any, data: bytes, first: int) -> Any:
+        parts.append((threading.current_thread().name, list(fds)))
+        return real(fds, data, first)
+
+    monkeypatch.setattr(live, "_write_fds", recorded)
+    yield parts
+    if live._writers is not None:
+        live._writers.shutdown()
+
+
+def test_the_hub_writes_an_event_straight_to_lent_sockets_a_broadcast_in_parts_on_several_threads(
+    helper_threads: list[tuple[str, list[int]]],
+) -> None:
+    before = _direct_count()
+
+    async def scenario() -> tuple[list[DirectClient], str]:
+        clients = await _open_direct(6)
+        try:
+            await _broadcast("bulletin")
+            await _until(lambda: all(c.direct.read() for c in clients), "the broadcast on every socket")
+            await asyncio.to_thread(live.inbox_changed, user_ids=[FIRST_USER + 4], reason="deliver")
+            await _until(lambda: b"deliver" in clients[4].direct.read(), "the user's event")
+        finally:
+            await _close(clients)
+        return clients, threading.current_thread().name
+
+    clients, loop_thread = asyncio.run(scenario())
+    try:
+        broadcast = live.chunk(_frame("bulletin"))
+        for index, client in enumerate(clients):
+            # The opening went through the stream's send; every event straight to its socket.
+            assert client.events() == [("hello", {"v": 0})]
+            assert len(client.writers) == 1
+            assert client.writers[0] != "live-hub-read"
+            user_event = live.chunk(b'event: inbox\ndata: {"v":1,"reason":"deliver"}\n\n') if index == 4 else b""
+            assert client.direct.received == broadcast + user_event
+            assert client.direct.rests == []
+        # The broadcast: three parts of two sockets, one written by the loop's own
+        # thread, the others by helpers at the same time; the user's event by the loop alone.
+        # (The hub holds its streams in a set: which part a socket falls in is not fixed.)
+        fds = [client.direct.fd for client in clients]
+        broadcast_parts = helper_threads[:3]
+        assert sorted(len(part) for _, part in broadcast_parts) == [2, 2, 2]
+        assert sorted(fd for _, part in broadcast_parts for fd in part) == sorted(fds)
+        threads = sorted(name for name, _ in broadcast_parts)
+        assert loop_thread in threads
+        threads.remove(loop_thread)
+        assert all(name.startswith("live-writes") for name in threads)
+        assert helper_threads[3:] == [(loop_thread, [fds[4]])]
+        assert _direct_count() - before == 7
+    finally:
+        for client in clients:
+            client.direct.close()
+
+
+def test_what_a_full_socket_does_not_take_goes_back_to_the_server_and_then_the_events_go_through_send() -> None:
+    async def scenario() -> tuple[DirectClient, bytes]:
+        (client,) = await _open_direct(1)
+        # The client stops reading: fill the socket until it takes nothing more.
+        filler = b""
+        while True:
+            try:
+                written = os.write(client.direct.fd, b"x" * 997)
+            except BlockingIOError:
+                break
+            filler += b"x" * written
+        try:
+            await _broadcast("first")
+            await _until(lambda: client.direct.rests, "the unsent part handed back")
+            await _broadcast("second")  # the server holds unsent bytes: through the send, after them
+            await _until(lambda: len(client.chunks) == 2, "the second event through the send")
+        finally:
+            await _close([client])
+        return client, filler
+
+    client, filler = asyncio.run(scenario())
+    try:
+        # What reached the socket and what was handed back make the whole chunk, in order.
+        first = live.chunk(_frame("first"))
+        assert client.direct.read() + b"".join(client.direct.rests) == filler + first
+        assert client.reasons() == ["second"]
+    finally:
+        client.direct.close()
+
+
+def test_a_lent_socket_whose_connection_failed_ends_its_stream() -> None:
+    async def scenario() -> tuple[list[DirectClient], int]:
+        clients = await _open_direct(2)
+        clients[0].direct.peer.close()  # the client went away
+        try:
+            await _broadcast("bulletin")
+            await _until(lambda: clients[0].task is not None and clients[0].task.done(), "the failed stream to end")
+            await _until(lambda: clients[1].direct.read(), "the other stream's event")
+            central = live.hub()
+            await _until(lambda: central.stream_count() == 1, "the failed stream to leave the hub")
+            left = central.stream_count()
+        finally:
+            await _close(clients)
+        return clients, left
+
+    clients, left = asyncio.run(scenario())
+    try:
+        assert clients[0].task is not None
+        assert clients[0].task.exception() is None  # ended, not crashed
+        assert clients[1].direct.received == live.chunk(_frame("bulletin"))
+        assert left == 1
+    finally:
+        clients[0].direct.ours.close()
+        clients[1].direct.close()
