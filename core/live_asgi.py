@@ -162,13 +162,17 @@ class _UvicornDirect:
 
 def direct_write(send: Send) -> live.DirectWrite | None:
     """The stream's socket for the hub's own writes when ``send`` is a uvicorn
-    httptools response's (chunked, as a stream's response is), else None:
-    the hub then writes through ``send``, as under any other server."""
+    httptools response's (chunked, as a stream's response is, and plain
+    HTTP: never under TLS), else None: the hub then writes through ``send``,
+    as under any other server."""
     cycle: Any = getattr(send, "__self__", None)
     if type(cycle).__module__ != UVICORN_HTTPTOOLS:
         return None
     try:
-        if cycle.chunked_encoding is not True:
+        # Under TLS the socket carries the encrypted stream: only the transport may write to it.
+        if cycle.chunked_encoding is not True or cycle.transport.get_extra_info("ssl_object") is not None:
+            return None
+        if cycle.scope.get("scheme") != "http":
             return None
         sock = cycle.transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1

@@ -7,12 +7,15 @@ user per token. Each stream's response lends the hub its socket
 chunk of its chunked response, written by the hub (and its helper threads)
 rather than through uvicorn's send, and what came before it (the opening)
 and after it (the end of the response) still go through uvicorn in order.
-Under uvicorn's h11 protocol no socket is lent and the same events go
-through its send.
+Under uvicorn's h11 protocol, or under TLS (where the socket carries the
+encrypted stream), no socket is lent and the same events go through its send.
 """
 
 import asyncio
 import socket
+import ssl
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,7 +58,15 @@ def _body(raw: bytes) -> bytes:
             return body
 
 
-async def _scenario(http: str) -> tuple[list[bytes], list[Any], float]:
+def _certificate(folder: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (the openssl command)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run([*command, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)  # noqa: S603
+    return str(cert), str(key)
+
+
+async def _scenario(http: str, tls: tuple[str, str] | None = None) -> tuple[list[bytes], list[Any], float]:
     lent: list[Any] = []
     real_direct_write = live_asgi.direct_write
 
@@ -68,7 +79,12 @@ async def _scenario(http: str) -> tuple[list[bytes], list[Any], float]:
     app = live_asgi.LiveStreamRoute(_not_django, path="/stream/", event="inbox")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, http=http, loop="asyncio", lifespan="off", log_level="warning")
+    options: dict[str, Any] = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
+    config = uvicorn.Config(app, http=http, loop="asyncio", lifespan="off", log_level="warning", **options)
+    client_tls: ssl.SSLContext | None = None
+    if tls:
+        client_tls = ssl.create_default_context(cafile=tls[0])
+        client_tls.check_hostname = False
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     written = metrics.LIVE_WRITES.labels(way="direct")._value.get()
@@ -78,7 +94,7 @@ async def _scenario(http: str) -> tuple[list[bytes], list[Any], float]:
         port = listener.getsockname()[1]
         streams = []
         for n in range(STREAMS):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls)
             writer.write(f"GET /stream/ HTTP/1.1\r\nHost: t\r\nAuthorization: Token t{n}\r\n\r\n".encode())
             streams.append((reader, writer, await _read_until(reader, b"event: hello")))
         await asyncio.to_thread(live.broadcast, scope=live.BROADCAST_EVERYONE, reason="bulletin")
@@ -120,20 +136,24 @@ def _events(raw: bytes) -> list[str]:
     return [block for block in _body(raw).decode().split("\n\n") if block.startswith("event: ")]
 
 
+def _hello_then_the_broadcast(raw: list[bytes]) -> bool:
+    event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason="bulletin")
+    expected = ['event: hello\ndata: {"v":0}', f"event: inbox\ndata: {event}"]
+    return all(response.startswith(b"HTTP/1.1 200 ") and _events(response) == expected for response in raw)
+
+
 def test_uvicorn_lends_the_hub_each_stream_s_socket_and_a_broadcast_arrives_as_one_chunk(users: None) -> None:
     raw, lent, written = asyncio.run(_scenario("httptools"))
     assert [type(direct).__name__ for direct in lent] == ["_UvicornDirect"] * STREAMS
     assert written == STREAMS  # every stream's event went straight to its socket
-    event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason="bulletin")
-    for response in raw:
-        assert response.startswith(b"HTTP/1.1 200 ")
-        assert _events(response) == ['event: hello\ndata: {"v":0}', f"event: inbox\ndata: {event}"]
+    assert _hello_then_the_broadcast(raw)
 
 
-def test_under_h11_no_socket_is_lent_and_the_events_go_through_send(users: None) -> None:
-    raw, lent, written = asyncio.run(_scenario("h11"))
+@pytest.mark.parametrize(("http", "tls"), [("h11", False), ("httptools", True)], ids=["h11", "tls"])
+def test_under_h11_or_tls_no_socket_is_lent_and_the_events_go_through_send(
+    users: None, tmp_path: Path, http: str, tls: bool
+) -> None:
+    raw, lent, written = asyncio.run(_scenario(http, _certificate(tmp_path) if tls else None))
     assert lent == [None] * STREAMS
     assert written == 0
-    event = live.broadcast_event(scope=live.BROADCAST_EVERYONE, reason="bulletin")
-    for response in raw:
-        assert _events(response) == ['event: hello\ndata: {"v":0}', f"event: inbox\ndata: {event}"]
+    assert _hello_then_the_broadcast(raw)
