@@ -86,8 +86,8 @@ async def _until(check: Any, what: str, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def _open(count: int) -> list[Client]:
-    clients = [Client(FIRST_USER + n) for n in range(count)]
+async def _open(count: int, kind: type[Any] = Client) -> list[Any]:
+    clients = [kind(FIRST_USER + n) for n in range(count)]
     for client in clients:
         client.start()
     await _until(lambda: all(c.events()[:1] == [("hello", {"v": 0})] for c in clients), "every hello")
@@ -329,11 +329,8 @@ def _direct_count() -> float:
     return metrics.LIVE_WRITES.labels(way="direct")._value.get()
 
 
-async def _open_direct(count: int) -> list[DirectClient]:
-    clients = [DirectClient(FIRST_USER + n) for n in range(count)]
-    for client in clients:
-        client.start()
-    await _until(lambda: all(c.events()[:1] == [("hello", {"v": 0})] for c in clients), "every hello")
+async def _open_direct(count: int) -> list["DirectClient"]:
+    clients: list[DirectClient] = await _open(count, DirectClient)
     return clients
 
 
