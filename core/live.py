@@ -524,12 +524,25 @@ def _write_split(fds: list[int], data: bytes) -> list[tuple[int, int]]:
     return short
 
 
-def _count(sent: int, direct: Iterable[list[_Listener]]) -> None:
-    """The metric of one fan-out: streams given the event through their send
-    (or queued), and streams the hub wrote to directly."""
+def _hand_out(entries: Iterable[tuple[_Listener, Sequence[bytes], bytes]]) -> None:
+    """Give each stream its events (``frame``: their SSE bytes, shared by the
+    streams given the same events): straight to the sockets the server lets
+    the hub write to, all of one frame in one ``_write_direct``; through each
+    other stream's send (or its queue, ``_Listener.offer``)."""
+    direct: dict[bytes, list[_Listener]] = {}
+    sent = 0
+    for listener, events, frame in entries:
+        if _direct_ready(listener):
+            direct.setdefault(frame, []).append(listener)
+        else:
+            listener.offer(events, frame)
+            sent += 1
+    written = 0
+    for frame, ready in direct.items():
+        _write_direct(ready, frame)
+        written += len(ready)
     if sent:
         _SENT.inc(sent)
-    written = sum(map(len, direct))
     if written:
         _DIRECT.inc(written)
 
@@ -791,41 +804,32 @@ class LiveHub:
         # Streams given the same events (all of them, for broadcasts) share one
         # frame: the events are told apart by identity, and live until the end.
         frames: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
-        direct: dict[bytes, list[_Listener]] = {}
-        for listener, events in queued.items():
-            key = (listener.event, tuple(map(id, events)))
-            frame = frames.get(key)
-            if frame is None:
-                frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
-            if _direct_ready(listener):
-                direct.setdefault(frame, []).append(listener)
-            else:
-                listener.offer(events, frame)
-        for frame, ready in direct.items():
-            _write_direct(ready, frame)
-        _count(len(queued) - sum(map(len, direct.values())), direct.values())
+
+        def entries() -> Iterator[tuple[_Listener, Sequence[bytes], bytes]]:
+            for listener, events in queued.items():
+                key = (listener.event, tuple(map(id, events)))
+                frame = frames.get(key)
+                if frame is None:
+                    frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
+                yield listener, events, frame
+
+        _hand_out(entries())
 
     @staticmethod
     def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
         # One SSE frame per event name (every inbox stream shares one), the
-        # same bytes written to every stream: straight to the sockets the
-        # server lets the hub write to, through each stream's send otherwise.
+        # same bytes written to every stream.
         frames: dict[bytes, bytes] = {}
-        direct: dict[bytes, list[_Listener]] = {}
         events = (raw,)
-        sent = 0
-        for listener in list(listeners):
-            if _direct_ready(listener):
-                direct.setdefault(listener.event, []).append(listener)
-                continue
-            frame = frames.get(listener.event)
-            if frame is None:
-                frame = frames[listener.event] = _raw_frame(listener.event, raw)
-            listener.offer(events, frame)
-            sent += 1
-        for name, ready in direct.items():
-            _write_direct(ready, frames.get(name) or _raw_frame(name, raw))
-        _count(sent, direct.values())
+
+        def entries() -> Iterator[tuple[_Listener, Sequence[bytes], bytes]]:
+            for listener in list(listeners):
+                frame = frames.get(listener.event)
+                if frame is None:
+                    frame = frames[listener.event] = _raw_frame(listener.event, raw)
+                yield listener, events, frame
+
+        _hand_out(entries())
 
     async def _subscribe_loop(self) -> None:
         while True:
