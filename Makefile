@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # PostgreSQL test database, a key prefix on the cluster); there are 12 slots.
 TEST_WORKERS ?= 2
 
-.PHONY: messages setup setup-dev migrate demo run test test-cluster lint format bench bench-scale bench-rebuild drill cluster-up cluster-down clean
+.PHONY: messages setup setup-dev migrate demo run test test-cluster lint docs format bench bench-scale bench-rebuild drill cluster-up cluster-down clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,16 @@ lint: setup-dev
 	$(PY) -m mypy core notices messagecenter config scripts
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
+
+# The documentation site (Material for MkDocs, mkdocs.yml) from docs/ into
+# site/, warnings as errors. First the API pages: the OpenAPI document on the
+# embedded defaults (offline: no PostgreSQL, Redis or network) and the list of
+# endpoints made from it; both generated, gitignored.
+docs: setup-dev
+	env -u DATABASE_URL -u DATABASE_REPLICA_URLS -u REDIS_URL -u CELERY_BROKER_URL DJANGO_SETTINGS_MODULE=config.settings.local \
+	  $(PY) manage.py spectacular --format openapi-json --file docs/api/openapi.json
+	$(PY) scripts/openapi_endpoints.py docs/api/openapi.json docs/api/endpoints.md
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean
 
 # Translations: extract the strings of the pages, their scripts and the API's
 # messages into locale/*/LC_MESSAGES/*.po, then compile the .mo files that are
