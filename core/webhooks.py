@@ -19,9 +19,14 @@ row is switched off (its pending deliveries fail with it).
 
 Server-side request forgery: only http(s) URLs, and unless
 ``WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` no host that resolves to a loopback,
-private, link-local or reserved address, checked at registration and again
-before every attempt (the name may resolve elsewhere later). Redirects are not
-followed.
+private, link-local, multicast, reserved or unspecified address (IPv4 or IPv6,
+nor an IPv6 form that carries such an IPv4 address), checked at registration
+and again before every attempt. An attempt resolves the name once, refuses it
+if any of its addresses is refused, and connects to an address it checked, not
+to the name: a resolver that answers a public address to the check and an
+inner one to the connection (DNS rebinding) gets nowhere. The receiver still
+sees its own name in the Host header and, over https, in SNI and the
+certificate check. Redirects are not followed.
 
 ``core`` knows no app: the apps call ``webhook_emit`` with their own events.
 """
@@ -36,7 +41,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 from celery import current_app
@@ -73,32 +77,88 @@ def _invalid(field: str, message: str, code: str = "invalid") -> ValidationFaile
     return ValidationFailed(message, code=code, fields={field: [message]})
 
 
-def _address_refused(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Where IPv6 reaches the open internet; everything outside it (loopback,
+# unspecified, unique-local, link-local, site-local, multicast, the old
+# IPv4-compatible ::a.b.c.d, NAT64's local-use prefix...) is refused whole.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# NAT64's well-known prefix lies outside it: a translator on the path forwards
+# such an address to the IPv4 address in its last 32 bits, judged as that.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _ipv4_refused(ip: ipaddress.IPv4Address) -> bool:
+    # is_global alone lets multicast through (224.0.0.0/4 is not "private").
+    return not ip.is_global or ip.is_multicast or ip.is_reserved or ip.is_unspecified
+
+
+def _address_refused(ip: IPAddress) -> bool:
+    """Whether connecting to ``ip`` may reach the machine itself or a network
+    that is not the public internet, directly or through an IPv4 address
+    carried inside an IPv6 one."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return _ipv4_refused(ip)
+    if ip.ipv4_mapped is not None:  # a dual-stack socket connects to the IPv4 address itself
+        return _ipv4_refused(ip.ipv4_mapped)
+    if ip in _NAT64:
+        return _ipv4_refused(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF))
+    if ip.sixtofour is not None and _ipv4_refused(ip.sixtofour):  # a 6to4 relay forwards to it
+        return True
+    if ip.teredo is not None:  # the tunnel's server and client are IPv4 addresses we cannot vouch for
+        return True
+    return ip not in _GLOBAL_UNICAST or not ip.is_global or ip.is_multicast or ip.is_reserved
+
+
+def _parse(url: str) -> httpx.URL:
+    """The URL as httpx reads it: what is checked is what is connected to, so
+    one parser decides both (two could disagree on which part is the host)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise _invalid("url", "Enter a valid URL.", "invalid_url") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise _invalid("url", "Only http and https URLs are allowed.", "invalid_url")
+    if not parsed.raw_host:
+        raise _invalid("url", "The URL has no host.", "invalid_url")
+    if parsed.userinfo:
+        raise _invalid("url", "Credentials in the URL are not allowed.", "invalid_url")
+    return parsed
+
+
+def _resolve(parsed: httpx.URL) -> list[str]:
+    """Every address the URL's host resolves to, in the resolver's order, once.
+    Unless private addresses are allowed, refuses the host when any of them is
+    refused: a name that mixes a public address with an inner one could be
+    answered with either. Raises ValidationFailed on ``url``."""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(parsed.raw_host.decode("ascii"), port, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise _invalid("url", "The host does not resolve.", "invalid_url") from exc
+    # A name answers each address once per socket type; keep the first of each.
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise _invalid("url", "The host does not resolve.", "invalid_url")
+    if not settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES and any(
+        # A link-local IPv6 answer carries its interface ("fe80::1%eth0").
+        _address_refused(ipaddress.ip_address(address.split("%", 1)[0]))
+        for address in addresses
+    ):
+        raise _invalid("url", "The host resolves to a private or reserved address.", "invalid_url")
+    return addresses
 
 
 def webhook_url_check(url: str) -> None:
     """Refuse what is not an http(s) URL, and (unless allowed) a host that
-    resolves to a non-public address. Raises ValidationFailed on ``url``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise _invalid("url", "Only http and https URLs are allowed.", "invalid_url")
-    if not parts.hostname:
-        raise _invalid("url", "The URL has no host.", "invalid_url")
-    if parts.username or parts.password:
-        raise _invalid("url", "Credentials in the URL are not allowed.", "invalid_url")
+    resolves to a non-public address. Raises ValidationFailed on ``url``.
+
+    Passing says the name is acceptable now; it may resolve elsewhere later,
+    so every attempt checks again and connects only to what it checked."""
+    parsed = _parse(url)
     if settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
-        return
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
-    except (OSError, ValueError) as exc:
-        raise _invalid("url", "The host does not resolve.", "invalid_url") from exc
-    if any(_address_refused(str(info[4][0])) for info in infos):
-        raise _invalid("url", "The host resolves to a private or reserved address.", "invalid_url")
+        return  # any address will do: no lookup, a receiver that is not up yet may be registered
+    _resolve(parsed)
 
 
 def _events(events: Any) -> list[str]:
@@ -247,26 +307,44 @@ def _signed_request(delivery: WebhookDelivery, body: str) -> dict[str, str]:
     }
 
 
+def _post_to(target: httpx.URL, address: str, body: str, headers: dict[str, str]) -> httpx.Response:
+    """POST to ``address`` itself rather than to the name, so that no second
+    lookup can choose where the request goes. The receiver still sees its
+    name: in the Host header, and over https as the SNI name, which httpcore
+    also hands to the TLS handshake as the name the certificate must carry."""
+    with httpx.Client(timeout=float(settings.WEBHOOK_TIMEOUT_SECONDS), follow_redirects=False) as client:
+        return client.post(
+            target.copy_with(host=address),  # httpx puts an IPv6 address in brackets
+            content=body.encode(),
+            headers={**headers, "host": target.netloc.decode("ascii")},
+            extensions={"sni_hostname": target.raw_host.decode("ascii")},
+        )
+
+
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
     """One attempt: (status code or None, error text; empty on a 2xx)."""
     try:
-        webhook_url_check(delivery.endpoint.url)
+        target = _parse(delivery.endpoint.url)
+        addresses = _resolve(target)
     except ValidationFailed as exc:
         return None, exc.message
     body = json.dumps(delivery.payload, separators=(",", ":"))
-    try:
-        response = httpx.post(
-            delivery.endpoint.url,
-            content=body.encode(),
-            headers=_signed_request(delivery, body),
-            timeout=float(settings.WEBHOOK_TIMEOUT_SECONDS),
-            follow_redirects=False,
-        )
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:MAX_RESPONSE_ERROR]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}: {response.text[:MAX_RESPONSE_ERROR]}"
+    headers = _signed_request(delivery, body)
+    error = ""
+    for address in addresses:
+        try:
+            response = _post_to(target, address, body, headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # Nothing was sent: the next checked address may answer (as a
+            # connection to the name would try them in turn).
+            error = f"{type(exc).__name__}: {exc}"[:MAX_RESPONSE_ERROR]
+            continue
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:MAX_RESPONSE_ERROR]
+        if 200 <= response.status_code < 300:
+            return response.status_code, ""
+        return response.status_code, f"HTTP {response.status_code}: {response.text[:MAX_RESPONSE_ERROR]}"
+    return None, error
 
 
 def webhook_deliver(*, delivery_id: int) -> str:
