@@ -37,6 +37,10 @@ urlpatterns = [
     # The split view serves its start-up script as a file: no inline script (CSP).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    # django-notifications-hq's pages and live endpoints, at the path its sites
+    # mount them (old links keep working); before the inbox's pages, whose
+    # inbox/<item_id>/ would take it.
+    path("inbox/notifications/", include("notifications.urls", namespace="notifications")),
     path("", include((notices.urls.page_urlpatterns, "notices"))),
     path("", include((messagecenter.urls.page_urlpatterns, "messagecenter"))),
 ]

@@ -7,11 +7,13 @@ server (with Lua through lupa) and eager Celery tasks, so it starts on a
 machine with nothing but Python.
 """
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import environ
+from csp.constants import NONCE
 from django.core.exceptions import ImproperlyConfigured
 
 from core.breaker import BreakerConnection
@@ -19,6 +21,14 @@ from core.brokers import amqp_settings, broker_kind
 from core.replicas import replica_databases
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+# compat/ holds drop-in packages under the import names sites already use
+# (``notifications``: django-notifications-hq's surface, compat/notifications).
+# Every entry point reads these settings before it loads an app (manage.py,
+# gunicorn, uvicorn, Celery, pytest), so the path is set here, once. Appended:
+# ``make compat-check`` puts a copy with the incumbent's tests ahead of it.
+if str(BASE_DIR / "compat") not in sys.path:
+    sys.path.append(str(BASE_DIR / "compat"))
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
@@ -45,6 +55,7 @@ INSTALLED_APPS = [
     "core",
     "notices",
     "messagecenter",
+    "notifications",
 ]
 
 # Django's, WhiteNoise's and django-csp's middleware through core.middleware's
@@ -399,7 +410,9 @@ AXES_LOCKOUT_CALLABLE = "core.views.locked_out"
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
-        "script-src": ["'self'"],
+        # NONCE: only a page that asks for a nonce gets one in its header
+        # (notifications' register_notify_callbacks tag puts it on its script tag).
+        "script-src": ["'self'", NONCE],
         "style-src": ["'self'", "'unsafe-inline'"],
         "img-src": ["'self'", "data:", "https:"],
         "font-src": ["'self'", "data:"],
@@ -636,3 +649,11 @@ CELERY_BEAT_SCHEDULE["messagecenter-digests-send"] = {
     "task": "messagecenter.digests_send",
     "schedule": MESSAGECENTER_DIGEST_SECONDS,
 }
+
+# --- django-notifications-hq's drop-in (compat/notifications) ------------------------
+# Each notify.send is also one message in its recipients' inboxes, of this
+# category; "message" is the one kind the message centre addresses to a chosen
+# set of users (typed notifications go to the subscribers of a type and scope).
+NOTIFICATIONS_INBOX_ENABLED: bool = env.bool("NOTIFICATIONS_INBOX_ENABLED", default=True)
+NOTIFICATIONS_INBOX_CATEGORY: str = env("NOTIFICATIONS_INBOX_CATEGORY", default="interaction")
+NOTIFICATIONS_INBOX_KIND: str = env("NOTIFICATIONS_INBOX_KIND", default="message")
