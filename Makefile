@@ -40,6 +40,7 @@ demo: migrate
 	$(PY) manage.py seed_demo
 
 run: migrate
+	$(PY) manage.py vapid_keys --write
 	$(PY) manage.py serve $(HOST):$(PORT)
 
 test: setup-dev

@@ -550,6 +550,13 @@ def mc_notification_holders() -> str:
     return _key("notification", "holders")
 
 
+def mc_channel_sends(user_id: int, hour: int) -> str:
+    """string: how many pushes and e-mails (beyond the inbox) the user was sent in ``hour``
+    (hours since the epoch, UTC); the cap's counter (messagecenter/readmodel/channels.py).
+    Expires two hours after it is made."""
+    return _key("channel", "sends", user_tag(user_id), hour)
+
+
 # --- live updates -------------------------------------------------------------------
 # (owned by core/live.py, the transport)
 #

@@ -49,6 +49,13 @@ WEBHOOK_FAILURES = Counter(
     "messagecenter_webhook_failures", "Webhook delivery attempts that failed, per event.", ["event"]
 )
 EMAIL_FAILURES = Counter("messagecenter_email_failures", "Emails the backend refused or failed to send.")
+CHANNEL_SENDS = Counter(
+    "messagecenter_channel_deliveries",
+    "What the channels beyond the inbox did, per channel (web_push, email) and outcome: sent, "
+    "failed, retrying, skipped_read (read, archived or deleted before the e-mail), deferred "
+    "(the user's digest choice or the hourly cap).",
+    ["channel", "outcome"],
+)
 FAST_ROUTE = Counter(
     "messagecenter_fast_route_requests",
     "Requests the ASGI fast route took, per URL pattern, method and outcome: answered on the "

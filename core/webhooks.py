@@ -46,7 +46,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 from django.db import connections, router, transaction
-from django.db.models import F
+from django.db.models import F, Model
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from standardwebhooks.webhooks import Webhook
@@ -278,13 +278,13 @@ def webhook_emit(*, event: str, data: Mapping[str, Any], at: datetime | None = N
     return rows
 
 
-def _hand_over(ids: Iterable[int]) -> None:
+def _hand_over(ids: Iterable[int], task: str = DELIVER_TASK) -> None:
     for delivery_id in ids:
         try:
-            current_app.tasks[DELIVER_TASK].apply_async(args=[delivery_id], retry=False)
+            current_app.tasks[task].apply_async(args=[delivery_id], retry=False)
         except (BrokerError, OSError) as exc:
             # The row stays due with its lease; the relay hands it over then.
-            logger.warning("broker refused webhook delivery %s: %s", delivery_id, exc)
+            logger.warning("broker refused delivery %s of %s: %s", delivery_id, task, exc)
             return
 
 
@@ -293,6 +293,13 @@ def _hand_over(ids: Iterable[int]) -> None:
 
 def _retry_delays() -> list[float]:
     return [float(d) for d in settings.WEBHOOK_RETRY_DELAYS]
+
+
+def retry_delay(*, attempts: int) -> float | None:
+    """Seconds from a failed attempt (the ``attempts``-th) to the next one
+    (``WEBHOOK_RETRY_DELAYS``); None once the delays are spent (give up)."""
+    delays = _retry_delays()
+    return delays[attempts - 1] if 1 <= attempts <= len(delays) else None
 
 
 def _signed_request(delivery: WebhookDelivery, body: str) -> dict[str, str]:
@@ -412,18 +419,26 @@ def webhook_relay(*, limit: int = 100) -> int:
     """Hand due pending deliveries (retries, hand-overs the broker refused or
     lost) to Celery, leasing them first so two relays do not send one twice.
     Returns how many were handed over."""
+    return deliveries_relay(model=WebhookDelivery, task=DELIVER_TASK, limit=limit)
+
+
+def deliveries_relay(*, model: type[Model], task: str, limit: int = 100) -> int:
+    """The relay for any model of ``WebhookDelivery``'s shape (``status``,
+    ``next_attempt_at``): an app's own outgoing deliveries (Web Push) are
+    retried by the same mechanism, each row handed to ``task`` by id."""
     now = timezone.now()
+    rows = model._default_manager
     with transaction.atomic():
         ids = list(
-            WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.PENDING, next_attempt_at__lte=now)
+            rows.filter(status=WebhookDeliveryStatus.PENDING, next_attempt_at__lte=now)
             .order_by("next_attempt_at", "id")
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)[:limit]
         )
         if not ids:
             return 0
-        WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=_lease_end(now))
-    _hand_over(ids)
+        rows.filter(pk__in=ids).update(next_attempt_at=_lease_end(now))
+    _hand_over(ids, task)
     return len(ids)
 
 

@@ -17,7 +17,10 @@ class MessagecenterConfig(AppConfig):
         # (the tasks import the services; the services do not import them back).
         from messagecenter import insight, live_api, projection, signals, tasks  # noqa: F401
         from messagecenter.apis import inbox as inbox_api
+        from messagecenter.models import PushDelivery
         from messagecenter.services import delivery, inbox, messages, notifications
+        from messagecenter.services.channels import plan as channels_plan
+        from messagecenter.services.channels import push as channels_push
         from messagecenter.services.rebuild import inbox_rebuild
         from messagecenter.services.snapshots import inbox_read_snapshot
 
@@ -34,6 +37,7 @@ class MessagecenterConfig(AppConfig):
             outbox.register(topic, handler)
         for task, (job, chunked) in {**messages.DELIVERY_JOBS, **notifications.DELIVERY_JOBS}.items():
             delivery.register(task, job, chunked=chunked)
+        delivery.register(channels_plan.PUSH_CHUNK_TASK, channels_push.channel_push_chunk_job, chunked=True)
         drift.register(*messagecenter_drift.CHECKS)
         snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
@@ -51,6 +55,11 @@ class MessagecenterConfig(AppConfig):
             "messagecenter_pending_deliveries",
             "Deliveries and fan-out chunks committed and not yet in Redis.",
             lambda: float(delivery.delivery_depth()),
+        )
+        metrics.register_state(
+            "messagecenter_push_retries_pending",
+            "Web pushes that failed and wait for another attempt.",
+            lambda: float(PushDelivery.objects.filter(status="pending").count()),
         )
         metrics.register_state(
             "messagecenter_fanout_lag_seconds",

@@ -14,6 +14,7 @@ from core.cursors import KeysetPage, keyset_page
 from core.exceptions import NotFound
 from core.params import page_scope
 from messagecenter import insight
+from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.models import (
     Bulletin,
     Message,
@@ -53,6 +54,8 @@ class MessageReadBack:
     read_count: int
     # The key of an idempotent send, while its row is kept (the idempotency window).
     idempotency_key: str | None = None
+    # What Web Push and e-mail did for it (None: it asked nothing of them).
+    channels: ChannelCounts | None = None
 
 
 def _messages() -> QuerySet[Message]:
@@ -63,8 +66,14 @@ def _with_reads(messages: list[Message]) -> list[MessageReadBack]:
     counts = insight.message_read_counts(messages=messages)
     # One query per page; the index Django puts on the message foreign key serves it.
     keys = dict(MessageSendKey.objects.filter(message__in=[m.pk for m in messages]).values_list("message_id", "key"))
+    channels = channel_counts(item_ids=[m.ref for m in messages])
     return [
-        MessageReadBack(message=m, read_count=counts.get(int(m.pk), 0), idempotency_key=keys.get(m.pk))
+        MessageReadBack(
+            message=m,
+            read_count=counts.get(int(m.pk), 0),
+            idempotency_key=keys.get(m.pk),
+            channels=channels.get(m.ref),
+        )
         for m in messages
     ]
 

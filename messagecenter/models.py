@@ -639,6 +639,16 @@ class UserPreferences(models.Model):
     # When the last digest was claimed for sending (services/digests.py): a
     # conditional UPDATE on it lets one run, and only one, send per period.
     last_digest_at = models.DateTimeField(null=True, blank=True)
+    # Per category, what the user changed from the channel defaults
+    # (messagecenter.channel_prefs): {"system": {"email": "digest", "web_push": false}}.
+    # Only choices are kept, so a later change of a default reaches everyone else.
+    channels = models.JSONField(default=dict, blank=True)
+    # Quiet hours in the user's own time zone (both times set, or neither); may span midnight.
+    quiet_start = models.TimeField(null=True, blank=True)
+    quiet_end = models.TimeField(null=True, blank=True)
+    quiet_timezone = models.CharField(max_length=64, blank=True)
+    # A code of settings.LANGUAGES; blank: none chosen (the request's language applies).
+    language = models.CharField(max_length=16, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -709,3 +719,123 @@ class MutePeriod(models.Model):
     def __str__(self) -> str:
         target = self.category or f"type {self.message_type_id}"
         return f"{self.user_id} muted {target} [{self.start_ms}, {self.end_ms or ''})"
+
+
+# --- Channels beyond the inbox: Web Push and e-mail ----------------------------
+
+
+class PushSubscription(models.Model):
+    """One browser's Web Push subscription (``PushSubscription.toJSON()``): where
+    to POST and the keys to encrypt for (RFC 8291). A device is an endpoint."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mc_push_subscriptions")
+    endpoint = models.URLField(max_length=2000)
+    # The browser's P-256 public key (uncompressed point) and auth secret, base64url as sent.
+    p256dh = models.CharField(max_length=100)
+    auth = models.CharField(max_length=32)
+    user_agent = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One row per endpoint: a browser subscribing again finds its row.
+            models.UniqueConstraint(fields=["endpoint"], name="mc_pushsub_endpoint_unique"),
+        ]
+        indexes = [
+            # A user's devices (the API's list, the settings page) and the push
+            # fan-out's lookup of a chunk's recipients (user_id = ANY(...)).
+            models.Index(fields=["user", "-created_at"], name="mc_pushsub_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"push subscription {self.pk} of {self.user_id}"
+
+
+class ItemChannels(models.Model):
+    """What an operator asked of the channels for one message or notification,
+    and what they did: one row per item, never one per recipient.
+
+    The e-mail scan walks the item's audience in user-id order after
+    ``email_due_at``; ``email_after_user`` is how far it got, moved by a
+    conditional UPDATE before the batch's e-mails go out, so a batch is
+    claimed once and a user gets at most one e-mail about the item."""
+
+    item_id = models.CharField(max_length=40, unique=True)  # the inbox ref: "m12", "n7"
+    category = models.CharField(max_length=16, choices=Category.choices)
+    web_push = models.BooleanField(default=False)
+    email_after_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Null while the item is not sent (scheduled) or wants no e-mail.
+    email_due_at = models.DateTimeField(null=True, blank=True)
+    email_after_user = models.BigIntegerField(default=0)
+    email_done = models.BooleanField(default=False)
+    push_sent = models.PositiveIntegerField(default=0)
+    push_failed = models.PositiveIntegerField(default=0)
+    email_sent = models.PositiveIntegerField(default=0)
+    email_skipped_read = models.PositiveIntegerField(default=0)
+    email_deferred = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "item channels"
+        indexes = [
+            # The e-mail scan: items whose delay has passed and whose scan is not finished.
+            models.Index(fields=["email_due_at"], condition=models.Q(email_done=False), name="mc_channels_due_idx"),
+            # The quiet-hours release: items sent while a user's hours were on.
+            models.Index(fields=["created_at"], name="mc_channels_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"channels of {self.item_id}"
+
+
+class PushDelivery(models.Model):
+    """A push that failed and waits for its next attempt: the webhooks' shape
+    (``core.webhooks``: status, attempts, ``next_attempt_at`` leased and relayed
+    by beat, retried after ``WEBHOOK_RETRY_DELAYS``). First attempts need no
+    row; only a failure that may pass is written down."""
+
+    subscription = models.ForeignKey(PushSubscription, on_delete=models.CASCADE, related_name="deliveries")
+    item_id = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, default="pending")  # core.models.WebhookDeliveryStatus values
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "push deliveries"
+        indexes = [
+            # The relay: pending rows that are due, oldest first.
+            models.Index(
+                fields=["next_attempt_at"], condition=models.Q(status="pending"), name="mc_pushdelivery_due_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"push of {self.item_id} to {self.subscription_id} ({self.status})"
+
+
+class ChannelHold(models.Model):
+    """A user whose quiet hours held a push or an e-mail: one row per user,
+    whatever was held. When ``until`` passes, the release finds what was held
+    from the items themselves (sent, or due by e-mail, since ``since``) and
+    sends one summary push and one e-mail of what is still unread."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="mc_channel_hold"
+    )
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The release: holds whose quiet hours are over.
+            models.Index(fields=["until"], name="mc_channelhold_until_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} held until {self.until:%Y-%m-%d %H:%M}"

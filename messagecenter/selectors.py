@@ -8,6 +8,7 @@ data being rebuilt, ``core.healing``), they answer from PostgreSQL instead
 state from the last snapshot plus the pending marks), slower, and say so.
 """
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from core.exceptions import NotFound, ValidationFailed
 from core.lookups import Whole
 from core.selectors import user_platforms
 from messagecenter import fallback
+from messagecenter.channel_prefs import channels_view
 from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
     CATEGORIES,
@@ -43,6 +45,7 @@ from messagecenter.models import (
     UserPreferences,
 )
 from messagecenter.mutes import Mutes
+from messagecenter.quiet import quiet_hours_of
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
@@ -508,6 +511,10 @@ class Preferences:
     muted_categories: list[str]
     muted_message_types: list[str]  # codes
     email_digest: str
+    # Every category with its email choice and web_push flag (defaults filled in).
+    channels: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    quiet_hours: dict[str, str] | None = None  # {"start", "end", "timezone"}
+    language: str | None = None
 
 
 def preferences_get(*, user_id: int) -> Preferences:
@@ -516,9 +523,22 @@ def preferences_get(*, user_id: int) -> Preferences:
     rows = MutePeriod.objects.filter(user_id=user_id, end_ms__isnull=True).values_list("category", "message_type__code")
     categories = sorted({c for c, code in rows if not code}, key=CATEGORIES.index)
     codes = sorted(code for _c, code in rows if code)
-    digest = UserPreferences.objects.filter(user_id=user_id).values_list("email_digest", flat=True).first()
-    # A user who never chose follows the operator's default.
-    return Preferences(categories, codes, digest or settings.MESSAGECENTER_DIGEST_DEFAULT)
+    row = (
+        UserPreferences.objects.filter(user_id=user_id)
+        .values_list("email_digest", "channels", "quiet_start", "quiet_end", "quiet_timezone", "language")
+        .first()
+    )
+    digest, channels, start, end, zone, language = row or ("", {}, None, None, "", "")
+    quiet = quiet_hours_of(start, end, zone)
+    return Preferences(
+        categories,
+        codes,
+        # A user who never chose follows the operator's default.
+        digest or settings.MESSAGECENTER_DIGEST_DEFAULT,
+        channels=channels_view(channels),
+        quiet_hours=quiet.as_dict() if quiet is not None else None,
+        language=language or None,
+    )
 
 
 def user_mutes(*, user_id: int) -> Mutes:

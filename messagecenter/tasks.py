@@ -7,7 +7,8 @@ from celery import shared_task
 from redis.exceptions import RedisError
 
 from messagecenter import projection, services
-from messagecenter.services import delivery, digests, messages, notifications
+from messagecenter.services import channels, delivery, digests, messages, notifications
+from messagecenter.services.channels import plan as channels_plan
 from messagecenter.services.snapshots import inbox_read_snapshot
 
 # Delivery tasks take no Celery retries: a Redis error leaves the work's
@@ -109,3 +110,39 @@ def digests_send_task() -> dict[str, int]:
     e-mail digests. Safe to run twice at once: each user's period is claimed once."""
     run = digests.digests_send()
     return {"sent": run.sent, "failed": run.failed, "empty": run.empty}
+
+
+# --- channels: Web Push and e-mail -------------------------------------------------
+
+
+@shared_task(name="messagecenter.channel_push_chunk")
+def channel_push_chunk_task(channels_id: int, index: int) -> int:
+    """One chunk of an item's push fan-out (a pending delivery's row)."""
+    return delivery.delivery_run(task=channels_plan.PUSH_CHUNK_TASK, object_id=channels_id, index=index)
+
+
+@shared_task(name="messagecenter.push_deliver")
+def push_deliver_task(delivery_id: int) -> str:
+    """One more attempt of a failed push; a failure leaves the row due after its delay."""
+    return channels.push_deliver(delivery_id=delivery_id)
+
+
+@shared_task(name="messagecenter.push_relay")
+def push_relay_task() -> int:
+    """Periodic (Celery beat, every WEBHOOK_RELAY_SECONDS): hand due push retries to the workers."""
+    return channels.push_relay()
+
+
+@shared_task(name="messagecenter.channels_email_scan")
+def channels_email_scan_task() -> dict[str, int]:
+    """Periodic (Celery beat, every MESSAGECENTER_CHANNEL_SCAN_SECONDS): e-mail the
+    recipients of due items who have not read them. Safe to run twice at once:
+    each batch is claimed once."""
+    run = channels.channels_email_scan()
+    return {"items": run.items, "looked_at": run.looked_at, "sent": run.sent, "deferred": run.deferred}
+
+
+@shared_task(name="messagecenter.channels_quiet_release")
+def channels_quiet_release_task() -> int:
+    """Periodic (Celery beat, every minute): send what quiet hours held, once they ended."""
+    return channels.channels_quiet_release()

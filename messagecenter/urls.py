@@ -2,7 +2,7 @@ from django.urls import URLPattern, path
 
 from core.urls import malformed_id_path
 from messagecenter import live_api, views
-from messagecenter.apis import inbox, manage, me, subscriptions, unread
+from messagecenter.apis import channels, inbox, manage, me, subscriptions, unread
 
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
@@ -67,6 +67,14 @@ api_urlpatterns: list[URLPattern] = [
     path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
     path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),
     malformed_id_path("me/subscriptions/", operators_only=False),
+    path("push/public-key/", channels.PushPublicKeyApi.as_view(), name="mc-push-public-key"),
+    path("me/push-subscriptions/", channels.PushSubscriptionsApi.as_view(), name="mc-me-push-subscriptions"),
+    path(
+        "me/push-subscriptions/<id:subscription_id>/",
+        channels.PushSubscriptionApi.as_view(),
+        name="mc-me-push-subscription",
+    ),
+    malformed_id_path("me/push-subscriptions/", operators_only=False),
 ]
 
 page_urlpatterns: list[URLPattern] = [
@@ -74,6 +82,7 @@ page_urlpatterns: list[URLPattern] = [
     path("inbox/read-all/", views.inbox_read_all, name="read-all"),
     path("inbox/settings/", views.settings_page, name="settings"),
     path("email/unsubscribe/<str:token>/", views.digest_unsubscribe, name="digest-unsubscribe"),
+    path("email/unsubscribe/channel/<str:token>/", views.channel_unsubscribe, name="channel-unsubscribe"),
     path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
     path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
 ]

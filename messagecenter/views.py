@@ -9,6 +9,7 @@ refuse renders the "unavailable" page.
 from typing import cast
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
@@ -23,10 +24,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
-from messagecenter import selectors, services
+from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS
 from messagecenter.models import CATEGORIES, EmailDigest
+from messagecenter.quiet import time_zones
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services import digests
 
@@ -222,6 +224,15 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                     email_digest=digest,
                 )
                 messages.success(request, gettext("Preferences saved."))
+            elif action == "channels":
+                _channels_save(request, user)
+                messages.success(request, gettext("Channel settings saved."))
+            elif action == "push_remove":
+                raw = request.POST.get("subscription") or ""
+                if not raw.isdigit():
+                    raise NotFound(gettext("No such device of yours."))
+                services.push_subscription_delete(user=user, subscription_id=int(raw))
+                messages.success(request, gettext("The device will get no more notifications."))
             elif action == "follow":
                 services.subscription_self_create(
                     user=user,
@@ -253,8 +264,66 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         "self_service_types": selectors.self_service_types(),
         "own_subscriptions": selectors.user_subscriptions(user_id=user_id),
         "group_subscriptions": selectors.user_group_subscriptions(user_id=user_id),
+        "channel_rows": [
+            {
+                "value": c,
+                "label": CATEGORY_LABELS[c],
+                "email": prefs.channels[c]["email"],
+                "web_push": prefs.channels[c]["web_push"],
+            }
+            for c in CATEGORIES
+        ],
+        "email_choices": EMAIL_CHOICE_LABELS.items(),
+        "quiet_hours": prefs.quiet_hours,
+        "time_zones": sorted(time_zones()),
+        "channel_languages": settings.LANGUAGES,
+        "language": prefs.language or "",
+        "devices": channel_selectors.push_subscriptions_of(user_id=user_id),
     }
     return render(request, "messagecenter/settings.html", context)
+
+
+EMAIL_CHOICE_LABELS = {
+    channel_prefs.EMAIL_IF_UNREAD: _("If still unread"),
+    channel_prefs.EMAIL_DIGEST: _("In the digest"),
+    channel_prefs.EMAIL_OFF: _("Off"),
+}
+
+
+def _channels_save(request: HttpRequest, user: AbstractBaseUser) -> None:
+    """The channel grid, quiet hours and language of the settings form, through
+    the one preferences service (which checks them all before writing)."""
+    post = request.POST
+    channels = {
+        c: {"email": post.get(f"email_{c}") or "", "web_push": post.get(f"web_push_{c}") == "on"} for c in CATEGORIES
+    }
+    quiet = (
+        {
+            "start": post.get("quiet_start") or "",
+            "end": post.get("quiet_end") or "",
+            "timezone": post.get("quiet_timezone") or "",
+        }
+        if post.get("quiet_enabled") == "on"
+        else None
+    )
+    services.preferences_update(user=user, channels=channels, quiet_hours=quiet, language=post.get("language") or None)
+
+
+# Mail clients POST this address themselves (RFC 8058), as for the digests.
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def channel_unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    """GET: a page asking to confirm; POST: e-mails of the token's category (or
+    of every category) are off. A bad token is a 400 and changes nothing."""
+    try:
+        if request.method == "POST":
+            services.channel_unsubscribe(token=token)
+            return render(request, "messagecenter/channel_unsubscribe.html", {"done": True})
+        _user, category = services.channel_token_user(token=token)
+    except ValidationFailed:
+        return render(request, "messagecenter/channel_unsubscribe.html", {"invalid": True}, status=400)
+    label = CATEGORY_LABELS.get(category)
+    return render(request, "messagecenter/channel_unsubscribe.html", {"token": token, "category_label": label})
 
 
 # Mail clients POST this address themselves (RFC 8058 one-click unsubscribe),

@@ -650,6 +650,49 @@ CELERY_BEAT_SCHEDULE["messagecenter-digests-send"] = {
     "schedule": MESSAGECENTER_DIGEST_SECONDS,
 }
 
+# --- Channels: Web Push and e-mail when still unread (messagecenter/services/channels/) ----
+# VAPID (RFC 8292): the private key as base64url of its 32 raw bytes (or PEM); without
+# it the file below (make run writes one: manage.py vapid_keys --write), else a key
+# derived from SECRET_KEY (rotating SECRET_KEY then changes it: set one). The subject tells push services whom
+# to contact: a mailto: or https: URL.
+MESSAGECENTER_VAPID_PRIVATE_KEY: str = env("MESSAGECENTER_VAPID_PRIVATE_KEY", default="")
+MESSAGECENTER_VAPID_KEY_FILE: str = env("MESSAGECENTER_VAPID_KEY_FILE", default=str(BASE_DIR / ".vapid_private_key"))
+MESSAGECENTER_VAPID_SUBJECT: str = env("MESSAGECENTER_VAPID_SUBJECT", default="mailto:webpush@localhost")
+# How long a push service keeps a push for an offline device (never past the item's expiry).
+MESSAGECENTER_PUSH_TTL_SECONDS: int = env.int("MESSAGECENTER_PUSH_TTL_SECONDS", default=24 * 60 * 60)
+MESSAGECENTER_PUSH_TIMEOUT_SECONDS: float = env.float("MESSAGECENTER_PUSH_TIMEOUT_SECONDS", default=10.0)
+# Pushes one fan-out chunk sends at once (threads: each push is mostly a wait on the network).
+MESSAGECENTER_PUSH_CONCURRENCY: int = env.int("MESSAGECENTER_PUSH_CONCURRENCY", default=16)
+# Users (or, for everyone, subscription ids) per push fan-out chunk.
+MESSAGECENTER_PUSH_CHUNK: int = env.int("MESSAGECENTER_PUSH_CHUNK", default=1000)
+# Devices kept per user: a new subscription past it removes the oldest.
+MESSAGECENTER_PUSH_MAX_PER_USER: int = env.int("MESSAGECENTER_PUSH_MAX_PER_USER", default=20)
+# Tests only: accept http:// push endpoints and push to loopback or private addresses
+# (the tests' own push service). Off, endpoints are https and must resolve to public
+# addresses (the webhooks' rule), so a subscription cannot make the server POST inward.
+MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS: bool = env.bool("MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS", default=False)
+# At most this many pushes and e-mails beyond the inbox reach one user per hour; the rest
+# wait for the digest.
+MESSAGECENTER_CHANNEL_MAX_PER_HOUR: int = env.int("MESSAGECENTER_CHANNEL_MAX_PER_HOUR", default=10)
+# The e-mail scan: how often beat runs it, users looked at per batch (one claim each),
+# and how long one run may take before it leaves the rest to the next.
+MESSAGECENTER_CHANNEL_SCAN_SECONDS: float = env.float("MESSAGECENTER_CHANNEL_SCAN_SECONDS", default=30.0)
+MESSAGECENTER_CHANNEL_SCAN_BATCH: int = env.int("MESSAGECENTER_CHANNEL_SCAN_BATCH", default=5000)
+MESSAGECENTER_CHANNEL_SCAN_BUDGET_SECONDS: float = env.float("MESSAGECENTER_CHANNEL_SCAN_BUDGET_SECONDS", default=25.0)
+CELERY_BEAT_SCHEDULE["messagecenter-channels-email-scan"] = {
+    "task": "messagecenter.channels_email_scan",
+    "schedule": MESSAGECENTER_CHANNEL_SCAN_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["messagecenter-channels-quiet-release"] = {
+    "task": "messagecenter.channels_quiet_release",
+    "schedule": 60.0,
+}
+# Push retries ride the webhooks' relay (core.webhooks.deliveries_relay), as often.
+CELERY_BEAT_SCHEDULE["messagecenter-push-relay"] = {
+    "task": "messagecenter.push_relay",
+    "schedule": WEBHOOK_RELAY_SECONDS,
+}
+
 # --- django-notifications-hq's drop-in (compat/notifications) ------------------------
 # Each notify.send is also one message in its recipients' inboxes, of this
 # category; "message" is the one kind the message centre addresses to a chosen

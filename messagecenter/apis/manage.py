@@ -328,6 +328,7 @@ class MessageSendApi(APIView):
         )
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
+        channels = readback.ChannelRequestSerializer(required=False, allow_null=True)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -381,7 +382,9 @@ class MessageSendApi(APIView):
                 "everyone": to.get("everyone", False),
                 "expire_at": data.get("expire_at"),
             }
-            message = services.message_send(**common, send_at=data.get("send_at"))
+            message = services.message_send(
+                **common, send_at=data.get("send_at"), channels=services.channel_request(data.get("channels"))
+            )
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message
 

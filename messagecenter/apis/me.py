@@ -4,18 +4,18 @@
 from typing import cast
 
 from django.contrib.auth.models import AbstractBaseUser
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import StrictCharField, StrictInputSerializer
+from core.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS
-from messagecenter import selectors, services
+from messagecenter import channel_prefs, selectors, services
 from messagecenter.models import CATEGORIES, EmailDigest
 from messagecenter.services.notifications import MAX_SCOPE_LENGTH
-from messagecenter.services.preferences import MAX_MUTED_TYPES
+from messagecenter.services.preferences import MAX_MUTED_TYPES, UNCHANGED
 
 DIGESTS = tuple(d.value for d in EmailDigest)
 
@@ -23,6 +23,51 @@ DIGESTS = tuple(d.value for d in EmailDigest)
 def _user(request: Request) -> AbstractBaseUser:
     # IsAuthenticated (the default permission) ran first: never anonymous here.
     return cast(AbstractBaseUser, request.user)
+
+
+class ChannelChoiceSerializer(serializers.Serializer):
+    email = serializers.ChoiceField(
+        choices=channel_prefs.EMAIL_CHOICES,
+        help_text="An e-mail about an item still unread after the operator's delay (if_unread), the item "
+        "in the next digest instead (digest), or nothing (off).",
+    )
+    web_push = serializers.BooleanField(help_text="A push to the user's devices.")
+
+
+class ChannelChoiceInputSerializer(StrictInputSerializer):
+    email = serializers.ChoiceField(choices=channel_prefs.EMAIL_CHOICES, required=False)
+    web_push = StrictBooleanField(required=False)
+
+
+ChannelsSerializer = inline_serializer(
+    "ChannelsPreferences",
+    {category: ChannelChoiceSerializer() for category in CATEGORIES},
+    help_text="Per inbox category, the choice for each channel (defaults: if_unread and true).",
+)
+
+
+class ChannelsInputSerializer(StrictInputSerializer):
+    """The categories given replace those choices; the others stay."""
+
+    system = ChannelChoiceInputSerializer(required=False)
+    promotion = ChannelChoiceInputSerializer(required=False)
+    transaction = ChannelChoiceInputSerializer(required=False)
+    interaction = ChannelChoiceInputSerializer(required=False)
+
+
+class QuietHoursSerializer(serializers.Serializer):
+    start = serializers.CharField(help_text="HH:MM, 24-hour, on the user's clock.")
+    end = serializers.CharField(help_text="HH:MM; before start means the hours span midnight.")
+    timezone = serializers.CharField(help_text="An IANA time zone name, e.g. Europe/Berlin.")
+
+
+class QuietHoursInputSerializer(StrictInputSerializer):
+    start = StrictCharField(max_length=5, help_text="HH:MM, 24-hour.")
+    end = StrictCharField(max_length=5, help_text="HH:MM; before start means the hours span midnight.")
+    timezone = StrictCharField(max_length=64, help_text="An IANA time zone name, e.g. Europe/Berlin.")
+
+
+LANGUAGES_HELP = "A language code of the project (settings.LANGUAGES, e.g. en, zh-hans), or null: none chosen."
 
 
 class PreferencesSerializer(serializers.Serializer):
@@ -33,6 +78,13 @@ class PreferencesSerializer(serializers.Serializer):
         child=serializers.CharField(), help_text="Codes of the message types muted now."
     )
     email_digest = serializers.ChoiceField(choices=DIGESTS, help_text="How often to get an e-mail digest.")
+    channels = ChannelsSerializer
+    quiet_hours = QuietHoursSerializer(
+        allow_null=True,
+        help_text="No push and no e-mail (other than digests) inside them; what was held goes out when they "
+        "end, as one push and one e-mail at most. null: none.",
+    )
+    language = serializers.CharField(allow_null=True, help_text=LANGUAGES_HELP)
 
 
 class PreferencesApi(APIView):
@@ -49,6 +101,9 @@ class PreferencesApi(APIView):
             child=StrictCharField(max_length=64), max_length=MAX_MUTED_TYPES, required=False
         )
         email_digest = serializers.ChoiceField(choices=DIGESTS, required=False)
+        channels = ChannelsInputSerializer(required=False)
+        quiet_hours = QuietHoursInputSerializer(required=False, allow_null=True)
+        language = StrictCharField(required=False, allow_null=True, max_length=16, help_text=LANGUAGES_HELP)
 
     @extend_schema(operation_id="me_preferences_get", responses={200: PreferencesSerializer, **ERRORS(401)})
     def get(self, request: Request) -> Response:
@@ -59,7 +114,9 @@ class PreferencesApi(APIView):
         operation_id="me_preferences_put",
         description="Each list given replaces what is muted now; a field left out stays as it is. "
         "An unknown category or message type is a 400 naming them, and nothing changes. "
-        "Duplicates count once.",
+        "Duplicates count once. `channels` changes the categories it names (each field given); "
+        "`quiet_hours` and `language` take null to clear them. A bad time, zone, language or channel "
+        "choice is a 400, and nothing changes.",
         request=InputSerializer,
         responses={200: PreferencesSerializer, **ERRORS(400, 401)},
     )
@@ -72,6 +129,9 @@ class PreferencesApi(APIView):
             muted_categories=data.get("muted_categories"),
             muted_message_types=data.get("muted_message_types"),
             email_digest=data.get("email_digest"),
+            channels=data.get("channels"),
+            quiet_hours=data["quiet_hours"] if "quiet_hours" in data else UNCHANGED,
+            language=data["language"] if "language" in data else UNCHANGED,
         )
         return Response(PreferencesSerializer(prefs).data)
 

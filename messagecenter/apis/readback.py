@@ -9,11 +9,12 @@ object answers at least the fields its create call accepts, plus ``id`` and
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from core.fields import OffsetDateTimeField
+from core.fields import OffsetDateTimeField, StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
+from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
 from messagecenter.models import (
     CATEGORIES,
@@ -24,6 +25,7 @@ from messagecenter.models import (
     NotificationStatus,
     UserGroupMembership,
 )
+from messagecenter.services.channels.plan import EMAIL_AFTER_MAX, EMAIL_AFTER_MIN
 
 _CATEGORY = filter_parameter("category", "Only this category.", enum=list(CATEGORIES))
 
@@ -118,6 +120,50 @@ class MessageAudienceOutputSerializer(serializers.Serializer):
     everyone = serializers.BooleanField()
 
 
+class ChannelPushCountsSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="Whether the create asked for web_push.")
+    sent = serializers.IntegerField(help_text="Pushes the push services accepted (one per device).")
+    failed = serializers.IntegerField(help_text="Pushes that failed for good (404/410, or retries spent).")
+
+
+class ChannelEmailCountsSerializer(serializers.Serializer):
+    if_unread_after_seconds = serializers.IntegerField(
+        allow_null=True, help_text="The create's email_if_unread_after_seconds; null: no e-mails."
+    )
+    sent = serializers.IntegerField(help_text="E-mails sent about it (one per recipient at most).")
+    skipped_read = serializers.IntegerField(
+        help_text="Recipients who had read, archived or deleted it when the delay was over."
+    )
+    deferred = serializers.IntegerField(
+        help_text="Recipients it went to the digest for instead (their choice, or the hourly cap)."
+    )
+
+
+class ChannelCountsSerializer(serializers.Serializer):
+    web_push = ChannelPushCountsSerializer()
+    email = ChannelEmailCountsSerializer()
+
+
+class ChannelRequestSerializer(StrictInputSerializer):
+    """What a message or notification asks of the channels beyond the inbox."""
+
+    web_push = StrictBooleanField(
+        required=False,
+        help_text="Push it to every recipient's devices (who allows pushes for its category and has not muted it).",
+    )
+    email_if_unread_after_seconds = StrictIntegerField(
+        required=False,
+        min_value=EMAIL_AFTER_MIN,
+        max_value=EMAIL_AFTER_MAX,
+        help_text="E-mail every recipient who has not read, archived or deleted it this many seconds after it "
+        "was sent (and chose e-mails for its category); once per recipient.",
+    )
+
+
+def channels_data(counts: ChannelCounts | None) -> dict[str, Any]:
+    return (counts or ChannelCounts()).as_dict()
+
+
 class MessageReadSerializer(serializers.Serializer):
     id = serializers.CharField()
     category = serializers.CharField()
@@ -142,6 +188,7 @@ class MessageReadSerializer(serializers.Serializer):
     recipients = serializers.IntegerField(allow_null=True, help_text="Users resolved at send time; null for everyone.")
     status = serializers.ChoiceField(choices=MessageStatus.choices)
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
+    channels = ChannelCountsSerializer(help_text="What Web Push and e-mail did for it (zeros when not asked).")
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -170,6 +217,7 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "recipients": message.audience_size,
                 "status": message.status,
                 "read_count": item.read_count,
+                "channels": channels_data(item.channels),
             }
         ).data
     )
@@ -193,6 +241,10 @@ MESSAGE_EXAMPLE: dict[str, Any] = {
     "recipients": 13,
     "status": "delivered",
     "read_count": 5,
+    "channels": {
+        "web_push": {"enabled": True, "sent": 9, "failed": 1},
+        "email": {"if_unread_after_seconds": 3600, "sent": 3, "skipped_read": 5, "deferred": 1},
+    },
 }
 MESSAGE_FILTERS = list_parameters(
     _CATEGORY,
@@ -277,8 +329,17 @@ class NotificationOutputSerializer(serializers.Serializer):
         help_text="scheduled (recipients 0 until sent), sent, cancelled (before it was sent) or withdrawn.",
     )
 
+    channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
+
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())
+
+    @extend_schema_field(ChannelCountsSerializer)
+    def get_channels(self, notification: Any) -> dict[str, Any]:
+        # A page's counts come in the context (one query); a lone read-back asks here.
+        known = self.context.get("channels")
+        counts = known if known is not None else channel_counts(item_ids=[notification.ref])
+        return channels_data(counts.get(notification.ref))
 
 
 NOTIFICATION_EXAMPLE = {
@@ -295,6 +356,10 @@ NOTIFICATION_EXAMPLE = {
     "withdrawn": False,
     "send_at": None,
     "status": "sent",
+    "channels": {
+        "web_push": {"enabled": False, "sent": 0, "failed": 0},
+        "email": {"if_unread_after_seconds": None, "sent": 0, "skipped_read": 0, "deferred": 0},
+    },
 }
 NOTIFICATION_FILTERS = list_parameters(_TYPE_FILTER, _SCOPE_FILTER, _CATEGORY)
 

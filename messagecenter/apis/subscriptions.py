@@ -32,10 +32,12 @@ from core.permissions import IsOperator
 from messagecenter import manage_selectors, services
 from messagecenter.apis import readback
 from messagecenter.apis.readback import (
+    ChannelRequestSerializer,
     MessageTypeOutputSerializer,
     NotificationOutputSerializer,
     SubscriptionOutputSerializer,
 )
+from messagecenter.channel_selectors import channel_counts
 from messagecenter.models import CATEGORIES, Notification, NotificationStatus, Subscription
 from messagecenter.services.notifications import MAX_TTL_SECONDS
 
@@ -226,6 +228,7 @@ class NotificationSendApi(APIView):
         ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, allow_null=True)
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
+        channels = ChannelRequestSerializer(required=False, allow_null=True)
 
     class OutputSerializer(NotificationStateSerializer):
         pass
@@ -249,6 +252,7 @@ class NotificationSendApi(APIView):
             "title": data["title"],
             "body_html": data["body_html"],
             "ttl_seconds": data.get("ttl_seconds"),
+            "channels": services.channel_request(data.get("channels")),
         }
         with transaction.atomic():
             if data.get("send_at") is not None:
@@ -270,7 +274,11 @@ class NotificationSendApi(APIView):
         return list_response(
             request,
             manage_selectors.notification_manage_list,
-            lambda rows: NotificationOutputSerializer(rows, many=True).data,
+            lambda rows: (
+                NotificationOutputSerializer(
+                    rows, many=True, context={"channels": channel_counts(item_ids=[row.ref for row in rows])}
+                ).data
+            ),
             message_type=parse_text(params.get("message_type"), name="message_type", max_length=64),
             scope=parse_text(params.get("scope"), name="scope", max_length=100),
             category=parse_choice(params.get("category"), name="category", choices=CATEGORIES),

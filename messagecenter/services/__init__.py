@@ -1,6 +1,17 @@
 """Write use cases of the message centre (``<entity>_<verb>``, keyword-only)."""
 
 from messagecenter.services.bulletins import bulletin_create, bulletin_delete, bulletin_update
+from messagecenter.services.channels import (
+    ChannelRequest,
+    channel_request,
+    channel_token_user,
+    channels_email_scan,
+    channels_quiet_release,
+    push_deliver,
+    push_relay,
+    push_subscription_delete,
+    push_subscription_save,
+)
 from messagecenter.services.delivery import delivery_due_now
 from messagecenter.services.groups import (
     user_group_add_members,
@@ -42,6 +53,7 @@ from messagecenter.services.notifications import (
     subscription_delete,
 )
 from messagecenter.services.preferences import (
+    channel_unsubscribe,
     preferences_update,
     subscription_self_create,
     subscription_self_delete,
@@ -59,9 +71,15 @@ from messagecenter.services.scheduled import (
 from messagecenter.services.slots import slot_allocate
 
 __all__ = [
+    "ChannelRequest",
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
+    "channel_request",
+    "channel_token_user",
+    "channel_unsubscribe",
+    "channels_email_scan",
+    "channels_quiet_release",
     "delivery_due_now",
     "inbox_archive",
     "inbox_bulk",
@@ -98,6 +116,10 @@ __all__ = [
     "notification_sweep",
     "notification_withdraw",
     "preferences_update",
+    "push_deliver",
+    "push_relay",
+    "push_subscription_delete",
+    "push_subscription_save",
     "request_fingerprint",
     "retention_purge",
     "rule_run",

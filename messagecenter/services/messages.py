@@ -33,6 +33,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import publish
+from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.slots import slot_allocate
@@ -128,9 +129,12 @@ def message_send(
     everyone: bool = False,
     expire_at: datetime | None = None,
     send_at: datetime | None = None,
+    channels: ChannelRequest | None = None,
 ) -> Message:
     """Store a message and its audience, then deliver it after commit; with
-    ``send_at``, store it to be sent then (status ``scheduled``).
+    ``send_at``, store it to be sent then (status ``scheduled``). ``channels``:
+    what it asks of Web Push and e-mail (``services.channels``), started with
+    the send.
 
     The audience is resolved now (explicit users plus the groups' members),
     kept as a roaring bitmap; "everyone" stays a flag. Push when it is at
@@ -186,6 +190,14 @@ def message_send(
         if not scheduled:
             _deliver_on_commit(message, uploaded)
             message_sent_emit(message)
+        if channels is not None:
+            channels_plan(
+                item_id=message.ref,
+                category=category,
+                request=channels,
+                created_at=message.created_at,
+                sent=not scheduled,
+            )
     return message
 
 

@@ -40,6 +40,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import notifications as notifications_rm
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.selectors import muted_among
+from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.slots import slot_allocate
 
@@ -155,8 +156,10 @@ def notification_send(
     ttl_seconds: int | None = None,
     source: models.Model | None = None,
     rule: NotificationRule | None = None,
+    channels: ChannelRequest | None = None,
 ) -> Notification:
-    """Raise a notification for every subscriber of ``message_type`` in ``scope``.
+    """Raise a notification for every subscriber of ``message_type`` in ``scope``
+    (and, with ``channels``, by Web Push and e-mail: ``services.channels``).
 
     Validates everything before writing (nothing changes on error), stores the
     row with its send-time audience and enqueues the fan-out after commit.
@@ -194,6 +197,10 @@ def notification_send(
         # Committed with the notification, sent to its task after commit (services.delivery).
         delivery_add(task=DELIVER_TASK, object_id=notification.pk)
         notification_sent_emit(notification)
+        if channels is not None:
+            channels_plan(
+                item_id=notification.ref, category=notification.category, request=channels, created_at=now, sent=True
+            )
     return notification
 
 

@@ -8,23 +8,36 @@ and the PostgreSQL fallback agree, and unmuting brings nothing back. The
 periods reach Redis through ``projection.user_mutes_changed`` after commit.
 """
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from core.exceptions import NotFound, PermissionDenied, ValidationFailed
-from messagecenter import projection
+from messagecenter import channel_prefs, projection
 from messagecenter.models import CATEGORIES, EmailDigest, MessageType, MutePeriod, Subscription, UserPreferences
+from messagecenter.quiet import parse_hhmm, zone_of
 from messagecenter.readmodel import to_ms
 from messagecenter.selectors import Preferences, preferences_get
+from messagecenter.services.channels.email import ALL_CATEGORIES, channel_token_user
 from messagecenter.services.notifications import subscription_create, subscription_delete
 
 MAX_MUTED_TYPES = 500
 DIGESTS: tuple[str, ...] = tuple(d.value for d in EmailDigest)
+
+
+class Unchanged(enum.Enum):
+    """A preference left out of an update (None there means "clear it")."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED = Unchanged.UNCHANGED
 
 
 def _strings(field: str, values: Any, *, limit: int) -> list[str]:
@@ -43,10 +56,15 @@ def preferences_update(
     muted_categories: Sequence[str] | None = None,
     muted_message_types: Sequence[str] | None = None,
     email_digest: str | None = None,
+    channels: Mapping[str, Mapping[str, Any]] | None = None,
+    quiet_hours: Mapping[str, Any] | Unchanged | None = UNCHANGED,
+    language: str | Unchanged | None = UNCHANGED,
     now: datetime | None = None,
 ) -> Preferences:
-    """Set what the user mutes (each given list replaces the current one) and
-    the digest choice; None leaves that part as it is.
+    """Set what the user mutes (each given list replaces the current one), the
+    digest choice, the channel choices of the categories given (each field
+    given replaces that one), quiet hours (None: none) and the language (None:
+    none chosen); None, or UNCHANGED for the last two, leaves that part as it is.
 
     Everything is checked before anything is written: an unknown category,
     message type code or digest is a 400 naming them, and nothing changes.
@@ -81,14 +99,29 @@ def preferences_update(
             code="invalid_choice",
             fields={"email_digest": [f"Choose from {', '.join(DIGESTS)}."]},
         )
+    channel_changes = None if channels is None else _channels(channels)
+    quiet = UNCHANGED if isinstance(quiet_hours, Unchanged) else _quiet_hours(quiet_hours)
+    chosen = UNCHANGED if isinstance(language, Unchanged) else _language(language)
     now_ms = to_ms(now or timezone.now())
     with transaction.atomic():
         # The preferences row is the user's lock: two updates of one user run one after the other.
         prefs, _created = UserPreferences.objects.get_or_create(user_id=user_id)
         prefs = UserPreferences.objects.select_for_update().get(pk=prefs.pk)
+        fields: list[str] = []
         if email_digest is not None and prefs.email_digest != email_digest:
             prefs.email_digest = email_digest
-            prefs.save(update_fields=["email_digest", "updated_at"])
+            fields.append("email_digest")
+        if channel_changes is not None:
+            prefs.channels = channel_prefs.channels_merge(prefs.channels, channel_changes)
+            fields.append("channels")
+        if not isinstance(quiet, Unchanged):
+            prefs.quiet_start, prefs.quiet_end, prefs.quiet_timezone = quiet
+            fields += ["quiet_start", "quiet_end", "quiet_timezone"]
+        if not isinstance(chosen, Unchanged):
+            prefs.language = chosen
+            fields.append("language")
+        if fields:
+            prefs.save(update_fields=[*fields, "updated_at"])
         changed = False
         if categories is not None:
             changed |= _set_open(user_id, {("c", c): c for c in categories}, now_ms, kind="c")
@@ -97,6 +130,74 @@ def preferences_update(
         if changed:
             projection.user_mutes_changed([user_id])
     return preferences_get(user_id=user_id)
+
+
+def _channels(raw: Any) -> dict[str, dict[str, Any]]:
+    """``{category: {"email"?: choice, "web_push"?: bool}}`` checked whole: an
+    unknown category, field or value is a 400 naming it."""
+    if not isinstance(raw, Mapping):
+        raise ValidationFailed("channels must be an object.", fields={"channels": ["Must be an object."]})
+    errors: dict[str, list[str]] = {}
+    clean: dict[str, dict[str, Any]] = {}
+    for category, fields in raw.items():
+        if category not in CATEGORIES:
+            errors[str(category)] = [f"Unknown category. Choose from {', '.join(CATEGORIES)}."]
+            continue
+        if not isinstance(fields, Mapping):
+            errors[category] = ["Give an object with email and web_push."]
+            continue
+        unknown = sorted(set(fields) - set(channel_prefs.CHANNEL_FIELDS))
+        email, web_push = fields.get("email"), fields.get("web_push")
+        if unknown:
+            errors[category] = [f"Unknown field(s): {', '.join(map(str, unknown))}."]
+        elif "email" in fields and email not in channel_prefs.EMAIL_CHOICES:
+            errors[category] = [f"email: choose from {', '.join(channel_prefs.EMAIL_CHOICES)}."]
+        elif "web_push" in fields and not isinstance(web_push, bool):
+            errors[category] = ["web_push must be true or false."]
+        else:
+            clean[category] = dict(fields)
+    if errors:
+        raise ValidationFailed("Unknown channel choices.", code="invalid_channels", fields={"channels": errors})
+    return clean
+
+
+def _quiet_hours(raw: Any) -> tuple[Any, Any, str]:
+    """(start, end, zone name) from ``{"start": "HH:MM", "end": "HH:MM",
+    "timezone": IANA name}``; None clears them. Anything else is a 400."""
+    if raw is None:
+        return None, None, ""
+    if not isinstance(raw, Mapping) or set(raw) != {"start", "end", "timezone"}:
+        raise ValidationFailed(
+            "quiet_hours needs start, end and timezone (or null).",
+            code="invalid_quiet_hours",
+            fields={"quiet_hours": ["Give start, end (HH:MM) and timezone (an IANA name), or null."]},
+        )
+    errors: dict[str, list[str]] = {}
+    start, end = parse_hhmm(raw["start"]), parse_hhmm(raw["end"])
+    if start is None:
+        errors["start"] = ["A time as HH:MM (00:00 to 23:59)."]
+    if end is None:
+        errors["end"] = ["A time as HH:MM (00:00 to 23:59)."]
+    zone = raw["timezone"]
+    if not isinstance(zone, str) or zone_of(zone) is None:
+        errors["timezone"] = ["An IANA time zone name, such as Europe/Berlin."]
+    if errors:
+        raise ValidationFailed("Bad quiet hours.", code="invalid_quiet_hours", fields={"quiet_hours": errors})
+    return start, end, str(zone)
+
+
+def _language(raw: Any) -> str:
+    """A code of settings.LANGUAGES (any letter case) as the settings spell it; None: ""."""
+    if raw is None:
+        return ""
+    codes = {code.lower(): code for code, _name in settings.LANGUAGES}
+    if not isinstance(raw, str) or raw.lower() not in codes:
+        raise ValidationFailed(
+            f"Choose language from {', '.join(codes.values())}, or null.",
+            code="invalid_language",
+            fields={"language": [f"Choose from {', '.join(codes.values())}, or null."]},
+        )
+    return codes[raw.lower()]
 
 
 def _set_open(user_id: int, wanted: dict[tuple[str, Any], Any], now_ms: int, *, kind: str) -> bool:
@@ -147,3 +248,13 @@ def subscription_self_delete(*, user: AbstractBaseUser, subscription_id: int) ->
     if subscription is None:
         raise NotFound("No such subscription of yours.")
     subscription_delete(subscription=subscription)
+
+
+def channel_unsubscribe(*, token: str) -> AbstractBaseUser:
+    """The one-click unsubscribe of a channel e-mail: its category's e-mails
+    (every category's, for a summary) off for the token's user. Idempotent;
+    a bad token is a 400 and changes nothing."""
+    user, category = channel_token_user(token=token)
+    categories = CATEGORIES if category == ALL_CATEGORIES else (category,)
+    preferences_update(user=user, channels={c: {"email": channel_prefs.EMAIL_OFF} for c in categories})
+    return user

@@ -33,6 +33,7 @@ from messagecenter.models import (
     MessageStatus,
     Notification,
 )
+from messagecenter.services.channels.plan import ChannelRequest, channels_plan, channels_release
 from messagecenter.services.delivery import delivery_add
 from messagecenter.services.messages import (
     _deliver_on_commit,
@@ -137,15 +138,24 @@ def _message_release(message: Message, now: datetime) -> None:
         setattr(message, field, value)
     _deliver_on_commit(message, list(message.image_files.order_by("position")))
     message_sent_emit(message)
+    channels_release(item_id=message.ref, now=now)
 
 
 # --- Notifications -------------------------------------------------------------------
 
 
 def notification_schedule(
-    *, message_type: str, scope: str, title: str, body_html: str, send_at: datetime, ttl_seconds: int | None = None
+    *,
+    message_type: str,
+    scope: str,
+    title: str,
+    body_html: str,
+    send_at: datetime,
+    ttl_seconds: int | None = None,
+    channels: ChannelRequest | None = None,
 ) -> Notification:
-    """Store a notification to be sent at ``send_at`` to the subscribers then."""
+    """Store a notification to be sent at ``send_at`` to the subscribers then
+    (with ``channels``, by Web Push and e-mail too, from then on)."""
     mtype = message_type_get(code=message_type)
     clean_scope = _scope(scope)
     if not isinstance(title, str) or not title.strip():
@@ -153,7 +163,7 @@ def notification_schedule(
     ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
     send_at_check(send_at)
     with transaction.atomic():
-        return Notification.objects.create(
+        notification = Notification.objects.create(
             message_type=mtype,
             scope=clean_scope,
             category=mtype.category,
@@ -167,6 +177,11 @@ def notification_schedule(
             slot_month=0,
             slot_offset=0,
         )
+        if channels is not None:
+            channels_plan(
+                item_id=notification.ref, category=mtype.category, request=channels, created_at=send_at, sent=False
+            )
+    return notification
 
 
 def _locked_scheduled_notification(notification: Notification) -> Notification:
@@ -238,6 +253,7 @@ def _notification_release(notification: Notification, now: datetime) -> None:
         setattr(notification, field, value)
     delivery_add(task=DELIVER_TASK, object_id=notification.pk)
     notification_sent_emit(notification)
+    channels_release(item_id=notification.ref, now=now)
 
 
 # --- The due job ---------------------------------------------------------------------

@@ -66,11 +66,25 @@ def closed_type(db: None) -> MessageType:
 # --- the preferences API ---------------------------------------------------------------
 
 
+def _mutes_and_digest(body: dict[str, Any]) -> dict[str, Any]:
+    """The v1.1 part of the preferences (channels, quiet hours and language are tested with the channels)."""
+    return {key: body[key] for key in ("muted_categories", "muted_message_types", "email_digest")}
+
+
 def test_preferences_start_empty(recipient_client: Any, settings: Any) -> None:
     settings.MESSAGECENTER_DIGEST_DEFAULT = "off"
     response = recipient_client.get(PREFS)
     assert response.status_code == 200
-    assert response.json() == {"muted_categories": [], "muted_message_types": [], "email_digest": "off"}
+    default_channels = {"email": "if_unread", "web_push": True}
+    assert response.json() == {
+        "muted_categories": [],
+        "muted_message_types": [],
+        "email_digest": "off",
+        # v1.2: every category's channels (defaults), no quiet hours, no language chosen.
+        "channels": dict.fromkeys(("system", "promotion", "transaction", "interaction"), default_channels),
+        "quiet_hours": None,
+        "language": None,
+    }
     # A user who never chose sees the operator's default as it is now.
     settings.MESSAGECENTER_DIGEST_DEFAULT = "daily"
     assert recipient_client.get(PREFS).json()["email_digest"] == "daily"
@@ -105,8 +119,8 @@ def test_put_stores_and_answers_the_preferences(recipient_client: Any, recipient
     response = recipient_client.put(PREFS, {**body, "email_digest": "weekly"}, format="json")
     assert response.status_code == 200, response.content
     want = {"muted_categories": ["system", "promotion"], "muted_message_types": ["alert"], "email_digest": "weekly"}
-    assert response.json() == want
-    assert recipient_client.get(PREFS).json() == want
+    assert _mutes_and_digest(response.json()) == want
+    assert _mutes_and_digest(recipient_client.get(PREFS).json()) == want
     # PostgreSQL: one open period per target, and the digest.
     open_periods = MutePeriod.objects.filter(user=recipient, end_ms__isnull=True)
     assert sorted((p.category, p.message_type_id) for p in open_periods) == [
@@ -121,7 +135,11 @@ def test_put_stores_and_answers_the_preferences(recipient_client: Any, recipient
     assert set(mirrored.types) == {alert.pk}
     # A field left out stays; an empty list unmutes (the period closes, the key follows).
     response = recipient_client.put(PREFS, {"muted_categories": []}, format="json")
-    assert response.json() == {"muted_categories": [], "muted_message_types": ["alert"], "email_digest": "weekly"}
+    assert _mutes_and_digest(response.json()) == {
+        "muted_categories": [],
+        "muted_message_types": ["alert"],
+        "email_digest": "weekly",
+    }
     assert MutePeriod.objects.filter(user=recipient, end_ms__isnull=False).count() == 2
     assert set(Mutes.loads(get_redis().get(keys.mc_user_mutes(recipient.pk))).categories) == {"system", "promotion"}
 
@@ -434,7 +452,7 @@ def test_settings_page_forms(browser: Client, recipient: Any, alert: Any) -> Non
         },
     )
     assert response.status_code == 302
-    prefs = client_for(recipient).get(PREFS).json()
+    prefs = _mutes_and_digest(client_for(recipient).get(PREFS).json())
     assert prefs == {
         "muted_categories": ["promotion", "interaction"],
         "muted_message_types": ["alert"],

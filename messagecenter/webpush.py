@@ -1,0 +1,304 @@
+"""Web Push on the wire: the VAPID key, subscription keys, and one push.
+
+The standards do the work, through pywebpush (with http-ece and py-vapid):
+each payload is encrypted for the subscription's browser key with
+``aes128gcm`` (RFC 8291 on RFC 8188) and the request carries a VAPID JWT
+signed with our key (RFC 8292: ``Authorization: vapid t=<jwt>, k=<key>``),
+whose ``aud`` is the push service's origin. TTL, Urgency and Topic are RFC
+8030's headers: the push service keeps an undelivered push for TTL seconds,
+wakes a sleeping device according to Urgency, and replaces a waiting push of
+the same Topic (a retry, or the same item pushed twice).
+
+The key pair: ``MESSAGECENTER_VAPID_PRIVATE_KEY`` (base64url of the raw
+32-byte key, or PEM), else the file ``MESSAGECENTER_VAPID_KEY_FILE`` (``make
+run`` writes one with ``manage.py vapid_keys``), else one derived from
+SECRET_KEY, so that every process of an installation that set neither agrees
+on it (rotating SECRET_KEY then changes it, and every browser must subscribe
+again: a deployment sets a key of its own).
+
+Endpoints must be https. ``MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS`` (tests
+only) also admits http and loopback or private addresses, where the tests'
+own push service listens; otherwise, before each push, the endpoint's host
+must resolve to public addresses only (``core.webhooks.webhook_url_check``,
+the webhooks' rule): a subscription is whatever a browser (or a caller
+pretending to be one) sent, and must not make this server POST inward.
+"""
+
+import base64
+import binascii
+import functools
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+from py_vapid import Vapid02
+from pywebpush import WebPusher
+
+from core import webhooks
+from core.exceptions import ValidationFailed
+
+# The order of P-256 (a private scalar lies in [1, n - 1]).
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+# A VAPID JWT may live 24 hours (RFC 8292 section 2); one is reused for an hour
+# per push service and made anew well before it expires.
+_JWT_LIFETIME = 12 * 60 * 60
+_JWT_REUSE = 60 * 60
+MAX_ENDPOINT_LENGTH = 2000
+URGENCIES = ("very-low", "low", "normal", "high")
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: object) -> bytes:
+    """base64url with or without padding; raises ValueError for anything else."""
+    if not isinstance(text, str) or not text or not text.isascii():
+        raise ValueError("not base64url")
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except binascii.Error as exc:
+        raise ValueError("not base64url") from exc
+
+
+# --- the VAPID key -------------------------------------------------------------------
+
+
+def _derived_key() -> ec.EllipticCurvePrivateKey:
+    material = HKDF(algorithm=SHA256(), length=48, salt=None, info=b"messagecenter vapid key").derive(
+        settings.SECRET_KEY.encode()
+    )
+    return ec.derive_private_key(int.from_bytes(material, "big") % (_P256_ORDER - 1) + 1, ec.SECP256R1())
+
+
+def _configured_key_text() -> str:
+    text = str(getattr(settings, "MESSAGECENTER_VAPID_PRIVATE_KEY", "") or "").strip()
+    if text:
+        return text
+    path = Path(str(getattr(settings, "MESSAGECENTER_VAPID_KEY_FILE", "") or ""))
+    if str(path) and path.is_file():
+        return path.read_text(encoding="ascii").strip()
+    return ""
+
+
+def _load_key(text: str) -> ec.EllipticCurvePrivateKey:
+    if "-----BEGIN" in text:
+        key = serialization.load_pem_private_key(text.encode(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+            raise ValueError("the VAPID key must be a P-256 key")
+        return key
+    raw = b64url_decode(text)
+    if len(raw) != 32:
+        raise ValueError("a raw VAPID key is 32 bytes (base64url)")
+    return ec.derive_private_key(int.from_bytes(raw, "big"), ec.SECP256R1())
+
+
+@dataclass(frozen=True)
+class VapidKey:
+    private: ec.EllipticCurvePrivateKey
+    derived: bool  # from SECRET_KEY: nobody configured one
+
+    @property
+    def public_raw(self) -> bytes:
+        return self.private.public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+        )
+
+    @property
+    def public_key(self) -> str:
+        """The application server key browsers subscribe with (base64url, 65 bytes)."""
+        return b64url(self.public_raw)
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.public_raw).hexdigest()[:16]
+
+
+_key_lock = threading.Lock()
+_key_cache: dict[str, VapidKey] = {}
+
+
+def vapid_key() -> VapidKey:
+    """The key pair in use (read once per configuration)."""
+    text = _configured_key_text()
+    cache_key = hashlib.sha256(f"{text}|{settings.SECRET_KEY}".encode()).hexdigest()
+    with _key_lock:
+        key = _key_cache.get(cache_key)
+        if key is None:
+            key = VapidKey(_load_key(text), derived=False) if text else VapidKey(_derived_key(), derived=True)
+            _key_cache.clear()
+            _key_cache[cache_key] = key
+        return key
+
+
+def vapid_key_generate() -> str:
+    """A new private key, base64url of its 32 raw bytes (MESSAGECENTER_VAPID_PRIVATE_KEY's form)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return b64url(key.private_numbers().private_value.to_bytes(32, "big"))
+
+
+def public_key_of(private_text: str) -> str:
+    return VapidKey(_load_key(private_text), derived=False).public_key
+
+
+_jwt_lock = threading.Lock()
+_jwt_cache: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
+
+
+def _vapid_headers(origin: str) -> dict[str, str]:
+    """The Authorization header for pushes to ``origin``: one signature per
+    push service an hour, not one per push."""
+    key = vapid_key()
+    subject = str(settings.MESSAGECENTER_VAPID_SUBJECT)
+    cache_key = (key.fingerprint, origin, subject)
+    now = time.time()
+    with _jwt_lock:
+        held = _jwt_cache.get(cache_key)
+        if held is not None and held[0] > now:
+            return held[1]
+    headers = Vapid02(private_key=key.private).sign({"aud": origin, "sub": subject, "exp": int(now) + _JWT_LIFETIME})
+    with _jwt_lock:
+        if len(_jwt_cache) > 1000:
+            _jwt_cache.clear()
+        _jwt_cache[cache_key] = (now + _JWT_REUSE, dict(headers))
+    return dict(headers)
+
+
+# --- subscriptions -------------------------------------------------------------------
+
+
+def _invalid(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed(message, code="invalid_subscription", fields={field: [message]})
+
+
+def _local_allowed() -> bool:
+    return bool(getattr(settings, "MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS", False))
+
+
+def endpoint_check(endpoint: Any) -> str:
+    """An https URL of at most MAX_ENDPOINT_LENGTH characters (http too where
+    local endpoints are allowed); raises ValidationFailed on ``endpoint``."""
+    if not isinstance(endpoint, str) or not endpoint or len(endpoint) > MAX_ENDPOINT_LENGTH:
+        raise _invalid("endpoint", f"Give the push service's https URL (at most {MAX_ENDPOINT_LENGTH} characters).")
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname
+    except ValueError as exc:
+        raise _invalid("endpoint", "Not a valid URL.") from exc
+    schemes = ("https", "http") if _local_allowed() else ("https",)
+    if parts.scheme not in schemes or not host or parts.username or parts.password or not endpoint.isascii():
+        raise _invalid("endpoint", "The endpoint must be an https URL.")
+    return endpoint
+
+
+def keys_check(keys: Any) -> tuple[str, str]:
+    """(p256dh, auth) when p256dh is a point on P-256 (uncompressed, 65 bytes)
+    and auth 16 bytes, both base64url; raises ValidationFailed on ``keys``."""
+    if not isinstance(keys, dict):
+        raise _invalid("keys", "Give the subscription's keys: p256dh and auth.")
+    p256dh, auth = keys.get("p256dh"), keys.get("auth")
+    try:
+        point = b64url_decode(p256dh)
+        if len(point) != 65 or point[0] != 4:
+            raise ValueError("not an uncompressed point")
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)  # refuses a point off the curve
+    except (ValueError, TypeError) as exc:
+        raise _invalid("keys", "p256dh must be a P-256 public key (base64url, uncompressed point).") from exc
+    try:
+        secret = b64url_decode(auth)
+    except ValueError as exc:
+        raise _invalid("keys", "auth must be 16 bytes, base64url.") from exc
+    if len(secret) != 16:
+        raise _invalid("keys", "auth must be 16 bytes, base64url.")
+    return str(p256dh).rstrip("="), str(auth).rstrip("=")
+
+
+# --- sending -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PushResult:
+    status: int | None  # the push service's status code; None when none answered
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    @property
+    def gone(self) -> bool:
+        """404 or 410: the subscription expired or was withdrawn; it is deleted."""
+        return self.status in (404, 410)
+
+
+@dataclass(frozen=True)
+class Target:
+    endpoint: str
+    p256dh: str
+    auth: str
+
+
+_sessions = threading.local()
+
+
+def _session() -> requests.Session:
+    """One keep-alive session per thread (a fan-out's threads each reuse theirs)."""
+    session = getattr(_sessions, "session", None)
+    if session is None:
+        session = requests.Session()
+        _sessions.session = session
+    return session
+
+
+def _origin(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@functools.lru_cache(maxsize=256)
+def _origin_refused(origin: str, bucket: int) -> str:
+    """Why pushes to ``origin`` are refused now ("" when they are not). The
+    answer is kept a minute (``bucket``): a fan-out asks once per push service."""
+    try:
+        webhooks.webhook_url_check(origin)
+    except ValidationFailed as exc:
+        return exc.message
+    return ""
+
+
+def push_send(target: Target, payload: dict[str, Any], *, ttl: int, urgency: str, topic: str) -> PushResult:
+    """Encrypt ``payload`` (JSON) for the subscription and POST it once."""
+    origin = _origin(target.endpoint)
+    if not _local_allowed():
+        refused = _origin_refused(origin, int(time.time() // 60))
+        if refused:
+            return PushResult(None, refused)
+    headers = {**_vapid_headers(origin), "Urgency": urgency, "Topic": topic}
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    subscription = {"endpoint": target.endpoint, "keys": {"p256dh": target.p256dh, "auth": target.auth}}
+    try:
+        response = WebPusher(subscription, requests_session=_session()).send(
+            data,
+            headers=headers,
+            ttl=max(0, int(ttl)),
+            content_encoding="aes128gcm",
+            timeout=float(settings.MESSAGECENTER_PUSH_TIMEOUT_SECONDS),
+        )
+    except requests.RequestException as exc:
+        return PushResult(None, f"{type(exc).__name__}: {exc}"[:500])
+    if not isinstance(response, requests.Response):  # the curl form, never asked for
+        return PushResult(None, "no request was sent")
+    if 200 <= response.status_code < 300:
+        return PushResult(response.status_code)
+    return PushResult(response.status_code, f"HTTP {response.status_code}: {response.text[:300]}")
