@@ -328,7 +328,7 @@ class MessageSendApi(APIView):
         )
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
-        channels = readback.ChannelRequestSerializer(required=False, allow_null=True)
+        channels = readback.ItemChannelsSerializer(required=False, allow_null=True)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()

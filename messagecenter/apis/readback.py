@@ -144,7 +144,7 @@ class ChannelCountsSerializer(serializers.Serializer):
     email = ChannelEmailCountsSerializer()
 
 
-class ChannelRequestSerializer(StrictInputSerializer):
+class ItemChannelsSerializer(StrictInputSerializer):
     """What a message or notification asks of the channels beyond the inbox."""
 
     web_push = StrictBooleanField(

@@ -32,7 +32,7 @@ from core.permissions import IsOperator
 from messagecenter import manage_selectors, services
 from messagecenter.apis import readback
 from messagecenter.apis.readback import (
-    ChannelRequestSerializer,
+    ItemChannelsSerializer,
     MessageTypeOutputSerializer,
     NotificationOutputSerializer,
     SubscriptionOutputSerializer,
@@ -228,7 +228,7 @@ class NotificationSendApi(APIView):
         ttl_seconds = StrictIntegerField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, allow_null=True)
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
-        channels = ChannelRequestSerializer(required=False, allow_null=True)
+        channels = ItemChannelsSerializer(required=False, allow_null=True)
 
     class OutputSerializer(NotificationStateSerializer):
         pass
