@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from core.audit import AuditedAdminMixin
 from notifications.base.admin import AbstractNotificationAdmin
 from notifications.models import Notification
 
@@ -16,6 +17,8 @@ def mark_unread(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Qu
 
 
 @admin.register(Notification)
-class NotificationAdmin(AbstractNotificationAdmin):
+class NotificationAdmin(AuditedAdminMixin, AbstractNotificationAdmin):
+    """The incumbent's admin; its writes (the action included) reach the audit log."""
+
     readonly_fields = ("action_object_url", "actor_object_url", "target_object_url")
     actions = [mark_unread]

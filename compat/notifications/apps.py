@@ -2,7 +2,9 @@ from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
 
-class NotificationsConfig(AppConfig):
+class Config(AppConfig):
+    """The app; named as the incumbent named it, so `"notifications.apps.Config"` in INSTALLED_APPS keeps working."""
+
     name = "notifications"
     label = "notifications"
     verbose_name = _("Notifications")

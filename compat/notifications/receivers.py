@@ -1,6 +1,6 @@
 """Signal receivers: adapters that turn a signal into a service call.
 
-Connected in ``NotificationsConfig.ready()``. ``notify_handler`` answers
+Connected in ``notifications.apps.Config.ready()``. ``notify_handler`` answers
 ``notify.send``; the others hand every committed change of a user's read or
 deleted flags to the inbox (``services.inbox_push_on_commit``), whoever made
 it: instance saves and deletes, and the queryset's UPDATEs (``marks_changed``).

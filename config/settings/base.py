@@ -700,3 +700,6 @@ CELERY_BEAT_SCHEDULE["messagecenter-push-relay"] = {
 NOTIFICATIONS_INBOX_ENABLED: bool = env.bool("NOTIFICATIONS_INBOX_ENABLED", default=True)
 NOTIFICATIONS_INBOX_CATEGORY: str = env("NOTIFICATIONS_INBOX_CATEGORY", default="interaction")
 NOTIFICATIONS_INBOX_KIND: str = env("NOTIFICATIONS_INBOX_KIND", default="message")
+# Changes made through the app reach the inbox at once; how often (seconds, per
+# user) a sync also looks for rows rewritten by plain UPDATEs or left waiting.
+NOTIFICATIONS_INBOX_RESCAN_SECONDS: float = env.float("NOTIFICATIONS_INBOX_RESCAN_SECONDS", default=30.0)

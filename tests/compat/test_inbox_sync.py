@@ -17,6 +17,7 @@ from messagecenter import services as mc_services
 from messagecenter.models import InboxHidden, Message
 from notifications.base.models import notify_handler
 from notifications.models import InboxLink, Notification
+from notifications.services.inbox import push_scan_soon
 from notifications.signals import notify
 from notifications.utils import id2slug
 from tests.conftest import client_for
@@ -180,6 +181,19 @@ def test_a_mark_made_before_delivery_waits_for_it(operator: Any, recipient: Any,
     assert _inbox_unread(recipient) == 1
     assert _live_unread(_page(recipient)) == 0 == _inbox_unread(recipient)
     assert InboxLink.objects.get(pk=row.pk).unread is False
+
+
+def test_a_plain_update_is_carried_by_the_next_look(operator: Any, recipient: Any) -> None:
+    """Code that rewrites rows with a plain UPDATE (no save(), no queryset
+    method of the app) is noticed when a sync next looks for changes: at most
+    NOTIFICATIONS_INBOX_RESCAN_SECONDS later."""
+    row = notify.send(operator, recipient=recipient, verb="a")[0][1][0]
+    page = _page(recipient)
+    assert _live_unread(page) == 1  # this sync looked: the next one within the window does not
+    Notification.objects.filter(pk=row.pk).update(unread=False)
+    assert _inbox_unread(recipient) == 1
+    push_scan_soon(recipient.pk)  # the window is over
+    assert _live_unread(page) == 0 == _inbox_unread(recipient)
 
 
 def test_a_muted_recipient_gets_no_item_and_no_link(operator: Any, recipient: Any, other_recipient: Any) -> None:

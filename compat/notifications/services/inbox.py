@@ -29,8 +29,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import CharField, Exists, OuterRef, Q, Value
-from django.db.models.functions import Cast, Concat
+from django.db.models import Exists, OuterRef, Q
 from django.utils.html import escape, linebreaks
 from django.utils.translation import gettext
 
@@ -70,6 +69,29 @@ def unread_count_key(user_id: int) -> str:
 
 def unread_count_forget(user_ids: Iterable[int]) -> None:
     cache.delete_many([unread_count_key(u) for u in set(user_ids)])
+
+
+def rescan_seconds() -> float:
+    return float(getattr(settings, "NOTIFICATIONS_INBOX_RESCAN_SECONDS", 30.0))
+
+
+def _push_scan_key(user_id: int) -> str:
+    return f"notifications:push-scanned:{int(user_id)}"
+
+
+def _push_scan_due(user_id: int) -> bool:
+    """Whether a sync should look for changes to push: at most once per
+    NOTIFICATIONS_INBOX_RESCAN_SECONDS per user, sooner when a push had to wait.
+
+    Every change made through this app is pushed after its commit anyway; the
+    look finds what those pushes could not do yet and rows some code rewrote
+    with a plain UPDATE. It costs two scans of the user's links: not for every poll."""
+    return bool(cache.add(_push_scan_key(user_id), 1, timeout=rescan_seconds()))
+
+
+def push_scan_soon(user_id: int) -> None:
+    """A change waits (its message not delivered yet, its item snoozed): the next sync looks again."""
+    cache.delete(_push_scan_key(user_id))
 
 
 # --- A send becomes one message ----------------------------------------------------------
@@ -175,13 +197,6 @@ def inbox_push(*, user_ids: Iterable[int]) -> int:
     return sum(_push(user) for user in users)
 
 
-def _hidden_in_inbox(user_id: int) -> Exists:
-    """Whether the user deleted the link's item in the inbox: the message
-    centre's row of that delete (its truth, written before Redis hears of it)."""
-    ref = Concat(Value("m"), Cast(OuterRef("message_id"), output_field=CharField()))
-    return Exists(InboxHidden.objects.filter(user_id=user_id, item_id=ref))
-
-
 def _push(user: AbstractBaseUser) -> int:
     user_id = int(user.pk)
     links = InboxLink.objects.filter(user_id=user_id)
@@ -190,34 +205,30 @@ def _push(user: AbstractBaseUser) -> int:
             Q(notification__deleted=True)
             | Q(notification__unread=True, unread=False)
             | Q(notification__unread=False, unread=True)
-        )
-        .annotate(hidden=_hidden_in_inbox(user_id))
-        .values(
-            "notification_id",
-            "message_id",
-            "message__status",
-            "notification__unread",
-            "notification__deleted",
-            "hidden",
-        )
+        ).values("notification_id", "message_id", "message__status", "notification__unread", "notification__deleted")
     )
     # Rows deleted outright: their links stay behind until the inbox item is deleted too.
     orphans = list(
-        links.filter(~Exists(Notification.objects.filter(pk=OuterRef("notification_id"))))
-        .annotate(hidden=_hidden_in_inbox(user_id))
-        .values("notification_id", "message_id", "message__status", "hidden")
+        links.filter(~Exists(Notification.objects.filter(pk=OuterRef("notification_id")))).values(
+            "notification_id", "message_id", "message__status"
+        )
     )
+    if not changed and not orphans:
+        return 0
     done = 0
+    waiting = False  # a change the inbox cannot take yet
     forget: list[int] = []  # links with nothing more to keep in step
-    deleted_there: list[int] = []  # rows whose item the user deleted in the inbox meanwhile
     for link in [*orphans, *(c for c in changed if c["notification__deleted"])]:
         try:
             inbox_hide(user=user, item_id=f"m{link['message_id']}")
             done += 1
         except NotFound:
             if link["message__status"] in _ON_ITS_WAY:
-                continue  # delete it once it has arrived
+                waiting = True  # delete it once it has arrived
+                continue
         forget.append(link["notification_id"])
+    hidden_there: set[int] | None = None
+    deleted_there: list[int] = []  # rows whose item the user deleted in the inbox meanwhile
     for link in changed:
         if link["notification__deleted"]:
             continue
@@ -226,11 +237,14 @@ def _push(user: AbstractBaseUser) -> int:
         try:
             mark(user=user, item_id=f"m{link['message_id']}")
         except NotFound:
-            if link["hidden"]:
+            if hidden_there is None:
+                hidden_there = _inbox_hidden_message_ids(user_id)
+            if link["message_id"] in hidden_there:
                 deleted_there.append(link["notification_id"])
             elif link["message__status"] in _GONE:
                 forget.append(link["notification_id"])
-            # Otherwise on its way, or snoozed (no mark reaches a snoozed item): next time.
+            else:
+                waiting = True  # on its way, or snoozed (no mark reaches a snoozed item)
             continue
         InboxLink.objects.filter(pk=link["notification_id"]).update(unread=unread)
         done += 1
@@ -238,6 +252,8 @@ def _push(user: AbstractBaseUser) -> int:
         _delete_rows(deleted_there)
     if forget:
         InboxLink.objects.filter(pk__in=forget).delete()
+    if waiting:
+        push_scan_soon(user_id)
     if done or deleted_there:
         unread_count_forget([user_id])
     return done
@@ -270,39 +286,51 @@ def _inbox_unread_message_ids(user: AbstractBaseUser) -> set[int]:
             return found
 
 
+def _inbox_hidden_message_ids(user_id: int) -> set[int]:
+    """Ids of the messages the user deleted from the inbox (the message
+    centre's rows of those deletes, its truth: written before Redis hears)."""
+    refs = InboxHidden.objects.filter(user_id=user_id, item_id__startswith="m").values_list("item_id", flat=True)
+    return {int(ref[1:]) for ref in refs if ref[1:].isdigit()}
+
+
 def inbox_pull(*, user: AbstractBaseUser) -> int:
     """Carry what the user did in the inbox to their notifications: deletes,
-    then unread marks, then read marks. Returns how many rows changed."""
+    then unread marks, then read marks. Returns how many rows changed.
+
+    Two queries and one inbox page per hundred unread items: the links worth
+    a look are the unread ones and those of items unread or deleted in the
+    inbox, never the user's whole history."""
     if not enabled():
         return 0
     user_id = int(user.pk)
-    links = InboxLink.objects.filter(user_id=user_id)
-    hidden = list(links.filter(_hidden_in_inbox(user_id)).values_list("notification_id", flat=True))
-    if hidden:
-        _delete_rows(hidden)
-    # Retracted or expired: the item left every inbox; the row stays as it is.
-    links.filter(message__status__in=_GONE).delete()
+    hidden_there = _inbox_hidden_message_ids(user_id)
     unread_there = _inbox_unread_message_ids(user)
+    links = list(
+        InboxLink.objects.filter(user_id=user_id)
+        .filter(Q(unread=True) | Q(message_id__in=sorted(unread_there | hidden_there)))
+        .values_list("notification_id", "message_id", "unread", "message__status")
+    )
+    hidden = [pk for pk, message_id, _unread, _status in links if message_id in hidden_there]
+    # Retracted or expired: the item left every inbox; the row stays as it is.
+    gone = [pk for pk, message_id, unread, status in links if status in _GONE and message_id not in hidden_there]
     reopened = [
-        pk
-        for pk, message_id in links.filter(unread=False).values_list("notification_id", "message_id")
-        if message_id in unread_there
+        pk for pk, message_id, unread, _status in links if not unread and message_id in unread_there - hidden_there
     ]
-    candidates = [
-        (pk, message_id)
-        for pk, message_id in links.filter(unread=True, message__status=MessageStatus.DELIVERED).values_list(
-            "notification_id", "message_id"
-        )
-        if message_id not in unread_there
-    ]
+    accounted = unread_there | hidden_there
     read = []
-    for pk, message_id in candidates:
+    for pk, message_id, unread, status in links:
+        if not unread or status != MessageStatus.DELIVERED or message_id in accounted:
+            continue
         try:
             item = inbox_item_get(user=user, item_id=f"m{message_id}")
         except NotFound:
             continue  # snoozed, or pushed out of a full inbox: nothing the user said
         if item.read:
             read.append(pk)
+    if hidden:
+        _delete_rows(hidden)
+    if gone:
+        InboxLink.objects.filter(pk__in=gone).delete()
     changed = _flags_set(reopened, unread=True) + _flags_set(read, unread=False)
     if changed or hidden:
         unread_count_forget([user_id])
@@ -325,9 +353,11 @@ def _flags_set(notification_ids: Sequence[int], *, unread: bool) -> int:
 
 
 def inbox_sync(*, user: Any) -> int:
-    """Push this user's pending changes, then pull the inbox's: called before
-    anything about the user's notifications is answered. Returns rows and
-    items changed (0 for an anonymous user or with delivery off)."""
+    """Push this user's waiting changes (``_push_scan_due``), then pull the
+    inbox's: called before anything about the user's notifications is
+    answered. Returns rows and items changed (0 for an anonymous user or with
+    delivery off)."""
     if not enabled() or user is None or not getattr(user, "is_authenticated", False):
         return 0
-    return _push(user) + inbox_pull(user=user)
+    pushed = _push(user) if _push_scan_due(int(user.pk)) else 0
+    return pushed + inbox_pull(user=user)
