@@ -16,8 +16,9 @@ last agreed on. From then on either side may change:
   is read.
 
 A change that cannot be applied yet (the message still queued for delivery,
-a snoozed item, Redis down: the message centre queues marks itself) stays
-pending, visible as a link whose flag differs, and is retried by the next sync.
+a snoozed item) stays pending, visible as a link whose flag differs, and the
+next sync tries it again. (With Redis down the message centre takes marks all
+the same: it queues them itself.)
 """
 
 import logging
@@ -98,15 +99,18 @@ def push_scan_soon(user_id: int) -> None:
 
 
 def _headline(*, actor: Any, verb: str, action_object: Any, target: Any) -> str:
-    """What the notifications' ``__str__`` says, without the "... ago"."""
-    parts = {"actor": actor, "verb": verb, "action_object": action_object, "target": target}
+    """What the notifications' ``__str__`` says, without the "... ago". An
+    object that is gone (an imported row's deleted actor) is left out."""
+    parts = {"actor": actor or "", "verb": verb, "action_object": action_object, "target": target}
     if target is not None and action_object is not None:
-        return gettext("%(actor)s %(verb)s %(action_object)s on %(target)s") % parts
-    if target is not None:
-        return gettext("%(actor)s %(verb)s %(target)s") % parts
-    if action_object is not None:
-        return gettext("%(actor)s %(verb)s %(action_object)s") % parts
-    return gettext("%(actor)s %(verb)s") % parts
+        text = gettext("%(actor)s %(verb)s %(action_object)s on %(target)s") % parts
+    elif target is not None:
+        text = gettext("%(actor)s %(verb)s %(target)s") % parts
+    elif action_object is not None:
+        text = gettext("%(actor)s %(verb)s %(action_object)s") % parts
+    else:
+        text = gettext("%(actor)s %(verb)s") % parts
+    return " ".join(text.split())
 
 
 def _link(data: Any) -> str:
@@ -175,8 +179,8 @@ def inbox_deliver(
 
 def inbox_push_on_commit(*, user_ids: Collection[int]) -> None:
     """After the current transaction commits, push these users' changes (now,
-    outside one). Robust: the rows are committed whatever happens to the push,
-    which the next sync retries."""
+    outside one). Robust: the rows are committed whatever happens to the push;
+    what it left undone, a later sync's look finds (``_push_scan_due``)."""
     ids = sorted(set(user_ids))
     if not ids or not enabled():
         return
