@@ -29,6 +29,7 @@ CASES = (
     "bench.cases.memory",
     "bench.cases.growth",
     "bench.cases.sse",
+    "bench.cases.channels",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

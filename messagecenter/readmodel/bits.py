@@ -15,11 +15,13 @@ from typing import Any
 
 from pyroaring import BitMap
 from redis.client import Pipeline
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from core.bitmaps import bitmap_from_redis, bitmap_to_redis
-from core.redis import get_redis
+from core.lua import LuaScript
+from core.redis import get_redis, is_cluster
 
+BIT_GET = LuaScript(__file__, "../lua/bit_get.lua", preambles=("../lua/_bits.lua",))
 # _bits.lua's BITS_SET_MAX: Redis's default set-max-intset-entries, the most
 # offsets a set keeps before it becomes a bitmap.
 SET_MAX = 512
@@ -105,19 +107,37 @@ def read_many(names: Iterable[str]) -> list[Bits]:
 
 
 def has_many(names: Iterable[str], offset: int) -> list[bool]:
-    """Whether bit ``offset`` is set in each key, one round trip: GETBIT and
-    SISMEMBER for every key (the form a key is not in refuses with WRONGTYPE),
-    so no key's whole bitmap crosses the wire for one bit."""
+    """Whether bit ``offset`` is set in each key, one round trip, no key's
+    whole bitmap on the wire for one bit. On a single Redis one call of
+    ``bit_get.lua`` per key (the script asks the key's form); on a cluster
+    GETBIT and SISMEMBER for every key (the form a key is not in refuses
+    with WRONGTYPE), where a script's NOSCRIPT would need every node loaded."""
     wanted = list(names)
     if not wanted:
         return []
-    pipe = get_redis().pipeline(transaction=False)
-    for name in wanted:
-        pipe.getbit(name, offset)
-        pipe.sismember(name, offset)
-    replies = execute(pipe)
+    client = get_redis()
+    if is_cluster():
+        pipe = client.pipeline(transaction=False)
+        for name in wanted:
+            pipe.getbit(name, offset)
+            pipe.sismember(name, offset)
+        replies = execute(pipe)
+        return [
+            any(not _wrong_type(reply) and bool(reply) for reply in replies[i : i + 2])
+            for i in range(0, len(replies), 2)
+        ]
+    for _attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for name in wanted:
+            BIT_GET.queue(pipe, [name], [offset])
+        replies = pipe.execute(raise_on_error=False)
+        if not any(isinstance(reply, NoScriptError) for reply in replies):
+            break
+        # A restarted or flushed Redis lost the script: load it, send the batch again.
+        BIT_GET.load(client)
     return [
-        any(not _wrong_type(reply) and bool(reply) for reply in replies[i : i + 2]) for i in range(0, len(replies), 2)
+        bool(BIT_GET.settle(reply, [name], [offset], client=client))
+        for name, reply in zip(wanted, replies, strict=True)
     ]
 
 

@@ -14,8 +14,8 @@ from core import keys
 from core.redis import get_redis
 
 _COUNTER_SECONDS = 2 * 60 * 60
-# Commands per round trip: a batch of a few thousand users stays in short calls.
-_PIPELINE_USERS = 500
+# Users per round trip (two commands each): a batch of thousands stays in calls of about a millisecond.
+_PIPELINE_USERS = 64
 
 
 def channel_sends_take(*, user_ids: Sequence[int], hour: int, cap: int) -> set[int]:
