@@ -257,6 +257,10 @@ def _session() -> requests.Session:
     session = getattr(_sessions, "session", None)
     if session is None:
         session = requests.Session()
+        # No proxy or .netrc from the environment: an environment proxy would
+        # reach the endpoint out of sight of the address check, and looking
+        # for one cost more than the encryption on every push.
+        session.trust_env = False
         _sessions.session = session
     return session
 
