@@ -29,6 +29,7 @@ import binascii
 import functools
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -82,14 +83,21 @@ def _derived_key() -> ec.EllipticCurvePrivateKey:
     return ec.derive_private_key(int.from_bytes(material, "big") % (_P256_ORDER - 1) + 1, ec.SECP256R1())
 
 
+@functools.lru_cache(maxsize=4)
+def _key_file_text(path: str, modified_ns: int) -> str:
+    """The key file's text, read again only when the file changes (every push asks)."""
+    return Path(path).read_text(encoding="ascii").strip()
+
+
 def _configured_key_text() -> str:
     text = str(getattr(settings, "MESSAGECENTER_VAPID_PRIVATE_KEY", "") or "").strip()
     if text:
         return text
-    path = Path(str(getattr(settings, "MESSAGECENTER_VAPID_KEY_FILE", "") or ""))
-    if str(path) and path.is_file():
-        return path.read_text(encoding="ascii").strip()
-    return ""
+    path = str(getattr(settings, "MESSAGECENTER_VAPID_KEY_FILE", "") or "")
+    try:
+        return _key_file_text(path, os.stat(path).st_mtime_ns) if path else ""
+    except FileNotFoundError:
+        return ""
 
 
 def _load_key(text: str) -> ec.EllipticCurvePrivateKey:

@@ -4,11 +4,13 @@ manage creates' ``channels`` with their read-back. Bad input is the error
 envelope's 400 and changes nothing."""
 
 import base64
+from io import StringIO
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from django.core.management import call_command
 
 from messagecenter import services
 from messagecenter.models import ItemChannels, Message, PushSubscription, UserPreferences
@@ -268,3 +270,23 @@ def test_the_schema_describes_the_channels(anon_client: Any, operator: Any) -> N
     assert set(components["ItemChannelsRequest"]["properties"]) == {"web_push", "email_if_unread_after_seconds"}
     read = components["MessageRead"]["properties"]
     assert "channels" in read
+
+
+def test_vapid_keys_command_writes_a_key_once_and_the_api_serves_it(
+    anon_client: Any, settings: Any, tmp_path: Any
+) -> None:
+    path = tmp_path / "vapid"
+    settings.MESSAGECENTER_VAPID_PRIVATE_KEY = ""
+    settings.MESSAGECENTER_VAPID_KEY_FILE = str(path)
+    derived = anon_client.get(KEY).json()["public_key"]  # no key anywhere: one derived from SECRET_KEY
+    out = StringIO()
+    call_command("vapid_keys", "--write", stdout=out)
+    assert path.stat().st_mode & 0o777 == 0o600
+    served = anon_client.get(KEY).json()["public_key"]
+    assert served != derived
+    assert served in out.getvalue()
+    call_command("vapid_keys", "--write", stdout=StringIO())  # kept: subscriptions stay valid
+    assert anon_client.get(KEY).json()["public_key"] == served
+    printed = StringIO()
+    call_command("vapid_keys", stdout=printed)
+    assert printed.getvalue().startswith("MESSAGECENTER_VAPID_PRIVATE_KEY=")
