@@ -24,6 +24,7 @@ the webhooks' rule): a subscription is whatever a browser (or a caller
 pretending to be one) sent, and must not make this server POST inward.
 """
 
+import asyncio
 import base64
 import binascii
 import functools
@@ -32,19 +33,21 @@ import json
 import os
 import threading
 import time
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
+import aiohttp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from py_vapid import Vapid02
-from pywebpush import WebPusher
+from pywebpush import WebPusher, WebPushException
 
 from core import webhooks
 from core.exceptions import ValidationFailed
@@ -251,26 +254,16 @@ class PushResult:
 
 
 @dataclass(frozen=True)
-class Target:
+class Outgoing:
+    """One push: where, for which browser keys, what, and RFC 8030's headers."""
+
     endpoint: str
     p256dh: str
     auth: str
-
-
-_sessions = threading.local()
-
-
-def _session() -> requests.Session:
-    """One keep-alive session per thread (a fan-out's threads each reuse theirs)."""
-    session = getattr(_sessions, "session", None)
-    if session is None:
-        session = requests.Session()
-        # No proxy or .netrc from the environment: an environment proxy would
-        # reach the endpoint out of sight of the address check, and looking
-        # for one cost more than the encryption on every push.
-        session.trust_env = False
-        _sessions.session = session
-    return session
+    payload: dict[str, Any]
+    ttl: int
+    urgency: str
+    topic: str
 
 
 def _origin(endpoint: str) -> str:
@@ -289,28 +282,80 @@ def _origin_refused(origin: str, bucket: int) -> str:
     return ""
 
 
-def push_send(target: Target, payload: dict[str, Any], *, ttl: int, urgency: str, topic: str) -> PushResult:
-    """Encrypt ``payload`` (JSON) for the subscription and POST it once."""
-    origin = _origin(target.endpoint)
-    if not _local_allowed():
-        refused = _origin_refused(origin, int(time.time() // 60))
-        if refused:
-            return PushResult(None, refused)
-    headers = {**_vapid_headers(origin), "Urgency": urgency, "Topic": topic}
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-    subscription = {"endpoint": target.endpoint, "keys": {"p256dh": target.p256dh, "auth": target.auth}}
+def _request(push: Outgoing) -> tuple[bytes, dict[str, str]]:
+    """The encrypted body (pywebpush's RFC 8291 ``aes128gcm`` encoder, a fresh
+    ephemeral key and salt each time) and the headers of one push."""
+    subscription = {"endpoint": push.endpoint, "keys": {"p256dh": push.p256dh, "auth": push.auth}}
+    data = json.dumps(push.payload, separators=(",", ":"), ensure_ascii=False).encode()
+    body = WebPusher(subscription).encode(data, content_encoding="aes128gcm")["body"]
+    headers = {
+        **_vapid_headers(_origin(push.endpoint)),
+        "Content-Encoding": "aes128gcm",
+        "Content-Type": "application/octet-stream",
+        "TTL": str(max(0, int(push.ttl))),
+        "Urgency": push.urgency if push.urgency in URGENCIES else "normal",
+        "Topic": push.topic[:32],
+    }
+    return bytes(body), headers
+
+
+async def _post_all(pushes: Sequence[Outgoing], refused: dict[str, str]) -> list[PushResult]:
+    """POST every push on one session (keep-alive connections to each push
+    service), at most MESSAGECENTER_PUSH_CONCURRENCY at a time. No redirect is
+    followed (a push service answers, it does not send us elsewhere) and no
+    proxy from the environment is used: both would reach addresses out of
+    sight of the check."""
+    concurrency = max(1, int(settings.MESSAGECENTER_PUSH_CONCURRENCY))
+    timeout = aiohttp.ClientTimeout(total=float(settings.MESSAGECENTER_PUSH_TIMEOUT_SECONDS))
+    gate = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False) as session:
+
+        async def one(push: Outgoing) -> PushResult:
+            reason = refused.get(_origin(push.endpoint), "")
+            if reason:
+                return PushResult(None, reason)
+            async with gate:
+                try:
+                    body, headers = _request(push)
+                    async with session.post(
+                        push.endpoint, data=body, headers=headers, allow_redirects=False
+                    ) as response:
+                        if 200 <= response.status < 300:
+                            return PushResult(response.status)
+                        text = (await response.text(errors="replace"))[:300]
+                        return PushResult(response.status, f"HTTP {response.status}: {text}")
+                except (aiohttp.ClientError, TimeoutError, WebPushException, ValueError) as exc:
+                    return PushResult(None, f"{type(exc).__name__}: {exc}"[:500])
+
+        return list(await asyncio.gather(*(one(push) for push in pushes)))
+
+
+def _run(coroutine: Coroutine[Any, Any, list[PushResult]]) -> list[PushResult]:
+    """Run the sends' event loop here, or in a thread of its own when this
+    thread already runs one (asyncio runs one loop per thread)."""
     try:
-        response = WebPusher(subscription, requests_session=_session()).send(
-            data,
-            headers=headers,
-            ttl=max(0, int(ttl)),
-            content_encoding="aes128gcm",
-            timeout=float(settings.MESSAGECENTER_PUSH_TIMEOUT_SECONDS),
-        )
-    except requests.RequestException as exc:
-        return PushResult(None, f"{type(exc).__name__}: {exc}"[:500])
-    if not isinstance(response, requests.Response):  # the curl form, never asked for
-        return PushResult(None, "no request was sent")
-    if 200 <= response.status_code < 300:
-        return PushResult(response.status_code)
-    return PushResult(response.status_code, f"HTTP {response.status_code}: {response.text[:300]}")
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="webpush") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def pushes_send(pushes: Sequence[Outgoing]) -> list[PushResult]:
+    """Encrypt and POST each push once; results in the pushes' order. Pushes
+    are mostly waits on the network, so they go out together from one event
+    loop; endpoints whose host does not resolve to public addresses (unless
+    local endpoints are allowed) are refused without a request."""
+    if not pushes:
+        return []
+    refused: dict[str, str] = {}
+    if not _local_allowed():
+        bucket = int(time.time() // 60)
+        refused = {origin: _origin_refused(origin, bucket) for origin in {_origin(p.endpoint) for p in pushes}}
+    return _run(_post_all(pushes, refused))
+
+
+def push_send(push: Outgoing) -> PushResult:
+    """One push (a retry)."""
+    return pushes_send([push])[0]

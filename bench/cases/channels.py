@@ -270,7 +270,8 @@ def _push_fanout(operator: Any, low: int, count: int) -> list[Row]:
             better="higher",
             target=1.0,
             note=f"pushes accepted per second; the send and its fan-out took {elapsed:.2f} s (chunks of 1,000, "
-            f"16 threads each, one VAPID signature per push service an hour); the baseline pushed "
+            f"sent together from one event loop, 16 in flight, one VAPID signature per push service an hour); the "
+            f"baseline pushed "
             f"{BASELINE_PUSHES:,} one after another",
         )
     ]

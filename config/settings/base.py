@@ -661,7 +661,7 @@ MESSAGECENTER_VAPID_SUBJECT: str = env("MESSAGECENTER_VAPID_SUBJECT", default="m
 # How long a push service keeps a push for an offline device (never past the item's expiry).
 MESSAGECENTER_PUSH_TTL_SECONDS: int = env.int("MESSAGECENTER_PUSH_TTL_SECONDS", default=24 * 60 * 60)
 MESSAGECENTER_PUSH_TIMEOUT_SECONDS: float = env.float("MESSAGECENTER_PUSH_TIMEOUT_SECONDS", default=10.0)
-# Pushes one fan-out chunk sends at once (threads: each push is mostly a wait on the network).
+# Pushes one fan-out chunk has in flight at once (one event loop: a push is mostly a wait on the network).
 MESSAGECENTER_PUSH_CONCURRENCY: int = env.int("MESSAGECENTER_PUSH_CONCURRENCY", default=16)
 # Users (or, for everyone, subscription ids) per push fan-out chunk.
 MESSAGECENTER_PUSH_CHUNK: int = env.int("MESSAGECENTER_PUSH_CHUNK", default=1000)

@@ -5,7 +5,7 @@ A chunk of the fan-out (a pending delivery, ``services.delivery``) takes a
 slice of the audience (or, for everyone, a range of subscription ids), drops
 who read, archived, deleted or muted the item or turned pushes off for its
 category, holds who is in quiet hours, defers who is over the hourly cap,
-and pushes the rest from a few threads at once (the pushes are HTTP waits).
+and pushes the rest together from one event loop (the pushes are HTTP waits).
 A push service answering 404 or 410 has forgotten the subscription: the row
 goes. Any other failure is written down as a ``PushDelivery`` in the
 webhooks' shape and retried after ``WEBHOOK_RETRY_DELAYS`` by the same relay
@@ -18,7 +18,6 @@ waits, and the service worker shows one notification per item (its tag).
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,11 +31,11 @@ from django.utils import timezone
 from core import metrics, webhooks
 from core.lookups import Whole
 from core.models import WebhookDeliveryStatus
-from messagecenter import channel_prefs
+from messagecenter import channel_prefs, webpush
 from messagecenter.models import ItemChannels, PushDelivery, PushSubscription
 from messagecenter.services.channels.limits import holds_record, limits_apply
 from messagecenter.services.channels.recipients import ChannelItem, channel_item, screen
-from messagecenter.webpush import PushResult, Target, push_send
+from messagecenter.webpush import Outgoing, PushResult
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +63,6 @@ def _ttl(item: ChannelItem, now: datetime) -> int:
     return ttl
 
 
-def _target(subscription: PushSubscription) -> Target:
-    return Target(endpoint=subscription.endpoint, p256dh=subscription.p256dh, auth=subscription.auth)
-
-
 @dataclass(frozen=True)
 class Push:
     subscription: PushSubscription
@@ -76,19 +71,15 @@ class Push:
     urgency: str
     topic: str
 
+    @property
+    def outgoing(self) -> Outgoing:
+        s = self.subscription
+        return Outgoing(s.endpoint, s.p256dh, s.auth, self.payload, self.ttl, self.urgency, self.topic)
+
 
 def pushes_send(pushes: Sequence[Push]) -> list[PushResult]:
-    """Send pushes from MESSAGECENTER_PUSH_CONCURRENCY threads (each keeps its
-    own keep-alive connections); results in the pushes' order."""
-
-    def one(push: Push) -> PushResult:
-        return push_send(_target(push.subscription), push.payload, ttl=push.ttl, urgency=push.urgency, topic=push.topic)
-
-    workers = max(1, min(int(settings.MESSAGECENTER_PUSH_CONCURRENCY), len(pushes)))
-    if workers == 1:
-        return [one(push) for push in pushes]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webpush") as pool:
-        return list(pool.map(one, pushes))
+    """Encrypt and send the pushes (together: ``webpush.pushes_send``); results in order."""
+    return webpush.pushes_send([push.outgoing for push in pushes])
 
 
 @dataclass(frozen=True)
@@ -245,13 +236,14 @@ def push_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
         _finish(delivery, WebhookDeliveryStatus.FAILED, attempted=False, code=None, error=f"Not sent: {reason}")
         return WebhookDeliveryStatus.FAILED
     body = dict(delivery.payload)
-    result = push_send(
-        _target(delivery.subscription),
-        dict(body.get("body") or {}),
+    push = Push(
+        subscription=delivery.subscription,
+        payload=dict(body.get("body") or {}),
         ttl=int(body.get("ttl") or 0),
         urgency=str(body.get("urgency") or "normal"),
         topic=str(body.get("topic") or delivery.item_id)[:32],
     )
+    (result,) = pushes_send([push])
     if result.ok:
         _finish(delivery, WebhookDeliveryStatus.SUCCEEDED, attempted=True, code=result.status, error="")
         _count(delivery.item_id, sent=1)
