@@ -247,8 +247,8 @@ def test_quiet_hours_across_midnight_and_a_dst_change_hold_emails_for_one_summar
     assert "Invoice 8" in content
     assert "Read before morning" not in content
     # In the language the user chose.
-    assert str(summaries[0]["Subject"]).strip() == "在您离开期间：收件箱中有 2 条未读"
-    assert "在您的免打扰时段内，有 2 条项目在等您：" in content
+    assert str(summaries[0]["Subject"]).strip() == "在您离开期间：收件箱中有 2 条未读"  # noqa: RUF001
+    assert "在您的免打扰时段内，有 2 条项目在等您：" in content  # noqa: RUF001
     assert email_counts(operator_client, first)["sent"] == 2
     assert email_counts(operator_client, second)["sent"] == 1
     assert not ChannelHold.objects.exists()
