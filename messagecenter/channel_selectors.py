@@ -24,15 +24,19 @@ class ChannelCounts:
     email_deferred: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        """What the channels did, in the read-back's shape."""
         return {
-            "web_push": {"enabled": self.web_push, "sent": self.push_sent, "failed": self.push_failed},
+            "web_push": {"sent": self.push_sent, "failed": self.push_failed},
             "email": {
-                "if_unread_after_seconds": self.email_after_seconds,
                 "sent": self.email_sent,
                 "skipped_read": self.email_skipped_read,
                 "deferred": self.email_deferred,
             },
         }
+
+    def requested(self) -> dict[str, Any]:
+        """What the create asked, in its own shape."""
+        return {"web_push": self.web_push, "email_if_unread_after_seconds": self.email_after_seconds}
 
 
 def channel_counts(*, item_ids: Iterable[str]) -> dict[str, ChannelCounts]:

@@ -121,15 +121,11 @@ class MessageAudienceOutputSerializer(serializers.Serializer):
 
 
 class ChannelPushCountsSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField(help_text="Whether the create asked for web_push.")
     sent = serializers.IntegerField(help_text="Pushes the push services accepted (one per device).")
     failed = serializers.IntegerField(help_text="Pushes that failed for good (404/410, or retries spent).")
 
 
 class ChannelEmailCountsSerializer(serializers.Serializer):
-    if_unread_after_seconds = serializers.IntegerField(
-        allow_null=True, help_text="The create's email_if_unread_after_seconds; null: no e-mails."
-    )
     sent = serializers.IntegerField(help_text="E-mails sent about it (one per recipient at most).")
     skipped_read = serializers.IntegerField(
         help_text="Recipients who had read, archived or deleted it when the delay was over."
@@ -160,8 +156,19 @@ class ItemChannelsSerializer(StrictInputSerializer):
     )
 
 
+class ChannelsRequestedSerializer(serializers.Serializer):
+    web_push = serializers.BooleanField(help_text="Whether the create asked for pushes.")
+    email_if_unread_after_seconds = serializers.IntegerField(
+        allow_null=True, help_text="The create's delay before e-mails; null: no e-mails."
+    )
+
+
 def channels_data(counts: ChannelCounts | None) -> dict[str, Any]:
     return (counts or ChannelCounts()).as_dict()
+
+
+def channels_requested(counts: ChannelCounts | None) -> dict[str, Any]:
+    return (counts or ChannelCounts()).requested()
 
 
 class MessageReadSerializer(serializers.Serializer):
@@ -189,6 +196,7 @@ class MessageReadSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=MessageStatus.choices)
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
     channels = ChannelCountsSerializer(help_text="What Web Push and e-mail did for it (zeros when not asked).")
+    channels_requested = ChannelsRequestedSerializer(help_text="What the create's channels asked.")
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -218,6 +226,7 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "status": message.status,
                 "read_count": item.read_count,
                 "channels": channels_data(item.channels),
+                "channels_requested": channels_requested(item.channels),
             }
         ).data
     )
@@ -242,9 +251,10 @@ MESSAGE_EXAMPLE: dict[str, Any] = {
     "status": "delivered",
     "read_count": 5,
     "channels": {
-        "web_push": {"enabled": True, "sent": 9, "failed": 1},
-        "email": {"if_unread_after_seconds": 3600, "sent": 3, "skipped_read": 5, "deferred": 1},
+        "web_push": {"sent": 9, "failed": 1},
+        "email": {"sent": 3, "skipped_read": 5, "deferred": 1},
     },
+    "channels_requested": {"web_push": True, "email_if_unread_after_seconds": 3600},
 }
 MESSAGE_FILTERS = list_parameters(
     _CATEGORY,
@@ -330,16 +340,28 @@ class NotificationOutputSerializer(serializers.Serializer):
     )
 
     channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
+    channels_requested = serializers.SerializerMethodField(help_text="What the create's channels asked.")
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())
 
+    def _counts(self, notification: Any) -> ChannelCounts | None:
+        # A page's counts come in the context (one query); a lone read-back asks once.
+        known = self.context.get("channels")
+        if known is not None:
+            return known.get(notification.ref)
+        fetched: dict[str, ChannelCounts | None] = self.__dict__.setdefault("_fetched_channels", {})
+        if notification.ref not in fetched:
+            fetched[notification.ref] = channel_counts(item_ids=[notification.ref]).get(notification.ref)
+        return fetched[notification.ref]
+
     @extend_schema_field(ChannelCountsSerializer)
     def get_channels(self, notification: Any) -> dict[str, Any]:
-        # A page's counts come in the context (one query); a lone read-back asks here.
-        known = self.context.get("channels")
-        counts = known if known is not None else channel_counts(item_ids=[notification.ref])
-        return channels_data(counts.get(notification.ref))
+        return channels_data(self._counts(notification))
+
+    @extend_schema_field(ChannelsRequestedSerializer)
+    def get_channels_requested(self, notification: Any) -> dict[str, Any]:
+        return channels_requested(self._counts(notification))
 
 
 NOTIFICATION_EXAMPLE = {
@@ -357,9 +379,10 @@ NOTIFICATION_EXAMPLE = {
     "send_at": None,
     "status": "sent",
     "channels": {
-        "web_push": {"enabled": False, "sent": 0, "failed": 0},
-        "email": {"if_unread_after_seconds": None, "sent": 0, "skipped_read": 0, "deferred": 0},
+        "web_push": {"sent": 0, "failed": 0},
+        "email": {"sent": 0, "skipped_read": 0, "deferred": 0},
     },
+    "channels_requested": {"web_push": False, "email_if_unread_after_seconds": None},
 }
 NOTIFICATION_FILTERS = list_parameters(_TYPE_FILTER, _SCOPE_FILTER, _CATEGORY)
 

@@ -231,14 +231,16 @@ def test_message_channels_are_read_back(operator_client: Any, recipient: Any) ->
         response = operator_client.post(MESSAGES, body, format="json")
         assert response.status_code == 202, response.content
         read = operator_client.get(f"{MESSAGES}{response.json()['id']}/").json()
+        # The counts exactly as the contract names them; what was asked beside them.
         assert read["channels"] == {
-            "web_push": {"enabled": True, "sent": 0, "failed": 0},
-            "email": {"if_unread_after_seconds": seconds, "sent": 0, "skipped_read": 0, "deferred": 0},
+            "web_push": {"sent": 0, "failed": 0},
+            "email": {"sent": 0, "skipped_read": 0, "deferred": 0},
         }
+        assert read["channels_requested"] == {"web_push": True, "email_if_unread_after_seconds": seconds}
     plain = operator_client.post(MESSAGES, message_body([recipient]), format="json").json()["id"]
     listed = {m["id"]: m for m in operator_client.get(MESSAGES).json()["results"]}
-    assert listed[plain]["channels"]["web_push"] == {"enabled": False, "sent": 0, "failed": 0}
-    assert listed[plain]["channels"]["email"]["if_unread_after_seconds"] is None
+    assert listed[plain]["channels"]["web_push"] == {"sent": 0, "failed": 0}
+    assert listed[plain]["channels_requested"] == {"web_push": False, "email_if_unread_after_seconds": None}
 
 
 def test_notification_creates_accept_channels(operator_client: Any, recipient: Any) -> None:
@@ -252,8 +254,13 @@ def test_notification_creates_accept_channels(operator_client: Any, recipient: A
     )
     assert response.status_code == 202, response.content
     read = operator_client.get(f"{NOTIFICATIONS}{response.json()['id']}/").json()
-    assert read["channels"]["email"]["if_unread_after_seconds"] == 3600
-    assert read["channels"]["web_push"]["enabled"] is False
+    assert read["channels_requested"] == {"web_push": False, "email_if_unread_after_seconds": 3600}
+    assert read["channels"] == {
+        "web_push": {"sent": 0, "failed": 0},
+        "email": {"sent": 0, "skipped_read": 0, "deferred": 0},
+    }
+    listed = operator_client.get(NOTIFICATIONS).json()["results"]
+    assert listed[0]["channels_requested"]["email_if_unread_after_seconds"] == 3600
 
 
 def test_the_schema_describes_the_channels(anon_client: Any, operator: Any) -> None:
