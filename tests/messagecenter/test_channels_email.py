@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from messagecenter import services
 from messagecenter.models import ChannelHold, ItemChannels, UserPreferences
 from messagecenter.quiet import QuietHours
-from messagecenter.services.channels import channels_email_scan
+from messagecenter.services.channels import ChannelRequest, channels_email_scan
 from tests.factories import UserFactory
 from tests.messagecenter.test_digests import SITE, Mailbox, _free_port
 
@@ -255,3 +255,27 @@ def test_the_hourly_cap_defers_emails_to_the_digest(
     assert [m["Subject"] for m in mailbox.messages] == ["Unread: Item 0"]
     assert [email_counts(operator_client, i)["deferred"] for i in ids] == [0, 1, 1]
     assert UserPreferences.objects.filter(user=recipient).count() <= 1
+
+
+def test_a_scheduled_message_asks_for_emails_from_its_send_on(mailbox: Mailbox, operator: Any, recipient: Any) -> None:
+    with time_machine.travel(START, tick=False) as clock:
+        message = services.message_send(
+            sender=operator,
+            category="system",
+            title="Tomorrow's maintenance",
+            body_html="",
+            user_ids=[recipient.pk],
+            send_at=START + timedelta(hours=1),
+            channels=ChannelRequest(email_after_seconds=60),
+        )
+        assert ItemChannels.objects.get(item_id=message.ref).email_due_at is None
+        clock.shift(timedelta(minutes=30))
+        channels_email_scan()
+        clock.shift(timedelta(minutes=30))
+        assert services.scheduled_send_due() == 1
+        assert ItemChannels.objects.get(item_id=message.ref).email_due_at == START + timedelta(hours=1, seconds=60)
+        channels_email_scan()
+        assert mailbox.messages == []
+        clock.shift(timedelta(seconds=60))
+        channels_email_scan()
+    assert [m["Subject"] for m in mailbox.messages] == ["Unread: Tomorrow's maintenance"]
