@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import random
-import secrets
 import signal
 import socket
 import ssl
@@ -49,9 +48,8 @@ def _prepare(clients: int, streams: int) -> tuple[list[tuple[str, str]], list[st
     from django.contrib.auth.hashers import make_password
     from django.core.management import call_command
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
-    from bench.data import ensure_users
+    from bench.data import ensure_users, issue_tokens
     from core.redis import get_redis
 
     call_command("migrate", verbosity=0)
@@ -61,9 +59,7 @@ def _prepare(clients: int, streams: int) -> tuple[list[tuple[str, str]], list[st
     crowd.update(password=make_password(PASSWORD))
     # Loaded after the new password: a session carries a hash of it.
     users = list(crowd.order_by("pk")[:clients])
-    have = set(Token.objects.filter(user__in=users).values_list("user_id", flat=True))
-    Token.objects.bulk_create([Token(key=secrets.token_hex(20), user=user) for user in users if user.pk not in have])
-    tokens = dict(Token.objects.filter(user__in=users).values_list("user_id", "key"))
+    tokens = issue_tokens(users)
     sessions = []
     for user in users[:streams]:
         browser = Client()

@@ -79,9 +79,8 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
     _ensure_database()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
 
-    from bench.data import ensure_users
+    from bench.data import ensure_users, issue_tokens
     from core.authentication import TokenAuthentication
     from core.redis import get_redis
     from messagecenter.services.messages import message_send
@@ -91,14 +90,10 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
     get_redis().flushdb()
     low, high = ensure_users(users)
     operator, _ = get_user_model().objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
-    have = set(Token.objects.filter(user_id__gte=low, user_id__lte=high).values_list("user_id", flat=True))
     # The crowd's ids need not be consecutive (a run with more users adds
     # them after other rows): take the ids that exist.
     crowd = get_user_model().objects.filter(pk__gte=low, pk__lte=high, username__regex=r"^bench[0-9]+$")
-    Token.objects.bulk_create(
-        Token(user_id=pk, key=Token.generate_key()) for pk in crowd.values_list("pk", flat=True) if pk not in have
-    )
-    tokens = list(Token.objects.filter(user_id__gte=low, user_id__lte=high).values_list("key", flat=True))
+    tokens = list(issue_tokens(crowd.only("pk", "password")).values())
     # Warm caches (the credential cache of every token), as a running site has them.
     for key in tokens:
         TokenAuthentication().authenticate_credentials(key)

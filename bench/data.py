@@ -1,5 +1,7 @@
-"""Bench data: users in bulk and the one-row-per-recipient baseline table."""
+"""Bench data: users and their API tokens in bulk, and the one-row-per-recipient baseline table."""
 
+import secrets
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +42,43 @@ def ensure_users(n: int) -> tuple[int, int]:
         )
         low, high = cursor.fetchone()
     return int(low), int(high)
+
+
+def issue_tokens(users: Iterable[Any], *, batch_size: int = 5_000) -> dict[int, str]:
+    """A new API token for each of ``users`` (with their current password
+    hash: load them after any password change); returns {user id: token}.
+
+    The rows ``core.tokens.token_issue`` makes, one bulk INSERT for them all
+    (thousands of users at once). Only a token's digest is stored, so the
+    strings exist nowhere but in what this returns: each run issues its own,
+    and first deletes the tokens earlier runs left these users (no one can
+    present them any more).
+    """
+    from django.utils import timezone
+
+    from core.models import ApiToken
+    from core.tokens import PREFIX, password_mark, token_digest, token_lifetime
+
+    users = list(users)
+    ApiToken.objects.filter(user_id__in=[user.pk for user in users]).delete()
+    now = timezone.now()
+    expires_at = now + token_lifetime()
+    tokens: dict[int, str] = {}
+    rows = []
+    for user in users:
+        token = PREFIX + secrets.token_urlsafe(32)
+        tokens[int(user.pk)] = token
+        rows.append(
+            ApiToken(
+                user_id=user.pk,
+                digest=token_digest(token),
+                password_mark=password_mark(user.password or ""),
+                created_at=now,
+                expires_at=expires_at,
+            )
+        )
+    ApiToken.objects.bulk_create(rows, batch_size=batch_size)
+    return tokens
 
 
 def reset_baseline_table() -> None:

@@ -39,7 +39,6 @@ import asyncio
 import os
 import random
 import resource
-import secrets
 import socket
 import struct
 import subprocess
@@ -73,9 +72,8 @@ def _prepare(count: int) -> list[tuple[int, str]]:
 
     _ensure_database()
     from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
 
-    from bench.data import ensure_users
+    from bench.data import ensure_users, issue_tokens
 
     call_command("migrate", verbosity=0)
     from django.contrib.auth import get_user_model
@@ -87,12 +85,7 @@ def _prepare(count: int) -> list[tuple[int, str]]:
         .order_by("pk")
         .values_list("pk", flat=True)[:count]
     )
-    have = set(Token.objects.filter(user_id__in=user_ids).values_list("user_id", flat=True))
-    Token.objects.bulk_create(
-        [Token(key=secrets.token_hex(20), user_id=user_id) for user_id in user_ids if user_id not in have],
-        batch_size=5000,
-    )
-    tokens = dict(Token.objects.filter(user_id__in=user_ids).values_list("user_id", "key"))
+    tokens = issue_tokens(get_user_model().objects.filter(pk__in=user_ids).only("pk", "password"))
     from django.db import connection
 
     connection.close()

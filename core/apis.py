@@ -11,8 +11,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from redis.exceptions import RedisError
 from rest_framework import serializers, status
-from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 from core import healing, readmodel
 from core.api.pages import list_response
 from core.audit import audit_api, audit_csv
+from core.authentication import TokenAuthentication
 from core.exceptions import NotFound, TooManyAttempts, ValidationFailed
 from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
 from core.openapi import ERRORS, example, filter_parameter, list_parameters, page_serializer
@@ -29,6 +30,7 @@ from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
 from core.selectors import audit_list, user_platforms
 from core.services import user_set_platforms
+from core.tokens import TokenAuth, token_issue, token_revoke, tokens_of
 
 
 def lockout_seconds() -> int:
@@ -36,7 +38,9 @@ def lockout_seconds() -> int:
 
 
 class TokenObtainApi(APIView):
-    authentication_classes: list[Any] = []
+    """Sign in for a token (``POST``: a new one per sign-in) and sign this
+    device out (``DELETE``: the token the request is signed with)."""
+
     permission_classes = [AllowAny]
 
     class InputSerializer(StrictInputSerializer):
@@ -45,6 +49,17 @@ class TokenObtainApi(APIView):
 
     class OutputSerializer(serializers.Serializer):
         token = serializers.CharField()
+        expires_at = OffsetDateTimeField()
+
+    def get_authenticators(self) -> list[Any]:
+        # Signing in presents credentials, not a token: a stale Authorization
+        # header must not refuse it. Signing out needs the token itself.
+        # (``self.request`` is Django's request here: View.setup sets it; the
+        # schema generator builds the view without one.)
+        request = getattr(self, "request", None)
+        if request is not None and request.method == "POST":
+            return []
+        return [TokenAuthentication()]
 
     @extend_schema(
         operation_id="auth_token_obtain",
@@ -63,8 +78,55 @@ class TokenObtainApi(APIView):
             if getattr(request, "axes_locked_out", False):
                 raise TooManyAttempts("Too many failed sign-ins; try again later.", retry_after=lockout_seconds())
             raise serializers.ValidationError(serializer.errors)
-        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
-        return Response({"token": token.key})
+        issued = token_issue(user=serializer.validated_data["user"])
+        return Response(self.OutputSerializer({"token": issued.token, "expires_at": issued.row.expires_at}).data)
+
+    @extend_schema(operation_id="auth_token_revoke", request=None, responses={204: None, **ERRORS(401)})
+    def delete(self, request: Request) -> Response:
+        if not isinstance(request.auth, TokenAuth) or not request.user.is_authenticated:
+            raise NotAuthenticated()
+        token_revoke(user_id=request.user.pk or 0, token_id=request.auth.id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MyTokensApi(APIView):
+    """The caller's API tokens (never the tokens themselves)."""
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.CharField()
+        created_at = OffsetDateTimeField()
+        expires_at = OffsetDateTimeField()
+        last_used_at = OffsetDateTimeField(allow_null=True)
+        current = serializers.BooleanField()
+
+    @extend_schema(
+        operation_id="me_tokens_list",
+        responses={
+            200: inline_serializer("TokenList", {"results": OutputSerializer(many=True)}),
+            **ERRORS(401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        current = request.auth.id if isinstance(request.auth, TokenAuth) else None
+        rows = [
+            {
+                "id": str(row.pk),
+                "created_at": row.created_at,
+                "expires_at": row.expires_at,
+                "last_used_at": row.last_used_at,
+                "current": row.pk == current,
+            }
+            for row in tokens_of(user_id=request.user.pk or 0)
+        ]
+        return Response({"results": self.OutputSerializer(rows, many=True).data})
+
+
+class MyTokenApi(APIView):
+    @extend_schema(operation_id="me_token_revoke", request=None, responses={204: None, **ERRORS(401, 404)})
+    def delete(self, request: Request, token_id: int) -> Response:
+        if not token_revoke(user_id=request.user.pk or 0, token_id=token_id):
+            raise NotFound("No such token.")
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MeApi(APIView):

@@ -1,7 +1,8 @@
 """Authentication whose credential lookups cost no SQL once cached.
 
 The inbox hot path must run no SQL at all, authentication included. An API
-token maps to its owner's fields in one Redis entry (one GET per request),
+token's digest (core/tokens.py) maps to its owner's fields and the token's
+expiry in one Redis entry (one GET per request),
 and a user id to the same fields for session authentication. Both are
 read-through entries (core/readthrough.py): a bad token or unknown id is
 remembered as a miss, concurrent misses of one key cost one query, and
@@ -19,14 +20,16 @@ from axes.backends import AxesStandaloneBackend
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
+from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
-from rest_framework.authtoken.models import Token
 
 from core import keys
 from core.activity import record_active
+from core.models import ApiToken
 from core.readthrough import Entry, auth_policy, fill_entry, read_through
 from core.selectors import PLATFORMS_ATTR, platforms_of
+from core.tokens import LAST_USED_PRECISION, TokenAuth, token_auth, token_digest, token_fields
 
 # Fields rebuilt from the cache: everything a request handler reads on
 # ``request.user``, including the password hash that session auth compares.
@@ -82,32 +85,57 @@ def cached_user(user_id: int) -> User | None:
     return _restore(data) if data is not None else None
 
 
-def _owner_snapshot(key: str) -> dict[str, Any] | None:
-    fields = [f"user__{name}" for name in (*_USER_FIELDS, _PLATFORM)]
-    return _snapshot(list(Token.objects.filter(key=key).values(*fields)), prefix="user__")
+_TOKEN_FIELDS = ("id", "expires_at", "password_mark", "last_used_at")
 
 
-def token_entry_fill(key: str) -> Entry | None:
-    """The token's entry filled from PostgreSQL, for a caller that found it
-    not fresh in Redis (``core.readthrough.fill_entry``); None when no fresh
-    one is known."""
-    return fill_entry(keys.auth_token(key), lambda: _owner_snapshot(key), policy=auth_policy())
+def _owner_snapshot(digest: str) -> dict[str, Any] | None:
+    """The owner's fields and the token's (``token``: its id and expiry) for a
+    token that has not expired and was issued under the owner's current
+    password; None otherwise."""
+    now = timezone.now()
+    fields = [*_TOKEN_FIELDS, *(f"user__{name}" for name in (*_USER_FIELDS, _PLATFORM))]
+    rows = list(ApiToken.objects.filter(digest=digest, expires_at__gt=now).values(*fields))
+    data = _snapshot(rows, prefix="user__")
+    if data is None:
+        return None
+    token = token_fields(rows[0], owner_password=rows[0]["user__password"])
+    if token is None:
+        return None
+    data["token"] = token
+    # "Last used" to the hour: at most one write per token and hour, and only
+    # when a fill reads the token (never on a request the cache answers).
+    last_used = rows[0]["last_used_at"]
+    if last_used is None or now - last_used >= LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=token["id"]).update(last_used_at=now)
+    return data
+
+
+def token_entry_fill(digest: str) -> Entry | None:
+    """The entry of the token with this digest filled from PostgreSQL, for a
+    caller that found it not fresh in Redis (``core.readthrough.fill_entry``);
+    None when no fresh one is known."""
+    return fill_entry(keys.auth_token(digest), lambda: _owner_snapshot(digest), policy=auth_policy())
 
 
 class TokenAuthentication(DRFTokenAuthentication):
-    """``Authorization: Token <key>``: one Redis GET holds the owner's fields."""
+    """``Authorization: Token <token>``: one Redis GET, under the token's
+    digest, holds the owner's fields and the token's expiry."""
 
     keyword = "Token"
 
-    def authenticate_credentials(self, key: str) -> tuple[User, Token | str]:
-        data = read_through(keys.auth_token(key), lambda: _owner_snapshot(key), policy=auth_policy())
+    def authenticate_credentials(self, key: str) -> tuple[User, TokenAuth]:
+        digest = token_digest(key)
+        data = read_through(keys.auth_token(digest), lambda: _owner_snapshot(digest), policy=auth_policy())
         if data is None:
             raise exceptions.AuthenticationFailed("Invalid token.")
+        token = token_auth(data.get("token"), timezone.now())
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid or expired token.")
         user = _restore(data)
         if not user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         record_active(user_id=user.pk)
-        return user, key
+        return user, token
 
 
 class CachedModelBackend(ModelBackend):

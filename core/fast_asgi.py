@@ -73,6 +73,7 @@ from core.readmodel import THROTTLE_SCRIPT, throttle_args
 from core.readthrough import Entry, parse
 from core.redis import Ahead, async_available, round_trip_async, sent_ahead
 from core.throttles import AnonRateThrottle, UserRateThrottle
+from core.tokens import token_auth, token_digest
 
 logger = logging.getLogger(__name__)
 
@@ -154,13 +155,15 @@ class _Route:
 
 
 def token_of(authorization: bytes | None) -> str | None:
+    """The digest of the request's API token (core/tokens.py): this route
+    names, holds and fills tokens by digest only."""
     if not authorization:
         return None
     keyword, _, key = authorization.decode("latin-1").partition(" ")
     key = key.strip()
     if keyword != TokenAuthentication.keyword or not key or " " in key:
         return None
-    return key
+    return token_digest(key)
 
 
 def _query(raw: bytes) -> dict[str, str] | None:
@@ -318,6 +321,8 @@ class FastCore:
         platforms = fields.get("platforms")
         if not fields.get("is_active") or not isinstance(platforms, list):
             return None
+        if token_auth(fields.get("token"), now) is None:
+            return None  # expired: Django answers the 401
         user_id = int(fields["id"])
         # The user's first request of the day in this process records them
         # active in that same write too.

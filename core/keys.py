@@ -52,11 +52,12 @@ def user_platforms(user_id: int) -> str:
     return _key("user", "platforms", user_tag(user_id))
 
 
-def auth_token(token_key: str) -> str:
-    """string: a read-through entry (core/readthrough.py) of the token owner's fields, or of
-    the token's absence; a tombstone after a revocation or user change. The token is the
-    hash tag, which the entry's fill lock (``fill_lock``) shares."""
-    return _key("auth", "token", f"{{t{token_key}}}")
+def auth_token(digest: str) -> str:
+    """string: a read-through entry (core/readthrough.py) of the token owner's fields and the
+    token's expiry, or of the token's absence; a tombstone after a revocation or user change.
+    Named by the token's digest (core/tokens.py), never the token; the digest is the hash
+    tag, which the entry's fill lock (``fill_lock``) shares."""
+    return _key("auth", "token", f"{{t{digest}}}")
 
 
 def replica_pin(user_id: int) -> str:

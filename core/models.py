@@ -12,6 +12,33 @@ class Platform(models.TextChoices):
     CUSTOMER = "customer", "Customer"
 
 
+class ApiToken(models.Model):
+    """An API token of one sign-in (core/tokens.py). Only the SHA-256 digest of
+    the token is kept: a database backup or a read-only leak of this table
+    gives no one API access."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True, editable=False)  # the lookup: its unique index
+    # A fingerprint of the password hash the token was issued under: a token
+    # stops answering once the password changed, whichever way it changed.
+    password_mark = models.CharField(max_length=16, editable=False)
+    created_at = models.DateTimeField(editable=False)
+    expires_at = models.DateTimeField()
+    # Written when authentication reads the token from PostgreSQL (at most
+    # once per cache lifetime), not on every request.
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "API token"
+        indexes = [
+            # tokens_of(): a user's tokens, newest first.
+            models.Index(fields=["user", "-created_at"], name="core_apitoken_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"API token {self.pk} of user {self.user_id}"
+
+
 class UserPlatform(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="platform_memberships")
     platform = models.CharField(max_length=16, choices=Platform.choices)

@@ -14,12 +14,16 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from redis.exceptions import RedisError
-from rest_framework.authtoken.models import Token
 
 from core import keys
-from core.models import UserPlatform
+from core.models import ApiToken, UserPlatform
 from core.readthrough import invalidate
 from core.services import user_ensure_default_platform
+from core.tokens import tokens_end_stale
+
+# A save that names only these fields can neither change a password nor deactivate:
+# every sign-in saves last_login this way, and skips the token check.
+_TOKEN_NEUTRAL_FIELDS = frozenset({"last_login"})
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +44,12 @@ def user_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **k
         return
     if created:
         user_ensure_default_platform(user=instance)
+    else:
+        update_fields = kwargs.get("update_fields")
+        if update_fields is None or not set(update_fields) <= _TOKEN_NEUTRAL_FIELDS:
+            # A password change or a deactivation ends the user's tokens (each
+            # deleted row drops its own cache entry after commit).
+            tokens_end_stale(user=instance)
     user_id = instance.pk
     _after_commit(lambda: _user_drop(user_id))
 
@@ -52,17 +62,18 @@ def user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 def _user_drop(user_id: int) -> None:
     """Drop the user's cached copies, those kept under their API tokens included."""
-    token_keys = list(Token.objects.filter(user_id=user_id).values_list("key", flat=True))
+    digests = list(ApiToken.objects.filter(user_id=user_id).values_list("digest", flat=True))
     # The platforms ride on both snapshots: every copy goes at once.
-    invalidate(keys.auth_user(user_id), keys.user_platforms(user_id), *map(keys.auth_token, token_keys))
+    invalidate(keys.auth_user(user_id), keys.user_platforms(user_id), *map(keys.auth_token, digests))
 
 
-@receiver(post_delete, sender=Token, dispatch_uid="core_token_deleted")
-@receiver(post_save, sender=Token, dispatch_uid="core_token_saved")
-def token_changed(sender: Any, instance: Token, **kwargs: Any) -> None:
-    key = instance.key
-    # A new token replaces the miss a client guessing it may have left.
-    _after_commit(lambda: invalidate(keys.auth_token(key)))
+@receiver(post_delete, sender=ApiToken, dispatch_uid="core_token_deleted")
+@receiver(post_save, sender=ApiToken, dispatch_uid="core_token_saved")
+def token_changed(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
+    digest = instance.digest
+    # A new token replaces the miss a client guessing it may have left; a
+    # deleted one answers 401 from the commit on.
+    _after_commit(lambda: invalidate(keys.auth_token(digest)))
 
 
 @receiver(post_save, sender=UserPlatform, dispatch_uid="core_userplatform_saved")

@@ -5,6 +5,7 @@ from django.conf import settings
 
 from core import outbox, webhooks
 from core.drift import check_run
+from core.tokens import tokens_delete_expired
 
 
 @shared_task(name="core.outbox_replay")
@@ -46,3 +47,9 @@ def webhook_relay_task() -> int:
     """Periodic (Celery beat, every WEBHOOK_RELAY_SECONDS): hand due webhook
     deliveries (retries, refused hand-overs) to the workers."""
     return webhooks.webhook_relay()
+
+
+@shared_task(name="core.tokens_delete_expired")
+def tokens_delete_expired_task() -> int:
+    """Expired tokens already answer 401; their rows leave the table daily."""
+    return tokens_delete_expired()

@@ -25,13 +25,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from bench import data, http_load
 from bench.harness import Row
 from bench.http_load import Step
 from core import keys
 from core.redis import get_redis
+from core.tokens import token_digest
 from messagecenter.services.bulletins import bulletin_create
 from notices.models import Announcement
 
@@ -71,9 +71,7 @@ def _prepare(users: int) -> tuple[list[int], list[str], list[str]]:
     User = get_user_model()
     operator, _ = User.objects.get_or_create(username="bench-operator", defaults={"is_staff": True})
     crowd = list(User.objects.filter(username__regex=r"^bench[0-9]+$").order_by("pk")[:USERS])
-    have = set(Token.objects.filter(user__in=crowd).values_list("user_id", flat=True))
-    Token.objects.bulk_create([Token(key=Token.generate_key(), user=u) for u in crowd if u.pk not in have])
-    by_user = dict(Token.objects.filter(user__in=crowd).values_list("user_id", "key"))
+    by_user = data.issue_tokens(crowd)
     ids = [u.pk for u in crowd]
     data.reset_items()
     Announcement.objects.all().delete()
@@ -97,7 +95,7 @@ def drop_caches(user_ids: list[int], tokens: list[str]) -> None:
     for user_id, token in zip(user_ids, tokens, strict=True):
         pipe.delete(
             keys.mc_inbox_pages(user_id),
-            keys.auth_token(token),
+            keys.auth_token(token_digest(token)),
             keys.auth_user(user_id),
             keys.user_platforms(user_id),
         )

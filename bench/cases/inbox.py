@@ -212,22 +212,22 @@ def run(*, users: int, quick: bool) -> list[Row]:
 
 
 def _http(*, reader: Any, quick: bool) -> list[Row]:
-    from rest_framework.authtoken.models import Token
+    from core.tokens import token_issue
 
-    token, _ = Token.objects.get_or_create(user=reader)
+    token = token_issue(user=reader).token
     seconds = 3 if quick else 10
     with http_load.gunicorn() as base:
-        http_load.wait_ready(base, token.key)
-        status, body = http_load.get(f"{base}/api/v1/inbox/", token.key)
+        http_load.wait_ready(base, token)
+        status, body = http_load.get(f"{base}/api/v1/inbox/", token)
         assert status == 200, (status, body)
         assert len(body["results"]) == 20, body
-        ping_status, _ = http_load.get(f"{base}/bench/ping", token.key)
+        ping_status, _ = http_load.get(f"{base}/bench/ping", token)
         assert ping_status == 200, ping_status
         # Warm both (every worker's connections, caches) before measuring.
-        http_load.wrk(url=f"{base}/bench/ping", token=token.key, seconds=1)
-        http_load.wrk(url=f"{base}/api/v1/inbox/", token=token.key, seconds=1)
-        ping = http_load.wrk(url=f"{base}/bench/ping", token=token.key, seconds=seconds)
-        inbox = http_load.wrk(url=f"{base}/api/v1/inbox/", token=token.key, seconds=seconds)
+        http_load.wrk(url=f"{base}/bench/ping", token=token, seconds=1)
+        http_load.wrk(url=f"{base}/api/v1/inbox/", token=token, seconds=1)
+        ping = http_load.wrk(url=f"{base}/bench/ping", token=token, seconds=seconds)
+        inbox = http_load.wrk(url=f"{base}/api/v1/inbox/", token=token, seconds=seconds)
     failures = ping.non_2xx + ping.errors + inbox.non_2xx + inbox.errors
     return [
         Row(

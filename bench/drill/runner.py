@@ -11,11 +11,11 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, connections
 from redis.exceptions import RedisError
-from rest_framework.authtoken.models import Token
 
 from bench.drill import stack
 from bench.drill.load import Load, Reader, call, wait_until
 from core import keys
+from core.tokens import token_issue
 from messagecenter import fallback
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
 from messagecenter.services import groups
@@ -148,10 +148,10 @@ class Drill:
     def seed(self) -> None:
         user_model = get_user_model()
         operator = user_model.objects.create_superuser("drill-operator", "op@example.com", "drill-operator-pass")
-        self.operator_token = Token.objects.create(user=operator).key
+        self.operator_token = token_issue(user=operator).token
         for index in range(READERS):
             user = user_model.objects.create_user(f"drill-reader-{index}", password="drill-reader-pass")  # noqa: S106 - a throwaway database
-            self.readers.append(Reader(user_id=int(user.pk), token=Token.objects.create(user=user).key))
+            self.readers.append(Reader(user_id=int(user.pk), token=token_issue(user=user).token))
         with connection.cursor() as cursor:
             cursor.execute(
                 """

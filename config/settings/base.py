@@ -47,7 +47,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
@@ -528,6 +527,10 @@ MESSAGECENTER_INBOX_SETTLE_STEP: int = env.int("MESSAGECENTER_INBOX_SETTLE_STEP"
 if not 1 <= MESSAGECENTER_INBOX_SETTLE_STEP <= 1000:
     raise ImproperlyConfigured("MESSAGECENTER_INBOX_SETTLE_STEP must be between 1 and 1000.")
 MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
+# API tokens (core/tokens.py): how long a token issued at sign-in answers.
+MESSAGECENTER_TOKEN_TTL_DAYS: int = env.int("MESSAGECENTER_TOKEN_TTL_DAYS", default=30)
+if not 1 <= MESSAGECENTER_TOKEN_TTL_DAYS <= 3650:
+    raise ImproperlyConfigured("MESSAGECENTER_TOKEN_TTL_DAYS must be between 1 and 3650.")
 # Read-through entries (core/readthrough.py): TTL spread (+/- a fraction), how long a
 # stale entry is served while one request refreshes it, how long a miss (bad token,
 # unknown id) is remembered, the fill lock's lease, an invalidation tombstone's life.
@@ -586,6 +589,7 @@ WEBHOOK_RELAY_SECONDS: float = env.float("WEBHOOK_RELAY_SECONDS", default=10.0)
 WEBHOOK_LEASE_SECONDS: float = env.float("WEBHOOK_LEASE_SECONDS", default=120.0)
 # A pending delivery that failed this many times in a row raises delivery.failed once.
 MESSAGECENTER_DELIVERY_FAILED_EVENT_ATTEMPTS: int = env.int("MESSAGECENTER_DELIVERY_FAILED_EVENT_ATTEMPTS", default=5)
+CELERY_BEAT_SCHEDULE["core-tokens-delete-expired"] = {"task": "core.tokens_delete_expired", "schedule": 24 * 60 * 60}
 CELERY_BEAT_SCHEDULE["core-webhook-relay"] = {"task": "core.webhook_relay", "schedule": WEBHOOK_RELAY_SECONDS}
 
 # --- Scheduled sends ------------------------------------------------------------

@@ -14,12 +14,13 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
-from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from core import admin as core_admin
 from core.audit import AuditedAdminMixin
-from core.models import AuditEntry, RedisCheckRun
+from core.models import ApiToken, AuditEntry, RedisCheckRun
 from core.services import AUDIT_MASK, audit_record
+from core.tokens import token_issue
 from messagecenter.models import Bulletin
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
@@ -164,18 +165,46 @@ def test_admin_group_permissions_are_audited(admin_client: Client) -> None:
     assert updated.changes == {"permissions": {"old": [perm.pk], "new": []}}
 
 
-def test_admin_token_is_audited_without_its_key(admin_client: Client, recipient: Any) -> None:
-    response = admin_client.post("/admin/authtoken/tokenproxy/add/", {"user": recipient.pk})
-    assert response.status_code == 302, response.content.decode()[:2000]
-    key = Token.objects.get(user=recipient).key
-    response = admin_client.post(f"/admin/authtoken/tokenproxy/{recipient.pk}/delete/", {"post": "yes"})
+def test_admin_token_delete_is_audited_and_tokens_are_never_added_or_changed(
+    admin_client: Client, operator: Any, recipient: Any
+) -> None:
+    issued = token_issue(user=recipient)
+    row = issued.row
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {issued.token}")
+    assert api.get("/api/v1/me/").status_code == 200
+    # Listed by user and times; neither the token nor its digest is shown anywhere.
+    listing = admin_client.get("/admin/core/apitoken/")
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    for column in ("user", "created_at", "expires_at", "last_used_at"):
+        assert f"column-{column}" in page, column
+    assert recipient.username in page
+    detail = admin_client.get(f"/admin/core/apitoken/{row.pk}/change/")  # a read-only view
+    assert detail.status_code == 200
+    for shown in (page, detail.content.decode()):
+        assert issued.token not in shown
+        assert row.digest not in shown
+    # No add (a token is issued only to the user who signs in), no change.
+    assert admin_client.get("/admin/core/apitoken/add/").status_code == 403
+    assert admin_client.post("/admin/core/apitoken/add/", {"user": recipient.pk}).status_code == 403
+    expires = {"expires_at_0": "2000-01-01", "expires_at_1": "00:00:00"}
+    assert admin_client.post(f"/admin/core/apitoken/{row.pk}/change/", expires).status_code == 403
+    assert list(ApiToken.objects.values_list("pk", "expires_at")) == [(row.pk, row.expires_at)]
+    assert not _entries(object_type="core.apitoken")
+    # Delete: audited, and the token stops working at once.
+    response = admin_client.post(f"/admin/core/apitoken/{row.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
-    assert not Token.objects.exists()
-    entries = _entries(object_type="authtoken.tokenproxy")
-    assert [e.action for e in entries] == ["create", "delete"]
-    assert {e.object_id for e in entries} == {str(recipient.pk)}
-    assert {e.object_repr for e in entries} == {f"API token of {recipient.username}"}
-    assert key not in json.dumps([(e.object_id, e.object_repr, e.changes) for e in entries])
+    assert not ApiToken.objects.exists()
+    assert api.get("/api/v1/me/").status_code == 401
+    entries = _entries(object_type="core.apitoken")
+    assert [(e.action, e.object_id, e.source, e.actor_name) for e in entries] == [
+        ("delete", str(row.pk), "admin", operator.username)
+    ]
+    assert entries[0].object_repr == str(row)
+    logged = json.dumps([(e.object_id, e.object_repr, e.changes) for e in entries])
+    assert issued.token not in logged
+    assert row.digest not in logged
 
 
 def test_secrets_are_masked_and_values_cleaned_for_every_source(operator: Any, recipient: Any) -> None:

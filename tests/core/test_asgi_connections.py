@@ -34,9 +34,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from tests.conftest import ROOT
+from tests.fixtures.clients import token_for
 
 pytestmark = [
     pytest.mark.postgres,
@@ -155,13 +155,13 @@ class Watcher:
 
 
 def _users(count: int) -> list[tuple[Any, str, str]]:
-    """(user, token key, session id) per user; the sessions are in the database only."""
+    """(user, token, session id) per user; the sessions are in the database only."""
     found = []
     for index in range(count):
         user = get_user_model().objects.create_user(username=f"asgi-{index}", password=f"pw-{index}-secret")
         browser = Client()
         browser.force_login(user)
-        found.append((user, Token.objects.create(user=user).key, browser.cookies[settings.SESSION_COOKIE_NAME].value))
+        found.append((user, token_for(user), browser.cookies[settings.SESSION_COOKIE_NAME].value))
     # Cold caches: each stream's sign-in (session, user) and each token lookup reads PostgreSQL.
     cache.clear()
     return found

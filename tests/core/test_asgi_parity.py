@@ -28,7 +28,6 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path as url_path
 from django.utils import deprecation
-from rest_framework.authtoken.models import Token
 from rest_framework.settings import api_settings
 
 from core import asgi as asgi_module
@@ -38,6 +37,7 @@ from core.checks import middleware_present
 from notices.services import announcement_create
 from tests.asgi_calls import get_scope, receive_empty_body, sent_by, unsigned
 from tests.conftest import assert_error
+from tests.fixtures.clients import token_for
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -52,8 +52,7 @@ class Both:
     def __init__(self, user: Any | None) -> None:
         self.headers: dict[str, str] = {}
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            self.headers["Authorization"] = f"Token {token.key}"
+            self.headers["Authorization"] = f"Token {token_for(user)}"
         self.wsgi = Client(headers=self.headers)
         self.asgi = AsyncClient()
         self.project = ProjectASGIHandler()

@@ -4,8 +4,11 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
-from rest_framework.authtoken.models import Token
+from django.utils.dateparse import parse_datetime
+from rest_framework.test import APIClient
 
+from core.models import ApiToken
+from core.tokens import token_digest
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory, UserFactory
 
@@ -16,11 +19,27 @@ def test_token_obtain_and_use(anon_client: Any) -> None:
     user = UserFactory(username="dora")
     response = anon_client.post("/api/v1/auth/token/", {"username": "dora", "password": "pass-1234"}, format="json")
     assert response.status_code == 200
-    token = response.json()["token"]
-    assert Token.objects.get(user=user).key == token
-    # The same call again returns the same token.
+    body = response.json()
+    assert set(body) == {"token", "expires_at"}
+    token = body["token"]
+    # Only the token's digest is stored: the string itself is nowhere in the table.
+    row = ApiToken.objects.get(user=user)
+    assert row.digest == token_digest(token)
+    assert parse_datetime(body["expires_at"]) == row.expires_at
+    assert not any(token in str(value) for value in ApiToken.objects.values_list().get(pk=row.pk))
+    # The same call again issues a new token; the first keeps working.
     again = anon_client.post("/api/v1/auth/token/", {"username": "dora", "password": "pass-1234"}, format="json")
-    assert again.json()["token"] == token
+    assert again.status_code == 200
+    second = again.json()["token"]
+    assert second != token
+    assert set(ApiToken.objects.filter(user=user).values_list("digest", flat=True)) == {
+        token_digest(token),
+        token_digest(second),
+    }
+    for each in (token, second):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {each}")
+        assert client.get("/api/v1/me/").json()["username"] == "dora"
 
 
 def test_token_bad_credentials_is_400(anon_client: Any) -> None:
@@ -52,8 +71,8 @@ def test_bad_token_is_401(anon_client: Any) -> None:
 
 def test_revoked_token_stops_working_at_once(recipient: Any) -> None:
     client = client_for(recipient)
-    assert client.get("/api/v1/auth/token/").status_code == 405  # authenticated, wrong method
-    Token.objects.filter(user=recipient).delete()
+    assert client.get("/api/v1/me/").status_code == 200  # authenticated (the sign-in view reads no token)
+    ApiToken.objects.filter(user=recipient).delete()
     assert_error(client.put(f"/api/v1/manage/users/{recipient.pk}/platforms/", {}, format="json"), 401)
 
 

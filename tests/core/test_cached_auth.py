@@ -6,16 +6,30 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from core import keys, readmodel
+from core.models import ApiToken
 from core.readthrough import parse
 from core.redis import get_redis
 from core.selectors import PLATFORMS_ATTR
+from core.tokens import token_digest
 from tests.conftest import assert_error, client_for, on_cluster
 from tests.factories import UserFactory
+from tests.fixtures.clients import token_for
 
 pytestmark = pytest.mark.django_db
+
+
+def _client(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def _entry(token: str) -> str:
+    """The Redis key of the token's authentication entry (named by its digest)."""
+    return keys.auth_token(token_digest(token))
 
 
 def test_token_requests_run_no_sql_once_cached(recipient: Any, django_assert_num_queries: Any) -> None:
@@ -29,23 +43,24 @@ def test_token_requests_run_no_sql_once_cached(recipient: Any, django_assert_num
 def test_deleted_token_stops_working_at_once(recipient: Any) -> None:
     client = client_for(recipient)
     assert client.get("/api/v1/me/").status_code == 200
-    Token.objects.filter(user=recipient).delete()
+    ApiToken.objects.filter(user=recipient).delete()
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
 
 
 def test_deactivated_user_stops_working_at_once(recipient: Any, redis: Any) -> None:
-    client = client_for(recipient)
-    token = Token.objects.get(user=recipient).key
+    token = token_for(recipient)
+    client = _client(token)
     assert client.get("/api/v1/me/").status_code == 200
-    assert parse(redis.get(keys.auth_token(token))).found
+    assert parse(redis.get(_entry(token))).found
     recipient.is_active = False
     recipient.save()
-    assert not parse(redis.get(keys.auth_token(token))).found  # the copy kept under the token is invalidated too
+    assert not parse(redis.get(_entry(token))).found  # the copy kept under the token is invalidated too
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
 
 
 def test_a_cached_token_costs_one_redis_command(recipient: Any, monkeypatch: Any) -> None:
-    client = client_for(recipient)
+    token = token_for(recipient)
+    client = _client(token)
     assert client.get("/api/v1/me/").status_code == 200
     sent: list[tuple[Any, ...]] = []
     redis_client = get_redis()
@@ -62,26 +77,32 @@ def test_a_cached_token_costs_one_redis_command(recipient: Any, monkeypatch: Any
     # through core.lua's direct path, not execute_command).
     throttle = [args for args in sent if any("throttle" in str(arg) for arg in args)]
     auth = [args for args in sent if args not in throttle]
-    assert auth == [("GET", keys.auth_token(Token.objects.get(user=recipient).key))]
+    assert auth == [("GET", _entry(token))]
     assert len(throttle) <= 1
 
 
 def test_a_cold_token_costs_its_own_fill_and_nothing_nested(recipient: Any, redis: Any) -> None:
     """The first request with a token (or after a change dropped its entry):
     the entry's lookup, its fill lock and its store, around one query (the
-    token, its user and their platforms); not a fill of the platforms' own
-    entry inside it."""
+    token, its user and their platforms) and, the token being new, the write
+    of its "last used" time; not a fill of the platforms' own entry inside it."""
     from core.authentication import TokenAuthentication
     from tests.conftest import round_trips
 
-    key = Token.objects.get_or_create(user=recipient)[0].key
-    redis.delete(keys.auth_token(key), keys.user_platforms(recipient.pk))
+    key = token_for(recipient)
+    redis.delete(_entry(key), keys.user_platforms(recipient.pk))
     with round_trips() as trips, CaptureQueriesContext(connection) as queries:
         user, _token = TokenAuthentication().authenticate_credentials(key)
     assert user.pk == recipient.pk
-    assert len(queries.captured_queries) == 1
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert len(statements) == 2, statements
+    read, write = statements
+    assert read.startswith("SELECT"), read
+    assert all(table in read for table in ("core_apitoken", "auth_user")), read
+    assert write.startswith("UPDATE"), write
+    assert all(name in write for name in ("core_apitoken", "last_used_at")), write
     assert getattr(user, PLATFORMS_ATTR) == ("user",)
-    assert parse(redis.get(keys.auth_token(key))).found
+    assert parse(redis.get(_entry(key))).found
     assert not redis.exists(keys.user_platforms(recipient.pk))
     if not on_cluster():  # round_trips counts a single Redis's pool
         assert trips[0] <= 4  # the three, and the user's first activity of the day
@@ -99,17 +120,17 @@ def test_a_revocation_racing_the_cache_fill_leaves_no_entry(recipient: Any, redi
     """The token is deleted (and its tombstone written) between the filler's
     read of PostgreSQL and its write to Redis: the fill finds an entry it did
     not see and stores nothing, so the revoked token fails on the next request."""
-    client = client_for(recipient)
-    token = Token.objects.get(user=recipient).key
+    token = token_for(recipient)
+    client = _client(token)
     real_store = readmodel.cache_fill_store
 
     def store_after_revocation(**kwargs: Any) -> bool:
-        Token.objects.filter(key=token).delete()  # commits and writes the tombstone first
+        ApiToken.objects.filter(digest=token_digest(token)).delete()  # commits and writes the tombstone first
         return real_store(**kwargs)  # then the stale fill lands
 
     monkeypatch.setattr(readmodel, "cache_fill_store", store_after_revocation)
     assert client.get("/api/v1/me/").status_code == 200  # this request had read the token before
-    assert not parse(redis.get(keys.auth_token(token))).found
+    assert not parse(redis.get(_entry(token))).found
     monkeypatch.undo()
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
 

@@ -30,7 +30,6 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
-from rest_framework.authtoken.models import Token
 
 from core import activity, authentication, fast_asgi, journal, keys, outbox, readmodel, readthrough
 from core import redis as core_redis
@@ -39,6 +38,7 @@ from core.fast_wsgi import FastWSGIRoutes
 from core.models import MarkJournal
 from core.redis import async_available, get_redis
 from core.throttles import forget_history
+from core.tokens import IssuedToken, token_digest, token_issue
 from messagecenter import selectors, services
 from messagecenter.insight import message_read_counts
 from messagecenter.readmodel import inbox as inbox_readmodel
@@ -46,6 +46,7 @@ from notices.models import Announcement
 from notices.services import announcement_create, announcement_mark_read, announcement_update
 from tests.asgi_calls import get_scope, sent_by, unsigned
 from tests.factories import UserFactory
+from tests.fixtures.clients import token_for
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -156,13 +157,13 @@ def world(request: pytest.FixtureRequest, operator: Any, recipient: Any) -> dict
     first = send(operator, to={"users": [recipient]}, title="One")
     second = send(operator, to={"users": [recipient]}, title="Two", category="promotion")
     announcement_create(author=operator, title="Notice", body_html="<p>x</p>", platforms=["user"])
-    token, _ = Token.objects.get_or_create(user=recipient)
+    token = token_issue(user=recipient)
     forget_history(f"throttle_user_{recipient.pk}")
     django: Any = Django() if request.param == "asgi" else DjangoWSGI()
     return {
         "item": f"m{first.pk}",
         "second": second,
-        "auth": {"Authorization": f"Token {token.key}"},
+        "auth": {"Authorization": f"Token {token.token}"},
         "django": django,
         "app": FastRoutes(django) if request.param == "asgi" else FastWSGIRoutes(django),
         "token": token,
@@ -339,7 +340,7 @@ def test_errors_are_django_s(world: dict[str, Any]) -> None:
     bad = call(app, COUNTS, {"Authorization": "Token " + "0" * 40})
     assert bad.status == 401
     assert b'"error"' in bad.body
-    world["token"].delete()  # revoked: refused at once
+    world["token"].row.delete()  # revoked: refused at once
     assert call(app, COUNTS, auth).status == 401
     assert call(app, COUNTS, {}).status == 401
 
@@ -536,8 +537,7 @@ def test_marks_count_against_the_throttle_once_each(world: dict[str, Any]) -> No
 def test_wsgi_requests_off_the_main_thread_are_django_s(recipient: Any) -> None:
     """A WSGI server's other threads (runserver's, a threaded worker's) have
     no loop of the fast route: Django answers every request there."""
-    token, _ = Token.objects.get_or_create(user=recipient)
-    auth = {"Authorization": f"Token {token.key}"}
+    auth = {"Authorization": f"Token {token_for(recipient)}"}
     django = DjangoWSGI()
     app = FastWSGIRoutes(django)
     answers: list[Answer] = []
@@ -605,9 +605,14 @@ def test_a_held_token_whose_entry_changed_is_django_s(world: dict[str, Any]) -> 
     refused = call(app, COUNTS, auth)
     assert refused.status == 401
     assert django.calls == calls + 1
-    # Active again: the entry is read afresh, and the loop answers once more.
+    # Active again: the deactivation ended the user's tokens, so the held one
+    # stays refused (by Django); a token issued since is answered on the loop.
     user.is_active = True
     user.save()
+    calls = django.calls
+    assert call(app, COUNTS, auth).status == 401
+    assert django.calls == calls + 1
+    auth = {"Authorization": f"Token {token_for(user)}"}
     assert call(app, COUNTS, auth).status == 200
     calls = django.calls
     assert call(app, COUNTS, auth).status == 200
@@ -641,9 +646,14 @@ def test_without_throttle_rates_the_loop_still_answers(world: dict[str, Any]) ->
 # --- a token's first request since its entry expired ----------------------------------------
 
 
-def _forget_token(app: Any, token: Token) -> None:
+def _entry(token: IssuedToken) -> str:
+    """The Redis key of the token's authentication entry (named by its digest)."""
+    return keys.auth_token(token_digest(token.token))
+
+
+def _forget_token(app: Any, token: IssuedToken) -> None:
     """As in a process that never saw the token, after its entry expired in Redis."""
-    get_redis().delete(keys.auth_token(token.key))
+    get_redis().delete(_entry(token))
     app.core._tokens.clear()
 
 
@@ -663,7 +673,7 @@ def test_a_token_redis_no_longer_holds_is_filled_and_answered_on_the_loop(world:
         assert len(queries) == 1, [q["sql"] for q in queries]  # the fill
     assert (polled.status, polled.headers) == (first.status, first.headers)
     assert unsigned(polled.body) == unsigned(first.body)
-    entry = readthrough.parse(get_redis().get(keys.auth_token(token.key)))
+    entry = readthrough.parse(get_redis().get(_entry(token)))
     assert entry.fresh()
     assert entry.value["id"] == world["user"].pk
     calls = django.calls
@@ -683,8 +693,8 @@ def test_fills_under_a_server_run_side_by_side_on_the_loops_executor(
     whole process; each is answered on the loop as above."""
     app, django, auth, token = world["app"], world["django"], world["auth"], world["token"]
     # Two users: two fills of one token would meet its fill lock (one of them then goes to Django).
-    other, _ = Token.objects.get_or_create(user=UserFactory())
-    auths = [auth, {"Authorization": f"Token {other.key}"}]
+    other = token_issue(user=UserFactory())
+    auths = [auth, {"Authorization": f"Token {other.token}"}]
     for each in auths:
         _warm(app, each)
     threads: list[str] = []
@@ -710,7 +720,7 @@ def test_fills_under_a_server_run_side_by_side_on_the_loops_executor(
         answers = server.submit(asyncio.run, two_polls()).result(timeout=30)
     assert [Answer(sent).status for sent in answers] == [200, 200]
     for each in (token, other):
-        assert readthrough.parse(get_redis().get(keys.auth_token(each.key))).fresh()
+        assert readthrough.parse(get_redis().get(_entry(each))).fresh()
     if async_available():
         assert django.calls == calls
         assert len(threads) == 2, threads
@@ -731,7 +741,7 @@ def test_a_filled_token_that_has_no_owner_is_refused_by_django(world: dict[str, 
     assert refused.status == 401
     assert b'"error"' in refused.body
     assert django.calls == calls + 1
-    assert readthrough.parse(get_redis().get(keys.auth_token("1" * 40))).found
+    assert readthrough.parse(get_redis().get(keys.auth_token(token_digest("1" * 40)))).found
     # An inactive owner: filled, then refused by Django too.
     _forget_token(app, token)
     user = world["user"]
@@ -769,7 +779,7 @@ def test_a_token_whose_fill_fails_is_django_s(
     if status == 200:
         assert answer.body == first.body
     else:
-        assert get_redis().get(keys.auth_token(token.key)) is None  # the fill stored nothing
+        assert get_redis().get(_entry(token)) is None  # the fill stored nothing
 
 
 def _a_new_day(user: Any) -> tuple[str, int]:

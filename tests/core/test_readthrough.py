@@ -13,19 +13,23 @@ import redis as redis_lib
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 import core.lua
 from core import keys, readmodel, readthrough
 from core.authentication import TokenAuthentication, cached_user
+from core.models import ApiToken
 from core.readthrough import Policy, parse
 from core.selectors import user_platforms
+from core.tokens import PREFIX, password_mark, token_digest, token_lifetime
 from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
+from tests.fixtures.clients import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -39,12 +43,14 @@ class QueryCounter:
 
     def __init__(self, pause: float = 0.0) -> None:
         self.count = 0
+        self.statements: list[str] = []
         self.pause = pause
         self._lock = threading.Lock()
 
     def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         with self._lock:
             self.count += 1
+            self.statements.append(sql)
         time.sleep(self.pause)
         return execute(sql, params, many, context)
 
@@ -80,15 +86,20 @@ def run_together(threads: int, work: Callable[[], Any]) -> list[Any]:
     return results
 
 
+def entry_of(token: str) -> str:
+    """The Redis key of the token's authentication entry (named by its digest)."""
+    return keys.auth_token(token_digest(token))
+
+
 def token_owner(key: str) -> Any:
     """What the API's token authentication finds for ``key`` (None: refused)."""
     policy = readthrough.auth_policy()
-    return readthrough.read_through(keys.auth_token(key), lambda: _owner(key), policy=policy)
+    return readthrough.read_through(entry_of(key), lambda: _owner(key), policy=policy)
 
 
 def _owner(key: str) -> Any:
-    token = Token.objects.filter(key=key).values_list("user_id", flat=True).first()
-    return {"id": token} if token is not None else None
+    owner = ApiToken.objects.filter(digest=token_digest(key)).values_list("user_id", flat=True).first()
+    return {"id": owner} if owner is not None else None
 
 
 # --- one fill per key ------------------------------------------------------------------
@@ -99,7 +110,7 @@ def _owner(key: str) -> Any:
 @pytest.mark.parametrize("known", [True, False], ids=["valid-token", "bad-token"])
 def test_concurrent_misses_of_one_key_cost_one_query(in_process: bool, known: bool, monkeypatch: Any) -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key if known else BAD_TOKEN
+    key = token_for(user) if known else BAD_TOKEN
     if not in_process:
         # Every thread on its own, as separate processes would be: only the Redis lock joins them.
         monkeypatch.setattr(readthrough, "_single_flight", lambda _key, work: work())
@@ -117,7 +128,7 @@ def test_concurrent_misses_of_one_key_cost_one_query(in_process: bool, known: bo
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_token_requests_through_authentication_cost_one_query() -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key
+    key = token_for(user)
     counter = QueryCounter(pause=0.05)
     auth = TokenAuthentication()
 
@@ -126,20 +137,25 @@ def test_concurrent_token_requests_through_authentication_cost_one_query() -> No
             return auth.authenticate_credentials(key)[0].pk
 
     assert run_together(24, request) == [user.pk] * 24
-    # One fill for all of them, one query: the token, its user and their platforms.
-    assert counter.count == 1
+    # One fill for all of them: one read (the token, its user and their
+    # platforms) and, the token being new, its one "last used" write.
+    assert counter.count == 2, counter.statements
+    read, write = counter.statements
+    assert read.startswith("SELECT"), read
+    assert write.startswith("UPDATE"), write
+    assert all(name in write for name in ("core_apitoken", "last_used_at")), write
 
 
 @override_settings(MESSAGECENTER_CACHE_FILL_LEASE_MS=150)
 def test_a_filler_that_died_releases_by_lease_expiry(redis: Any) -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key
+    key = token_for(user)
     # A filler took the lock and died before it stored anything.
-    assert readmodel.cache_fill_lock(key=keys.auth_token(key), token="dead", lease_ms=150)
+    assert readmodel.cache_fill_lock(key=entry_of(key), token="dead", lease_ms=150)
     started = time.monotonic()
     assert token_owner(key) == {"id": user.pk}
     assert time.monotonic() - started >= 0.1  # it waited for the lease...
-    assert parse(redis.get(keys.auth_token(key))).value == {"id": user.pk}  # ...then filled it itself
+    assert parse(redis.get(entry_of(key))).value == {"id": user.pk}  # ...then filled it itself
 
 
 # --- misses ------------------------------------------------------------------------------
@@ -163,12 +179,19 @@ def test_an_unknown_user_id_is_remembered(django_assert_num_queries: Any) -> Non
 
 def test_a_token_created_after_a_miss_works_at_once(redis: Any) -> None:
     user = UserFactory()
-    key = "f" * 40
+    key = PREFIX + "f" * 43
     client = client_for(user)
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
-    assert parse(redis.get(keys.auth_token(key))).found  # the miss is cached
-    Token.objects.create(user=UserFactory(), key=key)
+    assert parse(redis.get(entry_of(key))).found  # the miss is cached
+    owner, now = UserFactory(), timezone.now()
+    ApiToken.objects.create(  # the row token_issue makes, for this very token
+        user=owner,
+        digest=token_digest(key),
+        password_mark=password_mark(owner.password),
+        created_at=now,
+        expires_at=now + token_lifetime(),
+    )
     assert client.get("/api/v1/me/").status_code == 200
 
 
@@ -203,31 +226,31 @@ def _stale_entry(redis: Any, key: str, value: Any) -> None:
 
 def test_a_stale_entry_is_served_while_another_request_refreshes(redis: Any, django_assert_num_queries: Any) -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key
-    _stale_entry(redis, keys.auth_token(key), {"id": "old"})
-    assert readmodel.cache_fill_lock(key=keys.auth_token(key), token="other", lease_ms=5000)  # someone refreshes
+    key = token_for(user)
+    _stale_entry(redis, entry_of(key), {"id": "old"})
+    assert readmodel.cache_fill_lock(key=entry_of(key), token="other", lease_ms=5000)  # someone refreshes
     with django_assert_num_queries(0):
         assert token_owner(key) == {"id": "old"}
 
 
 def test_the_request_that_finds_an_entry_stale_refreshes_it(redis: Any, django_assert_num_queries: Any) -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key
-    _stale_entry(redis, keys.auth_token(key), {"id": "old"})
+    key = token_for(user)
+    _stale_entry(redis, entry_of(key), {"id": "old"})
     with django_assert_num_queries(1):
         assert token_owner(key) == {"id": user.pk}
-    entry = parse(redis.get(keys.auth_token(key)))
+    entry = parse(redis.get(entry_of(key)))
     assert entry.value == {"id": user.pk}
     assert entry.fresh_until_ms > readthrough._now_ms()
-    assert not redis.exists(keys.fill_lock(keys.auth_token(key)))  # released
+    assert not redis.exists(keys.fill_lock(entry_of(key)))  # released
 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_on_a_stale_entry_refresh_it_once() -> None:
     user = UserFactory()
-    key = Token.objects.create(user=user).key
+    key = token_for(user)
     client = readmodel.get_redis()
-    _stale_entry(client, keys.auth_token(key), {"id": "old"})
+    _stale_entry(client, entry_of(key), {"id": "old"})
     counter = QueryCounter(pause=0.05)
 
     def request() -> Any:
@@ -238,7 +261,7 @@ def test_concurrent_requests_on_a_stale_entry_refresh_it_once() -> None:
     assert counter.count == 1
     assert set(map(str, (r["id"] for r in results))) <= {"old", str(user.pk)}
     assert {"id": user.pk} in results  # the refresher's own answer
-    assert parse(client.get(keys.auth_token(key))).value == {"id": user.pk}
+    assert parse(client.get(entry_of(key))).value == {"id": user.pk}
 
 
 @settings(max_examples=60, deadline=None)
@@ -270,12 +293,13 @@ def test_entries_filled_together_do_not_expire_together() -> None:
 
 
 def test_invalidation_replaces_every_copy_with_a_tombstone(recipient: Any, redis: Any) -> None:
-    client = client_for(recipient)
+    token = token_for(recipient)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/me/").status_code == 200
     # The platforms' own entry, for a user that no snapshot carries them on.
     assert user_platforms(user=User.objects.get(pk=recipient.pk))
-    token = Token.objects.get(user=recipient).key
-    names = [keys.auth_token(token), keys.user_platforms(recipient.pk)]
+    names = [entry_of(token), keys.user_platforms(recipient.pk)]
     assert all(parse(redis.get(name)).found for name in names)
     recipient.first_name = "Alice"
     recipient.save()

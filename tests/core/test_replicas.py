@@ -17,7 +17,7 @@ group an operator just created is missing from another operator's admin page
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from django.conf import settings
@@ -25,13 +25,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connections
 from django.test import Client, override_settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.settings.test import try_lock
 from core import replicas
 from messagecenter.models import UserGroup
 from scripts.pg_replica_pair import ReplicaPair, free_port
+from tests.fixtures.clients import token_for
 
 pytestmark = [pytest.mark.replica]
 
@@ -94,18 +94,24 @@ def _close(connection: Any) -> None:
         connection.close_pool()
 
 
+class Operators(NamedTuple):
+    writer: Any
+    reader: Any
+    writer_api: APIClient  # the writer's API client, signed with the writer's token
+
+
 @pytest.fixture
-def operators(pair: ReplicaPair) -> Iterator[tuple[Any, Any]]:
-    """Two superusers on the private primary, replayed on the replica, each
-    with a token and a signed-in session."""
+def operators(pair: ReplicaPair) -> Iterator[Operators]:
+    """Two superusers on the private primary, replayed on the replica; the
+    writer with a token (the replica has its row too)."""
     replicas.reset_health()
     user_model = get_user_model()
     suffix = str(time.monotonic_ns())
     writer = user_model.objects.create_superuser(f"writer{suffix}", password="x")
     reader = user_model.objects.create_superuser(f"reader{suffix}", password="x")
-    Token.objects.create(user=writer)
+    writer_api = _api(token_for(writer))
     pair.wait_replayed()
-    yield writer, reader
+    yield Operators(writer, reader, writer_api)
     pair.resume_replay()
 
 
@@ -123,9 +129,9 @@ def replica_queries() -> Iterator[list[str]]:
         yield sent
 
 
-def _api(user: Any) -> APIClient:
+def _api(token: str) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
 
 
@@ -141,13 +147,13 @@ def _groups_page(client: Client) -> str:
     return response.content.decode()
 
 
-def test_reads_go_to_the_replica_and_the_writer_reads_its_own_writes(pair: ReplicaPair, operators: Any) -> None:
-    writer, reader = operators
+def test_reads_go_to_the_replica_and_the_writer_reads_its_own_writes(pair: ReplicaPair, operators: Operators) -> None:
+    writer, reader, writer_api = operators
     writer_page, reader_page = _page(writer), _page(reader)
     pair.wait_replayed()
     pair.pause_replay()
 
-    response = _api(writer).post("/api/v1/manage/user-groups/", {"name": "made while replay is paused"}, format="json")
+    response = writer_api.post("/api/v1/manage/user-groups/", {"name": "made while replay is paused"}, format="json")
     assert response.status_code == 201
 
     with replica_queries() as on_replica:
@@ -165,11 +171,11 @@ def test_reads_go_to_the_replica_and_the_writer_reads_its_own_writes(pair: Repli
     assert "made while replay is paused" in _groups_page(reader_page)
 
 
-def test_the_pin_ends_after_its_time(pair: ReplicaPair, operators: Any) -> None:
-    writer, _reader = operators
+def test_the_pin_ends_after_its_time(pair: ReplicaPair, operators: Operators) -> None:
+    writer, _reader, writer_api = operators
     writer_page = _page(writer)
     with override_settings(DATABASE_REPLICA_PIN_SECONDS=1.0):
-        response = _api(writer).post("/api/v1/manage/user-groups/", {"name": "pinned a second"}, format="json")
+        response = writer_api.post("/api/v1/manage/user-groups/", {"name": "pinned a second"}, format="json")
         assert response.status_code == 201
     pair.wait_replayed()
     pair.pause_replay()
@@ -179,8 +185,8 @@ def test_the_pin_ends_after_its_time(pair: ReplicaPair, operators: Any) -> None:
     assert "not replayed yet" not in _groups_page(writer_page)  # the pin lapsed: the replica
 
 
-def test_a_lagging_replica_sends_reads_to_the_primary(pair: ReplicaPair, operators: Any) -> None:
-    _writer, reader = operators
+def test_a_lagging_replica_sends_reads_to_the_primary(pair: ReplicaPair, operators: Operators) -> None:
+    _writer, reader, _writer_api = operators
     reader_page = _page(reader)
     pair.pause_replay()
     UserGroup.objects.create(name="written while the replica lags")
@@ -193,8 +199,8 @@ def test_a_lagging_replica_sends_reads_to_the_primary(pair: ReplicaPair, operato
     assert replicas._state_of("replica0").lag > 1.0
 
 
-def test_a_replica_that_is_down_sends_reads_to_the_primary(pair: ReplicaPair, operators: Any) -> None:
-    _writer, reader = operators
+def test_a_replica_that_is_down_sends_reads_to_the_primary(pair: ReplicaPair, operators: Operators) -> None:
+    _writer, reader, _writer_api = operators
     reader_page = _page(reader)
     _groups_page(reader_page)  # a pooled connection to the replica exists
     pair.replica.stop(fast=False)

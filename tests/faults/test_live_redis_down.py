@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
 from core import live
 from tests.core.test_asgi_connections import Server
 from tests.faults.conftest import RedisServer
+from tests.fixtures.clients import token_for
 from tests.messagecenter.test_live_hub import STREAM, Listener, _until
 
 pytestmark = [
@@ -27,7 +27,7 @@ def test_a_server_whose_redis_is_gone_keeps_streams_open_and_never_answers_500(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     user = get_user_model().objects.create_user(username="live-down", password="pw-down-secret")
-    token = Token.objects.create(user=user).key
+    token = token_for(user)
     server = Server(
         log=tmp_path / "uvicorn.log",
         application_name="mc-live-down-test",

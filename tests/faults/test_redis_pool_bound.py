@@ -22,7 +22,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.http import HttpResponse
 from django.test import RequestFactory
-from rest_framework.authtoken.models import Token
 
 from core.api.exception_handler import envelope_exception_handler
 from core.breaker import BoundedConnectionPool, RedisPoolExhausted, SharedPoolFactory
@@ -31,6 +30,7 @@ from core.views import server_error
 from messagecenter.services import messages as message_services
 from tests.core.test_asgi_connections import Server
 from tests.faults.conftest import RedisServer
+from tests.fixtures.clients import token_for
 
 WORKERS = 2
 POOL_MAX = 3
@@ -224,7 +224,7 @@ def test_uvicorn_under_a_burst_stays_within_the_redis_pool(
     redis_server: RedisServer, tmp_path: Path, operator: Any
 ) -> None:
     users = [get_user_model().objects.create_user(username=f"burst-{i}", password="pw-burst-1") for i in range(20)]
-    tokens = [Token.objects.create(user=user).key for user in users]
+    tokens = [token_for(user) for user in users]
     message_services.message_send(
         sender=operator,
         category="system",

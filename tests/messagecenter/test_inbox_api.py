@@ -246,7 +246,7 @@ def test_hot_path_runs_no_sql_beyond_auth(operator: Any, recipient: Any, clock: 
     sql = [q["sql"] for q in captured.captured_queries]
     # Only authentication may query (token -> user); nothing of the message centre.
     assert all("messagecenter" not in s for s in sql), sql
-    assert all(("authtoken" in s or "auth_user" in s) for s in sql), sql
+    assert all(("core_apitoken" in s or "auth_user" in s) for s in sql), sql
     assert len(sql) <= 4  # one per request at most
 
 

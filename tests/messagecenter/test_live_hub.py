@@ -30,7 +30,6 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 from redis import Redis
-from rest_framework.authtoken.models import Token
 
 from core import live
 from core.redis import get_redis
@@ -38,6 +37,7 @@ from messagecenter import services
 from notices.services import announcement_create
 from tests.core.test_asgi_connections import POOL_MAX, WORKERS, Server, Watcher
 from tests.faults.test_redis_pool_bound import _children
+from tests.fixtures.clients import token_for
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = [
@@ -92,7 +92,7 @@ def _people() -> list[tuple[Any, str, str]]:
         )
         browser = Client()
         browser.force_login(user)
-        found.append((user, Token.objects.create(user=user).key, browser.cookies[settings.SESSION_COOKIE_NAME].value))
+        found.append((user, token_for(user), browser.cookies[settings.SESSION_COOKIE_NAME].value))
     return found
 
 

@@ -15,6 +15,7 @@ from pyroaring import BitMap
 from rest_framework.test import APIClient
 
 from core.models import AuditEntry
+from core.tokens import token_issue
 from messagecenter.models import Bulletin, Message, Subscription, UserGroupMembership
 from tests.conftest import assert_error, client_for
 from tests.core.test_webhooks import PRIVATE_URLS
@@ -772,6 +773,7 @@ INT_ID_PATHS = [
     ("patch", "/api/v1/manage/webhooks/{id}/", {"description": "x"}),
     ("delete", "/api/v1/manage/webhooks/{id}/", None),
     ("delete", "/api/v1/me/subscriptions/{id}/", None),
+    ("delete", "/api/v1/me/tokens/{id}/", None),
 ]
 
 
@@ -816,6 +818,7 @@ GOOD_ID_PATHS: list[tuple[str, str, str, Callable[[World], int], Callable[[World
      200),
     ("operator", "delete", "/api/v1/manage/webhooks/{id}/", lambda w: w.webhook.pk, None, 204),
     ("alice", "delete", "/api/v1/me/subscriptions/{id}/", lambda w: w.alice_subscription.pk, None, 204),
+    ("alice", "delete", "/api/v1/me/tokens/{id}/", lambda w: token_issue(user=w.alice).row.pk, None, 204),
 ]  # fmt: skip
 
 
