@@ -37,6 +37,7 @@ import json
 import logging
 import secrets
 import socket
+import ssl
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -314,12 +315,22 @@ def _signed_request(delivery: WebhookDelivery, body: str) -> dict[str, str]:
     }
 
 
+def _verify() -> ssl.SSLContext | bool:
+    """How receivers' certificates are checked: the operator's CA bundle, else httpx's default."""
+    bundle = settings.WEBHOOK_CA_BUNDLE
+    return ssl.create_default_context(cafile=bundle) if bundle else True
+
+
 def _post_to(target: httpx.URL, address: str, body: str, headers: dict[str, str]) -> httpx.Response:
     """POST to ``address`` itself rather than to the name, so that no second
     lookup can choose where the request goes. The receiver still sees its
     name: in the Host header, and over https as the SNI name, which httpcore
     also hands to the TLS handshake as the name the certificate must carry."""
-    with httpx.Client(timeout=float(settings.WEBHOOK_TIMEOUT_SECONDS), follow_redirects=False) as client:
+    # No proxy from the environment (trust_env): a proxy would look the name
+    # up again itself, out of reach of the check.
+    with httpx.Client(
+        timeout=float(settings.WEBHOOK_TIMEOUT_SECONDS), follow_redirects=False, trust_env=False, verify=_verify()
+    ) as client:
         return client.post(
             target.copy_with(host=address),  # httpx puts an IPv6 address in brackets
             content=body.encode(),

@@ -580,6 +580,10 @@ WEBHOOK_RETRY_DELAYS: list[float] = [
 # Failed attempts in a row after which an endpoint is switched off.
 WEBHOOK_DISABLE_AFTER_FAILURES: int = env.int("WEBHOOK_DISABLE_AFTER_FAILURES", default=15)
 WEBHOOK_TIMEOUT_SECONDS: float = env.float("WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Certificates of https receivers are checked against this CA bundle (a PEM
+# file) instead of the system's and certifi's, e.g. for receivers under a
+# company CA. Deliveries ignore SSL_CERT_FILE and proxies from the environment.
+WEBHOOK_CA_BUNDLE: str = env("WEBHOOK_CA_BUNDLE", default="")
 # Loopback, private, link-local and reserved addresses are refused unless this is on
 # (a receiver on the same host or network, and the tests' loopback receiver).
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES: bool = env.bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", default=False)
