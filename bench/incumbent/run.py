@@ -94,6 +94,7 @@ def _notifications_for(user: Any, actor: Any, *, count: int, read_every: int | N
     ``i % 10 < read_every`` one read (3 -> 30%), as the main bench marks its items."""
     from django.contrib.contenttypes.models import ContentType
     from django.utils import timezone
+
     from notifications.models import Notification
 
     actor_type = ContentType.objects.get_for_model(actor)
@@ -130,10 +131,10 @@ def main() -> int:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
-    from notifications.models import Notification
-    from notifications.signals import notify
 
     from bench.harness import measure, once
+    from notifications.models import Notification
+    from notifications.signals import notify
 
     call_command("migrate", verbosity=0)
     _ensure_users(args.users)

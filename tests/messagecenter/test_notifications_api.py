@@ -173,7 +173,9 @@ def test_permissions(anon_client: Any, recipient: Any, replenish: dict[str, Any]
         assert_error(client_for(staff).post(path, payload, format="json"), 403)
     assert_error(anon_client.delete(f"{SUBS}1/"), 401)
     assert_error(client_for(staff).delete(f"{SUBS}1/"), 403)
-    staff.user_permissions.add(Permission.objects.get(codename="add_notification"))
+    staff.user_permissions.add(
+        Permission.objects.get(codename="add_notification", content_type__app_label="messagecenter")
+    )
     staff = type(staff).objects.get(pk=staff.pk)  # drop the permission cache
     assert client_for(staff).post(NOTIFY, payloads[NOTIFY], format="json").status_code == 202
     assert_error(client_for(staff).post(SUBS, payloads[SUBS], format="json"), 403)

@@ -241,7 +241,7 @@ def test_permissions(anon_client: Any, recipient_client: Any) -> None:
         assert_error(getattr(recipient_client, method)(path, {}, format="json"), 403)
         assert_error(getattr(staff, method)(path, {}, format="json"), 403)
         allowed = StaffFactory(username=f"can-{codename}")
-        allowed.user_permissions.add(Permission.objects.get(codename=codename))
+        allowed.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="messagecenter"))
         assert_error(getattr(client_for(allowed), method)(path, {}, format="json"), 404)  # past the permission
 
 
