@@ -2,7 +2,7 @@
 
 With PROMETHEUS_MULTIPROC_DIR set, prometheus-client keeps each worker's
 values in files there; a worker that exits must be marked dead so that its
-live gauges (open event streams) stop counting. See README, "Metrics".
+live gauges (open event streams) stop counting. See docs/operating/metrics.md.
 """
 
 import os

@@ -2,8 +2,8 @@
 
 Redis (``redis://``, ``rediss://``) or RabbitMQ (``amqp://``, ``amqps://``,
 ``pyamqp://``); anything else stops the process at start with the reason,
-before a worker or a web process runs with tasks going nowhere. See the
-README ("Choosing the broker") and docs/ARCHITECTURE.md.
+before a worker or a web process runs with tasks going nowhere. See
+docs/operating/brokers.md and docs/ARCHITECTURE.md.
 """
 
 import json
