@@ -45,9 +45,10 @@ def _synced_user(context: template.Context) -> Any:
     if user is None:
         return None
     request = context["request"]
-    if not getattr(request, "_notifications_synced", False):
+    # Marked on the request (an attribute of our own, as middlewares add them).
+    if not getattr(request, "notifications_synced", False):
         services.inbox_sync(user=user)
-        request._notifications_synced = True
+        request.notifications_synced = True
     return user
 
 
