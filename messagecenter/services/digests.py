@@ -36,7 +36,7 @@ from django.utils.translation import gettext
 
 from core.exceptions import ValidationFailed
 from core.metrics import EMAIL_FAILURES
-from messagecenter.labels import CATEGORY_LABELS
+from messagecenter.emails import absolute_url, email_items
 from messagecenter.models import EmailDigest, UserPreferences
 from messagecenter.selectors import InboxItem, inbox_list, preferences_get
 from messagecenter.services.preferences import preferences_update
@@ -210,31 +210,18 @@ def _send_one(*, user: AbstractBaseUser, mode: str, now: datetime, previous: dat
     return "sent"
 
 
-def _absolute(path: str) -> str:
-    return settings.MESSAGECENTER_SITE_URL.rstrip("/") + path
-
-
 def _message(*, user: AbstractBaseUser, mode: str, items: list[InboxItem], unread: int) -> EmailMultiAlternatives:
-    unsubscribe_url = _absolute(
+    unsubscribe_url = absolute_url(
         reverse("messagecenter:digest-unsubscribe", args=[digest_unsubscribe_token(user_id=int(user.pk))])
     )
     with translation.override(settings.LANGUAGE_CODE):
         context: dict[str, Any] = {
             "user": user,
             "weekly": mode == EmailDigest.WEEKLY.value,
-            "items": [
-                {
-                    "title": item.title,
-                    "summary": item.summary,
-                    "category": str(CATEGORY_LABELS.get(item.category, item.category)),
-                    "created_at": item.created_at,
-                    "url": _absolute(reverse("messagecenter:item", args=[item.id])),
-                }
-                for item in items
-            ],
+            "items": email_items(items, ref=lambda item: item.id),
             "unread": unread,
-            "inbox_url": _absolute(reverse("messagecenter:inbox")),
-            "settings_url": _absolute(reverse("messagecenter:settings")),
+            "inbox_url": absolute_url(reverse("messagecenter:inbox")),
+            "settings_url": absolute_url(reverse("messagecenter:settings")),
             "unsubscribe_url": unsubscribe_url,
         }
         subject = gettext("Your weekly inbox digest") if context["weekly"] else gettext("Your daily inbox digest")

@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from core import metrics
 from core.exceptions import ValidationFailed
 from messagecenter import channel_prefs
+from messagecenter.emails import absolute_url, email_items
 from messagecenter.labels import CATEGORY_LABELS
 from messagecenter.models import CATEGORIES, ItemChannels
 from messagecenter.services.channels.limits import holds_record, limits_apply
@@ -74,10 +75,6 @@ def channel_token_user(*, token: str) -> tuple[AbstractBaseUser, str]:
 # --- rendering ------------------------------------------------------------------------
 
 
-def _absolute(path: str) -> str:
-    return str(settings.MESSAGECENTER_SITE_URL).rstrip("/") + path
-
-
 def _language(recipient: Recipient) -> str:
     codes = {code for code, _name in settings.LANGUAGES}
     return recipient.language if recipient.language in codes else str(settings.LANGUAGE_CODE)
@@ -86,7 +83,7 @@ def _language(recipient: Recipient) -> str:
 def channel_email(*, recipient: Recipient, items: Sequence[ChannelItem], summary: bool) -> EmailMultiAlternatives:
     """The e-mail about one item, or (``summary``) about what quiet hours held."""
     category = items[0].category if len(items) == 1 and not summary else ALL_CATEGORIES
-    unsubscribe_url = _absolute(
+    unsubscribe_url = absolute_url(
         reverse(
             "messagecenter:channel-unsubscribe",
             args=[channel_unsubscribe_token(user_id=recipient.user_id, category=category)],
@@ -95,18 +92,9 @@ def channel_email(*, recipient: Recipient, items: Sequence[ChannelItem], summary
     with translation.override(_language(recipient)):
         context: dict[str, Any] = {
             "summary": summary,
-            "items": [
-                {
-                    "title": item.title,
-                    "summary": item.summary,
-                    "category": str(CATEGORY_LABELS.get(item.category, item.category)),
-                    "created_at": item.created_at,
-                    "url": _absolute(reverse("messagecenter:item", args=[item.ref])),
-                }
-                for item in items
-            ],
-            "inbox_url": _absolute(reverse("messagecenter:inbox")),
-            "settings_url": _absolute(reverse("messagecenter:settings")),
+            "items": email_items(items, ref=lambda item: item.ref),
+            "inbox_url": absolute_url(reverse("messagecenter:inbox")),
+            "settings_url": absolute_url(reverse("messagecenter:settings")),
             "unsubscribe_url": unsubscribe_url,
             "category_label": str(CATEGORY_LABELS.get(category, "")) if category != ALL_CATEGORIES else "",
         }
