@@ -228,7 +228,22 @@ class WebhookDeliveryStatus(models.TextChoices):
     FAILED = "failed", "Failed (gave up)"
 
 
-class WebhookDelivery(models.Model):
+class DeliveryAttempts(models.Model):
+    """What a durable delivery keeps of its attempts (webhooks, and pushes that
+    wait for a retry): ``core.webhooks`` relays the due ones and retries them."""
+
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class WebhookDelivery(DeliveryAttempts):
     """One event for one endpoint: written in the transaction of the event itself
     (an outbox), handed to Celery after commit, retried until it succeeds or
     runs out of attempts."""
@@ -239,12 +254,6 @@ class WebhookDelivery(models.Model):
     message_id = models.CharField(max_length=64, unique=True)
     payload = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=WebhookDeliveryStatus.choices, default="pending")
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField()
-    last_status_code = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

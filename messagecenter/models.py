@@ -10,6 +10,8 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 from pyroaring import BitMap
 
+from core.models import DeliveryAttempts
+
 
 class Category(models.TextChoices):
     SYSTEM = "system", "System"
@@ -789,7 +791,7 @@ class ItemChannels(models.Model):
         return f"channels of {self.item_id}"
 
 
-class PushDelivery(models.Model):
+class PushDelivery(DeliveryAttempts):
     """A push that failed and waits for its next attempt: the webhooks' shape
     (``core.webhooks``: status, attempts, ``next_attempt_at`` leased and relayed
     by beat, retried after ``WEBHOOK_RETRY_DELAYS``). First attempts need no
@@ -799,12 +801,6 @@ class PushDelivery(models.Model):
     item_id = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
     status = models.CharField(max_length=16, default="pending")  # core.models.WebhookDeliveryStatus values
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField()
-    last_status_code = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "push deliveries"
