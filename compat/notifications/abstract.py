@@ -109,10 +109,10 @@ class NotificationQuerySet(models.QuerySet):
 
 class Level(models.TextChoices):
     # Lower-case names: callers write ``Notification.LEVELS.info`` as with the incumbent.
-    success = "success", "success"
-    info = "info", "info"
-    warning = "warning", "warning"
-    error = "error", "error"
+    success = "success", _("success")
+    info = "info", _("info")
+    warning = "warning", _("warning")
+    error = "error", _("error")
 
 
 class AbstractNotification(models.Model):

@@ -1,24 +1,33 @@
 """The notifications and the message centre's inbox, kept in step.
 
 A send is one message to all its recipients (``inbox_deliver``); each
-recipient's row gets an ``InboxLink`` to it, holding the read flag both sides
-last agreed on. From then on either side may change:
+recipient's row gets an ``InboxLink`` to it. What the two sides keep equal
+is what the message centre's badge counts: an item counts as unread while
+it is in the user's list with its read flag clear. So an archived or
+snoozed item counts as read here, whatever its own flag, and comes back
+unread when it returns to the list unread (unarchived unread, or woken: a
+snooze clears the flag). The link holds that answer as both sides last
+agreed on it, and from then on either side may change:
 
 - the notification (mark read or unread, delete; through this app or by any
   UPDATE): ``inbox_push`` carries the change to the inbox through the message
-  centre's own mark and delete services. The receivers call it after every
-  commit that touched a user's notifications;
-- the inbox item (the user marks or deletes it in the message centre):
-  ``inbox_pull`` carries it back. The inbox's services tell nobody of their
-  marks, so the pull runs before this app answers anything about a user's
-  notifications (``inbox_sync``: the views, the live endpoints and the
-  template tags), and the counts the two sides show agree whenever either
-  is read.
+  centre's own services. Marking a notification unread brings its item back
+  to the list (unarchived, its snooze ended), or the next pull would read the
+  item as read and undo the mark. The receivers call it after every commit
+  that touched a user's notifications;
+- the inbox item (the user marks, archives, snoozes or deletes it, a snooze
+  ends, the message is retracted): ``inbox_pull`` carries it back. The inbox
+  tells nobody of its changes, and a snooze ends by the clock alone, so the
+  pull runs before this app answers anything about a user's notifications
+  (``inbox_sync``: the views, the live endpoints and the template tags), and
+  the counts the two sides show agree whenever either is read.
 
-A change that cannot be applied yet (the message still queued for delivery,
-a snoozed item) stays pending, visible as a link whose flag differs, and the
-next sync tries it again. (With Redis down the message centre takes marks all
-the same: it queues them itself.)
+Each direction moves the link to what it made both sides say, so a change
+carried one way is never carried back. A change that cannot be applied yet
+(the message still queued for delivery) stays pending, visible as a link
+whose flag differs from its row's, and the next sync tries it again. (With
+Redis down the message centre takes marks all the same: it queues them
+itself.)
 """
 
 import logging
@@ -31,13 +40,21 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 from django.utils.html import escape, linebreaks
 from django.utils.translation import gettext
 
 from core.exceptions import LimitExceeded, NotFound, ValidationFailed
-from messagecenter.models import InboxHidden, Message, MessageStatus
-from messagecenter.selectors import inbox_item_get, inbox_list, muted_among
-from messagecenter.services import inbox_hide, inbox_mark_read, inbox_mark_unread, message_send
+from messagecenter.models import InboxHidden, InboxItemState, Message, MessageStatus
+from messagecenter.selectors import inbox_list, muted_among
+from messagecenter.services import (
+    inbox_archive,
+    inbox_hide,
+    inbox_mark_read,
+    inbox_mark_unread,
+    inbox_unarchive,
+    message_send,
+)
 from notifications.models import InboxLink, Notification
 from notifications.settings import soft_delete
 
@@ -52,6 +69,8 @@ _SUMMARY_LENGTH = 300
 _LINK_LENGTH = 500
 # Unread items read per inbox page while pulling (the selector's ceiling).
 _PAGE = 100
+# Where an item the user took out of the list is (``_parked``).
+_ARCHIVED, _SNOOZED = "archived", "snoozed"
 
 
 def enabled() -> bool:
@@ -165,13 +184,30 @@ def inbox_deliver(
                     if int(row.recipient_id) not in muted
                 ]
             )
+            _muted_rows_read([row for row in notifications if int(row.recipient_id) in muted])
     except (ValidationFailed, LimitExceeded):
         logger.exception("notifications %s..%s stored, but not delivered to the inbox", first.pk, notifications[-1].pk)
         return None
-    pending = {int(row.recipient_id) for row in notifications if not row.unread or row.deleted}
+    pending = {
+        int(row.recipient_id)
+        for row in notifications
+        if (not row.unread or row.deleted) and int(row.recipient_id) not in muted
+    }
     if pending:
         inbox_push_on_commit(user_ids=pending)
     return message
+
+
+def _muted_rows_read(rows: Sequence[Notification]) -> None:
+    """Rows of recipients who muted the category are stored read. The message
+    centre hides what arrives in a muted category for good (unmuting brings
+    none of it back), so its badge never counts such an item; an unread row
+    would count in ``live_unread_notification_count`` alone, for ever."""
+    if not rows:
+        return
+    Notification.objects.filter(pk__in=[row.pk for row in rows]).update(unread=False)
+    for row in rows:
+        row.unread = False
 
 
 # --- Notifications -> inbox ---------------------------------------------------------------
@@ -201,6 +237,47 @@ def inbox_push(*, user_ids: Iterable[int]) -> int:
     return sum(_push(user) for user in users)
 
 
+class _NotYet(Exception):
+    """The item cannot take the change in this transaction: the next sync does it."""
+
+
+def _parked(user_id: int, refs: Collection[str]) -> dict[str, str]:
+    """ref -> archived or snoozed, for those of the items the user took
+    out of the list, read from the message centre's rows of those actions
+    (its truth: Redis follows them), by its rule: archived wins, a snooze
+    whose time has passed is over."""
+    if not refs:
+        return {}
+    now = timezone.now()
+    parked: dict[str, str] = {}
+    rows = InboxItemState.objects.filter(user_id=user_id, item_id__in=sorted(refs))
+    for ref, archived, until in rows.values_list("item_id", "archived", "snoozed_until"):
+        if archived:
+            parked[ref] = _ARCHIVED
+        elif until is not None and until > now:
+            parked[ref] = _SNOOZED
+    return parked
+
+
+def _unread_in_the_list(*, user: AbstractBaseUser, ref: str, parked: str | None) -> None:
+    """Make the item count as unread: marked unread and back in the list. A
+    mark alone would leave an archived or snoozed item out of every count,
+    and the next pull would read the notification back as read."""
+    if parked == _SNOOZED:
+        # The message centre has no service that ends a snooze early: archiving
+        # a snoozed item ends its snooze (it stays unread, at its own time) and
+        # unarchiving puts it back. The unarchive finds the item where Redis
+        # says it is, which follows the archive only once that has committed.
+        if transaction.get_connection().in_atomic_block:
+            raise _NotYet
+        inbox_archive(user=user, item_id=ref)
+        parked = _ARCHIVED
+    # Marked first: an archived item takes marks, and returns with its flag.
+    inbox_mark_unread(user=user, item_id=ref)
+    if parked == _ARCHIVED:
+        inbox_unarchive(user=user, item_id=ref)
+
+
 def _push(user: AbstractBaseUser) -> int:
     user_id = int(user.pk)
     links = InboxLink.objects.filter(user_id=user_id)
@@ -224,34 +301,53 @@ def _push(user: AbstractBaseUser) -> int:
     forget: list[int] = []  # links with nothing more to keep in step
     for link in [*orphans, *(c for c in changed if c["notification__deleted"])]:
         try:
-            inbox_hide(user=user, item_id=f"m{link['message_id']}")
+            inbox_hide(user=user, item_id=f"m{link['message_id']}")  # archived and snoozed ones too
             done += 1
         except NotFound:
             if link["message__status"] in _ON_ITS_WAY:
                 waiting = True  # delete it once it has arrived
                 continue
         forget.append(link["notification_id"])
+    marks = [c for c in changed if not c["notification__deleted"]]
+    parked = _parked(user_id, {f"m{c['message_id']}" for c in marks if c["notification__unread"]})
     hidden_there: set[int] | None = None
     deleted_there: list[int] = []  # rows whose item the user deleted in the inbox meanwhile
-    for link in changed:
-        if link["notification__deleted"]:
-            continue
+    for link in marks:
         unread = bool(link["notification__unread"])
-        mark = inbox_mark_unread if unread else inbox_mark_read
+        ref = f"m{link['message_id']}"
         try:
-            mark(user=user, item_id=f"m{link['message_id']}")
+            if unread:
+                _unread_in_the_list(user=user, ref=ref, parked=parked.get(ref))
+            else:
+                # An archived item takes the mark (it keeps it for its return);
+                # a snoozed one refuses it, and counts as read already.
+                inbox_mark_read(user=user, item_id=ref)
+            done += 1
+        except _NotYet:
+            waiting = True
+            continue
         except NotFound:
             if hidden_there is None:
                 hidden_there = _inbox_hidden_message_ids(user_id)
             if link["message_id"] in hidden_there:
                 deleted_there.append(link["notification_id"])
-            elif link["message__status"] in _GONE:
+                continue
+            if link["message__status"] in _ON_ITS_WAY:
+                waiting = True
+                continue
+            if link["message__status"] in _GONE:
                 forget.append(link["notification_id"])
-            else:
-                waiting = True  # on its way, or snoozed (no mark reaches a snoozed item)
-            continue
+                continue
+            if unread:
+                if _parked(user_id, [ref]):
+                    waiting = True  # parked since we looked: the next look brings it back
+                else:
+                    # Out of the inbox for good (expired, or pushed out of a full
+                    # inbox): no item left to count the notification.
+                    forget.append(link["notification_id"])
+                continue
+            # Not in the list (snoozed, expired, pushed out): it counts as read there already.
         InboxLink.objects.filter(pk=link["notification_id"]).update(unread=unread)
-        done += 1
     if deleted_there:
         _delete_rows(deleted_there)
     if forget:
@@ -277,17 +373,19 @@ def _delete_rows(notification_ids: Sequence[int]) -> None:
 # --- Inbox -> notifications ---------------------------------------------------------------
 
 
-def _inbox_unread_message_ids(user: AbstractBaseUser) -> set[int]:
-    """Ids of the messages unread in the user's inbox list, in the category the
-    sends go to (archived and snoozed items are not in the list)."""
+def _inbox_unread_message_ids(user: AbstractBaseUser, categories: Collection[str]) -> set[int]:
+    """Ids of the messages that count as unread in the user's inbox (listed,
+    read flag clear: what the badge counts), in these categories."""
     found: set[int] = set()
-    cursor: str | None = None
-    while True:
-        page = inbox_list(user=user, category=inbox_category(), unread_only=True, limit=_PAGE, cursor=cursor)
-        found.update(int(item.id[1:]) for item in page.results if item.id.startswith("m") and item.id[1:].isdigit())
-        cursor = page.next_cursor
-        if not cursor:
-            return found
+    for category in sorted(categories):
+        cursor: str | None = None
+        while True:
+            page = inbox_list(user=user, category=category, unread_only=True, limit=_PAGE, cursor=cursor)
+            found.update(int(item.id[1:]) for item in page.results if item.id.startswith("m") and item.id[1:].isdigit())
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return found
 
 
 def _inbox_hidden_message_ids(user_id: int) -> set[int]:
@@ -298,62 +396,64 @@ def _inbox_hidden_message_ids(user_id: int) -> set[int]:
 
 
 def inbox_pull(*, user: AbstractBaseUser) -> int:
-    """Carry what the user did in the inbox to their notifications: deletes,
-    then unread marks, then read marks. Returns how many rows changed.
+    """Carry what became of the user's items in the inbox to their
+    notifications: deletes, then items that came to count as unread, then
+    items that stopped (read, archived, snoozed, retracted). Returns how many
+    rows changed.
 
-    Two queries and one inbox page per hundred unread items: the links worth
-    a look are the unread ones and those of items unread or deleted in the
-    inbox, never the user's whole history."""
+    Three queries and one inbox page per hundred unread items: the links
+    worth a look are the unread ones and those of items unread or deleted in
+    the inbox, never the user's whole history. The unread items are listed
+    in the category sends go to and in any other that an unread link's
+    message has (sent before NOTIFICATIONS_INBOX_CATEGORY changed)."""
     if not enabled():
         return 0
     user_id = int(user.pk)
     hidden_there = _inbox_hidden_message_ids(user_id)
-    unread_there = _inbox_unread_message_ids(user)
-    links = list(
-        InboxLink.objects.filter(user_id=user_id)
-        .filter(Q(unread=True) | Q(message_id__in=sorted(unread_there | hidden_there)))
-        .values_list("notification_id", "message_id", "unread", "message__status")
-    )
-    hidden = [pk for pk, message_id, _unread, _status in links if message_id in hidden_there]
-    # Retracted or expired: the item left every inbox; the row stays as it is.
-    gone = [pk for pk, message_id, unread, status in links if status in _GONE and message_id not in hidden_there]
-    reopened = [
-        pk for pk, message_id, unread, _status in links if not unread and message_id in unread_there - hidden_there
-    ]
-    accounted = unread_there | hidden_there
-    read = []
-    for pk, message_id, unread, status in links:
-        if not unread or status != MessageStatus.DELIVERED or message_id in accounted:
-            continue
-        try:
-            item = inbox_item_get(user=user, item_id=f"m{message_id}")
-        except NotFound:
-            continue  # snoozed, or pushed out of a full inbox: nothing the user said
-        if item.read:
-            read.append(pk)
+    fields = ("notification_id", "message_id", "unread", "message__status")
+    links = InboxLink.objects.filter(user_id=user_id)
+    counted = list(links.filter(unread=True).values_list(*fields, "message__category"))
+    unread_there = _inbox_unread_message_ids(user, {inbox_category(), *(row[4] for row in counted)})
+    wanted = sorted(unread_there | hidden_there)
+    rest = list(links.filter(unread=False, message_id__in=wanted).values_list(*fields)) if wanted else []
+    hidden: list[int] = []
+    gone: list[int] = []  # retracted, expired, cancelled: the item left every inbox
+    reopened: list[int] = []
+    closed: list[int] = []
+    for pk, message_id, agreed, status, *_category in [*counted, *rest]:
+        if message_id in hidden_there:
+            hidden.append(pk)
+        elif status in _GONE:
+            gone.append(pk)
+            if agreed:
+                closed.append(pk)  # the badge lost it: the row is read, and stays
+        elif message_id in unread_there:
+            if not agreed:
+                reopened.append(pk)
+        elif agreed and status == MessageStatus.DELIVERED:
+            # Read, archived, snoozed, or out of the inbox: no longer counted.
+            # (A message still on its way is counted nowhere yet.)
+            closed.append(pk)
     if hidden:
         _delete_rows(hidden)
+    changed = _flags_set(reopened, unread=True) + _flags_set(closed, unread=False)
     if gone:
         InboxLink.objects.filter(pk__in=gone).delete()
-    changed = _flags_set(reopened, unread=True) + _flags_set(read, unread=False)
     if changed or hidden:
         unread_count_forget([user_id])
     return changed + len(hidden)
 
 
 def _flags_set(notification_ids: Sequence[int], *, unread: bool) -> int:
-    """Set rows and links to what the inbox says. Only rows still holding the
-    other flag change: a row the user changed here meanwhile keeps its change,
-    and its link (left as it was) makes it the next push's."""
+    """Set rows and links to what the inbox says; returns rows changed. A row
+    that holds that flag already (the user made the same change here) only
+    needs its link to agree; no signal is sent, so nothing is pushed back."""
     if not notification_ids:
         return 0
     with transaction.atomic():
-        rows = list(
-            Notification.objects.filter(pk__in=notification_ids, unread=not unread).values_list("pk", flat=True)
-        )
-        Notification.objects.filter(pk__in=rows).update(unread=unread)
-        InboxLink.objects.filter(pk__in=rows).update(unread=unread)
-    return len(rows)
+        changed = Notification.objects.filter(pk__in=notification_ids, unread=not unread).update(unread=unread)
+        InboxLink.objects.filter(pk__in=notification_ids).update(unread=unread)
+    return changed
 
 
 def inbox_sync(*, user: Any) -> int:

@@ -98,7 +98,8 @@ function fetch_api_data() {
   var badges = document.getElementsByClassName(notify_badge_class);
   for (var i = 0; i < badges.length; i++) {
     badges[i].textContent = "!";
-    badges[i].title = "Connection lost!";
+    // In the page's language when it loads Django's JavaScript catalogue.
+    badges[i].title = typeof gettext === "function" ? gettext("Connection lost!") : "Connection lost!";
   }
 }
 
