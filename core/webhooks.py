@@ -127,27 +127,37 @@ def _parse(url: str) -> httpx.URL:
     return parsed
 
 
-def _resolve(parsed: httpx.URL) -> list[str]:
-    """Every address the URL's host resolves to, in the resolver's order, once.
-    Unless private addresses are allowed, refuses the host when any of them is
-    refused: a name that mixes a public address with an inner one could be
-    answered with either. Raises ValidationFailed on ``url``."""
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+def addresses_checked(host: str, port: int, *, allow_private: bool) -> list[str]:
+    """Every address ``host`` resolves to, in the resolver's order, looked up
+    once. Unless ``allow_private``, refuses the host when any of them is not
+    public: a name that mixes a public address with an inner one could be
+    answered with either. The caller connects to these addresses and never
+    looks the name up again. Raises ValidationFailed on ``url``."""
     try:
-        infos = socket.getaddrinfo(parsed.raw_host.decode("ascii"), port, proto=socket.IPPROTO_TCP)
+        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError, ValueError) as exc:
         raise _invalid("url", "The host does not resolve.", "invalid_url") from exc
     # A name answers each address once per socket type; keep the first of each.
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise _invalid("url", "The host does not resolve.", "invalid_url")
-    if not settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES and any(
+    if not allow_private and any(
         # A link-local IPv6 answer carries its interface ("fe80::1%eth0").
         _address_refused(ipaddress.ip_address(address.split("%", 1)[0]))
         for address in addresses
     ):
         raise _invalid("url", "The host resolves to a private or reserved address.", "invalid_url")
     return addresses
+
+
+def _resolve(parsed: httpx.URL) -> list[str]:
+    """The checked addresses of a webhook URL's host (``addresses_checked``)."""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        host = parsed.raw_host.decode("ascii")
+    except UnicodeError as exc:
+        raise _invalid("url", "The host does not resolve.", "invalid_url") from exc
+    return addresses_checked(host, port, allow_private=settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES)
 
 
 def webhook_url_check(url: str) -> None:

@@ -18,10 +18,12 @@ again: a deployment sets a key of its own).
 
 Endpoints must be https. ``MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS`` (tests
 only) also admits http and loopback or private addresses, where the tests'
-own push service listens; otherwise, before each push, the endpoint's host
-must resolve to public addresses only (``core.webhooks.webhook_url_check``,
-the webhooks' rule): a subscription is whatever a browser (or a caller
-pretending to be one) sent, and must not make this server POST inward.
+own push service listens; otherwise the endpoint's host must resolve to
+public addresses only (the webhooks' rule, ``core.webhooks``): a
+subscription is whatever a browser (or a caller pretending to be one) sent,
+and must not make this server POST inward. The rule is applied to the very
+lookup each connection uses (``CheckedResolver``), so a name cannot answer
+differently between a check and the connection.
 """
 
 import asyncio
@@ -31,6 +33,7 @@ import functools
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Coroutine, Sequence
@@ -41,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.hashes import SHA256
@@ -299,6 +303,41 @@ def _request(push: Outgoing) -> tuple[bytes, dict[str, str]]:
     return bytes(body), headers
 
 
+class CheckedResolver(AbstractResolver):
+    """aiohttp's resolver for push services (its documented extension point):
+    one lookup of the name, every address checked by the webhooks' rule
+    (``core.webhooks.addresses_checked``), and the connection made to those
+    addresses, so a name that answers a public address to a check and an inner
+    one afterwards (DNS rebinding) never reaches inside. The Host header and
+    the TLS server name stay the push service's name."""
+
+    def __init__(self, *, allow_private: bool) -> None:
+        self.allow_private = allow_private
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        lookup = functools.partial(webhooks.addresses_checked, host, port, allow_private=self.allow_private)
+        try:
+            addresses = await asyncio.get_running_loop().run_in_executor(None, lookup)
+        except ValidationFailed as exc:
+            raise OSError(exc.message) from exc
+        results = []
+        for address in addresses:
+            kind = socket.AF_INET6 if ":" in address else socket.AF_INET
+            if family in (socket.AF_INET, socket.AF_INET6) and kind != family:
+                continue
+            results.append(
+                ResolveResult(hostname=host, host=address, port=port, family=kind, proto=0, flags=socket.AI_NUMERICHOST)
+            )
+        if not results:
+            raise OSError(f"{host} has no address of the family asked for")
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
 async def _post_all(pushes: Sequence[Outgoing], refused: dict[str, str]) -> list[PushResult]:
     """POST every push on one session (keep-alive connections to each push
     service), at most MESSAGECENTER_PUSH_CONCURRENCY at a time. No redirect is
@@ -308,7 +347,7 @@ async def _post_all(pushes: Sequence[Outgoing], refused: dict[str, str]) -> list
     concurrency = max(1, int(settings.MESSAGECENTER_PUSH_CONCURRENCY))
     timeout = aiohttp.ClientTimeout(total=float(settings.MESSAGECENTER_PUSH_TIMEOUT_SECONDS))
     gate = asyncio.Semaphore(concurrency)
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency, resolver=CheckedResolver(allow_private=_local_allowed()))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False) as session:
 
         async def one(push: Outgoing) -> PushResult:
