@@ -13,9 +13,7 @@ Only Redis is involved: bulletins go in through ``readmodel.publish`` (the
 projection's own call) without PostgreSQL rows.
 """
 
-import statistics
 import time
-from typing import Any
 
 from django.utils import timezone
 
@@ -54,26 +52,6 @@ def _read(user_id: int) -> None:
     )
 
 
-class _Work:
-    """Bulletin configs each planned read looked at (``_Plan.bulletins_read``)."""
-
-    def __init__(self) -> None:
-        self.read: list[int] = []
-        self._original = inbox._plan
-
-    def __enter__(self) -> "_Work":
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            plan = self._original(*args, **kwargs)
-            self.read.append(int(getattr(plan, "bulletins_read", -1)))
-            return plan
-
-        inbox._plan = counted  # type: ignore[assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        inbox._plan = self._original  # type: ignore[assignment]
-
-
 def _timed_reads(readers: list[int]) -> Stats:
     samples = []
     for user_id in readers:
@@ -83,8 +61,8 @@ def _timed_reads(readers: list[int]) -> Stats:
     return Stats(samples)
 
 
-def _measure(live: int, readers: list[int], rounds: int) -> tuple[Stats, Stats, float]:
-    """(steady reads, first reads after a publish, configs looked at per first read)."""
+def _measure(live: int, readers: list[int], rounds: int) -> tuple[Stats, Stats]:
+    """(steady reads, first reads after a publish)."""
     keyspace_flush()
     now_ms = to_ms(timezone.now())
     for bulletin_id in range(1, live + 1):
@@ -95,16 +73,13 @@ def _measure(live: int, readers: list[int], rounds: int) -> tuple[Stats, Stats, 
     for user_id in readers:  # each user's first read ever merges its groups' bulletins (untimed)
         _read(user_id)
     steady, first = Stats([]), Stats([])
-    looked: list[int] = []
     for extra in range(1, rounds + 1):
         steady.samples += _timed_reads(readers).samples
         # One more bulletin, for everyone: each reader's next read is their first after it.
         now_ms = to_ms(timezone.now())
         _put(live + extra, now_ms=now_ms, groups=[], display_ms=now_ms - 1)
-        with _Work() as work:
-            first.samples += _timed_reads(readers).samples
-        looked += work.read
-    return steady, first, statistics.mean(looked) if looked else 0.0
+        first.samples += _timed_reads(readers).samples
+    return steady, first
 
 
 def run(*, users: int, quick: bool) -> list[Row]:
@@ -115,7 +90,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     rows: list[Row] = []
     base: Stats | None = None
     for live in counts:
-        steady, first, looked = _measure(live, readers, rounds)
+        steady, first = _measure(live, readers, rounds)
         base = base or first
         shape = f"{live:,} live bulletins (1/{GROUPS} each user's), {len(readers)} users x {rounds} publishes"
         rows.append(
@@ -143,8 +118,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
                 p99=first.p99,
                 baseline_p99=base.p99,
                 target=TARGET_RATIO if live == counts[-1] else None,
-                note=f"bulletin configs looked at per read: {looked:,.1f} (-1: not counted by this code)"
-                + ("; target: within 1.5x of the same at 10 live" if live == counts[-1] else ""),
+                note="target: within 1.5x of the same at 10 live" if live == counts[-1] else "",
             )
         )
     keyspace_flush()

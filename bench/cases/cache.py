@@ -1,6 +1,7 @@
 """Read-through cache hygiene: SQL queries spent when many requests miss the
-same entry at once (a token's owner), against filling per miss (what every
-request did before entries had a fill lock), and by a repeated bad token."""
+same entry at once (a token's owner), against one fill per miss (at least a
+query each: what every request did before entries had a fill lock), and by a
+repeated bad token."""
 
 import threading
 import time
@@ -63,29 +64,6 @@ def _misses(key: str, *, threads: int) -> int:
     return counter.count
 
 
-def _each_alone(run: Callable[[], int]) -> int:
-    """``run`` with both joins switched off: every miss fills on its own."""
-    real_flight, real_lock = readthrough._single_flight, readmodel.cache_fill_lock_and_look
-    readthrough._single_flight = lambda _key, work: work()  # type: ignore[assignment]
-    readmodel.cache_fill_lock_and_look = lambda **kwargs: (True, None)  # type: ignore[assignment]
-    try:
-        return run()
-    finally:
-        readthrough._single_flight = real_flight  # type: ignore[assignment]
-        readmodel.cache_fill_lock_and_look = real_lock  # type: ignore[assignment]
-
-
-def _processes_alone(run: Callable[[], int]) -> int:
-    """``run`` with the in-process join switched off: the threads meet only at
-    the Redis fill lock, as separate processes would."""
-    real_flight = readthrough._single_flight
-    readthrough._single_flight = lambda _key, work: work()  # type: ignore[assignment]
-    try:
-        return run()
-    finally:
-        readthrough._single_flight = real_flight  # type: ignore[assignment]
-
-
 def run(*, users: int, quick: bool) -> list[Row]:
     user, _ = get_user_model().objects.get_or_create(username="bench-cache")
     ApiToken.objects.filter(user=user).delete()
@@ -99,28 +77,14 @@ def run(*, users: int, quick: bool) -> list[Row]:
     TokenAuthentication().authenticate_credentials(key)
     rows: list[Row] = []
     for label, token in (("valid token", key), ("bad token", BAD_TOKEN)):
-        baseline = _each_alone(lambda token=token: _misses(token, threads=CONCURRENT))  # type: ignore[misc]
-        in_process = _misses(token, threads=CONCURRENT)
-        across = _processes_alone(lambda token=token: _misses(token, threads=CONCURRENT))  # type: ignore[misc]
         rows.append(
             Row(
                 CASE,
                 f"{CONCURRENT} concurrent misses of one {label}: SQL queries (threads of one process)",
-                in_process,
+                _misses(token, threads=CONCURRENT),
                 "queries",
                 "a fill per miss",
-                baseline,
-                at_most=1,
-            )
-        )
-        rows.append(
-            Row(
-                CASE,
-                f"{CONCURRENT} concurrent misses of one {label}: SQL queries (joined by the Redis fill lock only)",
-                across,
-                "queries",
-                "a fill per miss",
-                baseline,
+                CONCURRENT,
                 at_most=1,
             )
         )
