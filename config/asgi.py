@@ -1,23 +1,52 @@
+"""The ASGI application: Django's own handler, plus the lifespan protocol.
+
+Every HTTP request goes through Django (its middleware, URL resolver and one
+view). The small callable in front only answers the server's ``lifespan``
+messages, which Django's handler refuses: at shutdown it closes the process's
+live hub, so the streams' Redis subscription ends cleanly.
+"""
+
 import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-import django
+from django.core.asgi import get_asgi_application
 
-from core.asgi import ASGIHandler
 from core.replicas import check_replicas_reachable
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-# What django.core.asgi.get_asgi_application does, with the project's handler
-# (core/asgi.py: a bound on the requests that run sync code at once).
-django.setup(set_prefix=False)
-django_application = ASGIHandler()
+django_application = get_asgi_application()
+
+# Imported once Django is set up (the line above).
+from core.live import hub_close  # noqa: E402
 
 # A replica that does not answer stops the process here, before it serves.
 check_replicas_reachable()
 
-# The event stream is answered before Django (core/live_asgi.py): imported
-# after the line above, which sets Django up.
-from core.fast_asgi import FastRoutes  # noqa: E402
-from core.live_asgi import LiveStreamRoute  # noqa: E402
+# The ASGI callables' types as Django's handler declares them.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
-# The hottest reads are answered on the event loop when they can (core/fast_asgi.py).
-application = LiveStreamRoute(FastRoutes(django_application), path="/api/v1/inbox/stream/", event="inbox")
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer the server's startup and shutdown messages until shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            try:
+                await hub_close()
+            except Exception as exc:  # the server logs it and exits all the same
+                await send({"type": "lifespan.shutdown.failed", "message": repr(exc)})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
+    await django_application(scope, receive, send)

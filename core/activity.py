@@ -29,7 +29,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -91,20 +90,6 @@ class _MarkedToday:
 _marked = _MarkedToday()
 
 
-@dataclass(frozen=True)
-class PendingMark:
-    """The user's mark for today, for a caller that sends ``command`` with
-    commands of its own (the fast route: with its request's first round
-    trip) and calls ``done`` once Redis took it."""
-
-    day: str
-    user_id: int
-    command: tuple[Any, ...]
-
-    def done(self) -> None:
-        _marked.add(self.day, self.user_id)
-
-
 def _due(user_id: int, now: datetime | None) -> tuple[str, int, int, int] | None:
     """(day, chunk, offset, seconds kept) of the user's mark today; None when
     activity is off, the id is no user's, or this process marked them today."""
@@ -115,16 +100,6 @@ def _due(user_id: int, now: datetime | None) -> tuple[str, int, int, int] | None
         return None
     chunk, offset = divmod(int(user_id), _chunk_size())
     return day, chunk, offset, int(settings.MESSAGECENTER_ACTIVITY_KEEP_DAYS) * 86_400
-
-
-def pending_mark(*, user_id: int, now: datetime | None = None) -> PendingMark | None:
-    """What records the user active today, unless nothing is due (``_due``)."""
-    due = _due(user_id, now)
-    if due is None:
-        return None
-    day, chunk, offset, keep = due
-    command = readmodel.activity_mark_command(chunk=chunk, offset=offset, day=day, keep_seconds=keep)
-    return PendingMark(day, int(user_id), command)
 
 
 def forget_marked() -> None:

@@ -9,7 +9,7 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.urls import register_converter
 
-        from core import activity, checks, demo, healing, lookups, outbox, rebuild, signals  # noqa: F401  (register)
+        from core import activity, demo, healing, lookups, outbox, rebuild, signals  # noqa: F401  (register)
         from core.converters import IdConverter
 
         # Registered before any URLconf is imported: every app's id paths use it.

@@ -27,7 +27,7 @@ from rest_framework.authentication import TokenAuthentication as DRFTokenAuthent
 from core import keys
 from core.activity import record_active
 from core.models import ApiToken
-from core.readthrough import Entry, auth_policy, fill_entry, read_through
+from core.readthrough import auth_policy, read_through
 from core.selectors import PLATFORMS_ATTR, platforms_of
 from core.tokens import LAST_USED_PRECISION, TokenAuth, token_auth, token_digest, token_fields
 
@@ -108,13 +108,6 @@ def _owner_snapshot(digest: str) -> dict[str, Any] | None:
     if last_used is None or now - last_used >= LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=token["id"]).update(last_used_at=now)
     return data
-
-
-def token_entry_fill(digest: str) -> Entry | None:
-    """The entry of the token with this digest filled from PostgreSQL, for a
-    caller that found it not fresh in Redis (``core.readthrough.fill_entry``);
-    None when no fresh one is known."""
-    return fill_entry(keys.auth_token(digest), lambda: _owner_snapshot(digest), policy=auth_policy())
 
 
 class TokenAuthentication(DRFTokenAuthentication):

@@ -135,19 +135,6 @@ def require_ready() -> None:
         raise ReadModelNotReady("the Redis read model is being rebuilt")
 
 
-def known_ready() -> bool:
-    """Whether the read model is ready as far as this process knows without
-    asking Redis (a recent ``check`` said so, no Redis failure since); False
-    when a look at Redis is due: the caller then takes the path that looks."""
-    if not enabled():
-        return True
-    return (
-        bool(_state["ready"])
-        and time.monotonic() - _state["checked_at"] < _check_seconds()
-        and breaker.traffic.failures == _state["failures"]
-    )
-
-
 def confirm_ready() -> None:
     """``require_ready`` with a fresh look at the marker: before answering 404 from Redis."""
     if not check(fresh=True):

@@ -71,13 +71,6 @@ def auth_user(user_id: int) -> str:
     return _key("auth", "user", user_tag(user_id))
 
 
-def throttle(name: str) -> str:
-    """zset: the times (ms) of one client's recent requests under one throttle
-    (core/throttles.py; ``name`` is DRF's key of the client, ``throttle_<scope>_<ident>``),
-    member = a per-request token; expires with the window."""
-    return _key("throttle", f"{{{name}}}")
-
-
 def fill_lock(entry_key: str) -> str:
     """string: the fill lock of a read-through entry (core/readthrough.py): a random token
     with a short lease (SET NX PX). The entry's own name plus a suffix, so it keeps the

@@ -22,9 +22,8 @@ import hmac
 import ipaddress
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
@@ -37,7 +36,6 @@ from prometheus_client.registry import Collector
 
 from core import breaker
 from core.models import OutboxEntry, WebhookDelivery
-from core.modes import BothModesMiddleware
 
 REQUEST_LATENCY = Histogram(
     "messagecenter_http_request_duration_seconds",
@@ -55,12 +53,6 @@ CHANNEL_SENDS = Counter(
     "failed, retrying, skipped_read (read, archived or deleted before the e-mail), deferred "
     "(the user's digest choice or the hourly cap).",
     ["channel", "outcome"],
-)
-FAST_ROUTE = Counter(
-    "messagecenter_fast_route_requests",
-    "Requests the ASGI fast route took, per URL pattern, method and outcome: answered on the "
-    "event loop, or handed to Django (something only Django's path answers).",
-    ["route", "method", "outcome"],
 )
 LIVE_STREAMS = Gauge(
     "messagecenter_live_streams",
@@ -87,27 +79,22 @@ def _observe(request: HttpRequest, response: HttpResponseBase, started: float) -
 
 
 def observe_request(*, route: str, method: str, status: int, started: float) -> None:
-    """One answered request (also for answers given before Django: core/fast_asgi.py)."""
+    """One answered request."""
     method = method if method in METHODS else "other"
     REQUEST_LATENCY.labels(route=route, method=method, status=f"{status // 100}xx").observe(
         time.perf_counter() - started
     )
 
 
-class RequestMetricsMiddleware(BothModesMiddleware):
-    """Times every request (sync under WSGI, async under ASGI: an async stack
-    stays async). A streaming answer is timed to its first byte."""
+class RequestMetricsMiddleware:
+    """Times every request. A streaming answer is timed to its first byte."""
 
-    def _call(self, request: HttpRequest) -> Any:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         started = time.perf_counter()
         response = self.get_response(request)
-        _observe(request, response, started)
-        return response
-
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        started = time.perf_counter()
-        awaitable: Awaitable[HttpResponseBase] = self.get_response(request)
-        response = await awaitable
         _observe(request, response, started)
         return response
 

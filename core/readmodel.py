@@ -11,16 +11,14 @@ this module only sends its commands.
 
 import secrets
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from core import keys
 from core.lua import LuaScript
-from core.redis import get_redis, is_cluster, round_trip_async
+from core.redis import get_redis, is_cluster
 
 FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
 UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
 ACTIVITY_MARK_SCRIPT = LuaScript(__file__, "lua/activity_mark.lua")
-THROTTLE_SCRIPT = LuaScript(__file__, "lua/throttle.lua")
 
 
 # --- read-through entries (the policy is core/readthrough.py) -------------------------
@@ -107,12 +105,6 @@ def activity_mark(*, chunk: int, offset: int, day: str, keep_seconds: int) -> No
     ACTIVITY_MARK_SCRIPT([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
 
 
-def activity_mark_command(*, chunk: int, offset: int, day: str, keep_seconds: int) -> tuple[Any, ...]:
-    """``activity_mark`` as a command for a caller's own round trip (an
-    EVALSHA: NOSCRIPT comes back as an error reply; the sync path loads it)."""
-    return ACTIVITY_MARK_SCRIPT.command([keys.activity_day(chunk, day)], [int(offset), int(keep_seconds)])
-
-
 def activity_counts(*, chunk: int, day_sets: Sequence[Sequence[str]], op: str) -> list[int]:
     """For each list of days, the number of users of the chunk whose bits are set
     in any (``op`` "OR") or all (``op`` "AND") of those days' bitmaps: one BITOP
@@ -149,36 +141,6 @@ def activity_days_raw(*, chunk: int, days: Sequence[str]) -> list[bytes | None]:
     for day in days:
         pipe.get(keys.activity_day(chunk, day))
     return list(pipe.execute())
-
-
-def throttle_hit(*, name: str, now_ms: int, window_ms: int, limit: int) -> tuple[bool, int, int]:
-    """Count one request of the client ``name`` if its window has room:
-    (allowed, requests already in the window, the oldest one's time in ms or -1)."""
-    reply = THROTTLE_SCRIPT([keys.throttle(name)], throttle_args(now_ms, window_ms, limit))
-    return bool(int(reply[0])), int(reply[1]), int(reply[2])
-
-
-async def throttle_unhit_async(*, name: str, member: str) -> None:
-    """Take back one request the fast route counted as ``member`` (core/fast_asgi.py)."""
-    await round_trip_async([("ZREM", keys.throttle(name), member)])
-
-
-async def cache_entry_get_async(*, key: str) -> bytes | None:
-    """``cache_entry_get`` on the event loop's client."""
-    (value,) = await round_trip_async([("GET", key)])
-    return value if value is None else bytes(value)
-
-
-def throttle_forget(*, names: Iterable[str]) -> None:
-    """Drop these clients' request windows (one DEL each: the keys may live in different slots)."""
-    client = get_redis()
-    for name in names:
-        client.delete(keys.throttle(name))
-
-
-def throttle_args(now_ms: int, window_ms: int, limit: int) -> list[Any]:
-    """throttle.lua's arguments, shared with the event loop's calls (core/fast_asgi.py)."""
-    return [now_ms, window_ms, limit, secrets.token_hex(8)]
 
 
 def health_probe() -> None:

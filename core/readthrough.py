@@ -280,29 +280,6 @@ def _store(key: str, value: Any, policy: Policy, *, token: str, seen: bytes | No
     return body if stored else None
 
 
-def fill_entry(key: str, load: Loader, *, policy: Policy) -> Entry | None:
-    """Fill an entry its caller just found not fresh (absent, a miss's or a
-    value's that expired, a tombstone), under the rules of a miss's fill, and
-    answer the entry Redis now holds: the one this call stored, or one another
-    fill stored meanwhile. None when no fresh entry is known (another process
-    holds the fill lock, the store was refused because an invalidation came
-    in between, or Redis failed): the caller then takes the ordinary path,
-    which waits for the other fill or reads PostgreSQL. For a single-threaded
-    caller (a sync worker's fast route): no fill is shared between threads."""
-    token = secrets.token_hex(8)
-    try:
-        taken, raw = readmodel.cache_fill_lock_and_look(key=key, token=token, lease_ms=_lease_ms())
-    except RedisError:
-        return None
-    current = parse(raw)
-    if current.fresh() or not taken:
-        if taken:
-            _unlock_quietly(key, token)
-        return current if current.fresh() else None
-    stored = _store(key, _load_or_unlock(key, load, token), policy, token=token, seen=raw)
-    return parse(stored) if stored is not None else None
-
-
 # --- one fill per key inside a process ---------------------------------------------------
 
 

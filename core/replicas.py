@@ -42,7 +42,6 @@ from urllib.parse import urlsplit
 
 import environ
 import psycopg
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
@@ -54,7 +53,6 @@ from django.utils.functional import SimpleLazyObject, empty
 
 from core import keys
 from core.exceptions import is_database_outage
-from core.modes import BothModesMiddleware
 
 logger = logging.getLogger(__name__)
 
@@ -349,12 +347,14 @@ def _known_user_id(request: HttpRequest) -> int | None:
     return int(user.pk)
 
 
-class ReplicaReadsMiddleware(BothModesMiddleware):
+class ReplicaReadsMiddleware:
     """Opens the read scope for read requests; after a request that wrote,
-    marks its user for read-your-writes. Sync under WSGI, async under ASGI
-    (the scope is a context variable: it follows the request either way)."""
+    marks its user for read-your-writes."""
 
-    def _call(self, request: HttpRequest) -> Any:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if not replica_aliases():
             return self.get_response(request)
         with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:
@@ -363,19 +363,6 @@ class ReplicaReadsMiddleware(BothModesMiddleware):
         user_id = _known_user_id(request)
         if scope.wrote and user_id:
             pin_user(user_id)
-        return response
-
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        response: HttpResponseBase
-        if not replica_aliases():
-            response = await self.get_response(request)
-            return response
-        with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:
-            request._replica_scope = scope  # type: ignore[attr-defined]
-            response = await self.get_response(request)
-        user_id = _known_user_id(request)
-        if scope.wrote and user_id:
-            await sync_to_async(pin_user)(user_id)
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:

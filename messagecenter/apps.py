@@ -9,14 +9,13 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, fast_asgi, metrics, outbox, rebuild, snapshots
+        from core import activity, demo, drift, metrics, outbox, rebuild, snapshots
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
         from messagecenter import insight, live_api, projection, signals, tasks  # noqa: F401
-        from messagecenter.apis import inbox as inbox_api
         from messagecenter.models import PushDelivery
         from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.channels import plan as channels_plan
@@ -25,12 +24,6 @@ class MessagecenterConfig(AppConfig):
         from messagecenter.services.snapshots import inbox_read_snapshot
 
         projection.register()
-        # Polls of the counts and the first page, and marks, are answered on the
-        # event loop under ASGI when they can.
-        fast_asgi.register("mc-inbox-counts", live_api.inbox_counts_fast)
-        fast_asgi.register("mc-inbox", inbox_api.inbox_list_fast)
-        fast_asgi.register("mc-inbox-item-read", inbox_api.inbox_item_read_fast, method="POST")
-        fast_asgi.register("mc-inbox-item-unread", inbox_api.inbox_item_unread_fast, method="POST")
         signals.connect()
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():

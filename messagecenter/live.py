@@ -10,8 +10,7 @@ process's hub, for ASGI servers.
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -29,15 +28,6 @@ def inbox_counts_with_etag(*, user: AbstractBaseUser) -> tuple[dict[str, Any], s
     counts' own round trip (none when the process holds them)."""
     answer = selectors.inbox_counts(user=user)
     return answer, counts_etag(user_id=int(user.pk), answer=answer)
-
-
-async def inbox_counts_async(
-    *, user_id: int, platforms: Sequence[str], now: datetime
-) -> tuple[dict[str, Any], str] | None:
-    """``inbox_counts_with_etag`` on the event loop (``selectors.inbox_counts_async``):
-    None when only the sync path can answer."""
-    answer = await selectors.inbox_counts_async(user_id=user_id, platforms=platforms, now=now)
-    return None if answer is None else (answer, counts_etag(user_id=user_id, answer=answer))
 
 
 def counts_etag(*, user_id: int, answer: dict[str, Any]) -> str:

@@ -16,8 +16,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import live as live_transport
-from core.fast_asgi import FastAnswer, FastRequest
-from core.fields import DirectRepresentation
 from core.openapi import ErrorEnvelope
 from core.selectors import user_platforms
 from messagecenter import live
@@ -57,25 +55,6 @@ class InboxCountsLiveApi(InboxCountsApi):
         # Every poll must reach the server (which answers 304 cheaply).
         response["Cache-Control"] = "private, no-cache"
         return response
-
-
-# The counts' JSON, generated from their serializer (see DirectRepresentation).
-_COUNTS = DirectRepresentation(InboxCountsApi.OutputSerializer)
-
-
-async def inbox_counts_fast(request: FastRequest) -> FastAnswer | None:
-    """``InboxCountsLiveApi.get`` on the event loop (core/fast_asgi.py), for a
-    poll whose counts Redis holds: the same body, ETag and 304."""
-    if request.query:
-        return None  # not a bell's poll: Django answers
-    found = await live.inbox_counts_async(user_id=request.user_id, platforms=request.platforms, now=request.now)
-    if found is None:
-        return None
-    answer, etag = found
-    own = ((b"etag", etag.encode()),)
-    if _matches(request.headers.get(b"if-none-match", b"").decode("latin-1"), etag):
-        return FastAnswer(304, b"", own)
-    return FastAnswer(200, JSONRenderer().render(_COUNTS.of_mapping(answer)), own)
 
 
 class EventStreamRenderer(BaseRenderer):

@@ -51,7 +51,6 @@ from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
     COUNT_SCRIPT,
     announcement_count_call,
-    announcement_count_call_warm,
     announcement_count_settle,
     announcement_counts,
 )
@@ -234,37 +233,6 @@ def inbox_list_rendered(
     return body
 
 
-async def inbox_first_page_async(
-    *,
-    user_id: int,
-    render: Callable[[InboxPage], bytes],
-    category: str | None,
-    unread_only: bool,
-    limit: int,
-    now: datetime,
-) -> bytes | None:
-    """``inbox_list_rendered``'s answer for a first page (no cursor, no
-    ``since``, not archived, no search) on the event loop: the page cache's
-    current rendering, or the page computed by the script's fast path,
-    rendered and kept for the next poll as the sync selector does. None
-    when only the sync selector can answer (an inbox to settle or merge
-    first, a cluster)."""
-    category_validate(category)
-    field = _page_cache_field(category=category, unread_only=unread_only, limit=limit)
-    page = await inbox.first_page_async(
-        user_id=user_id, now_ms=to_ms(now), category=category, limit=limit, unread_only=unread_only, cache_field=field
-    )
-    if page is None or isinstance(page, CachedPage):
-        return None if page is None else page.body
-    body = render(_inbox_page_of(page, category=category, unread_only=unread_only))
-    if page.cache_tag is not None:
-        try:
-            await inbox.page_cache_put_async(user_id=user_id, field=field, tag=page.cache_tag, body=body)
-        except RedisError:
-            logger.warning("redis unavailable; page of user %s not cached", user_id)
-    return body
-
-
 def _page_cache_field(*, category: str | None, unread_only: bool, limit: int) -> str:
     """The page cache's field of a first page's query."""
     return f"{category or ''}|{int(unread_only)}|{limit}"
@@ -423,27 +391,6 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
     by_category: dict[str, int] = dict(counts.unread_by_category)
     by_category["announcement"] = int(announcements["unread"])
     return _counts_answer(counts.unread, counts.unseen, tuple(by_category.items()))
-
-
-async def inbox_counts_async(*, user_id: int, platforms: Sequence[str], now: datetime) -> dict[str, Any] | None:
-    """``inbox_counts`` of a poll, on the event loop: the inbox's cached counts
-    and the announcement count in one round trip, no thread and no SQL. None
-    when only the sync selector can answer (counts not cached in Redis or not
-    known to this process, several platforms, a cold announcement index, the
-    index moved): the caller then takes the sync path."""
-    call = announcement_count_call_warm(user_id=user_id, platforms=platforms, now=now)
-    if call is None:
-        return None
-    both = await inbox.inbox_counts_alongside_async(
-        user_id=user_id, now_ms=to_ms(now), script=COUNT_SCRIPT, script_keys=call.keys, script_args=call.args()
-    )
-    if both is None:
-        return None
-    counts, reply = both
-    if isinstance(reply, Exception) or int(reply) < 0:
-        return None  # the count needs the sync path's second call or a fresh index
-    by_category = (*counts.unread_by_category.items(), ("announcement", call.live - int(reply)))
-    return _counts_answer(counts.unread, counts.unseen, by_category)
 
 
 def _counts_answer(unread: int, unseen: int, by_category: tuple[tuple[str, int], ...]) -> dict[str, Any]:

@@ -15,8 +15,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.audit import audit_api
-from core.exceptions import ValidationFailed
-from core.fast_asgi import FastAnswer, FastRequest
 from core.fields import (
     DirectRepresentation,
     OffsetDateTimeField,
@@ -109,7 +107,6 @@ class AnnouncementListApi(APIView):
     def get(self, request: Request) -> HttpResponse:
         limit = parse_limit(request.query_params.get("limit"))
         page = selectors.announcement_list(user=request.user, limit=limit, cursor=request.query_params.get("cursor"))
-        # Rendered as the event loop's route renders it (``announcement_list_fast``).
         return HttpResponse(render_list(page), content_type="application/json")
 
 
@@ -120,21 +117,6 @@ def render_list(page: selectors.AnnouncementPage) -> bytes:
         "next_cursor": page.next_cursor,
     }
     return bytes(JSONRenderer().render(body))
-
-
-async def announcement_list_fast(request: FastRequest) -> FastAnswer | None:
-    """``AnnouncementListApi.get`` of a first page on the event loop
-    (core/fast_asgi.py), when Redis holds all it shows."""
-    if not request.query.keys() <= {"limit"}:
-        return None  # a cursor or anything else: Django answers
-    try:
-        limit = parse_limit(request.query.get("limit"))
-    except ValidationFailed:
-        return None  # Django answers with the error envelope
-    page = await selectors.announcement_first_page_async(
-        user_id=request.user_id, platforms=request.platforms, limit=limit, now=request.now
-    )
-    return None if page is None else FastAnswer(200, render_list(page))
 
 
 class AnnouncementDetailApi(APIView):

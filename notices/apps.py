@@ -9,7 +9,7 @@ class NoticesConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, fast_asgi, outbox, rebuild, snapshots
+        from core import activity, demo, drift, outbox, rebuild, snapshots
         from notices import apis, insight, projection, services, signals  # noqa: F401  (signals: connects receivers)
         from notices import demo as notices_demo
         from notices import drift as notices_drift
@@ -19,7 +19,6 @@ class NoticesConfig(AppConfig):
         projection.register()
         outbox.register(projection.PLATFORM_SYNC_TOPIC, projection.replay_platform_sync)
         outbox.register(projection.SUMMARY_TOPIC, projection.replay_summary_drop)
-        fast_asgi.register("announcement-list", apis.announcement_list_fast)
         outbox.register(services.READ_TOPIC, services.replay_mark)
         drift.register(*notices_drift.CHECKS)
         snapshots.register(name="announcements", run=announcement_read_snapshot)

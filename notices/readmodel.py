@@ -49,7 +49,7 @@ from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from core.live import inbox_changed
 from core.lua import LuaScript
 from core.platforms import ALL_PLATFORMS
-from core.redis import RedisClient, get_redis, is_cluster, round_trip_async
+from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
 from notices.snapshot_rows import announcement_chunk_readers
 
@@ -751,45 +751,6 @@ def read_flags(*, platform: str, user_id: int, ids: Sequence[int], now: datetime
 
 
 @dataclass(frozen=True)
-class PageCall:
-    """``read_page``'s call for one user on one platform, from a warm index copy."""
-
-    platform: str
-    chunk: int
-    index: ChunkIndex
-    page: list[tuple[int, int]]  # (publish ms, id), newest first
-    keys: tuple[str, ...]
-    args: tuple[Any, ...]
-
-
-def read_page_call_warm(*, platform: str, user_id: int, now: datetime, limit: int) -> PageCall | None:
-    """A first page's call (``read_page`` without ``after``) when this
-    process's index copy of the user's chunk is warm; None when it is not."""
-    chunk, offset = user_slot(user_id)
-    index = _ids_cache.get((platform, chunk))
-    if index is None:
-        return None
-    page = index.page(to_ms(now), None, limit)
-    call_keys = (keys.notice_meta(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for _, pk in page))
-    return PageCall(platform, chunk, index, page, call_keys, (index.token, offset))
-
-
-async def read_page_async(call: PageCall, *, also_get: Sequence[str]) -> tuple[list[bool], list[bytes | None]] | None:
-    """The page's read flags, and the strings ``also_get`` names, in one round
-    trip on the event loop's client; None when the index copy is stale (it is
-    dropped: the sync path reads it afresh)."""
-    commands: list[tuple[Any, ...]] = [_READ_STATE.command(call.keys, call.args)]
-    if also_get:
-        commands.append(("MGET", *also_get))  # one reply to read, not one per key
-    replies = await round_trip_async(commands)
-    if replies[0] == -1:
-        _ids_cache.pop((call.platform, call.chunk), None)
-        return None
-    bits = replies[0].decode() if isinstance(replies[0], bytes) else str(replies[0])
-    return [bit == "1" for bit in bits], list(replies[1]) if also_get else []
-
-
-@dataclass(frozen=True)
 class CountCall:
     """count.lua's first call for one user on one platform (see ``read_count``)."""
 
@@ -826,15 +787,6 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
         ),
         until_ms=index.next_change(now_ms),
     )
-
-
-def read_count_call_warm(*, platform: str, user_id: int, now: datetime) -> CountCall | None:
-    """``read_count_call`` when this process's index copy of the user's chunk
-    is warm (no Redis call at all); None when reading it would take one."""
-    chunk, _ = user_slot(user_id)
-    if (platform, chunk) not in _ids_cache:
-        return None
-    return read_count_call(platform=platform, user_id=user_id, now=now)
 
 
 def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:

@@ -238,17 +238,6 @@ def announcement_count_call(*, user: User, now: datetime) -> readmodel.CountCall
     return readmodel.read_count_call(platform=platforms[0], user_id=readmodel.user_id_of(user), now=now)
 
 
-def announcement_count_call_warm(
-    *, user_id: int, platforms: Sequence[str], now: datetime
-) -> readmodel.CountCall | None:
-    """``announcement_count_call`` for a caller that may not wait on a sync
-    Redis call (the async hot path): None unless the user has one platform and
-    this process's copy of that chunk's index is warm."""
-    if len(platforms) != 1:
-        return None
-    return readmodel.read_count_call_warm(platform=platforms[0], user_id=int(user_id), now=now)
-
-
 def announcement_count_settle(call: readmodel.CountCall, reply: Any) -> dict[str, int]:
     """``announcement_counts`` from a queued call's reply (see ``announcement_count_call``)."""
     live, read = readmodel.read_count_settle(call, readmodel.COUNT_SCRIPT.settle(reply, call.keys, call.args()))
@@ -304,33 +293,6 @@ def _page(items: list[AnnouncementListItem], *, more: bool) -> AnnouncementPage:
         last = items[-1].announcement
         next_cursor = encode_cursor({"p": readmodel.to_ms(last.publish_at), "i": last.pk}, scope=CURSOR_SCOPE)
     return AnnouncementPage(items=items, next_cursor=next_cursor)
-
-
-async def announcement_first_page_async(
-    *, user_id: int, platforms: Sequence[str], limit: int, now: datetime
-) -> AnnouncementPage | None:
-    """``announcement_list``'s first page on the event loop: the read flags
-    and the summaries in one round trip, no thread and no SQL. None when only
-    the sync selector can answer: several platforms, this process's copy of
-    the index cold or moved, a summary not cached or not fresh."""
-    if len(platforms) != 1:
-        return None
-    call = readmodel.read_page_call_warm(platform=platforms[0], user_id=user_id, now=now, limit=limit + 1)
-    if call is None:
-        return None
-    shown = [pk for _, pk in call.page[:limit]]
-    found = await readmodel.read_page_async(call, also_get=[keys.notice_summary(pk) for pk in shown])
-    if found is None:
-        return None
-    bits, raws = found
-    items = []
-    # The flags cover the page and the one past it (whether there is more).
-    for pk, read, raw in zip(shown, bits[: len(shown)], raws, strict=True):
-        entry = readthrough.parse(raw)
-        if not entry.fresh() or entry.value is None:
-            return None
-        items.append(AnnouncementListItem(AnnouncementSummary.from_entry(pk, entry.value), read))
-    return _page(items, more=len(call.page) > limit)
 
 
 def announcement_get(*, user: User, announcement_id: int, now: datetime | None = None) -> AnnouncementItem:

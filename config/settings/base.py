@@ -57,35 +57,31 @@ INSTALLED_APPS = [
     "notifications",
 ]
 
-# Django's, WhiteNoise's and django-csp's middleware through core.middleware's
-# subclasses: the same hooks, run inline on the event loop under ASGI.
+# The libraries' own classes and the project's plain (sync) ones; under ASGI
+# Django runs the stack in its thread as it does for any sync middleware.
 MIDDLEWARE = [
     # First: request latency per route for /metrics, the whole stack included.
     "core.metrics.RequestMetricsMiddleware",
-    "core.middleware.SecurityMiddleware",
-    "core.middleware.WhiteNoiseMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
     # A PostgreSQL outage in any view is a 503 with Retry-After, not a 500.
     "core.middleware.DatabaseUnavailableMiddleware",
     # Read requests may read from a replica; a request that wrote pins its user to the primary.
     "core.replicas.ReplicaReadsMiddleware",
-    "core.middleware.SessionMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
     # The page's language: the language cookie (the switcher sets it), else the
     # browser's Accept-Language, else LANGUAGE_CODE.
-    "core.middleware.LocaleMiddleware",
-    "core.middleware.CommonMiddleware",
-    "core.middleware.CsrfViewMiddleware",
-    "core.middleware.AuthenticationMiddleware",
-    "core.middleware.MessageMiddleware",
-    "core.middleware.XFrameOptionsMiddleware",
-    "core.middleware.CSPMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Last: turns a lockout the auth backend flagged into the lockout answer.
     "axes.middleware.AxesMiddleware",
 ]
-
-# Django's deploy checks for these three middleware match Django's import paths;
-# MIDDLEWARE lists subclasses, which core/checks.py checks for instead.
-SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -198,19 +194,6 @@ REDIS_BREAKER_COOLDOWN = env.float("REDIS_BREAKER_COOLDOWN", default=5.0)
 # are apart from the pool (one each).
 REDIS_POOL_MAX_CONNECTIONS = env.int("REDIS_POOL_MAX_CONNECTIONS", default=32)
 REDIS_POOL_TIMEOUT = env.float("REDIS_POOL_TIMEOUT", default=1.0)
-# Under ASGI, how many requests per process run their (sync) view at once
-# (core/asgi.py); 0: the smaller of the two pools' sizes above.
-ASGI_CONCURRENT_REQUESTS = env.int("ASGI_CONCURRENT_REQUESTS", default=0)
-# Under ASGI, the hottest API reads (polls of the counts and of a first inbox
-# page) are answered on the event loop with redis.asyncio when they can
-# (core/fast_asgi.py); off: Django answers every request.
-ASGI_FAST_READS = env.bool("ASGI_FAST_READS", default=True)
-# The same route in front of Django under WSGI (core/fast_wsgi.py: a sync
-# worker's main thread runs it on an event loop of its own); off: Django
-# answers every request.
-WSGI_FAST_READS = env.bool("WSGI_FAST_READS", default=True)
-# Redis connections per process those reads use at most (beside the pool above).
-ASGI_FAST_READS_CONNECTIONS = env.int("ASGI_FAST_READS_CONNECTIONS", default=4)
 
 
 def _redis_cache(url: str) -> dict[str, Any]:
@@ -469,10 +452,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["core.api.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
+    # DRF's own throttles, counting in Django's cache (Redis); while Redis is
+    # down the cache fails open (IGNORE_EXCEPTIONS above) and so do they.
     "DEFAULT_THROTTLE_CLASSES": [
-        # DRF's, keeping their counts in memory while Redis is down (core/throttles.py).
-        "core.throttles.AnonRateThrottle",
-        "core.throttles.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="60/min"),

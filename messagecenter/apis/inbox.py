@@ -11,8 +11,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.exceptions import ValidationFailed
-from core.fast_asgi import FastAnswer, FastRequest
 from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
@@ -126,31 +124,6 @@ class InboxListApi(APIView):
         return HttpResponse(body, content_type="application/json")
 
 
-# What a polled first page may ask (anything more: Django answers).
-_FIRST_PAGE_PARAMS = frozenset({"category", "unread", "limit"})
-
-
-async def inbox_list_fast(request: FastRequest) -> FastAnswer | None:
-    """``InboxListApi.get`` of a first page on the event loop (core/fast_asgi.py)
-    when the inbox needs no settling: the page cache's rendering, or the page
-    computed and rendered there."""
-    params = request.query
-    if not params.keys() <= _FIRST_PAGE_PARAMS:
-        return None
-    try:
-        body = await selectors.inbox_first_page_async(
-            user_id=request.user_id,
-            render=render_page,
-            category=_category(params.get("category")),
-            unread_only=parse_bool(params.get("unread"), name="unread"),
-            limit=parse_limit(params.get("limit")),
-            now=request.now,
-        )
-    except ValidationFailed:
-        return None  # Django answers with the error envelope
-    return None if body is None else FastAnswer(200, body)
-
-
 class InboxItemApi(APIView):
     class OutputSerializer(ItemSerializer):
         body_html = serializers.CharField(allow_blank=True)
@@ -184,25 +157,6 @@ class InboxItemUnreadApi(APIView):
     def post(self, request: Request, item_id: str) -> Response:
         services.inbox_mark_unread(user=request.user, item_id=item_id)  # type: ignore[arg-type]
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-async def inbox_item_read_fast(request: FastRequest) -> FastAnswer | None:
-    """``InboxItemReadApi.post`` on the event loop (core/fast_asgi.py) when it can."""
-    return await _mark_fast(request, read=True)
-
-
-async def inbox_item_unread_fast(request: FastRequest) -> FastAnswer | None:
-    """``InboxItemUnreadApi.post`` on the event loop (core/fast_asgi.py) when it can."""
-    return await _mark_fast(request, read=False)
-
-
-async def _mark_fast(request: FastRequest, *, read: bool) -> FastAnswer | None:
-    if request.query:
-        return None
-    marked = await services.inbox_set_read_async(
-        user_id=request.user_id, item_id=str(request.kwargs["item_id"]), read=read, now=request.now
-    )
-    return FastAnswer(204) if marked else None
 
 
 class InboxItemArchiveApi(APIView):

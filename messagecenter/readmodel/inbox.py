@@ -34,12 +34,12 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError
 
 from core import keys, live
 from core.insight import hour_of
 from core.lua import LuaScript
-from core.redis import get_redis, is_cluster, round_trip, round_trip_async
+from core.redis import get_redis, is_cluster, round_trip
 from core.tracking import HeldAnswers, Ticket
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, listing, readcache
@@ -675,60 +675,6 @@ def cache_get(*, user_id: int, field: str, now_ms: int) -> bytes | None:
     return checked[0] if checked is not None else None
 
 
-async def _fast_async(user_id: int, now_ms: int, op: InboxOp, months_raw: Sequence[bytes]) -> Any | None:
-    """The op's fast path on the event loop's client, over the user's months
-    as SMEMBERS gave them; None when it did not answer (STALE, AGAIN, an
-    error reply such as NOSCRIPT): the sync path answers then."""
-    call = _fast_call_on(user_id, now_ms, op, sorted(m.decode() for m in months_raw))
-    try:
-        (result,) = await round_trip_async([call.command()])
-    except ResponseError:
-        return None
-    return None if _unanswered(result) else result
-
-
-async def first_page_async(
-    *, user_id: int, now_ms: int, category: str | None, limit: int, unread_only: bool, cache_field: str
-) -> Page | CachedPage | None:
-    """``inbox_page`` of a first page on the event loop's client, for an
-    inbox the fast path can take as it is: the read cache's check and the
-    user's months in one round trip; when the cached rendering is missing or
-    stale (after every change of the user's inbox: a mark, a delivery), the
-    page script's fast path computes the page, with its details and the tag
-    to keep its rendering under, in a second. None when the sync path must
-    answer: a cluster, an inbox to settle or merge first (the script answers
-    STALE having changed nothing), an error reply such as NOSCRIPT. Asked
-    whether or not this process holds a hint, so no process needs to have
-    seen the user before."""
-    if is_cluster():
-        return None
-    check = _cache_check_commands(keys.prefix(), user_id, cache_field)
-    months_raw, *replies = await round_trip_async([("SMEMBERS", keys.mc_inbox_months(user_id)), *check])
-    checked = _cache_checked(user_id, cache_field, replies[-1], now_ms)
-    if checked is not None:
-        return CachedPage(body=checked[0])
-    op = PageOp(
-        category=category or "",
-        time_max=None,
-        skip=0,
-        limit=limit,
-        unread_only=unread_only,
-        since_time=None,
-        cache_field=cache_field,
-    )
-    result = await _fast_async(user_id, now_ms, op, months_raw)
-    if result is None:
-        return None
-    if result[0] == b"HIT":
-        return CachedPage(body=result[1])
-    return _page_of(result)
-
-
-async def page_cache_put_async(*, user_id: int, field: str, tag: tuple[str, str], body: bytes) -> None:
-    """``page_cache_put`` on the event loop's client."""
-    await round_trip_async(_page_cache_put_commands(user_id, field, tag, body))
-
-
 def _cached_counts(value: bytes) -> Counts:
     """Counts as counts.lua keeps them: ``<name>,<n>,...|<unseen>``."""
     flat, _, unseen = value.rpartition(b"|")
@@ -827,38 +773,6 @@ def inbox_counts_alongside(
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
     return _counts(result), other, None
-
-
-async def inbox_counts_alongside_async(
-    *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
-) -> tuple[Counts, Any] | None:
-    """``inbox_counts_alongside``'s poll route on the event loop's client: the
-    read cache's check, the user's months and the other script in one round
-    trip. When the cached counts are missing or stale (after every change of
-    the user's inbox: a mark, a delivery), the counts script's fast path
-    computes them, and keeps them for the next poll, in a second round trip,
-    as the sync path would. None whenever that route does not apply or did
-    not answer (an inbox to settle or merge first: the script answers STALE
-    having changed nothing; an error reply such as NOSCRIPT): the sync path
-    then answers. Asked whether or not this process holds a hint of the
-    cached counts, so no process needs to have seen the user before."""
-    if is_cluster():
-        return None
-    check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
-    try:
-        replies = await round_trip_async(
-            [("SMEMBERS", keys.mc_inbox_months(user_id)), *check, script.command(script_keys, script_args)]
-        )
-    except ResponseError:
-        return None
-    checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
-    if checked is not None:
-        return _cached_counts(checked[0]), replies[-1]
-    result = await _fast_async(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS), replies[0])
-    if result is None:
-        return None
-    _cache_hint_add(user_id, COUNTS_FIELD)
-    return _counts(result), replies[-1]
 
 
 def _read_keys(command: Sequence[str]) -> Sequence[str]:
@@ -1000,38 +914,6 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
         record_reads(user_id=user_id, months=[month], first_refs=[ref] if result == 2 else [], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
     return bool(result)
-
-
-async def inbox_set_read_async(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
-    """``inbox_set_read`` on the event loop's client, for an inbox the fast
-    path can take as it is (settled): the item's detail and the user's
-    months (what ``_plan`` reads for a mark, so no process needs to have
-    seen the user before), then the mark with the user's live update and
-    snapshot note in one round trip (an item's first read is queued for its
-    statistic by the script itself). False when it did not mark, and the sync path
-    must answer: an item not in the inbox (the sync path says 404), an
-    inbox the fast path cannot take (it answers STALE having changed
-    nothing; the live version may have moved in vain, which costs the
-    user's pages one refetch)."""
-    if is_cluster():
-        return False
-    raw, months_raw = await round_trip_async(
-        [("HGET", keys.mc_item_detail(), ref), ("SMEMBERS", keys.mc_inbox_months(user_id))]
-    )
-    if raw is None:
-        return False
-    member = json.loads(raw)["member"]
-    month = parse_member(member)[2]
-    months = sorted({m.decode() for m in months_raw} | {month})
-    call = _fast_call_on(user_id, now_ms, MarkOp(member=member, read=read, hour=hour_of(now_ms)), months)
-    commands = [call.command()]
-    commands += [
-        live.SCRIPT.command(k, a) for k, a in live.changed_calls(user_ids=[user_id], reason=_mark_reason(read))
-    ]
-    commands.append(("SADD", keys.mc_snapshot_dirty(), *dirty_members(user_id=user_id, months=[month])))
-    result = (await round_trip_async(commands))[0]
-    # A first read was queued by the script itself (the fast path's pending key).
-    return not _unanswered(result) and bool(int(result))
 
 
 def _mark_reason(read: bool) -> str:

@@ -30,7 +30,6 @@ from messagecenter.services.inbox import (
     inbox_mark_unread,
     inbox_publish_pull,
     inbox_removed_trim,
-    inbox_set_read_async,
 )
 from messagecenter.services.inbox_actions import inbox_archive, inbox_bulk, inbox_snooze, inbox_unarchive
 from messagecenter.services.messages import (
@@ -92,7 +91,6 @@ __all__ = [
     "inbox_mark_unread",
     "inbox_publish_pull",
     "inbox_removed_trim",
-    "inbox_set_read_async",
     "inbox_snooze",
     "inbox_unarchive",
     "item_remind",

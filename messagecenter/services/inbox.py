@@ -110,25 +110,6 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     return True
 
 
-async def inbox_set_read_async(*, user_id: int, item_id: str, read: bool, now: datetime) -> bool:
-    """``inbox_mark_read``/``inbox_mark_unread`` on the event loop, for the
-    common case only: the read model known ready, no mark of anyone known to
-    wait in the outbox, the journal buffering (its thread writes PostgreSQL)
-    and the inbox one the fast path takes. False when the sync service must
-    answer; nothing was marked then."""
-    try:
-        ref = _ref(item_id)
-    except NotFound:
-        return False
-    if not healing.known_ready() or not outbox.known_settled() or journal.flush_seconds() <= 0:
-        return False
-    now_ms = to_ms(now)
-    if not await inbox.inbox_set_read_async(user_id=user_id, ref=ref, read=read, now_ms=now_ms):
-        return False
-    journal.record(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": now_ms}, user_id=user_id)
-    return True
-
-
 def inbox_mark_read(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> bool:
     """Mark read; raises NotFound unless the item is live in this user's inbox."""
     return _set_read(user=user, item_id=item_id, read=True, now=now)

@@ -1,43 +1,28 @@
-"""The hot endpoints answer the same under ASGI as under WSGI, and an ASGI
-request that needs no database opens none.
-
-Under ASGI the middleware stack runs on the event loop (core.middleware's
-inline hooks); these tests call each endpoint through Django's AsyncClient
-(the ASGI handler, its middleware built in async mode), through the
-project's ASGI handler as a server calls it (core/asgi.py: a sync view's
-request runs whole on its thread) and through the plain test client (the
-WSGI handler), for the same user and data, and compare status, body and
-headers.
+"""The ASGI application (config/asgi.py): Django's own handler behind the
+lifespan protocol. Every request goes through Django's middleware, its URL
+resolver and one view, and answers as under WSGI: these tests call each hot
+endpoint through Django's AsyncClient, through ``config.asgi.application`` as
+a server calls it and through the plain test client (the WSGI handler), for
+the same user and data, and compare status, body and headers.
 """
 
 import asyncio
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.core import signals
-from django.core.cache import caches
-from django.core.handlers.asgi import ASGIHandler
-from django.core.handlers.base import BaseHandler
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.http import HttpResponse, StreamingHttpResponse
-from django.test import AsyncClient, Client, override_settings
-from django.urls import path as url_path
-from django.utils import deprecation
-from rest_framework.settings import api_settings
+from django.test import AsyncClient, Client
 
-from core import asgi as asgi_module
-from core import journal, outbox
-from core.asgi import ASGIHandler as ProjectASGIHandler
-from core.checks import middleware_present
+from config import asgi as asgi_config
+from core import journal, live, outbox
 from notices.services import announcement_create
-from tests.asgi_calls import get_scope, receive_empty_body, sent_by, unsigned
+from tests.asgi_calls import get_scope, sent_by, unsigned
 from tests.conftest import assert_error
 from tests.fixtures.clients import token_for
+from tests.fixtures.throttles import throttle_rates
 from tests.messagecenter.conftest import send
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +40,7 @@ class Both:
             self.headers["Authorization"] = f"Token {token_for(user)}"
         self.wsgi = Client(headers=self.headers)
         self.asgi = AsyncClient()
-        self.project = ProjectASGIHandler()
+        self.project = asgi_config.application
 
     def wsgi_call(self, method: str, path: str, **extra: Any) -> Any:
         return getattr(self.wsgi, method)(path, **extra)
@@ -65,7 +50,7 @@ class Both:
         return async_to_sync(getattr(self.asgi, method))(path, headers={**self.headers, **(headers or {})})
 
     def project_call(self, method: str, path: str, headers: dict[str, str] | None = None) -> "Answer":
-        """The request through the project's ASGI handler, as a server makes it."""
+        """The request through config.asgi.application, as a server makes it."""
         path, _, query = path.partition("?")
         pairs = {**self.headers, **(headers or {})}
         scope = get_scope(
@@ -190,20 +175,13 @@ def test_errors_are_the_same(recipient: Any, data: dict[str, str]) -> None:
 
 
 def test_throttled_under_asgi_too(recipient: Any, data: dict[str, str]) -> None:
-    rates = {**api_settings.DEFAULT_THROTTLE_RATES, "user": "3/min"}
-    with override_settings(REST_FRAMEWORK={**_rest_framework(), "DEFAULT_THROTTLE_RATES": rates}):
+    with throttle_rates({"user": "3/min"}, clients=(f"throttle_user_{recipient.pk}",)):
         both = Both(recipient)
         statuses = [both.asgi_call("get", "/api/v1/inbox/counts/").status_code for _ in range(4)]
         assert statuses == [200, 200, 200, 429]
-        assert_error(both.asgi_call("get", "/api/v1/inbox/"), 429)
-        # The WSGI path counts the same history: this user is throttled there as well.
+        assert_error(both.project_call("get", "/api/v1/inbox/"), 429)
+        # The WSGI path counts the same window: this user is throttled there as well.
         assert_error(both.wsgi_call("get", "/api/v1/inbox/"), 429)
-
-
-def _rest_framework() -> dict[str, Any]:
-    from django.conf import settings
-
-    return dict(settings.REST_FRAMEWORK)
 
 
 def test_asgi_hot_path_opens_no_database_connection(
@@ -252,188 +230,7 @@ def test_asgi_hot_path_opens_no_database_connection(
     assert journal.flush() == 2  # the two marks, kept for PostgreSQL
 
 
-def test_asgi_middleware_stack_switches_no_thread(
-    recipient: Any, data: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Built for ASGI, the stack adapts no middleware to another mode (each
-    adaptation is a thread switch per request), and no middleware hook of
-    Django's runs through ``sync_to_async`` on the way."""
-    adapted: list[str] = []
-    original = BaseHandler.adapt_method_mode
-
-    def watch(self: BaseHandler, is_async: bool, method: Any, method_is_async: bool | None = None, **kw: Any) -> Any:
-        if method_is_async is None:
-            method_is_async = iscoroutinefunction(method)
-        if is_async != method_is_async:
-            adapted.append(repr(method))
-        return original(self, is_async, method, method_is_async, **kw)
-
-    monkeypatch.setattr(BaseHandler, "adapt_method_mode", watch)
-    handler = ASGIHandler()
-    assert adapted == []
-    assert iscoroutinefunction(handler._middleware_chain)
-
-    def hook_in_thread(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a middleware hook ran through sync_to_async")
-
-    monkeypatch.setattr(deprecation, "sync_to_async", hook_in_thread)
-    both = Both(recipient)
-    assert both.asgi_call("get", "/api/v1/inbox/counts/").status_code == 200
-    assert both.asgi_call("post", f"/api/v1/inbox/{data['item']}/read/").status_code == 204
-
-
-def test_asgi_handler_bounds_requests_running_at_once(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    """However many requests arrive together, at most the bound run their view
-    at once; the others wait (and are all answered)."""
-    settings.ASGI_CONCURRENT_REQUESTS = 3
-    running = {"now": 0, "most": 0}
-
-    async def slow_view(self: Any, request: Any) -> Any:
-        running["now"] += 1
-        running["most"] = max(running["most"], running["now"])
-        await asyncio.sleep(0.01)
-        running["now"] -= 1
-        return HttpResponse(b"ok")
-
-    monkeypatch.setattr(BaseHandler, "get_response_async", slow_view)
-    handler = ProjectASGIHandler()
-
-    async def burst() -> list[Any]:
-        return await asyncio.gather(*(handler.run_get_response(object()) for _ in range(20)))
-
-    answers = async_to_sync(burst)()
-    assert [answer.content for answer in answers] == [b"ok"] * 20
-    assert running["most"] == 3
-
-
-def _asgi_get(handler: Any, path: str) -> Any:
-    """One GET through an ASGI application, as a server would make it; the response's status."""
-    scope = get_scope(path)
-    sent: list[dict[str, Any]] = []
-    receive = receive_empty_body()
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def call() -> None:
-        await handler(scope, receive, send)
-
-    return call, sent
-
-
-@pytest.mark.parametrize("view_is_sync", [True, False], ids=["sync-view", "async-view"])
-def test_asgi_requests_reuse_their_sync_threads(monkeypatch: pytest.MonkeyPatch, view_is_sync: bool) -> None:
-    """Each request runs all its sync code on one thread, as Django expects,
-    but the threads outlive the requests: requests one after the other take
-    the same thread (Django alone starts and joins a new one per request),
-    and requests at the same time still take different ones. Both ways
-    through the handler: a sync view's whole request on its thread, and
-    Django's own path (an async view's)."""
-    threads: list[tuple[int, threading.Thread]] = []
-    gate = threading.Barrier(2, timeout=5)
-    together = {"on": False}
-
-    def note(request: Any) -> None:
-        threads.append((id(request), threading.current_thread()))
-        if together["on"]:
-            gate.wait()  # both requests hold their thread at once
-
-    def sync_view(self: Any, request: Any) -> Any:
-        note(request)
-        note(request)
-        return HttpResponse(b"ok")
-
-    async def view(self: Any, request: Any) -> Any:
-        await sync_to_async(note)(request)
-        await sync_to_async(note)(request)  # the same request again: the same thread
-        return HttpResponse(b"ok")
-
-    monkeypatch.setattr(asgi_module, "runs_sync", lambda scope: view_is_sync)
-    if view_is_sync:
-        monkeypatch.setattr(BaseHandler, "get_response", sync_view)
-    else:
-        monkeypatch.setattr(BaseHandler, "get_response_async", view)
-    handler = ProjectASGIHandler()
-
-    async def one_after_another() -> None:
-        for _ in range(4):
-            call, sent = _asgi_get(handler, "/any/")
-            await call()
-            assert sent[0]["status"] == 200
-
-    async def at_once() -> None:
-        calls = [_asgi_get(handler, "/any/")[0] for _ in range(2)]
-        await asyncio.gather(*(call() for call in calls))
-
-    async_to_sync(one_after_another)()
-    assert len({id(thread) for _, thread in threads}) == 1, threads
-    threads.clear()
-    together["on"] = True
-    async_to_sync(at_once)()
-    by_request: dict[int, set[int]] = {}
-    for request, thread in threads:
-        by_request.setdefault(request, set()).add(id(thread))
-    assert len(by_request) == 2
-    assert all(len(seen) == 1 for seen in by_request.values()), by_request
-    assert len({next(iter(seen)) for seen in by_request.values()}) == 2
-
-
-def test_a_sync_views_requests_keep_their_threads_cache_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Django keeps its cache backends per context: the requests a thread
-    serves one after another share one backend (and its Redis client), as a
-    WSGI server's thread does, instead of building one per request."""
-    seen: list[tuple[int, int]] = []
-
-    def view(self: Any, request: Any) -> Any:
-        seen.append((threading.get_ident(), id(caches["default"])))
-        return HttpResponse(b"ok")
-
-    monkeypatch.setattr(asgi_module, "runs_sync", lambda scope: True)
-    monkeypatch.setattr(BaseHandler, "get_response", view)
-    handler = ProjectASGIHandler()
-    for _ in range(3):
-        call, sent = _asgi_get(handler, "/any/")
-        async_to_sync(call)()
-        assert sent[0]["status"] == 200
-    assert len(set(seen)) == 1, seen
-
-
-class _CountingExecutor(ThreadPoolExecutor):
-    """A request thread that counts the calls handed to it (the thread switches)."""
-
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.calls = 0
-
-    def submit(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        return super().submit(*args, **kwargs)
-
-
-def test_a_sync_views_request_switches_thread_once(recipient: Any, data: dict[str, str]) -> None:
-    """The request signals, the middleware, the view and the close of a sync
-    view's answer run in one switch to the request's thread (Django's own
-    path takes three), and the answer is the WSGI handler's."""
-    both = Both(recipient)
-    executor = _CountingExecutor()
-    both.project._idle[:] = [executor]
-    finished: list[object] = []
-
-    def on_finished(**kwargs: Any) -> None:
-        finished.append(kwargs["sender"])
-
-    signals.request_finished.connect(on_finished)
-    try:
-        answer = both.same("get", "/api/v1/me/")
-    finally:
-        signals.request_finished.disconnect(on_finished)
-    assert answer.status_code == 200
-    assert executor.calls == 1
-    # Closed once, by the project's handler (and once each by the other two clients).
-    assert finished.count(ProjectASGIHandler) == 1
-
-
-def test_a_sync_views_request_answers_like_wsgi_whatever_the_outcome(recipient: Any, data: dict[str, str]) -> None:
+def test_answers_like_wsgi_whatever_the_outcome(recipient: Any, data: dict[str, str]) -> None:
     """A path no view serves, Django's redirect to the slash, a page with its
     cookies, a request body too big, a POST's JSON body: as under WSGI."""
     both = Both(recipient)
@@ -468,115 +265,60 @@ def test_a_sync_views_request_answers_like_wsgi_whatever_the_outcome(recipient: 
     assert both.wsgi_call("get", "/api/v1/inbox/counts/").json()["unread"] == 2
 
 
-async def _endless_parts() -> Any:
-    while True:
-        yield b"tick\n"
-        await asyncio.sleep(0.005)
+def test_every_request_goes_through_djangos_middleware_and_resolver(recipient: Any) -> None:
+    both = Both(recipient)
+    answer = both.project_call("get", "/api/v1/inbox/counts/")
+    assert answer.status_code == 200
+    # Headers only Django's middleware adds (security, clickjacking, CSP).
+    assert answer["X-Content-Type-Options"] == "nosniff"
+    assert answer["X-Frame-Options"] == "DENY"
+    assert answer["Content-Security-Policy"]
+    # The URL resolver: no pattern, Django's 404; no slash, CommonMiddleware's redirect.
+    assert both.project_call("get", "/api/v1/no-such-endpoint/").status_code == 404
+    moved = both.project_call("get", "/api/v1/inbox/counts")
+    assert (moved.status_code, moved["Location"]) == (301, "/api/v1/inbox/counts/")
 
 
-def _endless(request: Any) -> StreamingHttpResponse:
-    return StreamingHttpResponse(_endless_parts(), content_type="text/plain")
+class Lifespan:
+    """A server's side of the lifespan protocol: the messages it sends, those it got back."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    async def run(self) -> list[str]:
+        """Startup, then shutdown, through the application; the answers' types."""
+        task = asyncio.create_task(
+            asgi_config.application({"type": "lifespan", "asgi": {"version": "3.0"}}, self.receive, self.send)
+        )
+        await self.inbox.put({"type": "lifespan.startup"})
+        await self.inbox.put({"type": "lifespan.shutdown"})
+        await asyncio.wait_for(task, timeout=10)
+        return [message["type"] for message in self.sent]
 
 
-_view_loops: list[asyncio.AbstractEventLoop] = []
+def test_lifespan_starts_up_and_closes_the_live_hub_at_shutdown() -> None:
+    async def scenario() -> tuple[list[str], bool]:
+        hub = live.hub()  # the loop's hub, as a stream would have started it
+        answers = await Lifespan().run()
+        return answers, live.hub() is not hub  # closed and forgotten: a new one would be made
+
+    answers, closed = asyncio.run(scenario())
+    assert answers == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert closed
 
 
-async def _async_view(request: Any) -> HttpResponse:
-    _view_loops.append(asyncio.get_running_loop())
-    return HttpResponse(b"async")
+def test_a_failed_shutdown_is_reported_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def failing() -> None:
+        raise RuntimeError("the hub would not close")
 
-
-urlpatterns = [url_path("endless/", _endless), url_path("async/", _async_view)]
-
-
-@override_settings(ROOT_URLCONF=__name__)
-def test_a_sync_views_stream_ends_when_its_client_leaves() -> None:
-    """A sync view's streaming answer is sent from the event loop until the
-    client leaves; then it stops and is closed (request_finished) once."""
-    handler = ProjectASGIHandler()
-    sent: list[dict[str, Any]] = []
-    finished: list[object] = []
-    left = asyncio.Event()
-
-    def on_finished(**kwargs: Any) -> None:
-        finished.append(kwargs["sender"])
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-        if sum(1 for m in sent if m.get("body")) == 3:
-            left.set()
-
-    asked = {"body": False}
-
-    async def receive() -> dict[str, Any]:
-        if not asked["body"]:
-            asked["body"] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await left.wait()
-        return {"type": "http.disconnect"}
-
-    async def call() -> None:
-        await asyncio.wait_for(handler(get_scope("/endless/"), receive, send), timeout=10)
-
-    signals.request_finished.connect(on_finished)
-    try:
-        async_to_sync(call)()
-    finally:
-        signals.request_finished.disconnect(on_finished)
-    assert sent[0]["status"] == 200
-    assert [m["body"] for m in sent[1:4]] == [b"tick\n"] * 3
-    assert finished == [ProjectASGIHandler]
-
-
-@override_settings(ROOT_URLCONF=__name__)
-def test_a_stream_whose_send_fails_is_still_closed() -> None:
-    """A server whose send fails mid-stream (its transport broke): the error
-    reaches the server, and the answer is closed (request_finished) anyway."""
-    handler = ProjectASGIHandler()
-    finished: list[object] = []
-
-    def on_finished(**kwargs: Any) -> None:
-        finished.append(kwargs["sender"])
-
-    async def send(message: dict[str, Any]) -> None:
-        if message.get("body"):
-            raise OSError("the transport broke")
-
-    async def call() -> None:
-        await asyncio.wait_for(handler(get_scope("/endless/"), receive_empty_body(), send), timeout=10)
-
-    signals.request_finished.connect(on_finished)
-    try:
-        with pytest.raises(OSError, match="transport broke"):
-            async_to_sync(call)()
-    finally:
-        signals.request_finished.disconnect(on_finished)
-    assert finished == [ProjectASGIHandler]
-
-
-@override_settings(ROOT_URLCONF=__name__)
-def test_an_async_view_takes_djangos_path() -> None:
-    assert asgi_module.runs_sync(get_scope("/endless/"))
-    assert not asgi_module.runs_sync(get_scope("/async/"))
-    assert asgi_module.runs_sync(get_scope("/nothing/here/"))
-    # Mounted under a prefix (the server's root_path): the path Django resolves is below it.
-    mounted = {**get_scope("/mounted/async/"), "root_path": "/mounted"}
-    assert not asgi_module.runs_sync(mounted)
-    call, sent = _asgi_get(ProjectASGIHandler(), "/async/")
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    async def served() -> None:
-        loops.append(asyncio.get_running_loop())
-        await call()
-
-    _view_loops.clear()
-    async_to_sync(served)()
-    assert (sent[0]["status"], sent[1]["body"]) == (200, b"async")
-    # Awaited on the server's own loop (the sync stack would have run it in a loop of its own).
-    assert _view_loops == loops
-
-
-def test_deploy_check_asks_for_the_middleware_classes(settings: Any) -> None:
-    assert middleware_present(None) == []
-    settings.MIDDLEWARE = [path for path in settings.MIDDLEWARE if not path.endswith(".CsrfViewMiddleware")]
-    assert [warning.id for warning in middleware_present(None)] == ["core.security.W003"]
+    monkeypatch.setattr(asgi_config, "hub_close", failing)
+    lifespan = Lifespan()
+    assert asyncio.run(lifespan.run()) == ["lifespan.startup.complete", "lifespan.shutdown.failed"]
+    assert "would not close" in lifespan.sent[-1]["message"]

@@ -73,12 +73,11 @@ def test_a_cached_token_costs_one_redis_command(recipient: Any, monkeypatch: Any
     monkeypatch.setattr(redis_client, "execute_command", execute)
     assert client.get("/api/v1/me/").status_code == 200
     # The GET of the token entry (the platforms ride on the snapshot); the
-    # rest is the user throttle's one script call (on a single Redis it goes
-    # through core.lua's direct path, not execute_command).
+    # rest is DRF's user throttle reading and writing its window in Django's cache.
     throttle = [args for args in sent if any("throttle" in str(arg) for arg in args)]
     auth = [args for args in sent if args not in throttle]
     assert auth == [("GET", _entry(token))]
-    assert len(throttle) <= 1
+    assert len(throttle) <= 2
 
 
 def test_a_cold_token_costs_its_own_fill_and_nothing_nested(recipient: Any, redis: Any) -> None:

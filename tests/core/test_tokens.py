@@ -196,22 +196,6 @@ def test_expired_token_answers_401() -> None:
         assert_error(with_token(token).get(ME), 401)  # read from PostgreSQL again: no longer found
 
 
-def test_expired_token_refused_on_the_fast_route() -> None:
-    from core.fast_asgi import FastRoutes
-    from core.fast_wsgi import FastWSGIRoutes
-    from tests.core.test_fast_routes import Django, DjangoWSGI, call
-
-    user = UserFactory(username="dora")
-    now = timezone.now()
-    token = token_issue(user=user, now=now - token_lifetime() + timedelta(minutes=1)).token
-    auth = {"Authorization": f"Token {token}"}
-    for app in (FastRoutes(Django()), FastWSGIRoutes(DjangoWSGI())):
-        for _ in range(3):  # Django answers the first ones and teaches the route; then the route may answer
-            assert call(app, "/api/v1/inbox/counts/", auth).status == 200
-        with time_machine.travel(now + timedelta(minutes=2), tick=False):
-            assert call(app, "/api/v1/inbox/counts/", auth).status == 401
-
-
 def test_sign_in_with_a_stale_authorization_header_still_works() -> None:
     UserFactory(username="dora")
     client = with_token("mc_not-a-token")

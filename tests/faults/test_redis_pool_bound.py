@@ -34,10 +34,8 @@ from tests.fixtures.clients import token_for
 
 WORKERS = 2
 POOL_MAX = 3
-FAST_MAX = 2
-# Beside its pool each process holds one connection of core.tracking's
-# (client-side caching) and, under uvicorn, the fast reads' few (core/fast_asgi.py).
-PER_PROCESS = POOL_MAX + 1 + FAST_MAX
+# Beside its pool each process holds one connection of core.tracking's (client-side caching).
+PER_PROCESS = POOL_MAX + 1
 REQUESTS = 400
 CONCURRENCY = 60
 
@@ -238,7 +236,6 @@ def test_uvicorn_under_a_burst_stays_within_the_redis_pool(
         extra_env={
             "MESSAGECENTER_TEST_CACHE_URL": redis_server.url,
             "REDIS_POOL_MAX_CONNECTIONS": str(POOL_MAX),
-            "ASGI_FAST_READS_CONNECTIONS": str(FAST_MAX),
             "REDIS_POOL_TIMEOUT": "5",
         },
     )

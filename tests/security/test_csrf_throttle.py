@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client, override_settings
+from django.test import Client
 
-from core.throttles import forget_history
 from tests.conftest import assert_error, client_for
+from tests.fixtures.throttles import forget, throttle_rates
 from tests.security.seed import World, build_world, db_state, item_id, redis_state, warm_up
 
 pytestmark = pytest.mark.django_db
@@ -108,19 +107,15 @@ def test_session_api_writes_need_csrf(world: World, redis: Any) -> None:
     assert strict.get("/api/v1/inbox/").status_code == 200
 
 
-def _forget_history(world: World) -> None:
-    forget_history(
-        "throttle_anon_127.0.0.1", *(f"throttle_user_{u.pk}" for u in (world.alice, world.mallory, world.operator))
-    )
+def _clients(world: World) -> tuple[str, ...]:
+    """DRF's throttle keys of the world's callers."""
+    return ("throttle_anon_127.0.0.1", *(f"throttle_user_{u.pk}" for u in (world.alice, world.mallory, world.operator)))
 
 
 @pytest.fixture
 def low_rates(world: World) -> Iterator[None]:
-    rates = {"anon": "3/min", "user": "5/min"}
-    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
-        _forget_history(world)
+    with throttle_rates({"anon": "3/min", "user": "5/min"}, clients=_clients(world)):
         yield
-        _forget_history(world)
 
 
 def test_anonymous_callers_are_throttled(world: World, low_rates: None) -> None:
@@ -149,5 +144,5 @@ def test_signed_in_callers_are_throttled_per_user(world: World, low_rates: None)
     # Nothing was marked by the throttled write.
     mallory = client_for(world.mallory)
     assert mallory.get("/api/v1/inbox/counts/").status_code == 200  # another user has their own budget
-    _forget_history(world)
+    forget(*_clients(world))
     assert alice.get("/api/v1/inbox/counts/").json()["unread"] == 5
