@@ -27,12 +27,6 @@ def get_scope(
     }
 
 
-def receive_empty_body() -> Callable[[], Awaitable[dict[str, Any]]]:
-    """A ``receive`` that gives an empty body, then waits (no disconnect:
-    Django stops listening once it has answered)."""
-    return receive_body(b"")
-
-
 def receive_body(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
     """A ``receive`` that gives ``body`` in one message, then waits."""
     asked = {"body": False}

@@ -258,10 +258,11 @@ async def _checks(
     assert not any("announcement" in listener.reasons() for listener in staff)
     # Still one subscriber per process.
     assert len(_hub_subscribers(redis, workers)) == WORKERS
-    # The worker that answers a scrape wrote its streams' events straight to their sockets.
+    # The worker that answers a scrape sent its streams' events through ASGI send
+    # (each stream is Django's streaming response of the stream view).
     scrape = await _in_thread(
         httpx.get, f"{server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10
     )
     assert scrape.status_code == 200
-    direct = [line for line in scrape.text.splitlines() if line.startswith("messagecenter_live_event_writes_total")]
-    assert any('way="direct"' in line and float(line.split()[-1]) > 0 for line in direct), direct
+    writes = [line for line in scrape.text.splitlines() if line.startswith("messagecenter_live_event_writes_total")]
+    assert any('way="send"' in line and float(line.split()[-1]) > 0 for line in writes), writes
