@@ -96,6 +96,23 @@ def _tools() -> list[str]:
     return lines
 
 
+# Sections of bench/RESULTS.md that a run keeps as they are: figures of code
+# that no longer exists, which no later run can measure again.
+KEPT_SECTIONS = ("## Fast routes as they stood before their removal",)
+
+
+def _kept_sections(previous: str) -> str:
+    """The KEPT_SECTIONS of the previous results file, each up to the next section."""
+    kept = []
+    for title in KEPT_SECTIONS:
+        start = previous.find(title)
+        if start < 0:
+            continue
+        end = previous.find("\n## ", start + len(title))
+        kept.append(previous[start : end if end >= 0 else len(previous)].rstrip() + "\n")
+    return "".join(f"\n{section}" for section in kept)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer repeats (under two minutes)")
@@ -169,7 +186,9 @@ def main() -> int:
     print()
     print(report)
     if not args.no_write:
-        (ROOT / "bench" / "RESULTS.md").write_text(report, encoding="utf-8")
+        results = ROOT / "bench" / "RESULTS.md"
+        kept = _kept_sections(results.read_text(encoding="utf-8") if results.exists() else "")
+        results.write_text(report + kept, encoding="utf-8")
     return 0
 
 
