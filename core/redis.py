@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from core import breaker, keys
+from core import keys
 
 RedisClient = Any  # redis.Redis | redis.cluster.RedisCluster; both speak the same commands
 
@@ -228,10 +228,6 @@ async def round_trip_async(commands: Sequence[Sequence[Any]]) -> list[Any]:
                 pool.release(connection)
     except TimeoutError as exc:
         raise RedisTimeoutError(f"no reply from Redis within {settings.REDIS_SOCKET_TIMEOUT} s") from exc
-    finally:
-        # Done (or failed on the way): a held answer (core.tracking) needs a
-        # barrier before it is served again.
-        breaker.traffic.commands_done += len(packed)
     if ahead is not None:
         carried = len(ahead.commands)
         ahead.replies, replies = replies[:carried], replies[carried:]

@@ -35,9 +35,8 @@ from tests.fixtures.clients import token_for
 WORKERS = 2
 POOL_MAX = 3
 FAST_MAX = 2
-# Beside its pool each process holds one connection of core.tracking's
-# (client-side caching) and, under uvicorn, the fast reads' few (core/fast_asgi.py).
-PER_PROCESS = POOL_MAX + 1 + FAST_MAX
+# Beside its pool each process holds, under uvicorn, the fast reads' few (core/fast_asgi.py).
+PER_PROCESS = POOL_MAX + FAST_MAX
 REQUESTS = 400
 CONCURRENCY = 60
 
