@@ -165,16 +165,18 @@ class SharedPoolFactory(ConnectionFactory):
     thread of its own with a cache client of its own, all find the dict empty
     and each builds a pool, and the clients that lost the race keep theirs:
     a process then holds several bounded pools, and more connections than
-    the bound."""
+    the bound. So this factory keeps its own pools (by URL, process-wide),
+    filled under a lock, and asks django-redis only to build one."""
 
-    _lock = threading.Lock()
+    pools: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def get_or_create_connection_pool(self, params: dict[str, Any]) -> Any:
         key = params["url"]
-        pool = self._pools.get(key)
+        pool = self.pools.get(key)
         if pool is None:
-            with self._lock:
-                pool = self._pools.get(key)
+            with self.lock:
+                pool = self.pools.get(key)
                 if pool is None:
-                    pool = self._pools[key] = self.get_connection_pool(params)
+                    pool = self.pools[key] = self.get_connection_pool(params)
         return pool

@@ -66,7 +66,7 @@ def test_threads_that_connect_at_once_share_one_pool(monkeypatch: pytest.MonkeyP
     once would each build a pool of their own, each up to the bound."""
     factory = SharedPoolFactory({"CONNECTION_POOL_CLASS": "core.breaker.BoundedConnectionPool"})
     url = "redis://127.0.0.1:1/0"
-    monkeypatch.setattr(SharedPoolFactory, "_pools", {})
+    monkeypatch.setattr(SharedPoolFactory, "pools", {})
     real = SharedPoolFactory.get_connection_pool
 
     def slow(self: SharedPoolFactory, params: dict[str, Any]) -> Any:
