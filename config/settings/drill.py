@@ -6,8 +6,9 @@ passes ``DATABASE_URL`` (a database of its own), ``REDIS_URL`` and
 as in the README's production layout; or, with ``--broker rabbitmq``, a
 virtual host of its own on the machine's RabbitMQ) in the environment;
 base.py reads them.
-Everything else is production behaviour: self-healing on, the journal
-flushed every second, late acknowledgement.
+Everything else is production behaviour (the Redis broker's visibility
+timeout aside, below): self-healing on, the journal flushed every second,
+late acknowledgement.
 """
 
 import warnings
