@@ -12,7 +12,8 @@ covers what it cannot see:
   attribute or as a string in ``getattr``/``setattr``/``hasattr``/``delattr``.
 - ``private-write``: a write (or delete) of an underscore attribute of an
   object that is not ``self``/``cls``, directly or through ``setattr`` with a
-  literal name or a module-level string constant.
+  literal name or a module-level string constant; ``private-read``: the read
+  SLF001 misses, ``getattr``/``hasattr`` of such a name.
 - ``library-private``: a class built on a library class that overrides one
   of its underscore methods or reads or writes one of its underscore
   attributes through ``self``: the library's insides, changed from outside.
@@ -328,7 +329,18 @@ class Checker(ast.NodeVisitor):
         if callee in ATTRIBUTE_CALLS and len(node.args) >= 2:
             name = _string(node.args[1], self.constants)
             if name is not None:
-                self._attribute(node, name, node.args[0], write=callee in {"setattr", "delattr"})
+                write = callee in {"setattr", "delattr"}
+                self._attribute(node, name, node.args[0], write=write)
+                owner = node.args[0]
+                if (
+                    not write
+                    and _is_private(name)
+                    and not (isinstance(owner, ast.Name) and owner.id in {"self", "cls"})
+                ):
+                    # What SLF001 cannot see: the same read, spelled as a string.
+                    self.hit(
+                        node, "private-read", name, f"{callee}(..., {name!r}) reads another object's private member"
+                    )
         root = _root_name(node.func)
         if callee in {"patch", "setattr", "setitem", "delattr"} and isinstance(node.func, ast.Attribute):
             owner = _last_name(node.func.value)

@@ -82,6 +82,13 @@ def test_private_writes_to_other_objects_are_flagged(source: str, subject: str) 
     assert ("private-write", subject) in hits(source)
 
 
+@pytest.mark.parametrize(
+    "source", ["storage = getattr(request, '_messages', None)\n", "if hasattr(request, '_cached_user'):\n    pass\n"]
+)
+def test_private_reads_spelled_as_strings_are_flagged(source: str) -> None:
+    assert [rule for rule, _ in hits(source)] == ["private-read"]
+
+
 def test_a_library_class_changed_from_inside_is_flagged() -> None:
     found = hits(
         """
