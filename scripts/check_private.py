@@ -331,11 +331,11 @@ class Checker(ast.NodeVisitor):
             if name is not None:
                 write = callee in {"setattr", "delattr"}
                 self._attribute(node, name, node.args[0], write=write)
-                owner = node.args[0]
+                target = node.args[0]
                 if (
                     not write
                     and _is_private(name)
-                    and not (isinstance(owner, ast.Name) and owner.id in {"self", "cls"})
+                    and not (isinstance(target, ast.Name) and target.id in {"self", "cls"})
                 ):
                     # What SLF001 cannot see: the same read, spelled as a string.
                     self.hit(
@@ -343,9 +343,9 @@ class Checker(ast.NodeVisitor):
                     )
         root = _root_name(node.func)
         if callee in {"patch", "setattr", "setitem", "delattr"} and isinstance(node.func, ast.Attribute):
-            owner = _last_name(node.func.value)
-            if callee == "patch" or owner in {"patch", "monkeypatch"} or root == "monkeypatch":
-                self.hit(node, "monkeypatch", callee, f"{owner}.{callee}(): no patching in product code")
+            patched = _last_name(node.func.value)
+            if callee == "patch" or patched in {"patch", "monkeypatch"} or root == "monkeypatch":
+                self.hit(node, "monkeypatch", callee, f"{patched}.{callee}(): no patching in product code")
         elif callee == "patch" and self.imported.get("patch", "").startswith(("unittest.mock", "mock")):
             self.hit(node, "monkeypatch", "patch", "patch(): no patching in product code")
         if self.path in ENTRY_POINTS and callee not in HANDLER_WRAPPERS and self._wraps_handler(node):
