@@ -64,12 +64,16 @@ test-cluster: setup-dev
 # The import rules: import-linter's contracts (layers core < notices <
 # messagecenter, no cycles between sibling modules; pyproject.toml) and
 # scripts/check_imports.py (imports at module top, no module-level cycles).
+# Public APIs only: ruff's SLF001 and scripts/check_private.py (libraries'
+# internals, private writes, patching, routes in front of Django;
+# scripts/private_allowlist.toml).
 lint: setup-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy core notices messagecenter config scripts compat/notifications
 	PYTHONPATH=compat $(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
+	$(PY) scripts/check_private.py
 
 # The documentation site (Material for MkDocs, mkdocs.yml) from docs/ into
 # site/, warnings as errors. First the API pages: the OpenAPI document on the

@@ -186,14 +186,12 @@ class RoundTrips:
     """Counts a client's round trips. On a single Redis a command, a script
     call (redis-py's or core.lua's direct one), a pipeline or a stream takes
     one connection from the pool, once; on Redis Cluster (no such pool, and
-    scripts go through redis-py) commands and pipeline executions are counted.
-    Round trips on core.tracking's connections (held answers) are added."""
+    scripts go through redis-py) commands and pipeline executions are counted."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.pool = getattr(client, "connection_pool", None)
         self.count = 0
-        self._held_from = 0
 
     def _counting(self, function: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -203,9 +201,6 @@ class RoundTrips:
         return counted
 
     def __enter__(self) -> "RoundTrips":
-        from core import tracking  # not at import: the incumbent's runner imports this module too
-
-        self._held_from = tracking.round_trips[0]
         if self.pool is not None:
             self.pool.get_connection = self._counting(self.pool.get_connection)
             return self
@@ -221,9 +216,6 @@ class RoundTrips:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from core import tracking
-
-        self.count += tracking.round_trips[0] - self._held_from
         if self.pool is not None:
             del self.pool.get_connection
             return

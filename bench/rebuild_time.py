@@ -42,9 +42,12 @@ class _Timer:
         def stage(name: str, total: int) -> Any:
             made = inner(name, total)
             done = made.done
+            recorded = False
 
             def finish() -> None:
-                if not made._finished:
+                nonlocal recorded
+                if not recorded:  # a stage may be finished twice (its block's exit after an explicit done)
+                    recorded = True
                     timer.stages.append((name, made.count, time.monotonic() - made.started))
                 done()
 

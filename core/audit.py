@@ -124,7 +124,7 @@ def _admin_changes(form_values: dict[str, Any] | None, message: Any) -> dict[str
 # Where construct_change_message leaves the form's values for the log_* call
 # that follows it in the same request (the changelist's editable rows run the
 # pair once per row).
-_FORM_CHANGES_ATTR = "_audit_form_changes"
+_FORM_CHANGES_ATTR = "audit_form_changes"
 
 
 class AuditedAdminMixin(admin.ModelAdmin):

@@ -81,28 +81,18 @@ class Traffic:
     # Connection failures: core.healing looks at Redis's generation marker
     # afresh after any (a Redis that failed may come back empty).
     failures: int = 0
-    # Commands done: replies read (core.tracking's own connection does not
-    # count). core.tracking reads it to know whether this process may have
-    # written since it last made sure Redis's invalidations had arrived.
-    # Counted when the reply is read, not when the command is sent: a command
-    # counted at sending could still be on its way while a barrier (a PING, or
-    # a read on the tracking connection) passed it, and that barrier would
-    # then vouch for a write Redis had not yet made.
-    commands_done: int = 0
 
 
 traffic = Traffic()
 
 
 class BreakerConnection(Connection):
-    counts_commands = True  # core.tracking's own connection does not count
-
     def __init__(self, *args: Any, breaker_cooldown: float = 5.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.breaker = breaker_for(self.host, int(self.port), breaker_cooldown)
 
     def connect(self) -> None:
-        if self._sock:
+        if self.is_connected:
             return
         self.breaker.check()
         try:
@@ -112,7 +102,7 @@ class BreakerConnection(Connection):
             raise
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if not self._sock:
+        if not self.is_connected:
             self.breaker.check()
         try:
             super().send_packed_command(command, check_health)
@@ -127,8 +117,6 @@ class BreakerConnection(Connection):
             self.breaker.record_failure()
             raise
         self.breaker.record_success()
-        if self.counts_commands:
-            traffic.commands_done += 1
         return response
 
 
@@ -177,16 +165,18 @@ class SharedPoolFactory(ConnectionFactory):
     thread of its own with a cache client of its own, all find the dict empty
     and each builds a pool, and the clients that lost the race keep theirs:
     a process then holds several bounded pools, and more connections than
-    the bound."""
+    the bound. So this factory keeps its own pools (by URL, process-wide),
+    filled under a lock, and asks django-redis only to build one."""
 
-    _lock = threading.Lock()
+    pools: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def get_or_create_connection_pool(self, params: dict[str, Any]) -> Any:
         key = params["url"]
-        pool = self._pools.get(key)
+        pool = self.pools.get(key)
         if pool is None:
-            with self._lock:
-                pool = self._pools.get(key)
+            with self.lock:
+                pool = self.pools.get(key)
                 if pool is None:
-                    pool = self._pools[key] = self.get_connection_pool(params)
+                    pool = self.pools[key] = self.get_connection_pool(params)
         return pool

@@ -6,16 +6,10 @@ before a worker or a web process runs with tasks going nowhere. See
 docs/operating/brokers.md and docs/ARCHITECTURE.md.
 """
 
-import json
-import time
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
-
-if TYPE_CHECKING:  # the settings import this module: Celery loads with the app, not here
-    from celery import Celery
 
 BrokerKind = Literal["redis", "amqp"]
 _SCHEMES: dict[str, BrokerKind] = {
@@ -68,51 +62,3 @@ def amqp_settings() -> dict[str, Any]:
         "WORKER_DETECT_QUORUM_QUEUES": True,
         "BROKER_TRANSPORT_OPTIONS": {"confirm_publish": True},
     }
-
-
-# How many held messages one pass looks at: a worker holds its prefetch (one
-# per process) and the countdown retries it waits on (those look old too, and
-# are skipped after a look at their task name); the rest wait for the next pass.
-RESTORE_SCAN_MAX = 2000
-RESTORE_BATCH = 200  # held messages read per round trip
-
-
-def restore_held(app: "Celery", *, tasks: Collection[str], older_than: float) -> int:
-    """On a Redis broker, put back in their queues the messages of ``tasks``
-    that a worker took more than ``older_than`` seconds ago and has not
-    acknowledged; how many (0 on RabbitMQ, which requeues a dead worker's
-    messages when its connection drops).
-
-    A worker killed with a task taken but not started (its prefetch: the next
-    chunk of a fan-out) leaves the message in the transport's unacknowledged
-    set, where kombu restores it only after the visibility timeout, which has
-    to exceed the longest periodic job. For short, idempotent tasks the caller
-    names (delivery chunks, with ``older_than`` longer than one runs) a
-    message held that long belongs to a dead worker, or to one so late that
-    running it again is what the delivery's run lease does anyway. Each is
-    moved back with kombu's own restore (a WATCHed transaction: one the worker
-    acknowledged meanwhile is gone and not requeued)."""
-    with app.pool.acquire(block=True) as connection:
-        if connection.transport.driver_type != "redis":
-            return 0
-        channel = connection.default_channel
-        client = channel.client
-        ceiling = time.time() - older_than
-        tags = client.zrange(
-            channel.unacked_index_key, ceiling, 0, desc=True, byscore=True, offset=0, num=RESTORE_SCAN_MAX
-        )
-        restored = 0
-        for start in range(0, len(tags), RESTORE_BATCH):
-            batch = tags[start : start + RESTORE_BATCH]
-            with client.pipeline(transaction=False) as pipe:
-                for tag in batch:
-                    pipe.hget(channel.unacked_key, tag)
-                held = pipe.execute()
-            for tag, raw in zip(batch, held, strict=True):
-                if raw is None:
-                    continue  # acknowledged since
-                if json.loads(raw)[0].get("headers", {}).get("task") not in tasks:
-                    continue
-                channel.qos.restore_by_tag(tag, client)
-                restored += 1
-        return restored

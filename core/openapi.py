@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema as _AutoSchema
-from drf_spectacular.plumbing import build_basic_type
+from drf_spectacular.plumbing import ComponentRegistry, build_basic_type
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import Direction, OpenApiExample, OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
@@ -112,38 +112,45 @@ class AutoSchema(_AutoSchema):
     ``InputSerializer``/``OutputSerializer`` without component clashes.
     """
 
-    def _get_response_bodies(self, direction: Direction = "response") -> dict[str, Any]:
-        # Stated centrally: any operation can meet a PostgreSQL outage (503), any
-        # body can be too large (413), and exactly the throttled ones answer 429.
-        responses: dict[str, Any] = super()._get_response_bodies(direction)
+    def get_operation(
+        self, path: str, path_regex: str, path_prefix: str, method: str, registry: ComponentRegistry
+    ) -> dict[str, Any] | None:
+        operation: dict[str, Any] | None = super().get_operation(path, path_regex, path_prefix, method, registry)
+        if operation is not None:
+            self.state_errors(operation.setdefault("responses", {}), method=method, path_regex=path_regex)
+        return operation
+
+    def state_errors(self, responses: dict[str, Any], *, method: str, path_regex: str) -> None:
+        """Stated centrally: any operation can meet a PostgreSQL outage (503), any
+        body can be too large (413), and exactly the throttled ones answer 429."""
         throttled = bool(self.view.get_throttles())
         if throttled and "429" not in responses:
-            responses["429"] = self._get_response_for_code(ErrorEnvelope, "429", direction=direction) | {
-                "description": _DESCRIPTIONS[429]
-            }
+            responses["429"] = self.error_response(_DESCRIPTIONS[429])
         elif not throttled:
             responses.pop("429", None)
-        if self.method != "GET" and "413" not in responses:
+        if method != "GET" and "413" not in responses:
             # core.middleware.RequestSizeLimitMiddleware refuses any oversize API body.
-            responses["413"] = self._get_response_for_code(ErrorEnvelope, "413", direction=direction) | {
-                "description": _DESCRIPTIONS[413]
-            }
-        if "400" not in responses and "<id:" in (self.path_regex or ""):
+            responses["413"] = self.error_response(_DESCRIPTIONS[413])
+        if "400" not in responses and "<id:" in (path_regex or ""):
             # core.apis.MalformedIdApi: a malformed id in the path is a 400 whatever the method.
-            responses["400"] = self._get_response_for_code(ErrorEnvelope, "400", direction=direction) | {
-                "description": "Bad input (a malformed id in the path)"
-            }
+            responses["400"] = self.error_response("Bad input (a malformed id in the path)")
         if "503" not in responses:
-            responses["503"] = self._get_response_for_code(ErrorEnvelope, "503", direction=direction) | {
-                "description": _DESCRIPTIONS[503]
-            }
+            responses["503"] = self.error_response(_DESCRIPTIONS[503])
         for code in ("429", "503"):
             if code in responses:
                 responses[code].setdefault("headers", {})["Retry-After"] = {
                     "schema": {"type": "integer", "minimum": 0},
                     "description": "Seconds to wait before retrying.",
                 }
-        return responses
+
+    def error_response(self, description: str) -> dict[str, Any]:
+        """The error envelope as a response, in each media type the view renders."""
+        component = self.resolve_serializer(ErrorEnvelope, "response")
+        schema = {"schema": component.ref}
+        return {
+            "content": {media: dict(schema) for media in self.map_renderers("media_type")},
+            "description": description,
+        }
 
     def get_serializer_name(self, serializer: serializers.Serializer, direction: Direction) -> str:
         qualname = type(serializer).__qualname__

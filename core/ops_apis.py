@@ -1,10 +1,10 @@
 """REST adapters for operations: webhook endpoints (``/api/v1/manage/webhooks/``)
 and the Prometheus scrape (``/metrics``)."""
 
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
@@ -192,4 +192,7 @@ class MetricsApi(APIView):
         },
     )
     def get(self, request: Request) -> HttpResponse:
-        return metrics.metrics_view(request._request)
+        # DRF's Request answers every attribute of the HttpRequest it wraps
+        # (https://www.django-rest-framework.org/api-guide/requests/#standard-httprequest-attributes);
+        # the view reads the headers and META only.
+        return metrics.metrics_view(cast(HttpRequest, request))

@@ -73,10 +73,6 @@ class Progress:
     """Where a job reports its stages; ``tty`` None asks the stream."""
 
     def __init__(self, stream: Any | None, *, tty: bool | None = None) -> None:
-        # A command's stdout (an OutputWrapper, nested when one command calls
-        # another) appends a newline to every write: the bar needs the raw stream.
-        while isinstance(stream, OutputWrapper):
-            stream = stream._out
         self.stream = stream
         if stream is None:
             self.tty = False
@@ -92,7 +88,12 @@ class Progress:
     def write(self, text: str) -> None:
         if self.stream is None:
             return
-        self.stream.write(text)
+        if isinstance(self.stream, OutputWrapper):
+            # A command's stdout ends every write with a newline unless told
+            # otherwise: the bar redraws its own line.
+            self.stream.write(text, ending="")
+        else:
+            self.stream.write(text)
         flush = getattr(self.stream, "flush", None)
         if callable(flush):
             flush()

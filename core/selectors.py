@@ -32,7 +32,7 @@ def _platforms_from_db(*, user_id: int, is_staff: bool) -> list[str]:
 # Memo on the user object, like Django's permission cache: a request's user
 # looks its platforms up once. Authentication restores it from the cached
 # user snapshot, so an API request usually never asks Redis for it at all.
-PLATFORMS_ATTR = "_messagecenter_platforms"
+PLATFORMS_ATTR = "messagecenter_platforms"
 
 
 def user_platforms(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:

@@ -27,7 +27,6 @@ from core import healing
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
 from core.lookups import Whole
-from core.selectors import user_platforms
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
 from messagecenter.items import KIND_BY_PREFIX
@@ -339,20 +338,11 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
-    """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``.
-
-    A repeated poll is answered from this process (``inbox.COUNTS_HELD``, no
-    round trip) for as long as Redis reports none of what the answer was read
-    from changed and no expiry or publish time has passed."""
+    """``{"unread", "unseen", "by_category": {...categories, "announcement"}}``."""
     now = now or timezone.now()
     now_ms = to_ms(now)
-    held_as = (int(user.pk), tuple(user_platforms(user=user)))
-    held = inbox.counts_held_get(held_as, now_ms)
-    if held is not None:
-        return _counts_answer(*held)
     counts: Counts | None = None
     announcements: dict[str, int] | None = None
-    hold: inbox.CountsHold | None = None
     try:
         healing.require_ready()
         # One round trip for both when it can: the inbox's fast counts and the
@@ -370,16 +360,8 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
             )
         )
         if call is not None and both is not None:
-            counts, reply, hold = both
-            if hold is not None and int(reply) < 0:
-                hold = None  # the announcement count needed more than that read
+            counts, reply = both
             announcements = announcement_count_settle(call, reply)
-            if hold is not None:
-                unread = (*counts.unread_by_category.items(), ("announcement", int(announcements["unread"])))
-                answer = (counts.unread, counts.unseen, unread)
-                until_ms = min(hold.until_ms, call.until_ms)
-                inbox.COUNTS_HELD.hold(held_as, answer, keys=hold.keys, until_ms=until_ms, ticket=hold.ticket)
-                return _counts_answer(*answer)
         else:
             counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=now_ms)
     except RedisError as exc:

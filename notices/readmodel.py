@@ -29,7 +29,6 @@ when missing (new chunk, flushed Redis), on first read.
 import bisect
 import itertools
 import logging
-import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -613,15 +612,6 @@ class ChunkIndex:
         # An entry expired by ``at`` was published before it (the lists hold no other).
         return bisect.bisect_right(self.publishes, at) - bisect.bisect_right(self.expiries, at)
 
-    def next_change(self, at: int) -> float:
-        """When the live set changes next after ``at`` (a publish or an expiry time); inf: never."""
-        found = math.inf
-        for moments in (self.publishes, self.expiries):
-            i = bisect.bisect_right(moments, at)
-            if i < len(moments):
-                found = min(found, moments[i])
-        return found
-
     def moments(self, start: int, end: int) -> list[int]:
         """Publish and expiry times in (start, end], ascending."""
         found: list[int] = []
@@ -762,7 +752,6 @@ class CountCall:
     live: int  # announcements live at ``now_ms`` in ``index``
     now_ms: int
     keys: tuple[str, ...]
-    until_ms: float  # when the live set changes next (a publish or expiry time); inf: never
 
     def args(self, seen_t: str = "") -> list[Any]:
         return [self.index.token, _counter_of(self.offset)[1], self.now_ms, self.offset, seen_t]
@@ -785,7 +774,6 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
             *_chunk_keys(platform, chunk),
             keys.notice_reads(platform, chunk, _counter_of(offset)[0]),
         ),
-        until_ms=index.next_change(now_ms),
     )
 
 

@@ -8,7 +8,6 @@ import random
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.test import override_settings
 
 from bench import data, incumbent_client
 from bench.harness import RoundTrips, Row, measure
@@ -77,41 +76,30 @@ def run(*, users: int, quick: bool) -> list[Row]:
     rows: list[Row] = []
 
     # --- unread counts ------------------------------------------------------------------------
-    # A repeated poll is answered by the process (inbox.COUNTS_HELD, invalidated
-    # by Redis's client tracking); a poll where nothing is held (another process,
-    # or after a change) takes the read cache's check: one round trip. Both shown.
+    # A poll takes the read cache's check and the announcement count: one round trip.
     theirs = incumbent["unread_count"]
     calls = 500 if quick else 2000
-    for held in (True, False):
-        with override_settings(MESSAGECENTER_COUNTS_HELD=held):
+    inbox_counts(user=counter)
+    with RoundTrips(client) as trips:
+        for _ in range(10):
             inbox_counts(user=counter)
-            with RoundTrips(client) as trips:
-                for _ in range(10):
-                    inbox_counts(user=counter)
-            ours = measure(lambda: inbox_counts(user=counter), repeat=calls, warmup=50)
-        rows.append(
-            Row.timed(
-                "unread counts",
-                f"{inbox_items:,} inbox items + {announcements:,} announcements, 30% read, "
-                + ("polled again (held by the process)" if held else "nothing held (the read cache's check)"),
-                ours,
-                f"unread().count() ({source})",
-                theirs,
-                target=20 if held else None,
-                trips=trips.count / 10,
-                max_trips=1,
-                note=(
-                    "ours: inbox_counts (unread and unseen by category, announcements included), the answer held "
-                    "in the process while Redis's client tracking reports none of its keys changed (no round "
-                    "trip); "
-                    if held
-                    else "ours: the same with MESSAGECENTER_COUNTS_HELD off: the read cache's check and the "
-                    "announcement count in one round trip; "
-                )
-                + f"theirs: {theirs['items']:,} notifications of one user, {theirs['read']} read, index on "
-                "(recipient, unread)",
-            )
+    ours = measure(lambda: inbox_counts(user=counter), repeat=calls, warmup=50)
+    rows.append(
+        Row.timed(
+            "unread counts",
+            f"{inbox_items:,} inbox items + {announcements:,} announcements, 30% read, polled again",
+            ours,
+            f"unread().count() ({source})",
+            theirs,
+            target=None,
+            trips=trips.count / 10,
+            max_trips=1,
+            note="ours: inbox_counts (unread and unseen by category, announcements included): the read cache's "
+            "check and the announcement count in one round trip; "
+            + f"theirs: {theirs['items']:,} notifications of one user, {theirs['read']} read, index on "
+            "(recipient, unread)",
         )
+    )
 
     # --- mark-all-read of 10,000 unread ---------------------------------------------------------
     if not both:

@@ -1,6 +1,5 @@
 """Seeding, the faults and the checks (Django is set up before this module is imported)."""
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -363,13 +362,6 @@ class Drill:
         else:
             held = str(self.redis.client(1).hlen("unacked"))  # kombu's Redis transport: delivered, not acknowledged
         row.notes.append(f"{held} task(s) held unacknowledged on the broker after the restart")
-        requeued = sum(
-            int(found)
-            for log in self.workdir.glob("worker*.log")
-            for found in re.findall(r"requeued (\d+) delivery task", log.read_text(errors="replace"))
-        )
-        if requeued:
-            row.notes.append(f"the relay requeued {requeued} delivery task(s) a dead worker held past the run lease")
         if took is None:
             row.blocked = True
             row.notes.append(f"the large message's fan-out had not finished {SETTLE_TIMEOUT:.0f} s after the restart")

@@ -190,8 +190,7 @@ REDIS_BREAKER_COOLDOWN = env.float("REDIS_BREAKER_COOLDOWN", default=5.0)
 # redis-py's plain pool opens a connection per busy thread without limit. A
 # request waits up to REDIS_POOL_TIMEOUT seconds for a free connection; past
 # that the read model falls back to PostgreSQL and anything else answers 503.
-# The process's client-tracking connection and the event streams' subscriptions
-# are apart from the pool (one each).
+# The event streams' subscriptions are apart from the pool (one connection).
 REDIS_POOL_MAX_CONNECTIONS = env.int("REDIS_POOL_MAX_CONNECTIONS", default=32)
 REDIS_POOL_TIMEOUT = env.float("REDIS_POOL_TIMEOUT", default=1.0)
 
@@ -260,9 +259,8 @@ CELERY_TIMEZONE = "UTC"
 # ones are the periodic jobs that walk the whole read model (check_redis,
 # notices.rebuild_all, the read snapshots), minutes on a large install. Half an
 # hour leaves them room. Delivery does not wait that long after a lost
-# worker: the relay requeues delivery tasks held past the run lease (below),
-# and its pending rows are handed over again after their lease (running one
-# twice changes nothing).
+# worker: its pending rows are handed over again after their lease (below;
+# running one twice changes nothing).
 MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT: int = env.int("MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT", default=30 * 60)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "visibility_timeout": MESSAGECENTER_BROKER_VISIBILITY_TIMEOUT,
@@ -537,9 +535,6 @@ if (
 MESSAGECENTER_ACTIVITY_ENABLED: bool = env.bool("MESSAGECENTER_ACTIVITY_ENABLED", default=True)
 MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAYS", default=400)
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
-# Unread counts held in each process while Redis tracks what they were read
-# from (core/tracking.py, CLIENT TRACKING): a repeated poll costs no round trip.
-MESSAGECENTER_COUNTS_HELD: bool = env.bool("MESSAGECENTER_COUNTS_HELD", default=True)
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
 # The fewest streams each thread writes of one broadcast (core/live.py): below

@@ -40,7 +40,6 @@ from core import keys, live
 from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
-from core.tracking import HeldAnswers, Ticket
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
@@ -694,11 +693,6 @@ def inbox_counts(*, user_id: int, now_ms: int) -> Counts:
     return _cached_counts(cached) if cached is not None else _counts_computed(user_id, now_ms)
 
 
-# Unread counts held in this process while Redis tracks the keys they were
-# read from (core.tracking): the selector's whole answer, by (user, platforms).
-COUNTS_HELD = HeldAnswers()
-
-
 def inbox_settle(*, user_ids: Sequence[int], now_ms: int) -> None:
     """Settle these users' inboxes as their next read would (expired and
     removed members leave, counters kept exact, pending merges done), so
@@ -707,59 +701,28 @@ def inbox_settle(*, user_ids: Sequence[int], now_ms: int) -> None:
         _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))  # settle and merge only
 
 
-def counts_held_on() -> bool:
-    return bool(settings.MESSAGECENTER_COUNTS_HELD) and COUNTS_HELD.available()
-
-
-def counts_held_get(name: tuple[Any, ...], now_ms: int) -> Any | None:
-    """The answer held under ``name`` (see ``COUNTS_HELD``), if any is current."""
-    return COUNTS_HELD.get(name, now_ms) if settings.MESSAGECENTER_COUNTS_HELD else None
-
-
-@dataclass(frozen=True)
-class CountsHold:
-    """How an answer built on counts read through ``COUNTS_HELD`` may be held:
-    the read's ticket, every key it read and when the counts stop being true."""
-
-    ticket: Ticket
-    keys: tuple[str, ...]
-    until_ms: float
-
-
 def inbox_counts_alongside(
     *, user_id: int, now_ms: int, script: LuaScript, script_keys: Sequence[str], script_args: Sequence[Any]
-) -> tuple[Counts, Any, CountsHold | None] | None:
+) -> tuple[Counts, Any] | None:
     """The counts and another script's reply (unsettled: pass it to the
     script's ``settle``) in one round trip on a single Redis: the read cache's
     check and the other script when the counts are cached (a poll), else the
     fast counts script and the other one, pipelined. None when that cannot
     apply (a cluster, no months hint); when the inbox needed settling after
-    all, its counts take the planned route and the other reply is still returned.
-
-    A poll's check goes through ``COUNTS_HELD``'s tracking connection when it
-    is on: the third item then tells how to hold an answer built on the
-    cached counts and that reply (None when the counts were not cached)."""
+    all, its counts take the planned route and the other reply is still returned."""
     client = get_redis()
     if _cache_checkable(user_id, COUNTS_FIELD):
         check = _cache_check_commands(keys.prefix(), user_id, COUNTS_FIELD)
         commands = [*check, script.command(script_keys, script_args, client=client)]
-        ticket: Ticket | None = None
         try:
-            if counts_held_on():
-                replies, ticket = COUNTS_HELD.read(commands)
-            else:
-                replies = round_trip(client, commands)
+            replies = round_trip(client, commands)
         except NoScriptError:
             replies = None  # nothing ran but reads: the pipeline below loads the script
         if replies is not None:
             checked = _cache_checked(user_id, COUNTS_FIELD, replies[-2], now_ms)
             if checked is None:
-                return _counts_computed(user_id, now_ms), replies[-1], None
-            hold = None
-            if ticket is not None:
-                read = [key for command in check for key in _read_keys(command)]
-                hold = CountsHold(ticket, (*read, *script_keys), checked[1])
-            return _cached_counts(checked[0]), replies[-1], hold
+                return _counts_computed(user_id, now_ms), replies[-1]
+            return _cached_counts(checked[0]), replies[-1]
     call = _fast_call(user_id, now_ms, CountsOp(cache_seconds=PAGE_CACHE_SECONDS))
     if call is None:
         return None
@@ -772,13 +735,9 @@ def inbox_counts_alongside(
         result = _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
     else:
         _cache_hint_add(user_id, COUNTS_FIELD)
-    return _counts(result), other, None
+    return _counts(result), other
 
 
-def _read_keys(command: Sequence[str]) -> Sequence[str]:
-    """The keys a command of the read cache's check reads (HMGET: one, MGET: all)."""
-    name = command[0]
-    return command[1:2] if name == "HMGET" else command[1:] if name == "MGET" else ()
 
 
 # Where an item of the inbox is: in the list, archived, or snoozed (away until its wake time).

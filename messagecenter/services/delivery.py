@@ -15,8 +15,9 @@ work has reached Redis, so:
   over again once its lease (``MESSAGECENTER_DELIVERY_LEASE_SECONDS``) ran
   out; a task whose worker died while running it, once the shorter run lease
   (``MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS``, set when a worker starts it)
-  ran out; a task a worker took and died before starting, on a Redis broker,
-  is put back in its queue once held for the run lease (``_restore_held``).
+  ran out; a task a worker took and died before starting comes back from the
+  broker itself (RabbitMQ when the worker's connection drops, Redis after its
+  visibility timeout), or with the row's lease, whichever is first.
 
 The relay (``delivery_relay``) runs from Celery beat every
 ``MESSAGECENTER_DELIVERY_RELAY_SECONDS``, after each hand-over for a few due
@@ -46,7 +47,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
-from core import brokers, webhooks
+from core import webhooks
 from core.breaker import CircuitBreaker
 from core.redis import get_redis
 from messagecenter.models import PendingDelivery
@@ -362,7 +363,6 @@ def delivery_relay(*, limit: int = 500, inline: bool = False, due_only: bool = T
             return _relay_inline(limit=limit, due_only=due_only)
         finally:
             _state.relaying = False
-    _restore_held()
     now = timezone.now()
     with transaction.atomic():
         rows = list(
@@ -384,27 +384,6 @@ def delivery_relay(*, limit: int = 500, inline: bool = False, due_only: bool = T
             break
         handed += 1
     return handed
-
-
-def _restore_held() -> None:
-    """Requeue delivery tasks a dead worker held on a Redis broker.
-
-    A row's run lease covers a worker killed while running its task; a worker
-    killed just after taking the task, before its body marked the row, leaves
-    the row on the long lease and the message unacknowledged for the broker's
-    visibility timeout (half an hour). Held longer than the run lease, the
-    message goes back to its queue now, and the next worker runs it."""
-    if _eager() or settings.CELERY_BROKER_KIND != "redis":
-        return
-    try:
-        restored = brokers.restore_held(
-            current_app, tasks=list(_jobs), older_than=float(settings.MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS)
-        )
-    except (BrokerError, RedisError, OSError) as exc:
-        logger.warning("could not look for delivery tasks held by dead workers: %r", exc)
-        return
-    if restored:
-        logger.warning("requeued %d delivery task(s) held unacknowledged past the run lease", restored)
 
 
 def _relay_inline(*, limit: int, due_only: bool) -> int:

@@ -17,12 +17,12 @@ would ask the read model to record a removal of an item it just forgot.
 """
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import router, transaction
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.db import connections, router, transaction
+from django.db.models import Exists, Field, Model, OuterRef
 from django.utils import timezone
 
 from messagecenter import projection
@@ -80,9 +80,27 @@ def _hidden_of(refs: list[str]) -> list[tuple[int, str]]:
     return sorted(pairs)
 
 
-def _raw_delete(queryset: QuerySet[Model]) -> int:
-    """DELETE without the model signals (see the module's docstring)."""
-    return queryset._raw_delete(router.db_for_write(queryset.model))
+def _delete_where(model: type[Model], **among: Sequence[int | str]) -> int:
+    """``DELETE FROM <model's table> WHERE <field> IN (...) AND ...``: one
+    statement, without the model signals (see the module's docstring) and
+    without Django's cascade collector (what hangs off a row is deleted here
+    by name, first). Field names as in ``filter`` (``pk``, ``message_id``)."""
+    if not all(among.values()):
+        return 0
+    connection = connections[router.db_for_write(model)]
+    quote = connection.ops.quote_name
+    clauses: list[str] = []
+    params: list[int | str] = []
+    for name, values in among.items():
+        field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+        if not isinstance(field, Field) or not field.column:
+            raise TypeError(f"{model.__name__}.{name} is not a column")
+        clauses.append(f"{quote(field.column)} IN ({', '.join(['%s'] * len(values))})")
+        params.extend(values)
+    sql = f"DELETE FROM {quote(model._meta.db_table)} WHERE {' AND '.join(clauses)}"  # noqa: S608 (quoted names, values as parameters)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
 
 
 def _messages_batch(*, cutoff: datetime, now: datetime, batch: int, done: Counter[str]) -> int:
@@ -120,13 +138,13 @@ def _messages_batch(*, cutoff: datetime, now: datetime, batch: int, done: Counte
     )
     ids = [m.pk for m in rows]
     with transaction.atomic():
-        _raw_delete(InboxHidden.objects.filter(item_id__in=refs))
-        _raw_delete(InboxItemState.objects.filter(item_id__in=refs))
-        _raw_delete(PendingDelivery.objects.filter(task__in=MESSAGE_TASKS, object_id__in=ids))
-        _raw_delete(FanoutChunk.objects.filter(message_id__in=ids))
-        _raw_delete(MessageImage.objects.filter(message_id__in=ids))
-        _raw_delete(Message.groups.through.objects.filter(message_id__in=ids))
-        done["messages"] += _raw_delete(Message.objects.filter(pk__in=ids))
+        _delete_where(InboxHidden, item_id=refs)
+        _delete_where(InboxItemState, item_id=refs)
+        _delete_where(PendingDelivery, task=MESSAGE_TASKS, object_id=ids)
+        _delete_where(FanoutChunk, message_id=ids)
+        _delete_where(MessageImage, message_id=ids)
+        _delete_where(Message.groups.through, message_id=ids)
+        done["messages"] += _delete_where(Message, pk=ids)
     return len(rows)
 
 
@@ -151,11 +169,11 @@ def _notifications_batch(*, cutoff: datetime, now: datetime, batch: int, done: C
     )
     ids = [n.pk for n in rows]
     with transaction.atomic():
-        _raw_delete(InboxHidden.objects.filter(item_id__in=refs))
-        _raw_delete(InboxItemState.objects.filter(item_id__in=refs))
-        _raw_delete(PendingDelivery.objects.filter(task__in=NOTIFICATION_TASKS, object_id__in=ids))
+        _delete_where(InboxHidden, item_id=refs)
+        _delete_where(InboxItemState, item_id=refs)
+        _delete_where(PendingDelivery, task=NOTIFICATION_TASKS, object_id=ids)
         RuleMatch.objects.filter(notification_id__in=ids).update(notification=None)
-        done["notifications"] += _raw_delete(Notification.objects.filter(pk__in=ids))
+        done["notifications"] += _delete_where(Notification, pk=ids)
     return len(rows)
 
 
@@ -176,7 +194,7 @@ def _orphan_pending(*, batch: int) -> int:
             )
             if not orphans:
                 break
-            removed += _raw_delete(PendingDelivery.objects.filter(pk__in=orphans))
+            removed += _delete_where(PendingDelivery, pk=orphans)
     return removed
 
 
@@ -207,4 +225,4 @@ def _orphan_hidden(*, now: datetime, batch: int) -> int:
             projection.items_purged(
                 refs=[], members=[], holders=[], pull_members=[], audience_chunks={}, hidden=_hidden_of(gone), now=now
             )
-            removed += _raw_delete(InboxHidden.objects.filter(item_id__in=gone))
+            removed += _delete_where(InboxHidden, item_id=gone)

@@ -76,3 +76,17 @@ def test_rabbitmq_settings() -> None:
     assert done.stdout.strip().splitlines()[-1] == "quorum quorum True True 1"
     redis = _settings_of("redis://127.0.0.1:6379/1", "app.conf.task_default_queue_type")
     assert redis.stdout.strip().splitlines()[-1] == "classic"
+
+
+def test_a_dead_workers_tasks_come_back_through_the_broker() -> None:
+    """Late acks with reject-on-worker-lost on both brokers; on Redis the
+    visibility timeout is what hands a dead worker's task out again."""
+    flags = "app.conf.task_acks_late, app.conf.task_reject_on_worker_lost"
+    rabbit = _settings_of("amqp://guest:guest@127.0.0.1:5672//", flags)
+    assert rabbit.returncode == 0, rabbit.stderr
+    assert rabbit.stdout.strip().splitlines()[-1] == "True True"
+    redis = _settings_of(
+        "redis://127.0.0.1:6379/1", f"{flags}, app.conf.broker_transport_options['visibility_timeout']"
+    )
+    assert redis.returncode == 0, redis.stderr
+    assert redis.stdout.strip().splitlines()[-1] == "True True 1800"

@@ -34,8 +34,8 @@ from tests.fixtures.clients import token_for
 
 WORKERS = 2
 POOL_MAX = 3
-# Beside its pool each process holds one connection of core.tracking's (client-side caching).
-PER_PROCESS = POOL_MAX + 1
+# Each process holds its pool and nothing beside it.
+PER_PROCESS = POOL_MAX
 REQUESTS = 400
 CONCURRENCY = 60
 
@@ -65,7 +65,7 @@ def test_threads_that_connect_at_once_share_one_pool(monkeypatch: pytest.MonkeyP
     once would each build a pool of their own, each up to the bound."""
     factory = SharedPoolFactory({"CONNECTION_POOL_CLASS": "core.breaker.BoundedConnectionPool"})
     url = "redis://127.0.0.1:1/0"
-    monkeypatch.setattr(SharedPoolFactory, "_pools", {})
+    monkeypatch.setattr(SharedPoolFactory, "pools", {})
     real = SharedPoolFactory.get_connection_pool
 
     def slow(self: SharedPoolFactory, params: dict[str, Any]) -> Any:

@@ -193,7 +193,6 @@ def view_round_trips() -> Iterator[list[int]]:
 def test_counts_and_their_etag_take_one_round_trip(operator: Any, recipient: Any, settings: Any) -> None:
     """The ETag is the answer's own: a poll (200 or 304) costs the counts' one
     round trip, and the tag moves exactly when the body does."""
-    settings.MESSAGECENTER_COUNTS_HELD = False
     send(operator, to={"users": [recipient]})
     client = client_for(recipient)
     first = client.get(COUNTS)  # plans: the user's first read in this process

@@ -30,13 +30,6 @@ pytestmark = [
 _render = inbox_api.render_page  # the real one: the fixture below counts the API's calls
 
 
-@pytest.fixture(autouse=True)
-def _nothing_held(settings: Any) -> None:
-    """The read cache itself: counts held in the process (test_held_counts.py)
-    would answer a repeated poll before the read cache is asked."""
-    settings.MESSAGECENTER_COUNTS_HELD = False
-
-
 def _fresh(user: Any, **query: Any) -> bytes:
     return _render(selectors.inbox_list(user=user, **query))
 

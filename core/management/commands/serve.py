@@ -8,6 +8,7 @@ have a Redis of their own. A read replica that does not answer stops it
 first, with the reason (core/replicas.py).
 """
 
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -30,10 +31,13 @@ class Command(BaseCommand):
             check_replicas_reachable()
         except ImproperlyConfigured as error:
             raise CommandError(str(error)) from None
+        # The stream this command writes to, not its wrapper: a wrapper around
+        # a wrapper would end the rebuild's progress bar's every redraw with a newline.
+        stream = options.get("stdout") or sys.stdout
         if settings.REDIS_EMBEDDED:
-            call_command("rebuild_redis", stdout=self.stdout)
+            call_command("rebuild_redis", stdout=stream)
         if not no_demo:
-            call_command("seed_demo", stdout=self.stdout)
+            call_command("seed_demo", stdout=stream)
         url = f"http://{addrport}"
         self.stdout.write(
             f"\n  Inbox:     {url}/inbox/\n  Admin:     {url}/admin/   (admin / admin)\n  API docs:  {url}/api/docs/\n"
