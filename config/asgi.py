@@ -14,10 +14,8 @@ django_application = ASGIHandler()
 # A replica that does not answer stops the process here, before it serves.
 check_replicas_reachable()
 
-# The event stream is answered before Django (core/live_asgi.py): imported
-# after the line above, which sets Django up.
+# Imported after the line above, which sets Django up.
 from core.fast_asgi import FastRoutes  # noqa: E402
-from core.live_asgi import LiveStreamRoute  # noqa: E402
 
 # The hottest reads are answered on the event loop when they can (core/fast_asgi.py).
-application = LiveStreamRoute(FastRoutes(django_application), path="/api/v1/inbox/stream/", event="inbox")
+application = FastRoutes(django_application)
