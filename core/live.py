@@ -482,6 +482,10 @@ class LiveHub:
             except asyncio.CancelledError:
                 await self._drop()
                 raise
+            except Exception:
+                # Anything else would end this task and leave every stream of
+                # the process deaf until a restart: log it and start over.
+                logger.exception("live hub: reader failed, reconnecting")
             lost = True
             await self._drop()
             await asyncio.sleep(backoff)
