@@ -5,7 +5,8 @@ own handler, and the lifespan protocol whose shutdown closes the process's
 hub) on a spare port against the run's test database and Redis. Every byte
 of a stream goes through Django's streaming response and the server's ASGI
 ``send``: a second server proves nothing depends on one server's insides.
-Each server:
+Each server (and a gunicorn of sync workers, where the same view serves the
+blocking stream, for the first scenario):
 
 - opens a stream (token) and says hello with the user's version;
 - delivers a broadcast and an event for the user alone (not another user's);
@@ -59,6 +60,12 @@ def _free_port() -> int:
 
 
 def _command(kind: str, port: int) -> list[str]:
+    if kind == "gunicorn":
+        # Sync workers, one stream each: three hold the test's streams at once.
+        return [
+            *(sys.executable, "-m", "gunicorn", "tests.core.live_app:wsgi_application"),
+            *("--bind", f"127.0.0.1:{port}", "--workers", "3", "--worker-class", "sync"),
+        ]
     if kind == "uvicorn":
         return [
             *(sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", str(port)),
@@ -128,6 +135,17 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServe
         running.stop()
 
 
+@pytest.fixture(params=["uvicorn", "hypercorn", "gunicorn"])
+def any_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+    """The ASGI servers and, for the blocking stream WSGI serves, a gunicorn."""
+    running = LiveServer(request.param, tmp_path / f"{request.param}.log")
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
 def _user(name: str) -> tuple[Any, str]:
     user = get_user_model().objects.create_user(username=name, password=f"{name}-pw-secret")
     return user, token_for(user)
@@ -172,7 +190,8 @@ async def _publish(function: Any, **kwargs: Any) -> None:
     await asyncio.to_thread(function, **kwargs)
 
 
-def test_a_stream_hears_broadcasts_its_own_events_heartbeats_and_resumes(server: LiveServer) -> None:
+def test_a_stream_hears_broadcasts_its_own_events_heartbeats_and_resumes(any_server: LiveServer) -> None:
+    server = any_server
     me, my_token = _user("live-me")
     _, other_token = _user("live-other")
 
