@@ -328,14 +328,20 @@ class _Stream:
     is full the hub drops it (``dropped``), and the stream ends with a
     ``resync`` event (the page reconnects and refetches)."""
 
-    __slots__ = ("channel", "dropped", "event", "platforms", "queue")
+    __slots__ = ("active", "channel", "deadline", "dropped", "ended", "event", "platforms", "queue")
 
-    def __init__(self, *, channel: str, platforms: frozenset[str], event: bytes) -> None:
+    def __init__(self, *, channel: str, platforms: frozenset[str], event: bytes, now: float, seconds: float) -> None:
         self.channel = channel
         self.platforms = platforms
         self.event = event
         self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=STREAM_BACKLOG)
         self.dropped = False
+        # When the hub last gave it something (an event, a heartbeat), and when
+        # it ends (its cap): the hub's tick keeps both, so the stream's own wait
+        # needs no timer (re-arming one per event doubled a broadcast's cost).
+        self.active = now
+        self.deadline = now + seconds
+        self.ended = False
 
 
 def _text(value: Any) -> str:
@@ -389,6 +395,7 @@ class LiveHub:
                 asyncio.create_task(self._read(), name="live-hub-read"),
                 asyncio.create_task(self._subscribe_loop(), name="live-hub-subscribe"),
                 asyncio.create_task(self._due_loop(), name="live-hub-due"),
+                asyncio.create_task(self._tick_loop(), name="live-hub-tick"),
             ]
 
     async def join(self, stream: _Stream) -> bool:
@@ -564,6 +571,7 @@ class LiveHub:
         bytes go to every stream; the streams' own tasks send them (through
         the server's ``send``), so this loop only appends to queues."""
         dropped: list[_Stream] = []
+        now = asyncio.get_running_loop().time()
         for channel, raw in burst:
             frames: dict[bytes, bytes] = {}
             for stream in self._audience(channel):
@@ -572,6 +580,7 @@ class LiveHub:
                 frame = frames.get(stream.event)
                 if frame is None:
                     frame = frames[stream.event] = _raw_frame(stream.event, raw)
+                stream.active = now
                 try:
                     stream.queue.put_nowait(frame)
                 except asyncio.QueueFull:
@@ -610,6 +619,25 @@ class LiveHub:
             except (RedisError, OSError):
                 # The reader notices the same connection failing and reconnects.
                 logger.warning("live hub: subscribe failed", exc_info=True)
+
+    async def _tick_loop(self) -> None:
+        """Heartbeats and caps of every stream, a few times per heartbeat: a
+        stream given nothing for a heartbeat's length gets the keepalive
+        comment, a stream past its cap ends (an empty frame wakes it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            heartbeat = _heartbeat_seconds()
+            await asyncio.sleep(min(1.0, max(0.05, heartbeat / 4)))
+            now = loop.time()
+            for stream in self._all:
+                if now >= stream.deadline:
+                    stream.ended = True
+                    with suppress(asyncio.QueueFull):
+                        stream.queue.put_nowait(b"")
+                elif now - stream.active >= heartbeat:
+                    stream.active = now
+                    with suppress(asyncio.QueueFull):
+                        stream.queue.put_nowait(HEARTBEAT)
 
     async def _due_loop(self) -> None:
         script = None
@@ -724,10 +752,9 @@ async def event_stream_async(*, user_id: int, event: str, platforms: Iterable[st
         channel=keys.live_user_channel(user_id),
         platforms=frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE},
         event=event.encode(),
+        now=asyncio.get_running_loop().time(),
+        seconds=_stream_seconds(),
     )
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _stream_seconds()
-    heartbeat = _heartbeat_seconds()
     queue = stream.queue
     metrics.LIVE_STREAMS.inc()
     try:
@@ -739,25 +766,19 @@ async def event_stream_async(*, user_id: int, event: str, platforms: Iterable[st
             yield _unavailable()
             return
         yield _opening(version)
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                async with asyncio.timeout(min(heartbeat, remaining)):
-                    frame = await queue.get()
-            except TimeoutError:
-                if deadline - loop.time() > 0:
-                    yield HEARTBEAT  # a quiet while: lets proxies and the server see the connection live
-                continue
+        while not stream.ended:
+            frame = await queue.get()
             if stream.dropped:
                 yield _raw_frame(stream.event, RESYNC_EVENT)
                 return
-            if queue.empty():
+            if not queue.empty():
+                # What queued while this stream was sending goes out as one chunk.
+                frames = [frame]
+                while not queue.empty():
+                    frames.append(queue.get_nowait())
+                frame = b"".join(frames)
+            if frame:
                 yield frame
-                continue
-            # What queued while this stream was sending goes out as one chunk.
-            frames = [frame]
-            while not queue.empty():
-                frames.append(queue.get_nowait())
-            yield b"".join(frames)
     finally:
         central.leave(stream)
         metrics.LIVE_STREAMS.dec()

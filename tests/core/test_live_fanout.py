@@ -141,3 +141,21 @@ def test_streams_opening_together_read_each_user_s_version_in_shared_reads(monke
     assert hellos == [[("hello", {"v": v})] for v in (0, 1, 0, 2, 0)]
     # Read with MGET, in batches of the streams that opened together: never a GET per stream.
     assert sum(reads) == 5
+
+
+def test_a_quiet_stream_gets_heartbeats_and_ends_at_its_cap(settings: Any) -> None:
+    settings.MESSAGECENTER_LIVE_STREAM_SECONDS = 1.0
+    settings.MESSAGECENTER_LIVE_HEARTBEAT_SECONDS = 0.2
+
+    async def scenario() -> list[bytes]:
+        stream = live.event_stream_async(user_id=FIRST_USER, event="inbox")
+        try:
+            # Ends by itself: the hub's tick marks it past its cap.
+            return [chunk async for chunk in stream]
+        finally:
+            await live.hub_close()
+
+    chunks = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert _blocks(chunks[0]) == [("hello", {"v": 0})]
+    assert len(chunks) >= 3  # hello and a few keepalives over a second
+    assert set(chunks[1:]) == {live.HEARTBEAT}
