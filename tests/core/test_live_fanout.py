@@ -157,5 +157,5 @@ def test_a_quiet_stream_gets_heartbeats_and_ends_at_its_cap(settings: Any) -> No
 
     chunks = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert _blocks(chunks[0]) == [("hello", {"v": 0})]
-    assert len(chunks) >= 3  # hello and a few keepalives over a second
+    assert len(chunks) >= 2  # hello and at least one keepalive over a second
     assert set(chunks[1:]) == {live.HEARTBEAT}
