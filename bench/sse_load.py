@@ -53,6 +53,9 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "/api/v1/inbox/stream/"
+# The application served: the project's, or another module's with the same
+# Django behind it (BENCH_LIVE_APP=module:attribute).
+APP = os.environ.get("BENCH_LIVE_APP", "config.asgi:application")
 MARK = b'"reason":"bench-'
 
 
@@ -107,7 +110,7 @@ def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
         "MESSAGECENTER_LIVE_HEARTBEAT_SECONDS": "30",
     }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--workers", "1"]
+    command = [sys.executable, "-m", "uvicorn", APP, "--workers", "1"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--backlog", "8192"]
     command += ["--timeout-keep-alive", "3600", "--timeout-graceful-shutdown", "2"]
     return subprocess.Popen(

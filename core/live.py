@@ -14,12 +14,14 @@ failure is logged and never fails the write (the polling fallback still sees
 the new counts once Redis is back).
 
 Readers: under ASGI every stream of a process goes through that process's
-``LiveHub``: one pub/sub connection, subscribed once to the broadcast
-channels and to each user channel while a stream of that user is open, that
-fans each event out to the local streams: one frame, written from the hub's
-loop to every stream that is idle. A stream holds a few hundred bytes of its
-own and no connection. Under WSGI each stream keeps its own blocking
-pub/sub (``event_stream``; a worker thread per stream cannot scale anyway).
+``LiveHub``: one redis.asyncio pub/sub connection, subscribed once to the
+broadcast channels and to each user channel while a stream of that user is
+open, that puts each event's SSE frame on the bounded queue of every local
+stream it concerns (``event_stream_async``); each stream's own task sends
+its frames through Django's streaming response, so every byte goes out
+through the server's ASGI ``send``. A stream holds its queue and no
+connection. Under WSGI each stream keeps its own blocking pub/sub
+(``event_stream``; a worker thread per stream cannot scale anyway).
 A stream lives at most ``MESSAGECENTER_LIVE_STREAM_SECONDS`` and sends a
 comment line every ``MESSAGECENTER_LIVE_HEARTBEAT_SECONDS``: the heartbeat
 lets a server notice a closed connection, and the cap hands resources back
@@ -32,11 +34,9 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from types import CoroutineType
-from typing import Any, Protocol
+from typing import Any
 
 import redis.asyncio
 from django.conf import settings
@@ -72,11 +72,11 @@ DUE_BATCH = 100
 SUBSCRIBE_WAIT_SECONDS = 5.0
 # Channels per SUBSCRIBE command when many streams open at once.
 SUBSCRIBE_BATCH = 1000
-# Events the hub hands out together when they arrived together (one write per
-# stream for all of them); past that it starts another round.
+# Events the hub takes from its connection in one go when they arrived
+# together; past that it hands them out before it reads on.
 HUB_BURST = 256
-# Events a stream holds while its client does not read; past that they are
-# replaced by one "resync" event (the page refetches everything anyway).
+# Events a stream holds while its client does not read; past that the stream
+# is dropped with one "resync" event (the page reconnects and refetches).
 STREAM_BACKLOG = 16
 # The hub's connection: a PING when it was silent this long, and given up
 # (reconnected) when nothing at all came back for twice as long.
@@ -90,10 +90,6 @@ HUB_CLIENT_NAME = "mc-live-hub"
 # many rounds of cancelling it tries.
 HUB_CLOSE_WAIT_SECONDS = 1.0
 HUB_CLOSE_ROUNDS = 3
-# Threads that may write one broadcast's frames at once (the hub's loop and
-# helpers): the kernel's side of a socket write runs without the GIL, so on
-# a machine of several cores the writes to ten thousand streams share them.
-WRITE_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
 
 
 # --- writers ----------------------------------------------------------------------
@@ -319,260 +315,33 @@ def event_stream(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> 
 # --- the hub: one pub/sub connection per process (ASGI) ------------------------------
 
 
-# What a stream writes through under ASGI: one call per chunk of SSE bytes,
-# returning the ASGI ``send`` coroutine for it.
-Sink = Callable[[bytes], Awaitable[None]]
+# Sent to every stream of a hub that lost its connection and got it back, and
+# as the last event of a stream dropped for falling behind: events may have
+# been missed, refetch everything.
+RESYNC_EVENT = json.dumps({"reason": "resync", "spread": BROADCAST_SPREAD_MS}, separators=(",", ":")).encode()
 
 
-class DirectWrite(Protocol):
-    """What a stream's server lets the hub do with the stream's socket, when it
-    can (``core.live_asgi``): write whole body chunks of the response (HTTP/1.1
-    chunked framing, ``chunk``) straight to the non-blocking socket ``fd``
-    while the server holds nothing unsent for it (``idle``), and hand back
-    what the socket did not take (``rest``: the server writes it in order,
-    with its own buffering and flow control)."""
+class _Stream:
+    """One open stream's place in its hub: the SSE frames waiting for it, at
+    most ``STREAM_BACKLOG`` of them. The hub only ever puts without waiting,
+    so a client that stopped reading costs the others nothing: once its queue
+    is full the hub drops it (``dropped``), and the stream ends with a
+    ``resync`` event (the page reconnects and refetches)."""
 
-    fd: int
+    __slots__ = ("active", "channel", "deadline", "dropped", "ended", "event", "platforms", "queue")
 
-    def idle(self) -> bool: ...
-
-    def rest(self, data: bytes) -> None: ...
-
-
-def chunk(frame: bytes) -> bytes:
-    """One HTTP/1.1 chunk of a response body carrying ``frame``."""
-    return b"%x\r\n%s\r\n" % (len(frame), frame)
-
-
-class _Listener:
-    """One open stream: the events waiting for it and the future it sleeps on.
-
-    Under ASGI a stream also has a ``sink`` once its opening is sent, and the
-    hub writes an event through it at once, from its own loop, when nothing
-    else of the stream is in flight (``offer``): a broadcast to ten thousand
-    streams is one loop of writes of the same bytes, not ten thousand task
-    wake-ups (each of which cost more than the write itself). When the stream
-    is busy (its task is writing, or a write waits for the client to read),
-    events queue in ``frames`` and its task sends them in order. When the
-    server lets the hub at the stream's socket (``direct``), the hub skips
-    the send and writes the chunk to the socket itself (``_write_direct``):
-    ten thousand sends cost the server more Python than the writes cost the
-    kernel, and the writes can share the machine's cores.
-    """
-
-    __slots__ = ("busy", "closed", "direct", "event", "frames", "platforms", "sink", "stalled", "waiter", "writes")
-
-    def __init__(self, platforms: frozenset[str], event: bytes = b"message") -> None:
-        self.frames: list[bytes] = []
-        self.waiter: asyncio.Future[None] | None = None
+    def __init__(self, *, channel: str, platforms: frozenset[str], event: bytes, now: float, seconds: float) -> None:
+        self.channel = channel
         self.platforms = platforms
         self.event = event
-        self.closed = False
-        self.sink: Sink | None = None
-        # The stream's socket, when its server lets the hub write to it (``DirectWrite``).
-        self.direct: DirectWrite | None = None
-        # The stream's task is inside a send of its own: the hub must not write meanwhile.
-        self.busy = False
-        # A write of the hub's that could not finish at once (the client's socket
-        # buffer is full, so the server waits for it to drain): the awaitable
-        # and what it waits on, for the stream's task to finish.
-        self.stalled: tuple[Awaitable[None], Any] | None = None
-        self.writes = 0
-
-    def push(self, data: bytes) -> None:
-        if len(self.frames) >= STREAM_BACKLOG:
-            # A client that stopped reading: one catch-all event stands for them all.
-            self.frames = [RESYNC_EVENT]
-        else:
-            self.frames.append(data)
-        self.wake()
-
-    def offer(self, events: Sequence[bytes], frame: bytes) -> None:
-        """``events`` for this stream, ``frame`` their SSE bytes (shared by every
-        stream given the same events): written now when the stream is idle,
-        else queued."""
-        sink = self.sink
-        if sink is None or self.busy or self.frames or self.stalled is not None or self.closed:
-            for data in events:
-                self.push(data)
-            return
-        self.writes += 1
-        pending = sink(frame)
-        # The exact type first: an isinstance check against the ABC alone took
-        # longer than the rest of the write's Python (per stream, per event).
-        if type(pending) is not CoroutineType and not isinstance(pending, Coroutine):
-            self.stalled = (pending, None)
-            self.wake()
-            return
-        # Run the send coroutine here rather than in a task of its own: an
-        # ASGI server's send of a body chunk normally hands the bytes to the
-        # socket and returns without suspending (Python 3.12's eager tasks do
-        # the same). Only when it suspends (flow control) does the stream's
-        # task take the rest over (``_finish``), driving it as a task would.
-        try:
-            waiting = pending.send(None)
-        except StopIteration:
-            return
-        except Exception:
-            # The connection is gone (the server raised mid-write): the stream ends.
-            logger.debug("live stream: write failed", exc_info=True)
-            self.closed = True
-            self.wake()
-            return
-        self.stalled = (pending, waiting)
-        self.wake()
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = self.waiter = loop.create_future()
-        handle = loop.call_later(timeout, _release, waiter)
-        try:
-            await waiter
-        finally:
-            handle.cancel()
-            self.waiter = None
-
-
-async def _finish(pending: Awaitable[None], waiting: Any) -> None:
-    """Finish a write that ``_Listener.offer`` started and that suspended on
-    ``waiting`` (a future, or None for a bare yield), the way a task would:
-    wait for it, then resume the coroutine, until it returns."""
-    if not isinstance(pending, Coroutine):
-        await pending
-        return
-    try:
-        while True:
-            if waiting is None:
-                await asyncio.sleep(0)
-            elif not asyncio.isfuture(waiting):
-                raise RuntimeError(f"live stream: a send awaited {waiting!r}, not a future")
-            else:
-                # What the coroutine awaits marked itself blocking for a task's
-                # benefit; this wait stands in for that task.
-                waiting._asyncio_future_blocking = False
-                await asyncio.wait((waiting,))
-            try:
-                waiting = pending.send(None)
-            except StopIteration:
-                return
-    finally:
-        pending.close()
-
-
-def _release(waiter: "asyncio.Future[None]") -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-def _direct_ready(listener: _Listener) -> bool:
-    """The hub may write to the stream's socket itself: its server lets it, and
-    neither the stream's task nor the server holds anything of it unsent."""
-    direct = listener.direct
-    return (
-        direct is not None
-        and not (listener.busy or listener.frames or listener.closed or listener.stalled is not None)
-        and direct.idle()
-    )
-
-
-def _write_fds(fds: Sequence[int], data: bytes, first: int) -> list[tuple[int, int]]:
-    """Write ``data`` to each non-blocking socket; the ones it did not wholly
-    reach, as (index from ``first``, bytes written: 0 when the socket was
-    full, -1 when the connection failed)."""
-    short = []
-    size = len(data)
-    write = os.write
-    for index, fd in enumerate(fds, first):
-        try:
-            written = write(fd, data)
-        except BlockingIOError:
-            written = 0
-        except OSError:
-            written = -1
-        if written != size:
-            short.append((index, written))
-    return short
-
-
-_writers: ThreadPoolExecutor | None = None
-
-
-def _write_split(fds: list[int], data: bytes) -> list[tuple[int, int]]:
-    """``_write_fds`` over every socket, in parts written by this thread and
-    helper threads at once when there are enough of them
-    (``MESSAGECENTER_LIVE_WRITE_SPLIT`` a part at least). This thread waits
-    for the helpers: the event loop would be busy writing anyway, and no
-    other write to these sockets can start meanwhile."""
-    global _writers
-    parts = min(WRITE_THREADS, len(fds) // max(1, int(settings.MESSAGECENTER_LIVE_WRITE_SPLIT)))
-    if parts <= 1:
-        return _write_fds(fds, data, 0)
-    if _writers is None:
-        _writers = ThreadPoolExecutor(max_workers=WRITE_THREADS - 1, thread_name_prefix="live-writes")
-    size = -(-len(fds) // parts)
-    helpers: list[Future[list[tuple[int, int]]]] = [
-        _writers.submit(_write_fds, fds[start : start + size], data, start) for start in range(size, len(fds), size)
-    ]
-    short = _write_fds(fds[:size], data, 0)
-    for helper in helpers:
-        short += helper.result()
-    return short
-
-
-def _hand_out(entries: Iterable[tuple[_Listener, Sequence[bytes], bytes]]) -> None:
-    """Give each stream its events (``frame``: their SSE bytes, shared by the
-    streams given the same events): straight to the sockets the server lets
-    the hub write to, all of one frame in one ``_write_direct``; through each
-    other stream's send (or its queue, ``_Listener.offer``)."""
-    direct: dict[bytes, list[_Listener]] = {}
-    sent = 0
-    for listener, events, frame in entries:
-        if _direct_ready(listener):
-            direct.setdefault(frame, []).append(listener)
-        else:
-            listener.offer(events, frame)
-            sent += 1
-    written = 0
-    for frame, ready in direct.items():
-        _write_direct(ready, frame)
-        written += len(ready)
-    if sent:
-        _SENT.inc(sent)
-    if written:
-        _DIRECT.inc(written)
-
-
-_SENT = metrics.LIVE_WRITES.labels(way="send")
-_DIRECT = metrics.LIVE_WRITES.labels(way="direct")
-
-
-def _write_direct(listeners: list[_Listener], frame: bytes) -> None:
-    """Write ``frame`` as one body chunk straight to each stream's socket (each
-    ``_direct_ready``); what a full socket did not take goes through its
-    server after it, and a stream whose connection failed ends."""
-    data = chunk(frame)
-    fds = [listener.direct.fd for listener in listeners]  # type: ignore[union-attr]
-    short = _write_split(fds, data)
-    for listener in listeners:
-        listener.writes += 1
-    for index, written in short:
-        listener = listeners[index]
-        if written < 0:
-            logger.debug("live stream: direct write failed")
-            listener.closed = True
-            listener.wake()
-        else:
-            listener.direct.rest(data[written:])  # type: ignore[union-attr]
-
-
-# Sent to every stream of a hub that lost its connection and got it back, and
-# to a stream that fell behind: events may have been missed, refetch everything.
-RESYNC_EVENT = json.dumps({"reason": "resync", "spread": BROADCAST_SPREAD_MS}, separators=(",", ":")).encode()
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=STREAM_BACKLOG)
+        self.dropped = False
+        # When the hub last gave it something (an event, a heartbeat), and when
+        # it ends (its cap): the hub's tick keeps both, so the stream's own wait
+        # needs no timer (re-arming one per event doubled a broadcast's cost).
+        self.active = now
+        self.deadline = now + seconds
+        self.ended = False
 
 
 def _text(value: Any) -> str:
@@ -599,9 +368,9 @@ class LiveHub:
 
     def __init__(self, factory: Callable[[], tuple[Any, Any]]) -> None:
         self._factory = factory
-        self._users: dict[str, set[_Listener]] = {}
-        self._all: set[_Listener] = set()
-        self._platforms: dict[str, set[_Listener]] = {p: set() for p in ALL_PLATFORMS}
+        self._users: dict[str, set[_Stream]] = {}
+        self._all: set[_Stream] = set()
+        self._platforms: dict[str, set[_Stream]] = {p: set() for p in ALL_PLATFORMS}
         self._broadcast: dict[str, str] = {keys.live_broadcast_channel(s): s for s in broadcast_scopes()}
         # User channels a SUBSCRIBE went out for on this connection (and no UNSUBSCRIBE since),
         # those Redis confirmed, and the confirmations still to come per channel.
@@ -626,15 +395,17 @@ class LiveHub:
                 asyncio.create_task(self._read(), name="live-hub-read"),
                 asyncio.create_task(self._subscribe_loop(), name="live-hub-subscribe"),
                 asyncio.create_task(self._due_loop(), name="live-hub-due"),
+                asyncio.create_task(self._tick_loop(), name="live-hub-tick"),
             ]
 
-    async def join(self, listener: _Listener, channel: str) -> bool:
+    async def join(self, stream: _Stream) -> bool:
         """Register a stream; True once its user's channel is subscribed."""
         self.start()
-        self._users.setdefault(channel, set()).add(listener)
-        self._all.add(listener)
-        for platform in listener.platforms:
-            self._platforms[platform].add(listener)
+        channel = stream.channel
+        self._users.setdefault(channel, set()).add(stream)
+        self._all.add(stream)
+        for platform in stream.platforms:
+            self._platforms[platform].add(stream)
         if channel in self._confirmed:
             return True
         ready = self._ready.get(channel)
@@ -647,16 +418,15 @@ class LiveHub:
             return False
         return True
 
-    def leave(self, listener: _Listener, channel: str) -> None:
-        listener.closed = True
-        self._all.discard(listener)
-        for platform in listener.platforms:
-            self._platforms[platform].discard(listener)
-        listeners = self._users.get(channel)
-        if listeners is not None:
-            listeners.discard(listener)
-            if not listeners:
-                del self._users[channel]
+    def leave(self, stream: _Stream) -> None:
+        self._all.discard(stream)
+        for platform in stream.platforms:
+            self._platforms[platform].discard(stream)
+        streams = self._users.get(stream.channel)
+        if streams is not None:
+            streams.discard(stream)
+            if not streams:
+                del self._users[stream.channel]
                 self._dirty.set()
 
     async def user_version(self, user_id: int) -> int:
@@ -711,7 +481,7 @@ class LiveHub:
             try:
                 await self._connect()
                 if lost:
-                    self._fan(self._all, RESYNC_EVENT)
+                    self._dispatch([(keys.live_broadcast_channel(BROADCAST_EVERYONE), RESYNC_EVENT)])
                 lost, backoff = False, 0.1
                 await self._pump()
             except (RedisError, OSError):
@@ -719,6 +489,10 @@ class LiveHub:
             except asyncio.CancelledError:
                 await self._drop()
                 raise
+            except Exception:
+                # Anything else would end this task and leave every stream of
+                # the process deaf until a restart: log it and start over.
+                logger.exception("live hub: reader failed, reconnecting")
             lost = True
             await self._drop()
             await asyncio.sleep(backoff)
@@ -783,7 +557,7 @@ class LiveHub:
             if ready is not None and not ready.done():
                 ready.set_result(None)
 
-    def _listeners(self, channel: str) -> Iterable[_Listener]:
+    def _audience(self, channel: str) -> Iterable[_Stream]:
         scope = self._broadcast.get(channel)
         if scope is None:
             return self._users.get(channel, ())
@@ -792,44 +566,32 @@ class LiveHub:
         return self._platforms.get(scope, ())
 
     def _dispatch(self, burst: list[tuple[str, bytes]]) -> None:
-        """Hand the events (channel, data) to the streams they concern, in order."""
-        if len(burst) == 1:
-            channel, raw = burst[0]
-            self._fan(self._listeners(channel), raw)
-            return
-        queued: dict[_Listener, list[bytes]] = {}
+        """Queue the events (channel, data) for the streams they concern, in
+        order. Each event's SSE frame is built once per event name and the same
+        bytes go to every stream; the streams' own tasks send them (through
+        the server's ``send``), so this loop only appends to queues."""
+        dropped: list[_Stream] = []
+        now = asyncio.get_running_loop().time()
         for channel, raw in burst:
-            for listener in self._listeners(channel):
-                queued.setdefault(listener, []).append(raw)
-        # Streams given the same events (all of them, for broadcasts) share one
-        # frame: the events are told apart by identity, and live until the end.
-        frames: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
-
-        def entries() -> Iterator[tuple[_Listener, Sequence[bytes], bytes]]:
-            for listener, events in queued.items():
-                key = (listener.event, tuple(map(id, events)))
-                frame = frames.get(key)
+            frames: dict[bytes, bytes] = {}
+            for stream in self._audience(channel):
+                if stream.dropped:
+                    continue
+                frame = frames.get(stream.event)
                 if frame is None:
-                    frame = frames[key] = b"".join(_raw_frame(listener.event, raw) for raw in events)
-                yield listener, events, frame
-
-        _hand_out(entries())
-
-    @staticmethod
-    def _fan(listeners: Iterable[_Listener], raw: bytes) -> None:
-        # One SSE frame per event name (every inbox stream shares one), the
-        # same bytes written to every stream.
-        frames: dict[bytes, bytes] = {}
-        events = (raw,)
-
-        def entries() -> Iterator[tuple[_Listener, Sequence[bytes], bytes]]:
-            for listener in list(listeners):
-                frame = frames.get(listener.event)
-                if frame is None:
-                    frame = frames[listener.event] = _raw_frame(listener.event, raw)
-                yield listener, events, frame
-
-        _hand_out(entries())
+                    frame = frames[stream.event] = _raw_frame(stream.event, raw)
+                stream.active = now
+                try:
+                    stream.queue.put_nowait(frame)
+                except asyncio.QueueFull:
+                    # A client that stopped reading: it is told to resync and
+                    # reconnect rather than make anyone wait or hold more memory.
+                    stream.dropped = True
+                    dropped.append(stream)
+        for stream in dropped:
+            self.leave(stream)
+        if dropped:
+            metrics.LIVE_DROPPED.inc(len(dropped))
 
     async def _subscribe_loop(self) -> None:
         while True:
@@ -857,6 +619,25 @@ class LiveHub:
             except (RedisError, OSError):
                 # The reader notices the same connection failing and reconnects.
                 logger.warning("live hub: subscribe failed", exc_info=True)
+
+    async def _tick_loop(self) -> None:
+        """Heartbeats and caps of every stream, a few times per heartbeat: a
+        stream given nothing for a heartbeat's length gets the keepalive
+        comment, a stream past its cap ends (an empty frame wakes it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            heartbeat = _heartbeat_seconds()
+            await asyncio.sleep(min(1.0, max(0.05, heartbeat / 4)))
+            now = loop.time()
+            for stream in self._all:
+                if now >= stream.deadline:
+                    stream.ended = True
+                    with suppress(asyncio.QueueFull):
+                        stream.queue.put_nowait(b"")
+                elif now - stream.active >= heartbeat:
+                    stream.active = now
+                    with suppress(asyncio.QueueFull):
+                        stream.queue.put_nowait(HEARTBEAT)
 
     async def _due_loop(self) -> None:
         script = None
@@ -955,126 +736,49 @@ async def hub_close() -> None:
         await found.close()
 
 
-class EventStream:
-    """One stream on an event loop (ASGI), served by the loop's hub: no thread,
-    no connection of its own. ``serve`` writes it through an ASGI sink (the
-    stream's own route; the hub then writes events itself), or iterate it for
-    the SSE bytes (Django's streaming response); ``close`` (the client went
-    away) ends it at once. A stream whose channel cannot be subscribed (Redis
-    unreachable) ends at once with a longer retry hint and the page polls
-    meanwhile."""
+async def event_stream_async(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> AsyncIterator[bytes]:
+    """The user's stream on an event loop (ASGI), served by the loop's hub: no
+    thread and no connection of its own, only a bounded queue the hub fills.
+    Its bytes go out through the server's ASGI ``send`` (Django's streaming
+    response); a client that goes away ends it there (the generator is closed).
 
-    __slots__ = ("_channel", "_event", "_listener", "_user_id")
-
-    def __init__(self, *, user_id: int, event: str, platforms: Iterable[str] = ()) -> None:
-        self._user_id = user_id
-        self._event = event.encode()
-        self._channel = keys.live_user_channel(user_id)
-        self._listener = _Listener(frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE}, self._event)
-
-    def close(self) -> None:
-        self._listener.closed = True
-        self._listener.wake()
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._run()
-
-    async def _start(self, central: LiveHub) -> bytes | None:
-        """The opening (retry hint and hello), or None when the stream cannot start."""
-        if not await central.join(self._listener, self._channel):
-            return None
-        try:
-            version = await central.user_version(self._user_id)
-        except (RedisError, OSError):
-            return None
-        return _opening(version)
-
-    def _pending(self) -> bytes:
-        frames, self._listener.frames = self._listener.frames, []
-        return b"".join(_raw_frame(self._event, data) for data in frames)
-
-    async def serve(self, sink: Sink, direct: DirectWrite | None = None) -> None:
-        """Write the stream through ``sink`` until it ends (its cap, or ``close``).
-
-        After the opening the hub writes each event itself while the stream is
-        idle: straight to the socket when the server gives ``direct`` (see
-        ``DirectWrite``), else through the sink (``_Listener.offer``); this
-        task writes only the heartbeats, what queued while it was busy, and
-        the rest of a write the client was too slow to take at once.
-        """
-        central = hub()
-        listener = self._listener
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _stream_seconds()
-        heartbeat = _heartbeat_seconds()
-        metrics.LIVE_STREAMS.inc()
-        try:
-            opening = await self._start(central)
-            if opening is None:
-                await sink(_unavailable())
+    Opens with the retry hint and ``hello`` once the user's channel is
+    subscribed (so nothing published after the version was read is missed);
+    a stream that cannot start (Redis unreachable) sends ``unavailable`` with
+    a longer retry hint and ends, and the page polls meanwhile.
+    """
+    central = hub()
+    stream = _Stream(
+        channel=keys.live_user_channel(user_id),
+        platforms=frozenset(stream_scopes(platforms)) - {BROADCAST_EVERYONE},
+        event=event.encode(),
+        now=asyncio.get_running_loop().time(),
+        seconds=_stream_seconds(),
+    )
+    queue = stream.queue
+    metrics.LIVE_STREAMS.inc()
+    try:
+        version = None
+        if await central.join(stream):
+            with suppress(RedisError, OSError):
+                version = await central.user_version(user_id)
+        if version is None:
+            yield _unavailable()
+            return
+        yield _opening(version)
+        while not stream.ended:
+            frame = await queue.get()
+            if stream.dropped:
+                yield _raw_frame(stream.event, RESYNC_EVENT)
                 return
-            await sink(opening)
-            listener.sink = sink
-            listener.direct = direct
-            while (remaining := deadline - loop.time()) > 0 and not listener.closed:
-                if listener.stalled is not None:
-                    (pending, waiting), listener.stalled = listener.stalled, None
-                    listener.busy = True
-                    try:
-                        await _finish(pending, waiting)
-                    finally:
-                        listener.busy = False
-                elif listener.frames:
-                    listener.busy = True
-                    try:
-                        await sink(self._pending())
-                    finally:
-                        listener.busy = False
-                else:
-                    writes = listener.writes
-                    await listener.wait(min(heartbeat, remaining))
-                    # A heartbeat only after a quiet wait: the hub's writes do not wake this task.
-                    quiet = listener.writes == writes and listener.stalled is None
-                    if quiet and not listener.frames and not listener.closed:
-                        listener.busy = True
-                        try:
-                            await sink(HEARTBEAT)
-                        finally:
-                            listener.busy = False
-        finally:
-            listener.sink = None
-            listener.direct = None
-            stalled, listener.stalled = listener.stalled, None
-            if stalled is not None and isinstance(stalled[0], Coroutine):
-                stalled[0].close()
-            central.leave(listener, self._channel)
-            metrics.LIVE_STREAMS.dec()
-
-    async def _run(self) -> AsyncIterator[bytes]:
-        central = hub()
-        listener = self._listener
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _stream_seconds()
-        heartbeat = _heartbeat_seconds()
-        metrics.LIVE_STREAMS.inc()
-        try:
-            opening = await self._start(central)
-            if opening is None:
-                yield _unavailable()
-                return
-            yield opening
-            while (remaining := deadline - loop.time()) > 0 and not listener.closed:
-                if not listener.frames:
-                    await listener.wait(min(heartbeat, remaining))
-                if listener.frames:
-                    yield self._pending()
-                elif not listener.closed:
-                    yield HEARTBEAT
-        finally:
-            central.leave(listener, self._channel)
-            metrics.LIVE_STREAMS.dec()
-
-
-def event_stream_async(*, user_id: int, event: str, platforms: Iterable[str] = ()) -> AsyncIterator[bytes]:
-    """The user's stream on an event loop (see ``EventStream``)."""
-    return aiter(EventStream(user_id=user_id, event=event, platforms=platforms))
+            if not queue.empty():
+                # What queued while this stream was sending goes out as one chunk.
+                frames = [frame]
+                while not queue.empty():
+                    frames.append(queue.get_nowait())
+                frame = b"".join(frames)
+            if frame:
+                yield frame
+    finally:
+        central.leave(stream)
+        metrics.LIVE_STREAMS.dec()

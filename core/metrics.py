@@ -59,11 +59,10 @@ LIVE_STREAMS = Gauge(
     "Live inbox event streams open now.",
     multiprocess_mode="livesum",
 )
-LIVE_WRITES = Counter(
-    "messagecenter_live_event_writes",
-    "Events handed to live streams by the process's hub, per way: written straight to the "
-    "stream's socket (direct), or through the stream's ASGI send, or queued for its task (send).",
-    ["way"],
+LIVE_DROPPED = Counter(
+    "messagecenter_live_streams_dropped",
+    "Live streams the process's hub dropped because their client fell a whole backlog of events "
+    "behind (they end with a resync event and reconnect).",
 )
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -4,7 +4,8 @@ server-sent event stream of the signed-in user."""
 import json
 from typing import Any
 
-from django.core.handlers.asgi import ASGIRequest
+from adrf.views import APIView as AsyncAPIView
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -13,7 +14,6 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core import live as live_transport
 from core.openapi import ErrorEnvelope
@@ -92,13 +92,32 @@ A stream that cannot start (the read model unreachable) sends `retry: 15000` and
 `unavailable` event, then ends; pages poll the counts meanwhile."""
 
 
-class InboxStreamApi(APIView):
+def _stream_start(*, user: Any, blocking: bool) -> tuple[list[str], bool]:
+    """The user's platforms, and whether a blocking stream can start now (Redis
+    answers; an ASGI stream finds out itself). Runs in the thread that
+    authenticated the request: the database connection that sign-in used is
+    given back here (to the pool, or closed when there is none), since Django
+    gives it back only when the response closes, up to a minute later, and a
+    few dozen open pages would otherwise drain the pool."""
+    try:
+        platforms = user_platforms(user=user)
+        return platforms, (not blocking or live.live_ready(user=user))
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+class InboxStreamApi(AsyncAPIView):
     """``GET /api/v1/inbox/stream/``: the signed-in user's server-sent events
     (session or token; EventSource sends the session cookie).
 
-    Under ASGI the process's hub serves the stream (``core.live.LiveHub``);
-    ``core.live_asgi`` answers this path before Django for the same result
-    at a fraction of the cost, and this view is the WSGI path and the schema.
+    An async view: DRF's authentication, permissions and throttles run as for
+    every endpoint, then the stream is a ``StreamingHttpResponse``. Under an
+    ASGI server it iterates the process's hub (``core.live``) on the event
+    loop and Django sends each chunk through ASGI ``send``; under a WSGI
+    server it is the blocking stream (its own pub/sub, a worker thread for
+    its life), since Django would read an async iterator to its end before
+    sending a byte there.
     """
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
@@ -125,14 +144,16 @@ class InboxStreamApi(APIView):
             503: OpenApiResponse(ErrorEnvelope, description="Live updates are unavailable: poll the counts."),
         },
     )
-    def get(self, request: Request) -> HttpResponseBase:
+    async def get(self, request: Request) -> HttpResponseBase:
         if not live.live_available():
             # 204 tells EventSource to stop reconnecting; the page keeps polling.
             return HttpResponse(status=204)
         user = request.user
-        platforms = user_platforms(user=user)
-        is_asgi = isinstance(request._request, ASGIRequest)
-        if not is_asgi and not live.live_ready(user=user):  # type: ignore[arg-type]
+        # PEP 3333 puts wsgi.version in every WSGI environ, which Django's
+        # WSGI requests carry as META; an ASGI request has none.
+        blocking = "wsgi.version" in request.META
+        platforms, ready = await sync_to_async(_stream_start)(user=user, blocking=blocking)
+        if not ready:
             # Any status but 200 closes EventSource for good: the page polls instead.
             return Response(
                 {"error": {"code": "unavailable", "message": "Live updates are unavailable."}},
@@ -140,17 +161,10 @@ class InboxStreamApi(APIView):
                 headers={"Retry-After": str(live_transport.RETRY_DOWN_MS // 1000)},
             )
         user_id = int(user.pk or 0)  # authenticated (the permission above): never 0
-        # The stream needs no database, and Django gives the request's connection
-        # back only when the response is closed, up to a minute later: give it back
-        # now (to the pool, or closed when there is none). Under ASGI an open
-        # stream would otherwise keep a pooled connection out for its whole life,
-        # and a few dozen pages would drain the pool.
-        if not connection.in_atomic_block:
-            connection.close()
         content = (
-            live.inbox_event_stream_async(user_id=user_id, platforms=platforms)
-            if is_asgi
-            else live.inbox_event_stream(user_id=user_id, platforms=platforms)
+            live.inbox_event_stream(user_id=user_id, platforms=platforms)
+            if blocking
+            else live.inbox_event_stream_async(user_id=user_id, platforms=platforms)
         )
         stream = StreamingHttpResponse(content, content_type="text/event-stream")
         stream["Cache-Control"] = "no-cache"

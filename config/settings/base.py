@@ -537,9 +537,6 @@ MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAY
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
-# The fewest streams each thread writes of one broadcast (core/live.py): below
-# twice this many idle streams the event loop writes them all itself.
-MESSAGECENTER_LIVE_WRITE_SPLIT: int = env.int("MESSAGECENTER_LIVE_WRITE_SPLIT", default=1000)
 # check_redis's push-delivery check: recipients sampled per message, newest
 # delivered push messages looked at (a full check is O(users x items)).
 MESSAGECENTER_CHECK_PUSH_SAMPLE: int = env.int("MESSAGECENTER_CHECK_PUSH_SAMPLE", default=200)
