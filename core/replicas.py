@@ -49,7 +49,6 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db import Error as DatabaseError
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.utils.functional import SimpleLazyObject, empty
 
 from core import keys
 from core.exceptions import is_database_outage
@@ -329,22 +328,25 @@ class ReplicaRouter:
         return False if db.startswith(REPLICA_ALIAS_PREFIX) or db in replica_aliases() else None
 
 
+# Set while the router resolves a request's user: the session and user reads
+# that resolving makes come back through the router, which must not start it again.
+_resolving_user: ContextVar[bool] = ContextVar("replica_resolving_user", default=False)
+
+
 def _known_user_id(request: HttpRequest) -> int | None:
-    """The request's user id once authentication has run, without running it
-    (evaluating the lazy user from here would read the session and the user
-    inside the router): None before that, 0 for an anonymous request (it has
-    no writes of its own to read back)."""
-    user: Any = request.__dict__.get("user")
-    if isinstance(user, SimpleLazyObject):
-        wrapped = user._wrapped
-        if wrapped is empty:
-            return None
-        user = wrapped
-    if user is None:
+    """The request's user id, 0 for an anonymous request (it has no writes of
+    its own to read back), None while that user is being resolved (the reads
+    that resolve it take the default route)."""
+    if "user" not in request.__dict__ or _resolving_user.get():
         return None
-    if not getattr(user, "is_authenticated", False):
-        return 0
-    return int(user.pk)
+    token = _resolving_user.set(True)
+    try:
+        user: Any = request.user
+        if not getattr(user, "is_authenticated", False):
+            return 0
+        return int(user.pk)
+    finally:
+        _resolving_user.reset(token)
 
 
 class ReplicaReadsMiddleware:
@@ -358,7 +360,7 @@ class ReplicaReadsMiddleware:
         if not replica_aliases():
             return self.get_response(request)
         with replica_reads(lambda: _known_user_id(request), reads=request.method in _SAFE_METHODS) as scope:
-            request._replica_scope = scope  # type: ignore[attr-defined]
+            request.replica_scope = scope  # type: ignore[attr-defined]
             response = self.get_response(request)
         user_id = _known_user_id(request)
         if scope.wrote and user_id:
@@ -368,7 +370,7 @@ class ReplicaReadsMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:
         # A replica that failed in the middle of a query: the request gets the
         # outage answer (DatabaseUnavailableMiddleware), the next ones the primary.
-        scope: ReadScope | None = getattr(request, "_replica_scope", None)
+        scope: ReadScope | None = getattr(request, "replica_scope", None)
         if scope is not None and is_database_outage(exception):
             for alias in scope.used:
                 mark_down(alias, exception)

@@ -738,8 +738,6 @@ def inbox_counts_alongside(
     return _counts(result), other
 
 
-
-
 # Where an item of the inbox is: in the list, archived, or snoozed (away until its wake time).
 LIVE, ARCHIVED, SNOOZED = "live", "archived", "snoozed"
 

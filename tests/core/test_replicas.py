@@ -22,13 +22,14 @@ from typing import Any, NamedTuple
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connections
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from config.settings.test import try_lock
-from core import replicas
+from core import keys, replicas
 from messagecenter.models import UserGroup
 from scripts.pg_replica_pair import ReplicaPair, free_port
 from tests.fixtures.clients import token_for
@@ -174,14 +175,18 @@ def test_reads_go_to_the_replica_and_the_writer_reads_its_own_writes(pair: Repli
 def test_the_pin_ends_after_its_time(pair: ReplicaPair, operators: Operators) -> None:
     writer, _reader, writer_api = operators
     writer_page = _page(writer)
-    with override_settings(DATABASE_REPLICA_PIN_SECONDS=1.0):
-        response = writer_api.post("/api/v1/manage/user-groups/", {"name": "pinned a second"}, format="json")
+    with override_settings(DATABASE_REPLICA_PIN_SECONDS=30.0):
+        response = writer_api.post("/api/v1/manage/user-groups/", {"name": "pinned a while"}, format="json")
         assert response.status_code == 201
+    # The pin is a cache entry that lives the setting's seconds: its lapse is
+    # the entry's expiry, taken here as the entry's deletion (no wall clock).
+    pin = keys.replica_pin(writer.pk)
+    assert 25 < cache.ttl(pin) <= 30
     pair.wait_replayed()
     pair.pause_replay()
     UserGroup.objects.create(name="not replayed yet")  # not a request of the writer's: no new pin
     assert "not replayed yet" in _groups_page(writer_page)  # still pinned: the primary
-    time.sleep(1.1)
+    cache.delete(pin)
     assert "not replayed yet" not in _groups_page(writer_page)  # the pin lapsed: the replica
 
 
