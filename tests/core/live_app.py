@@ -1,20 +1,15 @@
-"""The applications the live servers' tests serve. ``application``: Django's
-own ASGI handler for every request, and the lifespan protocol for startup
-and shutdown, whose shutdown closes the process's live hub (as
-config/asgi.py does); it prints one line once the hub is closed, for the
-test to see in the server's log. ``wsgi_application``: Django's own WSGI
-handler, for a gunicorn."""
+"""The applications the live servers' tests serve. ``application``: the
+project's own ASGI application (config/asgi.py: Django's handler behind the
+lifespan protocol, whose shutdown closes the process's live hub), which here
+also prints one line once that shutdown completed, for the test to see in the
+server's log. ``wsgi_application``: the project's WSGI application, for a
+gunicorn."""
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from django.core.asgi import get_asgi_application
-from django.core.wsgi import get_wsgi_application
-
-django_application = get_asgi_application()
-wsgi_application = get_wsgi_application()
-
-from core import live  # noqa: E402  (after Django is set up)
+from config.asgi import application as project_application
+from config.wsgi import application as wsgi_application
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -22,17 +17,17 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 CLOSED = "live hub closed"
 
+__all__ = ["CLOSED", "application", "wsgi_application"]
+
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "lifespan":
-        await django_application(scope, receive, send)
+        await project_application(scope, receive, send)
         return
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await live.hub_close()
+
+    async def noting_send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "lifespan.shutdown.complete":
             print(CLOSED, flush=True)
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+        await send(message)
+
+    await project_application(scope, receive, noting_send)
