@@ -71,49 +71,72 @@ def _first_message(detail: Any) -> str:
     return str(detail)
 
 
-def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def _application_response(exc: ApplicationError) -> Response:
+    retry_after = getattr(exc, "retry_after", None)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    # gettext answers the text itself when the catalogue does not hold it.
+    message = gettext(exc.message) if exc.message else exc.message
+    return Response(error_body(exc.code, message, exc.fields), status=exc.status_code, headers=headers)
+
+
+def _unavailable_response(exc: Exception) -> Response:
+    # PostgreSQL is down or the connection died, or no Redis connection was
+    # free in time (an overload): the client may retry, the
+    # request was not wrong. (Pages get the same answer from the middleware.)
+    logger.warning("Service unavailable (PostgreSQL down or Redis pool exhausted): %s", exc)
+    retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
+    return Response(
+        unavailable_body(),
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": retry_after},
+    )
+
+
+def _own_response(exc: Exception) -> Response | None:
+    """The answer to what the handler renders itself, without DRF's handler."""
     if isinstance(exc, ApplicationError):
-        retry_after = getattr(exc, "retry_after", None)
-        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        # gettext answers the text itself when the catalogue does not hold it.
-        message = gettext(exc.message) if exc.message else exc.message
-        return Response(error_body(exc.code, message, exc.fields), status=exc.status_code, headers=headers)
+        return _application_response(exc)
     if is_unavailable(exc):
-        # PostgreSQL is down or the connection died, or no Redis connection was
-        # free in time (an overload): the client may retry, the
-        # request was not wrong. (Pages get the same answer from the middleware.)
-        logger.warning("Service unavailable (PostgreSQL down or Redis pool exhausted): %s", exc)
-        retry_after = str(int(settings.DATABASE_RETRY_AFTER_SECONDS))
-        return Response(
-            unavailable_body(),
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": retry_after},
-        )
+        return _unavailable_response(exc)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("too_large", gettext("The request body is too large.")),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
-    if isinstance(exc, DjangoValidationError):
-        exc = exceptions.ValidationError(as_serializer_error(exc))
-    elif isinstance(exc, Http404):
-        exc = exceptions.NotFound()
-    elif isinstance(exc, DjangoPermissionDenied):
-        exc = exceptions.PermissionDenied()
+    return None
 
+
+def _as_api_exception(exc: Exception) -> Exception:
+    """Django's own errors as DRF's, which its handler knows how to answer."""
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(as_serializer_error(exc))
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied()
+    return exc
+
+
+def _api_error_body(exc: exceptions.APIException) -> dict[str, Any]:
+    code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
+    if not isinstance(exc, exceptions.ValidationError):
+        return error_body(code, _first_message(exc.detail))
+    detail = exc.detail
+    if isinstance(detail, dict):
+        fields = {k: v for k, v in detail.items() if k != "non_field_errors"}
+        message = _first_message(detail)
+    else:
+        fields, message = None, _first_message(detail)
+    return error_body(code, message or gettext("Invalid input."), fields)
+
+
+def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    own = _own_response(exc)
+    if own is not None:
+        return own
+    exc = _as_api_exception(exc)
     response = exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response
-
-    code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
-    if isinstance(exc, exceptions.ValidationError):
-        detail = exc.detail
-        if isinstance(detail, dict):
-            fields = {k: v for k, v in detail.items() if k != "non_field_errors"}
-            message = _first_message(detail)
-        else:
-            fields, message = None, _first_message(detail)
-        response.data = error_body(code, message or gettext("Invalid input."), fields)
-    else:
-        response.data = error_body(code, _first_message(exc.detail))
+    response.data = _api_error_body(exc)
     return response

@@ -88,10 +88,29 @@ class _Plan:
     bulletins_read: int = 0
 
 
+class _NamedPipe:
+    """A pipeline whose replies are read by the name each command was queued
+    under, not by its position: the commands queued vary with what is due."""
+
+    def __init__(self, client: Any) -> None:
+        self._pipe = client.pipeline(transaction=False)
+        self._names: list[str] = []
+
+    def add(self, name: str) -> Any:
+        """The pipeline, to queue the command to be answered under ``name`` on."""
+        self._names.append(name)
+        return self._pipe
+
+    def execute(self) -> dict[str, Any]:
+        if not self._names:
+            return {}
+        return dict(zip(self._names, self._pipe.execute(), strict=True))
+
+
 def _bulletin_configs(
-    pipe: Any, *, full: bool, access: int, update_time: int, shown: int, latest_display: int, now_ms: int
-) -> int:
-    """Queue the reads of the bulletin configs a merge must look at; returns how many replies.
+    pipe: _NamedPipe, *, full: bool, access: int, update_time: int, shown: int, latest_display: int, now_ms: int
+) -> None:
+    """Queue the reads of the bulletin configs a merge must look at, under names starting ``configs``.
 
     The full merge reads every config already displayed. Otherwise only what
     changed for this user: the change log above their access time (configs
@@ -101,167 +120,288 @@ def _bulletin_configs(
     taken in; a config added there later is in the log as well).
     """
     if full:
-        pipe.zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
-        return 1
-    queued = 0
+        pipe.add("configs").zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
+        return
     if update_time > access:
-        pipe.zrangebyscore(keys.mc_bulletin_changes(), f"({access}", update_time)
-        queued += 1
+        pipe.add("configs changed").zrangebyscore(keys.mc_bulletin_changes(), f"({access}", update_time)
     if latest_display > shown:
-        pipe.zrangebyscore(keys.mc_bulletin_config(), f"({shown}", now_ms)
-        queued += 1
-    return queued
+        pipe.add("configs displayed").zrangebyscore(keys.mc_bulletin_config(), f"({shown}", now_ms)
 
 
-def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
-    client = get_redis()
-    pipe = client.pipeline(transaction=False)
-    pipe.smembers(keys.mc_inbox_months(user_id))
-    pipe.hgetall(keys.mc_inbox_state(user_id))
-    pipe.get(keys.mc_bulletin_access_time(user_id))
-    pipe.smembers(keys.mc_user_groups(user_id))
+@dataclass(frozen=True)
+class _Markers:
+    """Step 1's answer: the user's small state and the global markers."""
+
+    months: set[str]
+    groups: set[str]  # the user's groups and "0" (everyone)
+    mutes: Mutes
+    detail: dict[str, Any] | None  # the item's, when the call is about one item
+    settled: int  # removal version the inbox is settled to
+    version: int  # removal version now
+    pull_wm: int  # pull sequence taken in
+    seq: int  # pull sequence now
+    update_time: int  # bulletin update marker now
+    latest_display: int  # display time of the latest bulletin displayed by now
+    access: int | None  # bulletin update marker taken in (None: nothing merged yet)
+    # "bd" (bulletin display): display time of the latest bulletin merged into this inbox.
+    shown: int | None
+    removed_floor: int
+    changes_floor: int | None  # the bulletin change log's floor (None: no log yet)
+
+    @property
+    def settle_due(self) -> bool:
+        return self.version > self.settled
+
+    @property
+    def pull_due(self) -> bool:
+        return self.seq > self.pull_wm
+
+    @property
+    def full_settle(self) -> bool:
+        """Removals below the floor were trimmed: such a user re-checks every
+        item against the details (removed items have none) and re-merges
+        bulletins (an edited one may have moved)."""
+        return self.settle_due and self.settled < self.removed_floor
+
+    @property
+    def merge_bulletins(self) -> bool:
+        if self.full_settle or self.access is None or self.shown is None:
+            return True
+        return self.update_time > self.access or self.latest_display > self.shown
+
+    @property
+    def full_bulletins(self) -> bool:
+        """Every live bulletin once: nothing merged yet (new user, groups
+        changed), removals trimmed, or changes the log does not hold (its floor
+        is above the user's access time, or it has none yet)."""
+        if self.full_settle or self.access is None or self.shown is None or self.changes_floor is None:
+            return True
+        return self.access < self.changes_floor
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _markers_read(client: Any, user_id: int, now_ms: int, ref: str | None) -> _Markers:
+    """Step 1: one pipeline reads the user's state and the global markers."""
+    pipe = _NamedPipe(client)
+    pipe.add("months").smembers(keys.mc_inbox_months(user_id))
+    pipe.add("state").hgetall(keys.mc_inbox_state(user_id))
+    pipe.add("access").get(keys.mc_bulletin_access_time(user_id))
+    pipe.add("groups").smembers(keys.mc_user_groups(user_id))
     # The bulletin marker before the removal version: an edit moves both in
     # one script, and a read that saw the new marker with the old version
     # would merge the edited bulletin while its old member still stands (NX:
     # nothing changes), then settle the edit's removal with nothing left to merge.
-    pipe.get(keys.mc_bulletin_update_time())
-    pipe.get(keys.mc_removed_version())
-    pipe.get(keys.mc_pull_sequence())
-    pipe.zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
-    pipe.get(keys.mc_removed_floor())
-    pipe.get(keys.mc_bulletin_changes_floor())
-    pipe.get(keys.mc_user_mutes(user_id))
+    pipe.add("update").get(keys.mc_bulletin_update_time())
+    pipe.add("version").get(keys.mc_removed_version())
+    pipe.add("seq").get(keys.mc_pull_sequence())
+    pipe.add("latest").zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
+    pipe.add("removed floor").get(keys.mc_removed_floor())
+    pipe.add("changes floor").get(keys.mc_bulletin_changes_floor())
+    pipe.add("mutes").get(keys.mc_user_mutes(user_id))
     if ref is not None:
-        pipe.hget(keys.mc_item_detail(), ref)
-    results = pipe.execute()
-    months_raw, state_raw, access_raw, groups_raw, update_raw, version_raw, seq_raw, latest, floor_raw = results[:9]
-    changes_floor_raw = results[9]
-    mutes = Mutes.loads(results[10])
-    plan = _Plan(months={m.decode() for m in months_raw})
-    if ref is not None and results[11] is not None:
-        plan.detail = json.loads(results[11])
-        plan.months.add(parse_member(plan.detail["member"])[2])
+        pipe.add("detail").hget(keys.mc_item_detail(), ref)
+    return _markers_of(pipe.execute())
 
-    state = {k.decode(): v for k, v in state_raw.items()}
-    settled, version = _int(state.get("settled")), _int(version_raw)
-    pull_wm, seq = _int(state.get("pull")), _int(seq_raw)
-    update_time = _int(update_raw)
-    latest_display = _int(latest[0][1]) if latest else 0
-    # "bd" (bulletin display): display time of the latest bulletin merged into this inbox.
-    bulletins_shown = state.get("bd")
-    # Removals below the floor were trimmed: such a user re-checks every
-    # item against the details (removed items have none) and re-merges
-    # bulletins (an edited one may have moved).
-    full_settle = version > settled and settled < _int(floor_raw)
-    merge_bulletins = (
-        full_settle
-        or access_raw is None
-        or bulletins_shown is None
-        or update_time > _int(access_raw)
-        or latest_display > _int(bulletins_shown)
-    )
-    # Every live bulletin once: nothing merged yet (new user, groups changed),
-    # removals trimmed, or changes the log does not hold (its floor is above
-    # the user's access time, or it has none yet).
-    full_bulletins = (
-        full_settle
-        or access_raw is None
-        or bulletins_shown is None
-        or changes_floor_raw is None
-        or _int(access_raw) < _int(changes_floor_raw)
+
+def _markers_of(replies: dict[str, Any]) -> _Markers:
+    months = {m.decode() for m in replies["months"]}
+    raw_detail = replies.get("detail")
+    detail = json.loads(raw_detail) if raw_detail is not None else None
+    if detail is not None:
+        months.add(parse_member(detail["member"])[2])
+    state = {k.decode(): v for k, v in replies["state"].items()}
+    latest = replies["latest"]
+    return _Markers(
+        months=months,
+        groups={"0", *(g.decode() for g in replies["groups"])},
+        mutes=Mutes.loads(replies["mutes"]),
+        detail=detail,
+        settled=_int(state.get("settled")),
+        version=_int(replies["version"]),
+        pull_wm=_int(state.get("pull")),
+        seq=_int(replies["seq"]),
+        update_time=_int(replies["update"]),
+        latest_display=_int(latest[0][1]) if latest else 0,
+        access=_optional_int(replies["access"]),
+        shown=_optional_int(state.get("bd")),
+        removed_floor=_int(replies["removed floor"]),
+        changes_floor=_optional_int(replies["changes floor"]),
     )
 
-    removed: list[str] = []
-    candidates: list[tuple[str, int, int]] = []
-    arrivals: dict[str, int] = {}  # member -> time on the mute rule's axis, where not its score
-    if version > settled or seq > pull_wm or merge_bulletins:
-        pipe = client.pipeline(transaction=False)
-        if full_settle:
-            pipe.zrange(keys.mc_inbox(user_id), 0, -1)
-        elif version > settled:
-            pipe.zrangebyscore(keys.mc_removed(), f"({settled}", version)
-        if seq > pull_wm:
-            pipe.zrangebyscore(keys.mc_pull(), f"({pull_wm}", seq)
-        config_replies = 0
-        if merge_bulletins:
-            config_replies = _bulletin_configs(
-                pipe,
-                full=full_bulletins,
-                access=_int(access_raw),
-                update_time=update_time,
-                shown=_int(bulletins_shown),
-                latest_display=latest_display,
-                now_ms=now_ms,
-            )
-        fetched = list(pipe.execute())
-        removed = [m.decode() for m in fetched.pop(0)] if version > settled else []
-        held = removed if full_settle else []  # the whole inbox, to check below
-        if full_settle:
-            removed = [m for m in held if m.startswith("b")]
-        pulls = [m.decode() for m in fetched.pop(0)] if seq > pull_wm else []
-        # A config both changed and newly due comes once.
-        configs = list(dict.fromkeys(m.decode() for reply in fetched[:config_replies] for m in reply))
-        plan.bulletins_read = len(configs)
 
-        groups = {"0", *(g.decode() for g in groups_raw)}
-        visible_configs = [c for c in configs if c.rsplit("_", 1)[1] in groups]
-        bitmap_pulls: list[tuple[str, int, int, str]] = []
-        for pull in pulls:
-            # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>
-            parts = pull.split("|")
-            member, score, expire, audience = "|".join(parts[:4]), int(parts[4]), int(parts[5]), parts[6]
-            if expire and expire <= now_ms:
-                continue
-            if audience == AUDIENCE_EVERYONE:
-                candidates.append((member, score, expire))
-            else:
-                bitmap_pulls.append((member, score, expire, parts[0]))
-        held = [m for m in held if not m.startswith("b")]
-        if visible_configs or bitmap_pulls or held:
-            pipe = client.pipeline(transaction=False)
-            if held:
-                pipe.hmget(keys.mc_item_detail(), [parse_member(m)[0] for m in held])
-            if visible_configs:
-                pipe.hmget(keys.mc_bulletin_detail(), visible_configs)
-            chunk_size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
-            chunk, bit = divmod(user_id, chunk_size)
-            for _member, _score, _expire, pull_ref in bitmap_pulls:
-                pipe.getbit(keys.mc_pull_audience(pull_ref, chunk), bit)
-            fetched = list(pipe.execute())
-            if held:
-                for member, raw in zip(held, fetched.pop(0), strict=True):
-                    if raw is None or json.loads(raw).get("member") != member:
-                        removed.append(member)
-            if visible_configs:
-                for raw in fetched.pop(0):
-                    if raw is None:
-                        continue
-                    config = json.loads(raw)
-                    if config["expire"] and config["expire"] <= now_ms:
-                        continue
-                    if int(config["score"]) > now_ms:
-                        continue  # changed but not displayed yet: merged when its display time comes
-                    candidates.append((config["member"], int(config["score"]), int(config["expire"])))
-                    # A bulletin arrives when it is created or when it may first show, whichever is later.
-                    arrivals[config["member"]] = max(int(config["score"]), int(config.get("arrived", 0)))
-            for (member, score, expire, _ref), hit in zip(bitmap_pulls, fetched, strict=True):
-                if hit:
-                    candidates.append((member, score, expire))
+@dataclass
+class _Found:
+    """What steps 2 and 3 found to settle and merge."""
 
-    if not mutes.empty:
-        # Items that arrived while the user muted their category never merge (messagecenter.mutes).
-        candidates = [
-            c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=arrivals.get(c[0], c[1]))
-        ]
+    removed: list[str] = field(default_factory=list)
+    candidates: list[tuple[str, int, int]] = field(default_factory=list)  # (member, score, expire)
+    arrivals: dict[str, int] = field(
+        default_factory=dict
+    )  # member -> time on the mute rule's axis, where not its score
+    bulletins_read: int = 0
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """Step 2's answer: what changed since the user's inbox last took things in."""
+
+    removed: list[str]  # members to remove
+    held: list[str]  # items (not bulletins) to check against their details: full settle only
+    pulls: list[str]  # pull entries above the user's watermark
+    configs: list[str]  # bulletin config members to look at
+
+
+def _changes_read(client: Any, user_id: int, now_ms: int, markers: _Markers) -> _Changes:
+    """Step 2: a second pipeline fetches what changed past the moved markers."""
+    pipe = _NamedPipe(client)
+    if markers.full_settle:
+        pipe.add("removed").zrange(keys.mc_inbox(user_id), 0, -1)
+    elif markers.settle_due:
+        pipe.add("removed").zrangebyscore(keys.mc_removed(), f"({markers.settled}", markers.version)
+    if markers.pull_due:
+        pipe.add("pulls").zrangebyscore(keys.mc_pull(), f"({markers.pull_wm}", markers.seq)
+    if markers.merge_bulletins:
+        _bulletin_configs(
+            pipe,
+            full=markers.full_bulletins,
+            access=markers.access or 0,
+            update_time=markers.update_time,
+            shown=markers.shown or 0,
+            latest_display=markers.latest_display,
+            now_ms=now_ms,
+        )
+    return _changes_of(pipe.execute(), full_settle=markers.full_settle)
+
+
+def _changes_of(replies: dict[str, Any], *, full_settle: bool) -> _Changes:
+    removed = [m.decode() for m in replies.get("removed", [])]
+    # A full settle read the whole inbox: its bulletins are removed (merged
+    # again if still live), its items checked against their details.
+    held = [m for m in removed if not m.startswith("b")] if full_settle else []
+    if full_settle:
+        removed = [m for m in removed if m.startswith("b")]
+    # A config both changed and newly due comes once.
+    configs: dict[str, None] = {}
+    for name, reply in replies.items():
+        if name.startswith("configs"):
+            configs.update(dict.fromkeys(m.decode() for m in reply))
+    return _Changes(
+        removed=removed,
+        held=held,
+        pulls=[m.decode() for m in replies.get("pulls", [])],
+        configs=list(configs),
+    )
+
+
+def _pulls_split(pulls: Sequence[str], now_ms: int, found: _Found) -> list[tuple[str, int, int, str]]:
+    """Pull items for everyone become candidates; those for an audience
+    bitmap are returned (member, score, expire, ref) to look up the user's bit."""
+    bitmap_pulls: list[tuple[str, int, int, str]] = []
+    for pull in pulls:
+        # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>
+        parts = pull.split("|")
+        member, score, expire, audience = "|".join(parts[:4]), int(parts[4]), int(parts[5]), parts[6]
+        if expire and expire <= now_ms:
+            continue
+        if audience == AUDIENCE_EVERYONE:
+            found.candidates.append((member, score, expire))
+        else:
+            bitmap_pulls.append((member, score, expire, parts[0]))
+    return bitmap_pulls
+
+
+def _held_check(held: Sequence[str], raws: Sequence[Any], found: _Found) -> None:
+    """Items whose detail is gone, or names another member, are removed."""
+    for member, raw in zip(held, raws, strict=True):
+        if raw is None or json.loads(raw).get("member") != member:
+            found.removed.append(member)
+
+
+def _configs_merge(raws: Sequence[Any], now_ms: int, found: _Found) -> None:
+    for raw in raws:
+        if raw is None:
+            continue
+        config = json.loads(raw)
+        if config["expire"] and config["expire"] <= now_ms:
+            continue
+        if int(config["score"]) > now_ms:
+            continue  # changed but not displayed yet: merged when its display time comes
+        found.candidates.append((config["member"], int(config["score"]), int(config["expire"])))
+        # A bulletin arrives when it is created or when it may first show, whichever is later.
+        found.arrivals[config["member"]] = max(int(config["score"]), int(config.get("arrived", 0)))
+
+
+def _details_read(
+    client: Any,
+    user_id: int,
+    now_ms: int,
+    changes: _Changes,
+    visible_configs: Sequence[str],
+    bitmap_pulls: Sequence[tuple[str, int, int, str]],
+    found: _Found,
+) -> None:
+    """Step 3: a third pipeline reads the details of the held items and of the
+    visible configs, and the user's bit in each pull's audience."""
+    pipe = _NamedPipe(client)
+    if changes.held:
+        pipe.add("held").hmget(keys.mc_item_detail(), [parse_member(m)[0] for m in changes.held])
+    if visible_configs:
+        pipe.add("configs").hmget(keys.mc_bulletin_detail(), visible_configs)
+    chunk_size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
+    chunk, bit = divmod(user_id, chunk_size)
+    for i, (_member, _score, _expire, pull_ref) in enumerate(bitmap_pulls):
+        pipe.add(f"audience {i}").getbit(keys.mc_pull_audience(pull_ref, chunk), bit)
+    replies = pipe.execute()
+    if changes.held:
+        _held_check(changes.held, replies["held"], found)
+    if visible_configs:
+        _configs_merge(replies["configs"], now_ms, found)
+    for i, (member, score, expire, _ref) in enumerate(bitmap_pulls):
+        if replies[f"audience {i}"]:
+            found.candidates.append((member, score, expire))
+
+
+def _found(client: Any, user_id: int, now_ms: int, markers: _Markers) -> _Found:
+    """Steps 2 and 3, when a marker moved: what there is to settle and merge."""
+    if not (markers.settle_due or markers.pull_due or markers.merge_bulletins):
+        return _Found()
+    changes = _changes_read(client, user_id, now_ms, markers)
+    found = _Found(removed=list(changes.removed), bulletins_read=len(changes.configs))
+    visible_configs = [c for c in changes.configs if c.rsplit("_", 1)[1] in markers.groups]
+    bitmap_pulls = _pulls_split(changes.pulls, now_ms, found)
+    if visible_configs or bitmap_pulls or changes.held:
+        _details_read(client, user_id, now_ms, changes, visible_configs, bitmap_pulls, found)
+    return found
+
+
+def _unmuted(
+    candidates: list[tuple[str, int, int]], mutes: Mutes, arrivals: dict[str, int]
+) -> list[tuple[str, int, int]]:
+    """Items that arrived while the user muted their category never merge (messagecenter.mutes)."""
+    if mutes.empty:
+        return candidates
+    return [c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=arrivals.get(c[0], c[1]))]
+
+
+def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
+    client = get_redis()
+    markers = _markers_read(client, user_id, now_ms, ref)
+    found = _found(client, user_id, now_ms, markers)
+    candidates = _unmuted(found.candidates, markers.mutes, found.arrivals)
+    plan = _Plan(months=markers.months, detail=markers.detail, bulletins_read=found.bulletins_read)
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
+    merge_bulletins = markers.merge_bulletins
     plan.merge = Merge(
-        settled_version=version if version > settled else None,
-        removals=removed,
+        settled_version=markers.version if markers.settle_due else None,
+        removals=found.removed,
         candidates=candidates,
-        access=update_time if merge_bulletins else None,
-        display=latest_display if merge_bulletins else None,
-        pull=seq if seq > pull_wm else None,
+        access=markers.update_time if merge_bulletins else None,
+        display=markers.latest_display if merge_bulletins else None,
+        pull=markers.seq if markers.pull_due else None,
         max_items=int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),
         step=_settle_step(),
     )

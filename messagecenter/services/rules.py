@@ -62,6 +62,42 @@ def _lookup_error(key: str, message: str) -> ValidationFailed:
     return ValidationFailed(f"Filter {key!r}: {message}", code="invalid_filter", fields={"filters": [message]})
 
 
+def _lookup_resolve(model: type[models.Model], key: str) -> tuple[Any, str]:
+    """The field a lookup path ends on, and its lookup (``exact`` when absent)."""
+    parts = key.split("__")
+    current: type[models.Model] = model
+    final: Any = None
+    for position, part in enumerate(parts):
+        try:
+            final = current._meta.get_field(part)
+        except FieldDoesNotExist:
+            if position == len(parts) - 1 and position > 0:
+                return final, part
+            raise _lookup_error(key, f"{current.__name__} has no field {part!r}.") from None
+        if position < len(parts) - 1:
+            related = getattr(final, "related_model", None)
+            if related is None:
+                # The next part must then be the lookup, and the last one.
+                if position + 2 != len(parts):
+                    raise _lookup_error(key, f"{part!r} is not a relation.")
+                continue
+            current = related
+    return final, "exact"
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _lookup_value_check(key: str, lookup: str, value: Any) -> None:
+    if lookup in {"in", "range"}:
+        if not isinstance(value, list) or not all(isinstance(v, _SCALAR) for v in value):
+            raise _lookup_error(key, f"{lookup!r} needs a list of values.")
+        if lookup == "range" and len(value) != 2:
+            raise _lookup_error(key, "'range' needs two values.")
+    elif not isinstance(value, _SCALAR):
+        raise _lookup_error(key, "the value must be a string, number, boolean or null.")
+
+
 def rule_filters_validate(*, model: type[models.Model], filters: Any) -> Q:
     """The filter as a Q object; every path and lookup checked against the model.
 
@@ -75,38 +111,12 @@ def rule_filters_validate(*, model: type[models.Model], filters: Any) -> Q:
     for key, value in filters.items():
         if not isinstance(key, str) or not key:
             raise _lookup_error(str(key), "not a field lookup.")
-        parts = key.split("__")
-        current: type[models.Model] = model
-        lookup = "exact"
-        final: Any = None
-        for position, part in enumerate(parts):
-            try:
-                final = current._meta.get_field(part)
-            except FieldDoesNotExist:
-                if position == len(parts) - 1 and position > 0:
-                    lookup = part
-                    break
-                raise _lookup_error(key, f"{current.__name__} has no field {part!r}.") from None
-            if position < len(parts) - 1:
-                related = getattr(final, "related_model", None)
-                if related is None:
-                    # The next part must then be the lookup, and the last one.
-                    if position + 2 != len(parts):
-                        raise _lookup_error(key, f"{part!r} is not a relation.")
-                    continue
-                current = related
+        final, lookup = _lookup_resolve(model, key)
         if lookup not in ALLOWED_LOOKUPS:
             raise _lookup_error(key, f"lookup {lookup!r} is not allowed (use {', '.join(sorted(ALLOWED_LOOKUPS))}).")
         if final is None or final.get_lookup(lookup) is None:
             raise _lookup_error(key, f"lookup {lookup!r} does not apply to this field.")
-        scalar = (str, int, float, bool, type(None))
-        if lookup in {"in", "range"}:
-            if not isinstance(value, list) or not all(isinstance(v, scalar) for v in value):
-                raise _lookup_error(key, f"{lookup!r} needs a list of values.")
-            if lookup == "range" and len(value) != 2:
-                raise _lookup_error(key, "'range' needs two values.")
-        elif not isinstance(value, scalar):
-            raise _lookup_error(key, "the value must be a string, number, boolean or null.")
+        _lookup_value_check(key, lookup, value)
         condition &= Q(**{key: value})
     return condition
 

@@ -32,6 +32,7 @@ itself.)
 
 import logging
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -173,18 +174,7 @@ def inbox_deliver(
                 link=_link(first.data),
                 user_ids=user_ids,
             )
-            muted = muted_among(
-                user_ids=user_ids, category=category, time_ms=int(message.created_at.timestamp() * 1000)
-            )
-            # Each item arrives unread: a row saved read or deleted is a change to push.
-            InboxLink.objects.bulk_create(
-                [
-                    InboxLink(notification=row, user_id=row.recipient_id, message=message, unread=True)
-                    for row in notifications
-                    if int(row.recipient_id) not in muted
-                ]
-            )
-            _muted_rows_read([row for row in notifications if int(row.recipient_id) in muted])
+            muted = _links_create(notifications, message=message, category=category, user_ids=user_ids)
     except (ValidationFailed, LimitExceeded):
         logger.exception("notifications %s..%s stored, but not delivered to the inbox", first.pk, notifications[-1].pk)
         return None
@@ -196,6 +186,24 @@ def inbox_deliver(
     if pending:
         inbox_push_on_commit(user_ids=pending)
     return message
+
+
+def _links_create(
+    notifications: Sequence[Notification], *, message: Message, category: str, user_ids: Sequence[int]
+) -> set[int]:
+    """Link each row to the message, but those of recipients who muted the
+    category (stored read instead); returns those recipients' ids."""
+    muted = muted_among(user_ids=user_ids, category=category, time_ms=int(message.created_at.timestamp() * 1000))
+    # Each item arrives unread: a row saved read or deleted is a change to push.
+    InboxLink.objects.bulk_create(
+        [
+            InboxLink(notification=row, user_id=row.recipient_id, message=message, unread=True)
+            for row in notifications
+            if int(row.recipient_id) not in muted
+        ]
+    )
+    _muted_rows_read([row for row in notifications if int(row.recipient_id) in muted])
+    return set(muted)
 
 
 def _muted_rows_read(rows: Sequence[Notification]) -> None:
@@ -278,8 +286,27 @@ def _unread_in_the_list(*, user: AbstractBaseUser, ref: str, parked: str | None)
         inbox_unarchive(user=user, item_id=ref)
 
 
-def _push(user: AbstractBaseUser) -> int:
-    user_id = int(user.pk)
+@dataclass
+class _PushTally:
+    """What one push did and left: items changed, a change waiting, links to
+    forget, rows whose item the user deleted in the inbox meanwhile."""
+
+    user_id: int
+    done: int = 0
+    waiting: bool = False  # a change the inbox cannot take yet
+    forget: list[int] = field(default_factory=list)  # links with nothing more to keep in step
+    deleted_there: list[int] = field(default_factory=list)
+    hidden_there: set[int] | None = None
+
+    def hidden(self) -> set[int]:
+        """Ids of the messages the user deleted from the inbox, read once per push."""
+        if self.hidden_there is None:
+            self.hidden_there = _inbox_hidden_message_ids(self.user_id)
+        return self.hidden_there
+
+
+def _push_links(user_id: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(links whose row changed, links whose row is gone)."""
     links = InboxLink.objects.filter(user_id=user_id)
     changed = list(
         links.filter(
@@ -294,69 +321,89 @@ def _push(user: AbstractBaseUser) -> int:
             "notification_id", "message_id", "message__status"
         )
     )
+    return changed, orphans
+
+
+def _push_delete(user: AbstractBaseUser, link: dict[str, Any], tally: _PushTally) -> None:
+    try:
+        inbox_hide(user=user, item_id=f"m{link['message_id']}")  # archived and snoozed ones too
+        tally.done += 1
+    except NotFound:
+        if link["message__status"] in _ON_ITS_WAY:
+            tally.waiting = True  # delete it once it has arrived
+            return
+    tally.forget.append(link["notification_id"])
+
+
+def _mark_missed(link: dict[str, Any], *, unread: bool, ref: str, tally: _PushTally) -> bool:
+    """The inbox has no item to take the mark: whether the link takes the
+    row's flag all the same (the item counts as read there already)."""
+    if link["message_id"] in tally.hidden():
+        tally.deleted_there.append(link["notification_id"])
+        return False
+    if link["message__status"] in _ON_ITS_WAY:
+        tally.waiting = True
+        return False
+    if link["message__status"] in _GONE:
+        tally.forget.append(link["notification_id"])
+        return False
+    if unread:
+        if _parked(tally.user_id, [ref]):
+            tally.waiting = True  # parked since we looked: the next look brings it back
+        else:
+            # Out of the inbox for good (expired, or pushed out of a full
+            # inbox): no item left to count the notification.
+            tally.forget.append(link["notification_id"])
+        return False
+    # Not in the list (snoozed, expired, pushed out): it counts as read there already.
+    return True
+
+
+def _push_mark(user: AbstractBaseUser, link: dict[str, Any], parked: dict[str, str], tally: _PushTally) -> None:
+    unread = bool(link["notification__unread"])
+    ref = f"m{link['message_id']}"
+    try:
+        if unread:
+            _unread_in_the_list(user=user, ref=ref, parked=parked.get(ref))
+        else:
+            # An archived item takes the mark (it keeps it for its return);
+            # a snoozed one refuses it, and counts as read already.
+            inbox_mark_read(user=user, item_id=ref)
+        tally.done += 1
+    except _NotYet:
+        tally.waiting = True
+        return
+    except NotFound:
+        if not _mark_missed(link, unread=unread, ref=ref, tally=tally):
+            return
+    InboxLink.objects.filter(pk=link["notification_id"]).update(unread=unread)
+
+
+def _push_close(tally: _PushTally) -> None:
+    if tally.deleted_there:
+        _delete_rows(tally.deleted_there)
+    if tally.forget:
+        InboxLink.objects.filter(pk__in=tally.forget).delete()
+    if tally.waiting:
+        push_scan_soon(tally.user_id)
+    if tally.done or tally.deleted_there:
+        unread_count_forget([tally.user_id])
+
+
+def _push(user: AbstractBaseUser) -> int:
+    user_id = int(user.pk)
+    changed, orphans = _push_links(user_id)
     if not changed and not orphans:
         return 0
-    done = 0
-    waiting = False  # a change the inbox cannot take yet
-    forget: list[int] = []  # links with nothing more to keep in step
+    tally = _PushTally(user_id=user_id)
     for link in [*orphans, *(c for c in changed if c["notification__deleted"])]:
-        try:
-            inbox_hide(user=user, item_id=f"m{link['message_id']}")  # archived and snoozed ones too
-            done += 1
-        except NotFound:
-            if link["message__status"] in _ON_ITS_WAY:
-                waiting = True  # delete it once it has arrived
-                continue
-        forget.append(link["notification_id"])
+        _push_delete(user, link, tally)
     marks = [c for c in changed if not c["notification__deleted"]]
     parked = _parked(user_id, {f"m{c['message_id']}" for c in marks if c["notification__unread"]})
-    hidden_there: set[int] | None = None
-    deleted_there: list[int] = []  # rows whose item the user deleted in the inbox meanwhile
     for link in marks:
-        unread = bool(link["notification__unread"])
-        ref = f"m{link['message_id']}"
-        try:
-            if unread:
-                _unread_in_the_list(user=user, ref=ref, parked=parked.get(ref))
-            else:
-                # An archived item takes the mark (it keeps it for its return);
-                # a snoozed one refuses it, and counts as read already.
-                inbox_mark_read(user=user, item_id=ref)
-            done += 1
-        except _NotYet:
-            waiting = True
-            continue
-        except NotFound:
-            if hidden_there is None:
-                hidden_there = _inbox_hidden_message_ids(user_id)
-            if link["message_id"] in hidden_there:
-                deleted_there.append(link["notification_id"])
-                continue
-            if link["message__status"] in _ON_ITS_WAY:
-                waiting = True
-                continue
-            if link["message__status"] in _GONE:
-                forget.append(link["notification_id"])
-                continue
-            if unread:
-                if _parked(user_id, [ref]):
-                    waiting = True  # parked since we looked: the next look brings it back
-                else:
-                    # Out of the inbox for good (expired, or pushed out of a full
-                    # inbox): no item left to count the notification.
-                    forget.append(link["notification_id"])
-                continue
-            # Not in the list (snoozed, expired, pushed out): it counts as read there already.
-        InboxLink.objects.filter(pk=link["notification_id"]).update(unread=unread)
-    if deleted_there:
-        _delete_rows(deleted_there)
-    if forget:
-        InboxLink.objects.filter(pk__in=forget).delete()
-    if waiting:
-        push_scan_soon(user_id)
-    if done or deleted_there:
-        unread_count_forget([user_id])
-    return done
+        _push_mark(user, link, parked, tally)
+    _push_close(tally)
+    return tally.done
 
 
 def _delete_rows(notification_ids: Sequence[int]) -> None:
@@ -416,24 +463,8 @@ def inbox_pull(*, user: AbstractBaseUser) -> int:
     unread_there = _inbox_unread_message_ids(user, {inbox_category(), *(row[4] for row in counted)})
     wanted = sorted(unread_there | hidden_there)
     rest = list(links.filter(unread=False, message_id__in=wanted).values_list(*fields)) if wanted else []
-    hidden: list[int] = []
-    gone: list[int] = []  # retracted, expired, cancelled: the item left every inbox
-    reopened: list[int] = []
-    closed: list[int] = []
-    for pk, message_id, agreed, status, *_category in [*counted, *rest]:
-        if message_id in hidden_there:
-            hidden.append(pk)
-        elif status in _GONE:
-            gone.append(pk)
-            if agreed:
-                closed.append(pk)  # the badge lost it: the row is read, and stays
-        elif message_id in unread_there:
-            if not agreed:
-                reopened.append(pk)
-        elif agreed and status == MessageStatus.DELIVERED:
-            # Read, archived, snoozed, or out of the inbox: no longer counted.
-            # (A message still on its way is counted nowhere yet.)
-            closed.append(pk)
+    verdict = _pull_verdict([*counted, *rest], hidden_there=hidden_there, unread_there=unread_there)
+    hidden, gone, reopened, closed = verdict.hidden, verdict.gone, verdict.reopened, verdict.closed
     if hidden:
         _delete_rows(hidden)
     changed = _flags_set(reopened, unread=True) + _flags_set(closed, unread=False)
@@ -442,6 +473,35 @@ def inbox_pull(*, user: AbstractBaseUser) -> int:
     if changed or hidden:
         unread_count_forget([user_id])
     return changed + len(hidden)
+
+
+@dataclass
+class _PullVerdict:
+    """Links by what the inbox made of their item."""
+
+    hidden: list[int] = field(default_factory=list)
+    gone: list[int] = field(default_factory=list)  # retracted, expired, cancelled: the item left every inbox
+    reopened: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+
+
+def _pull_verdict(rows: Iterable[Sequence[Any]], *, hidden_there: set[int], unread_there: set[int]) -> _PullVerdict:
+    verdict = _PullVerdict()
+    for pk, message_id, agreed, status, *_category in rows:
+        if message_id in hidden_there:
+            verdict.hidden.append(pk)
+        elif status in _GONE:
+            verdict.gone.append(pk)
+            if agreed:
+                verdict.closed.append(pk)  # the badge lost it: the row is read, and stays
+        elif message_id in unread_there:
+            if not agreed:
+                verdict.reopened.append(pk)
+        elif agreed and status == MessageStatus.DELIVERED:
+            # Read, archived, snoozed, or out of the inbox: no longer counted.
+            # (A message still on its way is counted nowhere yet.)
+            verdict.closed.append(pk)
+    return verdict
 
 
 def _flags_set(notification_ids: Sequence[int], *, unread: bool) -> int:

@@ -36,6 +36,25 @@ logger = logging.getLogger(__name__)
 RELEASE_BATCH = 200
 
 
+def _held_kinds(hold: ChannelHold, row: ItemChannels, user_id: int) -> tuple[bool, bool]:
+    """(push held, e-mail held) for this item's channels row."""
+    push = row.web_push and hold.since <= row.created_at <= hold.until
+    email = (
+        row.email_due_at is not None
+        and hold.since <= row.email_due_at <= hold.until
+        and (row.email_done or int(row.email_after_user) >= user_id)
+    )
+    return bool(push), bool(email)
+
+
+def _held_recipient(item: ChannelItem | None, user_id: int, now: datetime) -> Recipient | None:
+    """The user as a recipient of the item now, or None when it no longer reaches them."""
+    if item is None or not item.alive(now) or not item.addressed_to(user_id):
+        return None
+    screened = screen(item, [user_id])
+    return screened.recipients[0] if screened.recipients else None
+
+
 def _held_items(
     hold: ChannelHold, rows: Sequence[ItemChannels], items: dict[str, ChannelItem | None], now: datetime
 ) -> tuple[list[tuple[ChannelItem, Recipient]], list[tuple[ChannelItem, Recipient]]]:
@@ -44,23 +63,15 @@ def _held_items(
     pushes: list[tuple[ChannelItem, Recipient]] = []
     emails: list[tuple[ChannelItem, Recipient]] = []
     for row in rows:
-        push = row.web_push and hold.since <= row.created_at <= hold.until
-        email = (
-            row.email_due_at is not None
-            and hold.since <= row.email_due_at <= hold.until
-            and (row.email_done or int(row.email_after_user) >= user_id)
-        )
+        push, email = _held_kinds(hold, row, user_id)
         if not (push or email):
             continue
         if row.item_id not in items:
             items[row.item_id] = channel_item(row.item_id)
         item = items[row.item_id]
-        if item is None or not item.alive(now) or not item.addressed_to(user_id):
+        recipient = _held_recipient(item, user_id, now)
+        if item is None or recipient is None:
             continue
-        screened = screen(item, [user_id])
-        if not screened.recipients:
-            continue
-        recipient = screened.recipients[0]
         if push and channel_prefs.wants_push(recipient.channels, item.category):
             pushes.append((item, recipient))
         if (
