@@ -6,7 +6,9 @@ usual (the list says live updates are paused); only a write the services
 refuse renders the "unavailable" page.
 """
 
-from typing import cast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -53,56 +55,64 @@ def _page_size(raw: str) -> int:
         return parse_limit(None)
 
 
-@login_required
-def inbox_page(request: HttpRequest) -> HttpResponse:
-    """The list's frame: filters, counts and the actions. inbox.js fills the
-    rows from the same API other clients use (one renderer for the first page,
-    "Load more", the live updates, the Archived view and announcements)."""
-    category = request.GET.get("category") or ""
-    if category not in CATEGORIES:
-        category = ""
-    kind = request.GET.get("kind") or ""
-    if kind not in KIND_LABELS or category:
-        kind = ""
-    archived = request.GET.get("archived") == "true"
-    unread_only = request.GET.get("unread") == "true" and not archived
-    limit = _page_size(request.GET.get("limit", ""))
-    # The search box's text: the API's ``q``, cut to its limit rather than an
-    # error page (the box itself does not take more).
-    query = (request.GET.get("q") or "").strip()[:QUERY_MAX_LENGTH]
-    # The view without the search: where "Clear search" leads.
-    filters = {
-        key: value
-        for key, value in (
-            ("category", category),
-            ("kind", kind),
-            ("unread", "true" if unread_only else ""),
-            ("archived", "true" if archived else ""),
+@dataclass(frozen=True)
+class _ListView:
+    """The list's view as its address asks: filters, page size and search."""
+
+    category: str
+    kind: str
+    archived: bool
+    unread_only: bool
+    limit: int
+    query: str
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> "_ListView":
+        category = request.GET.get("category") or ""
+        if category not in CATEGORIES:
+            category = ""
+        kind = request.GET.get("kind") or ""
+        if kind not in KIND_LABELS or category:
+            kind = ""
+        archived = request.GET.get("archived") == "true"
+        return cls(
+            category=category,
+            kind=kind,
+            archived=archived,
+            unread_only=request.GET.get("unread") == "true" and not archived,
+            limit=_page_size(request.GET.get("limit", "")),
+            # The search box's text: the API's ``q``, cut to its limit rather than an
+            # error page (the box itself does not take more).
+            query=(request.GET.get("q") or "").strip()[:QUERY_MAX_LENGTH],
         )
-        if value
-    }
-    # The first page is rendered here too: readable without JavaScript, and
-    # shown at once (inbox.js swaps in its own rows, announcements merged).
-    page = selectors.inbox_list(
-        user=request.user,  # type: ignore[arg-type]
-        category=category or None,
-        unread_only=unread_only,
-        archived=archived,
-        limit=limit,
-        query=query or None,
-    )
-    counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
-    by_category = counts["by_category"]
-    total_unread = counts.get("total_unread", counts["unread"] + by_category.get("announcement", 0))
-    chips = [
-        {"param": "", "value": "", "label": _("All"), "unread": total_unread, "current": not (category or kind)},
+
+    def filters(self) -> dict[str, str]:
+        """The view without the search: where "Clear search" leads."""
+        pairs = (
+            ("category", self.category),
+            ("kind", self.kind),
+            ("unread", "true" if self.unread_only else ""),
+            ("archived", "true" if self.archived else ""),
+        )
+        return {key: value for key, value in pairs if value}
+
+
+def _chips(view: _ListView, by_category: dict[str, int], total_unread: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "param": "",
+            "value": "",
+            "label": _("All"),
+            "unread": total_unread,
+            "current": not (view.category or view.kind),
+        },
         *(
             {
                 "param": "category",
                 "value": value,
                 "label": label,
                 "unread": by_category.get(value, 0),
-                "current": category == value,
+                "current": view.category == value,
             }
             for value, label in CATEGORY_LABELS.items()
         ),
@@ -112,33 +122,59 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
                 "value": value,
                 "label": label,
                 "unread": by_category.get("announcement", 0) if value == "announcement" else None,
-                "current": kind == value,
+                "current": view.kind == value,
             }
             for value, label in KIND_LABELS.items()
         ),
     ]
+
+
+def _rows(results: Iterable[Any], kind: str) -> list[dict[str, Any]]:
+    if kind == "announcement":
+        return []
+    return [
+        {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
+        for item in results
+        if not kind or item.kind == kind
+    ]
+
+
+@login_required
+def inbox_page(request: HttpRequest) -> HttpResponse:
+    """The list's frame: filters, counts and the actions. inbox.js fills the
+    rows from the same API other clients use (one renderer for the first page,
+    "Load more", the live updates, the Archived view and announcements)."""
+    view = _ListView.of(request)
+    filters = view.filters()
+    # The first page is rendered here too: readable without JavaScript, and
+    # shown at once (inbox.js swaps in its own rows, announcements merged).
+    page = selectors.inbox_list(
+        user=request.user,  # type: ignore[arg-type]
+        category=view.category or None,
+        unread_only=view.unread_only,
+        archived=view.archived,
+        limit=view.limit,
+        query=view.query or None,
+    )
+    counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
+    by_category = counts["by_category"]
+    total_unread = counts.get("total_unread", counts["unread"] + by_category.get("announcement", 0))
     return render(
         request,
         "messagecenter/inbox.html",
         {
-            "chips": chips,
-            "category": category,
-            "kind": kind,
-            "archived": archived,
-            "unread_only": unread_only,
-            "limit": limit,
-            "query": query,
+            "chips": _chips(view, by_category, total_unread),
+            "category": view.category,
+            "kind": view.kind,
+            "archived": view.archived,
+            "unread_only": view.unread_only,
+            "limit": view.limit,
+            "query": view.query,
             "query_max_length": QUERY_MAX_LENGTH,
             "filters": filters,
             "clear_search_url": reverse("messagecenter:inbox") + (f"?{urlencode(filters)}" if filters else ""),
             "page": page,
-            "rows": [
-                {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
-                for item in page.results
-                if not kind or item.kind == kind
-            ]
-            if kind != "announcement"
-            else [],
+            "rows": _rows(page.results, view.kind),
             "counts": counts,
             "total_unread": total_unread,
             "announcements_unread": by_category.get("announcement", 0),
@@ -202,55 +238,68 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     return redirect(next_url)
 
 
-@login_required
-def settings_page(request: HttpRequest) -> HttpResponse:
-    """The user's own settings: mutes, digest, follows. Plain POST forms (CSRF),
-    each naming its ``action``; every change goes through the services."""
-    user = cast(AbstractBaseUser, request.user)  # login_required: never anonymous
-    user_id = int(user.pk)
-    if request.method == "POST":
-        action = request.POST.get("action")
-        try:
-            if action == "preferences":
-                # The form always posts the digest it showed: only a change is a
-                # choice, so saving mutes keeps a user on the operator's default.
-                digest = request.POST.get("email_digest") or None
-                if digest is not None and digest == request.POST.get("email_digest_shown"):
-                    digest = None
-                services.preferences_update(
-                    user=user,
-                    muted_categories=request.POST.getlist("muted_categories"),
-                    muted_message_types=request.POST.getlist("muted_message_types"),
-                    email_digest=digest,
-                )
-                messages.success(request, gettext("Preferences saved."))
-            elif action == "channels":
-                _channels_save(request, user)
-                messages.success(request, gettext("Channel settings saved."))
-            elif action == "push_remove":
-                raw = request.POST.get("subscription") or ""
-                if not raw.isdigit():
-                    raise NotFound(gettext("No such device of yours."))
-                services.push_subscription_delete(user=user, subscription_id=int(raw))
-                messages.success(request, gettext("The device will get no more notifications."))
-            elif action == "follow":
-                services.subscription_self_create(
-                    user=user,
-                    message_type=request.POST.get("message_type") or "",
-                    scope=request.POST.get("scope") or "",
-                )
-                messages.success(request, gettext("Subscribed."))
-            elif action == "unfollow":
-                raw = request.POST.get("subscription") or ""
-                if not raw.isdigit():
-                    raise NotFound(gettext("No such subscription of yours."))
-                services.subscription_self_delete(user=user, subscription_id=int(raw))
-                messages.success(request, gettext("Unsubscribed."))
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
-        return redirect(reverse("messagecenter:settings"))
+def _preferences_save(request: HttpRequest, user: AbstractBaseUser) -> None:
+    # The form always posts the digest it showed: only a change is a
+    # choice, so saving mutes keeps a user on the operator's default.
+    digest = request.POST.get("email_digest") or None
+    if digest is not None and digest == request.POST.get("email_digest_shown"):
+        digest = None
+    services.preferences_update(
+        user=user,
+        muted_categories=request.POST.getlist("muted_categories"),
+        muted_message_types=request.POST.getlist("muted_message_types"),
+        email_digest=digest,
+    )
+    messages.success(request, gettext("Preferences saved."))
+
+
+def _channels_saved(request: HttpRequest, user: AbstractBaseUser) -> None:
+    _channels_save(request, user)
+    messages.success(request, gettext("Channel settings saved."))
+
+
+def _posted_id(request: HttpRequest, missing: str) -> int:
+    """The ``subscription`` the form names; NotFound with ``missing`` when it names none."""
+    raw = request.POST.get("subscription") or ""
+    if not raw.isdigit():
+        raise NotFound(missing)
+    return int(raw)
+
+
+def _push_remove(request: HttpRequest, user: AbstractBaseUser) -> None:
+    subscription_id = _posted_id(request, gettext("No such device of yours."))
+    services.push_subscription_delete(user=user, subscription_id=subscription_id)
+    messages.success(request, gettext("The device will get no more notifications."))
+
+
+def _follow(request: HttpRequest, user: AbstractBaseUser) -> None:
+    services.subscription_self_create(
+        user=user,
+        message_type=request.POST.get("message_type") or "",
+        scope=request.POST.get("scope") or "",
+    )
+    messages.success(request, gettext("Subscribed."))
+
+
+def _unfollow(request: HttpRequest, user: AbstractBaseUser) -> None:
+    subscription_id = _posted_id(request, gettext("No such subscription of yours."))
+    services.subscription_self_delete(user=user, subscription_id=subscription_id)
+    messages.success(request, gettext("Unsubscribed."))
+
+
+# The settings page's forms, by the ``action`` each posts.
+_SETTINGS_ACTIONS: dict[str, Callable[[HttpRequest, AbstractBaseUser], None]] = {
+    "preferences": _preferences_save,
+    "channels": _channels_saved,
+    "push_remove": _push_remove,
+    "follow": _follow,
+    "unfollow": _unfollow,
+}
+
+
+def _settings_context(user_id: int) -> dict[str, Any]:
     prefs = selectors.preferences_get(user_id=user_id)
-    context = {
+    return {
         "categories": [
             {"value": c, "label": CATEGORY_LABELS[c], "muted": c in prefs.muted_categories} for c in CATEGORIES
         ],
@@ -280,7 +329,22 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         "language": prefs.language or "",
         "devices": channel_selectors.push_subscriptions_of(user_id=user_id),
     }
-    return render(request, "messagecenter/settings.html", context)
+
+
+@login_required
+def settings_page(request: HttpRequest) -> HttpResponse:
+    """The user's own settings: mutes, digest, follows. Plain POST forms (CSRF),
+    each naming its ``action``; every change goes through the services."""
+    user = cast(AbstractBaseUser, request.user)  # login_required: never anonymous
+    if request.method == "POST":
+        action = _SETTINGS_ACTIONS.get(request.POST.get("action") or "")
+        try:
+            if action is not None:
+                action(request, user)
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+        return redirect(reverse("messagecenter:settings"))
+    return render(request, "messagecenter/settings.html", _settings_context(int(user.pk)))
 
 
 EMAIL_CHOICE_LABELS = {
