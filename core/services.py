@@ -64,7 +64,7 @@ def _audit_secret(name: str) -> bool:
     return lowered in _AUDIT_SECRET_NAMES or any(word in lowered for word in _AUDIT_SECRET_WORDS)
 
 
-def _audit_value(value: Any) -> Any:
+def _audit_value(value: Any) -> Any:  # noqa: PLR0911  one early answer per kind of value, a flat type switch
     # One cleaning for every source (API input, admin form values): names that
     # hold a secret are masked, rows become their ids, long values are cut.
     if isinstance(value, str):

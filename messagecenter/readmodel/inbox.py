@@ -646,7 +646,7 @@ LISTING_BATCH_FIRST = 100
 LISTING_BATCH_MAX = 2_000
 
 
-def inbox_listing(
+def inbox_listing(  # noqa: C901, PLR0915  the walk's closures share its batches; to split into a class next
     *,
     user_id: int,
     now_ms: int,

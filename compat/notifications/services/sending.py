@@ -41,7 +41,7 @@ def _content_type(obj: models.Model, *, concrete: bool) -> ContentType:
     return ContentType.objects.get_for_model(obj, for_concrete_model=concrete)
 
 
-def notification_send(
+def notification_send(  # noqa: PLR0913  django-notifications-hq's notify.send keyword arguments, one to one
     *,
     actor: models.Model,
     recipient: Any,
