@@ -11,6 +11,6 @@ from typing import Any
 from prometheus_client import multiprocess
 
 
-def child_exit(server: Any, worker: Any) -> None:
+def child_exit(_server: Any, worker: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.mark_process_dead(worker.pid)

@@ -325,7 +325,7 @@ class ScheduledFilter(admin.SimpleListFilter):
     title = "schedule"
     parameter_name = "schedule"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, _model_admin: Any) -> list[tuple[str, str]]:
         return [("waiting", "Scheduled, not sent yet"), ("sent", "Scheduled, sent")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

@@ -46,7 +46,7 @@ PASSES = {
 }
 PYTEST_INI = """[pytest]
 python_files = tests.py
-addopts = -p no:cacheprovider -p tests.compat.incumbent_plugin
+addopts = -p tests.compat.incumbent_plugin
 """
 SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed|error|errors|skipped|deselected|xfailed|xpassed)\b.*?)\s*=*$")
 

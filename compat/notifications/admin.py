@@ -11,7 +11,7 @@ from notifications.models import Notification
 
 
 @admin.action(description=_("Mark selected notifications as unread"))
-def mark_unread(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
+def mark_unread(_modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
     # Through the queryset's method: the recipients' inboxes hear of it.
     queryset.mark_all_as_unread()  # type: ignore[attr-defined]
 

@@ -305,8 +305,8 @@ class _PushTally:
         return self.hidden_there
 
 
-def _push_links(user_id: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(links whose row changed, links whose row is gone)."""
+def _push_links(user_id: int) -> tuple[list[Any], list[Any]]:
+    """(links whose row changed, links whose row is gone), as dicts of the fields read."""
     links = InboxLink.objects.filter(user_id=user_id)
     changed = list(
         links.filter(
