@@ -646,7 +646,99 @@ LISTING_BATCH_FIRST = 100
 LISTING_BATCH_MAX = 2_000
 
 
-def inbox_listing(  # noqa: C901, PLR0915  the walk's closures share its batches; to split into a class next
+def _listing_key(*, user_id: int, category: str | None, unread_only: bool, archived: bool) -> str:
+    if archived:
+        return keys.mc_inbox_archived(user_id)
+    if unread_only:
+        # The unread zset holds exactly the live unread items (_item.lua).
+        return keys.mc_inbox_unread(user_id, category or "")
+    if category:
+        return keys.mc_inbox_category(user_id, category)
+    return keys.mc_inbox(user_id)
+
+
+@dataclass
+class _ListingWalk:
+    """A listing read in growing batches as ``listing.walk`` asks: the members
+    and scores read so far, their details when searching, and the user's
+    read bitmaps (read once, with the first batch)."""
+
+    client: Any
+    user_id: int
+    key: str
+    top: int | str
+    bottom: str
+    months: Sequence[str]
+    category: str | None
+    archived: bool
+    unread_only: bool
+    skip: int
+    text: str | None
+    members: list[str] = field(default_factory=list)
+    scores: list[int] = field(default_factory=list)
+    details: list[bytes | None] = field(default_factory=list)
+    bitmaps: dict[str, bits.Bits] = field(default_factory=dict)
+
+    def _read(self, raw_offset: int, size: int) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrevrangebyscore(self.key, self.top, self.bottom, start=raw_offset, num=size, withscores=True)
+        first = not self.bitmaps and bool(self.months)
+        if first:
+            for month in self.months:
+                bits.queue(pipe, keys.mc_read_bitmap(self.user_id, month))
+        replies = iter(bits.execute(pipe))
+        rows: list[Any] = next(replies)
+        if first:
+            self.bitmaps.update((month, bits.take(replies)) for month in self.months)
+        return rows
+
+    def _fresh(self, rows: Sequence[Any], dropped: int) -> tuple[list[tuple[str, int]], int]:
+        """The batch's members the walk counts, and how many at the cursor's time were dropped so far."""
+        fresh = [(m.decode(), int(score)) for m, score in rows]
+        if self.archived and self.category:  # one zset holds every category's archived items
+            fresh = [(m, score) for m, score in fresh if parse_member(m)[1] == self.category]
+        if self.unread_only:  # the walk (and so the cursor) counts unread items only, as page.lua's
+            fresh = [(m, score) for m, score in fresh if not self.member_read(m)]
+        if dropped < self.skip:  # the items at the cursor's time already walked
+            cut = min(self.skip - dropped, len(fresh))
+            fresh, dropped = fresh[cut:], dropped + cut
+        return fresh, dropped
+
+    def batches(self) -> Iterator[int]:
+        """The listing's scores after the cursor's position, read as the walk asks."""
+        raw_offset, dropped, size = 0, 0, LISTING_BATCH_FIRST
+        while True:
+            rows = self._read(raw_offset, size)
+            raw_offset += len(rows)
+            fresh, dropped = self._fresh(rows, dropped)
+            if self.text is not None and fresh:
+                refs = [m.split("|", 1)[0] for m, _s in fresh]
+                self.details.extend(self.client.hmget(keys.mc_item_detail(), refs))
+            for member, score in fresh:
+                self.members.append(member)
+                self.scores.append(score)
+                yield score
+            if len(rows) < size:
+                return
+            size = min(size * 4, LISTING_BATCH_MAX)
+
+    def member_read(self, member: str) -> bool:
+        _ref, _cat, month, offset = parse_member(member)
+        return offset in self.bitmaps.get(month, bits.Bits())
+
+    def is_read(self, i: int) -> bool:
+        return self.member_read(self.members[i])
+
+    def keep(self, i: int) -> bool:
+        if self.unread_only and self.is_read(i):
+            return False
+        if self.text is None:
+            return True
+        raw = self.details[i]
+        return raw is not None and listing.matches(_detail(raw), self.text)
+
+
+def inbox_listing(
     *,
     user_id: int,
     now_ms: int,
@@ -667,81 +759,29 @@ def inbox_listing(  # noqa: C901, PLR0915  the walk's closures share its batches
     when searching, until the page is full: the match is Python's casefold,
     in any language."""
     counts = _counts(_read(user_id, now_ms, CountsOp()))
-    months = _months_hint.get(user_id, ())
-    if archived:
-        key = keys.mc_inbox_archived(user_id)
-    elif unread_only:
-        # The unread zset holds exactly the live unread items (_item.lua).
-        key = keys.mc_inbox_unread(user_id, category or "")
-    elif category:
-        key = keys.mc_inbox_category(user_id, category)
-    else:
-        key = keys.mc_inbox(user_id)
     client = get_redis()
-    top = "+inf" if max_score is None else max_score
-    bottom = "-inf" if since_ms is None else f"({since_ms}"
-    text = listing.needle(query)
-    members: list[str] = []
-    scores: list[int] = []
-    details: list[bytes | None] = []
-    bitmaps: dict[str, bits.Bits] = {}
-
-    def batches() -> Iterator[int]:
-        """The listing's scores after the cursor's position, read as the walk asks."""
-        raw_offset, dropped, size = 0, 0, LISTING_BATCH_FIRST
-        while True:
-            pipe = client.pipeline(transaction=False)
-            pipe.zrevrangebyscore(key, top, bottom, start=raw_offset, num=size, withscores=True)
-            first = not bitmaps and bool(months)
-            if first:
-                for month in months:
-                    bits.queue(pipe, keys.mc_read_bitmap(user_id, month))
-            replies = iter(bits.execute(pipe))
-            rows = next(replies)
-            if first:
-                bitmaps.update((month, bits.take(replies)) for month in months)
-            raw_offset += len(rows)
-            fresh = [(m.decode(), int(score)) for m, score in rows]
-            if archived and category:  # one zset holds every category's archived items
-                fresh = [(m, score) for m, score in fresh if parse_member(m)[1] == category]
-            if unread_only:  # the walk (and so the cursor) counts unread items only, as page.lua's
-                fresh = [(m, score) for m, score in fresh if not _member_read(m)]
-            if dropped < skip:  # the items at the cursor's time already walked
-                cut = min(skip - dropped, len(fresh))
-                fresh, dropped = fresh[cut:], dropped + cut
-            if text is not None and fresh:
-                details.extend(client.hmget(keys.mc_item_detail(), [m.split("|", 1)[0] for m, _s in fresh]))
-            for member, score in fresh:
-                members.append(member)
-                scores.append(score)
-                yield score
-            if len(rows) < size:
-                return
-            size = min(size * 4, LISTING_BATCH_MAX)
-
-    def _member_read(member: str) -> bool:
-        _ref, _cat, month, offset = parse_member(member)
-        return offset in bitmaps.get(month, bits.Bits())
-
-    def is_read(i: int) -> bool:
-        return _member_read(members[i])
-
-    def keep(i: int) -> bool:
-        if unread_only and is_read(i):
-            return False
-        if text is None:
-            return True
-        raw = details[i]
-        return raw is not None and listing.matches(_detail(raw), text)
-
-    walked = listing.walk(batches(), max_score=max_score, skip=skip, limit=limit, keep=keep)
-    refs = [members[i].split("|", 1)[0] for i in walked.picked]
-    if text is not None:
-        raws = [details[i] for i in walked.picked]
+    walk = _ListingWalk(
+        client=client,
+        user_id=user_id,
+        key=_listing_key(user_id=user_id, category=category, unread_only=unread_only, archived=archived),
+        top="+inf" if max_score is None else max_score,
+        bottom="-inf" if since_ms is None else f"({since_ms}",
+        # The months the settling read above left as the hint.
+        months=_months_hint.get(user_id, ()),
+        category=category,
+        archived=archived,
+        unread_only=unread_only,
+        skip=skip,
+        text=listing.needle(query),
+    )
+    walked = listing.walk(walk.batches(), max_score=max_score, skip=skip, limit=limit, keep=walk.keep)
+    refs = [walk.members[i].split("|", 1)[0] for i in walked.picked]
+    if walk.text is not None:
+        raws = [walk.details[i] for i in walked.picked]
     else:
         raws = client.hmget(keys.mc_item_detail(), refs) if refs else []
     page_rows = [
-        PageRow(ref=ref, score=scores[i], read=is_read(i), detail=_detail(raw))
+        PageRow(ref=ref, score=walk.scores[i], read=walk.is_read(i), detail=_detail(raw))
         for ref, i, raw in zip(refs, walked.picked, raws, strict=True)
         if raw is not None  # removed a moment ago; the next read settles it
     ]
