@@ -50,7 +50,7 @@ class UserGroupMembership(models.Model):
             models.UniqueConstraint(fields=["group", "user"], name="mc_membership_unique"),
         ]
         indexes = [
-            # user_group_ids(): the groups of one user, mirrored into Redis after each change.
+            # projection.user_groups(): the groups of each user, mirrored into Redis after each change.
             models.Index(fields=["user", "group"], name="mc_membership_user_idx"),
         ]
 

@@ -64,7 +64,7 @@ _ITEM = DirectRepresentation(ItemSerializer)
 
 def page_payload(page: selectors.InboxPage) -> dict[str, Any]:
     """``InboxListApi.OutputSerializer(page).data``, built from the serializer's
-    fields directly (the hot path: see ``_ITEM_FIELDS``)."""
+    fields directly (the hot path: see ``_ITEM``)."""
     return {
         "results": [_ITEM.of_object(item) for item in page.results],
         "next_cursor": page.next_cursor,
