@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 CASES = (
     "bench.cases.broadcast",
@@ -39,7 +40,7 @@ def _ensure_database() -> None:
     from django.conf import settings
 
     db = settings.DATABASES["default"]
-    params = {
+    params: dict[str, Any] = {
         "host": db.get("HOST") or "127.0.0.1",
         "port": db.get("PORT") or 5432,
         "user": db.get("USER") or "postgres",

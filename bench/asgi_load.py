@@ -69,7 +69,8 @@ def _prepare(clients: int, streams: int) -> tuple[list[tuple[str, str]], list[st
 
     # This process's own pool would count among the server's connections.
     connection.close()
-    connection.close_pool()
+    # The PostgreSQL backend's connection pool (Django 5.1+), not on django-stubs' base wrapper.
+    connection.close_pool()  # type: ignore[attr-defined]
     return [(user.get_username(), tokens[user.pk]) for user in users], sessions
 
 

@@ -24,7 +24,7 @@ from messagecenter.services.messages import message_send
 FANOUT = 10_000
 
 
-def _send(operator: object, **audience: object) -> Message:
+def _send(operator: Any, **audience: Any) -> Message:
     with transaction.atomic():  # delivery runs after commit (eager Celery here): part of the cost
         return message_send(sender=operator, category="system", title="Hello", body_html="<p>Hi</p>", **audience)
 

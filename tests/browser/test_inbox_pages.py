@@ -330,7 +330,8 @@ class ContractRecorder:
         path = re.sub(r"^https?://[^/]+", "", request.url)
         self.calls.append((request.method, path, body, request.headers.get("x-csrftoken")))
         if path.endswith("/bulk/"):
-            route.fulfill(status=200, content_type="application/json", body=json.dumps({"done": len(body["ids"])}))
+            # A bulk request always posts a JSON body.
+            route.fulfill(status=200, content_type="application/json", body=json.dumps({"done": len(body["ids"])}))  # type: ignore[index]
         else:
             route.fulfill(status=204)
 

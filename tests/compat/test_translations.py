@@ -13,7 +13,7 @@ from notifications.signals import notify
 
 pytestmark = pytest.mark.django_db
 
-CHINESE = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
+CHINESE: dict[str, Any] = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 
 
 def _page(user: Any) -> Client:

@@ -22,7 +22,8 @@ __all__ = ["CLOSED", "application", "wsgi_application"]
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "lifespan":
-        await project_application(scope, receive, send)
+        # ASGI's scope, receive and send as a server passes them; the project's application types them narrower.
+        await project_application(scope, receive, send)  # type: ignore[arg-type]
         return
 
     async def noting_send(message: MutableMapping[str, Any]) -> None:
@@ -30,4 +31,5 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             print(CLOSED, flush=True)
         await send(message)
 
-    await project_application(scope, receive, noting_send)
+    # ASGI's scope, receive and send as a server passes them; the project's application types them narrower.
+    await project_application(scope, receive, noting_send)  # type: ignore[arg-type]

@@ -295,7 +295,8 @@ class Lifespan:
     async def run(self) -> list[str]:
         """Startup, then shutdown, through the application; the answers' types."""
         task = asyncio.create_task(
-            asgi_config.application({"type": "lifespan", "asgi": {"version": "3.0"}}, self.receive, self.send)
+            # ASGI's scope, receive and send as a server passes them; the project's application types them narrower.
+            asgi_config.application({"type": "lifespan", "asgi": {"version": "3.0"}}, self.receive, self.send)  # type: ignore[arg-type]
         )
         await self.inbox.put({"type": "lifespan.startup"})
         await self.inbox.put({"type": "lifespan.shutdown"})

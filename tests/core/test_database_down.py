@@ -38,7 +38,8 @@ def postgres_down() -> Iterator[None]:
         # The pool keeps connections to the old address: a new one is built
         # from the new settings, and waits a short while for a connection
         # that never comes (a request's wait is the pool's timeout).
-        conn.close_pool()
+        # The PostgreSQL backend's connection pool (Django 5.1+), not on django-stubs' base wrapper.
+        conn.close_pool()  # type: ignore[attr-defined]
         options = dict(saved.get("OPTIONS") or {})
         if options.get("pool"):
             options["pool"] = {**options["pool"], "timeout": 0.2}
@@ -47,7 +48,8 @@ def postgres_down() -> Iterator[None]:
             yield
         finally:
             conn.close()
-            conn.close_pool()
+            # The PostgreSQL backend's connection pool (Django 5.1+), not on django-stubs' base wrapper.
+            conn.close_pool()  # type: ignore[attr-defined]
             conn.settings_dict.clear()
             conn.settings_dict.update(saved)
 

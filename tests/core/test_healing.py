@@ -196,7 +196,13 @@ def test_compaction_only_after_a_run_that_drained_everything(recipient: Any) -> 
         return taken
 
     # Members added while it runs (SPOP takes them at random): up to twice the batches.
-    common = {"label": "x", "give_back": lambda members: None, "write": len, "batch": 10, "progress": SILENT}
+    common: dict[str, Any] = {
+        "label": "x",
+        "give_back": lambda members: None,
+        "write": len,
+        "batch": 10,
+        "progress": SILENT,
+    }
     assert drain_dirty(pending=20, pop=pop, **common) == (25, True)
     dirty[:] = list(range(100))
     assert drain_dirty(pending=20, pop=pop, **common) == (40, False)  # a stream it need not follow

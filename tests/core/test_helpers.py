@@ -1,5 +1,7 @@
 """Cursors, parameters, HTML sanitising, key names and the Lua loader."""
 
+from datetime import timedelta
+
 import pytest
 from redis.cluster import key_slot
 
@@ -69,8 +71,12 @@ def test_parse_limit_rejects(raw: str) -> None:
 
 
 def test_parse_time() -> None:
-    assert parse_time("2026-11-22T10:00:00+00:00", name="since").isoformat() == "2026-11-22T10:00:00+00:00"
-    assert parse_time("2026-11-22T10:00:00", name="since").utcoffset().total_seconds() == 0
+    aware = parse_time("2026-11-22T10:00:00+00:00", name="since")
+    assert aware is not None
+    assert aware.isoformat() == "2026-11-22T10:00:00+00:00"
+    naive = parse_time("2026-11-22T10:00:00", name="since")
+    assert naive is not None
+    assert naive.utcoffset() == timedelta(0)
     assert parse_time(None, name="since") is None
     with pytest.raises(ValidationFailed):
         parse_time("yesterday", name="since")

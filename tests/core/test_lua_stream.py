@@ -72,7 +72,10 @@ def test_packed_calls_survive_a_flushed_script_cache(incr_script: LuaScript, red
     templates = ["test:stream:{u\x01}:n"]
     assert incr_script.stream([(pack_filled(templates, [5]), [1])]) == [1]
     script_cache_flush(redis)
-    calls = [(pack_filled(templates, [5]), [1]), (["test:stream:{u6}:n"], [Packed(1, b"$2\r\n10\r\n")])]
+    calls: list[tuple[Any, list[Any]]] = [
+        (pack_filled(templates, [5]), [1]),
+        (["test:stream:{u6}:n"], [Packed(1, b"$2\r\n10\r\n")]),
+    ]
     assert incr_script.stream(calls) == [2, 10]
     assert int(redis.get("test:stream:{u5}:n")) == 2
 

@@ -176,7 +176,8 @@ def test_live_streams_gauge_counts_open_streams(scraper: APIClient, recipient: A
     browser.force_login(recipient)
     response = browser.get("/api/v1/inbox/stream/")
     assert response.status_code == 200
-    assert next(iter(response.streaming_content)).startswith(b"retry:")
+    # The view streams: the test client's response type knows only HttpResponse.
+    assert next(iter(response.streaming_content)).startswith(b"retry:")  # type: ignore[attr-defined]
     assert _value(_scrape(scraper), STREAMS) == base + 1
     # The async stream (ASGI). Inside the event loop the gauge is read from the
     # registry the endpoint exports (the endpoint's database reads are sync only).
@@ -186,7 +187,8 @@ def test_live_streams_gauge_counts_open_streams(scraper: APIClient, recipient: A
         stream = live.inbox_event_stream_async(user_id=recipient.pk)
         assert (await anext(stream)).startswith(b"retry:")
         seen.append(REGISTRY.get_sample_value(STREAMS))
-        await stream.aclose()
+        # The iterator is an async generator, which has aclose().
+        await stream.aclose()  # type: ignore[attr-defined]
         seen.append(REGISTRY.get_sample_value(STREAMS))
         return seen
 

@@ -356,7 +356,8 @@ class CountingLoad:
     """A ``read_through_many`` loader over ``rows`` that records each call's keys."""
 
     def __init__(self, entry_keys: list[str], rows: dict[str, Any]) -> None:
-        self.entry_keys, self.rows, self.calls = entry_keys, rows, []
+        self.entry_keys, self.rows = entry_keys, rows
+        self.calls: list[Any] = []
 
     def __call__(self, positions: list[int]) -> list[Any]:
         asked = [self.entry_keys[i] for i in positions]

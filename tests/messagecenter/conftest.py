@@ -1,6 +1,5 @@
 """Fixtures of the message centre tests: a controllable clock and helpers."""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +26,7 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
     monkeypatch.setattr(timezone, "now", c)
     return c

@@ -70,7 +70,7 @@ def _memory_usage(redis: Any, names: list[str]) -> dict[str, int] | None:
 def test_a_user_with_five_items_in_a_month_of_a_million_costs_at_most_4_kb(
     operator: Any, recipient: Any, clock: Any, redis: Any
 ) -> None:
-    messages = []
+    messages: list[Any] = []
     for i in range(5):
         if i:
             _others_took(messages[0].slot_month, 250_000 - 1)

@@ -176,6 +176,7 @@ def test_inbox_deliver_is_the_entry_point_for_other_sources(recipient: Any, outs
 
     month, offset = services.slot_allocate(at=clock.now)
     entry = InboxEntry(ref="n42", category="system", month=month, offset=offset, score=to_ms(clock.now))
+    detail: dict[str, Any]
     detail = {"id": "n42", "kind": "notification", "category": "system", "title": "Stock low", "summary": "",
               "body_html": "<p>Replenish</p>", "images": [], "link": None, "member": entry.member}  # fmt: skip
     assert services.inbox_deliver(entry=entry, user_ids=[recipient.pk], detail=detail) == 1

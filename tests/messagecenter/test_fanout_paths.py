@@ -174,7 +174,8 @@ def test_a_redis_error_sends_every_chunk_to_its_task(
     real_apply_async = tasks.message_fanout_chunk_task.apply_async
 
     def apply_async(args: list[int], **options: Any) -> Any:
-        delayed.append(tuple(args))
+        message_id, index = args  # exactly the two ids
+        delayed.append((message_id, index))
         return real_apply_async(args=args, **options)
 
     monkeypatch.setattr(messages, "inbox_deliver", flaky)
@@ -226,11 +227,13 @@ def test_the_chunk_sql_names_the_models_tables_and_columns() -> None:
     chunk, msg = FanoutChunk._meta, Message._meta
     insert, progress = messages._CHUNK_INSERT_SQL, messages._CHUNK_PROGRESS_SQL
     assert f"INSERT INTO {chunk.db_table} " in insert
-    columns = [chunk.get_field(name).column for name in ("message", "index", "size", "done_at")]
+    # These names are concrete fields (get_field() may also answer a reverse relation).
+    columns = [chunk.get_field(name).column for name in ("message", "index", "size", "done_at")]  # type: ignore[union-attr]
     assert f'({columns[0]}, "{columns[1]}", {columns[2]}, {columns[3]})' in insert
     # The conflict target is the unique constraint that keeps one row per chunk.
     unique = next(c for c in chunk.constraints if c.name == "mc_fanoutchunk_unique")
-    assert [chunk.get_field(f).column for f in unique.fields] == ["message_id", "index"]
+    # The constraint is a UniqueConstraint, and its names concrete fields.
+    assert [chunk.get_field(f).column for f in unique.fields] == ["message_id", "index"]  # type: ignore[attr-defined, union-attr]
     assert 'ON CONFLICT (message_id, "index") DO NOTHING' in insert
     assert f"SELECT {msg.get_field('status').column}, " in progress
     assert f"FROM {chunk.db_table} WHERE {columns[0]} = %s" in progress

@@ -126,7 +126,8 @@ def test_only_listened_channels_get_the_event_and_every_version_still_moves(monk
         assert publish.inbox_deliver(entry=_entry(), user_ids=[u.pk for u in users], now_ms=1) == 8
         got = []
         for pubsub in pubsubs:
-            events, deadline = [], time.monotonic() + 1
+            events: list[Any] = []
+            deadline = time.monotonic() + 1
             while time.monotonic() < deadline and len(events) < 2:
                 event = live_transport.decode_event(pubsub.get_message(timeout=0.1))
                 if event is not None:
@@ -350,7 +351,14 @@ def test_fast_and_planned_answers_agree(
     now_ms = int(clock.now.timestamp() * 1000)
 
     def both(**query: Any) -> tuple[Any, Any]:
-        args = {"category": None, "max_score": None, "skip": 0, "limit": 7, "unread_only": False, "since_ms": None}
+        args: dict[str, Any] = {
+            "category": None,
+            "max_score": None,
+            "skip": 0,
+            "limit": 7,
+            "unread_only": False,
+            "since_ms": None,
+        }
         args.update(query)
         fast = inbox.inbox_page(user_id=recipient.pk, now_ms=now_ms, **args)
         inbox._months_hint.clear()

@@ -79,7 +79,8 @@ def assert_unread_index(redis: Any, user_id: int) -> None:
                 bitmaps[month] = redis.get(keys.mc_read_bitmap(user_id, month))
             raw = bitmaps[month]
             byte = offset >> 3
-            read = bool(raw) and byte < len(raw) and bool((raw[byte] >> (7 - (offset & 7))) & 1)  # type: ignore[index]
+            # bool(raw) rules None out first.
+            read = bool(raw) and byte < len(raw) and bool((raw[byte] >> (7 - (offset & 7))) & 1)  # type: ignore[arg-type, index]
             if not read:
                 want[member] = score
         have = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox_unread(user_id, category), 0, -1, withscores=True)}

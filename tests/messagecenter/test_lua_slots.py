@@ -99,7 +99,8 @@ def recorded() -> Iterator[list[Call]]:
         # The single-Redis fast lane (one connection, no pipeline): recorded too.
         batch = [(list(k), list(a)) for k, a in calls]
         seen.extend(Call(Path(self.path).name, k, [str(x) for x in a]) for k, a in batch)
-        return original_stream(self, batch, client)
+        # LuaScript has a stream method: the getattr below finds it before patching.
+        return original_stream(self, batch, client)  # type: ignore[misc]
 
     original_stream = getattr(LuaScript, "stream", None)
     real = core.redis.is_cluster
@@ -274,7 +275,7 @@ ASSIGNMENT = re.compile(r"^(?:local\s+)?([A-Za-z_][\w\[\]\s.+\-*]*(?:,\s*[A-Za-z
 def _assignments(source: str) -> list[tuple[str, str]]:
     """(target, value) of every assignment statement, multiple assignments
     paired up, also those inside one-line blocks (``if c then k = v end``)."""
-    pairs = []
+    pairs: list[Any] = []
     for line in source.splitlines():
         for segment in re.split(r"\bthen\b|\bdo\b|\belse\b|;", line):
             segment = re.sub(r"(\s*\bend\b)+\s*$", "", segment).strip()
@@ -297,7 +298,7 @@ def _parameter_bindings(source: str) -> list[tuple[str, str]]:
     a parameter used as a key is then proven by every call site's argument.
     A parameter passed on under its own name adds nothing and is skipped; the
     parameters of a function the script never calls stand for no key (UNCALLED)."""
-    pairs = []
+    pairs: list[Any] = []
     for function in FUNCTION.finditer(source):
         name, params = function.group(1), [p.strip() for p in function.group(2).split(",") if p.strip()]
         calls = [m for m in re.finditer(rf"(?<![\w.]){name}\(", source) if m.start() != function.start(1)]
@@ -361,7 +362,8 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
             elif positions == "after_first":
                 key_args = args[2:]
             else:
-                key_args = [args[1 + p] for p in positions]
+                # KEY_ARGS holds "all", "after_first" or a list of positions: the strings are taken care of first.
+                key_args = [args[1 + p] for p in positions]  # type: ignore[operator]
             for expr in key_args:
                 assert _key_expression_ok(expr, assignments), f"{path.name}: {command} on a key not from KEYS: {expr}"
                 checked += 1
@@ -392,11 +394,12 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
 def test_the_static_check_tells_keys_from_built_names(snippet: str, ok: bool) -> None:
     source = _strip_comments(snippet)
     assignments = _assignments(source) + _parameter_bindings(source)
-    verdicts = []
+    verdicts: list[Any] = []
     for args in _calls(source):
         command = args[0].strip("'\"").upper()
         positions = KEY_ARGS[command]
-        key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]
+        # KEY_ARGS holds "all", "after_first" or a list of positions: the strings are taken care of first.
+        key_args = args[1:] if positions == "all" else [args[1 + p] for p in positions]  # type: ignore[operator]
         verdicts.extend(_key_expression_ok(expr, assignments) for expr in key_args)
     assert all(verdicts) is ok
 

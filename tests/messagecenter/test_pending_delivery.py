@@ -183,7 +183,8 @@ def test_a_worker_killed_mid_task_leaves_its_row_due_after_the_run_lease(
 
     # The beat relay finds it due once the run lease is out and hands it over again.
     handed: list[tuple[str, Any]] = []
-    monkeypatch.setattr(delivery, "_send", lambda task, rows: handed.append((task, list(rows))) or True)
+    # append()'s None, or'd with True: record the call and answer True.
+    monkeypatch.setattr(delivery, "_send", lambda task, rows: handed.append((task, list(rows))) or True)  # type: ignore[func-returns-value]
     monkeypatch.setattr(delivery, "_read_model_answers", lambda: True)
     assert delivery.delivery_relay() == 0  # not yet
     monkeypatch.setattr(delivery.timezone, "now", lambda: started + timedelta(seconds=16))

@@ -67,7 +67,9 @@ def test_a_message_edited_in_the_shell_shows_the_edit(operator: Any, recipient: 
     message = send(operator, to={"users": [recipient]}, title="before")
     message.title = "after"
     message.save()
-    assert rm.item_details_get(refs=[message.ref])[message.ref]["title"] == "after"
+    detail = rm.item_details_get(refs=[message.ref])[message.ref]
+    assert detail is not None
+    assert detail["title"] == "after"
 
 
 def ids_of(user: Any) -> list[str]:

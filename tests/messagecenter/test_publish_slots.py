@@ -24,7 +24,7 @@ def test_sql_names_the_models_table_and_columns() -> None:
     assert f"INTO {meta.db_table} (month, next_offset)" in slots._ALLOCATE_SQL
     assert meta.pk is not None
     assert meta.pk.column == "month"
-    assert meta.get_field("next_offset").column == "next_offset"  # type: ignore[union-attr]
+    assert meta.get_field("next_offset").column == "next_offset"
 
 
 def test_offsets_are_dense_per_month_from_zero() -> None:

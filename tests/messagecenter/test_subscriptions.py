@@ -217,7 +217,7 @@ def test_bad_inputs_change_nothing(replenish: Any, recipient: Any, clock: Any) -
         {"scope": ""},
         {"title": ""},
     ):
-        args = {"message_type": "replenish", "scope": "WH1", "title": "t", "body_html": "", **kwargs}
+        args: dict[str, Any] = {"message_type": "replenish", "scope": "WH1", "title": "t", "body_html": "", **kwargs}
         with pytest.raises(ApplicationError):
             services.notification_send(**args)
     assert Notification.objects.count() == 0

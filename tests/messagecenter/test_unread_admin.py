@@ -83,7 +83,8 @@ def test_admin_page_lists_non_readers_and_exports(
     assert 'id="readers-per-day-chart"' in html
     assert f'href="{url}remind/"' in html
     unread = admin_client.get(f"{url}unread.csv")
-    rows = list(csv.reader(io.StringIO(b"".join(unread.streaming_content).decode())))
+    # The view streams: the test client's response type knows only HttpResponse.
+    rows = list(csv.reader(io.StringIO(b"".join(unread.streaming_content).decode())))  # type: ignore[attr-defined]
     assert rows == [["id", "username"], [str(recipient.pk), recipient.username]]
     per_day = list(csv.reader(io.StringIO(admin_client.get(f"{url}readers.csv").content.decode())))
     assert per_day == [["day", "first_reads", "cumulative", "active_readers"], ["2026-11-22", "1", "1", "0"]]

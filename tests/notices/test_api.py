@@ -174,6 +174,7 @@ def test_bad_create_is_400_and_changes_nothing(operator_client: Any, body: Any, 
 
 def test_bad_update_is_400_and_changes_nothing(operator_client: Any) -> None:
     a = live(["user"], title="Keep")
+    body: dict[str, Any]
     for body in (
         {"platforms": []},
         {"title": 5},

@@ -172,7 +172,8 @@ def db_state() -> dict[str, Any]:
     state: dict[str, Any] = {}
     for model in models:
         fields = [f.attname for f in _watched_fields(model)]
-        state[model._meta.label] = [tuple(map(repr, row)) for row in model.objects.order_by("pk").values_list(*fields)]
+        # Every watched model has Django's default manager, which type[Model] does not show.
+        state[model._meta.label] = [tuple(map(repr, row)) for row in model.objects.order_by("pk").values_list(*fields)]  # type: ignore[attr-defined]
     return state
 
 

@@ -327,7 +327,8 @@ OPERATOR_ENDPOINTS: dict[str, Op] = {
         lambda w, r: _assert(
             (r.json()["status"], r.json()["recipients"]) == ("scheduled", 1)
             and Message.objects.get(pk=w.scheduled_message.pk).title == "Moved"
-            and Message.objects.get(pk=w.scheduled_message.pk).send_at > w.scheduled_message.send_at
+            # Both rows are scheduled messages: send_at is set.
+            and Message.objects.get(pk=w.scheduled_message.pk).send_at > w.scheduled_message.send_at  # type: ignore[operator]
         ),
     ),
     "retract message": Op(
@@ -465,7 +466,8 @@ def _write_routes() -> set[tuple[str, str]]:
     for pattern in get_resolver().url_patterns:
         if str(pattern.pattern) != "api/v1/":
             continue
-        for inner in pattern.url_patterns:
+        # The api/v1/ pattern is an include(): a URLResolver, with patterns of its own.
+        for inner in pattern.url_patterns:  # type: ignore[union-attr]
             route = str(inner.pattern)
             view = getattr(inner.callback, "view_class", None)
             if not route.startswith("manage/") or view is None or view is MalformedIdApi:
