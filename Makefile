@@ -75,14 +75,15 @@ coverage: setup-dev
 # Public APIs only: ruff's SLF001 and scripts/check_private.py (libraries'
 # internals, private writes, patching, routes in front of Django;
 # scripts/private_allowlist.toml).
-# Dead code: vulture at 80% confidence over the product and scripts
+# Dead code: vulture at 80% confidence over the product, scripts, bench and
+# tests (a fixture wanted for its effect only goes in pytest.mark.usefixtures)
 # (vulture_whitelist.py: names a framework passes by keyword, with reasons).
 # Complexity: ruff's C901 and size rules (pyproject.toml), and radon's count
 # per product function at most 15 (scripts/check_complexity.py).
 # mypy runs twice: the tests and the bench import scripts/ as a package
 # (scripts.pg_replica_pair) while the first run checks its files as top-level
 # modules, and one run cannot hold both names for one file.
-VULTURE_PATHS := core notices messagecenter config compat/notifications scripts vulture_whitelist.py
+VULTURE_PATHS := core notices messagecenter config compat/notifications scripts bench tests vulture_whitelist.py
 lint: setup-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

@@ -307,7 +307,7 @@ def layout_held() -> tuple[int, int] | None:
     return int(version), int(size)
 
 
-def layout_adopt() -> bool:  # noqa: C901  the rebuild's ordered first step; each branch is one layout case, kept together for the order
+def layout_adopt() -> bool:  # noqa: C901  split after the concurrent rewrite lands (the snapshot removal rewrites its end)
     """Make Redis hold this process's layout (the rebuild's first step). Read state of
     another layout is deleted whole, the generation marker with it (so every process
     answers from PostgreSQL until the rebuild ends); the rebuild then restores it from

@@ -33,7 +33,7 @@ SERVERS = {
 }
 
 
-def _interrupted(signum: int, frame: FrameType | None) -> None:
+def _interrupted(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 

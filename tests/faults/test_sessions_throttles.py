@@ -83,13 +83,15 @@ def timed(call: Any, *args: Any, **kwargs: Any) -> Any:
     return response
 
 
-def test_the_cache_is_really_dead(dead_cache: str) -> None:
+@pytest.mark.usefixtures("dead_cache")
+def test_the_cache_is_really_dead() -> None:
     # The premise: a cache write is swallowed and nothing can be read back.
     cache.set("probe", "1")
     assert cache.get("probe") is None
 
 
-def test_login_stay_logged_in_and_logout_through_the_pages(dead_cache: str) -> None:
+@pytest.mark.usefixtures("dead_cache")
+def test_login_stay_logged_in_and_logout_through_the_pages() -> None:
     user = UserFactory(username="alice")
     client = Client()
     login = timed(client.get, reverse("login"))
@@ -115,14 +117,16 @@ def test_login_stay_logged_in_and_logout_through_the_pages(dead_cache: str) -> N
     assert after["Location"].startswith(reverse("login"))
 
 
-def test_a_wrong_password_is_refused_not_crashed(dead_cache: str) -> None:
+@pytest.mark.usefixtures("dead_cache")
+def test_a_wrong_password_is_refused_not_crashed() -> None:
     UserFactory(username="alice")
     response = timed(Client().post, reverse("login"), {"username": "alice", "password": "wrong"})
     assert response.status_code == 200  # the form again, with its error
     assert not Session.objects.exists()
 
 
-def test_token_calls_authenticate_and_throttles_fail_open(dead_cache: str) -> None:
+@pytest.mark.usefixtures("dead_cache")
+def test_token_calls_authenticate_and_throttles_fail_open() -> None:
     user = UserFactory(username="alice")
     client = client_for(user)
     # Throttled on every call (DEFAULT_THROTTLE_CLASSES, the suite's generous
@@ -156,7 +160,8 @@ def test_strict_throttles_bite_with_a_live_cache() -> None:
     assert _strict_statuses() == [200, 200, 429, 429]
 
 
-def test_strict_throttles_fail_open_with_the_cache_dead(dead_cache: str) -> None:
+@pytest.mark.usefixtures("dead_cache")
+def test_strict_throttles_fail_open_with_the_cache_dead() -> None:
     # DRF's throttle keeps its window in Django's cache; a dead cache reads as
     # an empty window and swallows the write, so every call is let through.
     assert _strict_statuses() == [200, 200, 200, 200]

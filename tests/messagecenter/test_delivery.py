@@ -23,8 +23,9 @@ def small_threshold(settings: Any) -> None:
     settings.MESSAGECENTER_FANOUT_CHUNK = 2
 
 
+@pytest.mark.usefixtures("small_threshold")
 def test_push_below_threshold_in_chunks(
-    small_threshold: None, operator: Any, recipient: Any, other_recipient: Any, redis: Any, clock: Any
+    operator: Any, recipient: Any, other_recipient: Any, redis: Any, clock: Any
 ) -> None:
     message = send(operator, to={"users": [recipient, other_recipient]})
     # PostgreSQL: the audience is a bitmap, not rows; progress is per chunk.
@@ -45,8 +46,9 @@ def test_push_below_threshold_in_chunks(
         assert message.slot_offset in bits.read_many([keys.mc_push_bitmap(user.pk, message.slot_month)])[0]
 
 
+@pytest.mark.usefixtures("small_threshold")
 def test_pull_above_threshold(
-    small_threshold: None, operator: Any, recipient: Any, other_recipient: Any, outsider: Any, redis: Any, clock: Any
+    operator: Any, recipient: Any, other_recipient: Any, outsider: Any, redis: Any, clock: Any
 ) -> None:
     carol = UserFactory(username="carol")
     group = make_group("vip", recipient, other_recipient, carol)
@@ -97,8 +99,9 @@ def test_everyone_is_pull_and_reaches_new_users(operator: Any, recipient: Any, c
         assert client_for(user).get("/api/v1/inbox/counts/").json()["by_category"]["promotion"] == 1
 
 
+@pytest.mark.usefixtures("small_threshold")
 def test_fanout_twice_changes_nothing(
-    small_threshold: None, operator: Any, recipient: Any, other_recipient: Any, redis: Any, clock: Any
+    operator: Any, recipient: Any, other_recipient: Any, redis: Any, clock: Any
 ) -> None:
     message = send(operator, to={"users": [recipient, other_recipient]})
     client = client_for(recipient)
@@ -114,7 +117,8 @@ def test_fanout_twice_changes_nothing(
     assert client_for(other_recipient).get("/api/v1/inbox/counts/").json()["unread"] == 1
 
 
-def test_pull_register_twice_changes_nothing(small_threshold: None, operator: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("small_threshold")
+def test_pull_register_twice_changes_nothing(operator: Any, clock: Any) -> None:
     users = [UserFactory() for _ in range(3)]
     message = send(operator, to={"users": users})
     tasks.message_deliver_task(message.pk)
@@ -141,9 +145,8 @@ def test_expiry_is_exact(operator: Any, recipient: Any, clock: Any) -> None:
     assert client_for(late).get("/api/v1/inbox/").json()["results"] == []
 
 
-def test_retraction_hides_everywhere_at_once(
-    small_threshold: None, operator: Any, recipient: Any, other_recipient: Any, clock: Any
-) -> None:
+@pytest.mark.usefixtures("small_threshold")
+def test_retraction_hides_everywhere_at_once(operator: Any, recipient: Any, other_recipient: Any, clock: Any) -> None:
     push = send(operator, to={"users": [recipient]})
     pull = send(operator, to={"everyone": True})
     client = client_for(recipient)

@@ -225,7 +225,8 @@ def _page(user: Any) -> tuple[list[tuple[str, bool, str]], int, int]:
 
 
 @SINGLE_REDIS
-def test_a_settled_inbox_answers_in_one_round_trip(fresh_hints: None, operator: Any, recipient: Any) -> None:
+@pytest.mark.usefixtures("fresh_hints")
+def test_a_settled_inbox_answers_in_one_round_trip(operator: Any, recipient: Any) -> None:
     for i in range(3):
         send(operator, to={"users": [recipient]}, title=f"T{i}")
     services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
@@ -243,8 +244,9 @@ def test_a_settled_inbox_answers_in_one_round_trip(fresh_hints: None, operator: 
 
 
 @SINGLE_REDIS
+@pytest.mark.usefixtures("fresh_hints")
 def test_a_level_inbox_this_process_has_no_hint_of_takes_the_fast_path_after_planning(
-    fresh_hints: None, operator: Any, recipient: Any, clock: Any
+    operator: Any, recipient: Any, clock: Any
 ) -> None:
     for i in range(3):
         send(operator, to={"users": [recipient]}, title=f"T{i}")
@@ -275,8 +277,9 @@ def test_a_level_inbox_this_process_has_no_hint_of_takes_the_fast_path_after_pla
     assert unread == 3
 
 
+@pytest.mark.usefixtures("fresh_hints")
 def test_the_fast_path_steps_aside_when_anything_moved(
-    fresh_hints: None, operator: Any, recipient: Any, other_recipient: Any, clock: Any
+    operator: Any, recipient: Any, other_recipient: Any, clock: Any
 ) -> None:
     pushed = send(operator, to={"users": [recipient]}, title="push")
     _page(recipient)
@@ -315,7 +318,8 @@ def test_the_fast_path_steps_aside_when_anything_moved(
     assert pulled.ref in [i for i, _r, _t in _page(other_recipient)[0]]
 
 
-def test_a_new_month_makes_the_hint_stale(fresh_hints: None, operator: Any, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("fresh_hints")
+def test_a_new_month_makes_the_hint_stale(operator: Any, recipient: Any, clock: Any) -> None:
     send(operator, to={"users": [recipient]}, title="November")
     services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
     assert inbox._months_hint[recipient.pk] == (str(MONTH),)
@@ -327,7 +331,8 @@ def test_a_new_month_makes_the_hint_stale(fresh_hints: None, operator: Any, reci
     assert inbox._months_hint[recipient.pk] == (str(MONTH), str(MONTH + 1))
 
 
-def test_expiry_is_settled_on_the_fast_path(fresh_hints: None, operator: Any, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("fresh_hints")
+def test_expiry_is_settled_on_the_fast_path(operator: Any, recipient: Any, clock: Any) -> None:
     send(operator, to={"users": [recipient]}, title="soon gone", expire_at=clock.now + timedelta(minutes=1))
     send(operator, to={"users": [recipient]}, title="stays")
     assert _page(recipient)[1] == 2
@@ -340,8 +345,9 @@ def test_expiry_is_settled_on_the_fast_path(fresh_hints: None, operator: Any, re
     assert get_redis().zcard(keys.mc_inbox_expiry(recipient.pk)) == 0
 
 
+@pytest.mark.usefixtures("fresh_hints")
 def test_fast_and_planned_answers_agree(
-    fresh_hints: None, operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+    operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for i in range(25):
         message = send(operator, to={"users": [recipient]}, title=f"T{i}", category=("system", "promotion")[i % 2])
@@ -433,9 +439,8 @@ def test_the_last_chunk_marks_the_message_delivered(monkeypatch: pytest.MonkeyPa
 
 
 @SINGLE_REDIS
-def test_read_all_on_a_settled_inbox_skips_planning(
-    fresh_hints: None, operator: Any, recipient: Any, clock: Any
-) -> None:
+@pytest.mark.usefixtures("fresh_hints")
+def test_read_all_on_a_settled_inbox_skips_planning(operator: Any, recipient: Any, clock: Any) -> None:
     for i in range(3):
         send(operator, to={"users": [recipient]}, title=f"T{i}")
     _page(recipient)
@@ -465,7 +470,8 @@ def test_read_all_on_a_settled_inbox_skips_planning(
 
 
 @SINGLE_REDIS
-def test_counts_with_announcements_take_one_round_trip(fresh_hints: None, operator: Any, recipient: Any) -> None:
+@pytest.mark.usefixtures("fresh_hints")
+def test_counts_with_announcements_take_one_round_trip(operator: Any, recipient: Any) -> None:
     from core.services import user_set_platforms
     from notices.models import Announcement
     from notices.services import announcement_create, announcement_mark_read

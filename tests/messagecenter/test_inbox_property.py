@@ -717,7 +717,7 @@ class _Drawn:
     def __init__(self, *values: Any) -> None:
         self.values = list(values)
 
-    def draw(self, strategy: Any) -> Any:
+    def draw(self, _strategy: Any) -> Any:
         return self.values.pop(0)
 
 

@@ -354,7 +354,8 @@ def test_self_service_subscription_lifecycle(
     assert recipient_client.delete(f"{SUBS}{int(again['id'])}/").status_code == 204
 
 
-def test_self_service_rules(recipient_client: Any, closed_type: Any) -> None:
+@pytest.mark.usefixtures("closed_type")
+def test_self_service_rules(recipient_client: Any) -> None:
     assert_error(recipient_client.post(SUBS, {"message_type": "audit", "scope": "x"}, format="json"), 403)
     assert_error(recipient_client.post(SUBS, {"message_type": "nope", "scope": "x"}, format="json"), 400)
     assert_error(recipient_client.post(SUBS, {"message_type": "audit"}, format="json"), 400)
@@ -420,7 +421,8 @@ def _csrf(browser: Client) -> str:
     return str(response.context["csrf_token"])
 
 
-def test_settings_page_renders_and_is_linked(browser: Client, recipient: Any, alert: Any, closed_type: Any) -> None:
+@pytest.mark.usefixtures("closed_type")
+def test_settings_page_renders_and_is_linked(browser: Client, recipient: Any, alert: Any) -> None:
     group = make_group("ops", recipient)
     services.subscription_create(message_type="audit", scope="HQ", group_id=group.pk)
     html = browser.get("/inbox/settings/").content.decode()

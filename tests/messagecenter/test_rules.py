@@ -51,9 +51,8 @@ def titles(user: Any) -> list[str]:
     return [item.title for item in inbox_list(user=user).results]
 
 
-def test_rule_notifies_once_withdraws_and_renotifies(
-    subscribed: None, recipient: Any, other_recipient: Any, clock: Any
-) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_rule_notifies_once_withdraws_and_renotifies(recipient: Any, other_recipient: Any, clock: Any) -> None:
     a = stock("WH1", "A-01", -3)
     stock("WH1", "A-02", 5)
     stock("WH2", "B-01", -1)
@@ -106,7 +105,8 @@ def test_filter_validation() -> None:
             rule_filters_validate(model=StockLevel, filters=bad)
 
 
-def test_broken_rule_is_recorded_and_others_run(subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_broken_rule_is_recorded_and_others_run(recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     bad_lookup = make_rule(name="bad lookup", filters={"nope__lt": 0})
     bad_template = make_rule(name="bad template", title_template="{% if %}")
@@ -127,7 +127,8 @@ def test_broken_rule_is_recorded_and_others_run(subscribed: None, recipient: Any
     assert titles(recipient) == ["Replenish A-01 (-3)"]
 
 
-def test_per_object_error_does_not_stop_the_rule(subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_per_object_error_does_not_stop_the_rule(recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     stock("", "X-01", -1)  # empty scope field: this object is skipped and recorded
     outcome = services.rule_run(rule=make_rule())
@@ -135,7 +136,8 @@ def test_per_object_error_does_not_stop_the_rule(subscribed: None, recipient: An
     assert "empty" in RuleRun.objects.get().errors
 
 
-def test_dry_run_sends_nothing(subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_dry_run_sends_nothing(recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     rule = make_rule()
     outcome = services.rule_run(rule=rule, dry_run=True)
@@ -145,7 +147,8 @@ def test_dry_run_sends_nothing(subscribed: None, recipient: Any, clock: Any) -> 
     assert titles(recipient) == []
 
 
-def test_due_rules_and_beat_task(subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_due_rules_and_beat_task(recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     rule = make_rule(interval_seconds=300)
     make_rule(name="off", enabled=False)
@@ -158,7 +161,8 @@ def test_due_rules_and_beat_task(subscribed: None, recipient: Any, clock: Any) -
     assert Notification.objects.count() == 1
 
 
-def test_run_rules_command(subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_run_rules_command(recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     rule = make_rule()
     out = StringIO()
@@ -181,7 +185,8 @@ def admin_client(operator: Any) -> Client:
     return client
 
 
-def test_admin_dry_run_action_and_history(admin_client: Client, subscribed: None, recipient: Any, clock: Any) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_admin_dry_run_action_and_history(admin_client: Client, recipient: Any, clock: Any) -> None:
     stock("WH1", "A-01", -3)
     rule = make_rule()
     response = admin_client.post(
@@ -205,7 +210,8 @@ def test_admin_dry_run_action_and_history(admin_client: Client, subscribed: None
     assert admin_client.get("/admin/messagecenter/subscription/").status_code == 200
 
 
-def test_admin_rejects_invalid_rule(admin_client: Client, subscribed: None) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_admin_rejects_invalid_rule(admin_client: Client) -> None:
     from messagecenter.models import MessageType
 
     data = {
@@ -236,9 +242,8 @@ def test_admin_rejects_invalid_rule(admin_client: Client, subscribed: None) -> N
     assert NotificationRule.objects.get().filters == {"quantity__lt": 0}
 
 
-def test_admin_subscription_needs_exactly_one_subscriber(
-    admin_client: Client, subscribed: None, recipient: Any
-) -> None:
+@pytest.mark.usefixtures("subscribed")
+def test_admin_subscription_needs_exactly_one_subscriber(admin_client: Client, recipient: Any) -> None:
     from messagecenter.models import MessageType, Subscription
 
     type_id = MessageType.objects.get(code="replenish").pk

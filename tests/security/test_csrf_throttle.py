@@ -118,7 +118,8 @@ def low_rates(world: World) -> Iterator[None]:
         yield
 
 
-def test_anonymous_callers_are_throttled(world: World, low_rates: None) -> None:
+@pytest.mark.usefixtures("low_rates")
+def test_anonymous_callers_are_throttled(world: World) -> None:
     anon = Client()
     statuses = [
         anon.post(
@@ -134,7 +135,8 @@ def test_anonymous_callers_are_throttled(world: World, low_rates: None) -> None:
     assert int(response["Retry-After"]) > 0
 
 
-def test_signed_in_callers_are_throttled_per_user(world: World, low_rates: None) -> None:
+@pytest.mark.usefixtures("low_rates")
+def test_signed_in_callers_are_throttled_per_user(world: World) -> None:
     alice = client_for(world.alice)
     statuses = [alice.get("/api/v1/inbox/counts/").status_code for _ in range(6)]
     assert statuses == [200] * 5 + [429]

@@ -114,7 +114,8 @@ def test_a_sign_in_before_the_limit_resets_the_count() -> None:
     assert page_login("/accounts/login/", "erin", PASSWORD).status_code == 302
 
 
-def test_the_limits_hold_with_redis_down(dead_redis: None) -> None:
+@pytest.mark.usefixtures("dead_redis")
+def test_the_limits_hold_with_redis_down() -> None:
     UserFactory(username="frank")
     for attempt in range(_limit() - 1):
         assert page_login("/accounts/login/", "frank", "wrong", ip=f"10.1.0.{attempt}").status_code == 200
