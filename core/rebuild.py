@@ -18,7 +18,6 @@ from types import TracebackType
 
 from django.db import connection, transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
 
 from core import healing, keys, outbox
 from core.models import ReadModelState

@@ -2,7 +2,7 @@
 item source (messages, bulletins, later subscription notifications) uses."""
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +18,8 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
-from messagecenter.services import read_state
 from messagecenter.selectors import muted_among
+from messagecenter.services import read_state
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +104,20 @@ def _placed(user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | N
     return fallback.inbox_place(user_id=user_id, ref=ref, now=now)
 
 
-def redis_after_commit(*, user_id: int, marks: list[tuple[str, dict[str, Any]]]) -> None:
+def redis_after_commit(
+    *, user_id: int, marks: list[tuple[str, dict[str, Any]]], at_once: Callable[[], object] | None = None
+) -> None:
     """Once the transaction commits, apply these (topic, payload) writes to Redis in
-    order, or keep them in the outbox (Redis down, or the user's older writes pending)."""
+    order (``at_once``: one call doing all of them), or keep them in the outbox
+    (Redis down, or the user's older writes pending)."""
 
     def apply() -> None:
         pending = list(marks)
         try:
             if _direct(user_id):
+                if at_once is not None:
+                    at_once()
+                    pending = []
                 while pending:
                     topic, payload = pending[0]
                     OUTBOX_HANDLERS[topic](payload, user_id)

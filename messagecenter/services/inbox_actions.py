@@ -177,7 +177,13 @@ def _bulk_mark(*, user_id: int, refs: Sequence[str], read: bool, now: datetime) 
     with transaction.atomic():
         read_state.read_marks_commit(user_id=user_id, entries=entries, read=read, now=now)
         marks = [(fallback.TOPIC_READ, {"ref": e.ref, "read": read, "at_ms": now_ms}) for e in entries]
-        redis_after_commit(user_id=user_id, marks=marks)
+        # One script call for all of them (bulk_mark.lua).
+        members = [e.member for e in entries]
+        redis_after_commit(
+            user_id=user_id,
+            marks=marks,
+            at_once=lambda: inbox.inbox_mark_many(user_id=user_id, members=members, read=read, now_ms=now_ms),
+        )
 
 
 def _bulk_hide(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
@@ -190,5 +196,12 @@ def _bulk_hide(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
         )
         InboxItemState.objects.filter(user_id=user_id, item_id__in=refs).delete()
         redis_after_commit(
-            user_id=user_id, marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": now_ms}) for ref in refs]
+            user_id=user_id,
+            marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": now_ms}) for ref in refs],
+            at_once=lambda: _hide_many(user_id=user_id, refs=refs, now_ms=now_ms),
         )
+
+
+def _hide_many(*, user_id: int, refs: Sequence[str], now_ms: int) -> None:
+    members = inbox.inbox_members(refs=refs)
+    inbox.inbox_hide_many(user_id=user_id, members=list(members.values()), now_ms=now_ms)

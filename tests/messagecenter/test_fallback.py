@@ -18,10 +18,8 @@ from redis.retry import Retry
 from core.models import OutboxEntry
 from messagecenter import fallback, services
 from messagecenter.models import (
-    InboxHidden,
     Message,
 )
-from messagecenter.readmodel import to_ms
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import make_group, send, whole_inbox
 
