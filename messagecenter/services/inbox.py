@@ -19,7 +19,7 @@ from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
-from messagecenter.services import read_state
+from messagecenter.services.read_state import read_marks_commit, seen_commit
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
     with transaction.atomic():
-        read_state.read_marks_commit(user_id=user_id, entries=[placed[1]], read=read, now=now)
+        read_marks_commit(user_id=user_id, entries=[placed[1]], read=read, now=now)
         payload = {"ref": ref, "read": read, "at_ms": to_ms(now)}
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
     return True
@@ -182,7 +182,7 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
     unread = _unread(user_id, category, now)
     if unread:
         with transaction.atomic():
-            read_state.read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
+            read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
             payload = {"category": category or "", "at_ms": to_ms(now)}
             redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
     return len(unread)
@@ -193,7 +193,7 @@ def inbox_mark_seen(*, user: AbstractBaseUser, now: datetime | None = None) -> N
     now = now or timezone.now()
     user_id = int(user.pk)
     with transaction.atomic():
-        read_state.seen_commit(user_id=user_id, seen_ms=to_ms(now), now=now)
+        seen_commit(user_id=user_id, seen_ms=to_ms(now), now=now)
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_SEEN, {"at_ms": to_ms(now)})])
 
 

@@ -36,8 +36,8 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, to_ms
-from messagecenter.services import read_state
 from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref, redis_after_commit
+from messagecenter.services.read_state import read_marks_commit
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
     with transaction.atomic():
         _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
         # The snooze leaves the item unread (snooze.lua clears the bit in Redis).
-        read_state.read_marks_commit(user_id=user_id, entries=_entries([ref], now), read=False, now=now)
+        read_marks_commit(user_id=user_id, entries=_entries([ref], now), read=False, now=now)
 
 
 def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], now: datetime | None = None) -> int:
@@ -175,7 +175,7 @@ def _bulk_mark(*, user_id: int, refs: Sequence[str], read: bool, now: datetime) 
     now_ms = to_ms(now)
     entries = _entries(refs, now)
     with transaction.atomic():
-        read_state.read_marks_commit(user_id=user_id, entries=entries, read=read, now=now)
+        read_marks_commit(user_id=user_id, entries=entries, read=read, now=now)
         marks = [(fallback.TOPIC_READ, {"ref": e.ref, "read": read, "at_ms": now_ms}) for e in entries]
         # One script call for all of them (bulk_mark.lua).
         members = [e.member for e in entries]

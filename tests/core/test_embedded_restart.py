@@ -73,7 +73,6 @@ def test_read_marks_deletes_archives_and_snoozes_survive_a_restart(tmp_path: Pat
     env.update(
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         DJANGO_SETTINGS_MODULE="config.settings.local",
-        MESSAGECENTER_JOURNAL_FLUSH_SECONDS="1",
     )
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],

@@ -148,12 +148,12 @@ def test_a_mark_is_not_acknowledged_when_postgresql_refuses_it(
 
     from django.db import DatabaseError
 
-    from messagecenter.services import read_state
+    from messagecenter.services import inbox as inbox_services
 
     def refuse(**_kwargs: Any) -> int:
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(read_state, "read_marks_commit", refuse)
+    monkeypatch.setattr(inbox_services, "read_marks_commit", refuse)
     user.raise_request_exception = False
     assert user.post(f"/api/v1/inbox/{ref}/read/").status_code >= 500
     monkeypatch.undo()
