@@ -75,7 +75,7 @@ class OutboxEntry(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [
-            # Degraded reads: one user's pending marks, in order.
+            # A user's mark: are older writes of theirs still waiting for Redis?
             models.Index(fields=["user_id", "id"], condition=models.Q(user_id__isnull=False), name="outbox_user_idx"),
         ]
 

@@ -318,8 +318,7 @@ class InboxItemState(models.Model):
     # When an unarchive last put the item back in the list. With a snooze
     # that an archive cancelled (``snoozed_until`` None, ``snoozed_at`` set)
     # and an unarchive after it, it ends the time the item was out of the
-    # list: a "read all" from the snooze until then did not reach it (the
-    # fallback's pending marks). One from before the snooze ends nothing.
+    # list. One from before the snooze ends nothing.
     listed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 

@@ -257,7 +257,7 @@ CELERY_TIMEZONE = "UTC"
 # must exceed the longest task. Delivery tasks are short (one chunk is at most
 # MESSAGECENTER_FANOUT_CHUNK users in pipelined deliver.lua calls); the long
 # ones are the periodic jobs that walk the whole read model (check_redis,
-# notices.rebuild_all, the read snapshots), minutes on a large install. Half an
+# notices.rebuild_all), minutes on a large install. Half an
 # hour leaves them room. Delivery does not wait that long after a lost
 # worker: its pending rows are handed over again after their lease (below;
 # running one twice changes nothing).
