@@ -63,7 +63,6 @@ TOPIC_READ = "inbox.read"
 TOPIC_READ_ALL = "inbox.read_all"
 TOPIC_SEEN = "inbox.seen"
 TOPIC_HIDE = "inbox.hide"
-INBOX_TOPICS = (TOPIC_READ, TOPIC_READ_ALL, TOPIC_SEEN, TOPIC_HIDE)
 
 # Candidate rows scanned per kind (newest first) when no setting says otherwise.
 SCAN_LIMIT_DEFAULT = 5000
