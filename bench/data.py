@@ -259,21 +259,21 @@ def reset_items() -> None:
     from core.models import OutboxEntry
     from messagecenter.models import (
         Bulletin,
-        InboxReadSnapshot,
-        InboxSeenSnapshot,
+        InboxReadMonth,
+        InboxSeen,
         ItemSlotMonth,
         Message,
         Notification,
     )
-    from notices.models import AnnouncementReadSnapshot
+    from notices.models import AnnouncementRead
 
     Message.objects.all().delete()
     Bulletin.objects.all().delete()
     Notification.objects.all().delete()
     ItemSlotMonth.objects.all().delete()
-    # Durable copies of read state for offsets that no longer mean anything, and
+    # Read state of offsets that no longer mean anything, and
     # Redis writes still waiting to be replayed: a restore must not bring them back.
-    InboxReadSnapshot.objects.all().delete()
-    InboxSeenSnapshot.objects.all().delete()
-    AnnouncementReadSnapshot.objects.all().delete()
+    InboxReadMonth.objects.all().delete()
+    InboxSeen.objects.all().delete()
+    AnnouncementRead.objects.all().delete()
     OutboxEntry.objects.all().delete()

@@ -2,8 +2,8 @@
 
 Creates ``--users`` users in PostgreSQL in bulk and a small, realistic amount
 of state through the project's services (push messages to every user and to a
-group, a message to everyone, bulletins, announcements, read marks and the
-read-state snapshots taken from them), then empties a private redis-server and
+group, a message to everyone, bulletins, announcements, read marks and
+their committed read state), then empties a private redis-server and
 times ``core.rebuild.rebuild()`` filling it from PostgreSQL: the wall clock and
 each stage the rebuild reports. Writes bench/REBUILD.md with the time per
 million users, a linear extrapolation of this run. The private Redis is
@@ -24,7 +24,7 @@ from bench.scale import ROOT, _commit, _free_port, private_redis
 # Push messages every user receives, and those only a tenth of the users (a group) receive.
 MESSAGES_TO_ALL = 5
 MESSAGES_TO_GROUP = 10
-# Users who mark things read before the snapshots are taken.
+# Users who mark things read (committed to PostgreSQL with each mark).
 READERS = 500
 
 
@@ -67,10 +67,8 @@ def create_state(users: int) -> dict[str, int]:
     from messagecenter.services.groups import user_group_add_members, user_group_create
     from messagecenter.services.inbox import inbox_mark_read
     from messagecenter.services.messages import message_send
-    from messagecenter.services.snapshots import inbox_read_snapshot
     from notices.models import Announcement
     from notices.services import announcement_create, announcement_mark_read
-    from notices.snapshots import announcement_read_snapshot
 
     reset_items()
     Announcement.objects.all().delete()
@@ -99,14 +97,12 @@ def create_state(users: int) -> dict[str, int]:
     for user in readers:
         inbox_mark_read(user=user, item_id=refs[-1])
         announcement_mark_read(user=user, announcement_id=announcements[0].id)
-    snapshots = inbox_read_snapshot() + announcement_read_snapshot()
     return {
         "users": users,
         "group members": len(group_members),
         "bulk push messages": len(refs),
         "inbox entries (push)": MESSAGES_TO_ALL * len(everyone) + MESSAGES_TO_GROUP * len(group_members),
         "readers": READERS,
-        "snapshot rows written": snapshots,
     }
 
 
@@ -129,7 +125,7 @@ def main() -> int:
         django.setup()
         from django.core.management import call_command
 
-        from core import journal, rebuild
+        from core import rebuild
         from core.redis import get_redis
 
         call_command("migrate", verbosity=0)
@@ -152,8 +148,7 @@ def main() -> int:
         version = client.info("server")["redis_version"]
         client.close()
     assert result is not None
-    # The stages' work grows with the users; the rest of the wall clock is mostly
-    # the fixed journal wait (two flush intervals), which a large rebuild's stages outlast.
+    # The stages' work grows with the users.
     staged = sum(sec for _, _, sec in timer.stages)
     per_million = staged / args.users * 1_000_000
     written = state["inbox entries (push)"]
@@ -182,7 +177,7 @@ def main() -> int:
         f"| sum of the stages | {staged:.1f} s |",
         f"| per 1,000,000 users (the stages' sum, linear extrapolation of this run) "
         f"| {per_million:,.0f} s ({per_million / 60:,.1f} min) |",
-        f"| journal marks / outbox entries replayed | {result.journal} / {result.outbox} |",
+        f"| outbox entries replayed | {result.outbox} |",
         "",
         "## Stages",
         "",
@@ -198,8 +193,7 @@ def main() -> int:
         ],
         "",
         f"The extrapolation assumes the stages' time grows linearly with users at this much state per user "
-        f"({written / args.users:.1f} push entries a user); the wall clock also holds the fixed journal wait "
-        f"(two flush intervals, {2 * journal.flush_seconds():.1f} s, overlapping the stages when they take longer).",
+        f"({written / args.users:.1f} push entries a user).",
         "",
     ]
     text = "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Redis bitmap strings <-> pyroaring BitMaps (the durable read-state snapshots).
+"""Redis bitmap strings <-> pyroaring BitMaps (the committed read state, its restores).
 
 Redis numbers bits from the most significant bit of byte 0: bit ``n`` is
 ``data[n >> 3] & (0x80 >> (n & 7))``. Read bitmaps are mostly zero bytes

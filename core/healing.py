@@ -25,7 +25,7 @@ PostgreSQL (``ReadModelState``):
   PostgreSQL advisory lock (Redis may be what was lost, and the Celery broker
   with it), so one rebuild runs however many processes notice; the others
   keep serving from PostgreSQL. It runs every app's registered step
-  (``register_rebuild`` in ``AppConfig.ready``), then the marks journal, then
+  (``register_rebuild`` in ``AppConfig.ready``), then
   the outbox, and only then writes the new generation. The embedded
   (SQLite, one process) setup uses a lock in the process instead.
 

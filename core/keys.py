@@ -206,20 +206,6 @@ def notice_read_hours_of(key: str) -> tuple[str, int] | None:
     return tag[1:].split(":")[0], int(pk)
 
 
-def notice_snapshot_dirty() -> str:
-    """set: ``<platform>:<announcement id>`` whose read bitmaps changed since the snapshot job
-    last copied them to PostgreSQL (SPOP'd by notices/snapshots.py). Global, no hash tag:
-    written after the mark script, never inside it."""
-    return _key("snapshot", "notice", "dirty")
-
-
-def notice_snapshot_restored() -> str:
-    """string: present once this Redis holds the announcements' read state restored from
-    PostgreSQL (or had nothing to restore). Lost with the data on a flush, so the snapshot
-    job never overwrites good snapshots with the near-empty bitmaps of a fresh Redis."""
-    return _key("snapshot", "notice", "restored")
-
-
 # --- messagecenter (inbox, bulletins, messages) -------------------------------------
 # (owned by messagecenter/readmodel.py)
 #
@@ -465,19 +451,6 @@ def mc_pull_sequence() -> str:
 def mc_pull_audience(ref: str, chunk: int) -> str:
     """bitmap: bit = user id - chunk base; the send-time audience of a pull item (one key per id chunk)."""
     return _key("inbox", "audience", ref, chunk)
-
-
-def mc_snapshot_dirty() -> str:
-    """set: ``<user id>:<yyyymm>`` (read / ever-read bitmaps of that month) and
-    ``<user id>:seen`` (unseen watermark) changed since the snapshot job last copied them
-    to PostgreSQL. Global, no hash tag: added after the per-user script, never inside it."""
-    return _key("snapshot", "inbox", "dirty")
-
-
-def mc_snapshot_restored() -> str:
-    """string: present once this Redis holds the inbox read state restored from PostgreSQL
-    (see ``notice_snapshot_restored``)."""
-    return _key("snapshot", "inbox", "restored")
 
 
 def mc_item_read_hours(ref: str) -> str:

@@ -61,8 +61,8 @@ class OutboxEntry(models.Model):
 
     Replayed in id order (``core.outbox``) once Redis answers again; every
     handler is idempotent, so a replay that dies half-way is simply run again.
-    Marks accepted while Redis is down carry ``user_id``: degraded reads lay
-    the user's pending marks over the last read-state snapshot.
+    The Redis half of a user's marks carries ``user_id`` (the mark itself is
+    committed already): a user's later marks queue behind it.
     """
 
     topic = models.CharField(max_length=64)
@@ -75,7 +75,7 @@ class OutboxEntry(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [
-            # Degraded reads: one user's pending marks, in order.
+            # A user's mark: are older writes of theirs still waiting for Redis?
             models.Index(fields=["user_id", "id"], condition=models.Q(user_id__isnull=False), name="outbox_user_idx"),
         ]
 
@@ -104,40 +104,6 @@ class RedisCheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"check {self.started_at:%Y-%m-%d %H:%M:%S}: {self.drift_count} drift"
-
-
-class MarkJournal(models.Model):
-    """An acknowledged mark (read, unread, read all, seen) kept until a read-state
-    snapshot holds it (``core.journal``).
-
-    Append-only: each process buffers its marks and writes them here every
-    ``MESSAGECENTER_JOURNAL_FLUSH_SECONDS``; marks replayed from the outbox
-    land here too. The snapshot jobs delete what their last complete run
-    copied; a rebuild applies what is left on top of the snapshots, so a
-    Redis that loses its data forgets no mark older than one flush interval.
-    """
-
-    topic = models.CharField(max_length=64)
-    payload = models.JSONField(default=dict)
-    user_id = models.BigIntegerField()
-    # When the mark was made (the process's clock): the order marks are applied in.
-    marked_at = models.DateTimeField()
-    # When the row was written, by the database's clock: compaction compares it
-    # with the start of a snapshot run on that same clock, so the clocks of
-    # the web hosts never decide what may be forgotten.
-    created_at = models.DateTimeField(db_default=Now())
-
-    class Meta:
-        ordering = ["marked_at", "id"]
-        indexes = [
-            # Degraded reads: one user's marks, in order.
-            models.Index(fields=["user_id", "marked_at"], name="markjournal_user_idx"),
-            # Compaction's range delete.
-            models.Index(fields=["created_at"], name="markjournal_created_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"#{self.pk} {self.topic} u{self.user_id}"
 
 
 class ReadModelState(models.Model):

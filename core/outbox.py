@@ -12,17 +12,13 @@ Two kinds of entries:
 - projections of committed data that Redis refused at commit
   (``notices.platform_sync``, ``messagecenter.mirror``; see ``core.projection``),
   with no user;
-- marks a user made while Redis was down (``inbox.*``, ``notices.read``), with
-  ``user_id`` set. Degraded reads lay a user's pending marks (``pending_user_marks``)
-  over the last read-state snapshot, so the user sees what they did.
+- the Redis half of marks a user made while Redis was down (``inbox.*``,
+  ``notices.read``), with ``user_id`` set. The mark itself is committed in
+  PostgreSQL before it is acknowledged (degraded reads and the rebuild read
+  it there); the entry only brings Redis up to date.
 
-A replayed mark is not forgotten: the replay moves it into the marks journal
-(``core.journal``) in the same transaction, where it stays until a read-state
-snapshot holds it. Replaying it into a Redis that then loses its data (or
-that came back empty) therefore loses nothing: the rebuild applies the
-journal on top of the snapshots. Replay waits while the read model is being
-rebuilt (``core.healing``): applying marks to an empty Redis would only have
-them overwritten.
+Replay waits while the read model is being rebuilt (``core.healing``): the
+rebuild restores the committed state itself.
 
 Replay runs from Celery beat (``core.outbox_replay`` every
 ``MESSAGECENTER_OUTBOX_REPLAY_SECONDS``) and at the end of a rebuild. Requests do not replay when the
@@ -37,17 +33,13 @@ Handlers are registered per topic by the app that owns the write
 import logging
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import DateTimeField, IntegerField, Value
-from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing, journal
-from core.journal import Mark
-from core.models import MarkJournal, OutboxEntry
+from core import healing
+from core.models import OutboxEntry
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +49,6 @@ Handler = Callable[[dict[str, Any], int | None], None]
 # bug, or data the handler cannot apply) is parked after this many attempts:
 # kept for an operator to look at, skipped by every later replay.
 POISON_ATTEMPTS = 5
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PARKED_PREFIX = "parked: "
 BATCH_SIZE = 100
 
@@ -71,14 +62,6 @@ def register(topic: str, handler: Handler) -> None:
 
 def registered_topics() -> list[str]:
     return sorted(_handlers)
-
-
-def apply(*, topic: str, payload: dict[str, Any], user_id: int | None) -> None:
-    """Run the handler of ``topic`` (the marks journal's replay uses the outbox's handlers)."""
-    handler = _handlers.get(topic)
-    if handler is None:
-        raise LookupError(f"no handler for topic {topic!r}")
-    handler(payload, user_id)
 
 
 # --- Is there anything pending? (process-local, cheap) -----------------------
@@ -158,38 +141,6 @@ def pending_user_marks(*, user_id: int, topics: Iterable[str]) -> list[OutboxEnt
     return list(_pending().filter(user_id=user_id, topic__in=list(topics)).order_by("id"))
 
 
-def user_marks(*, user_id: int, topics: Iterable[str]) -> list[Mark]:
-    """The user's marks of these topics that a snapshot may not hold yet, oldest
-    first (degraded reads lay them over the snapshot in order): the marks
-    journal, this process's marks not yet written to it, then the pending
-    entries. Pending entries are the newest: a mark of a user with pending
-    entries queues behind them instead of going to Redis and the journal.
-    One query for both tables.
-    """
-    wanted = list(topics)
-    journaled = (
-        MarkJournal.objects.filter(user_id=user_id, topic__in=wanted)
-        .order_by()  # a part of a UNION takes no ORDER BY (SQLite refuses one)
-        .annotate(source=Value(0, output_field=IntegerField()))
-        .values_list("source", "marked_at", "id", "topic", "payload")
-    )
-    pending = (
-        _pending()
-        .filter(user_id=user_id, topic__in=wanted)
-        .order_by()
-        # Pending entries go in id order: one time for all of them.
-        .annotate(source=Value(1, output_field=IntegerField()), at=Value(_EPOCH, output_field=DateTimeField()))
-        .values_list("source", "at", "id", "topic", "payload")
-    )
-    rows = list(journaled.union(pending, all=True).order_by("source", "marked_at", "id"))
-    marks = [Mark(topic, payload) for source, _, _, topic, payload in rows if source == 0]
-    return [
-        *marks,
-        *journal.unflushed_user_marks(user_id=user_id, topics=wanted),
-        *(Mark(topic, payload) for source, _, _, topic, payload in rows if source == 1),
-    ]
-
-
 def pending_count() -> int:
     return int(_pending().count())
 
@@ -232,8 +183,7 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
     """Apply up to ``limit`` pending entries in id order; returns how many were applied.
 
     Does nothing while the read model is lost or being rebuilt (the rebuild
-    replays at its end, ``while_rebuilding``). A mark's entry moves into the
-    marks journal when applied.
+    replays at its end, ``while_rebuilding``).
 
     Stops at the first RedisError (Redis is still down: later entries must not
     overtake that one). An entry whose handler raises anything else is kept
@@ -271,10 +221,6 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
                     _record_failure(entry, exc, poison=True)
                     failed.add(entry.pk)
                     continue
-                if entry.user_id is not None:
-                    MarkJournal.objects.create(
-                        topic=entry.topic, payload=entry.payload, user_id=entry.user_id, marked_at=timezone.now()
-                    )
                 entry.delete()
                 applied += 1
     return applied

@@ -1,4 +1,4 @@
-"""Progress of long management commands (rebuilds, snapshots), without a dependency.
+"""Progress of long management commands (rebuilds, checks), without a dependency.
 
 Services take a ``Progress`` keyword argument and report stages through it;
 commands build one over their stdout. On a terminal each stage is a bar

@@ -1,8 +1,9 @@
 """The full rebuild of the read model from PostgreSQL, run by a healing process or by hand.
 
 Each app registers the step that restores its part (``register_rebuild`` in
-``AppConfig.ready``); ``rebuild`` runs them all under one lock, then applies
-the marks journal and the outbox on top, and only then writes the new
+``AppConfig.ready``); ``rebuild`` runs them all under one lock (every
+acknowledged write is committed in PostgreSQL, so the steps restore it), then
+applies the outbox on top, and only then writes the new
 generation that ``core.healing`` looks for. ``manage.py rebuild_redis`` and
 the healer thread of ``core.healing`` both come here.
 """
@@ -13,15 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 
 from django.db import connection, transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
 
-from core import healing, journal, keys, outbox
-from core.models import MarkJournal, ReadModelState
+from core import healing, keys, outbox
+from core.models import ReadModelState
 from core.progress import SILENT, Progress, Stage
 from core.redis import get_redis
 
@@ -32,7 +31,6 @@ LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
 # How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
 PROGRESS_SECONDS = 0.5
 # Journal marks applied per query (keyset paging).
-REPLAY_BATCH = 1000
 
 
 # --- The rebuild steps of the apps ------------------------------------------------------
@@ -98,7 +96,6 @@ class RebuildResult:
     generation: int
     seconds: float
     steps: dict[str, dict[str, int] | None]
-    journal: int
     outbox: int
 
 
@@ -135,13 +132,6 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
             results: dict[str, dict[str, int] | None] = {}
             for step in sorted(_steps.values(), key=lambda s: (s.order, s.name)):
                 results[step.name] = step.run(recorded)
-            # Marks made just before the loss may still sit in a process's
-            # journal buffer: give every process one flush before reading it.
-            journal.flush()
-            remaining = 2 * journal.flush_seconds() - (time.monotonic() - started)
-            if remaining > 0:
-                time.sleep(remaining)
-            replayed = _replay_journal(progress=recorded)
             pending = _drain_outbox(recorded)
             with transaction.atomic():
                 # A rebuild of an intact Redis keeps its number (running it
@@ -167,7 +157,7 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
             raise
         seconds = time.monotonic() - started
         logger.info("read model rebuilt in %.1fs (generation %s)", seconds, generation)
-        return RebuildResult(generation, seconds, results, replayed, pending)
+        return RebuildResult(generation, seconds, results, pending)
 
 
 def _drain_outbox(progress: Progress) -> int:
@@ -229,40 +219,6 @@ class _RecordedProgress(Progress):
             return
         self._written_at = now
         ReadModelState.objects.filter(pk=1).update(stage=stage.name[:64], done=stage.count, total=stage.total)
-
-
-def _replay_journal(*, progress: Progress = SILENT) -> int:
-    """Apply every journal mark to Redis, oldest first (a rebuild, after the snapshots
-    are restored and the items delivered); returns how many were applied.
-
-    A RedisError stops it (the rebuild fails and runs again). A mark its
-    handler cannot apply for another reason (an item deleted since) is logged
-    and skipped, as the mark itself would have changed nothing.
-    """
-    applied = 0
-    last: tuple[datetime, int] | None = None
-    queryset = MarkJournal.objects.order_by("marked_at", "id")
-    with progress.stage("marks journal", queryset.count()) as stage:
-        while True:
-            page = queryset
-            if last is not None:
-                # Keyset paging on (marked_at, id); the journal holds about a
-                # snapshot interval of marks, so the sort stays small.
-                page = page.filter(marked_at__gte=last[0]).exclude(marked_at=last[0], id__lte=last[1])
-            rows = list(page.values_list("id", "marked_at", "topic", "payload", "user_id")[:REPLAY_BATCH])
-            if not rows:
-                return applied
-            for pk, marked_at, topic, payload, user_id in rows:
-                last = (marked_at, pk)
-                try:
-                    outbox.apply(topic=topic, payload=payload, user_id=user_id)
-                except RedisError:
-                    raise
-                except Exception:
-                    logger.exception("journal mark #%s (%s) could not be applied; skipped", pk, topic)
-                    continue
-                applied += 1
-            stage.advance(len(rows))
 
 
 def heal() -> None:

@@ -8,8 +8,8 @@ class MessagecenterConfig(AppConfig):
 
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
-        # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, metrics, outbox, rebuild, snapshots
+        # handlers, drift checks, the rebuild, demo data).
+        from core import activity, demo, drift, metrics, outbox, rebuild
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
@@ -21,7 +21,6 @@ class MessagecenterConfig(AppConfig):
         from messagecenter.services.channels import plan as channels_plan
         from messagecenter.services.channels import push as channels_push
         from messagecenter.services.rebuild import inbox_rebuild
-        from messagecenter.services.snapshots import inbox_read_snapshot
 
         projection.register()
         signals.connect()
@@ -32,7 +31,6 @@ class MessagecenterConfig(AppConfig):
             delivery.register(task, job, chunked=chunked)
         delivery.register(channels_plan.PUSH_CHUNK_TASK, channels_push.channel_push_chunk_job, chunked=True)
         drift.register(*messagecenter_drift.CHECKS)
-        snapshots.register(name="inboxes", run=inbox_read_snapshot)
         rebuild.register_rebuild("messagecenter", lambda progress: inbox_rebuild(progress=progress), order=20)
         demo.register(self.label, messagecenter_demo.seed)
         for kind, exists, first_reads, readers in (

@@ -11,12 +11,10 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
   them (by member) and a cursor of one path pages on in the other;
 - archived and snoozed items (``InboxItemState`` rows) are kept out of the
   list and the counts: archived ones are listed apart at their place, snoozed
-  ones are away until their wake time and then back at it, unread (their
-  read bit was cleared when snoozed: a snapshot older than the snooze says
-  unread);
-- read state is the last durable snapshot (``InboxReadSnapshot`` bitmaps of
-  offsets per month, ``InboxSeenSnapshot``) with the user's pending marks
-  from the outbox laid over it in order.
+  ones are away until their wake time and then back at it, unread (the
+  snooze cleared their read bit);
+- read state is the committed one (``InboxReadMonth`` bit-sets of offsets
+  per month, ``InboxSeen``): every acknowledged mark is in it.
 
 Every call runs a small, fixed number of queries whatever the inbox holds:
 candidates of each kind are scanned newest first in one query, bounded by
@@ -29,20 +27,19 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
 from pyroaring import BitMap
 
-from core import outbox
 from messagecenter.items import bulletin_detail, message_detail, notification_detail
 from messagecenter.models import (
     Bulletin,
     InboxHidden,
     InboxItemState,
-    InboxReadSnapshot,
-    InboxSeenSnapshot,
+    InboxReadMonth,
+    InboxSeen,
     Message,
     MessageStatus,
     MutePeriod,
@@ -56,8 +53,8 @@ from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page,
 
 logger = logging.getLogger(__name__)
 
-# Outbox topics of the marks accepted while Redis is down (a contract with
-# the outbox's writer and its replay): payloads
+# Outbox topics of the marks whose Redis half waits for Redis (a contract
+# with the outbox's writer and its replay): payloads
 #   inbox.read      {"ref": str, "read": bool, "at_ms": int}
 #   inbox.read_all  {"category": str ("" = all), "at_ms": int}
 #   inbox.seen      {"at_ms": int}
@@ -66,7 +63,6 @@ TOPIC_READ = "inbox.read"
 TOPIC_READ_ALL = "inbox.read_all"
 TOPIC_SEEN = "inbox.seen"
 TOPIC_HIDE = "inbox.hide"
-INBOX_TOPICS = (TOPIC_READ, TOPIC_READ_ALL, TOPIC_SEEN, TOPIC_HIDE)
 
 # Candidate rows scanned per kind (newest first) when no setting says otherwise.
 SCAN_LIMIT_DEFAULT = 5000
@@ -207,48 +203,9 @@ class _Inbox:
         return Counts(by_category, sum(1 for entry in self.items if entry.score > self.seen_ms))
 
 
-def _pending(user_id: int) -> list[tuple[str, dict[str, Any]]]:
-    """The user's marks accepted while Redis was down and not replayed yet, oldest first."""
-    entries = outbox.user_marks(user_id=user_id, topics=INBOX_TOPICS)
-    return [(entry.topic, entry.payload) for entry in entries if isinstance(entry.payload, dict)]
-
-
-class _ItemState(NamedTuple):
-    """A user's ``InboxItemState`` row as the fallback reads it."""
-
-    archived: bool
-    until: datetime | None
-    snoozed_at: datetime | None
-    listed_at: datetime | None
-    changed_ms: int
-
-    def away_at(self, at_ms: int) -> bool:
-        """Out of the list at ``at_ms`` by a snooze that an archive cancelled (no
-        wake time): from the snooze until an unarchive brought it back, or
-        still. A woken snooze is placed at its wake time instead, which already
-        keeps earlier "read all" marks off it."""
-        if self.until is not None or self.snoozed_at is None:
-            return False
-        start = to_ms(self.snoozed_at)
-        if at_ms < start:
-            return False
-        # An unarchive after the snooze ends it; one from before the snooze does not.
-        back = None if self.listed_at is None else to_ms(self.listed_at)
-        return back is None or back < start or at_ms < back
-
-
-def _read_all_reached(entry: InboxEntry, state: _ItemState | None, at_ms: int, category: str) -> bool:
-    """Whether a "read all" (of ``category``, "" = all) at ``at_ms`` reached the
-    item: placed by then, of its category, and not away (``_ItemState.away_at``)."""
-    away = state is not None and state.away_at(at_ms)
-    return entry.score <= at_ms and not away and (not category or entry.category == category)
-
-
 def _load(user_id: int, now: datetime) -> _Inbox:
     now_ms = to_ms(now)
-    pending = _pending(user_id)
     hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
-    hidden.update(str(p.get("ref")) for topic, p in pending if topic == TOPIC_HIDE)
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
     mutes = Mutes.of(
@@ -256,10 +213,10 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     )
     # mc_item_state_unique serves this lookup by user.
     states = {
-        ref: _ItemState(archived, until, snoozed_at, listed_at, to_ms(updated_at))
-        for ref, archived, until, snoozed_at, listed_at, updated_at in InboxItemState.objects.filter(user_id=user_id)
+        ref: (archived, until)
+        for ref, archived, until in InboxItemState.objects.filter(user_id=user_id)
         .exclude(item_id__in=hidden)
-        .values_list("item_id", "archived", "snoozed_until", "snoozed_at", "listed_at", "updated_at")
+        .values_list("item_id", "archived", "snoozed_until")
     }
     scan = want + len(states)  # parked items do not count towards the list's size
     candidates = [
@@ -270,17 +227,13 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     items: list[InboxEntry] = []
     archived: list[InboxEntry] = []
     snoozed: dict[str, InboxEntry] = {}
-    woken: dict[str, datetime] = {}  # ref -> when its snooze cleared its read bit
     for entry in candidates:
         if entry.ref not in states:
             items.append(entry)
             continue
-        state = states[entry.ref]
-        is_archived, until, snoozed_at = state.archived, state.until, state.snoozed_at
+        is_archived, until = states[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
         placed = replace(entry, score=to_ms(until)) if until is not None else entry
-        if snoozed_at is not None:  # (an archive cancelling the snooze keeps the cleared flag too)
-            woken[entry.ref] = snoozed_at
         if is_archived:
             archived.append(placed)
         elif until is not None and placed.score > now_ms:
@@ -292,46 +245,15 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     archived.sort(key=_sort_key, reverse=True)
 
     shown = [*items, *archived]
-    months = {entry.month for entry in shown}
-    snapshots = {
-        month: (_bitmap(raw), updated_at)
-        for month, raw, updated_at in InboxReadSnapshot.objects.filter(user_id=user_id, month__in=months).values_list(
-            "month", "read", "updated_at"
-        )
+    # mc_inboxreadmonth_unique serves this lookup by user and month.
+    bits = {
+        month: _bitmap(raw)
+        for month, raw in InboxReadMonth.objects.filter(
+            user_id=user_id, month__in={entry.month for entry in shown}
+        ).values_list("month", "read")
     }
-    read: set[str] = set()
-    for entry in shown:
-        bits, taken = snapshots.get(entry.month, (BitMap(), None))
-        snoozed_at = woken.get(entry.ref)
-        if snoozed_at is not None and (taken is None or taken < snoozed_at):
-            continue  # the snapshot predates the snooze, which left the item unread
-        if entry.offset in bits:
-            read.add(entry.ref)
-    seen_ms = InboxSeenSnapshot.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
-    by_ref = {entry.ref: entry for entry in shown}  # marks reach live and archived items
-    for topic, payload in pending:
-        try:
-            if topic == TOPIC_READ:
-                ref = str(payload["ref"])
-                if ref in by_ref:
-                    (read.add if payload["read"] else read.discard)(ref)
-            elif topic == TOPIC_READ_ALL:
-                category, at_ms = str(payload.get("category") or ""), int(payload["at_ms"])
-                read.update(
-                    entry.ref for entry in items if _read_all_reached(entry, states.get(entry.ref), at_ms, category)
-                )
-                # An item archived after the "read all" was in the list when it ran.
-                read.update(
-                    entry.ref
-                    for entry in archived
-                    if _read_all_reached(entry, states[entry.ref], at_ms, category)
-                    and at_ms < states[entry.ref].changed_ms
-                )
-            elif topic == TOPIC_SEEN:
-                seen_ms = max(seen_ms, int(payload["at_ms"]))
-        except (KeyError, TypeError, ValueError):
-            # A malformed entry must not take the inbox down; the replay reports it.
-            logger.warning("skipping malformed outbox mark of user %s: %r %r", user_id, topic, payload)
+    read = {entry.ref for entry in shown if entry.offset in bits.get(entry.month, ())}
+    seen_ms = InboxSeen.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
     return _Inbox(items=items, read=read, seen_ms=int(seen_ms), archived=archived, snoozed=snoozed)
 
 
@@ -449,11 +371,11 @@ def inbox_item_live(*, user_id: int, ref: str, now: datetime) -> bool:
     return placed is not None and placed[0] != SNOOZED
 
 
-def inbox_unread_refs(*, user_id: int, category: str | None, now: datetime) -> list[str]:
-    """Refs of the live unread items (of the category, or all), newest first."""
+def inbox_unread_entries(*, user_id: int, category: str | None, now: datetime) -> list[InboxEntry]:
+    """The live unread items (of the category), newest first: what a "read all" now marks."""
     state = _load(user_id, now)
     return [
-        entry.ref
+        entry
         for entry in state.items
-        if entry.ref not in state.read and (not category or entry.category == category)
+        if entry.ref not in state.read and entry.score <= to_ms(now) and (not category or entry.category == category)
     ]

@@ -313,14 +313,12 @@ class InboxItemState(models.Model):
     item_id = models.CharField(max_length=40)
     archived = models.BooleanField(default=False)
     snoozed_until = models.DateTimeField(null=True, blank=True)
-    # When the snooze was asked: it cleared the item's read bit then, so a
-    # read-state snapshot older than this cannot tell the item's flag.
+    # When the snooze was asked (it cleared the item's read bit then).
     snoozed_at = models.DateTimeField(null=True, blank=True)
     # When an unarchive last put the item back in the list. With a snooze
     # that an archive cancelled (``snoozed_until`` None, ``snoozed_at`` set)
     # and an unarchive after it, it ends the time the item was out of the
-    # list: a "read all" from the snooze until then did not reach it (the
-    # fallback's pending marks). One from before the snooze ends nothing.
+    # list. One from before the snooze ends nothing.
     listed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
@@ -338,16 +336,19 @@ class InboxItemState(models.Model):
         return f"{self.user_id}: {self.item_id}"
 
 
-class InboxReadSnapshot(models.Model):
-    """Durable copy of one user's read state for one month (their Redis bitmaps).
+class InboxReadMonth(models.Model):
+    """One user's committed read state for one month: the truth the Redis bitmaps mirror.
 
     ``read`` and ``ever`` are serialized pyroaring BitMaps of item offsets
-    within ``month`` (the Redis read and ever-read bitmaps). Written by the
-    snapshot job for the keys it saw change, restored by the rebuild, and read
-    by the PostgreSQL fallback of the inbox while Redis is down.
+    within ``month`` (an item's slot, ``ItemSlotMonth``): the items read now,
+    and the items ever read (never cleared; first reads count once). A mark
+    changes the row in the request's transaction (the row locked) before it
+    is acknowledged; Redis follows after commit. So a user costs one row per
+    month they acted in, whatever a broadcast reached, and a bit per item
+    they marked (a "read all" sets the bits of the items it read).
     """
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_read_snapshots")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_read_months")
     month = models.PositiveIntegerField()  # yyyymm
     read = models.BinaryField(default=bytes)
     ever = models.BinaryField(default=bytes)
@@ -355,19 +356,19 @@ class InboxReadSnapshot(models.Model):
 
     class Meta:
         constraints = [
-            # Also serves "every month of one user" (fallback reads, restore).
-            models.UniqueConstraint(fields=["user", "month"], name="mc_inboxreadsnapshot_unique"),
+            # Also serves "every month of one user" (the mark's row lock, fallback reads, restore).
+            models.UniqueConstraint(fields=["user", "month"], name="mc_inboxreadmonth_unique"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.user_id}/{self.month} read snapshot"
+        return f"{self.user_id}/{self.month} read state"
 
 
-class InboxSeenSnapshot(models.Model):
-    """Durable copy of a user's ``seen`` watermark (the unseen badge), in ms."""
+class InboxSeen(models.Model):
+    """A user's committed ``seen`` watermark (the unseen badge), in ms; it only moves forward."""
 
     user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="inbox_seen_snapshot"
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="inbox_seen"
     )
     seen_ms = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField()

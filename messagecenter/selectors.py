@@ -5,7 +5,7 @@ The inbox selectors run no SQL while Redis answers: everything they need
 after commit. When Redis fails, or answers without its read model (lost
 data being rebuilt, ``core.healing``), they answer from PostgreSQL instead
 (``messagecenter.fallback``: same items, order, cursors and counts; read
-state from the last snapshot plus the pending marks), slower, and say so.
+state as committed: every acknowledged mark), slower, and say so.
 """
 
 import dataclasses

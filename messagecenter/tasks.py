@@ -9,7 +9,6 @@ from redis.exceptions import RedisError
 from messagecenter import projection, services
 from messagecenter.services import channels, delivery, digests, messages, notifications
 from messagecenter.services.channels import plan as channels_plan
-from messagecenter.services.snapshots import inbox_read_snapshot
 
 # Delivery tasks take no Celery retries: a Redis error leaves the work's
 # pending row due again within seconds, and the relay sends it again however
@@ -95,13 +94,6 @@ def send_scheduled_task() -> int:
     """Periodic (Celery beat, every MESSAGECENTER_SCHEDULED_SECONDS): send the scheduled
     messages and notifications whose send_at has passed; each exactly once (row locks)."""
     return services.scheduled_send_due()
-
-
-@shared_task(name="messagecenter.read_snapshot", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
-def read_snapshot_task() -> int:
-    """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed inbox read
-    bitmaps and unseen watermarks to PostgreSQL. Idempotent: a second run finds nothing dirty."""
-    return inbox_read_snapshot()
 
 
 @shared_task(name="messagecenter.digests_send")

@@ -8,20 +8,18 @@ class NoticesConfig(AppConfig):
 
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
-        # handlers, drift checks, the snapshot job, the rebuild, demo data).
-        from core import activity, demo, drift, outbox, rebuild, snapshots
+        # handlers, drift checks, the rebuild, demo data).
+        from core import activity, demo, drift, outbox, rebuild
         from notices import apis, insight, projection, services, signals  # noqa: F401  (signals: connects receivers)
         from notices import demo as notices_demo
         from notices import drift as notices_drift
         from notices.rebuild import announcements_rebuild
-        from notices.snapshots import announcement_read_snapshot
 
         projection.register()
         outbox.register(projection.PLATFORM_SYNC_TOPIC, projection.replay_platform_sync)
         outbox.register(projection.SUMMARY_TOPIC, projection.replay_summary_drop)
         outbox.register(services.READ_TOPIC, services.replay_mark)
         drift.register(*notices_drift.CHECKS)
-        snapshots.register(name="announcements", run=announcement_read_snapshot)
         rebuild.register_rebuild("notices", lambda progress: announcements_rebuild(progress=progress), order=10)
         demo.register(self.label, notices_demo.seed)
         activity.register_reader_source(

@@ -1,4 +1,4 @@
-"""Announcements: broadcast to platforms, read state kept in Redis bitmaps."""
+"""Announcements: broadcast to platforms; read state in PostgreSQL rows, mirrored in Redis bitmaps."""
 
 from datetime import datetime
 
@@ -81,25 +81,29 @@ class AnnouncementPlatform(models.Model):
         return f"{self.announcement_id}@{self.platform}"
 
 
-class AnnouncementReadSnapshot(models.Model):
-    """Durable copy of one announcement's read bitmap on one platform.
+class AnnouncementRead(models.Model):
+    """A user read an announcement (on one of their platforms it targets): the truth
+    the Redis read bitmaps mirror.
 
-    ``readers`` is a serialized pyroaring BitMap of user ids (all chunks
-    together). Written by the snapshot job from the Redis bitmaps it saw
-    change, and restored into Redis by the rebuild: the worst-case loss of
-    read marks is one snapshot interval.
+    One row per (user, announcement, platform) the user marked read, written in
+    the mark's transaction before it is acknowledged and deleted by an unread
+    mark. Only readers cost a row: an announcement nobody opened costs none.
     """
 
-    announcement = models.ForeignKey(Announcement, on_delete=models.CASCADE, related_name="read_snapshots")
+    announcement = models.ForeignKey(Announcement, on_delete=models.CASCADE, related_name="reads")
     platform = models.CharField(max_length=16, choices=Platform.choices)
-    readers = models.BinaryField(default=bytes)
-    updated_at = models.DateTimeField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="announcement_reads")
 
     class Meta:
         constraints = [
-            # Upserts of the snapshot job and the restore of one announcement.
-            models.UniqueConstraint(fields=["announcement", "platform"], name="announcementreadsnapshot_unique"),
+            # Its index serves the restore of one announcement's bitmap on one
+            # platform, and of one chunk of users (a user id range) of it.
+            models.UniqueConstraint(fields=["announcement", "platform", "user"], name="announcementread_unique"),
+        ]
+        indexes = [
+            # Degraded reads and marks: one user's rows of some announcements.
+            models.Index(fields=["user", "announcement"], name="announcementread_user_idx"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.announcement_id}@{self.platform} read snapshot"
+        return f"{self.user_id} read {self.announcement_id}@{self.platform}"

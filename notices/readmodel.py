@@ -50,7 +50,7 @@ from core.lua import LuaScript
 from core.platforms import ALL_PLATFORMS
 from core.redis import RedisClient, get_redis, is_cluster
 from notices.models import Announcement
-from notices.snapshot_rows import announcement_chunk_readers
+from notices.read_rows import announcement_chunk_readers
 
 _COUNTERS = ("lua/_bits.lua", "lua/_counters.lua", "lua/_readers.lua")
 _READ_STATE = LuaScript(__file__, "lua/read_state.lua", preambles=("lua/_bits.lua",))
@@ -242,8 +242,7 @@ def clear_local_cache() -> None:
 # it holds; a process checks it once (and again whenever its own setting
 # changes) before its first call, and a mismatch makes the read model "lost":
 # every process answers from PostgreSQL while the rebuild (which lays the
-# state out anew, see ``layout_adopt``) restores the marks from their
-# snapshots and the marks journal.
+# state out anew, see ``layout_adopt``) restores the marks from PostgreSQL.
 
 _layout_seen: dict[str, str] = {}  # "held": the layout this process found Redis holding
 
@@ -294,20 +293,7 @@ def _register_chunks(client: Any, chunks: Sequence[int]) -> None:
     client.sadd(keys.notice_chunks(), *chunks)
 
 
-def layout_held() -> tuple[int, int] | None:
-    """(format, users per chunk) of read state Redis holds under a layout other
-    than this process's, when it says; None when it holds ours, none, or an
-    unrecorded one (whose chunk size nothing tells)."""
-    held = _held_layout(get_redis())
-    if held is None or held == layout():
-        return None
-    version, _, size = held.partition(":")
-    if not (version.isdigit() and size.isdigit() and int(size) > 0):
-        return None
-    return int(version), int(size)
-
-
-def layout_adopt() -> bool:  # noqa: C901  split after the concurrent rewrite lands (the snapshot removal rewrites its end)
+def layout_adopt() -> bool:
     """Make Redis hold this process's layout (the rebuild's first step). Read state of
     another layout is deleted whole, the generation marker with it (so every process
     answers from PostgreSQL until the rebuild ends); the rebuild then restores it from
@@ -353,8 +339,6 @@ def layout_adopt() -> bool:  # noqa: C901  split after the concurrent rewrite la
         for hour, n in counts.items():
             pipe.hincrby(target, hour, n)
         pipe.expire(target, _READ_HOURS_TTL_SECONDS)
-    # The snapshot job restores before it copies again (the rebuild restores anyway).
-    pipe.delete(keys.notice_snapshot_restored())
     pipe.set(keys.notice_layout(), want)
     pipe.execute()
     _ids_cache.clear()
@@ -398,7 +382,7 @@ def _write_chunk(
     # the script checks the chunk time itself and refuses, changing nothing, if not.
     if _sync(client, platform=platform, chunk=chunk, rev=rev, token=token, entries=entries, drops=drops) == -1:
         # First build of the chunk (a new id range, or Redis lost its data):
-        # the snapshots go back in whole and are counted before the index opens
+        # the committed read rows go back in whole and are counted before the index opens
         # (mark.lua moves no counter until the chunk has its time).
         build = _restore_chunk(client, platform=platform, chunk=chunk, entries=entries)
         _sync(client, platform=platform, chunk=chunk, rev=rev, token=token, entries=entries, drops=drops, build=build)
@@ -849,7 +833,6 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     block, counter = _counter_of(offset)
     client = _client()
     changed = False
-    dirty: list[str] = []
     hour = to_ms(timezone.now()) // _HOUR_MS
     for platform in platforms:
         script_keys = [
@@ -866,9 +849,6 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
             _build_chunk(client, platform=platform, chunk=chunk)
         if previous in (0, 1) and bool(previous) != read:
             changed = True
-            dirty.append(_dirty_member(platform, announcement_id))
-    if dirty:
-        _snapshot_dirty_add(client, dirty)
     if changed:
         # The inbox counts include unread announcements: open pages refresh,
         # and the counts ETag moves on.
@@ -922,109 +902,41 @@ def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -
     return [_window_bit(data[chunk], offset) for chunk, offset in slots]
 
 
-# --- Durable read-state snapshots ----------------------------------------------------
-# (the Redis side of notices/snapshots.py)
-#
-# Every changed bit of ``mark`` adds ``<platform>:<announcement id>`` to the
-# global dirty set, one SADD after the per-chunk scripts (the set lives in
-# another cluster slot, so never inside a script). The snapshot job SPOPs a
-# batch, reads each announcement's bitmaps of every built chunk in one
-# pipeline and hands PostgreSQL one BitMap of user ids per (platform,
-# announcement). A mark landing after the SPOP adds the member again, so the
-# next run copies it: nothing changed is ever left out, at worst copied twice.
+# --- Read bitmaps as a whole ------------------------------------------------------
 
-SnapshotMember = tuple[str, int]  # (platform, announcement id)
+ReadersMember = tuple[str, int]  # (platform, announcement id)
 
 
-def _dirty_member(platform: str, announcement_id: int) -> str:
-    return f"{platform}:{int(announcement_id)}"
-
-
-def _snapshot_dirty_add(client: RedisClient, members: Sequence[str]) -> None:
-    # The mark itself has happened: a failure here costs at most this mark's
-    # durability (one snapshot interval's worth), never the user's request.
-    try:
-        client.sadd(keys.notice_snapshot_dirty(), *members)
-    except RedisError:
-        logger.warning("read-state snapshot not told about %d change(s)", len(members), exc_info=True)
-
-
-def snapshot_dirty_count() -> int:
-    """How many (platform, announcement) read bitmaps wait for the snapshot job."""
-    return int(get_redis().scard(keys.notice_snapshot_dirty()))
-
-
-def snapshot_dirty_pop(*, count: int) -> list[SnapshotMember]:
-    """Take up to ``count`` changed (platform, announcement) pairs off the dirty set."""
-    raw = get_redis().spop(keys.notice_snapshot_dirty(), int(count)) or []
-    members: list[SnapshotMember] = []
-    for item in raw:
-        platform, _, pk = item.decode().rpartition(":")
-        if platform and pk.isdigit():
-            members.append((platform, int(pk)))
-    return members
-
-
-def snapshot_dirty_return(*, members: Iterable[SnapshotMember]) -> None:
-    """Put members back (PostgreSQL refused the batch): the next run copies them."""
-    values = [_dirty_member(platform, pk) for platform, pk in members]
-    if values:
-        get_redis().sadd(keys.notice_snapshot_dirty(), *values)
-
-
-def snapshot_restored() -> bool:
-    """Whether this Redis holds the restored read state (the marker survives until a flush).
-    The snapshot job's first call: LayoutMismatch before it pops anything it could misread."""
-    return bool(_client().exists(keys.notice_snapshot_restored()))
-
-
-def snapshot_restored_set() -> None:
-    get_redis().set(keys.notice_snapshot_restored(), to_ms(timezone.now()))
-
-
-def snapshot_readers(
-    *, members: Sequence[SnapshotMember], held: tuple[int, int] | None = None
-) -> tuple[dict[SnapshotMember, BitMap], bool]:
-    """Readers (user ids) of each (platform, announcement), all chunks together, and
-    whether the restored marker was still there after the bitmaps were read.
-
-    The marker is read last in the same pipeline: a flush between the reads
-    would take it along, so ``True`` proves every bitmap came from a Redis that
-    still held its restored state (not the near-empty one of a fresh start).
-    ``held``: read bitmaps laid out as ``layout_held`` found (format, users per
-    chunk), before a layout change clears them.
-    """
-    client = _client() if held is None else get_redis()
+def _readers_of(members: Sequence[ReadersMember]) -> dict[ReadersMember, BitMap]:
+    """Readers (user ids) of each (platform, announcement), all chunks together (one pipeline)."""
+    client = _client()
     chunks = _built_chunks(client)
-    form, size = (LAYOUT_FORMAT, _chunk_users()) if held is None else held
+    size = _chunk_users()
     pipe = client.pipeline(transaction=False)
     for platform, pk in members:
         for chunk in chunks:
             pipe.get(keys.notice_bitmap(platform, chunk, pk))
-    pipe.exists(keys.notice_snapshot_restored())
-    replies = pipe.execute()
-    intact = bool(replies.pop())
-    found = iter(replies)
-    readers: dict[SnapshotMember, BitMap] = {}
+    found = iter(pipe.execute())
+    readers: dict[ReadersMember, BitMap] = {}
     for member in members:
         bits = BitMap()
         for chunk in chunks:
-            bits |= window_from_redis(next(found), base=chunk * size, format=form)
+            bits |= window_from_redis(next(found), base=chunk * size)
         readers[member] = bits
-    return readers, intact
+    return readers
 
 
 def readers(*, announcement_id: int, platforms: Iterable[str]) -> BitMap:
     """Every user who has read the announcement, all platforms and chunks together."""
-    found, _intact = snapshot_readers(members=[(platform, announcement_id) for platform in platforms])
+    found = _readers_of([(platform, announcement_id) for platform in platforms])
     result = BitMap()
     for bits in found.values():
         result |= bits
     return result
 
 
-def snapshot_restore(*, readers: Mapping[SnapshotMember, BitMap]) -> int:
-    """Write snapshot bitmaps back, per chunk, only where the key is missing (SET NX):
+def readers_restore(*, readers: Mapping[ReadersMember, BitMap]) -> int:
+    """Write committed read bitmaps back, per chunk, only where the key is missing (SET NX):
     a restore while the site serves never undoes a newer mark, and the readers of a
     bitmap that counts in a built chunk have their counters moved with it
     (restore_bitmap.lua, one call per bitmap). Registers the chunks it wrote so
@@ -1084,7 +996,7 @@ def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dic
 def _restore_chunk(
     client: RedisClient, *, platform: str, chunk: int, entries: Sequence[Entry]
 ) -> tuple[int, list[bytes]]:
-    """Restore a new chunk's bitmaps from their snapshots (where Redis has none),
+    """Restore a new chunk's bitmaps from PostgreSQL (where Redis has none),
     then count, per user, the entries live now that the user read: the chunk
     time and its counter blocks, for sync_chunk.lua's first build."""
     size = _chunk_users()

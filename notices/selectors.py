@@ -8,9 +8,8 @@ read-through entry in Redis, filled from PostgreSQL by primary key and
 replaced by a tombstone after any change of those fields (``notices.projection``),
 so a warm list page costs no SQL. With Redis down (or its read model
 lost and being rebuilt, ``core.healing``), lists and details
-fall back to PostgreSQL: read flags come from the last read-state snapshot
-(``AnnouncementReadSnapshot``) with the user's marks still waiting in the
-outbox laid over it, in order, so a user sees their own marks at once.
+fall back to PostgreSQL: read flags come from the committed
+``AnnouncementRead`` rows, which hold every acknowledged mark.
 
 Lists are newest first by publish time (then id), pinned or not; ``pinned`` is
 a flag for clients, and the pages show pinned ones in a section of their own.
@@ -25,17 +24,16 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F, Q
 from django.utils import timezone
-from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, keys, outbox, readthrough
+from core import healing, keys, readthrough
 from core.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
 from core.exceptions import NotFound, ValidationFailed
 from core.params import page_scope
 from core.selectors import platform_user_counts, user_platforms
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
-from notices.models import MAX_ID, Announcement, AnnouncementReadSnapshot
+from notices.models import MAX_ID, Announcement, AnnouncementRead
 
 logger = logging.getLogger(__name__)
 
@@ -165,35 +163,19 @@ def _live_queryset(*, user: User, now: datetime) -> Any:
 
 
 def degraded_read_ids(*, user: User, announcement_ids: list[int]) -> set[int]:
-    """Which of these announcements the user has read, without Redis.
-
-    Read on any of the user's platforms (a snapshot's readers bitmap holds the
-    user id), then the user's pending marks in the order they were made: the
-    last one for an announcement wins (unread clears every platform).
-    """
-    wanted = set(announcement_ids)
-    if not wanted:
+    """Which of these announcements the user has read, without Redis: read on any
+    of the user's platforms the announcement still targets (Redis drops a
+    platform's bitmap when the platform is taken off the announcement)."""
+    if not announcement_ids:
         return set()
-    user_id = readmodel.user_id_of(user)
-    read: set[int] = set()
-    # Only platforms the announcement still targets: Redis drops a platform's
-    # bitmap when the platform is taken off the announcement.
-    snapshots = AnnouncementReadSnapshot.objects.filter(
-        announcement_id__in=wanted,
+    # announcementread_user_idx serves the lookup by user and announcement.
+    rows = AnnouncementRead.objects.filter(
+        user_id=readmodel.user_id_of(user),
+        announcement_id__in=announcement_ids,
         platform__in=user_platforms(user=user),
         announcement__platform_rows__platform=F("platform"),
-    ).values_list("announcement_id", "readers")
-    for announcement_id, readers in snapshots:
-        if announcement_id not in read and user_id in BitMap.deserialize(bytes(readers)):
-            read.add(announcement_id)
-    for entry in outbox.user_marks(user_id=user_id, topics=[READ_TOPIC]):
-        announcement_id = int(entry.payload["announcement_id"])
-        if announcement_id in wanted:
-            if entry.payload["read"]:
-                read.add(announcement_id)
-            else:
-                read.discard(announcement_id)
-    return read
+    )
+    return set(rows.values_list("announcement_id", flat=True))
 
 
 def announcement_counts(*, user: User, now: datetime | None = None) -> dict[str, int]:

@@ -3,7 +3,7 @@
 PostgreSQL is written here; the Redis read model follows after commit through
 ``notices.projection`` (indexes; asked by the receivers in ``notices.signals``
 and, for a new announcement, by ``announcement_create``) and ``readmodel.mark``
-(read bits).
+(read bits, after the mark's ``AnnouncementRead`` rows committed).
 
 Multi-platform users: marking read sets the user's bit in *every* platform of
 the user that the announcement targets, and marking unread clears all of them.
@@ -11,6 +11,7 @@ Reads take the OR of those bits, so an announcement a user reaches through two
 platforms is counted once and reads the same from either.
 """
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,14 +21,17 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import journal, outbox, webhooks
+from core import outbox, webhooks
 from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
 from core.selectors import user_platforms
 from notices import projection, readmodel
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
-from notices.selectors import READ_TOPIC, degraded_read_ids
+from notices.read_rows import announcement_reads_set
+from notices.selectors import READ_TOPIC
+
+logger = logging.getLogger(__name__)
 
 UPDATABLE_FIELDS = frozenset({"title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned"})
 SUMMARY_LENGTH = 160  # derived summaries
@@ -200,25 +204,28 @@ def _targets_for(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int
 
 
 def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read: bool, now: datetime | None) -> bool:
+    """PostgreSQL first: the rows change and commit, then Redis follows (the
+    outbox keeps the mark when Redis is down, or the user's older marks wait there)."""
     now = now or timezone.now()
     announcement_id = int(announcement_id)
     targets = _targets_for(user=user, announcement_id=announcement_id, now=now)
     user_id = readmodel.user_id_of(user)
+    payload = _payload(announcement_id, targets, read, now)
+    with transaction.atomic():
+        changed = announcement_reads_set(user_id=user_id, announcement_id=announcement_id, platforms=targets, read=read)
+        transaction.on_commit(lambda: _mark_redis(user_id=user_id, payload=payload))
+    return changed
+
+
+def _mark_redis(*, user_id: int, payload: dict[str, Any]) -> None:
     try:
         # A mark must not overtake the user's marks still waiting in the outbox.
         if outbox.settle_user(user_id=user_id):
-            changed = readmodel.mark(platforms=targets, user_id=user_id, announcement_id=announcement_id, read=read)
-            # Kept until a read-state snapshot holds it (a Redis loss before then).
-            journal.record(topic=READ_TOPIC, payload=_payload(announcement_id, targets, read, now), user_id=user_id)
-            return changed
+            replay_mark(payload, user_id)
+            return
     except RedisError:
-        pass
-    # Redis is down (or the user's older marks still wait): PostgreSQL has
-    # just confirmed the announcement is live to the user; keep the mark in
-    # the outbox, where degraded reads see it and the replay applies it.
-    was_read = announcement_id in degraded_read_ids(user=user, announcement_ids=[announcement_id])
-    outbox.enqueue(topic=READ_TOPIC, payload=_payload(announcement_id, targets, read, now), user_id=user_id)
-    return was_read != read
+        logger.warning("redis unavailable; queueing an announcement mark of user %s", user_id)
+    outbox.enqueue_after_failure(topic=READ_TOPIC, payload=payload, user_id=user_id)
 
 
 def _payload(announcement_id: int, targets: list[str], read: bool, now: datetime) -> dict[str, Any]:

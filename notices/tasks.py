@@ -6,7 +6,6 @@ from redis.exceptions import RedisError
 
 from core.platforms import ALL_PLATFORMS
 from notices import projection
-from notices.snapshots import announcement_read_snapshot
 
 
 @shared_task(
@@ -26,10 +25,3 @@ def rebuild_all_task() -> None:
     """Periodic safety net: rebuild every platform's indexes (also prunes expired ids)."""
     for platform in ALL_PLATFORMS:
         projection.platform(platform)
-
-
-@shared_task(name="notices.read_snapshot", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
-def read_snapshot_task() -> int:
-    """Periodic (Celery beat, every MESSAGECENTER_SNAPSHOT_SECONDS): copy changed read
-    bitmaps to PostgreSQL. Idempotent: a second run finds nothing dirty."""
-    return announcement_read_snapshot()

@@ -94,8 +94,8 @@ def run(*, users: int, quick: bool) -> list[Row]:
         key = keys.notice_bitmap(PLATFORM, chunk, announcement.pk)
         client.delete(key)
     # Every user a reader, written as the read model writes read bitmaps (one
-    # window per chunk; a restore from a snapshot, so not one call per mark).
-    readmodel.snapshot_restore(readers={(PLATFORM, announcement.pk): BitMap(range(low, high + 1))})
+    # window per chunk; a restore of read state, so not one call per mark).
+    readmodel.readers_restore(readers={(PLATFORM, announcement.pk): BitMap(range(low, high + 1))})
     for chunk in range(chunk_users):
         total += client.memory_usage(keys.notice_bitmap(PLATFORM, chunk, announcement.pk), samples=0) or 0
     ours_bytes = total / users

@@ -164,6 +164,7 @@ def main() -> int:
 
         app = app_processes(env, "")
         drill = Drill(base=base, redis=redis, worker=app[1], workdir=workdir, postgres=postgres, rabbit=rabbit)
+        drill.app = app
         drill.seed()
         start_app(app)
         print(f"stack up: {base}, redis-server :{redis.port} (pid {redis.pid}), logs in {workdir}", flush=True)
@@ -181,6 +182,7 @@ def main() -> int:
                 print(f"Redis Cluster up on {[node.port for node in cluster.nodes]}", flush=True)
                 app = app_processes({**env, "MESSAGECENTER_REDIS_CLUSTER_URL": cluster.url()}, "-cluster")
                 drill.worker = app[1]
+                drill.app = app
                 start_app(app)
                 rows.append(drill.cluster_failover(cluster))
             except (RuntimeError, OSError) as exc:

@@ -1,5 +1,6 @@
 """Seeding, the faults and the checks (Django is set up before this module is imported)."""
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,12 +38,20 @@ class Row:
     deliveries_lost: int = 0
     duplicates: int = 0
     allow_503: bool = False
+    # The fault takes the whole app down: requests meanwhile get no answer (never a wrong one).
+    app_down: bool = False
     blocked: bool = False  # the fault's own recovery (a fan-out) never finished
     not_run: str = ""
     notes: list[str] = field(default_factory=list)
 
     def checks(self) -> list[tuple[str, bool]]:
         bad = self.errors_5xx - (self.errors_503 if self.allow_503 else 0)
+        if self.app_down:
+            return [
+                ("0 acknowledged writes lost", self.marks_lost == 0 and self.deliveries_lost == 0),
+                (f"restore ≤{RESTORE_TARGET:.0f} s", self.restore is not None and self.restore <= RESTORE_TARGET),
+                ("0 duplicates", self.duplicates == 0),
+            ]
         return [
             ("0 5xx" + (" but 503" if self.allow_503 else ""), bad == 0 and self.no_answer == 0),
             (f"restore ≤{RESTORE_TARGET:.0f} s", self.restore is not None and self.restore <= RESTORE_TARGET),
@@ -60,8 +69,10 @@ class Row:
 def table(rows: list[Row]) -> str:
     head = "| fault | requests | 5xx (503) | no answer | restore | acked writes (marks) lost | deliveries lost | duplicates |"
     lines = [head + " target | verdict |", "|" + " --- |" * 10]
-    target = f"0 5xx, restore ≤{RESTORE_TARGET:.0f} s, 0 lost, 0 duplicates"
     for r in rows:
+        target = f"0 5xx, restore ≤{RESTORE_TARGET:.0f} s, 0 lost, 0 duplicates"
+        if r.app_down:
+            target = f"0 acknowledged writes lost, restore ≤{RESTORE_TARGET:.0f} s, 0 duplicates"
         if r.not_run:
             lines.append(f"| {r.fault} | - | - | - | - | - | - | - | {target} | {r.verdict()} |")
             continue
@@ -103,7 +114,7 @@ def api_view(base: str, token: str) -> View | None:
 
 
 def truth_view(user_id: int) -> View:
-    """What PostgreSQL alone says (snapshots, journal, pending marks): the fallback's inbox."""
+    """What PostgreSQL alone says (every acknowledged write is committed there): the fallback's inbox."""
     close_old_connections()
     page = fallback.inbox_page(
         user_id=user_id,
@@ -140,6 +151,8 @@ class Drill:
         self.operator_token = ""
         self.crowd_group = 0
         self.known_lost: set[tuple[str, int, str]] = set()
+        # gunicorn (or uvicorn), the Celery worker and beat: every app process.
+        self.app: list[stack.Process] = []
         self.workers_started = 1
 
     # --- seeding -------------------------------------------------------------
@@ -203,7 +216,6 @@ class Drill:
         marks, messages = self.load.snapshot()
         if wait_until(lambda: self.all_delivered(messages), timeout=SETTLE_TIMEOUT) is None:
             row.notes.append("some acknowledged messages were still not delivered after the settle time")
-        time.sleep(2.5)  # two journal flush intervals
         differ: dict[str, list[int]] = {}
         for reader in self.readers:
             api = api_view(self.base, reader.token)
@@ -252,12 +264,14 @@ class Drill:
 
     # --- one fault -----------------------------------------------------------
 
-    def run_fault(self, name: str, inject: Callable[[Row], float], *, allow_503: bool = False) -> Row:
+    def run_fault(
+        self, name: str, inject: Callable[[Row], float], *, allow_503: bool = False, app_down: bool = False
+    ) -> Row:
         """``inject`` breaks something, mends what an operator-less supervisor would
         (a restart), and returns the monotonic time from which restore is measured."""
         assert self.load is not None
         print(f"== {name}", flush=True)
-        row = Row(name, allow_503=allow_503)
+        row = Row(name, allow_503=allow_503, app_down=app_down)
         self.load.tally.take()
         since = inject(row)
         took = wait_until(self.correct, timeout=SETTLE_TIMEOUT, step=0.2)
@@ -285,6 +299,21 @@ class Drill:
     def flushall(self, row: Row) -> float:
         time.sleep(3)
         self.redis.client().flushall()
+        return time.monotonic()
+
+    def app_killed_and_flushed(self, row: Row) -> float:
+        """SIGKILL every app process (web server, worker, beat) and FLUSHALL Redis at
+        the same moment, then start the app again: every write answered 2xx before
+        must be there from each reader's first read (PostgreSQL had it before the answer)."""
+        time.sleep(3)
+        for process in self.app:
+            process.signal_group(signal.SIGKILL)
+        self.redis.client().flushall()
+        for process in self.app:
+            process.kill()  # reaped
+        for process in self.app:
+            process.start()
+        row.notes.append("every app process SIGKILLed and Redis flushed at once; restore counted from the restart")
         return time.monotonic()
 
     def redis_stopped(self, outage: float) -> Callable[[Row], float]:
@@ -428,6 +457,7 @@ class Drill:
         plan: list[tuple[str, Any, bool]] = [
             ("none (steady load, 10 s)", self.baseline(10), False),
             ("FLUSHALL", self.flushall, False),
+            ("app SIGKILL (web, worker, beat) + FLUSHALL at once, restarted", self.app_killed_and_flushed, False),
             (f"Redis stopped {outage:.0f} s, restarted empty", self.redis_stopped(outage), False),
             (f"redis-server SIGSTOP {freeze:.0f} s, SIGCONT", self.redis_frozen(freeze), False),
             ("Celery worker SIGKILL mid fan-out (5,000 recipients)", self.worker_killed, False),
@@ -445,7 +475,8 @@ class Drill:
                 if name.startswith("PostgreSQL") and self.postgres is None:
                     rows.append(Row(name, not_run="no private PostgreSQL cluster was started"))
                     continue
-                rows.append(self.run_fault(name, inject, allow_503=allow_503))
+                row = self.run_fault(name, inject, allow_503=allow_503, app_down=name.startswith("app SIGKILL"))
+                rows.append(row)
         finally:
             self.load.stop()
         return rows

@@ -138,8 +138,8 @@ def database_config(config: dict[str, Any], *, pool: bool, conn_max_age: int) ->
     else:
         config["CONN_MAX_AGE"] = conn_max_age
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        # The embedded setup writes from more than one thread (the marks
-        # journal's flusher, the rebuild) and process. A deferred transaction
+        # The embedded setup writes from more than one thread (the
+        # rebuild's) and process. A deferred transaction
         # that reads, then writes, fails at once with "database is locked"
         # when another writer got in between; one that starts IMMEDIATE waits
         # its turn (up to the timeout) instead.
@@ -257,7 +257,7 @@ CELERY_TIMEZONE = "UTC"
 # must exceed the longest task. Delivery tasks are short (one chunk is at most
 # MESSAGECENTER_FANOUT_CHUNK users in pipelined deliver.lua calls); the long
 # ones are the periodic jobs that walk the whole read model (check_redis,
-# notices.rebuild_all, the read snapshots), minutes on a large install. Half an
+# notices.rebuild_all), minutes on a large install. Half an
 # hour leaves them room. Delivery does not wait that long after a lost
 # worker: its pending rows are handed over again after their lease (below;
 # running one twice changes nothing).
@@ -301,18 +301,11 @@ MESSAGECENTER_DELIVERY_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_
 MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS", default=15.0)
 # How often beat replays the outbox of read-model writes that failed while Redis was down.
 MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
-# How often beat copies changed read state (read bitmaps, unseen watermarks) to
-# PostgreSQL: the worst-case loss of read marks when Redis loses its data.
-MESSAGECENTER_SNAPSHOT_SECONDS: float = env.float("MESSAGECENTER_SNAPSHOT_SECONDS", default=60.0)
 # Self-healing read model (core/healing.py): each process checks Redis's
 # generation marker at most this often and, when it is missing or stale,
 # serves reads from PostgreSQL while one process rebuilds Redis.
 MESSAGECENTER_SELF_HEALING: bool = env.bool("MESSAGECENTER_SELF_HEALING", default=True)
 MESSAGECENTER_HEALING_CHECK_SECONDS: float = env.float("MESSAGECENTER_HEALING_CHECK_SECONDS", default=1.0)
-# Marks journal (core/journal.py): each process writes its acknowledged marks to
-# PostgreSQL this often (0: at once, in the request), so a Redis that loses
-# its data forgets at most this much of them.
-MESSAGECENTER_JOURNAL_FLUSH_SECONDS: float = env.float("MESSAGECENTER_JOURNAL_FLUSH_SECONDS", default=1.0)
 # check_redis: how often beat compares the Redis read model with PostgreSQL, and
 # whether that run also mends the drift it finds (by re-running the mirrors).
 MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
@@ -325,9 +318,6 @@ MESSAGECENTER_RETENTION_DAYS: float = env.float("MESSAGECENTER_RETENTION_DAYS", 
 MESSAGECENTER_RETENTION_SECONDS: float = env.float("MESSAGECENTER_RETENTION_SECONDS", default=60 * 60.0)
 MESSAGECENTER_RETENTION_BATCH: int = env.int("MESSAGECENTER_RETENTION_BATCH", default=200)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
-    # Durable read state: changed read bitmaps and watermarks -> PostgreSQL snapshots.
-    "notices-read-snapshot": {"task": "notices.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
-    "messagecenter-read-snapshot": {"task": "messagecenter.read_snapshot", "schedule": MESSAGECENTER_SNAPSHOT_SECONDS},
     # Prunes expired announcements from the platform indexes and rebuilds them
     # from PostgreSQL (correctness never waits for it: reads filter by time).
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},

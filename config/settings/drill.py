@@ -7,8 +7,7 @@ as in the README's production layout; or, with ``--broker rabbitmq``, a
 virtual host of its own on the machine's RabbitMQ) in the environment;
 base.py reads them.
 Everything else is production behaviour (the Redis broker's visibility
-timeout aside, below): self-healing on, the journal flushed every second,
-late acknowledgement.
+timeout aside, below): self-healing on, late acknowledgement.
 """
 
 import warnings

@@ -15,9 +15,8 @@ REST_FRAMEWORK = {
 }
 # Each test flushes Redis: the suite's read model is built by the tests
 # themselves, not healed behind them (tests/faults/test_self_healing.py turns
-# it on); marks go to the journal within the request, so no thread outlives a test.
+# it on).
 MESSAGECENTER_SELF_HEALING = env.bool("MESSAGECENTER_SELF_HEALING", default=False)
-MESSAGECENTER_JOURNAL_FLUSH_SECONDS = env.float("MESSAGECENTER_JOURNAL_FLUSH_SECONDS", default=0.0)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -18,7 +18,6 @@ DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = env("MESSAG
 CACHES = {"default": _redis_cache(env("MESSAGECENTER_TEST_CACHE_URL"))}
 MESSAGECENTER_KEY_PREFIX = env("MESSAGECENTER_KEY_PREFIX")
 MESSAGECENTER_SELF_HEALING = False
-MESSAGECENTER_JOURNAL_FLUSH_SECONDS = 0.0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Hundreds of requests from a handful of users in a few seconds.
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}

@@ -65,7 +65,6 @@ from messagecenter.readmodel.scripts import (
     inbox_call,
     run_inbox_calls,
 )
-from messagecenter.readmodel.snapshots import dirty_members, record_seen
 
 logger = logging.getLogger(__name__)
 
@@ -982,10 +981,6 @@ def inbox_items_place(*, user_id: int, places: Sequence[tuple[InboxEntry, str, i
         _PLACE_OPS[place](member=entry.member, score=score, expire_ms=entry.expire_ms) for entry, place, score in places
     ]
     done = [bool(int(reply)) for reply in _run_batch(user_id, now_ms, ops, plan)]
-    # A snooze cleared the read bit: the snapshot job copies the month.
-    cleared = {entry.month for (entry, place, _s), ok in zip(places, done, strict=True) if ok and place == SNOOZED}
-    if cleared:
-        record_reads(user_id=user_id, months=cleared, first_refs=[], now_ms=now_ms)
     if any(done):
         live.inbox_changed(user_ids=[user_id], reason="place")
     return sum(done)
@@ -1029,11 +1024,10 @@ def inbox_mark_many(*, user_id: int, members: Sequence[str], read: bool, now_ms:
     if not members:
         return 0
     plan = _plan(user_id, now_ms)
-    months = {parse_member(m)[2] for m in members}
-    plan.months.update(months)
+    plan.months.update(parse_member(m)[2] for m in members)
     done, first = _run(user_id, now_ms, BulkMarkOp(members=tuple(members), read=read), plan)
     if int(done):
-        record_reads(user_id=user_id, months=months, first_refs=[r.decode() for r in first], now_ms=now_ms)
+        record_reads(user_id=user_id, first_refs=[r.decode() for r in first], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason="read" if read else "unread")
     return int(done)
 
@@ -1047,8 +1041,7 @@ def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
     if result:
         # 2: the user's first read of the item (counted in the same round trip;
         # a fast-path call queued it itself and answered 1).
-        month = parse_member(plan.detail["member"])[2]
-        record_reads(user_id=user_id, months=[month], first_refs=[ref] if result == 2 else [], now_ms=now_ms)
+        record_reads(user_id=user_id, first_refs=[ref] if result == 2 else [], now_ms=now_ms)
         live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
     return bool(result)
 
@@ -1072,21 +1065,17 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
     items scored at or below it (the replay of a mark accepted while Redis was down).
 
     One round trip on a single Redis when the user is settled: the script (it
-    queues the first reads itself), the snapshot job's dirty note and the live
-    update go in one pipeline. Otherwise plan, run, then note and tell.
+    queues the first reads itself) and the live update go in one pipeline.
+    Otherwise plan, run, then count the first reads and tell.
     """
     op = ReadAllOp(category=category or "", time_max=max_score, hour=hour_of(now_ms))
     call = _fast_call(user_id, now_ms, op)
     if call is not None:
-        months = _months_hint.get(user_id, ())
         live_calls = live.changed_calls(user_ids=[user_id], reason="read_all")
         pipe = get_redis().pipeline(transaction=False)
         call.queue(pipe)
-        # Noted before the script's answer is known: a month noted in vain, or
-        # a version bumped for nothing, costs a re-copy or a refresh, no more.
-        dirty = dirty_members(user_id=user_id, months=months)
-        if dirty:
-            pipe.sadd(keys.mc_snapshot_dirty(), *dirty)
+        # Told before the script's answer is known: a version bumped for
+        # nothing costs a refresh, no more.
         for live_keys, live_args in live_calls:
             live.SCRIPT.queue(pipe, live_keys, live_args)
         replies = pipe.execute(raise_on_error=False)
@@ -1103,7 +1092,6 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
     if marked:
         record_reads(
             user_id=user_id,
-            months=plan.months,
             first_refs=[r.decode() for r in first],
             first_maps={first_maps[i].decode(): first_maps[i + 1] for i in range(0, len(first_maps), 2)},
             now_ms=now_ms,
@@ -1114,5 +1102,12 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
 
 def inbox_seen(*, user_id: int, now_ms: int) -> None:
     _run(user_id, now_ms, SeenOp(), _plan(user_id, now_ms))
-    record_seen(user_id=user_id)
     live.inbox_changed(user_ids=[user_id], reason="seen")
+
+
+def inbox_unread_members(*, user_id: int, category: str | None, now_ms: int) -> list[str]:
+    """Members of the live unread items (of the category) placed at or before
+    ``now_ms``: what a "read all" now would mark (settled and merged first)."""
+    _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
+    key = keys.mc_inbox_unread(user_id, category or "")
+    return [m.decode() for m in get_redis().zrangebyscore(key, "-inf", now_ms)]

@@ -9,8 +9,7 @@ are counted, so marking an item read, unread and read again, or repeating
 "read all", counts a user once.
 The counters are global keys (one hash per item), so they are written here, in
 one pipeline after the script, never inside the per-user script (it runs on
-the user's Redis Cluster slot). The same pipeline notes the changed months in
-the read-state snapshot job's dirty set (a global key too).
+the user's Redis Cluster slot).
 """
 
 import logging
@@ -24,7 +23,6 @@ from core import keys
 from core.insight import READ_HOURS_TTL_SECONDS, hour_of, hours_from_hashes
 from core.redis import get_redis
 from messagecenter.readmodel import bits
-from messagecenter.readmodel.snapshots import dirty_members
 
 logger = logging.getLogger(__name__)
 
@@ -32,28 +30,23 @@ logger = logging.getLogger(__name__)
 def record_reads(
     *,
     user_id: int,
-    months: Iterable[int | str],
     first_refs: Iterable[str],
     now_ms: int,
     first_maps: Mapping[str, bytes] | None = None,
 ) -> None:
-    """After the script changed read bits: note the user's changed months for the
-    read-state snapshot job and add one first read in the current hour to each
-    of ``first_refs`` and of the items whose offsets ``first_maps`` (month ->
-    bitmap) holds, in one round trip (nothing when all are empty).
+    """After the script changed read bits: add one first read in the current hour
+    to each of ``first_refs`` and of the items whose offsets ``first_maps``
+    (month -> bitmap) holds, in one round trip (nothing when all are empty).
 
-    The read itself has happened: a failure here loses a statistic and at most
-    one snapshot interval of durability, never the user's request.
+    The read itself has happened: a failure here loses a statistic, never the
+    user's request.
     """
     refs = list(first_refs)
     maps = {month: bitmap for month, bitmap in (first_maps or {}).items() if bitmap}
-    dirty = dirty_members(user_id=user_id, months=months)
-    if not refs and not dirty and not maps:
+    if not refs and not maps:
         return
     hour = hour_of(now_ms)
     pipe = get_redis().pipeline(transaction=False)
-    if dirty:
-        pipe.sadd(keys.mc_snapshot_dirty(), *dirty)
     if refs:
         # Write-behind: one list entry whatever the number of items (the hour
         # hashes are global keys, one per item: two commands each would make a

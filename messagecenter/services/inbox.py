@@ -2,7 +2,7 @@
 item source (messages, bulletins, later subscription notifications) uses."""
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,12 +13,13 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, journal, outbox
+from core import healing, outbox
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
+from messagecenter.services.read_state import read_marks_commit, seen_commit
 
 logger = logging.getLogger(__name__)
 
@@ -72,41 +73,75 @@ def inbox_publish_pull(
 
 # --- The user's marks ----------------------------------------------------------
 #
-# Each mark goes straight to Redis, unless Redis is down or the user still has
-# marks waiting in the outbox (a new mark must not overtake them). Then
-# PostgreSQL decides whether the item is live for the user
-# (``messagecenter.fallback``), the mark is stored in the outbox (topics and
-# payloads are a contract with the fallback, which lays pending marks over the
-# read-state snapshot) and the answer is the one the Redis path would give.
-# ``core.outbox.replay`` applies the entries through the same Redis calls.
-# A mark that went straight to Redis is noted in the marks journal
-# (``core.journal``): a Redis that loses its data before the next read-state
-# snapshot gets it back from there. (Hides need no note: their row is the record.)
+# PostgreSQL first: a mark is checked against the inbox (Redis when it answers,
+# else PostgreSQL: ``messagecenter.fallback``), committed to the user's read
+# state (``messagecenter.services.read_state``), and only then applied to Redis
+# (``transaction.on_commit``). When Redis is down, being rebuilt, or still has
+# older marks of the user waiting, the Redis half waits in the outbox
+# (``core.outbox``, topics and payloads of ``messagecenter.fallback``) and
+# ``core.outbox.replay`` applies it through the same calls. Reads that fall
+# back to PostgreSQL meanwhile see the committed state, and a Redis that
+# loses its data gets every acknowledged mark back from the rebuild.
 
 
 def _direct(user_id: int) -> bool:
-    """May this mark go straight to Redis? (False: queue it behind the older ones.)"""
+    """May a write go straight to Redis? (False: queue it behind the user's older ones.)"""
     return outbox.settle_user(user_id=user_id)
+
+
+def _placed(user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | None:
+    """Where ``ref`` is in this user's inbox (live, archived, snoozed) with its entry,
+    else None: Redis when it answers (a miss is checked against a rebuild), else PostgreSQL."""
+    try:
+        healing.require_ready()
+        placed = inbox.inbox_place(user_id=user_id, ref=ref, now_ms=to_ms(now))
+        if placed is None:
+            healing.confirm_ready()  # not a miss from a Redis that lost its data a moment ago
+            return None
+        return placed.place, InboxEntry.from_member(str(placed.row.detail["member"]), score=placed.row.score)
+    except RedisError:
+        logger.warning("redis unavailable; inbox place of user %s from PostgreSQL", user_id)
+    return fallback.inbox_place(user_id=user_id, ref=ref, now=now)
+
+
+def redis_after_commit(
+    *, user_id: int, marks: list[tuple[str, dict[str, Any]]], at_once: Callable[[], object] | None = None
+) -> None:
+    """Once the transaction commits, apply these (topic, payload) writes to Redis in
+    order (``at_once``: one call doing all of them), or keep them in the outbox
+    (Redis down, or the user's older writes pending)."""
+
+    def apply() -> None:
+        pending = list(marks)
+        try:
+            if _direct(user_id):
+                if at_once is not None:
+                    at_once()
+                    pending = []
+                while pending:
+                    topic, payload = pending[0]
+                    OUTBOX_HANDLERS[topic](payload, user_id)
+                    pending.pop(0)
+        except RedisError:
+            logger.warning("redis unavailable; queueing %d inbox write(s) of user %s", len(pending), user_id)
+        for topic, payload in pending:
+            # Committed already: Redis must follow later, not lose it.
+            outbox.enqueue_after_failure(topic=topic, payload=payload, user_id=user_id)
+
+    transaction.on_commit(apply)
 
 
 def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime | None) -> bool:
     ref = _ref(item_id)
     now = now or timezone.now()
     user_id = int(user.pk)
-    try:
-        if _direct(user_id):
-            if not inbox.inbox_set_read(user_id=user_id, ref=ref, read=read, now_ms=to_ms(now)):
-                healing.confirm_ready()  # not a 404 from a Redis that lost its data a moment ago
-                raise NotFound("No such item in your inbox.")
-            journal.record(
-                topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": to_ms(now)}, user_id=user_id
-            )
-            return True
-    except RedisError:
-        logger.warning("redis unavailable; queueing an inbox mark of user %s", user_id)
-    if not fallback.inbox_item_live(user_id=user_id, ref=ref, now=now):
+    placed = _placed(user_id, ref, now)
+    if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
-    outbox.enqueue(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": to_ms(now)}, user_id=user_id)
+    with transaction.atomic():
+        read_marks_commit(user_id=user_id, entries=[placed[1]], read=read, now=now)
+        payload = {"ref": ref, "read": read, "at_ms": to_ms(now)}
+        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
     return True
 
 
@@ -119,10 +154,22 @@ def inbox_mark_unread(*, user: AbstractBaseUser, item_id: str, now: datetime | N
     return _set_read(user=user, item_id=item_id, read=False, now=now)
 
 
-def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, now: datetime | None = None) -> int:
-    """One Lua call marks every live unread item (of the category) read; returns how many.
+def _unread(user_id: int, category: str | None, now: datetime) -> list[InboxEntry]:
+    """The live unread items (of the category) placed by ``now``: Redis when it answers, else PostgreSQL."""
+    try:
+        healing.require_ready()
+        members = inbox.inbox_unread_members(user_id=user_id, category=category, now_ms=to_ms(now))
+        return [InboxEntry.from_member(member) for member in members]
+    except RedisError:
+        logger.warning("redis unavailable; unread items of user %s from PostgreSQL", user_id)
+    return fallback.inbox_unread_entries(user_id=user_id, category=category, now=now)
 
-    Without Redis the count is what PostgreSQL (snapshot plus pending marks) says was unread.
+
+def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, now: datetime | None = None) -> int:
+    """Mark every live unread item (of the category) read; returns how many.
+
+    The items' bits are committed in their month rows; Redis then marks the
+    items placed by then (``max_score``), so an item arriving meanwhile stays unread.
     """
     if category is not None and category not in CATEGORIES:
         raise ValidationFailed(
@@ -132,80 +179,41 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
         )
     now = now or timezone.now()
     user_id = int(user.pk)
-    try:
-        if _direct(user_id):
-            marked = inbox.inbox_read_all(user_id=user_id, category=category, now_ms=to_ms(now))
-            journal.record(
-                topic=fallback.TOPIC_READ_ALL,
-                payload={"category": category or "", "at_ms": to_ms(now)},
-                user_id=user_id,
-            )
-            return marked
-    except RedisError:
-        logger.warning("redis unavailable; queueing mark-all-read of user %s", user_id)
-    marked = len(fallback.inbox_unread_refs(user_id=user_id, category=category, now=now))
-    outbox.enqueue(
-        topic=fallback.TOPIC_READ_ALL, payload={"category": category or "", "at_ms": to_ms(now)}, user_id=user_id
-    )
-    return marked
+    unread = _unread(user_id, category, now)
+    if unread:
+        with transaction.atomic():
+            read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
+            payload = {"category": category or "", "at_ms": to_ms(now)}
+            redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
+    return len(unread)
 
 
 def inbox_mark_seen(*, user: AbstractBaseUser, now: datetime | None = None) -> None:
     """Move the unseen watermark: unseen_count is 0 until something newer arrives."""
-    now_ms = _now_ms(now)
+    now = now or timezone.now()
     user_id = int(user.pk)
-    try:
-        if _direct(user_id):
-            inbox.inbox_seen(user_id=user_id, now_ms=now_ms)
-            journal.record(topic=fallback.TOPIC_SEEN, payload={"at_ms": now_ms}, user_id=user_id)
-            return
-    except RedisError:
-        logger.warning("redis unavailable; queueing the seen mark of user %s", user_id)
-    outbox.enqueue(topic=fallback.TOPIC_SEEN, payload={"at_ms": now_ms}, user_id=user_id)
+    with transaction.atomic():
+        seen_commit(user_id=user_id, seen_ms=to_ms(now), now=now)
+        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_SEEN, {"at_ms": to_ms(now)})])
 
 
 def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> bool:
     """Delete an item from this user's inbox only.
 
-    PostgreSQL keeps a row per hide (a user's own action, so cheap) so a
-    rebuild of Redis keeps it hidden; Redis follows after commit, or the
-    outbox entry written in the same transaction as the row replays it.
+    PostgreSQL keeps a row per hide (a user's own action, so cheap), committed
+    before the answer, so a rebuild of Redis keeps it hidden; Redis follows
+    after commit (or the outbox replays it).
     """
     ref = _ref(item_id)
     now = now or timezone.now()
-    now_ms = to_ms(now)
     user_id = int(user.pk)
-    direct = False
-    try:
-        direct = _direct(user_id)
-        # Archived and snoozed items are in the inbox too.
-        live = inbox.inbox_place(user_id=user_id, ref=ref, now_ms=now_ms) is not None if direct else False
-        if direct and not live:
-            healing.confirm_ready()  # not a 404 from a Redis that lost its data a moment ago
-    except RedisError:
-        logger.warning("redis unavailable; queueing a hide of user %s", user_id)
-        direct = False
-    if not direct:
-        live = ref in fallback.inbox_places(user_id=user_id, refs=[ref], now=now)
-    if not live:
+    if _placed(user_id, ref, now) is None:  # archived and snoozed items are in the inbox too
         raise NotFound("No such item in your inbox.")
-    payload = {"ref": ref, "at_ms": now_ms}
     with transaction.atomic():
         InboxHidden.objects.get_or_create(user_id=user_id, item_id=ref)
         InboxItemState.objects.filter(user_id=user_id, item_id=ref).delete()  # deleted wherever it was
-        if direct:
-            transaction.on_commit(lambda: _hide_after_commit(user_id=user_id, payload=payload))
-        else:
-            outbox.enqueue(topic=fallback.TOPIC_HIDE, payload=payload, user_id=user_id)
+        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(now)})])
     return True
-
-
-def _hide_after_commit(*, user_id: int, payload: dict[str, Any]) -> None:
-    try:
-        inbox.inbox_hide(user_id=user_id, ref=payload["ref"], now_ms=payload["at_ms"])
-    except RedisError:
-        # The row is committed: Redis must follow it later, not lose it.
-        outbox.enqueue_after_failure(topic=fallback.TOPIC_HIDE, payload=payload, user_id=user_id)
 
 
 # --- Outbox handlers (idempotent: each sets a state, none toggles) -----------------

@@ -31,12 +31,13 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing, journal, outbox
+from core import healing
 from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
-from messagecenter.readmodel import inbox, to_ms
-from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref
+from messagecenter.readmodel import InboxEntry, inbox, to_ms
+from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref, redis_after_commit
+from messagecenter.services.read_state import read_marks_commit
 
 logger = logging.getLogger(__name__)
 
@@ -126,10 +127,10 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
     ref = _ref(item_id)
     user_id = int(user.pk)
     _place(user_id, ref, now)
-    _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
-    # The snooze leaves the item unread: noted like an "unread" mark, so a
-    # rebuild and the fallback's pending marks tell the same.
-    journal.record(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": False, "at_ms": to_ms(now)}, user_id=user_id)
+    with transaction.atomic():
+        _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
+        # The snooze leaves the item unread (snooze.lua clears the bit in Redis).
+        read_marks_commit(user_id=user_id, entries=_entries([ref], now), read=False, now=now)
 
 
 def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], now: datetime | None = None) -> int:
@@ -163,53 +164,44 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
     return len(places)
 
 
+def _entries(refs: Sequence[str], now: datetime) -> list[InboxEntry]:
+    """The items' entries (month and offset of their read bit), from PostgreSQL."""
+    return [entry for entry in projection.item_entries(refs, now).values() if entry is not None]
+
+
 def _bulk_mark(*, user_id: int, refs: Sequence[str], read: bool, now: datetime) -> None:
     if not refs:
         return
     now_ms = to_ms(now)
-    try:
-        if _direct(user_id):
-            members = inbox.inbox_members(refs=refs)
-            inbox.inbox_mark_many(user_id=user_id, members=list(members.values()), read=read, now_ms=now_ms)
-            for ref in members:
-                journal.record(
-                    topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": now_ms}, user_id=user_id
-                )
-            return
-    except RedisError:
-        logger.warning("redis unavailable; queueing bulk marks of user %s", user_id)
-    for ref in refs:
-        outbox.enqueue(topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": now_ms}, user_id=user_id)
+    entries = _entries(refs, now)
+    with transaction.atomic():
+        read_marks_commit(user_id=user_id, entries=entries, read=read, now=now)
+        marks = [(fallback.TOPIC_READ, {"ref": e.ref, "read": read, "at_ms": now_ms}) for e in entries]
+        # One script call for all of them (bulk_mark.lua).
+        members = [e.member for e in entries]
+        redis_after_commit(
+            user_id=user_id,
+            marks=marks,
+            at_once=lambda: inbox.inbox_mark_many(user_id=user_id, members=members, read=read, now_ms=now_ms),
+        )
 
 
 def _bulk_hide(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
     if not refs:
         return
     now_ms = to_ms(now)
-    direct = False
-    try:
-        direct = _direct(user_id)
-    except RedisError:
-        logger.warning("redis unavailable; queueing bulk hides of user %s", user_id)
     with transaction.atomic():
         InboxHidden.objects.bulk_create(
             [InboxHidden(user_id=user_id, item_id=ref) for ref in refs], ignore_conflicts=True
         )
         InboxItemState.objects.filter(user_id=user_id, item_id__in=refs).delete()
-        if direct:
-            transaction.on_commit(lambda: _hide_many_after_commit(user_id=user_id, refs=refs, now_ms=now_ms))
-        else:
-            for ref in refs:
-                outbox.enqueue(topic=fallback.TOPIC_HIDE, payload={"ref": ref, "at_ms": now_ms}, user_id=user_id)
+        redis_after_commit(
+            user_id=user_id,
+            marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": now_ms}) for ref in refs],
+            at_once=lambda: _hide_many(user_id=user_id, refs=refs, now_ms=now_ms),
+        )
 
 
-def _hide_many_after_commit(*, user_id: int, refs: Sequence[str], now_ms: int) -> None:
-    try:
-        members = inbox.inbox_members(refs=refs)
-        inbox.inbox_hide_many(user_id=user_id, members=list(members.values()), now_ms=now_ms)
-    except RedisError:
-        # The rows are committed: Redis must follow them later, not lose them.
-        for ref in refs:
-            outbox.enqueue_after_failure(
-                topic=fallback.TOPIC_HIDE, payload={"ref": ref, "at_ms": now_ms}, user_id=user_id
-            )
+def _hide_many(*, user_id: int, refs: Sequence[str], now_ms: int) -> None:
+    members = inbox.inbox_members(refs=refs)
+    inbox.inbox_hide_many(user_id=user_id, members=list(members.values()), now_ms=now_ms)

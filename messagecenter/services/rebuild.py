@@ -1,12 +1,10 @@
 """Rebuild of the read model from PostgreSQL (after a Redis loss).
 
-Restores the read state first (read and ever-read bitmaps, unseen watermarks,
-from their snapshots), then groups, mute periods, hidden items, bulletins, message details,
+Restores the committed read state first (read and ever-read bit-sets, unseen
+watermarks: every acknowledged mark), then groups, mute periods, hidden items, bulletins, message details,
 pull items, push fan-outs, subscriber sets, live notifications, and last the
 archived and snoozed items, all idempotently. Deliveries and merges count an item unread only when its
-restored read bit is 0, so the unread counters come out as PostgreSQL plus
-the snapshots imply. Marks made after the last snapshot come back from the
-marks journal, which ``core.rebuild.rebuild`` applies after this step.
+restored read bit is 0, so the unread counters come out as PostgreSQL implies.
 """
 
 import math
@@ -30,7 +28,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
-from messagecenter.services.snapshots import inbox_read_restore
+from messagecenter.services.read_state import inbox_read_restore
 
 BATCH = 1000
 
@@ -39,7 +37,7 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     """Mirror everything PostgreSQL holds into Redis; returns what was touched.
 
     Safe while the site serves: every step only adds what is missing (NX
-    writes, snapshots restored where Redis has no key), so newer marks stay.
+    writes, read state restored where Redis has no key), so newer marks stay.
     """
     now = timezone.now()
     now_ms = to_ms(now)
@@ -103,7 +101,7 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
         stage.advance()
 
     # Archived and snoozed items, once every item is back (an item not merged
-    # yet is parked directly) and after the read-state snapshots (a snooze
+    # yet is parked directly) and after the read state (a snooze
     # clears a read bit: its bitmap must not be created before the restore).
     state_rows = InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id")
     states = 0

@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import AsyncClient, Client
 
 from config import asgi as asgi_config
-from core import journal, live, outbox
+from core import live, outbox
 from notices.services import announcement_create
 from tests.asgi_calls import get_scope, sent_by, unsigned
 from tests.conftest import assert_error
@@ -188,14 +188,12 @@ def test_asgi_hot_path_opens_no_database_connection(
     recipient: Any, data: dict[str, str], monkeypatch: pytest.MonkeyPatch, settings: Any, request: Any
 ) -> None:
     both = Both(recipient)
-    item = data["item"]
     hot = [
         ("get", "/api/v1/inbox/"),
         ("get", "/api/v1/inbox/counts/"),
-        ("post", f"/api/v1/inbox/{item}/read/"),
-        ("post", f"/api/v1/inbox/{item}/unread/"),
-        # Not the announcements list nor their marks: they read the announcement
-        # rows (titles, platforms) from PostgreSQL, under WSGI as well.
+        # Not the marks: each commits to PostgreSQL before its answer. Nor the
+        # announcements list: it reads the announcement rows (titles,
+        # platforms) from PostgreSQL, under WSGI as well.
         ("get", "/api/v1/announcements/counts/"),
     ]
     # A mark asks PostgreSQL whether the outbox holds anything of the user's at
@@ -214,11 +212,6 @@ def test_asgi_hot_path_opens_no_database_connection(
         used.append(self.alias)
         raise AssertionError("the hot path touched the database")
 
-    # Marks reach the journal's buffer, written by its thread later (the test
-    # settings write them within the request: here as in production), and
-    # that thread is not started: the buffer is flushed below.
-    settings.MESSAGECENTER_JOURNAL_FLUSH_SECONDS = 1.0
-    monkeypatch.setattr(journal, "_ensure_flusher", lambda: None)
     # Any connection, cursor or query of any thread fails (and is recorded).
     monkeypatch.setattr(BaseDatabaseWrapper, "ensure_connection", blocked)
     monkeypatch.setattr(BaseDatabaseWrapper, "cursor", blocked)
@@ -227,7 +220,6 @@ def test_asgi_hot_path_opens_no_database_connection(
         assert both.asgi_call(method, path).status_code in (200, 204), path
     assert used == []
     monkeypatch.undo()
-    assert journal.flush() == 2  # the two marks, kept for PostgreSQL
 
 
 def test_answers_like_wsgi_whatever_the_outcome(recipient: Any, data: dict[str, str]) -> None:

@@ -2,8 +2,8 @@
 
 Two real processes on one SQLite file with the in-process fakeredis, as
 ``make run`` has them: the first receives messages, marks one read, one unread
-again after reading, deletes one, archives one and snoozes one, then exits (its marks journal is written
-on exit); the second starts the way ``manage.py serve`` does (rebuild of the
+again after reading, deletes one, archives one and snoozes one, then exits
+(every mark committed before its answer); the second starts the way ``manage.py serve`` does (rebuild of the
 read model from the database) and must see the same inbox and counts.
 """
 
@@ -73,7 +73,6 @@ def test_read_marks_deletes_archives_and_snoozes_survive_a_restart(tmp_path: Pat
     env.update(
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         DJANGO_SETTINGS_MODULE="config.settings.local",
-        MESSAGECENTER_JOURNAL_FLUSH_SECONDS="1",
     )
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],

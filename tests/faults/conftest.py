@@ -25,6 +25,7 @@ from django.test import override_settings
 
 from config.settings.base import _redis_cache
 from config.settings.test import try_lock
+from core import healing, outbox
 from core.breaker import reset_breakers
 from notices import readmodel as notices_readmodel
 from tests.conftest import note_deselection
@@ -187,3 +188,33 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.close()
         reset_breakers()
         notices_readmodel.clear_local_cache()
+
+
+# Detection is at most one check interval (1 s) away; the rebuild of a few rows takes well under a second.
+HEALED_WITHIN_SECONDS = 8.0
+
+
+def wait_healer() -> None:
+    thread = healing.healer_thread()
+    if thread is not None:
+        thread.join(30)
+
+
+@pytest.fixture
+def healing_on(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """Self-healing on, checking the marker every second, on the private server.
+
+    override_settings, not pytest-django's ``settings``: that one would restore
+    the settings of when it was first changed, the private server's CACHES
+    included, after the server fixture has put the suite's back."""
+    healing.forget()
+    outbox.forget_local_state()
+    try:
+        with override_settings(MESSAGECENTER_SELF_HEALING=True, MESSAGECENTER_HEALING_CHECK_SECONDS=1.0):
+            try:
+                yield redis_server
+            finally:
+                wait_healer()
+    finally:
+        healing.forget()
+        outbox.forget_local_state()

@@ -10,15 +10,14 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
-from pyroaring import BitMap
 
 from core import keys, outbox
 from core.breaker import reset_breakers
 from core.models import OutboxEntry
 from messagecenter import services as mc_services
-from messagecenter.models import InboxReadSnapshot, Message
+from messagecenter.models import Message
 from notices import readmodel
-from notices.models import Announcement, AnnouncementReadSnapshot
+from notices.models import Announcement
 from tests.conftest import client_for
 from tests.faults.conftest import RedisServer
 from tests.notices.conftest import announce
@@ -67,10 +66,6 @@ def test_announcement_session_survives_a_redis_restart(
     user = Session(client_for(recipient))
     manager = Session(client_for(operator))
     assert user.call("post", f"/api/v1/announcements/{a1.pk}/read/").status_code == 204
-    # What the snapshot job keeps of the read bitmaps (it runs every few minutes).
-    AnnouncementReadSnapshot.objects.create(
-        announcement=a1, platform="user", readers=BitMap([recipient.pk]).serialize(), updated_at=timezone.now()
-    )
 
     redis_server.stop(keep_data=True)
 
@@ -203,14 +198,6 @@ def test_inbox_session_survives_a_redis_restart(redis_server: RedisServer, recip
     user = Session(client_for(recipient))
     assert _inbox(user) == {b: False, m: False}
     assert user.call("post", f"/api/v1/inbox/{m}/read/").status_code == 204
-    # What the snapshot job keeps of the read bitmaps.
-    InboxReadSnapshot.objects.create(
-        user=recipient,
-        month=message.slot_month,
-        read=BitMap([message.slot_offset]).serialize(),
-        ever=BitMap([message.slot_offset]).serialize(),
-        updated_at=timezone.now(),
-    )
 
     redis_server.stop(keep_data=True)
 

@@ -7,7 +7,7 @@ items in a month of a million would pay a 122 KiB bitmap per key; here all of
 that user's keys stay within 4 KB (MEMORY USAGE on a real Redis; the embedded
 fake server has no MEMORY command, so there the forms and sizes of the keys
 are held instead). The switch to a bitmap keeps every answer, and the
-snapshot, restore and first-read paths read and write both forms.
+restore and first-read paths read and write both forms.
 """
 
 from datetime import timedelta
@@ -23,9 +23,8 @@ from redis.exceptions import ResponseError
 from core import keys
 from core.redis import keyspace_flush
 from messagecenter import insight, selectors, services
-from messagecenter.models import InboxReadSnapshot, ItemSlotMonth, Message
+from messagecenter.models import InboxReadMonth, ItemSlotMonth, Message
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
@@ -207,8 +206,8 @@ def test_the_switch_to_a_bitmap_keeps_every_answer(redis: Any, gap: int) -> None
     assert inbox.inbox_counts(user_id=other.pk, now_ms=NOW + 6).unread == 600
 
 
-def test_snapshots_and_restore_keep_the_compact_form(operator: Any, recipient: Any, clock: Any, redis: Any) -> None:
-    """The snapshot reads a set or a bitmap alike; the rebuild writes a sparse
+def test_read_state_and_restore_keep_the_compact_form(operator: Any, recipient: Any, clock: Any, redis: Any) -> None:
+    """The marks commit the offsets to PostgreSQL; the rebuild writes a sparse
     month back as a set (not the month's bitmap) and a dense one as a bitmap."""
     dense_user = UserFactory()  # the month's first 20 items
     dense = [send(operator, to={"users": [dense_user]}, title=f"d{i}") for i in range(20)]
@@ -223,10 +222,9 @@ def test_snapshots_and_restore_keep_the_compact_form(operator: Any, recipient: A
     services.inbox_mark_all_read(user=dense_user)
     services.inbox_mark_unread(user=dense_user, item_id=dense[3].ref)
     assert redis.type(keys.mc_read_bitmap(recipient.pk, month)) == b"set"
-    assert inbox_read_snapshot() >= 2
-    snap = InboxReadSnapshot.objects.get(user=recipient, month=month)
+    snap = InboxReadMonth.objects.get(user=recipient, month=month)
     assert BitMap.deserialize(bytes(snap.read)) == BitMap([sparse[0].slot_offset, sparse[2].slot_offset])
-    dense_snap = InboxReadSnapshot.objects.get(user=dense_user, month=month)
+    dense_snap = InboxReadMonth.objects.get(user=dense_user, month=month)
     assert BitMap.deserialize(bytes(dense_snap.read)) == BitMap(m.slot_offset for m in dense if m != dense[3])
 
     keyspace_flush()

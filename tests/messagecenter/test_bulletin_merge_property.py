@@ -44,15 +44,14 @@ from messagecenter import fallback, services
 from messagecenter.models import (
     Bulletin,
     InboxHidden,
-    InboxReadSnapshot,
-    InboxSeenSnapshot,
+    InboxReadMonth,
+    InboxSeen,
     ItemSlotMonth,
     UserGroup,
     UserGroupMembership,
 )
 from messagecenter.readmodel import inbox, publish, to_ms
 from messagecenter.services.rebuild import inbox_rebuild
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import Clock, machine_settings, whole_inbox
 
@@ -101,7 +100,7 @@ class BulletinMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        for model in (Bulletin, UserGroup, InboxHidden, InboxReadSnapshot, InboxSeenSnapshot, ItemSlotMonth):
+        for model in (Bulletin, UserGroup, InboxHidden, InboxReadMonth, InboxSeen, ItemSlotMonth):
             model.objects.all().delete()
         keyspace_flush()
         CLOCK.now = START
@@ -182,7 +181,6 @@ class BulletinMachine(RuleBasedStateMachine):
             (services.inbox_mark_read if read else services.inbox_mark_unread)(user=who, item_id=ref)
         except NotFound:
             return
-        inbox_read_snapshot()  # PostgreSQL holds the read state too (no pending marks to model)
 
     @precondition(lambda self: Bulletin.objects.exists())
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1))

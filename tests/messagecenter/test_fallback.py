@@ -18,23 +18,15 @@ from redis.retry import Retry
 from core.models import OutboxEntry
 from messagecenter import fallback, services
 from messagecenter.models import (
-    InboxHidden,
     Message,
 )
-from messagecenter.readmodel import to_ms
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import make_group, send, whole_inbox
 
 pytestmark = pytest.mark.django_db
 
 
-# --- helpers: snapshots, pending marks, a dead Redis -------------------------------------
-
-
-def pending(user: Any, topic: str, **payload: Any) -> None:
-    """The outbox entry a mark accepted while Redis is down leaves (the contract)."""
-    OutboxEntry.objects.create(topic=topic, payload=payload, user_id=user.pk)
+# --- helpers: a dead Redis -------------------------------------
 
 
 @pytest.fixture
@@ -88,7 +80,6 @@ def inbox_world(operator: Any, recipient: Any, other_recipient: Any, clock: Any)
     services.inbox_mark_seen(user=recipient)
     clock.advance(seconds=1)
     refs["after_seen"] = send(operator, to={"users": [recipient]}, category="interaction", title="Reply").ref
-    inbox_read_snapshot()
     return refs
 
 
@@ -138,22 +129,18 @@ def test_api_answers_from_postgres_with_redis_down(
     assert_error(client.get("/api/v1/inbox/", {"cursor": "garbage"}), 400, "invalid_cursor")
 
 
-def test_pending_marks_show_while_redis_is_down(
+def test_marks_made_while_redis_is_down_show_at_once(
     inbox_world: dict[str, str], recipient: Any, clock: Any, take_redis_down: Callable[[], None]
 ) -> None:
     refs = inbox_world
     take_redis_down()
-    at_ms = to_ms(clock.now)
-    pending(recipient, fallback.TOPIC_READ, ref=refs["push"], read=True, at_ms=at_ms)
-    pending(recipient, fallback.TOPIC_READ, ref=refs["pull"], read=False, at_ms=at_ms)
-    pending(recipient, fallback.TOPIC_READ_ALL, category="transaction", at_ms=at_ms)
-    pending(recipient, fallback.TOPIC_SEEN, at_ms=at_ms)
-    InboxHidden.objects.create(user=recipient, item_id=refs["bulletin"])
-    pending(recipient, fallback.TOPIC_HIDE, ref=refs["bulletin"], at_ms=at_ms)
-    # Someone else's marks and other topics change nothing here.
-    OutboxEntry.objects.create(topic=fallback.TOPIC_READ_ALL, payload={"category": "", "at_ms": at_ms}, user_id=None)
-    OutboxEntry.objects.create(topic="inbox.read", payload=["not", "a", "mark"], user_id=recipient.pk)
-    OutboxEntry.objects.create(topic="inbox.read", payload={"read": True}, user_id=recipient.pk)
+    services.inbox_mark_read(user=recipient, item_id=refs["push"])
+    services.inbox_mark_unread(user=recipient, item_id=refs["pull"])
+    assert services.inbox_mark_all_read(user=recipient, category="transaction") == 1
+    services.inbox_mark_seen(user=recipient)
+    services.inbox_hide(user=recipient, item_id=refs["bulletin"])
+    # Committed in PostgreSQL; only their Redis half waits in the outbox.
+    assert OutboxEntry.objects.filter(user_id=recipient.pk).count() == 5
 
     client = client_for(recipient)
     body = client.get("/api/v1/inbox/").json()
@@ -169,7 +156,7 @@ def test_pending_marks_show_while_redis_is_down(
     assert client.get("/api/v1/inbox/counts/").json()["unread"] == 2
     assert_error(client.get(f"/api/v1/inbox/{refs['bulletin']}/"), 404, "not_found")
     now = clock.now
-    assert fallback.inbox_unread_refs(user_id=recipient.pk, category=None, now=now) == [
+    assert [e.ref for e in fallback.inbox_unread_entries(user_id=recipient.pk, category=None, now=now)] == [
         refs["after_seen"],
         refs["pull"],
     ]
@@ -238,22 +225,20 @@ def test_fallback_runs_a_fixed_number_of_queries(
             send(operator, to={"everyone": True}, title=f"pull-{i}")
             services.bulletin_create(title=f"b-{i}", body_html="", display_time=clock.now, group_ids=[group.pk])
             services.notification_send(message_type="alert", scope="WH1", title=f"n-{i}", body_html="")
-            pending(recipient, fallback.TOPIC_READ, ref=f"m{i}", read=True, at_ms=to_ms(clock.now))
-        inbox_read_snapshot()
 
     for count in (1, 12):
         add_items(count)
         now = clock.now
-        # Hidden refs, state rows, pending marks, mute periods, three candidate scans,
-        # snapshots, seen, then details: messages (+ their images), bulletins,
+        # Hidden refs, state rows, mute periods, three candidate scans,
+        # read months, seen, then details: messages (+ their images), bulletins,
         # notifications.
-        with django_assert_max_num_queries(13):
+        with django_assert_max_num_queries(12):
             page = fallback.inbox_page(user_id=recipient.pk, now=now, **whole_inbox(20))
         assert {row.detail["kind"] for row in page.rows} == {"message", "bulletin", "notification"}
         # The counts and one item read the same rows as a page, item states and mute periods included.
-        with django_assert_max_num_queries(9):
+        with django_assert_max_num_queries(8):
             fallback.inbox_counts(user_id=recipient.pk, now=now)
-        with django_assert_max_num_queries(10):
+        with django_assert_max_num_queries(9):
             assert fallback.inbox_get(user_id=recipient.pk, ref=page.rows[0].ref, now=now) is not None
 
 
@@ -279,7 +264,7 @@ def test_fallback_scan_is_bounded(operator: Any, recipient: Any, clock: Any, set
     for i in range(4):
         clock.advance(seconds=1)
         send(operator, to={"users": [recipient]}, title=f"i{i}")
-    refs = fallback.inbox_unread_refs(user_id=recipient.pk, category=None, now=clock.now)
+    refs = [e.ref for e in fallback.inbox_unread_entries(user_id=recipient.pk, category=None, now=clock.now)]
     assert refs == [m.ref for m in Message.objects.order_by("-created_at")[:2]]
 
 

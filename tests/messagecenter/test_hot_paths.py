@@ -447,15 +447,12 @@ def test_read_all_on_a_settled_inbox_skips_planning(operator: Any, recipient: An
     now_ms = int(clock.now.timestamp() * 1000)
     redis = get_redis()
     version = live_transport.user_version(user_id=recipient.pk)
-    redis.delete(keys.mc_snapshot_dirty())
     with round_trips() as trips:
         assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 3
-    # One pipeline: the script (it queues the first reads itself), the
-    # snapshot job's note and the live event.
+    # One pipeline: the script (it queues the first reads itself) and the live event.
     assert trips[0] == 1
     assert _page(recipient)[1] == 0
     assert redis.llen(keys.mc_first_reads_pending()) == 1
-    assert redis.smembers(keys.mc_snapshot_dirty()) == {f"{recipient.pk}:{clock.now:%Y%m}".encode()}
     assert live_transport.user_version(user_id=recipient.pk) == version + 1
     services.inbox_first_reads_fold()
     refs = [f"m{m.pk}" for m in Message.objects.filter(title__in=["T0", "T1", "T2"])]

@@ -20,7 +20,6 @@ from messagecenter import selectors
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import inbox as readmodel_inbox
 from messagecenter.readmodel import publish, scripts
-from messagecenter.services.snapshots import inbox_read_snapshot
 from notices.services import announcement_create
 from tests.conftest import assert_error, client_for, flush_redis
 from tests.factories import UserFactory
@@ -313,7 +312,6 @@ def test_archives_and_snoozes_survive_a_flush_and_rebuild(operator: Any, recipie
     client.post(f"/api/v1/inbox/{m1}/snooze/", {"until": until.isoformat()}, format="json")
     before = (ids(client.get("/api/v1/inbox/")), ids(client.get("/api/v1/inbox/?archived=true")), _counts(client))
     assert before[:2] == ([m2], [pulled, m0])
-    inbox_read_snapshot()
 
     flush_redis()
     rebuild()

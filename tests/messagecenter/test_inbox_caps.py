@@ -21,7 +21,6 @@ from messagecenter import drift, fallback, services
 from messagecenter.readmodel import InboxEntry, inbox, publish, scripts, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import AGAIN, Page
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import send, whole_inbox
 from tests.messagecenter.test_inbox_property import walk
@@ -346,7 +345,6 @@ def test_fallback_and_redis_agree_on_unread_pages_over_the_cap(
         )
     services.inbox_mark_read(user=recipient, item_id=sent[8].ref)
     services.inbox_mark_read(user=recipient, item_id=sent[5].ref)
-    inbox_read_snapshot()
     for minutes in (0, 6):
         clock.advance(minutes=minutes)
         now = clock.now

@@ -6,12 +6,11 @@ deleted, groups changed), notifications (sent, withdrawn), retractions,
 membership changes, trims of the removal list, time, the user's mutes
 (categories and message types muted and unmuted) and marks (read, unread,
 hide, read all, seen), archive, unarchive, snooze (the clock moving past wake
-times) and bulk actions. The read-state snapshot job runs now
-and then; every mark since the last snapshot is noted as the pending outbox
-entry the degraded write path would have enqueued.
+times) and bulk actions. Every mark is committed to PostgreSQL before its
+answer, so PostgreSQL alone holds everything the user did.
 
 After every step, for every user, the fallback inbox (``messagecenter.fallback``:
-PostgreSQL rows, the snapshot and those entries) must equal the Redis path:
+PostgreSQL rows, the read state among them) must equal the Redis path:
 the same items in the same order with the same read flags, page by page
 (the same cursors), and the same counts; the API's first page (computed,
 then from the read cache) is that page too, and the archived list is walked
@@ -31,8 +30,7 @@ surely switches forms.
 """
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -53,7 +51,7 @@ from hypothesis.stateful import (
 
 from core import keys
 from core.exceptions import NotFound
-from core.models import MarkJournal, OutboxEntry
+from core.models import OutboxEntry
 from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, selectors, services
 from messagecenter.items import bulletin_entry, message_entry
@@ -62,8 +60,8 @@ from messagecenter.models import (
     Bulletin,
     InboxHidden,
     InboxItemState,
-    InboxReadSnapshot,
-    InboxSeenSnapshot,
+    InboxReadMonth,
+    InboxSeen,
     ItemSlotMonth,
     Message,
     MessageStatus,
@@ -80,7 +78,6 @@ from messagecenter.readmodel import inbox, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import Page
 from messagecenter.services.inbox_actions import BULK_ACTIONS
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import client_for
 from tests.factories import SuperuserFactory, UserFactory
 from tests.messagecenter.conftest import Clock, machine_settings
@@ -95,7 +92,6 @@ EXPIRY = st.one_of(st.none(), st.sampled_from([5, 30, 60]))
 DISPLAY = st.sampled_from([-30, 0, 5, 30])
 CLOCK = Clock(START)
 OPERATOR_NAME = "Prop Operator"
-READ_ALL = fallback.TOPIC_READ_ALL
 # The forms the month bit-sets were seen in over the whole run ("set",
 # "string") and "switch" once a key changed form.
 FORMS_SEEN: set[str] = set()
@@ -133,20 +129,15 @@ class InboxMachine(RuleBasedStateMachine):
             UserGroup,
             InboxHidden,
             InboxItemState,
-            InboxReadSnapshot,
-            InboxSeenSnapshot,
+            InboxReadMonth,
+            InboxSeen,
             OutboxEntry,
-            MarkJournal,
             ItemSlotMonth,
         ):
             model.objects.all().delete()
         keyspace_flush()
         CLOCK.now = START
         self.groups: list[UserGroup] = []
-        # Marks made since the last snapshot, as outbox entries (user id, topic, payload).
-        # They become rows only while PostgreSQL is asked (``pending``): as rows
-        # they would make the next mark replay them first (core.outbox.settle_user).
-        self.marks: list[tuple[int, str, dict[str, Any]]] = []
         # The model's read flags of message and bulletin refs, by (user id, ref).
         self.reads: dict[tuple[int, str], bool] = {}
         # The sender each message and bulletin names (None: the system).
@@ -167,25 +158,6 @@ class InboxMachine(RuleBasedStateMachine):
         services.subscription_create(message_type="alert", scope="s", group_id=self.groups[0].pk)
         services.subscription_create(message_type="deal", scope="s", user_id=self.users[1].pk)
         services.subscription_create(message_type="deal", scope="s", group_id=self.groups[1].pk)
-
-    @contextmanager
-    def pending(self) -> Iterator[None]:
-        """The marks since the last snapshot as outbox rows, while PostgreSQL is asked."""
-        OutboxEntry.objects.bulk_create(
-            OutboxEntry(user_id=user_id, topic=topic, payload=payload) for user_id, topic, payload in self.marks
-        )
-        try:
-            yield
-        finally:
-            OutboxEntry.objects.all().delete()
-
-    def _before_backdating(self) -> None:
-        # "read all" pending in the outbox means "every item with score <= at_ms":
-        # an item that appears later with an older score (a bulletin displayed in
-        # the past, a group joined) is outside what the contract can tell, so the
-        # snapshot job runs first, as it would once Redis is back.
-        if any(topic == READ_ALL for _user, topic, _payload in self.marks):
-            self.snapshot()
 
     # --- the model: message and bulletin rows alone -------------------------------------
 
@@ -281,7 +253,6 @@ class InboxMachine(RuleBasedStateMachine):
         by_operator=st.booleans(),
     )
     def bulletin(self, groups: set[int], display_minutes: int, expire_minutes: int | None, by_operator: bool) -> None:
-        self._before_backdating()
         display = timezone.now() + timedelta(minutes=display_minutes)
         bulletin = services.bulletin_create(
             title="b",
@@ -300,7 +271,6 @@ class InboxMachine(RuleBasedStateMachine):
         groups=st.one_of(st.none(), st.sets(st.integers(0, 1), max_size=2)),
     )
     def edit_bulletin(self, data: Any, display_minutes: int | None, groups: set[int] | None) -> None:
-        self._before_backdating()
         bulletin = data.draw(st.sampled_from(list(Bulletin.objects.order_by("pk"))))
         changes: dict[str, Any] = {"title": "edited"}
         if display_minutes is not None:
@@ -337,7 +307,6 @@ class InboxMachine(RuleBasedStateMachine):
 
     @rule(user=st.integers(0, N_USERS - 1), group=st.integers(0, 1), join=st.booleans())
     def membership(self, user: int, group: int, join: bool) -> None:
-        self._before_backdating()
         change = services.user_group_add_members if join else services.user_group_remove_members
         change(group=self.groups[group], user_ids=[self.users[user].pk])
 
@@ -370,8 +339,7 @@ class InboxMachine(RuleBasedStateMachine):
     @rule()
     def redis_lost(self) -> None:
         """Redis loses everything; the rebuild restores it from PostgreSQL (the
-        read state from the snapshots, written in the compact form)."""
-        self.snapshot()
+        committed read state, written in the compact form)."""
         keyspace_flush()
         call_command("messagecenter_rebuild", stdout=StringIO())
 
@@ -379,7 +347,7 @@ class InboxMachine(RuleBasedStateMachine):
     def tick(self, minutes: int) -> None:
         CLOCK.now = CLOCK.now + timedelta(minutes=minutes)
 
-    # --- the user's marks (recorded as pending until the next snapshot) -------------------
+    # --- the user's marks (committed before their answer) -------------------
 
     def _pick_ref(self, data: Any) -> str:
         refs = [f"m{pk}" for pk in Message.objects.values_list("pk", flat=True)]
@@ -389,8 +357,7 @@ class InboxMachine(RuleBasedStateMachine):
 
     def _live(self, who: Any, ref: str) -> bool:
         """Is the item in the user's inbox, by PostgreSQL alone (and the model's rules)?"""
-        with self.pending():
-            live = fallback.inbox_item_live(user_id=who.pk, ref=ref, now=timezone.now())
+        live = fallback.inbox_item_live(user_id=who.pk, ref=ref, now=timezone.now())
         if not ref.startswith("n"):
             # Marks reach archived items too.
             assert live is (ref in self.visible(who) or ref in self.visible(who, archived=True)), ref
@@ -398,8 +365,7 @@ class InboxMachine(RuleBasedStateMachine):
 
     def _placed(self, who: Any, refs: list[str]) -> dict[str, str]:
         """Where each ref is in the user's inbox, by PostgreSQL alone."""
-        with self.pending():
-            return fallback.inbox_places(user_id=who.pk, refs=refs, now=timezone.now())
+        return fallback.inbox_places(user_id=who.pk, refs=refs, now=timezone.now())
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1), read=st.booleans())
     def mark(self, data: Any, user: int, read: bool) -> None:
@@ -415,7 +381,6 @@ class InboxMachine(RuleBasedStateMachine):
             return
         assert live, ref
         self.reads[(who.pk, ref)] = read
-        self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": read, "at_ms": to_ms(timezone.now())}))
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1))
     def hide(self, data: Any, user: int) -> None:
@@ -427,13 +392,9 @@ class InboxMachine(RuleBasedStateMachine):
             assert not live, ref
             return
         assert live, ref
-        self.marks.append((who.pk, fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(timezone.now())}))
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1), archive=st.booleans())
     def archive(self, data: Any, user: int, archive: bool) -> None:
-        # An unarchived item meets the pending "read all"s it was away for: the
-        # snapshot first (see _before_backdating).
-        self._before_backdating()
         who, ref = self.users[user], self._pick_ref(data)
         placed = self._placed(who, [ref])
         try:
@@ -453,34 +414,25 @@ class InboxMachine(RuleBasedStateMachine):
             assert ref not in placed, ref
             return
         assert ref in placed, ref
-        # The snooze leaves the item unread (noted as the degraded path's unread mark would be).
+        # The snooze leaves the item unread.
         self.reads[(who.pk, ref)] = False
-        self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": False, "at_ms": to_ms(timezone.now())}))
 
     @rule(data=st.data(), user=st.integers(0, N_USERS - 1), action=st.sampled_from(BULK_ACTIONS))
     def bulk(self, data: Any, user: int, action: str) -> None:
-        if action == "unarchive":
-            self._before_backdating()
         who = self.users[user]
         refs = [self._pick_ref(data) for _ in range(data.draw(st.integers(1, 3)))]
         placed = self._placed(who, refs)
         assert services.inbox_bulk(user=who, action=action, item_ids=refs) == len(placed)
-        at_ms = to_ms(timezone.now())
         for ref, where in placed.items():
             if action in ("read", "unread") and where != "snoozed":
                 self.reads[(who.pk, ref)] = action == "read"
-                self.marks.append((who.pk, fallback.TOPIC_READ, {"ref": ref, "read": action == "read", "at_ms": at_ms}))
-            elif action == "delete":
-                self.marks.append((who.pk, fallback.TOPIC_HIDE, {"ref": ref, "at_ms": at_ms}))
 
     @rule(user=st.integers(0, N_USERS - 1), category=st.one_of(st.none(), st.sampled_from(CATEGORIES)))
     def read_all(self, user: int, category: str | None) -> None:
         who = self.users[user]
-        with self.pending():
-            unread = fallback.inbox_unread_refs(user_id=who.pk, category=category, now=timezone.now())
+        unread = [e.ref for e in fallback.inbox_unread_entries(user_id=who.pk, category=category, now=timezone.now())]
         assert services.inbox_mark_all_read(user=who, category=category) == len(unread)
         self.reads.update(((who.pk, ref), True) for ref in unread)
-        self.marks.append((who.pk, READ_ALL, {"category": category or "", "at_ms": to_ms(timezone.now())}))
         # Time passes: anything sent afterwards is newer than at_ms.
         CLOCK.now = CLOCK.now + timedelta(seconds=1)
 
@@ -488,12 +440,6 @@ class InboxMachine(RuleBasedStateMachine):
     def seen(self, user: int) -> None:
         who = self.users[user]
         services.inbox_mark_seen(user=who)
-        self.marks.append((who.pk, fallback.TOPIC_SEEN, {"at_ms": to_ms(timezone.now())}))
-
-    @rule()
-    def snapshot(self) -> None:
-        inbox_read_snapshot()
-        self.marks = []
 
     # --- the property -------------------------------------------------------------------
 
@@ -527,54 +473,53 @@ class InboxMachine(RuleBasedStateMachine):
     def both_paths_agree(self) -> None:
         """Every page of every inbox (items, order, read flags, cursors) and the counts."""
         now = timezone.now()
-        with self.pending():
-            for user in self.users:
-                redis_pages, postgres_pages = self._paths(user, now, category=None, unread_only=False, since_ms=None)
-                assert postgres_pages == redis_pages, user.username
-                counts = inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(now))
-                assert fallback.inbox_counts(user_id=user.pk, now=now) == counts, user.username
-                # Unread-only pages (ranges of the unread zsets), of all and of each category.
-                for category in (None, *CATEGORIES):
-                    unread_pages = self._paths(user, now, category=category, unread_only=True, since_ms=None)
-                    assert unread_pages[1] == unread_pages[0], (user.username, category)
-                # The unread counters equal the unread zsets' sizes (the drift check's invariant).
-                index = drift_rm.unread_index_read(user_ids=[user.pk], categories=CATEGORY_ORDER)[user.pk]
-                assert index.counters == {c: index.sizes[c] for c in CATEGORY_ORDER}, user.username
-                assert index.sizes[""] == sum(index.counters.values()), user.username
-                rows = [(row.ref, row.read) for page in redis_pages for row in page.rows]
-                # The model: which messages and bulletins show, and their read flags.
-                want = [(ref, self.reads.get((user.pk, ref), False)) for ref in self.visible(user)]
-                assert [row for row in rows if not row[0].startswith("n")] == want, user.username
-                # Senders: the operator's full name, or None for the system (notifications always).
-                named = [(row.ref, row.detail.get("sender")) for page in redis_pages for row in page.rows]
-                assert named == [(ref, self.senders.get(ref)) for ref, _read in rows], user.username
-                # The API's first page, twice: computed, then from the read cache.
-                for _ in range(2):
-                    body = client_for(user).get("/api/v1/inbox/?limit=2").json()
-                    assert [(r["id"], r["read"]) for r in body["results"]] == rows[:2], (user.username, body)
-                    assert body["unread_count"] == counts.unread
-                # The selectors (their cursors) over the same path.
-                listed: list[tuple[str, bool]] = []
-                cursor = None
-                while True:
-                    page = selectors.inbox_list(user=user, limit=3, cursor=cursor)
-                    listed += [(item.id, item.read) for item in page.results]
-                    assert page.unread_count == counts.unread
-                    if (cursor := page.next_cursor) is None:
-                        break
-                assert listed == rows, user.username
-                # The archived list: both paths, and the model.
-                redis_pages, postgres_pages = self._paths(
-                    user, now, category=None, unread_only=False, since_ms=None, archived=True
-                )
-                assert postgres_pages == redis_pages, user.username
-                archived = [row.ref for page in redis_pages for row in page.rows if not row.ref.startswith("n")]
-                assert archived == self.visible(user, archived=True), user.username
-                selected = selectors.inbox_counts(user=user)
-                # (The selector adds the notices' announcements: none here.)
-                by_category = {c: selected["by_category"][c] for c in CATEGORIES}
-                assert (selected["unread"], by_category) == (counts.unread, counts.unread_by_category)
-                assert selected["unseen"] == counts.unseen
+        for user in self.users:
+            redis_pages, postgres_pages = self._paths(user, now, category=None, unread_only=False, since_ms=None)
+            assert postgres_pages == redis_pages, user.username
+            counts = inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(now))
+            assert fallback.inbox_counts(user_id=user.pk, now=now) == counts, user.username
+            # Unread-only pages (ranges of the unread zsets), of all and of each category.
+            for category in (None, *CATEGORIES):
+                unread_pages = self._paths(user, now, category=category, unread_only=True, since_ms=None)
+                assert unread_pages[1] == unread_pages[0], (user.username, category)
+            # The unread counters equal the unread zsets' sizes (the drift check's invariant).
+            index = drift_rm.unread_index_read(user_ids=[user.pk], categories=CATEGORY_ORDER)[user.pk]
+            assert index.counters == {c: index.sizes[c] for c in CATEGORY_ORDER}, user.username
+            assert index.sizes[""] == sum(index.counters.values()), user.username
+            rows = [(row.ref, row.read) for page in redis_pages for row in page.rows]
+            # The model: which messages and bulletins show, and their read flags.
+            want = [(ref, self.reads.get((user.pk, ref), False)) for ref in self.visible(user)]
+            assert [row for row in rows if not row[0].startswith("n")] == want, user.username
+            # Senders: the operator's full name, or None for the system (notifications always).
+            named = [(row.ref, row.detail.get("sender")) for page in redis_pages for row in page.rows]
+            assert named == [(ref, self.senders.get(ref)) for ref, _read in rows], user.username
+            # The API's first page, twice: computed, then from the read cache.
+            for _ in range(2):
+                body = client_for(user).get("/api/v1/inbox/?limit=2").json()
+                assert [(r["id"], r["read"]) for r in body["results"]] == rows[:2], (user.username, body)
+                assert body["unread_count"] == counts.unread
+            # The selectors (their cursors) over the same path.
+            listed: list[tuple[str, bool]] = []
+            cursor = None
+            while True:
+                page = selectors.inbox_list(user=user, limit=3, cursor=cursor)
+                listed += [(item.id, item.read) for item in page.results]
+                assert page.unread_count == counts.unread
+                if (cursor := page.next_cursor) is None:
+                    break
+            assert listed == rows, user.username
+            # The archived list: both paths, and the model.
+            redis_pages, postgres_pages = self._paths(
+                user, now, category=None, unread_only=False, since_ms=None, archived=True
+            )
+            assert postgres_pages == redis_pages, user.username
+            archived = [row.ref for page in redis_pages for row in page.rows if not row.ref.startswith("n")]
+            assert archived == self.visible(user, archived=True), user.username
+            selected = selectors.inbox_counts(user=user)
+            # (The selector adds the notices' announcements: none here.)
+            by_category = {c: selected["by_category"][c] for c in CATEGORIES}
+            assert (selected["unread"], by_category) == (counts.unread, counts.unread_by_category)
+            assert selected["unseen"] == counts.unseen
 
     def _paths(self, user: Any, now: datetime, **query: Any) -> tuple[list[Page], list[Page]]:
         """One listing walked by cursor on the Redis path and on PostgreSQL."""
@@ -621,29 +566,28 @@ class InboxMachine(RuleBasedStateMachine):
         refs = [f"m{pk}" for pk in Message.objects.values_list("pk", flat=True)]
         refs += [f"b{pk}" for pk in Bulletin.objects.values_list("pk", flat=True)]
         refs += [f"n{pk}" for pk in Notification.objects.values_list("pk", flat=True)]
-        with self.pending():
-            for user in self.users:
-                uid = user.pk
-                redis_pages, postgres_pages = self._paths(
-                    user,
-                    now,
-                    category=category,
-                    unread_only=unread_only,
-                    since_ms=since_ms,
-                    archived=archived,
-                    query=query,
-                )
-                assert postgres_pages == redis_pages, (user.username, category, unread_only, since_ms, archived, query)
-                for ref in [*refs, "m999999", "x1", "m1|x"]:
-                    row = inbox.inbox_get(user_id=uid, ref=ref, now_ms=now_ms)
-                    assert fallback.inbox_get(user_id=uid, ref=ref, now=now) == row, (user.username, ref)
-                    assert fallback.inbox_item_live(user_id=uid, ref=ref, now=now) is (row is not None)
-                everything = self._paths(user, now, category=None, unread_only=False, since_ms=None)[0]
-                rows = [row for page in everything for row in page.rows]
-                for cat in (None, *CATEGORIES):
-                    assert fallback.inbox_unread_refs(user_id=uid, category=cat, now=now) == [
-                        row.ref for row in rows if not row.read and cat in (None, row.detail["category"])
-                    ]
+        for user in self.users:
+            uid = user.pk
+            redis_pages, postgres_pages = self._paths(
+                user,
+                now,
+                category=category,
+                unread_only=unread_only,
+                since_ms=since_ms,
+                archived=archived,
+                query=query,
+            )
+            assert postgres_pages == redis_pages, (user.username, category, unread_only, since_ms, archived, query)
+            for ref in [*refs, "m999999", "x1", "m1|x"]:
+                row = inbox.inbox_get(user_id=uid, ref=ref, now_ms=now_ms)
+                assert fallback.inbox_get(user_id=uid, ref=ref, now=now) == row, (user.username, ref)
+                assert fallback.inbox_item_live(user_id=uid, ref=ref, now=now) is (row is not None)
+            everything = self._paths(user, now, category=None, unread_only=False, since_ms=None)[0]
+            rows = [row for page in everything for row in page.rows]
+            for cat in (None, *CATEGORIES):
+                assert [e.ref for e in fallback.inbox_unread_entries(user_id=uid, category=cat, now=now)] == [
+                    row.ref for row in rows if not row.read and cat in (None, row.detail["category"])
+                ]
 
 
 def _configure(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -173,7 +173,6 @@ def test_statistics_failure_does_not_fail_the_read(
     message = send(operator, to={"users": [recipient]})
 
     class _BrokenPipe:
-        def sadd(self, *args: Any) -> None: ...  # the read-state snapshot's dirty note
         def rpush(self, *args: Any) -> None: ...  # the first reads, written behind
         def execute(self) -> None:
             raise RedisConnectionError("down")

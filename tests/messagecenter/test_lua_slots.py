@@ -39,7 +39,6 @@ from messagecenter import selectors, services
 from messagecenter.models import Bulletin, Message
 from messagecenter.readmodel import reads
 from messagecenter.services.rebuild import inbox_rebuild
-from messagecenter.services.snapshots import inbox_read_snapshot
 from tests.conftest import ROOT, flush_redis
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
@@ -175,9 +174,8 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     clock.advance(minutes=2)
     assert services.notification_sweep()["removed"] == 1
 
-    # A Redis loss: snapshots of the read state go back first (restore.lua),
+    # A Redis loss: the committed read state goes back first (restore.lua),
     # then hidden refs (hide_ref) and everything else.
-    inbox_read_snapshot()
     flush_redis()
     inbox_rebuild()
     assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]

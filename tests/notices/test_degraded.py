@@ -80,11 +80,9 @@ def test_rebuild_command_restores_the_indexes(redis: Any) -> None:
     assert redis.zscore(keys.notice_index("customer", 0), a.pk) is not None
 
 
-def test_degraded_read_flags_are_the_snapshot_with_pending_marks_over_it(recipient: Any) -> None:
-    from pyroaring import BitMap
-
+def test_degraded_read_flags_are_the_committed_rows(recipient: Any, other_recipient: Any) -> None:
     from notices import selectors, services
-    from notices.models import AnnouncementReadSnapshot
+    from notices.models import AnnouncementRead
     from tests.notices.conftest import on_platforms
 
     on_platforms(recipient, "user", "customer")
@@ -93,23 +91,19 @@ def test_degraded_read_flags_are_the_snapshot_with_pending_marks_over_it(recipie
     customer = announce(["customer"], publish_at=hour_ago + timedelta(minutes=1), pinned=True)
     user_only = announce(["user"], publish_at=hour_ago + timedelta(minutes=2))
     dropped = announce(["user"], publish_at=hour_ago + timedelta(minutes=3))
-    readers = BitMap([recipient.pk, 99]).serialize()
-    now = timezone.now()
-    # Read on one platform is read; a snapshot of a platform the announcement no
+    # Read on one platform is read; a row of a platform the announcement no
     # longer targets (or of someone else) says nothing about this user.
-    AnnouncementReadSnapshot.objects.create(announcement=both, platform="customer", readers=readers, updated_at=now)
-    AnnouncementReadSnapshot.objects.create(announcement=customer, platform="customer", readers=readers, updated_at=now)
-    AnnouncementReadSnapshot.objects.create(announcement=dropped, platform="customer", readers=readers, updated_at=now)
-    AnnouncementReadSnapshot.objects.create(
-        announcement=user_only, platform="user", readers=BitMap([99]).serialize(), updated_at=now
-    )
+    for announcement in (both, customer, dropped):
+        AnnouncementRead.objects.create(announcement=announcement, platform="customer", user=recipient)
+        AnnouncementRead.objects.create(announcement=announcement, platform="customer", user=other_recipient)
+    AnnouncementRead.objects.create(announcement=user_only, platform="user", user=other_recipient)
     with mock.patch("notices.readmodel.get_redis", side_effect=RedisConnectionError("down")):
         recipient = type(recipient).objects.get(pk=recipient.pk)  # no memoised platforms
         flags = {
             item.announcement.pk: item.read for item in selectors.announcement_list(user=recipient, limit=10).items
         }
         assert flags == {both.pk: True, customer.pk: True, user_only.pk: False, dropped.pk: False}
-        # Marks made meanwhile, applied in order: the last one wins.
+        # Marks made meanwhile, committed in order: the last one wins.
         assert services.announcement_mark_unread(user=recipient, announcement_id=customer.pk) is True
         assert services.announcement_mark_read(user=recipient, announcement_id=user_only.pk) is True
         assert services.announcement_mark_read(user=recipient, announcement_id=user_only.pk) is False

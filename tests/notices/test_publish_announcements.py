@@ -16,7 +16,6 @@ from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts
 from notices.services import announcement_create, announcement_mark_read
-from notices.snapshots import announcement_read_snapshot
 from tests.conftest import round_trips
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
@@ -75,7 +74,6 @@ def test_a_chunk_never_built_is_restored_before_its_index_opens(
     assert readmodel.user_slot(other_recipient.pk)[0] == 0, other_recipient.pk
     a = announce(["user"])
     announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
-    announcement_read_snapshot()
     keyspace_flush()
     readmodel.clear_local_cache()
     b = announce(["user"])  # the first sync after the loss builds the chunk

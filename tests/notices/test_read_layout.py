@@ -19,10 +19,9 @@ from core import healing, keys, rebuild
 from core.bitmaps import bitmap_to_redis
 from core.redis import get_redis, keyspace_flush
 from notices import readmodel
-from notices.models import Announcement, AnnouncementPlatform, AnnouncementReadSnapshot
+from notices.models import Announcement, AnnouncementPlatform, AnnouncementRead
 from notices.selectors import announcement_counts
 from notices.services import announcement_mark_read, announcement_mark_unread
-from notices.snapshots import announcement_read_snapshot
 from tests.factories import UserFactory
 from tests.notices.conftest import T0, on_platforms
 
@@ -107,7 +106,7 @@ def test_a_read_bitmap_is_the_window_its_readers_span(offsets: set[int], chunk: 
 )
 def test_marks_in_any_order_make_the_window_python_writes(offsets: list[int]) -> None:
     # mark.lua moves the window's start to each new lowest reader: the string
-    # is the one window_to_redis makes of the same readers (snapshots, rebuilds).
+    # is the one window_to_redis makes of the same readers (restores, rebuilds).
     keyspace_flush()
     readmodel.clear_local_cache()
     Announcement.objects.all().delete()
@@ -235,7 +234,6 @@ def test_counts_stay_exact_across_widths_and_rebuilds(actions: list[tuple[Any, .
     read: set[tuple[int, int]] = set()
     for action in actions:
         if action[0] == "rebuild":
-            announcement_read_snapshot()
             keyspace_flush()
             readmodel.clear_local_cache()
             call_command("notices_rebuild", "--quiet", stdout=StringIO())
@@ -305,21 +303,14 @@ def _assert_read_state(users: list[Any], created: list[int], marked: set[tuple[i
         assert announcement_counts(user=user, now=T0) == {"read": mine, "unread": len(created) - mine}
 
 
-@pytest.mark.parametrize("snapshotted", [True, False], ids=["snapshotted", "dirty"])
-def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(
-    redis: Any, settings: Any, snapshotted: bool
-) -> None:
+def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, settings: Any) -> None:
     settings.MESSAGECENTER_NOTICE_CHUNK_USERS = 2**20
     users = [on_platforms(UserFactory(), "user") for _ in range(10)]
     created = _bulk_announce(5)
-    announcement_read_snapshot()  # the job ran once: Redis holds restored read state
     marked = _marks(users, created)
     hours = readmodel.read_hours(announcement_id=created[0], platforms=["user"])
-    if snapshotted:
-        assert announcement_read_snapshot() == len(created)
-    else:
-        # Copied by the rebuild, read under the old layout, before it clears it.
-        assert AnnouncementReadSnapshot.objects.count() == 0
+    # Every mark committed its row before its answer.
+    assert AnnouncementRead.objects.count() == len(marked)
     assert redis.get(keys.notice_layout()) == f"{readmodel.LAYOUT_FORMAT}:{2**20}".encode()
 
     # Smaller chunks: the users now sit in several of them, at other offsets.
@@ -333,7 +324,6 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(
     assert redis.get(keys.readmodel_generation()) is None  # every process now answers from PostgreSQL
 
     call_command("rebuild_redis", "--quiet", stdout=StringIO())
-    assert AnnouncementReadSnapshot.objects.count() == len(created)
     assert redis.get(keys.notice_layout()) == readmodel.layout().encode() == b"%d:4" % readmodel.LAYOUT_FORMAT
     _assert_read_state(users, created, marked)
     # The read-rate chart keeps its history (summed into chunk 0's counts).

@@ -3,9 +3,8 @@
 Idempotent and safe while the site serves: each app's rebuild (registered
 with ``core.rebuild.register_rebuild``) writes what PostgreSQL holds now, and
 restores read state (announcement read bitmaps, inbox read bitmaps, unseen
-watermarks) from the durable snapshots only where Redis has none, so a mark
-newer than its snapshot is never undone; the marks journal and the outbox are
-applied on top. It ends by writing a new read-model generation, and holds
+watermarks) from the committed rows only where Redis has none, so a mark
+made meanwhile is never undone; the outbox is applied on top. It ends by writing a new read-model generation, and holds
 the same lock as the automatic rebuild (``core.healing``), waiting for one in
 progress. Batched, with a progress bar on a terminal and one line per stage otherwise.
 """
@@ -19,7 +18,7 @@ from core.progress import SILENT, Progress
 
 
 class Command(BaseCommand):
-    help = "Rebuild the whole Redis read model from PostgreSQL, read state from its snapshots (idempotent)."
+    help = "Rebuild the whole Redis read model from PostgreSQL, read state included (idempotent)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -33,6 +32,6 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.SUCCESS(
                     f"Redis read model rebuilt. Generation {result.generation} in {result.seconds:.1f}s "
-                    f"(journal marks {result.journal}, outbox entries {result.outbox})."
+                    f"(outbox entries {result.outbox})."
                 )
             )

@@ -9,7 +9,7 @@ from notices.rebuild import announcements_rebuild
 
 
 class Command(BaseCommand):
-    help = "Restore announcement read bitmaps from their snapshots, then rebuild every platform's indexes."
+    help = "Restore announcement read bitmaps from PostgreSQL, then rebuild every platform's indexes."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
