@@ -26,27 +26,30 @@ class UserReadState:
     seen_ms: int | None = None
 
 
+def _restore_call(user_id: int, state: UserReadState) -> tuple[list[str], list[bytes | str | int]]:
+    """restore.lua's KEYS and ARGV for one user's read state."""
+    months = sorted(state.months)
+    script_keys = [keys.mc_inbox(user_id), keys.mc_inbox_counters(user_id), keys.mc_inbox_state(user_id)]
+    script_keys.extend(keys.mc_read_bitmap(user_id, m) for m in months)
+    script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    # Each bit-set in its compact form (bits.encode: a set while sparse).
+    read = [bits.encode(state.months[m][0]) for m in months]
+    ever = [bits.encode(state.months[m][1]) for m in months]
+    # The unread zsets last (restore.lua takes them from the end), their categories last in ARGV.
+    script_keys.extend([keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
+    args: list[bytes | str | int] = [len(months), *months]
+    args.extend(data for _form, data in read)
+    args.extend(data for _form, data in ever)
+    args.append("" if state.seen_ms is None else state.seen_ms)
+    args.extend(form for form, _data in (*read, *ever))
+    args.extend(CATEGORY_ORDER)
+    return script_keys, args
+
+
 def read_state_restore(*, users: Mapping[int, UserReadState]) -> int:
     """Write the read state back where Redis has no key (restore.lua, one call per user,
     pipelined on a single Redis); returns how many keys/fields were written."""
-    calls: list[tuple[list[str], list[bytes | str | int]]] = []
-    for user_id, state in users.items():
-        months = sorted(state.months)
-        script_keys = [keys.mc_inbox(user_id), keys.mc_inbox_counters(user_id), keys.mc_inbox_state(user_id)]
-        script_keys.extend(keys.mc_read_bitmap(user_id, m) for m in months)
-        script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
-        # Each bit-set in its compact form (bits.encode: a set while sparse).
-        read = [bits.encode(state.months[m][0]) for m in months]
-        ever = [bits.encode(state.months[m][1]) for m in months]
-        # The unread zsets last (restore.lua takes them from the end), their categories last in ARGV.
-        script_keys.extend([keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
-        args: list[bytes | str | int] = [len(months), *months]
-        args.extend(data for _form, data in read)
-        args.extend(data for _form, data in ever)
-        args.append("" if state.seen_ms is None else state.seen_ms)
-        args.extend(form for form, _data in (*read, *ever))
-        args.extend(CATEGORY_ORDER)
-        calls.append((script_keys, args))
+    calls = [_restore_call(user_id, state) for user_id, state in users.items()]
     if not calls:
         return 0
     if is_cluster():

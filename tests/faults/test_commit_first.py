@@ -40,7 +40,7 @@ def _send(operator: Any, recipient: Any, title: str, category: str = "system") -
 def _die_after_each_commit(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], object]]:
     """No after-commit work runs (the process is gone by then); returns what was dropped."""
     dropped: list[Callable[[], object]] = []
-    monkeypatch.setattr(transaction, "on_commit", lambda func, using=None, robust=False: dropped.append(func))
+    monkeypatch.setattr(transaction, "on_commit", lambda func, *_args, **_options: dropped.append(func))
     return dropped
 
 

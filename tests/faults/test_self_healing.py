@@ -73,7 +73,12 @@ def _marker(server: RedisServer) -> bytes | None:
 def slow_rebuild() -> Iterator[None]:
     """A rebuild that lasts a second or so, as on a real install (a few rows take
     a fraction of that): long enough to be seen, and served around, while it runs."""
-    rebuild.register_rebuild("test-slow", lambda progress: time.sleep(1.5) or {}, order=999)
+
+    def step(progress: Any) -> dict[str, int]:
+        time.sleep(1.5)
+        return {}
+
+    rebuild.register_rebuild("test-slow", step, order=999)
     try:
         yield
     finally:
