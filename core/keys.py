@@ -341,6 +341,12 @@ def mc_inbox_pages(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "pages")
 
 
+def mc_inbox_responses(user_id: int) -> str:
+    """hash: message ref -> "<action id>|<ms>", the user's answers to items' actions (mirror of
+    PostgreSQL's responses): a page shows them without SQL."""
+    return _key("inbox", user_tag(user_id), "responses")
+
+
 def mc_inbox_scratch(user_id: int) -> str:
     """bitmap, transient: read_all.lua's work space within one call ("read all"
     computes each month's first reads there); deleted before the call ends."""

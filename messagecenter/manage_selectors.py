@@ -18,6 +18,7 @@ from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.models import (
     Bulletin,
     Message,
+    MessageResponse,
     MessageSendKey,
     MessageType,
     Notification,
@@ -240,3 +241,27 @@ def notification_manage_list(
 
 def notification_manage_get(*, notification_id: int) -> Notification:
     return _get(_notifications(), notification_id, "notification")
+
+
+# --- answers to a message's actions ------------------------------------------------
+
+
+def message_response_counts(*, message: Message) -> dict[str, int]:
+    """How many recipients answered each action (every offered action, zero included)."""
+    counts = dict.fromkeys((str(a["id"]) for a in message.actions or []), 0)
+    rows = MessageResponse.objects.filter(message=message).values_list("action").annotate(n=Count("id"))
+    counts.update({action: int(n) for action, n in rows})
+    return counts
+
+
+def message_plain_get(*, message_id: int) -> Message:
+    """The message row alone (no read count); NotFound when absent."""
+    return _get(Message.objects.all(), message_id, "message")
+
+
+def message_responses_list(*, message: Message, limit: int, cursor: str | None) -> KeysetPage[MessageResponse]:
+    """Answers newest first; mc_response_message_at_idx serves the walk."""
+    rows = MessageResponse.objects.filter(message=message).select_related("user")
+    return keyset_page(
+        rows, limit=limit, cursor=cursor, scope=page_scope("manage-responses", {"message": message.pk}), time_field="at"
+    )

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from core import healing
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
+from core.fields import TimeField
 from core.lookups import Whole
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
@@ -35,6 +36,7 @@ from messagecenter.models import (
     Bulletin,
     FanoutChunk,
     Message,
+    MessageResponse,
     MessageType,
     MutePeriod,
     Notification,
@@ -46,6 +48,7 @@ from messagecenter.models import (
 from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
+from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
     COUNT_SCRIPT,
@@ -73,6 +76,9 @@ class InboxItem:
     link: str | None
     # The operator's name (messages, bulletins); None for what the system sent.
     sender: str | None = None
+    # [{"id", "label"}] the reader may answer (messages only), and their answer.
+    actions: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    response: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,40 @@ def _item(row: PageRow) -> InboxItem:
         # Details written before items named their sender have no such field:
         # None (the system) until a drift repair or rebuild writes them again.
         sender=detail.get("sender") or None,
+        actions=list(detail.get("actions") or ()),
     )
+
+
+# Answers' times as every response writes times (ISO 8601 with an offset).
+_TIME = TimeField()
+
+
+def _answered(user_id: int, items: list[InboxItem], *, degraded: bool) -> list[InboxItem]:
+    """The items with the user's answers to their actions: one HMGET of the
+    user's responses hash when a row has actions, nothing otherwise (PostgreSQL
+    when Redis is down)."""
+    refs = [item.id for item in items if item.actions]
+    if not refs:
+        return items
+    found: dict[str, tuple[str, datetime]] = {}
+    try:
+        if degraded:
+            raise RedisError("the page came from PostgreSQL")
+        found = {
+            ref: (a, ms_to_datetime(at))
+            for ref, (a, at) in responses_rm.responses_get(user_id=user_id, refs=refs).items()
+        }
+    except RedisError:
+        rows = MessageResponse.objects.filter(user_id=user_id, message_id__in=[int(ref[1:]) for ref in refs])
+        found = {f"m{m}": (a, at) for m, a, at in rows.values_list("message_id", "action", "at")}
+    return [
+        dataclasses.replace(
+            item, response={"action": found[item.id][0], "at": _TIME.to_representation(found[item.id][1])}
+        )
+        if item.id in found
+        else item
+        for item in items
+    ]
 
 
 def category_validate(category: str | None) -> None:
@@ -283,9 +322,10 @@ def _inbox_list(
         _redis_down("inbox page", user, exc)
         page = fallback.inbox_page(user_id=user_id, now=now, archived=archived, query=query, **filters)
         degraded = True
-    return _inbox_page_of(
+    answer = _inbox_page_of(
         page, category=category, unread_only=unread_only, archived=archived, query=query, degraded=degraded
-    ), None
+    )
+    return dataclasses.replace(answer, results=_answered(user_id, answer.results, degraded=degraded)), None
 
 
 def _inbox_page_of(
@@ -332,9 +372,12 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
     except RedisError as exc:
         _redis_down("inbox item", user, exc)
         row = fallback.inbox_get(user_id=int(user.pk), ref=item_id, now=now)
+        degraded = True
+    else:
+        degraded = False
     if row is None:
         raise NotFound("No such item in your inbox.")
-    return _item(row)
+    return _answered(int(user.pk), [_item(row)], degraded=degraded)[0]
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:

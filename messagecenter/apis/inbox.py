@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -19,9 +19,46 @@ from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
 
+
+class ActionIdField(serializers.Field):
+    """An action's id: the string the item lists (a bare JSON integer is taken as its digits)."""
+
+    default_error_messages = {"invalid": "An action id is a string the item lists."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return str(data)
+        if not isinstance(data, str) or not data:
+            self.fail("invalid")
+        return str(data)
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
 KINDS = ("message", "bulletin", "notification")
 # Every inbox operation needs the Redis read model.
 UNAVAILABLE = {503: OpenApiResponse(ErrorEnvelope, description="Inbox temporarily unavailable (read model down)")}
+
+
+class ActionSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="A slug of at most 32 characters, unique within the item.")
+    label = serializers.CharField(help_text="What the button says (at most 40 characters).")  # type: ignore[assignment]
+
+
+class ResponseSerializer(serializers.Serializer):
+    action = serializers.CharField(help_text="The id of the action answered.")
+    at = OffsetDateTimeField()
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class RenderedTimeField(serializers.CharField):
+    """A time the selector already wrote as ISO 8601 with an offset."""
+
+
+class ItemResponseSerializer(serializers.Serializer):
+    action = serializers.CharField(help_text="The id of the action answered.")
+    at = RenderedTimeField()
 
 
 class ItemSerializer(serializers.Serializer):
@@ -40,6 +77,10 @@ class ItemSerializer(serializers.Serializer):
             "their own localised word for it. Taken when the item was delivered: "
             "a later rename may not show on older items."
         ),
+    )
+    actions = ActionSerializer(many=True, help_text="What the reader may answer (empty when nothing).")
+    response = ItemResponseSerializer(
+        allow_null=True, help_text="The reader's answer to one of the actions; null while unanswered."
     )
 
 
@@ -263,3 +304,24 @@ class InboxCountsApi(APIView):
     def get(self, request: Request) -> Response:
         counts: dict[str, Any] = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
         return Response(self.OutputSerializer(counts).data)
+
+
+class InboxItemRespondApi(APIView):
+    class InputSerializer(StrictInputSerializer):
+        action = ActionIdField(help_text="The id of one of the item's actions.")
+
+    @extend_schema(
+        operation_id="inbox_item_respond",
+        summary="Answer one of the item's actions (once; also marks it read)",
+        request=InputSerializer,
+        responses={200: ResponseSerializer, **ERRORS(400, 401, 404, 409), **UNAVAILABLE},
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        answer = services.message_respond(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            action=serializer.validated_data["action"],
+        )
+        return Response(ResponseSerializer({"action": answer.action, "at": answer.at}).data)

@@ -329,6 +329,14 @@ class MessageSendApi(APIView):
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
         channels = readback.ItemChannelsSerializer(required=False, allow_null=True)
+        actions = serializers.ListField(
+            child=readback.ActionInputSerializer(),
+            required=False,
+            min_length=1,
+            max_length=3,
+            help_text="One to three actions recipients may answer (distinct ids).",
+        )
+        translations = readback.TranslationsField(required=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -383,7 +391,11 @@ class MessageSendApi(APIView):
                 "expire_at": data.get("expire_at"),
             }
             message = services.message_send(
-                **common, send_at=data.get("send_at"), channels=services.channel_request(data.get("channels"))
+                **common,
+                send_at=data.get("send_at"),
+                channels=services.channel_request(data.get("channels")),
+                actions=data.get("actions"),
+                translations=data.get("translations"),
             )
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message

@@ -12,8 +12,15 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictInputSerializer, StrictIntegerField
+from core.fields import (
+    OffsetDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictInputSerializer,
+    StrictIntegerField,
+)
 from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
+from core.translations import translations_validate
 from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
 from messagecenter.models import (
@@ -26,6 +33,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.services.channels.plan import EMAIL_AFTER_MAX, EMAIL_AFTER_MIN
+from messagecenter.services.responses import actions_validate
 
 _CATEGORY = filter_parameter("category", "Only this category.", enum=list(CATEGORIES))
 
@@ -171,6 +179,46 @@ def channels_requested(counts: ChannelCounts | None) -> dict[str, Any]:
     return (counts or ChannelCounts()).requested()
 
 
+class ActionInputSerializer(StrictInputSerializer):
+    id = StrictCharField(max_length=32, help_text="A slug (letters, digits, - and _), at most 32 characters.")
+    label = StrictCharField(max_length=40, help_text="The button's text, at most 40 characters.")  # type: ignore[assignment]
+
+    def validate_id(self, value: str) -> str:
+        return str(actions_validate([{"id": value, "label": "x"}])[0]["id"])
+
+    def to_representation(self, instance: Any) -> Any:
+        return {"id": instance["id"], "label": instance["label"]}
+
+
+class TranslationSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=200)
+    summary = serializers.CharField(max_length=300, required=False)
+    body_html = serializers.CharField(required=False)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "Content in other languages: {language code (settings.LANGUAGES, e.g. zh-hans): "
+        '{"title", "summary"?, "body_html"?}}. Readers of that language see it; a field left out shows '
+        "the original.",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "summary": {"type": "string"}, "body_html": {"type": "string"}},
+            "required": ["title"],
+        },
+    }
+)
+class TranslationsField(serializers.Field):
+    """Translations in and out, checked by ``core.translations`` (400 on ``translations``)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, dict[str, str]]:
+        return translations_validate(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return dict(value or {})
+
+
 class MessageReadSerializer(serializers.Serializer):
     id = serializers.CharField()
     category = serializers.CharField()
@@ -197,6 +245,8 @@ class MessageReadSerializer(serializers.Serializer):
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
     channels = ChannelCountsSerializer(help_text="What Web Push and e-mail did for it (zeros when not asked).")
     channels_requested = ChannelsRequestedSerializer(help_text="What the create's channels asked.")
+    actions = ActionInputSerializer(many=True, help_text="The actions recipients may answer (empty: none).")
+    translations = TranslationsField()
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -227,6 +277,8 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "read_count": item.read_count,
                 "channels": channels_data(item.channels),
                 "channels_requested": channels_requested(item.channels),
+                "actions": list(message.actions or []),
+                "translations": dict(message.translations or {}),
             }
         ).data
     )
