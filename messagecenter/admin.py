@@ -25,7 +25,7 @@ from core.audit import AuditedAdminMixin, audit_admin
 from core.exceptions import ApplicationError
 from core.html import sanitize_html
 from core.insight import bar_chart, rate_chart
-from messagecenter import insight, selectors, services
+from messagecenter import insight, manage_selectors, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
 from messagecenter.models import (
     Bulletin,
@@ -345,7 +345,7 @@ class MessageAdmin(ReadInsightAdmin):
     list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "send_at", "created_at"]
     list_filter = [ScheduledFilter, "status", "delivery", "category"]
     search_fields = ["title"]
-    actions = ["retract"]
+    actions = ["retract", "export_responses"]
     readonly_fields = [
         "category",
         "title",
@@ -384,6 +384,26 @@ class MessageAdmin(ReadInsightAdmin):
         done, total = selectors.message_progress(message=obj)
         percent = 100 if total == 0 else round(100 * done / total)
         return f"{done} / {total} ({percent}%)"
+
+    @admin.action(description="Export the answers to their actions (CSV)", permissions=["view"])
+    def export_responses(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse:
+        """One row per answer of the chosen messages, newest first."""
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="responses.csv"'
+        writer = csv.writer(response)
+        writer.writerow(["message_id", "message_title", "user_id", "username", "action", "at"])
+        for row in manage_selectors.message_responses_export(message_ids=list(queryset.values_list("pk", flat=True))):
+            writer.writerow(
+                [
+                    row.message_id,
+                    row.message.title,
+                    row.user_id,
+                    row.user.get_username(),
+                    row.action,
+                    row.at.isoformat(),
+                ]
+            )
+        return response
 
     @admin.action(description="Retract from every inbox", permissions=["delete"])
     def retract(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:

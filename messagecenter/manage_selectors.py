@@ -3,6 +3,7 @@
 the list and its filters. These are PostgreSQL reads: operators see the truth,
 not the read model; only a message's read count comes from Redis."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -265,3 +266,9 @@ def message_responses_list(*, message: Message, limit: int, cursor: str | None) 
     return keyset_page(
         rows, limit=limit, cursor=cursor, scope=page_scope("manage-responses", {"message": message.pk}), time_field="at"
     )
+
+
+def message_responses_export(*, message_ids: list[int]) -> Iterator[MessageResponse]:
+    """Every answer to these messages, by message then newest first (the admin's CSV)."""
+    rows = MessageResponse.objects.filter(message_id__in=message_ids).select_related("user", "message")
+    return rows.order_by("message_id", "-at", "-id").iterator(chunk_size=1000)

@@ -92,4 +92,5 @@ page_urlpatterns: list[URLPattern] = [
     path("email/unsubscribe/channel/<str:token>/", views.channel_unsubscribe, name="channel-unsubscribe"),
     path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
     path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
+    path("inbox/<str:item_id>/respond/", views.inbox_respond, name="respond"),
 ]

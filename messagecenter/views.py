@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
+from core.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
@@ -199,6 +199,28 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     next_url = request.POST.get("next") or ""
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):
         next_url = reverse("messagecenter:inbox")
+    return redirect(next_url)
+
+
+@login_required
+@require_POST
+def inbox_respond(request: HttpRequest, item_id: str) -> HttpResponse:
+    """The answer buttons' form (pages without JavaScript; inbox.js calls the API)."""
+    try:
+        services.message_respond(user=request.user, item_id=item_id, action=request.POST.get("action") or "")  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404(gettext("No such item in your inbox.")) from exc
+    except InboxUnavailable:
+        return _unavailable(request)
+    except Conflict:
+        messages.info(request, gettext("You already answered this."))
+    except ValidationFailed:
+        messages.error(request, gettext("That answer is not one of this item's."))
+    else:
+        messages.success(request, gettext("Your answer was sent."))
+    next_url = request.POST.get("next") or ""
+    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
+        next_url = reverse("messagecenter:item", args=[item_id])
     return redirect(next_url)
 
 

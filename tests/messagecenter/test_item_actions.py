@@ -187,3 +187,47 @@ def test_responses_come_back_after_a_redis_loss(operator: Any, recipient: Any) -
     rebuild()
     item = client_for(recipient).get(f"/api/v1/inbox/m{message_id}/").json()
     assert item["response"]["action"] == "approve"
+
+
+def test_admin_exports_responses_as_csv(operator: Any, recipient: Any, other_recipient: Any) -> None:
+    from django.test import Client
+
+    message_id = _create(client_for(operator), [recipient, other_recipient], actions=ACTIONS).json()["id"]
+    client_for(recipient).post(f"/api/v1/inbox/m{message_id}/respond/", {"action": "approve"}, format="json")
+    admin = Client()
+    admin.force_login(operator)
+    response = admin.post(
+        "/admin/messagecenter/message/", {"action": "export_responses", "_selected_action": [message_id]}
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    lines = response.content.decode().strip().splitlines()
+    assert lines[0] == "message_id,message_title,user_id,username,action,at"
+    assert lines[1].startswith(f"{message_id},Leave request,{recipient.pk},alice,approve,")
+    assert len(lines) == 2
+
+
+def test_pages_answer_without_javascript_in_both_languages(operator: Any, recipient: Any) -> None:
+    from django.test import Client
+
+    message_id = _create(client_for(operator), [recipient], actions=ACTIONS).json()["id"]
+    page = Client()
+    page.force_login(recipient)
+    detail = page.get(f"/inbox/m{message_id}/").content.decode()
+    assert f'action="/inbox/m{message_id}/respond/"' in detail
+    assert '<button type="submit" class="button" name="action" value="approve">Approve</button>' in detail
+    listing = page.get("/inbox/").content.decode()
+    assert 'name="action" value="decline">Decline</button>' in listing  # the row's buttons for readers without JS
+    answered = page.post(f"/inbox/m{message_id}/respond/", {"action": "approve", "next": f"/inbox/m{message_id}/"})
+    assert answered.status_code == 302
+    assert answered["Location"] == f"/inbox/m{message_id}/"
+    assert MessageResponse.objects.get().action == "approve"
+    shown = page.get(f"/inbox/m{message_id}/").content.decode()
+    assert "You answered: Approve" in shown
+    assert 'name="action"' not in shown
+    chinese = page.get(f"/inbox/m{message_id}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "你的回复：Approve" in chinese
+    # A second answer through the page is refused and changes nothing.
+    page.post(f"/inbox/m{message_id}/respond/", {"action": "decline"})
+    assert MessageResponse.objects.get().action == "approve"
+    assert page.post("/inbox/m999999/respond/", {"action": "approve"}).status_code == 404
