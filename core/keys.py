@@ -52,6 +52,12 @@ def user_platforms(user_id: int) -> str:
     return _key("user", "platforms", user_tag(user_id))
 
 
+def user_language(user_id: int) -> str:
+    """string: a read-through entry (core/readthrough.py) of the user's chosen content
+    language ("" when none chosen)."""
+    return _key("user", "language", user_tag(user_id))
+
+
 def auth_token(digest: str) -> str:
     """string: a read-through entry (core/readthrough.py) of the token owner's fields and the
     token's expiry, or of the token's absence; a tombstone after a revocation or user change.

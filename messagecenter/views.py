@@ -24,6 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
+from core.translations import reader_language
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS
@@ -90,6 +91,7 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
         archived=archived,
         limit=limit,
         query=query or None,
+        language=reader_language(request, request.user.pk),
     )
     counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
     by_category = counts["by_category"]
@@ -149,7 +151,11 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
     try:
-        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        item = selectors.inbox_item_get(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            language=reader_language(request, request.user.pk),
+        )
         if not item.read:
             # Pages mark on open (the API needs the explicit POST).
             services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]

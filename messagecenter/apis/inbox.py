@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
+from core.translations import reader_language
 from messagecenter import selectors, services
 from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
@@ -160,6 +161,7 @@ class InboxListApi(APIView):
             since=parse_time(params.get("since"), name="since"),
             archived=parse_bool(params.get("archived"), name="archived"),
             query=params.get("q") or None,
+            language=reader_language(request, request.user.pk),
         )
         # Already JSON (the page cache keeps renderings): sent as it is.
         return HttpResponse(body, content_type="application/json")
@@ -173,7 +175,11 @@ class InboxItemApi(APIView):
 
     @extend_schema(operation_id="inbox_item_get", responses={200: OutputSerializer, **ERRORS(401, 404), **UNAVAILABLE})
     def get(self, request: Request, item_id: str) -> Response:
-        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        item = selectors.inbox_item_get(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            language=reader_language(request, request.user.pk),
+        )
         return Response(self.OutputSerializer(item).data)
 
     @extend_schema(operation_id="inbox_item_hide", responses={204: None, **ERRORS(401, 404), **UNAVAILABLE})

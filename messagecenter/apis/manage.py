@@ -23,6 +23,7 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     TimeField,
+    TranslationsField,
     user_id_field,
 )
 from core.openapi import ERRORS, list_parameters, page_serializer
@@ -194,6 +195,7 @@ class BulletinCreateApi(APIView):
         display_time = TimeField()
         expire_at = TimeField(required=False, allow_null=True)
         user_groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -215,6 +217,7 @@ class BulletinCreateApi(APIView):
                 expire_at=data.get("expire_at"),
                 group_ids=data.get("user_groups") or [],
                 actor=request.user,  # type: ignore[arg-type]
+                translations=data.get("translations"),
             )
             audit_api(request, action="create", obj=bulletin, changes=data)
         return Response(self.OutputSerializer(_bulletin_data(bulletin)).data, status=status.HTTP_201_CREATED)
@@ -336,7 +339,7 @@ class MessageSendApi(APIView):
             max_length=3,
             help_text="One to three actions recipients may answer (distinct ids).",
         )
-        translations = readback.TranslationsField(required=False)
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()

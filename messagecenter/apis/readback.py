@@ -18,9 +18,9 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     StrictIntegerField,
+    TranslationsField,
 )
 from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
-from core.translations import translations_validate
 from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
 from messagecenter.models import (
@@ -84,6 +84,7 @@ class BulletinReadSerializer(serializers.Serializer):
     user_groups = serializers.ListField(child=serializers.CharField(), help_text="Empty: everyone.")
     created_at = OffsetDateTimeField()
     updated_at = OffsetDateTimeField()
+    translations = TranslationsField()
 
 
 def bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
@@ -98,6 +99,7 @@ def bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
                 "user_groups": _ids(group.pk for group in bulletin.groups.all()),
                 "created_at": bulletin.created_at,
                 "updated_at": bulletin.updated_at,
+                "translations": dict(bulletin.translations or {}),
             }
         ).data
     )
@@ -188,35 +190,6 @@ class ActionInputSerializer(StrictInputSerializer):
 
     def to_representation(self, instance: Any) -> Any:
         return {"id": instance["id"], "label": instance["label"]}
-
-
-class TranslationSerializer(serializers.Serializer):
-    title = serializers.CharField(max_length=200)
-    summary = serializers.CharField(max_length=300, required=False)
-    body_html = serializers.CharField(required=False)
-
-
-@extend_schema_field(
-    {
-        "type": "object",
-        "description": "Content in other languages: {language code (settings.LANGUAGES, e.g. zh-hans): "
-        '{"title", "summary"?, "body_html"?}}. Readers of that language see it; a field left out shows '
-        "the original.",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {"title": {"type": "string"}, "summary": {"type": "string"}, "body_html": {"type": "string"}},
-            "required": ["title"],
-        },
-    }
-)
-class TranslationsField(serializers.Field):
-    """Translations in and out, checked by ``core.translations`` (400 on ``translations``)."""
-
-    def to_internal_value(self, data: Any) -> dict[str, dict[str, str]]:
-        return translations_validate(data)
-
-    def to_representation(self, value: Any) -> Any:
-        return dict(value or {})
 
 
 class MessageReadSerializer(serializers.Serializer):
@@ -393,6 +366,7 @@ class NotificationOutputSerializer(serializers.Serializer):
 
     channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
     channels_requested = serializers.SerializerMethodField(help_text="What the create's channels asked.")
+    translations = TranslationsField()
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())

@@ -518,6 +518,7 @@ def inbox_listing(
     since_ms: int | None,
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> Page:
     """A page of the archived list and/or of a text search (``query``), with
     the whole inbox's counts; the walk and cursor are page.lua's
@@ -592,7 +593,7 @@ def inbox_listing(
         if text is None:
             return True
         raw = details[i]
-        return raw is not None and listing.matches(_detail(raw), text)
+        return raw is not None and listing.matches(_detail(raw), text, language)
 
     walked = listing.walk(batches(), max_score=max_score, skip=skip, limit=limit, keep=keep)
     refs = [members[i].split("|", 1)[0] for i in walked.picked]
