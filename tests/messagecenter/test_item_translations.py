@@ -202,3 +202,49 @@ def test_services_take_translations_too(operator: Any, recipient: Any) -> None:
         translations={"zh-hans": {"title": "你好"}},
     )
     assert Message.objects.get(pk=message.pk).translations == {"zh-hans": {"title": "你好"}}
+
+
+def test_pushes_in_each_recipients_language(settings: Any, operator: Any, recipient: Any, other_recipient: Any) -> None:
+    from tests.messagecenter.push_service import serve_push
+    from tests.messagecenter.test_channels_push import subscribe
+
+    service_iter = serve_push(settings)
+    service = next(service_iter)
+    try:
+        subscribe(recipient, service, "alice-laptop")
+        subscribe(other_recipient, service, "bob-laptop")
+        client_for(other_recipient).put("/api/v1/me/preferences/", {"language": "zh-hans"}, format="json")
+        message_id = _message(
+            client_for(operator),
+            [recipient, other_recipient],
+            channels={"web_push": True},
+            translations={"zh-hans": {"title": "请假申请", "summary": "休两天"}},
+        )
+        (english,) = service.to("alice-laptop")
+        (chinese,) = service.to("bob-laptop")
+        assert (english.payload["title"], english.payload["summary"]) == ("Leave request", "Two days off")
+        assert (chinese.payload["title"], chinese.payload["summary"]) == ("请假申请", "休两天")
+        assert chinese.payload["id"] == f"m{message_id}"
+    finally:
+        for _rest in service_iter:
+            pass
+
+
+def test_emails_in_the_recipients_language(operator: Any, recipient: Any) -> None:
+    from messagecenter.services.channels.email import channel_email
+    from messagecenter.services.channels.recipients import Recipient, channel_item
+
+    message_id = _message(client_for(operator), [recipient], translations=ZH)
+    item = channel_item(f"m{message_id}")
+    assert item is not None
+
+    def mail(language: str) -> Any:
+        who = Recipient(recipient.pk, "alice@example.org", {}, None, language, away=False)
+        return channel_email(recipient=who, items=[item], summary=False)
+
+    chinese = mail("zh-hans")
+    assert "请假申请" in chinese.subject
+    assert "请假申请" in chinese.body
+    english = mail("")
+    assert "Leave request" in english.subject
+    assert "请假申请" not in english.body
