@@ -303,6 +303,7 @@ class BulletinAdmin(ReadInsightAdmin):
                 expire_at=data.get("expire_at"),
                 group_ids=group_ids,
                 actor=request.user,  # type: ignore[arg-type]
+                translations=data.get("translations") or {},
             )
             obj.pk = created.pk
 
@@ -457,6 +458,7 @@ class MessageAdmin(ReadInsightAdmin):
             except ApplicationError as exc:
                 form.add_error(None, exc.message)
         body_html = form.data.get("body_html", "") if form.is_bound else ""
+        translated_body = form.data.get("translation_body_html", "") if form.is_bound else ""
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -466,6 +468,7 @@ class MessageAdmin(ReadInsightAdmin):
             "preview": preview,
             "confirm": confirm,
             "body_preview": sanitize_html(str(body_html)),
+            "translation_preview": sanitize_html(str(translated_body)),
             "preview_url": reverse("admin:messagecenter_message_body_preview"),
             **(extra_context or {}),
         }
@@ -514,6 +517,7 @@ class MessageAdmin(ReadInsightAdmin):
             "images": data["image_urls"],
             "image_files": data["image_files"],
             "expire_at": data["expire_at"],
+            "translations": data["translations"],
         }
         sender = request.user
         with transaction.atomic():
@@ -541,6 +545,7 @@ class MessageAdmin(ReadInsightAdmin):
                 image_files=data["image_files"],
                 expire_at=data["expire_at"],
                 user_ids=[me],
+                translations=data["translations"],
             )
             audit_admin(
                 request,

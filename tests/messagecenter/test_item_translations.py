@@ -248,3 +248,66 @@ def test_emails_in_the_recipients_language(operator: Any, recipient: Any) -> Non
     english = mail("")
     assert "Leave request" in english.subject
     assert "请假申请" not in english.body
+
+
+def test_admin_compose_adds_a_translation_with_its_preview(operator: Any, recipient: Any) -> None:
+    from django.test import Client
+
+    admin = Client()
+    admin.force_login(operator)
+    add = "/admin/messagecenter/message/add/"
+    content = {
+        "category": "system",
+        "title": "Sale",
+        "body_html": "<p>Now</p>",
+        "users": [recipient.pk],
+        "translation_language": "zh-hans",
+        "translation_title": "促销",
+        "translation_body_html": "<p>现在<script>x</script></p>",
+    }
+    page = admin.post(add, {**content, "_preview": "1"}).content.decode()
+    assert 'id="translation-preview"' in page
+    assert "<p>现在</p>" in page  # the translation's preview, sanitised
+    assert admin.post(add, {**content, "_send": "1"}).status_code == 302
+    message = Message.objects.get()
+    assert message.translations == {"zh-hans": {"title": "促销", "body_html": "<p>现在</p>"}}
+    assert _zh(client_for(recipient), "/api/v1/inbox/")["results"][0]["title"] == "促销"
+    # A translation without its language, or an unknown one, is a form error and sends nothing.
+    no_language = admin.post(add, {**content, "translation_language": "", "_send": "1"})
+    assert no_language.status_code == 200
+    assert admin.post(add, {**content, "translation_language": "fr", "_send": "1"}).status_code == 200
+    assert Message.objects.count() == 1
+
+
+def test_admin_bulletin_and_announcement_forms_take_translations(operator: Any, recipient: Any) -> None:
+    from django.test import Client
+
+    admin = Client()
+    admin.force_login(operator)
+    when = timezone.now() - timedelta(minutes=1)
+    bulletin = {
+        "title": "Stock-take",
+        "body_html": "<p>Friday</p>",
+        "display_time_0": when.strftime("%Y-%m-%d"),
+        "display_time_1": when.strftime("%H:%M:%S"),
+        "everyone": "on",
+        "translations": '{"zh-hans": {"title": "盘点"}}',
+    }
+    response = admin.post("/admin/messagecenter/bulletin/add/", bulletin)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Bulletin.objects.get().translations == {"zh-hans": {"title": "盘点"}}
+    bad = admin.post("/admin/messagecenter/bulletin/add/", {**bulletin, "translations": '{"fr": {"title": "x"}}'})
+    assert bad.status_code == 200
+    assert Bulletin.objects.count() == 1
+    announcement = {
+        "title": "Maintenance",
+        "summary": "",
+        "body_html": "<p>22:00</p>",
+        "platforms": ["user"],
+        "publish_at_0": when.strftime("%Y-%m-%d"),
+        "publish_at_1": when.strftime("%H:%M:%S"),
+        "translations": '{"zh-hans": {"title": "维护"}}',
+    }
+    response = admin.post("/admin/notices/announcement/add/", announcement)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Announcement.objects.get().translations == {"zh-hans": {"title": "维护"}}
