@@ -21,6 +21,7 @@ from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
 
 
+@extend_schema_field({"type": "string", "maxLength": 32, "example": "approve"})
 class ActionIdField(serializers.Field):
     """An action's id: the string the item lists (a bare JSON integer is taken as its digits)."""
 

@@ -231,3 +231,24 @@ def test_pages_answer_without_javascript_in_both_languages(operator: Any, recipi
     page.post(f"/inbox/m{message_id}/respond/", {"action": "decline"})
     assert MessageResponse.objects.get().action == "approve"
     assert page.post("/inbox/m999999/respond/", {"action": "approve"}).status_code == 404
+
+
+def test_the_openapi_schema_describes_actions_responses_and_translations() -> None:
+    from rest_framework.test import APIClient
+
+    schema = APIClient().get("/api/schema/?format=json").json()
+    paths, components = schema["paths"], schema["components"]["schemas"]
+    respond = paths["/api/v1/inbox/{item_id}/respond/"]["post"]
+    assert set(respond["responses"]) >= {"200", "400", "404", "409"}
+    listed = paths["/api/v1/manage/messages/{message_id}/responses/"]["get"]
+    assert set(listed["responses"]) >= {"200", "404"}
+    page = components["ResponsesPage"]["properties"]
+    assert set(page) == {"counts", "results", "next_cursor"}
+    item = components["Item"]["properties"]
+    assert {"actions", "response"} <= set(item)
+    send = paths["/api/v1/manage/messages/"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    send_fields = components[send["$ref"].rsplit("/", 1)[-1]]["properties"]
+    assert {"actions", "translations"} <= set(send_fields)
+    for path in ("/api/v1/manage/notifications/", "/api/v1/manage/bulletins/", "/api/v1/manage/announcements/"):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "translations" in components[body["$ref"].rsplit("/", 1)[-1]]["properties"], path
