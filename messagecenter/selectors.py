@@ -98,7 +98,8 @@ def _item(row: PageRow, language: str | None = None) -> InboxItem:
     detail: dict[str, Any] = row.detail
     # Translations ride in the detail: the reader's language is picked here,
     # field by field (the page costs the same whatever the languages held).
-    shown = localized(detail, detail.get("translations"), language) if "translations" in detail else detail
+    translations = detail.get("translations")
+    shown = localized(detail, translations, language) if translations and language in translations else detail
     return InboxItem(
         id=row.ref,
         kind=detail.get("kind") or KIND_BY_PREFIX.get(row.ref[:1], "message"),
