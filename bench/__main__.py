@@ -31,6 +31,7 @@ CASES = (
     "bench.cases.growth",
     "bench.cases.sse",
     "bench.cases.channels",
+    "bench.cases.items",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

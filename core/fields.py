@@ -5,7 +5,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from core.translations import translations_validate
 
 # Our tables use bigint keys; auth_user.id is a PostgreSQL integer and user
 # audiences are 32-bit roaring bitmaps, so a larger user id can name no one
@@ -193,3 +196,26 @@ class DirectRepresentation:
         return {
             name: convert[name](getattr(item, name)) if name in convert else getattr(item, name) for name in self.names
         }
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "Content in other languages: {language code (settings.LANGUAGES, e.g. zh-hans): "
+        '{"title", "summary"?, "body_html"?}}. Readers of that language see it; a field left out shows '
+        "the original.",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "summary": {"type": "string"}, "body_html": {"type": "string"}},
+            "required": ["title"],
+        },
+    }
+)
+class TranslationsField(serializers.Field):
+    """Translations in and out, checked by ``core.translations`` (400 on ``translations``)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, dict[str, str]]:
+        return translations_validate(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return dict(value or {})

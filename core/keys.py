@@ -52,6 +52,12 @@ def user_platforms(user_id: int) -> str:
     return _key("user", "platforms", user_tag(user_id))
 
 
+def user_language(user_id: int) -> str:
+    """string: a read-through entry (core/readthrough.py) of the user's chosen content
+    language ("" when none chosen)."""
+    return _key("user", "language", user_tag(user_id))
+
+
 def auth_token(digest: str) -> str:
     """string: a read-through entry (core/readthrough.py) of the token owner's fields and the
     token's expiry, or of the token's absence; a tombstone after a revocation or user change.
@@ -325,6 +331,12 @@ def mc_inbox_pages(user_id: int) -> str:
     field + "#" -> "<tag>|<valid until ms>"; served while the tag is current (the inbox scripts'
     "Read cache"; a cache with a short lifetime: only users polling now hold one)."""
     return _key("inbox", user_tag(user_id), "pages")
+
+
+def mc_inbox_responses(user_id: int) -> str:
+    """hash: message ref -> "<action id>|<ms>", the user's answers to items' actions (mirror of
+    PostgreSQL's responses): a page shows them without SQL."""
+    return _key("inbox", user_tag(user_id), "responses")
 
 
 def mc_inbox_scratch(user_id: int) -> str:

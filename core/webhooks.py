@@ -66,6 +66,7 @@ EVENTS: tuple[str, ...] = (
     "bulletin.published",
     "notification.sent",
     "delivery.failed",
+    "message.responded",
 )
 DELIVER_TASK = "core.webhook_deliver"
 MAX_RESPONSE_ERROR = 500

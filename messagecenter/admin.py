@@ -25,7 +25,7 @@ from core.audit import AuditedAdminMixin, audit_admin
 from core.exceptions import ApplicationError
 from core.html import sanitize_html
 from core.insight import bar_chart, rate_chart
-from messagecenter import insight, selectors, services
+from messagecenter import insight, manage_selectors, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
 from messagecenter.models import (
     Bulletin,
@@ -303,6 +303,7 @@ class BulletinAdmin(ReadInsightAdmin):
                 expire_at=data.get("expire_at"),
                 group_ids=group_ids,
                 actor=request.user,  # type: ignore[arg-type]
+                translations=data.get("translations") or {},
             )
             obj.pk = created.pk
 
@@ -345,7 +346,7 @@ class MessageAdmin(ReadInsightAdmin):
     list_display = ["title", "category", "delivery", "status", "audience_size", "progress", "send_at", "created_at"]
     list_filter = [ScheduledFilter, "status", "delivery", "category"]
     search_fields = ["title"]
-    actions = ["retract"]
+    actions = ["retract", "export_responses"]
     readonly_fields = [
         "category",
         "title",
@@ -384,6 +385,26 @@ class MessageAdmin(ReadInsightAdmin):
         done, total = selectors.message_progress(message=obj)
         percent = 100 if total == 0 else round(100 * done / total)
         return f"{done} / {total} ({percent}%)"
+
+    @admin.action(description="Export the answers to their actions (CSV)", permissions=["view"])
+    def export_responses(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse:
+        """One row per answer of the chosen messages, newest first."""
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="responses.csv"'
+        writer = csv.writer(response)
+        writer.writerow(["message_id", "message_title", "user_id", "username", "action", "at"])
+        for row in manage_selectors.message_responses_export(message_ids=list(queryset.values_list("pk", flat=True))):
+            writer.writerow(
+                [
+                    row.message_id,
+                    row.message.title,
+                    row.user_id,
+                    row.user.get_username(),
+                    row.action,
+                    row.at.isoformat(),
+                ]
+            )
+        return response
 
     @admin.action(description="Retract from every inbox", permissions=["delete"])
     def retract(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
@@ -437,6 +458,7 @@ class MessageAdmin(ReadInsightAdmin):
             except ApplicationError as exc:
                 form.add_error(None, exc.message)
         body_html = form.data.get("body_html", "") if form.is_bound else ""
+        translated_body = form.data.get("translation_body_html", "") if form.is_bound else ""
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -446,6 +468,7 @@ class MessageAdmin(ReadInsightAdmin):
             "preview": preview,
             "confirm": confirm,
             "body_preview": sanitize_html(str(body_html)),
+            "translation_preview": sanitize_html(str(translated_body)),
             "preview_url": reverse("admin:messagecenter_message_body_preview"),
             **(extra_context or {}),
         }
@@ -494,6 +517,7 @@ class MessageAdmin(ReadInsightAdmin):
             "images": data["image_urls"],
             "image_files": data["image_files"],
             "expire_at": data["expire_at"],
+            "translations": data["translations"],
         }
         sender = request.user
         with transaction.atomic():
@@ -521,6 +545,7 @@ class MessageAdmin(ReadInsightAdmin):
                 image_files=data["image_files"],
                 expire_at=data["expire_at"],
                 user_ids=[me],
+                translations=data["translations"],
             )
             audit_admin(
                 request,

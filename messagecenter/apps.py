@@ -9,13 +9,13 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the rebuild, demo data).
-        from core import activity, demo, drift, metrics, outbox, rebuild
+        from core import activity, demo, drift, metrics, outbox, rebuild, translations
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift
 
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
-        from messagecenter import insight, live_api, projection, signals, tasks  # noqa: F401
+        from messagecenter import insight, languages, live_api, projection, signals, tasks  # noqa: F401
         from messagecenter.models import PushDelivery
         from messagecenter.services import delivery, inbox, messages, notifications
         from messagecenter.services.channels import plan as channels_plan
@@ -23,6 +23,7 @@ class MessagecenterConfig(AppConfig):
         from messagecenter.services.rebuild import inbox_rebuild
 
         projection.register()
+        translations.preferred_language_source(languages.user_language)
         signals.connect()
         outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
         for topic, handler in inbox.OUTBOX_HANDLERS.items():

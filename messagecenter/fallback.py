@@ -292,6 +292,7 @@ def inbox_page(
     since_ms: int | None,
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> Page:
     """A page as ``readmodel.inbox.inbox_page`` (``inbox_listing`` for the
     archived list or a search) returns it, from PostgreSQL.
@@ -318,7 +319,7 @@ def inbox_page(
 
     def keep(i: int) -> bool:
         entry = entries[i]
-        return text is None or (entry.ref in found and listing.matches(found[entry.ref], text))
+        return text is None or (entry.ref in found and listing.matches(found[entry.ref], text, language))
 
     walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)
     picked = [entries[i] for i in walked.picked]

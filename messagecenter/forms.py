@@ -4,12 +4,14 @@
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.widgets import AutocompleteSelectMultiple
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from core.exceptions import ApplicationError
+from core.translations import translations_validate
 from messagecenter import selectors
 from messagecenter.models import CATEGORIES, Bulletin, Message, NotificationRule, UserGroup
 from messagecenter.services import rule_validate
@@ -51,6 +53,20 @@ NO_AUDIENCE = "Choose users, groups or everyone."
 EVERYONE_AND_MORE = "Everyone already includes every user: untick it or clear the users and groups."
 
 
+TRANSLATIONS_HELP = (
+    'Optional, JSON: {"zh-hans": {"title": "…", "summary": "…", "body_html": "…"}}; '
+    "readers of that language see it, a field left out shows the original."
+)
+
+
+def translations_clean(raw: Any) -> dict[str, Any]:
+    """A translations form field checked as the API checks it (a form error otherwise)."""
+    try:
+        return translations_validate(raw or {})
+    except ApplicationError as exc:
+        raise ValidationError(exc.message) from exc
+
+
 class BulletinForm(forms.ModelForm):
     """ "Everyone" is a box of its own: an empty group list is an error here, not a
     silent broadcast. Stored as before (no groups = everyone)."""
@@ -59,13 +75,21 @@ class BulletinForm(forms.ModelForm):
 
     class Meta:
         model = Bulletin
-        fields = ["title", "body_html", "display_time", "expire_at", "groups", "everyone"]
-        help_texts = {"groups": "The groups who see the bulletin; or tick “Everyone”."}
+        fields = ["title", "body_html", "display_time", "expire_at", "groups", "everyone", "translations"]
+        help_texts = {
+            "groups": "The groups who see the bulletin; or tick “Everyone”.",
+            "translations": TRANSLATIONS_HELP,
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             self.fields["everyone"].initial = not self.instance.groups.exists()
+            # Translations are given with the create (as the API takes them).
+            self.fields["translations"].disabled = True
+
+    def clean_translations(self) -> dict[str, Any]:
+        return translations_clean(self.cleaned_data.get("translations"))
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -123,6 +147,17 @@ class MessageComposeForm(forms.Form):
         required=False, label="Send at", help_text="Optional: YYYY-MM-DD HH:MM (UTC). Empty sends now."
     )
     expire_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC)")
+    # One translation per compose: readers of that language see it (core.translations).
+    translation_language = forms.ChoiceField(
+        choices=[("", "None")] + [(c, n) for c, n in settings.LANGUAGES if c != settings.LANGUAGE_CODE],
+        required=False,
+        label="Language",
+    )
+    translation_title = forms.CharField(max_length=200, required=False, label="Title")
+    translation_summary = forms.CharField(max_length=300, required=False, label="Summary")
+    translation_body_html = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), required=False, label="Body (HTML)"
+    )
 
     def __init__(self, *args: Any, test_send: bool = False, **kwargs: Any) -> None:
         # A test send goes to the operator alone: no audience needed.
@@ -131,6 +166,7 @@ class MessageComposeForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        cleaned["translations"] = translations_of(cleaned, self)
         if self.test_send:
             return cleaned
         users, groups, everyone = cleaned.get("users"), cleaned.get("groups"), cleaned.get("everyone")
@@ -146,6 +182,25 @@ class MessageComposeForm(forms.Form):
         urls = [line.strip() for line in (self.cleaned_data.get("image_urls") or "").splitlines() if line.strip()]
         validator = forms.URLField(assume_scheme="https")
         return [validator.clean(url) for url in urls]
+
+
+def translations_of(cleaned: dict[str, Any], form: forms.Form) -> dict[str, dict[str, str]]:
+    """The compose form's one translation as ``{code: {...}}`` (empty: none), checked as the API checks it."""
+    code = cleaned.get("translation_language") or ""
+    fields = {
+        name: str(cleaned.get(f"translation_{name}") or "")
+        for name in ("title", "summary", "body_html")
+        if cleaned.get(f"translation_{name}")
+    }
+    if not code:
+        if fields:
+            form.add_error("translation_language", "Choose the translation's language.")
+        return {}
+    try:
+        return translations_validate({code: fields})
+    except ApplicationError as exc:
+        form.add_error("translation_title", exc.message)
+        return {}
 
 
 class NotificationRuleForm(forms.ModelForm):

@@ -60,7 +60,19 @@ def message_detail(message: Message, image_files: Sequence[MessageImage] | None 
         "link": message.link or None,
         "member": message_entry(message).member,
         "sender": sender_name(message.sender) if message.sender_id is not None else None,
+        **_extras(actions=message.actions, translations=message.translations),
     }
+
+
+def _extras(*, actions: Sequence[Any] = (), translations: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Actions and translations, named only when an item has them: most
+    details stay as small as before, and a reader reads them as empty."""
+    extras: dict[str, Any] = {}
+    if actions:
+        extras["actions"] = [{"id": str(a["id"]), "label": str(a["label"])} for a in actions]
+    if translations:
+        extras["translations"] = translations
+    return extras
 
 
 def bulletin_entry(bulletin: Bulletin) -> InboxEntry:
@@ -86,6 +98,7 @@ def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
         "link": None,
         "member": bulletin_entry(bulletin).member,
         "sender": sender_name(bulletin.created_by) if bulletin.created_by_id is not None else None,
+        **_extras(translations=bulletin.translations),
     }
 
 
@@ -114,4 +127,5 @@ def notification_detail(notification: Notification) -> dict[str, Any]:
         "scope": notification.scope,
         # Notifications come from rules and subscriptions, never from a person.
         "sender": None,
+        **_extras(translations=notification.translations),
     }

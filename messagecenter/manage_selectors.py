@@ -3,6 +3,7 @@
 the list and its filters. These are PostgreSQL reads: operators see the truth,
 not the read model; only a message's read count comes from Redis."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.models import (
     Bulletin,
     Message,
+    MessageResponse,
     MessageSendKey,
     MessageType,
     Notification,
@@ -240,3 +242,33 @@ def notification_manage_list(
 
 def notification_manage_get(*, notification_id: int) -> Notification:
     return _get(_notifications(), notification_id, "notification")
+
+
+# --- answers to a message's actions ------------------------------------------------
+
+
+def message_response_counts(*, message: Message) -> dict[str, int]:
+    """How many recipients answered each action (every offered action, zero included)."""
+    counts = dict.fromkeys((str(a["id"]) for a in message.actions or []), 0)
+    rows = MessageResponse.objects.filter(message=message).values_list("action").annotate(n=Count("id"))
+    counts.update({action: int(n) for action, n in rows})
+    return counts
+
+
+def message_plain_get(*, message_id: int) -> Message:
+    """The message row alone (no read count); NotFound when absent."""
+    return _get(Message.objects.all(), message_id, "message")
+
+
+def message_responses_list(*, message: Message, limit: int, cursor: str | None) -> KeysetPage[MessageResponse]:
+    """Answers newest first; mc_response_message_at_idx serves the walk."""
+    rows = MessageResponse.objects.filter(message=message).select_related("user")
+    return keyset_page(
+        rows, limit=limit, cursor=cursor, scope=page_scope("manage-responses", {"message": message.pk}), time_field="at"
+    )
+
+
+def message_responses_export(*, message_ids: list[int]) -> Iterator[MessageResponse]:
+    """Every answer to these messages, by message then newest first (the admin's CSV)."""
+    rows = MessageResponse.objects.filter(message_id__in=message_ids).select_related("user", "message")
+    return rows.order_by("message_id", "-at", "-id").iterator(chunk_size=1000)

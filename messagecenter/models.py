@@ -89,6 +89,8 @@ class Bulletin(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
+    # {language code: {"title", "summary"?, "body_html"?}}, validated by services.translations.
+    translations = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-display_time", "-id"]
@@ -153,6 +155,9 @@ class Message(models.Model):
     # A scheduled message has month 0 and offset 0 (no real slot) until it is sent.
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
+    # [{"id": slug, "label": str}], one to three (services.responses validates them).
+    actions = models.JSONField(default=list, blank=True)
+    translations = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -224,6 +229,32 @@ class MessageImage(models.Model):
 
     def __str__(self) -> str:
         return str(self.file.name)
+
+
+class MessageResponse(models.Model):
+    """A user's answer to one of a message's actions: one per (message, user),
+    the first one stands."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="responses")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mc_message_responses")
+    action = models.CharField(max_length=32)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Its index also serves the second response's check and the user's responses on a page
+            # from PostgreSQL (the fallback).
+            models.UniqueConstraint(fields=["message", "user"], name="mc_response_unique"),
+        ]
+        indexes = [
+            # The operators' list of one message's responses, newest first (keyset on (at, id)).
+            models.Index(fields=["message", "-at", "-id"], name="mc_response_message_at_idx"),
+            # The rebuild and the fallback: one user's responses.
+            models.Index(fields=["user"], name="mc_response_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} -> {self.message_id}: {self.action}"
 
 
 class FanoutChunk(models.Model):
@@ -494,6 +525,7 @@ class Notification(models.Model):
     details_freed = models.BooleanField(default=False, editable=False)
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
+    translations = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -47,6 +47,7 @@ from messagecenter.models import (
     InboxHidden,
     InboxItemState,
     Message,
+    MessageResponse,
     MessageStatus,
     MutePeriod,
     Notification,
@@ -58,6 +59,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel import notifications as notifications_rm
+from messagecenter.readmodel import responses as responses_rm
 
 USER_GROUPS = "messagecenter.user_groups"
 BULLETIN = "messagecenter.bulletin"
@@ -68,6 +70,7 @@ SUBSCRIBERS = "messagecenter.subscribers"
 USER_MUTES = "messagecenter.user_mutes"
 
 ITEM_PLACE = "messagecenter.item_place"
+RESPONSES = "messagecenter.responses"
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,22 @@ def _run_item_places(keys: list[Any], facts: Mapping[Any, Any]) -> None:
     item_places(keys)
 
 
+def _run_responses(keys: list[Any], facts: Mapping[Any, Any]) -> None:
+    responses(keys)
+
+
+def responses(pairs: Sequence[tuple[int, int]]) -> None:
+    """Mirror the answers of these (user, message) pairs into each user's
+    responses hash (reloaded: the row is the truth; a pair without one writes nothing)."""
+    by_user: dict[int, set[int]] = {}
+    for user_id, message_id in pairs:
+        by_user.setdefault(int(user_id), set()).add(int(message_id))
+    for user_id, message_ids in by_user.items():
+        rows = MessageResponse.objects.filter(user_id=user_id, message_id__in=sorted(message_ids))
+        found = {f"m{m}": (a, to_ms(at)) for m, a, at in rows.values_list("message_id", "action", "at")}
+        responses_rm.responses_put(user_id=user_id, responses=found)
+
+
 # A run Redis refused is kept in the outbox under ``messagecenter.mirror``, one
 # entry ``{"name", "args"}`` per write, and ``replay_mirror`` runs it again.
 MIRROR_TOPIC = "messagecenter.mirror"
@@ -419,6 +438,7 @@ PAYLOADS: dict[str, projection.Payloads] = {
     SUBSCRIBERS: lambda keys, facts: [_mirror("subscribers", t, s) for t, s in keys],
     USER_MUTES: lambda keys, facts: [_mirror("user_mutes", [int(u) for u in keys])],
     ITEM_PLACE: lambda keys, facts: [_mirror("item_place", int(u), str(r)) for u, r in keys],
+    RESPONSES: lambda keys, facts: [_mirror("responses", [[int(u), int(m)] for u, m in keys])],
 }
 
 RUNNERS: dict[str, projection.Runner] = {
@@ -430,6 +450,7 @@ RUNNERS: dict[str, projection.Runner] = {
     SUBSCRIBERS: _run_subscribers,
     USER_MUTES: _run_user_mutes,
     ITEM_PLACE: _run_item_places,
+    RESPONSES: _run_responses,
 }
 
 
@@ -453,6 +474,8 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
 
     elif name == "item_place":
         item_places([(int(args[0]), str(args[1]))])
+    elif name == "responses":
+        responses([(int(u), int(m)) for u, m in args[0]])
     else:
         raise LookupError(f"unknown mirror {name!r}")
 
@@ -515,3 +538,8 @@ def user_mutes_changed(user_ids: Iterable[int]) -> None:
 def item_place_changed(user_id: int, refs: Iterable[str]) -> None:
     """The user archived, unarchived or snoozed these items (their state rows changed)."""
     projection.project(ITEM_PLACE, [(int(user_id), str(r)) for r in refs])
+
+
+def responses_changed(user_id: int, message_ids: Iterable[int]) -> None:
+    """The user answered these messages' actions."""
+    projection.project(RESPONSES, [(int(user_id), int(m)) for m in message_ids])

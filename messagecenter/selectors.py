@@ -26,7 +26,9 @@ from redis.exceptions import RedisError
 from core import healing
 from core.cursors import decode_cursor, encode_cursor
 from core.exceptions import NotFound, ValidationFailed
+from core.fields import TimeField
 from core.lookups import Whole
+from core.translations import localized
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
 from messagecenter.items import KIND_BY_PREFIX
@@ -35,6 +37,7 @@ from messagecenter.models import (
     Bulletin,
     FanoutChunk,
     Message,
+    MessageResponse,
     MessageType,
     MutePeriod,
     Notification,
@@ -46,6 +49,7 @@ from messagecenter.models import (
 from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
+from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
     COUNT_SCRIPT,
@@ -73,6 +77,9 @@ class InboxItem:
     link: str | None
     # The operator's name (messages, bulletins); None for what the system sent.
     sender: str | None = None
+    # [{"id", "label"}] the reader may answer (messages only), and their answer.
+    actions: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    response: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,23 +94,60 @@ class InboxPage:
     cache_tag: tuple[str, str] | None = None
 
 
-def _item(row: PageRow) -> InboxItem:
+def _item(row: PageRow, language: str | None = None) -> InboxItem:
     detail: dict[str, Any] = row.detail
+    # Translations ride in the detail: the reader's language is picked here,
+    # field by field (the page costs the same whatever the languages held).
+    translations = detail.get("translations")
+    shown = localized(detail, translations, language) if translations and language in translations else detail
     return InboxItem(
         id=row.ref,
         kind=detail.get("kind") or KIND_BY_PREFIX.get(row.ref[:1], "message"),
         category=detail["category"],
-        title=detail.get("title", ""),
-        summary=detail.get("summary", ""),
+        title=shown.get("title", ""),
+        summary=shown.get("summary", ""),
         created_at=ms_to_datetime(row.score),
         read=row.read,
-        body_html=detail.get("body_html", ""),
+        body_html=shown.get("body_html", ""),
         images=list(detail.get("images") or []),
         link=detail.get("link") or None,
         # Details written before items named their sender have no such field:
         # None (the system) until a drift repair or rebuild writes them again.
         sender=detail.get("sender") or None,
+        actions=list(detail.get("actions") or ()),
     )
+
+
+# Answers' times as every response writes times (ISO 8601 with an offset).
+_TIME = TimeField()
+
+
+def _answered(user_id: int, items: list[InboxItem], *, degraded: bool) -> list[InboxItem]:
+    """The items with the user's answers to their actions: one HMGET of the
+    user's responses hash when a row has actions, nothing otherwise (PostgreSQL
+    when Redis is down)."""
+    refs = [item.id for item in items if item.actions]
+    if not refs:
+        return items
+    found: dict[str, tuple[str, datetime]] = {}
+    try:
+        if degraded:
+            raise RedisError("the page came from PostgreSQL")
+        found = {
+            ref: (a, ms_to_datetime(at))
+            for ref, (a, at) in responses_rm.responses_get(user_id=user_id, refs=refs).items()
+        }
+    except RedisError:
+        rows = MessageResponse.objects.filter(user_id=user_id, message_id__in=[int(ref[1:]) for ref in refs])
+        found = {f"m{m}": (a, at) for m, a, at in rows.values_list("message_id", "action", "at")}
+    return [
+        dataclasses.replace(
+            item, response={"action": found[item.id][0], "at": _TIME.to_representation(found[item.id][1])}
+        )
+        if item.id in found
+        else item
+        for item in items
+    ]
 
 
 def category_validate(category: str | None) -> None:
@@ -163,6 +207,7 @@ def inbox_list(
     now: datetime | None = None,
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> InboxPage:
     """A page of the user's inbox (or of its archived items), newest first,
     with whole-inbox counts; ``query`` keeps the items whose title or summary
@@ -183,6 +228,7 @@ def inbox_list(
         now=now,
         archived=archived,
         query=query,
+        language=language,
     )
     assert page is not None  # noqa: S101 - no cache field, no cached rendering
     return page
@@ -200,6 +246,7 @@ def inbox_list_rendered(
     now: datetime | None = None,
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> bytes:
     """``render(inbox_list(...))``, served from the user's page cache when it
     holds a current rendering of this first page (no cursor, no ``since``):
@@ -207,7 +254,11 @@ def inbox_list_rendered(
     whether the rendering is current (_cache.lua, "Read cache")."""
     # The archived list and searches are not kept in the page cache.
     first_page = not (cursor or since or archived or query)
-    field = _page_cache_field(category=category, unread_only=unread_only, limit=limit) if first_page else ""
+    field = (
+        _page_cache_field(category=category, unread_only=unread_only, limit=limit, language=language)
+        if first_page
+        else ""
+    )
     page, cached = _inbox_list(
         user=user,
         category=category,
@@ -219,6 +270,7 @@ def inbox_list_rendered(
         cache_field=field,
         archived=archived,
         query=query,
+        language=language,
     )
     if cached is not None:
         return cached
@@ -232,9 +284,10 @@ def inbox_list_rendered(
     return body
 
 
-def _page_cache_field(*, category: str | None, unread_only: bool, limit: int) -> str:
-    """The page cache's field of a first page's query."""
-    return f"{category or ''}|{int(unread_only)}|{limit}"
+def _page_cache_field(*, category: str | None, unread_only: bool, limit: int, language: str | None = None) -> str:
+    """The page cache's field of a first page's query (a rendering is in one language)."""
+    field = f"{category or ''}|{int(unread_only)}|{limit}"
+    return f"{field}|{language}" if language and language != settings.LANGUAGE_CODE else field
 
 
 def _inbox_list(
@@ -249,6 +302,7 @@ def _inbox_list(
     cache_field: str = "",
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> tuple[InboxPage | None, bytes | None]:
     category_validate(category)
     query_validate(query)
@@ -273,7 +327,9 @@ def _inbox_list(
     try:
         healing.require_ready()
         if archived or query:
-            page = inbox.inbox_listing(user_id=user_id, now_ms=to_ms(now), archived=archived, query=query, **filters)
+            page = inbox.inbox_listing(
+                user_id=user_id, now_ms=to_ms(now), archived=archived, query=query, language=language, **filters
+            )
         else:
             result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **filters)
             if isinstance(result, CachedPage):
@@ -281,11 +337,20 @@ def _inbox_list(
             page = result
     except RedisError as exc:
         _redis_down("inbox page", user, exc)
-        page = fallback.inbox_page(user_id=user_id, now=now, archived=archived, query=query, **filters)
+        page = fallback.inbox_page(
+            user_id=user_id, now=now, archived=archived, query=query, language=language, **filters
+        )
         degraded = True
-    return _inbox_page_of(
-        page, category=category, unread_only=unread_only, archived=archived, query=query, degraded=degraded
-    ), None
+    answer = _inbox_page_of(
+        page,
+        category=category,
+        unread_only=unread_only,
+        archived=archived,
+        query=query,
+        degraded=degraded,
+        language=language,
+    )
+    return dataclasses.replace(answer, results=_answered(user_id, answer.results, degraded=degraded)), None
 
 
 def _inbox_page_of(
@@ -296,6 +361,7 @@ def _inbox_page_of(
     archived: bool = False,
     query: str | None = None,
     degraded: bool = False,
+    language: str | None = None,
 ) -> InboxPage:
     """The API's page of a read model's (or fallback's) page: its items and
     the cursor of the page after it."""
@@ -309,7 +375,7 @@ def _inbox_page_of(
             position["q"] = query
         next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
-        results=[_item(row) for row in page.rows],
+        results=[_item(row, language) for row in page.rows],
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,
@@ -318,7 +384,9 @@ def _inbox_page_of(
     )
 
 
-def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> InboxItem:
+def inbox_item_get(
+    *, user: AbstractBaseUser, item_id: str, now: datetime | None = None, language: str | None = None
+) -> InboxItem:
     """The item with its detail; NotFound unless it is live in this user's inbox."""
     if not item_id or len(item_id) > 40 or "|" in item_id:
         raise NotFound("No such item in your inbox.")
@@ -332,9 +400,12 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
     except RedisError as exc:
         _redis_down("inbox item", user, exc)
         row = fallback.inbox_get(user_id=int(user.pk), ref=item_id, now=now)
+        degraded = True
+    else:
+        degraded = False
     if row is None:
         raise NotFound("No such item in your inbox.")
-    return _item(row)
+    return _answered(int(user.pk), [_item(row, language)], degraded=degraded)[0]
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:

@@ -2,7 +2,7 @@ from django.urls import URLPattern, path
 
 from core.urls import malformed_id_path
 from messagecenter import live_api, views
-from messagecenter.apis import channels, inbox, manage, me, subscriptions, unread
+from messagecenter.apis import channels, inbox, manage, me, responses, subscriptions, unread
 
 api_urlpatterns: list[URLPattern] = [
     path("inbox/", inbox.InboxListApi.as_view(), name="mc-inbox"),
@@ -17,6 +17,7 @@ api_urlpatterns: list[URLPattern] = [
     path("inbox/<str:item_id>/archive/", inbox.InboxItemArchiveApi.as_view(), name="mc-inbox-item-archive"),
     path("inbox/<str:item_id>/unarchive/", inbox.InboxItemUnarchiveApi.as_view(), name="mc-inbox-item-unarchive"),
     path("inbox/<str:item_id>/snooze/", inbox.InboxItemSnoozeApi.as_view(), name="mc-inbox-item-snooze"),
+    path("inbox/<str:item_id>/respond/", inbox.InboxItemRespondApi.as_view(), name="mc-inbox-item-respond"),
     path("manage/user-groups/", manage.UserGroupCreateApi.as_view(), name="mc-user-groups"),
     path("manage/user-groups/<id:group_id>/", manage.UserGroupDetailApi.as_view(), name="mc-user-group"),
     path("manage/user-groups/<id:group_id>/members/", manage.UserGroupMembersApi.as_view(), name="mc-group-members"),
@@ -24,6 +25,11 @@ api_urlpatterns: list[URLPattern] = [
     path("manage/bulletins/<id:bulletin_id>/", manage.BulletinDetailApi.as_view(), name="mc-bulletin"),
     path("manage/messages/", manage.MessageSendApi.as_view(), name="mc-messages"),
     path("manage/messages/<id:message_id>/", manage.MessageRetractApi.as_view(), name="mc-message"),
+    path(
+        "manage/messages/<id:message_id>/responses/",
+        responses.MessageResponsesApi.as_view(),
+        name="mc-message-responses",
+    ),
     # Who has not read a message or bulletin, and the reminder to them.
     *(
         path(f"manage/{kind}s/<id:item_id>/{action}/", view.as_view(), name=f"mc-{kind}-{action}")
@@ -63,6 +69,7 @@ api_urlpatterns: list[URLPattern] = [
         for name in ("bulletins", "messages")
         for action in ("unread-recipients", "remind")
     ),
+    malformed_id_path("manage/messages/", "responses/"),
     path("me/preferences/", me.PreferencesApi.as_view(), name="mc-me-preferences"),
     path("me/subscriptions/", me.MySubscriptionsApi.as_view(), name="mc-me-subscriptions"),
     path("me/subscriptions/<id:subscription_id>/", me.MySubscriptionApi.as_view(), name="mc-me-subscription"),
@@ -85,4 +92,5 @@ page_urlpatterns: list[URLPattern] = [
     path("email/unsubscribe/channel/<str:token>/", views.channel_unsubscribe, name="channel-unsubscribe"),
     path("inbox/<str:item_id>/", views.inbox_item_page, name="item"),
     path("inbox/<str:item_id>/hide/", views.inbox_hide, name="hide"),
+    path("inbox/<str:item_id>/respond/", views.inbox_respond, name="respond"),
 ]

@@ -24,8 +24,9 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_database_outage
+from core.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed, is_database_outage
 from core.params import parse_limit
+from core.translations import reader_language
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS
@@ -155,6 +156,7 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
         archived=view.archived,
         limit=view.limit,
         query=view.query or None,
+        language=reader_language(request, request.user.pk),
     )
     counts = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
     by_category = counts["by_category"]
@@ -185,7 +187,11 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def inbox_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
     try:
-        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        item = selectors.inbox_item_get(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            language=reader_language(request, request.user.pk),
+        )
         if not item.read:
             # Pages mark on open (the API needs the explicit POST).
             services.inbox_mark_read(user=request.user, item_id=item_id)  # type: ignore[arg-type]
@@ -235,6 +241,28 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     next_url = request.POST.get("next") or ""
     if not next_url.startswith("/inbox/") or next_url.startswith("//"):
         next_url = reverse("messagecenter:inbox")
+    return redirect(next_url)
+
+
+@login_required
+@require_POST
+def inbox_respond(request: HttpRequest, item_id: str) -> HttpResponse:
+    """The answer buttons' form (pages without JavaScript; inbox.js calls the API)."""
+    try:
+        services.message_respond(user=request.user, item_id=item_id, action=request.POST.get("action") or "")  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404(gettext("No such item in your inbox.")) from exc
+    except InboxUnavailable:
+        return _unavailable(request)
+    except Conflict:
+        messages.info(request, gettext("You already answered this."))
+    except ValidationFailed:
+        messages.error(request, gettext("That answer is not one of this item's."))
+    else:
+        messages.success(request, gettext("Your answer was sent."))
+    next_url = request.POST.get("next") or ""
+    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
+        next_url = reverse("messagecenter:item", args=[item_id])
     return redirect(next_url)
 
 

@@ -19,6 +19,7 @@ from core.html import sanitize_html
 from core.insight import rate_chart
 from core.platforms import ALL_PLATFORMS
 from core.selectors import platform_user_counts
+from core.translations import translations_validate
 from notices import insight, selectors, services
 from notices.models import Announcement
 
@@ -30,13 +31,25 @@ class AnnouncementForm(forms.ModelForm):
 
     class Meta:
         model = Announcement
-        fields = ("title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned")
+        fields = ("title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned", "translations")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["summary"].help_text = "Leave empty to derive it from the body."
+        self.fields["translations"].help_text = (
+            'Optional, JSON: {"zh-hans": {"title": "…", "summary": "…", "body_html": "…"}}; '
+            "readers of that language see it, a field left out shows the original."
+        )
         if self.instance.pk:
             self.fields["platforms"].initial = self.instance.platforms
+            # Translations are given with the create (as the API takes them).
+            self.fields["translations"].disabled = True
+
+    def clean_translations(self) -> dict[str, Any]:
+        try:
+            return translations_validate(self.cleaned_data.get("translations") or {})
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from exc
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
@@ -57,6 +70,7 @@ class AnnouncementAdmin(AuditedAdminMixin, admin.ModelAdmin):
     actions = ("publish_now", "unpublish")
     fieldsets = (
         (None, {"fields": ("title", "summary", "body_html", "platforms", "pinned")}),
+        ("Translations", {"fields": ("translations",)}),
         ("Schedule", {"fields": ("publish_at", "expire_at")}),
         ("Preview and statistics", {"fields": ("preview", "read_statistics", "author", "created_at", "updated_at")}),
     )
@@ -160,6 +174,7 @@ class AnnouncementAdmin(AuditedAdminMixin, admin.ModelAdmin):
         fields = {name: data[name] for name in AnnouncementForm.Meta.fields if name in data}
         try:
             if change:
+                fields.pop("translations", None)  # set with the create only
                 saved = services.announcement_update(announcement=obj, **fields)
             else:
                 saved = services.announcement_create(author=request.user, **fields)

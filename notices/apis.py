@@ -22,6 +22,7 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     TimeField,
+    TranslationsField,
 )
 from core.openapi import (
     ERRORS,
@@ -35,6 +36,7 @@ from core.openapi import (
 from core.params import parse_bool, parse_choice, parse_limit, parse_time
 from core.permissions import IsOperator
 from core.platforms import ALL_PLATFORMS
+from core.translations import localized, reader_language
 from notices import selectors, services
 from notices.models import Announcement
 from notices.selectors import ANNOUNCEMENT_STATUSES
@@ -52,19 +54,21 @@ def _platforms_field(*, required: bool = True) -> serializers.ListField:
     )
 
 
-def _item(item: selectors.AnnouncementItem) -> dict[str, Any]:
-    """An announcement with its body: what a list shows of it, and the body."""
+def _item(item: selectors.AnnouncementItem, language: str | None = None) -> dict[str, Any]:
+    """An announcement with its body: what a list shows of it, and the body (in the reader's language)."""
     announcement = item.announcement
     listed = selectors.AnnouncementListItem(selectors.AnnouncementSummary.of(announcement), item.read)
-    return {**_list_item(listed), "body_html": announcement.body_html}
+    shown = localized({"body_html": announcement.body_html}, announcement.translations, language)
+    return {**_list_item(listed, language), "body_html": shown["body_html"]}
 
 
-def _list_item(item: selectors.AnnouncementListItem) -> dict[str, Any]:
+def _list_item(item: selectors.AnnouncementListItem, language: str | None = None) -> dict[str, Any]:
     summary = item.announcement
+    shown = summary.shown(language) if summary.translations else {"title": summary.title, "summary": summary.summary}
     return {
         "id": str(summary.pk),
-        "title": summary.title,
-        "summary": summary.summary,
+        "title": shown["title"],
+        "summary": shown["summary"],
         "published_at": summary.publish_at,
         "pinned": summary.pinned,
         "read": item.read,
@@ -107,13 +111,14 @@ class AnnouncementListApi(APIView):
     def get(self, request: Request) -> HttpResponse:
         limit = parse_limit(request.query_params.get("limit"))
         page = selectors.announcement_list(user=request.user, limit=limit, cursor=request.query_params.get("cursor"))
-        return HttpResponse(render_list(page), content_type="application/json")
+        language = reader_language(request, request.user.pk)
+        return HttpResponse(render_list(page, language), content_type="application/json")
 
 
-def render_list(page: selectors.AnnouncementPage) -> bytes:
+def render_list(page: selectors.AnnouncementPage, language: str | None = None) -> bytes:
     """The list endpoint's body, through the API's JSON renderer."""
     body = {
-        "results": [_LIST_ITEM.of_mapping(_list_item(item)) for item in page.items],
+        "results": [_LIST_ITEM.of_mapping(_list_item(item, language)) for item in page.items],
         "next_cursor": page.next_cursor,
     }
     return bytes(JSONRenderer().render(body))
@@ -136,7 +141,7 @@ class AnnouncementDetailApi(APIView):
     )
     def get(self, request: Request, announcement_id: int) -> Response:
         item = selectors.announcement_get(user=request.user, announcement_id=announcement_id)
-        return Response(self.OutputSerializer(_item(item)).data)
+        return Response(self.OutputSerializer(_item(item, reader_language(request, request.user.pk))).data)
 
 
 class AnnouncementMarkReadApi(APIView):
@@ -180,6 +185,7 @@ class ManageAnnouncementOutputSerializer(serializers.Serializer):
     status = serializers.CharField(help_text="scheduled, live or expired")
     created_at = OffsetDateTimeField()
     updated_at = OffsetDateTimeField()
+    translations = TranslationsField()
 
 
 def _manage_body(announcement: Announcement) -> dict[str, Any]:
@@ -195,6 +201,7 @@ def _manage_body(announcement: Announcement) -> dict[str, Any]:
         "status": announcement.status_at(datetime.now(UTC)),
         "created_at": announcement.created_at,
         "updated_at": announcement.updated_at,
+        "translations": dict(announcement.translations or {}),
     }
 
 
@@ -231,6 +238,7 @@ class AnnouncementCreateApi(APIView):
         publish_at = TimeField(required=False, allow_null=True)
         expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):
         pass

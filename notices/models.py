@@ -26,6 +26,8 @@ class Announcement(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # {language code: {"title", "summary"?, "body_html"?}}: shown to readers of that language.
+    translations = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-publish_at", "-id"]

@@ -17,7 +17,7 @@ a flag for clients, and the pages show pinned ones in a section of their own.
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ from core.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
 from core.exceptions import NotFound, ValidationFailed
 from core.params import page_scope
 from core.selectors import platform_user_counts, user_platforms
+from core.translations import localized
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
 from notices.models import MAX_ID, Announcement, AnnouncementRead
@@ -60,18 +61,37 @@ class AnnouncementSummary:
     summary: str
     publish_at: datetime
     pinned: bool
+    # {language code: {"title", "summary"?, ...}} (core.translations): picked when rendered.
+    translations: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, row: Announcement) -> "AnnouncementSummary":
-        return cls(int(row.pk), row.title, row.summary, row.publish_at, bool(row.pinned))
+        return cls(
+            int(row.pk), row.title, row.summary, row.publish_at, bool(row.pinned), _listed(row.translations or {})
+        )
 
     def to_entry(self) -> dict[str, Any]:
-        return {"t": self.title, "s": self.summary, "p": (self.publish_at - _EPOCH) // _MICROSECOND, "n": self.pinned}
+        entry = {"t": self.title, "s": self.summary, "p": (self.publish_at - _EPOCH) // _MICROSECOND, "n": self.pinned}
+        if self.translations:
+            entry["l"] = self.translations
+        return entry
 
     @classmethod
     def from_entry(cls, pk: int, value: dict[str, Any]) -> "AnnouncementSummary":
         publish_at = _EPOCH + timedelta(microseconds=int(value["p"]))
-        return cls(int(pk), str(value["t"]), str(value["s"]), publish_at, bool(value["n"]))
+        return cls(int(pk), str(value["t"]), str(value["s"]), publish_at, bool(value["n"]), dict(value.get("l") or {}))
+
+    def shown(self, language: str | None) -> dict[str, Any]:
+        """Title and summary as a reader of ``language`` sees them."""
+        return localized({"title": self.title, "summary": self.summary}, self.translations, language)
+
+
+def _listed(translations: dict[str, Any]) -> dict[str, Any]:
+    """What a list shows of the translations: titles and summaries (bodies stay in the row)."""
+    return {
+        code: {name: text for name, text in fields.items() if name in ("title", "summary")}
+        for code, fields in translations.items()
+    }
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -109,7 +129,7 @@ def announcement_summaries(*, announcement_ids: Sequence[int]) -> dict[int, Anno
 
     def load(positions: list[int]) -> list[Any]:
         wanted = [ids[i] for i in positions]
-        rows = Announcement.objects.only("title", "summary", "publish_at", "pinned").in_bulk(wanted)
+        rows = Announcement.objects.only("title", "summary", "publish_at", "pinned", "translations").in_bulk(wanted)
         return [AnnouncementSummary.of(rows[pk]).to_entry() if pk in rows else None for pk in wanted]
 
     values = readthrough.read_through_many([keys.notice_summary(pk) for pk in ids], load, policy=_summary_policy())

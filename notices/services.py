@@ -12,7 +12,7 @@ platforms is counted once and reads the same from either.
 """
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from core.exceptions import NotFound, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.platforms import clean_platforms
 from core.selectors import user_platforms
+from core.translations import translations_validate
 from notices import projection, readmodel
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
 from notices.read_rows import announcement_reads_set
@@ -90,6 +91,7 @@ def announcement_create(
     expire_at: datetime | None = None,
     pinned: bool = False,
     summary: str = "",
+    translations: Mapping[str, Any] | None = None,
 ) -> Announcement:
     """Create an announcement; published at ``publish_at`` (now when None), visible
     until ``expire_at``. The body is sanitised, the summary derived when empty.
@@ -101,6 +103,7 @@ def announcement_create(
     _check_times(publish_at=publish_at, expire_at=expire_at)
     _check_text(title=title, body_html=body_html, summary=summary or "")
     body = sanitize_html(body_html)
+    localized = translations_validate(translations) if translations is not None else {}
     with transaction.atomic(savepoint=False):
         announcement = Announcement.objects.create(
             author_id=author.pk if author is not None and author.is_authenticated else None,
@@ -110,6 +113,7 @@ def announcement_create(
             publish_at=publish_at,
             expire_at=expire_at,
             pinned=bool(pinned),
+            translations=localized,
         )
         _set_platforms(announcement=announcement, platforms=clean_platforms, created=True)
         # Its rows went in with the announcement, in this transaction and with

@@ -19,7 +19,7 @@ from notices import projection
 from notices.models import Announcement, AnnouncementPlatform
 
 INDEXED_FIELDS = ("publish_at", "expire_at")
-SUMMARY_FIELDS = ("title", "summary", "publish_at", "pinned")
+SUMMARY_FIELDS = ("title", "summary", "publish_at", "pinned", "translations")
 
 _indexed = LoadedValues(INDEXED_FIELDS)
 _summarised = LoadedValues(SUMMARY_FIELDS)

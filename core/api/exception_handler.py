@@ -46,6 +46,8 @@ TRANSLATED_MESSAGES = (
     gettext_noop("Invalid input."),
     gettext_noop("The request body is too large."),
     gettext_noop("The service is briefly unavailable; please retry shortly."),
+    gettext_noop("This item has no actions."),
+    gettext_noop("You already answered this item."),
 )
 
 

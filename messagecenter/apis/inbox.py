@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -14,14 +14,53 @@ from rest_framework.views import APIView
 from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
+from core.translations import reader_language
 from messagecenter import selectors, services
 from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
 
+
+@extend_schema_field({"type": "string", "maxLength": 32, "example": "approve"})
+class ActionIdField(serializers.Field):
+    """An action's id: the string the item lists (a bare JSON integer is taken as its digits)."""
+
+    default_error_messages = {"invalid": "An action id is a string the item lists."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return str(data)
+        if not isinstance(data, str) or not data:
+            self.fail("invalid")
+        return str(data)
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
 KINDS = ("message", "bulletin", "notification")
 # Every inbox operation needs the Redis read model.
 UNAVAILABLE = {503: OpenApiResponse(ErrorEnvelope, description="Inbox temporarily unavailable (read model down)")}
+
+
+class ActionSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="A slug of at most 32 characters, unique within the item.")
+    label = serializers.CharField(help_text="What the button says (at most 40 characters).")  # type: ignore[assignment]
+
+
+class ResponseSerializer(serializers.Serializer):
+    action = serializers.CharField(help_text="The id of the action answered.")
+    at = OffsetDateTimeField()
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class RenderedTimeField(serializers.CharField):
+    """A time the selector already wrote as ISO 8601 with an offset."""
+
+
+class ItemResponseSerializer(serializers.Serializer):
+    action = serializers.CharField(help_text="The id of the action answered.")
+    at = RenderedTimeField()
 
 
 class ItemSerializer(serializers.Serializer):
@@ -40,6 +79,10 @@ class ItemSerializer(serializers.Serializer):
             "their own localised word for it. Taken when the item was delivered: "
             "a later rename may not show on older items."
         ),
+    )
+    actions = ActionSerializer(many=True, help_text="What the reader may answer (empty when nothing).")
+    response = ItemResponseSerializer(
+        allow_null=True, help_text="The reader's answer to one of the actions; null while unanswered."
     )
 
 
@@ -119,6 +162,7 @@ class InboxListApi(APIView):
             since=parse_time(params.get("since"), name="since"),
             archived=parse_bool(params.get("archived"), name="archived"),
             query=params.get("q") or None,
+            language=reader_language(request, request.user.pk),
         )
         # Already JSON (the page cache keeps renderings): sent as it is.
         return HttpResponse(body, content_type="application/json")
@@ -132,7 +176,11 @@ class InboxItemApi(APIView):
 
     @extend_schema(operation_id="inbox_item_get", responses={200: OutputSerializer, **ERRORS(401, 404), **UNAVAILABLE})
     def get(self, request: Request, item_id: str) -> Response:
-        item = selectors.inbox_item_get(user=request.user, item_id=item_id)  # type: ignore[arg-type]
+        item = selectors.inbox_item_get(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            language=reader_language(request, request.user.pk),
+        )
         return Response(self.OutputSerializer(item).data)
 
     @extend_schema(operation_id="inbox_item_hide", responses={204: None, **ERRORS(401, 404), **UNAVAILABLE})
@@ -263,3 +311,24 @@ class InboxCountsApi(APIView):
     def get(self, request: Request) -> Response:
         counts: dict[str, Any] = selectors.inbox_counts(user=request.user)  # type: ignore[arg-type]
         return Response(self.OutputSerializer(counts).data)
+
+
+class InboxItemRespondApi(APIView):
+    class InputSerializer(StrictInputSerializer):
+        action = ActionIdField(help_text="The id of one of the item's actions.")
+
+    @extend_schema(
+        operation_id="inbox_item_respond",
+        summary="Answer one of the item's actions (once; also marks it read)",
+        request=InputSerializer,
+        responses={200: ResponseSerializer, **ERRORS(400, 401, 404, 409), **UNAVAILABLE},
+    )
+    def post(self, request: Request, item_id: str) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        answer = services.message_respond(
+            user=request.user,  # type: ignore[arg-type]
+            item_id=item_id,
+            action=serializer.validated_data["action"],
+        )
+        return Response(ResponseSerializer({"action": answer.action, "at": answer.at}).data)

@@ -23,6 +23,7 @@ from core.fields import (
     StrictCharField,
     StrictInputSerializer,
     TimeField,
+    TranslationsField,
     user_id_field,
 )
 from core.openapi import ERRORS, list_parameters, page_serializer
@@ -194,6 +195,7 @@ class BulletinCreateApi(APIView):
         display_time = TimeField()
         expire_at = TimeField(required=False, allow_null=True)
         user_groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -215,6 +217,7 @@ class BulletinCreateApi(APIView):
                 expire_at=data.get("expire_at"),
                 group_ids=data.get("user_groups") or [],
                 actor=request.user,  # type: ignore[arg-type]
+                translations=data.get("translations"),
             )
             audit_api(request, action="create", obj=bulletin, changes=data)
         return Response(self.OutputSerializer(_bulletin_data(bulletin)).data, status=status.HTTP_201_CREATED)
@@ -329,6 +332,14 @@ class MessageSendApi(APIView):
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
         channels = readback.ItemChannelsSerializer(required=False, allow_null=True)
+        actions = serializers.ListField(
+            child=readback.ActionInputSerializer(),
+            required=False,
+            min_length=1,
+            max_length=3,
+            help_text="One to three actions recipients may answer (distinct ids).",
+        )
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -383,7 +394,11 @@ class MessageSendApi(APIView):
                 "expire_at": data.get("expire_at"),
             }
             message = services.message_send(
-                **common, send_at=data.get("send_at"), channels=services.channel_request(data.get("channels"))
+                **common,
+                send_at=data.get("send_at"),
+                channels=services.channel_request(data.get("channels")),
+                actions=data.get("actions"),
+                translations=data.get("translations"),
             )
             audit_api(request, action="create", obj=message, changes={**data, "idempotency_key": key})
             return message

@@ -12,7 +12,14 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from core.fields import OffsetDateTimeField, StrictBooleanField, StrictInputSerializer, StrictIntegerField
+from core.fields import (
+    OffsetDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictInputSerializer,
+    StrictIntegerField,
+    TranslationsField,
+)
 from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
 from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
@@ -26,6 +33,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.services.channels.plan import EMAIL_AFTER_MAX, EMAIL_AFTER_MIN
+from messagecenter.services.responses import actions_validate
 
 _CATEGORY = filter_parameter("category", "Only this category.", enum=list(CATEGORIES))
 
@@ -76,6 +84,7 @@ class BulletinReadSerializer(serializers.Serializer):
     user_groups = serializers.ListField(child=serializers.CharField(), help_text="Empty: everyone.")
     created_at = OffsetDateTimeField()
     updated_at = OffsetDateTimeField()
+    translations = TranslationsField()
 
 
 def bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
@@ -90,6 +99,7 @@ def bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
                 "user_groups": _ids(group.pk for group in bulletin.groups.all()),
                 "created_at": bulletin.created_at,
                 "updated_at": bulletin.updated_at,
+                "translations": dict(bulletin.translations or {}),
             }
         ).data
     )
@@ -171,6 +181,17 @@ def channels_requested(counts: ChannelCounts | None) -> dict[str, Any]:
     return (counts or ChannelCounts()).requested()
 
 
+class ActionInputSerializer(StrictInputSerializer):
+    id = StrictCharField(max_length=32, help_text="A slug (letters, digits, - and _), at most 32 characters.")
+    label = StrictCharField(max_length=40, help_text="The button's text, at most 40 characters.")  # type: ignore[assignment]
+
+    def validate_id(self, value: str) -> str:
+        return str(actions_validate([{"id": value, "label": "x"}])[0]["id"])
+
+    def to_representation(self, instance: Any) -> Any:
+        return {"id": instance["id"], "label": instance["label"]}
+
+
 class MessageReadSerializer(serializers.Serializer):
     id = serializers.CharField()
     category = serializers.CharField()
@@ -197,6 +218,8 @@ class MessageReadSerializer(serializers.Serializer):
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
     channels = ChannelCountsSerializer(help_text="What Web Push and e-mail did for it (zeros when not asked).")
     channels_requested = ChannelsRequestedSerializer(help_text="What the create's channels asked.")
+    actions = ActionInputSerializer(many=True, help_text="The actions recipients may answer (empty: none).")
+    translations = TranslationsField()
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -227,6 +250,8 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "read_count": item.read_count,
                 "channels": channels_data(item.channels),
                 "channels_requested": channels_requested(item.channels),
+                "actions": list(message.actions or []),
+                "translations": dict(message.translations or {}),
             }
         ).data
     )
@@ -341,6 +366,7 @@ class NotificationOutputSerializer(serializers.Serializer):
 
     channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
     channels_requested = serializers.SerializerMethodField(help_text="What the create's channels asked.")
+    translations = TranslationsField()
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())

@@ -24,6 +24,7 @@ from core.fields import (
     StrictInputSerializer,
     StrictIntegerField,
     TimeField,
+    TranslationsField,
     user_id_field,
 )
 from core.openapi import ERRORS, page_serializer
@@ -229,6 +230,7 @@ class NotificationSendApi(APIView):
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
         channels = ItemChannelsSerializer(required=False, allow_null=True)
+        translations = TranslationsField(required=False)
 
     class OutputSerializer(NotificationStateSerializer):
         pass
@@ -253,6 +255,7 @@ class NotificationSendApi(APIView):
             "body_html": data["body_html"],
             "ttl_seconds": data.get("ttl_seconds"),
             "channels": services.channel_request(data.get("channels")),
+            "translations": data.get("translations"),
         }
         with transaction.atomic():
             if data.get("send_at") is not None:

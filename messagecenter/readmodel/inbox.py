@@ -673,6 +673,7 @@ class _ListingWalk:
     unread_only: bool
     skip: int
     text: str | None
+    language: str | None
     members: list[str] = field(default_factory=list)
     scores: list[int] = field(default_factory=list)
     details: list[bytes | None] = field(default_factory=list)
@@ -734,7 +735,7 @@ class _ListingWalk:
         if self.text is None:
             return True
         raw = self.details[i]
-        return raw is not None and listing.matches(_detail(raw), self.text)
+        return raw is not None and listing.matches(_detail(raw), self.text, self.language)
 
 
 def inbox_listing(
@@ -749,6 +750,7 @@ def inbox_listing(
     since_ms: int | None,
     archived: bool = False,
     query: str | None = None,
+    language: str | None = None,
 ) -> Page:
     """A page of the archived list and/or of a text search (``query``), with
     the whole inbox's counts; the walk and cursor are page.lua's
@@ -772,6 +774,7 @@ def inbox_listing(
         unread_only=unread_only,
         skip=skip,
         text=listing.needle(query),
+        language=language,
     )
     walked = listing.walk(walk.batches(), max_score=max_score, skip=skip, limit=limit, keep=walk.keep)
     refs = [walk.members[i].split("|", 1)[0] for i in walked.picked]

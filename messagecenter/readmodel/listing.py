@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from core.translations import localized
+
 # The longest text a search takes (longer is refused, not cut).
 QUERY_MAX_LENGTH = 200
 
@@ -53,7 +55,9 @@ def _haystack(title: str, summary: str) -> tuple[str, str]:
     return title.casefold(), summary.casefold()
 
 
-def matches(detail: dict[str, Any], text: str) -> bool:
-    """Does the item's title or summary contain ``text`` (already ``needle``d)?"""
-    title, summary = _haystack(str(detail.get("title") or ""), str(detail.get("summary") or ""))
+def matches(detail: dict[str, Any], text: str, language: str | None = None) -> bool:
+    """Does the item's title or summary, as a reader of ``language`` sees
+    them, contain ``text`` (already ``needle``d)?"""
+    shown = localized(detail, detail.get("translations"), language) if "translations" in detail else detail
+    title, summary = _haystack(str(shown.get("title") or ""), str(shown.get("summary") or ""))
     return text in title or text in summary

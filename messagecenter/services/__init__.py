@@ -58,6 +58,7 @@ from messagecenter.services.preferences import (
     subscription_self_delete,
 )
 from messagecenter.services.reminders import item_remind
+from messagecenter.services.responses import actions_validate, message_respond
 from messagecenter.services.retention import retention_purge
 from messagecenter.services.rules import rule_run, rule_validate, rules_run, rules_run_due
 from messagecenter.services.scheduled import (
@@ -71,6 +72,7 @@ from messagecenter.services.slots import slot_allocate
 
 __all__ = [
     "ChannelRequest",
+    "actions_validate",
     "bulletin_create",
     "bulletin_delete",
     "bulletin_update",
@@ -98,6 +100,7 @@ __all__ = [
     "message_cleanup_expired",
     "message_deliver",
     "message_fanout_chunk",
+    "message_respond",
     "message_retract",
     "message_schedule_update",
     "message_send",

@@ -1,7 +1,7 @@
 """Bulletins: operator-configured, shown to user groups from their
 display time until they expire, merged into each member's system list on read."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ from django.utils import timezone
 from core import webhooks
 from core.exceptions import ValidationFailed
 from core.html import sanitize_html
+from core.translations import translations_validate
 from messagecenter import projection
 from messagecenter.models import Bulletin, InboxItemState, UserGroup
 from messagecenter.services.slots import slot_allocate
@@ -47,10 +48,12 @@ def bulletin_create(
     expire_at: datetime | None = None,
     group_ids: Iterable[int] = (),
     actor: AbstractBaseUser | None = None,
+    translations: Mapping[str, Any] | None = None,
 ) -> Bulletin:
     """Create a bulletin; no groups means everyone. Redis follows after commit (projection)."""
     _check_times(display_time, expire_at)
     groups = _groups(group_ids)
+    localized = translations_validate(translations) if translations is not None else {}
     body = sanitize_html(body_html)
     # No savepoint: nothing inside is caught, so an error aborts the
     # caller's transaction as a whole (a publish is all or nothing either way).
@@ -64,6 +67,7 @@ def bulletin_create(
             created_by=actor if actor is not None and actor.is_authenticated else None,  # type: ignore[misc]
             slot_month=month,
             slot_offset=offset,
+            translations=localized,
         )
         if groups:  # a new bulletin has none: add() without set()'s SELECT of the current ones
             bulletin.groups.add(*groups)

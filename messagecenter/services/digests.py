@@ -36,6 +36,7 @@ from django.utils.translation import gettext
 
 from core.exceptions import ValidationFailed
 from core.metrics import EMAIL_FAILURES
+from core.translations import reader_language
 from messagecenter.emails import absolute_url, email_items
 from messagecenter.models import EmailDigest, UserPreferences
 from messagecenter.selectors import InboxItem, inbox_list, preferences_get
@@ -175,7 +176,12 @@ def _old_unread(*, user: AbstractBaseUser, now: datetime) -> tuple[list[InboxIte
     unread = 0
     for index in range(MAX_PAGES):
         page = inbox_list(
-            user=user, unread_only=True, limit=settings.MESSAGECENTER_MAX_PAGE_SIZE, cursor=cursor, now=now
+            user=user,
+            unread_only=True,
+            limit=settings.MESSAGECENTER_MAX_PAGE_SIZE,
+            cursor=cursor,
+            now=now,
+            language=reader_language(None, int(user.pk)),
         )
         if index == 0:
             unread = page.unread_count

@@ -3,8 +3,9 @@ audiences and by pull (stored once, merged on read) to large ones and to
 everyone. Either way the user sees the same inbox (docs/ARCHITECTURE.md)."""
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -21,6 +22,7 @@ from core import live, webhooks
 from core.exceptions import LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.lookups import Whole
+from core.translations import translations_validate
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -36,6 +38,7 @@ from messagecenter.readmodel import publish
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
+from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
 
 
@@ -130,6 +133,8 @@ def message_send(
     expire_at: datetime | None = None,
     send_at: datetime | None = None,
     channels: ChannelRequest | None = None,
+    actions: Sequence[Mapping[str, Any]] | None = None,
+    translations: Mapping[str, Any] | None = None,
 ) -> Message:
     """Store a message and its audience, then deliver it after commit; with
     ``send_at``, store it to be sent then (status ``scheduled``). ``channels``:
@@ -154,6 +159,8 @@ def message_send(
     elif expire_at is not None and expire_at <= now:
         raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
     explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
+    offered = actions_validate(list(actions)) if actions is not None else []
+    localized = translations_validate(translations) if translations is not None else {}
     body = sanitize_html(body_html)
     scheduled = send_at is not None
     # No savepoint: nothing inside is caught, so an error aborts the
@@ -180,6 +187,8 @@ def message_send(
             status=MessageStatus.SCHEDULED if scheduled else MessageStatus.QUEUED,
             slot_month=month,
             slot_offset=offset,
+            actions=offered,
+            translations=localized,
         )
         if groups:  # a new message has none: skip the SELECT of set()
             message.groups.set(groups)

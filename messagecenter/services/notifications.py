@@ -13,6 +13,7 @@ someone leaving keeps what they received.
 """
 
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from pyroaring import BitMap
 from core import webhooks
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html
+from core.translations import translations_validate
 from messagecenter import projection
 from messagecenter.items import notification_detail, notification_entry
 from messagecenter.models import (
@@ -157,6 +159,7 @@ def notification_send(
     source: models.Model | None = None,
     rule: NotificationRule | None = None,
     channels: ChannelRequest | None = None,
+    translations: Mapping[str, Any] | None = None,
 ) -> Notification:
     """Raise a notification for every subscriber of ``message_type`` in ``scope``
     (and, with ``channels``, by Web Push and e-mail: ``services.channels``).
@@ -171,6 +174,7 @@ def notification_send(
     if not isinstance(title, str) or not title.strip():
         raise _invalid("title", "A title is required.")
     ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
+    localized = translations_validate(translations) if translations is not None else {}
     now = timezone.now()
     body = sanitize_html(body_html)
     with transaction.atomic():
@@ -193,6 +197,7 @@ def notification_send(
             source_id=str(source.pk) if source is not None else "",
             slot_month=month,
             slot_offset=offset,
+            translations=localized,
         )
         # Committed with the notification, sent to its task after commit (services.delivery).
         delivery_add(task=DELIVER_TASK, object_id=notification.pk)

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from core.exceptions import NotFound, PermissionDenied, ValidationFailed
 from messagecenter import channel_prefs, projection
+from messagecenter.languages import user_language_changed
 from messagecenter.models import CATEGORIES, EmailDigest, MessageType, MutePeriod, Subscription, UserPreferences
 from messagecenter.quiet import parse_hhmm, zone_of
 from messagecenter.readmodel import to_ms
@@ -120,6 +121,7 @@ def preferences_update(
         if not isinstance(chosen, Unchanged):
             prefs.language = chosen
             fields.append("language")
+            user_language_changed(user_id)
         if fields:
             prefs.save(update_fields=[*fields, "updated_at"])
         changed = False

@@ -21,6 +21,7 @@ from messagecenter.models import (
     InboxHidden,
     InboxItemState,
     Message,
+    MessageResponse,
     MessageStatus,
     MutePeriod,
     UserGroupMembership,
@@ -116,8 +117,23 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
         projection.item_places(pairs)
         stage.advance(len(pairs))
         states += len(pairs)
+    # Answers to actions: each user's responses hash (pages show them without SQL).
+    answer_rows = MessageResponse.objects.order_by("user_id").values_list("user_id", "message_id")
+    answers = 0
+    with progress.stage("answers to actions", answer_rows.count()) as stage:
+        answered: list[tuple[int, int]] = []
+        for answer in answer_rows.iterator(chunk_size=BATCH):
+            answered.append(answer)
+            if len(answered) >= BATCH:
+                projection.responses(answered)
+                stage.advance(len(answered))
+                answers, answered = answers + len(answered), []
+        projection.responses(answered)
+        stage.advance(len(answered))
+        answers += len(answered)
     return {
         "read_state": restored,
+        "responses": answers,
         "users": len(user_ids),
         "muting_users": len(muting),
         "hidden": hidden,

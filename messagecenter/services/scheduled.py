@@ -28,6 +28,7 @@ from pyroaring import BitMap
 from core.exceptions import Conflict, LimitExceeded, ValidationFailed
 from core.html import sanitize_html, summarize
 from core.lookups import Whole
+from core.translations import translations_validate
 from messagecenter.models import (
     Message,
     MessageStatus,
@@ -153,6 +154,7 @@ def notification_schedule(
     send_at: datetime,
     ttl_seconds: int | None = None,
     channels: ChannelRequest | None = None,
+    translations: Mapping[str, Any] | None = None,
 ) -> Notification:
     """Store a notification to be sent at ``send_at`` to the subscribers then
     (with ``channels``, by Web Push and e-mail too, from then on)."""
@@ -162,6 +164,7 @@ def notification_schedule(
         raise _invalid("title", "A title is required.")
     ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
     send_at_check(send_at)
+    localized = translations_validate(translations) if translations is not None else {}
     with transaction.atomic():
         notification = Notification.objects.create(
             message_type=mtype,
@@ -176,6 +179,7 @@ def notification_schedule(
             scheduled=True,
             slot_month=0,
             slot_offset=0,
+            translations=localized,
         )
         if channels is not None:
             channels_plan(

@@ -48,6 +48,8 @@ def test_item_shape_and_detail(operator: Any, recipient: Any, clock: Any) -> Non
         "created_at": "2026-11-22T10:00:00+00:00",
         "read": False,
         "sender": "olivia-operator",
+        "actions": [],
+        "response": None,
     }
     detail = client.get(f"/api/v1/inbox/m{message.pk}/").json()
     assert detail["images"] == ["https://cdn.test/1.png", "https://cdn.test/2.png"]
@@ -235,6 +237,7 @@ def test_hot_path_runs_no_sql_beyond_auth(operator: Any, recipient: Any, clock: 
     bulletin_create(title="B", body_html="b", display_time=clock.now, group_ids=[group.pk])
     client = client_for(recipient)
     client.get("/api/v1/inbox/counts/")  # warms caches other apps keep (platforms)
+    client.get("/api/v1/inbox/", {"limit": "1", "category": "promotion"})  # and the reader's language entry
     with CaptureQueriesContext(connection) as captured:
         page = client.get("/api/v1/inbox/")
         counts = client.get("/api/v1/inbox/counts/")

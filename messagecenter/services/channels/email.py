@@ -81,7 +81,9 @@ def _language(recipient: Recipient) -> str:
 
 
 def channel_email(*, recipient: Recipient, items: Sequence[ChannelItem], summary: bool) -> EmailMultiAlternatives:
-    """The e-mail about one item, or (``summary``) about what quiet hours held."""
+    """The e-mail about one item, or (``summary``) about what quiet hours held,
+    in the recipient's language (the items' translations too)."""
+    items = [item.in_language(_language(recipient)) for item in items]
     category = items[0].category if len(items) == 1 and not summary else ALL_CATEGORIES
     unsubscribe_url = absolute_url(
         reverse(

@@ -165,10 +165,15 @@ def channel_push_chunk(*, channels: ItemChannels, index: int, now: datetime | No
     holds_record(limited.held, since=min(now, item.created_at))
     if limited.deferred:
         metrics.CHANNEL_SENDS.labels(channel="web_push", outcome="deferred").inc(len(limited.deferred))
-    payload, ttl = payload_of(item), _ttl(item, now)
+    ttl = _ttl(item, now)
     urgency = _URGENCY.get(item.category, "normal")
+    # One payload per language: each recipient reads the item in theirs.
+    payloads: dict[str, dict[str, Any]] = {}
+    for recipient in limited.send:
+        if recipient.language not in payloads:
+            payloads[recipient.language] = payload_of(item.in_language(recipient.language or None))
     pushes = [
-        Push(subscription=s, payload=payload, ttl=ttl, urgency=urgency, topic=item.ref)
+        Push(subscription=s, payload=payloads[recipient.language], ttl=ttl, urgency=urgency, topic=item.ref)
         for recipient in limited.send
         for s in by_user[recipient.user_id]
     ]

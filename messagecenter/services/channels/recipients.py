@@ -11,6 +11,7 @@ their preferences and their archived or deleted copies of the item (the
 unread ones only), plus the mute query: never a query per user.
 """
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from django.db.models import Exists, OuterRef
 from pyroaring import BitMap
 
 from core.lookups import Whole
+from core.translations import localized
 from messagecenter.models import (
     InboxHidden,
     InboxItemState,
@@ -55,6 +57,15 @@ class ChannelItem:
     message_type_id: int | None
     month: int
     offset: int
+    # {language code: {"title", "summary"?, ...}}: what a reader of that language is shown.
+    translations: dict[str, Any] = field(default_factory=dict)
+
+    def in_language(self, language: str | None) -> "ChannelItem":
+        """The item as a reader of ``language`` sees it (each field falling back to the original)."""
+        if not self.translations or not language:
+            return self
+        shown = localized({"title": self.title, "summary": self.summary}, self.translations, language)
+        return dataclasses.replace(self, title=shown["title"], summary=shown["summary"])
 
     def alive(self, now: datetime) -> bool:
         return self.live and (self.expire_at is None or self.expire_at > now)
@@ -89,6 +100,7 @@ def channel_item(ref: str) -> ChannelItem | None:
             message_type_id=None,
             month=int(message.slot_month),
             offset=int(message.slot_offset),
+            translations=dict(message.translations or {}),
         )
     if kind == "n":
         notification = Notification.objects.filter(pk=int(raw)).first()
@@ -107,6 +119,7 @@ def channel_item(ref: str) -> ChannelItem | None:
             message_type_id=int(notification.message_type_id),
             month=int(notification.slot_month),
             offset=int(notification.slot_offset),
+            translations=dict(notification.translations or {}),
         )
     return None
 

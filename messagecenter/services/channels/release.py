@@ -85,7 +85,7 @@ def _held_items(
 
 
 def _summary_payload(items: Sequence[ChannelItem], language: str) -> dict[str, str]:
-    newest = items[0]
+    newest = items[0].in_language(language)
     if len(items) == 1:
         return {
             "id": newest.ref,

@@ -5,11 +5,11 @@
 (function () {
   "use strict";
 
-  function start() {
-    var form = document.getElementById("compose-form");
-    var body = document.getElementById("id_body_html");
-    var target = document.getElementById("body-preview");
-    if (!form || !body || !target) {
+  // Each body textarea and its preview pane: the original and the translation.
+  function watch(form, bodyId, targetId) {
+    var body = document.getElementById(bodyId);
+    var target = document.getElementById(targetId);
+    if (!body || !target) {
       return;
     }
     var url = form.getAttribute("data-preview-url");
@@ -51,6 +51,15 @@
       window.clearTimeout(timer);
       timer = window.setTimeout(refresh, 300);
     });
+  }
+
+  function start() {
+    var form = document.getElementById("compose-form");
+    if (!form) {
+      return;
+    }
+    watch(form, "id_body_html", "body-preview");
+    watch(form, "id_translation_body_html", "translation-preview");
   }
 
   if (document.readyState === "loading") {

@@ -111,7 +111,7 @@
     return {
       id: "i" + raw.id, apiId: raw.id, source: "inbox", kind: raw.kind, category: raw.category,
       title: raw.title, summary: raw.summary || "", time: raw.created_at, read: raw.read,
-      sender: raw.sender || _("System")
+      sender: raw.sender || _("System"), actions: raw.actions || [], response: raw.response || null
     };
   }
 
@@ -273,6 +273,7 @@
     var summary = distinctSummary(item.title, item.summary);
     var summaryNode = row.querySelector(".mc-summary");
     if (summary) { summaryNode.textContent = summary; } else { summaryNode.remove(); }
+    renderRespond(row, item);
     if (item.source === "announcement" || archived) {
       // Announcements are broadcasts: read state only. Archived rows: unarchive or delete.
       row.querySelector(".snooze").remove();
@@ -295,6 +296,50 @@
     if (snooze) { snooze.setAttribute("aria-label", mc.interpolate(_("Snooze “%s”"), [item.title])); }
     mc.renderTimes(row);
     return row;
+  }
+
+  // The answer buttons: a real form (its page URL answers without JavaScript
+  // too); a click sends the answer through the API instead.
+  function renderRespond(row, item) {
+    var box = row.querySelector(".item-respond");
+    if (!item.actions || !item.actions.length) { box.remove(); return; }
+    box.hidden = false;
+    var answered = box.querySelector(".mc-answered");
+    var form = box.querySelector(".respond-form");
+    if (item.response) {
+      var chosen = item.actions.filter(function (a) { return a.id === item.response.action; })[0];
+      answered.textContent = mc.interpolate(_("You answered: %s"), [chosen ? chosen.label : item.response.action]);
+      answered.setAttribute("data-answered", item.response.action);
+      answered.hidden = false;
+      form.remove();
+      return;
+    }
+    form.action = itemUrl + encodeURIComponent(item.apiId) + "/respond/";
+    form.querySelector(".respond-label").textContent = mc.interpolate(_("Answer “%s”:"), [item.title]);
+    item.actions.forEach(function (action) {
+      var button = document.createElement("button");
+      button.type = "submit";
+      button.className = "button";
+      button.name = "action";
+      button.value = action.id;
+      button.textContent = action.label;
+      form.appendChild(button);
+      form.appendChild(document.createTextNode(" "));
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      var button = event.submitter || form.querySelector("button");
+      var id = button.value;
+      mc.api("POST", itemPath(row, "respond"), { action: id }).then(function (answer) {
+        item.response = answer.data;
+        item.read = true;
+        setRead(row, true);
+        var fresh = renderRow(item);
+        row.replaceWith(fresh);
+        announce(mc.interpolate(_("You answered: %s"), [button.textContent]));
+        refreshCounts();
+      }, fail);
+    });
   }
 
   function setRead(row, read) {
