@@ -150,6 +150,11 @@ class Message(models.Model):
     retracted_at = models.DateTimeField(null=True, blank=True)
     # When a scheduled message is (or was) to be sent; null: sent at once.
     send_at = models.DateTimeField(null=True, blank=True)
+    # Grouping (messagecenter.services.grouping): items of one key collapse
+    # into one row of each recipient's inbox while the group is unread; the
+    # actor is the display name its row lists ("Ann, Ben and 2 others").
+    group_key = models.CharField(max_length=100, blank=True, default="")
+    actor = models.CharField(max_length=100, blank=True, default="")
     # A scheduled message has month 0 and offset 0 (no real slot) until it is sent.
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
@@ -489,6 +494,11 @@ class Notification(models.Model):
     # cancelled one is withdrawn and no longer scheduled.
     scheduled = models.BooleanField(default=False)
     send_at = models.DateTimeField(null=True, blank=True)
+    # Grouping (messagecenter.services.grouping): items of one key collapse
+    # into one row of each recipient's inbox while the group is unread; the
+    # actor is the display name its row lists ("Ann, Ben and 2 others").
+    group_key = models.CharField(max_length=100, blank=True, default="")
+    actor = models.CharField(max_length=100, blank=True, default="")
     # Set once the sweep freed the stored-once detail after expiry.
     details_freed = models.BooleanField(default=False, editable=False)
     slot_month = models.PositiveIntegerField(editable=False)

@@ -46,6 +46,7 @@ from messagecenter.models import (
 from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
+from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
     COUNT_SCRIPT,
@@ -73,6 +74,8 @@ class InboxItem:
     link: str | None
     # The operator's name (messages, bulletins); None for what the system sent.
     sender: str | None = None
+    # A grouped row's group ({key, count, actors}); None for items without a key.
+    group: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class InboxPage:
     cache_tag: tuple[str, str] | None = None
 
 
-def _item(row: PageRow) -> InboxItem:
+def _item(row: PageRow, group: dict[str, Any] | None = None) -> InboxItem:
     detail: dict[str, Any] = row.detail
     return InboxItem(
         id=row.ref,
@@ -103,7 +106,24 @@ def _item(row: PageRow) -> InboxItem:
         # Details written before items named their sender have no such field:
         # None (the system) until a drift repair or rebuild writes them again.
         sender=detail.get("sender") or None,
+        group=group,
     )
+
+
+def grouped_items(
+    *, user_id: int, rows: Sequence[PageRow], degraded: bool = False, with_groups: bool = True
+) -> list[InboxItem]:
+    """The page's items, each grouped row with its group: one HMGET of the
+    grouped rows on the page (none when no row has a group key), so a page
+    costs the same whatever the number or size of the groups."""
+    grouped = [row.ref for row in rows if with_groups and row.detail.get("group_key")]
+    groups: dict[str, dict[str, Any]] = {}
+    if grouped and not degraded:
+        try:
+            groups = readmodel_grouping.groups_of(user_id=user_id, refs=grouped)
+        except RedisError as exc:
+            logger.warning("redis unavailable (%s); groups of user %s left out", exc, user_id)
+    return [_item(row, groups.get(row.ref)) for row in rows]
 
 
 def category_validate(category: str | None) -> None:
@@ -284,13 +304,20 @@ def _inbox_list(
         page = fallback.inbox_page(user_id=user_id, now=now, archived=archived, query=query, **filters)
         degraded = True
     return _inbox_page_of(
-        page, category=category, unread_only=unread_only, archived=archived, query=query, degraded=degraded
+        page,
+        user_id=user_id,
+        category=category,
+        unread_only=unread_only,
+        archived=archived,
+        query=query,
+        degraded=degraded,
     ), None
 
 
 def _inbox_page_of(
     page: Page,
     *,
+    user_id: int = 0,
     category: str | None,
     unread_only: bool,
     archived: bool = False,
@@ -309,7 +336,7 @@ def _inbox_page_of(
             position["q"] = query
         next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
-        results=[_item(row) for row in page.rows],
+        results=grouped_items(user_id=user_id, rows=page.rows, degraded=degraded),
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,
@@ -334,7 +361,7 @@ def inbox_item_get(*, user: AbstractBaseUser, item_id: str, now: datetime | None
         row = fallback.inbox_get(user_id=int(user.pk), ref=item_id, now=now)
     if row is None:
         raise NotFound("No such item in your inbox.")
-    return _item(row)
+    return grouped_items(user_id=int(user.pk), rows=[row])[0]
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:

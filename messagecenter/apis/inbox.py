@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
-from messagecenter import selectors, services
+from messagecenter import group_selectors, selectors, services
 from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
@@ -22,6 +22,14 @@ from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
 KINDS = ("message", "bulletin", "notification")
 # Every inbox operation needs the Redis read model.
 UNAVAILABLE = {503: OpenApiResponse(ErrorEnvelope, description="Inbox temporarily unavailable (read model down)")}
+
+
+class GroupSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The group key the items were sent with.")
+    count = serializers.IntegerField(help_text="Items in the group (this row's item included).")
+    actors = serializers.ListField(
+        child=serializers.CharField(), help_text="Up to three distinct actors of the group, newest first."
+    )
 
 
 class ItemSerializer(serializers.Serializer):
@@ -39,6 +47,14 @@ class ItemSerializer(serializers.Serializer):
             "null for items the system sent (notifications, messages without a sender): clients show "
             "their own localised word for it. Taken when the item was delivered: "
             "a later rename may not show on older items."
+        ),
+    )
+    group = GroupSerializer(
+        allow_null=True,
+        help_text=(
+            "The row's group when the item was sent with a group_key: while a group is unread, newer items "
+            "of its key take its row (it moves to the newest item's time). Null for items without a key. "
+            "GET /api/v1/inbox/?group_key=<key> lists the group's items."
         ),
     )
 
@@ -97,6 +113,14 @@ class InboxListApi(APIView):
                 "archived", OpenApiTypes.BOOL, description="true: the archived items instead of the list."
             ),
             OpenApiParameter(
+                "group_key",
+                OpenApiTypes.STR,
+                description=(
+                    "The items sent with this group key (at most 100 characters), newest first, one per row "
+                    "(paged like the inbox); the other filters do not apply."
+                ),
+            ),
+            OpenApiParameter(
                 "q",
                 OpenApiTypes.STR,
                 description=(
@@ -109,6 +133,15 @@ class InboxListApi(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
+        group_key = params.get("group_key")
+        if group_key:
+            page = group_selectors.inbox_group_list(
+                user=request.user,  # type: ignore[arg-type]
+                group_key=group_key,
+                limit=parse_limit(params.get("limit")),
+                cursor=params.get("cursor") or None,
+            )
+            return HttpResponse(render_page(page), content_type="application/json")
         body = selectors.inbox_list_rendered(
             user=request.user,  # type: ignore[arg-type]
             render=render_page,

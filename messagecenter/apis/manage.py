@@ -329,6 +329,16 @@ class MessageSendApi(APIView):
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
         channels = readback.ItemChannelsSerializer(required=False, allow_null=True)
+        group_key = StrictCharField(
+            max_length=100,
+            required=False,
+            allow_blank=True,
+            help_text="Group key (e.g. order:42): while a recipient has an unread item of this key, the new "
+            "one takes its row instead of adding one.",
+        )
+        actor = StrictCharField(
+            max_length=100, required=False, allow_blank=True, help_text="Display name a grouped row lists."
+        )
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -381,6 +391,8 @@ class MessageSendApi(APIView):
                 "group_ids": to.get("groups") or [],
                 "everyone": to.get("everyone", False),
                 "expire_at": data.get("expire_at"),
+                "group_key": data.get("group_key") or "",
+                "actor": data.get("actor") or "",
             }
             message = services.message_send(
                 **common, send_at=data.get("send_at"), channels=services.channel_request(data.get("channels"))

@@ -197,6 +197,10 @@ class MessageReadSerializer(serializers.Serializer):
     read_count = serializers.IntegerField(help_text="Recipients who have read it (each counted once).")
     channels = ChannelCountsSerializer(help_text="What Web Push and e-mail did for it (zeros when not asked).")
     channels_requested = ChannelsRequestedSerializer(help_text="What the create's channels asked.")
+    group_key = serializers.CharField(
+        allow_null=True, help_text="The key its recipients' inboxes group it by; null: never grouped."
+    )
+    actor = serializers.CharField(allow_null=True, help_text="The display name a grouped row lists; null: none.")
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -227,6 +231,8 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "read_count": item.read_count,
                 "channels": channels_data(item.channels),
                 "channels_requested": channels_requested(item.channels),
+                "group_key": message.group_key or None,
+                "actor": message.actor or None,
             }
         ).data
     )
@@ -341,6 +347,19 @@ class NotificationOutputSerializer(serializers.Serializer):
 
     channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
     channels_requested = serializers.SerializerMethodField(help_text="What the create's channels asked.")
+    group_key = serializers.CharField(
+        allow_null=True,
+        default=None,
+        help_text="The key its recipients' inboxes group it by; null: never grouped.",
+    )
+    actor = serializers.CharField(allow_null=True, default=None, help_text="The display name a grouped row lists.")
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Stored blank when not given: the API says null.
+        data["group_key"] = data.get("group_key") or None
+        data["actor"] = data.get("actor") or None
+        return data
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())

@@ -229,6 +229,15 @@ class NotificationSendApi(APIView):
         # Send later: in the future, at most a year ahead (the answer's status is then "scheduled").
         send_at = TimeField(required=False)
         channels = ItemChannelsSerializer(required=False, allow_null=True)
+        group_key = StrictCharField(
+            max_length=100,
+            required=False,
+            allow_blank=True,
+            help_text="Group key: while a recipient has an unread item of this key, the new one takes its row.",
+        )
+        actor = StrictCharField(
+            max_length=100, required=False, allow_blank=True, help_text="Display name a grouped row lists."
+        )
 
     class OutputSerializer(NotificationStateSerializer):
         pass
@@ -254,11 +263,12 @@ class NotificationSendApi(APIView):
             "ttl_seconds": data.get("ttl_seconds"),
             "channels": services.channel_request(data.get("channels")),
         }
+        grouped = {"group_key": data.get("group_key") or "", "actor": data.get("actor") or ""}
         with transaction.atomic():
             if data.get("send_at") is not None:
                 notification = services.notification_schedule(**common, send_at=data["send_at"])
             else:
-                notification = services.notification_send(**common)
+                notification = services.notification_send(**common, **grouped)
             audit_api(request, action="create", obj=notification, changes=data)
         return Response(self.OutputSerializer(_notification_state(notification)).data, status=status.HTTP_202_ACCEPTED)
 

@@ -66,8 +66,8 @@ READ_ALL_SCRIPT = _script("read_all.lua")
 SEEN_SCRIPT = _script("seen.lua")
 DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
-# A fan-out only adds: its script needs none of the helpers.
-DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua")
+# A fan-out only adds: its script needs none of the inbox helpers, only the grouping.
+DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua", preambles=("../lua/_group.lua",))
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)

@@ -35,6 +35,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import publish
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
+from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.slots import slot_allocate
 
@@ -130,6 +131,8 @@ def message_send(
     expire_at: datetime | None = None,
     send_at: datetime | None = None,
     channels: ChannelRequest | None = None,
+    group_key: str = "",
+    actor: str = "",
 ) -> Message:
     """Store a message and its audience, then deliver it after commit; with
     ``send_at``, store it to be sent then (status ``scheduled``). ``channels``:
@@ -153,6 +156,7 @@ def message_send(
             raise ValidationFailed("expire_at must be after send_at.", fields={"expire_at": ["Must be after send_at."]})
     elif expire_at is not None and expire_at <= now:
         raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
+    group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
     body = sanitize_html(body_html)
     scheduled = send_at is not None
@@ -180,6 +184,8 @@ def message_send(
             status=MessageStatus.SCHEDULED if scheduled else MessageStatus.QUEUED,
             slot_month=month,
             slot_offset=offset,
+            group_key=group_key,
+            actor=actor,
         )
         if groups:  # a new message has none: skip the SELECT of set()
             message.groups.set(groups)

@@ -48,6 +48,7 @@ def test_item_shape_and_detail(operator: Any, recipient: Any, clock: Any) -> Non
         "created_at": "2026-11-22T10:00:00+00:00",
         "read": False,
         "sender": "olivia-operator",
+        "group": None,
     }
     detail = client.get(f"/api/v1/inbox/m{message.pk}/").json()
     assert detail["images"] == ["https://cdn.test/1.png", "https://cdn.test/2.png"]

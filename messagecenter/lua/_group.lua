@@ -1,0 +1,66 @@
+-- Grouped items (deliver.lua's preamble): one recipient's open group of a
+-- key, kept in three keys of the recipient's hash tag:
+--   groups hash   ref of a group's row -> its JSON {key, count, actors, start}
+--   open hash     group key -> the member of its open group's row
+--   members zset  the items of the key in this inbox (score = the item's time)
+-- A few commands per recipient whatever the group's size: the row's JSON
+-- carries the count and the (at most three) actors, so nothing walks the
+-- group on delivery or on a page.
+local GROUP_ACTORS = 3
+
+local function group_ref(member)
+  return string.match(member, "^[^|]+")
+end
+
+local function group_actors(actors, actor)
+  -- Newest first, distinct, at most three: the new actor leads, an older
+  -- mention of it goes.
+  local out = {}
+  if actor ~= "" then out[1] = actor end
+  for _, name in ipairs(actors) do
+    if #out >= GROUP_ACTORS then break end
+    if name ~= actor then out[#out + 1] = name end
+  end
+  return out
+end
+
+-- The item joins the key's open group (or starts one). Returns the member
+-- that leaves the list: the old row when the new item is newer, the new
+-- item itself when it is older than the row (a late rerun), nil when it
+-- starts a group.
+local function group_join(groups_key, open_key, members_key, gkey, member, score, actor)
+  redis.call("ZADD", members_key, score, member)
+  local head = redis.call("HGET", open_key, gkey)
+  local meta = nil
+  if head and head ~= member then
+    local raw = redis.call("HGET", groups_key, group_ref(head))
+    if raw then meta = cjson.decode(raw) end
+  end
+  if not meta then
+    meta = {key = gkey, count = 1, actors = group_actors({}, actor), start = tonumber(score)}
+    redis.call("HSET", open_key, gkey, member)
+    redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))
+    return nil
+  end
+  meta.count = meta.count + 1
+  local actors = meta.actors
+  if type(actors) ~= "table" then actors = {} end
+  local head_score = redis.call("ZSCORE", members_key, head)
+  if head_score and tonumber(head_score) > tonumber(score) then
+    -- Older than the row: it counts, the row stays (its actors are newer).
+    if actor ~= "" and #actors < GROUP_ACTORS then
+      local known = false
+      for _, name in ipairs(actors) do if name == actor then known = true end end
+      if not known then actors[#actors + 1] = actor end
+    end
+    meta.actors = actors
+    if tonumber(score) < meta.start then meta.start = tonumber(score) end
+    redis.call("HSET", groups_key, group_ref(head), cjson.encode(meta))
+    return member
+  end
+  meta.actors = group_actors(actors, actor)
+  redis.call("HDEL", groups_key, group_ref(head))
+  redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))
+  redis.call("HSET", open_key, gkey, member)
+  return head
+end

@@ -1,0 +1,99 @@
+"""Grouped items in one user's inbox: the rows' groups, the end of a group,
+and a group key's items (``?group_key=``).
+
+Delivery keeps the groups (deliver.lua with ``_group.lua``): each grouped
+row's JSON holds its count and actors, so a page reads one hash field per
+grouped row on it and a count reads nothing more than before.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core import keys
+from core.lua import LuaScript
+from core.redis import get_redis
+
+GROUP_CLOSE_SCRIPT = LuaScript(__file__, "../lua/group_close.lua")
+GROUPS_CLOSE_ALL_SCRIPT = LuaScript(__file__, "../lua/groups_close_all.lua")
+
+
+def _group(raw: bytes | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    meta = json.loads(raw)
+    # cjson writes an empty Lua table as an object.
+    actors = meta.get("actors")
+    return {
+        "key": str(meta["key"]),
+        "count": int(meta["count"]),
+        "actors": [str(a) for a in actors] if isinstance(actors, list) else [],
+    }
+
+
+def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The groups of these rows (refs of grouped items), one HMGET."""
+    if not refs:
+        return {}
+    raws = get_redis().hmget(keys.mc_inbox_groups(user_id), list(refs))
+    found = {ref: _group(raw) for ref, raw in zip(refs, raws, strict=True)}
+    return {ref: group for ref, group in found.items() if group is not None}
+
+
+def group_close(*, user_id: int, ref: str) -> str | None:
+    """End the open group whose row is ``ref``; returns its key (None: none)."""
+    closed = GROUP_CLOSE_SCRIPT([keys.mc_inbox_groups(user_id), keys.mc_inbox_groups_open(user_id)], [ref])
+    return closed.decode() if isinstance(closed, bytes) else None
+
+
+def groups_close_all(*, user_id: int, category: str | None) -> int:
+    """End every open group (of ``category``): "read all" read their rows."""
+    return int(GROUPS_CLOSE_ALL_SCRIPT([keys.mc_inbox_groups_open(user_id)], [category or ""]))
+
+
+@dataclass(frozen=True)
+class GroupItems:
+    members: list[tuple[str, int]]  # (member, score), newest first
+    more: bool
+    open_since: int | None  # the open group's first item's time; None: no open group
+    details: list[bytes | None]
+
+
+def group_items(*, user_id: int, group_key: str, max_score: int | None, skip: int, limit: int) -> GroupItems:
+    """A page of the key's items, newest first (cursor: max score, items at it
+    already returned), with their details and where the key's open group starts."""
+    redis = get_redis()
+    top = "+inf" if max_score is None else max_score
+    rows = redis.zrevrangebyscore(
+        keys.mc_inbox_group(user_id, group_key), top, "-inf", start=skip, num=limit + 1, withscores=True
+    )
+    members = [(m.decode(), int(s)) for m, s in rows]
+    more = len(members) > limit
+    members = members[:limit]
+    head = redis.hget(keys.mc_inbox_groups_open(user_id), group_key)
+    open_since = None
+    if head is not None:
+        meta = redis.hget(keys.mc_inbox_groups(user_id), head.decode().split("|", 1)[0])
+        if meta is not None:
+            open_since = int(json.loads(meta)["start"])
+    refs = [m.split("|", 1)[0] for m, _ in members]
+    details = redis.hmget(keys.mc_item_detail(), refs) if refs else []
+    return GroupItems(members=members, more=more, open_since=open_since, details=list(details))
+
+
+def group_forget(*, user_id: int, ref: str) -> list[str]:
+    """Drop the group whose row is ``ref`` (the user deleted the row): its
+    items leave the key's list; returns their refs (empty: not a group's row)."""
+    redis = get_redis()
+    raw = redis.hget(keys.mc_inbox_groups(user_id), ref)
+    if raw is None:
+        return []
+    meta = json.loads(raw)
+    group_close(user_id=user_id, ref=ref)
+    key = keys.mc_inbox_group(user_id, str(meta["key"]))
+    members = [m.decode() for m in redis.zrangebyscore(key, int(meta["start"]), "+inf")]
+    if members:
+        redis.zrem(key, *members)
+    redis.hdel(keys.mc_inbox_groups(user_id), ref)
+    return [m.split("|", 1)[0] for m in members]
