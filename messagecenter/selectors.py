@@ -45,8 +45,8 @@ from messagecenter.models import (
 )
 from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
-from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel import grouping as readmodel_grouping
+from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
 from notices.selectors import (
     COUNT_SCRIPT,

@@ -263,12 +263,13 @@ class NotificationSendApi(APIView):
             "ttl_seconds": data.get("ttl_seconds"),
             "channels": services.channel_request(data.get("channels")),
         }
-        grouped = {"group_key": data.get("group_key") or "", "actor": data.get("actor") or ""}
         with transaction.atomic():
             if data.get("send_at") is not None:
                 notification = services.notification_schedule(**common, send_at=data["send_at"])
             else:
-                notification = services.notification_send(**common, **grouped)
+                notification = services.notification_send(
+                    **common, group_key=data.get("group_key") or "", actor=data.get("actor") or ""
+                )
             audit_api(request, action="create", obj=notification, changes=data)
         return Response(self.OutputSerializer(_notification_state(notification)).data, status=status.HTTP_202_ACCEPTED)
 

@@ -19,7 +19,7 @@ from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
-from messagecenter.services import grouping
+from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
                 topic=fallback.TOPIC_READ, payload={"ref": ref, "read": read, "at_ms": to_ms(now)}, user_id=user_id
             )
             if read:
-                grouping.group_row_read(user_id=user_id, ref=ref)
+                group_row_read(user_id=user_id, ref=ref)
             return True
     except RedisError:
         logger.warning("redis unavailable; queueing an inbox mark of user %s", user_id)
@@ -143,7 +143,7 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
                 payload={"category": category or "", "at_ms": to_ms(now)},
                 user_id=user_id,
             )
-            grouping.groups_all_read(user_id=user_id, category=category)
+            groups_all_read(user_id=user_id, category=category)
             return marked
     except RedisError:
         logger.warning("redis unavailable; queueing mark-all-read of user %s", user_id)
@@ -207,7 +207,7 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
 def _hide_after_commit(*, user_id: int, payload: dict[str, Any]) -> None:
     try:
         inbox.inbox_hide(user_id=user_id, ref=payload["ref"], now_ms=payload["at_ms"])
-        grouping.group_row_deleted(user_id=user_id, ref=payload["ref"], now_ms=payload["at_ms"])
+        group_row_deleted(user_id=user_id, ref=payload["ref"], now_ms=payload["at_ms"])
     except RedisError:
         # The row is committed: Redis must follow it later, not lose it.
         outbox.enqueue_after_failure(topic=fallback.TOPIC_HIDE, payload=payload, user_id=user_id)

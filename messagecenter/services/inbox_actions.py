@@ -36,8 +36,8 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import inbox, to_ms
+from messagecenter.services.grouping import group_row_read
 from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref
-from messagecenter.services import grouping
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def inbox_archive(*, user: AbstractBaseUser, item_id: str, now: datetime | None 
     ref = _ref(item_id)
     place = _place(int(user.pk), ref, now)
     _archive(user_id=int(user.pk), places={ref: place}, now=now)
-    grouping.group_row_read(user_id=int(user.pk), ref=ref)
+    group_row_read(user_id=int(user.pk), ref=ref)
 
 
 def _archive(*, user_id: int, places: dict[str, str], now: datetime) -> None:
