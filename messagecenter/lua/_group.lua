@@ -1,4 +1,4 @@
--- Grouped items (deliver.lua's preamble): one recipient's open group of a
+-- Grouped items (preamble of deliver.lua and group_merge.lua): one recipient's open group of a
 -- key, kept in three keys of the recipient's hash tag:
 --   groups hash   ref of a group's row -> its JSON {key, count, actors, start}
 --   open hash     group key -> the member of its open group's row
@@ -29,7 +29,8 @@ end
 -- item itself when it is older than the row (a late rerun), nil when it
 -- starts a group.
 local function group_join(groups_key, open_key, members_key, gkey, member, score, actor)
-  redis.call("ZADD", members_key, score, member)
+  -- Joined already (a rerun): nothing changes.
+  if redis.call("ZADD", members_key, "NX", score, member) == 0 then return nil end
   local head = redis.call("HGET", open_key, gkey)
   local meta = nil
   if head and head ~= member then

@@ -97,3 +97,38 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
         redis.zrem(key, *members)
     redis.hdel(keys.mc_inbox_groups(user_id), ref)
     return [m.split("|", 1)[0] for m in members]
+
+
+GROUP_MERGE_SCRIPT = LuaScript(__file__, "../lua/group_merge.lua", preambles=("../lua/_group.lua",))
+
+
+def merge_candidates(*, user_id: int, candidates: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """The merge's candidates once the grouped broadcasts among them joined
+    their groups (group_merge.lua): one HMGET of the candidates' details,
+    and one script call when any has a group key. Bulletins never group."""
+    refs = [member.split("|", 1)[0] for member, _score, _expire in candidates]
+    wanted = [i for i, ref in enumerate(refs) if not ref.startswith("b")]
+    if not wanted:
+        return candidates
+    raws = get_redis().hmget(keys.mc_item_detail(), [refs[i] for i in wanted])
+    script_keys = [
+        keys.mc_inbox(user_id),
+        keys.mc_inbox_arrivals(user_id),
+        keys.mc_inbox_expiry(user_id),
+        keys.mc_inbox_evicted(user_id),
+        keys.mc_inbox_groups(user_id),
+        keys.mc_inbox_groups_open(user_id),
+    ]
+    args: list[Any] = []
+    # Oldest first: each joins as it would have arrived.
+    for i, raw in sorted(zip(wanted, raws, strict=True), key=lambda pair: candidates[pair[0]][1]):
+        detail = json.loads(raw) if raw is not None else {}
+        group_key = detail.get("group_key") or ""
+        if group_key:
+            member, score, _expire = candidates[i]
+            script_keys.append(keys.mc_inbox_group(user_id, group_key))
+            args += [group_key, member, score, detail.get("actor") or ""]
+    if not args:
+        return candidates
+    dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}
+    return [c for c in candidates if c[0] not in dropped] if dropped else candidates

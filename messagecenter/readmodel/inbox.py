@@ -41,7 +41,7 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from messagecenter.mutes import Mutes
-from messagecenter.readmodel import bits, listing, readcache
+from messagecenter.readmodel import bits, grouping, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
 from messagecenter.readmodel.reads import record_reads
@@ -253,6 +253,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
         candidates = [
             c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=arrivals.get(c[0], c[1]))
         ]
+    if candidates:  # grouped broadcasts join their groups first (readmodel.grouping)
+        candidates = grouping.merge_candidates(user_id=user_id, candidates=candidates)
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
     plan.merge = Merge(

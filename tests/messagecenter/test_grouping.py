@@ -209,3 +209,41 @@ def test_openapi_describes_the_fields(operator_client: Any) -> None:
     assert "group" in item
     params = [p["name"] for p in schema["paths"]["/api/v1/inbox/"]["get"]["parameters"]]
     assert "group_key" in params
+
+
+def test_broadcasts_merged_on_read_group_the_same_way(
+    operator: Any, recipient: Any, other_recipient: Any, clock: Any
+) -> None:
+    client = client_for(recipient)
+    clock.advance(seconds=1)
+    first = send(operator, to={"everyone": True}, category="interaction", title="a", group_key="news", actor="Ann")
+    assert ids(client.get("/api/v1/inbox/")) == [f"m{first.pk}"]  # merged at this read
+    refs = []
+    for actor in ("Ben", "Cat"):
+        clock.advance(seconds=1)
+        refs.append(
+            send(operator, to={"everyone": True}, category="interaction", title="b", group_key="news", actor=actor).pk
+        )
+    # Both merge at the next read, after the first was listed: one row.
+    page = client.get("/api/v1/inbox/").json()
+    assert [(r["id"], r["group"]) for r in page["results"]] == [
+        (f"m{refs[-1]}", {"key": "news", "count": 3, "actors": ["Cat", "Ben", "Ann"]})
+    ]
+    assert page["unread_count"] == 1
+    assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
+    # A push of the key joins the broadcast's group too.
+    clock.advance(seconds=1)
+    pushed = send(operator, to={"users": [recipient]}, category="interaction", title="c", group_key="news", actor="Dan")
+    rows = client.get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["group"]["count"]) for r in rows] == [(f"m{pushed.pk}", 4)]
+    # Another user, reading for the first time, gets the broadcasts in one group.
+    other = client_for(other_recipient).get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["group"]["count"], r["group"]["actors"]) for r in other] == [
+        (f"m{refs[-1]}", 3, ["Cat", "Ben", "Ann"])
+    ]
+    assert [i["id"] for i in client.get("/api/v1/inbox/?group_key=news").json()["results"]] == [
+        f"m{pushed.pk}",
+        f"m{refs[1]}",
+        f"m{refs[0]}",
+        f"m{first.pk}",
+    ]
