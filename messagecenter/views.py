@@ -26,7 +26,7 @@ from core.exceptions import ApplicationError, NotFound, ValidationFailed, is_dat
 from core.params import parse_limit
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
-from messagecenter.labels import CATEGORY_LABELS
+from messagecenter.labels import CATEGORY_LABELS, group_actors_line
 from messagecenter.models import CATEGORIES, EmailDigest
 from messagecenter.quiet import time_zones
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
@@ -133,7 +133,11 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
             "clear_search_url": reverse("messagecenter:inbox") + (f"?{urlencode(filters)}" if filters else ""),
             "page": page,
             "rows": [
-                {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
+                {
+                    "item": item,
+                    "category_label": CATEGORY_LABELS.get(item.category, item.category),
+                    "group_line": group_actors_line(item.group) if item.group else "",
+                }
                 for item in page.results
                 if not kind or item.kind == kind
             ]
