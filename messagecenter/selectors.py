@@ -111,16 +111,22 @@ def _item(row: PageRow, group: dict[str, Any] | None = None) -> InboxItem:
 
 
 def grouped_items(
-    *, user_id: int, rows: Sequence[PageRow], degraded: bool = False, with_groups: bool = True
+    *,
+    user_id: int,
+    rows: Sequence[PageRow],
+    degraded: bool = False,
+    with_groups: bool = True,
+    groups_read: bool = False,
 ) -> list[InboxItem]:
-    """The page's items, each grouped row with its group: one HMGET of the
-    grouped rows on the page (none when no row has a group key), so a page
-    costs the same whatever the number or size of the groups."""
-    grouped = [row.ref for row in rows if with_groups and row.detail.get("group_key")]
-    groups: dict[str, dict[str, Any]] = {}
-    if grouped and not degraded:
+    """The page's items, each grouped row with its group: read with the page
+    (page.lua's fast path) or else one HMGET of the grouped rows on it (none
+    when no row has a group key), so a page costs the same whatever the
+    number or size of the groups."""
+    grouped = [row.ref for row in rows if with_groups and row.group is None and row.detail.get("group_key")]
+    groups: dict[str, dict[str, Any]] = {row.ref: row.group for row in rows if with_groups and row.group is not None}
+    if grouped and not degraded and not groups_read:
         try:
-            groups = readmodel_grouping.groups_of(user_id=user_id, refs=grouped)
+            groups.update(readmodel_grouping.groups_of(user_id=user_id, refs=grouped))
         except RedisError as exc:
             logger.warning("redis unavailable (%s); groups of user %s left out", exc, user_id)
     return [_item(row, groups.get(row.ref)) for row in rows]
@@ -336,7 +342,7 @@ def _inbox_page_of(
             position["q"] = query
         next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
-        results=grouped_items(user_id=user_id, rows=page.rows, degraded=degraded),
+        results=grouped_items(user_id=user_id, rows=page.rows, degraded=degraded, groups_read=page.groups_read),
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,

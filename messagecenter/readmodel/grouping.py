@@ -9,6 +9,7 @@ grouped row on it and a count reads nothing more than before.
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from core import keys
@@ -19,9 +20,15 @@ GROUP_CLOSE_SCRIPT = LuaScript(__file__, "../lua/group_close.lua")
 GROUPS_CLOSE_ALL_SCRIPT = LuaScript(__file__, "../lua/groups_close_all.lua")
 
 
-def _group(raw: bytes | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
+def group_of(raw: bytes | None) -> dict[str, Any] | None:
+    """A row's group from its JSON in the groups hash (None: not grouped)."""
+    return None if raw is None else _parsed(raw)
+
+
+@lru_cache(maxsize=16_384)
+def _parsed(raw: bytes) -> dict[str, Any]:
+    # Parsed once per distinct JSON: a polled page reads the same groups again
+    # and again (callers never mutate the dict).
     meta = json.loads(raw)
     # cjson writes an empty Lua table as an object.
     actors = meta.get("actors")
@@ -37,7 +44,7 @@ def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]
     if not refs:
         return {}
     raws = get_redis().hmget(keys.mc_inbox_groups(user_id), list(refs))
-    found = {ref: _group(raw) for ref, raw in zip(refs, raws, strict=True)}
+    found = {ref: group_of(raw) for ref, raw in zip(refs, raws, strict=True)}
     return {ref: group for ref, group in found.items() if group is not None}
 
 
@@ -102,12 +109,15 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
 GROUP_MERGE_SCRIPT = LuaScript(__file__, "../lua/group_merge.lua", preambles=("../lua/_group.lua",))
 
 
-def merge_candidates(*, user_id: int, candidates: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-    """The merge's candidates once the grouped broadcasts among them joined
-    their groups (group_merge.lua): one HMGET of the candidates' details,
-    and one script call when any has a group key. Bulletins never group."""
+def merge_candidates(
+    *, user_id: int, candidates: list[tuple[str, int, int]], grouped: set[str]
+) -> list[tuple[str, int, int]]:
+    """The merge's candidates once the grouped broadcasts among them (members
+    in ``grouped``, as the pull log marks them) joined their groups
+    (group_merge.lua): one HMGET of those candidates' details for their keys
+    and actors, and one script call. Bulletins never group."""
     refs = [member.split("|", 1)[0] for member, _score, _expire in candidates]
-    wanted = [i for i, ref in enumerate(refs) if not ref.startswith("b")]
+    wanted = [i for i, (member, _score, _expire) in enumerate(candidates) if member in grouped]
     if not wanted:
         return candidates
     raws = get_redis().hmget(keys.mc_item_detail(), [refs[i] for i in wanted])

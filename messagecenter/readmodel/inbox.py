@@ -43,7 +43,7 @@ from core.redis import get_redis, is_cluster, round_trip
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, grouping, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
-from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
+from messagecenter.readmodel.publish import AUDIENCE_EVERYONE, PULL_GROUPED
 from messagecenter.readmodel.reads import record_reads
 from messagecenter.readmodel.scripts import (
     ArchiveOp,
@@ -173,6 +173,7 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 
     removed: list[str] = []
     candidates: list[tuple[str, int, int]] = []
+    grouped: set[str] = set()  # pulled members sent with a group key (publish.PULL_GROUPED)
     arrivals: dict[str, int] = {}  # member -> time on the mute rule's axis, where not its score
     if version > settled or seq > pull_wm or merge_bulletins:
         pipe = client.pipeline(transaction=False)
@@ -210,6 +211,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
             # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>
             parts = pull.split("|")
             member, score, expire, audience = "|".join(parts[:4]), int(parts[4]), int(parts[5]), parts[6]
+            if parts[7:] == [PULL_GROUPED]:
+                grouped.add(member)
             if expire and expire <= now_ms:
                 continue
             if audience == AUDIENCE_EVERYONE:
@@ -253,8 +256,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
         candidates = [
             c for c in candidates if not mutes.hides(category=parse_member(c[0])[1], time_ms=arrivals.get(c[0], c[1]))
         ]
-    if candidates:  # grouped broadcasts join their groups first (readmodel.grouping)
-        candidates = grouping.merge_candidates(user_id=user_id, candidates=candidates)
+    if grouped and candidates:  # grouped broadcasts join their groups first (readmodel.grouping)
+        candidates = grouping.merge_candidates(user_id=user_id, candidates=candidates, grouped=grouped)
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
     plan.merge = Merge(
@@ -414,6 +417,9 @@ class PageRow:
     score: int
     read: bool
     detail: dict[str, Any]
+    # A grouped row's group, when the page read it (the fast path): not part of
+    # what a page says, since the other paths add it later (selectors.grouped_items).
+    group: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -422,6 +428,7 @@ class Page:
     next_position: tuple[int, int] | None  # (max score, items at it already returned)
     counts: Counts
     cache_tag: tuple[str, str] | None = None  # (tag, valid until ms) to store a rendering under
+    groups_read: bool = field(default=False, compare=False)  # the rows carry their groups (the fast path)
 
 
 @dataclass(frozen=True)
@@ -487,11 +494,16 @@ def _page_of(result: list[Any]) -> Page:
     refs = [m.decode().split("|", 1)[0] for m in members]
     details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
     cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
+    groups: list[Any] = fetched[2] if len(fetched) > 2 else [None] * len(refs)
     rows = []
-    for ref, score, read, raw in zip(refs, scores, reads, details, strict=True):
+    for ref, score, read, raw, group in zip(refs, scores, reads, details, groups, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
             continue
-        rows.append(PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw)))
+        rows.append(
+            PageRow(
+                ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw), group=grouping.group_of(group)
+            )
+        )
     more, pos_score, pos_skip = position
     next_position = (_int(pos_score), int(pos_skip)) if int(more) else None
     return Page(
@@ -499,6 +511,7 @@ def _page_of(result: list[Any]) -> Page:
         next_position=next_position,
         counts=_counts(counts),
         cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
+        groups_read=len(fetched) > 2,
     )
 
 

@@ -113,9 +113,15 @@ def pull_register(
     return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member, announce=announce)())
 
 
+# The pull log's mark of a grouped item: a read looks up the details of those
+# only (readmodel.grouping.merge_candidates), not of every item it merges.
+PULL_GROUPED = "g"
+
+
 def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
     kind = AUDIENCE_EVERYONE if everyone else AUDIENCE_BITMAP
-    return f"{entry.member}|{entry.score}|{entry.expire_ms}|{kind}"
+    grouped = f"|{PULL_GROUPED}" if entry.group_key else ""
+    return f"{entry.member}|{entry.score}|{entry.expire_ms}|{kind}{grouped}"
 
 
 def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:

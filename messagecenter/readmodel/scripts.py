@@ -219,7 +219,8 @@ class PageOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)
+        # The groups hash: the fast path answers the page's rows' groups too.
+        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id), keys.mc_inbox_groups(user_id)
 
     def own_args(self) -> list[Any]:
         return [
