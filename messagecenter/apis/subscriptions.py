@@ -265,7 +265,12 @@ class NotificationSendApi(APIView):
         }
         with transaction.atomic():
             if data.get("send_at") is not None:
-                notification = services.notification_schedule(**common, send_at=data["send_at"])
+                notification = services.notification_schedule(
+                    **common,
+                    send_at=data["send_at"],
+                    group_key=data.get("group_key") or "",
+                    actor=data.get("actor") or "",
+                )
             else:
                 notification = services.notification_send(
                     **common, group_key=data.get("group_key") or "", actor=data.get("actor") or ""

@@ -83,3 +83,13 @@ def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
     InboxHidden.objects.bulk_create([InboxHidden(user_id=user_id, item_id=r) for r in refs], ignore_conflicts=True)
     for r in refs:
         publish.user_hidden_add(user_id=user_id, ref=r, now_ms=now_ms)
+
+
+def group_rows_acted(*, user_id: int, refs: list[str], action: str, now_ms: int) -> None:
+    """A bulk action on rows: read and archive end their groups, delete
+    deletes them (a row without a group changes nothing here)."""
+    for ref in refs:
+        if action == "delete":
+            group_row_deleted(user_id=user_id, ref=ref, now_ms=now_ms)
+        elif action in ("read", "archive"):
+            group_row_read(user_id=user_id, ref=ref)

@@ -36,7 +36,7 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import inbox, to_ms
-from messagecenter.services.grouping import group_row_read
+from messagecenter.services.grouping import group_row_read, group_rows_acted
 from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref
 
 logger = logging.getLogger(__name__)
@@ -162,6 +162,7 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
             _unarchive(user_id=user_id, refs=archived, now=now)
     else:
         _bulk_hide(user_id=user_id, refs=list(places), now=now)
+    group_rows_acted(user_id=user_id, refs=list(places), action=action, now_ms=to_ms(now))
     return len(places)
 
 

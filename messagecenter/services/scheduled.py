@@ -35,6 +35,7 @@ from messagecenter.models import (
 )
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan, channels_release
 from messagecenter.services.delivery import delivery_add
+from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.messages import (
     _deliver_on_commit,
     _members,
@@ -153,9 +154,12 @@ def notification_schedule(
     send_at: datetime,
     ttl_seconds: int | None = None,
     channels: ChannelRequest | None = None,
+    group_key: str = "",
+    actor: str = "",
 ) -> Notification:
     """Store a notification to be sent at ``send_at`` to the subscribers then
     (with ``channels``, by Web Push and e-mail too, from then on)."""
+    group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     mtype = message_type_get(code=message_type)
     clean_scope = _scope(scope)
     if not isinstance(title, str) or not title.strip():
@@ -176,6 +180,8 @@ def notification_schedule(
             scheduled=True,
             slot_month=0,
             slot_offset=0,
+            group_key=group_key,
+            actor=actor,
         )
         if channels is not None:
             channels_plan(

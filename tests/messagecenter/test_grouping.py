@@ -247,3 +247,15 @@ def test_broadcasts_merged_on_read_group_the_same_way(
         f"m{refs[0]}",
         f"m{first.pk}",
     ]
+
+
+def test_bulk_actions_act_for_the_whole_group(operator: Any, recipient: Any, clock: Any) -> None:
+    a = _grouped(operator, recipient, clock, ["Ann", "Ben"], key="a")
+    b = _grouped(operator, recipient, clock, ["Cat", "Dan"], key="b")
+    client = client_for(recipient)
+    assert client.post("/api/v1/inbox/bulk/", {"action": "read", "ids": [a[-1]]}, format="json").status_code == 200
+    assert client.post("/api/v1/inbox/bulk/", {"action": "delete", "ids": [b[-1]]}, format="json").status_code == 200
+    assert set(InboxHidden.objects.filter(user=recipient).values_list("item_id", flat=True)) == set(b)
+    later = _grouped(operator, recipient, clock, ["Eve"], key="a")
+    rows = client.get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["read"], r["group"]["count"]) for r in rows] == [(later[0], False, 1), (a[-1], True, 2)]
