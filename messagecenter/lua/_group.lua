@@ -29,8 +29,12 @@ end
 -- item itself when it is older than the row (a late rerun), nil when it
 -- starts a group.
 local function group_join(groups_key, open_key, members_key, gkey, member, score, actor)
-  -- Joined already (a rerun): nothing changes.
-  if redis.call("ZADD", members_key, "NX", score, member) == 0 then return nil end
+  -- Joined already: a rerun of the delivery (or a repair's) found it out of
+  -- the list, where a newer item of its group put it: it stays out.
+  if redis.call("ZADD", members_key, "NX", score, member) == 0 then
+    if redis.call("HGET", open_key, gkey) == member then return nil end
+    return member
+  end
   local head = redis.call("HGET", open_key, gkey)
   local meta = nil
   if head and head ~= member then

@@ -142,3 +142,12 @@ def merge_candidates(
         return candidates
     dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}
     return [c for c in candidates if c[0] not in dropped] if dropped else candidates
+
+
+def group_holds(*, group_key: str, member: str, user_ids: Sequence[int]) -> set[int]:
+    """Which of these users hold ``member`` among their items of ``group_key``
+    (out of the list because a newer item of its group took the row)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.zscore(keys.mc_inbox_group(user_id, group_key), member)
+    return {u for u, score in zip(user_ids, pipe.execute(), strict=True) if score is not None}
