@@ -320,6 +320,18 @@ def mc_inbox_groups_open(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "groups", "open")
 
 
+def mc_inbox_groups_closed(user_id: int) -> str:
+    """hash: ``"<end>|<group key>"`` -> the member of an ended group's row (end: the time, ms, the
+    group ended at, its row's time then; see ``mc_inbox_group_ends``)."""
+    return _key("inbox", user_tag(user_id), "groups", "closed")
+
+
+def mc_inbox_group_ends(user_id: int, group_key: str) -> str:
+    """zset: the times (ms) the user's groups of one key ended at, member = score = the time; they
+    cut the key's items into groups (messagecenter/lua/_group.lua). Mirror of ``InboxGroupEnd``."""
+    return mc_inbox_group(user_id, group_key) + ":ends"
+
+
 def mc_inbox_group(user_id: int, group_key: str) -> str:
     """zset: the user's items of one group key, score = the item's time (``?group_key=``).
 
@@ -386,7 +398,13 @@ def mc_deliver_key_templates(*, notifications: bool = False, expiry: bool = True
     if notifications:
         namers.append(mc_user_notifications)
     if group_key:
-        namers += [mc_inbox_groups, mc_inbox_groups_open, lambda u: mc_inbox_group(u, group_key)]
+        namers += [
+            mc_inbox_groups,
+            mc_inbox_groups_open,
+            mc_inbox_groups_closed,
+            lambda u: mc_inbox_group(u, group_key),
+            lambda u: mc_inbox_group_ends(u, group_key),
+        ]
     # The tag is the only place an id appears in these names.
     return [namer(stand_in).replace(tag, fill_tag) for namer in namers]
 
@@ -399,7 +417,8 @@ def mc_deliver_keys(
     ``mc_inbox_expiry`` (only with ``expiry``: an item that never expires leaves that zset
     alone), ``mc_inbox_months``, ``live_user_version``, ``mc_inbox_evicted`` and, with
     ``notifications``, ``mc_user_notifications``, and with a ``group_key`` the recipient's
-    ``mc_inbox_groups``, ``mc_inbox_groups_open`` and ``mc_inbox_group``: the few keys an item's
+    ``mc_inbox_groups``, ``mc_inbox_groups_open``, ``mc_inbox_groups_closed``, ``mc_inbox_group``
+    and ``mc_inbox_group_ends``: the few keys an item's
     arrival writes (the recipient's next read places it: its category zset, bitmaps and counters).
 
     The same names as those functions (a test holds them equal), filled into

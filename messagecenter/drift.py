@@ -42,9 +42,8 @@ from messagecenter.models import (
     Subscription,
     UserGroupMembership,
 )
-from messagecenter.readmodel import InboxEntry, publish, to_ms
+from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
-from messagecenter.readmodel import grouping
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import inbox_settle
 from messagecenter.selectors import muted_among

@@ -343,6 +343,29 @@ class InboxItemState(models.Model):
         return f"{self.user_id}: {self.item_id}"
 
 
+class InboxGroupEnd(models.Model):
+    """One ended group of a user's grouped items (messagecenter.services.grouping):
+    the user read, archived or deleted its row, whose time was ``until_ms``.
+    The ends cut a key's items into groups (an item belongs to the first end at
+    or after its time, or to the open group), so PostgreSQL says what Redis
+    shows and a rebuild puts the same groups back. A row per user action,
+    like a hide."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_group_ends")
+    group_key = models.CharField(max_length=100)
+    until_ms = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # One end per group; the rebuild reads them per user and key through it.
+            models.UniqueConstraint(fields=["user", "group_key", "until_ms"], name="mc_group_end_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.group_key}@{self.until_ms}"
+
+
 class InboxReadSnapshot(models.Model):
     """Durable copy of one user's read state for one month (their Redis bitmaps).
 

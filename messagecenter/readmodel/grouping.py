@@ -17,7 +17,6 @@ from core.lua import LuaScript
 from core.redis import get_redis
 
 GROUP_CLOSE_SCRIPT = LuaScript(__file__, "../lua/group_close.lua")
-GROUPS_CLOSE_ALL_SCRIPT = LuaScript(__file__, "../lua/groups_close_all.lua")
 
 
 def group_of(raw: bytes | None) -> dict[str, Any] | None:
@@ -48,15 +47,51 @@ def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]
     return {ref: group for ref, group in found.items() if group is not None}
 
 
-def group_close(*, user_id: int, ref: str) -> str | None:
-    """End the open group whose row is ``ref``; returns its key (None: none)."""
-    closed = GROUP_CLOSE_SCRIPT([keys.mc_inbox_groups(user_id), keys.mc_inbox_groups_open(user_id)], [ref])
-    return closed.decode() if isinstance(closed, bytes) else None
+def _close(user_id: int, ref: str, group_key: str) -> int | None:
+    until = GROUP_CLOSE_SCRIPT(
+        [
+            keys.mc_inbox_groups(user_id),
+            keys.mc_inbox_groups_open(user_id),
+            keys.mc_inbox_groups_closed(user_id),
+            keys.mc_inbox_group(user_id, group_key),
+            keys.mc_inbox_group_ends(user_id, group_key),
+        ],
+        [ref, group_key],
+    )
+    return int(until) if until else None
 
 
-def groups_close_all(*, user_id: int, category: str | None) -> int:
-    """End every open group (of ``category``): "read all" read their rows."""
-    return int(GROUPS_CLOSE_ALL_SCRIPT([keys.mc_inbox_groups_open(user_id)], [category or ""]))
+def group_close(*, user_id: int, ref: str) -> tuple[str, int] | None:
+    """End the open group whose row is ``ref``; returns its key and the time
+    it ended at (None: ``ref`` is no open group's row)."""
+    raw = get_redis().hget(keys.mc_inbox_groups(user_id), ref)
+    if raw is None:
+        return None
+    group_key = str(json.loads(raw)["key"])
+    until = _close(user_id, ref, group_key)
+    return None if until is None else (group_key, until)
+
+
+def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, int]]:
+    """End every open group (of ``category``): "read all" read their rows.
+    Returns the keys and times they ended at. One call per open group: as
+    many as the unread rows "read all" marks anyway."""
+    ended = []
+    for raw_key, raw_head in get_redis().hgetall(keys.mc_inbox_groups_open(user_id)).items():
+        group_key, head = raw_key.decode(), raw_head.decode()
+        ref, head_category = head.split("|", 2)[:2]
+        if category and head_category != category:
+            continue
+        until = _close(user_id, ref, group_key)
+        if until is not None:
+            ended.append((group_key, until))
+    return ended
+
+
+def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[int]) -> None:
+    """Mirror ended groups' times from PostgreSQL (the rebuild, before items arrive)."""
+    if ends:
+        get_redis().zadd(keys.mc_inbox_group_ends(user_id, group_key), {str(e): e for e in ends})
 
 
 @dataclass(frozen=True)
@@ -97,9 +132,12 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
     if raw is None:
         return []
     meta = json.loads(raw)
-    group_close(user_id=user_id, ref=ref)
     key = keys.mc_inbox_group(user_id, str(meta["key"]))
-    members = [m.decode() for m in redis.zrangebyscore(key, int(meta["start"]), "+inf")]
+    # The group's items: from its first item's time up to its row's (later
+    # items of the key are later groups').
+    found = [(m.decode(), int(t)) for m, t in redis.zrangebyscore(key, int(meta["start"]), "+inf", withscores=True)]
+    row_time = next((t for m, t in found if m.split("|", 1)[0] == ref), None)
+    members = [m for m, t in found if row_time is not None and t <= row_time]
     if members:
         redis.zrem(key, *members)
     redis.hdel(keys.mc_inbox_groups(user_id), ref)
@@ -128,6 +166,7 @@ def merge_candidates(
         keys.mc_inbox_evicted(user_id),
         keys.mc_inbox_groups(user_id),
         keys.mc_inbox_groups_open(user_id),
+        keys.mc_inbox_groups_closed(user_id),
     ]
     args: list[Any] = []
     # Oldest first: each joins as it would have arrived.
@@ -136,7 +175,7 @@ def merge_candidates(
         group_key = detail.get("group_key") or ""
         if group_key:
             member, score, _expire = candidates[i]
-            script_keys.append(keys.mc_inbox_group(user_id, group_key))
+            script_keys += [keys.mc_inbox_group(user_id, group_key), keys.mc_inbox_group_ends(user_id, group_key)]
             args += [group_key, member, score, detail.get("actor") or ""]
     if not args:
         return candidates

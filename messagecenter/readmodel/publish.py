@@ -172,7 +172,7 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         entry.score,
         entry.expire_ms,
         now_ms,
-        6 + int(expiry) + int(notification) + (3 if entry.group_key else 0),  # the stride of KEYS per recipient
+        6 + int(expiry) + int(notification) + (5 if entry.group_key else 0),  # the stride of KEYS per recipient
         head,
         tail,
         int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write

@@ -18,7 +18,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from core.exceptions import ValidationFailed
-from messagecenter.models import InboxHidden
+from messagecenter.models import InboxGroupEnd, InboxHidden
 from messagecenter.readmodel import grouping, publish
 
 logger = logging.getLogger(__name__)
@@ -54,35 +54,63 @@ def group_fields_clean(*, group_key: Any = "", actor: Any = "") -> tuple[str, st
 # the key joins the row as it would have before the action.
 
 
+def _ended(user_id: int, ends: list[tuple[str, int]]) -> None:
+    # PostgreSQL keeps each end: the groups are derivable from it (a rebuild
+    # replays them before the items).
+    InboxGroupEnd.objects.bulk_create(
+        [InboxGroupEnd(user_id=user_id, group_key=key, until_ms=until) for key, until in ends], ignore_conflicts=True
+    )
+
+
 def group_row_read(*, user_id: int, ref: str) -> None:
     """The row was marked read (or archived): its group ends."""
     try:
-        grouping.group_close(user_id=user_id, ref=ref)
+        ended = grouping.group_close(user_id=user_id, ref=ref)
     except RedisError:
         logger.warning("redis unavailable; group of %s left open for user %s", ref, user_id)
+        return
+    if ended is not None:
+        _ended(user_id, [ended])
 
 
 def groups_all_read(*, user_id: int, category: str | None) -> None:
     """ "Read all" read every row: every open group (of the category) ends."""
     try:
-        grouping.groups_close_all(user_id=user_id, category=category)
+        ended = grouping.groups_close_all(user_id=user_id, category=category)
     except RedisError:
         logger.warning("redis unavailable; groups left open for user %s", user_id)
+        return
+    _ended(user_id, ended)
 
 
 def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
-    """The row was deleted: the group's older items are deleted too (a row
-    each in PostgreSQL, as for any delete, so a rebuild keeps them out)."""
+    """The row was deleted: its group ends, and the group's older items are
+    deleted too (a row each in PostgreSQL, as for any delete, so a rebuild
+    keeps them out)."""
     try:
+        ended = grouping.group_close(user_id=user_id, ref=ref)
         refs = [r for r in grouping.group_forget(user_id=user_id, ref=ref) if r != ref]
     except RedisError:
         logger.warning("redis unavailable; group of %s not deleted for user %s", ref, user_id)
         return
+    if ended is not None:
+        _ended(user_id, [ended])
     if not refs:
         return
     InboxHidden.objects.bulk_create([InboxHidden(user_id=user_id, item_id=r) for r in refs], ignore_conflicts=True)
     for r in refs:
         publish.user_hidden_add(user_id=user_id, ref=r, now_ms=now_ms)
+
+
+def groups_rebuild() -> int:
+    """Mirror every ended group into Redis (the rebuild, before the items
+    arrive again, so they fall into the same groups); returns how many."""
+    ends: dict[tuple[int, str], list[int]] = {}
+    for user_id, key, until in InboxGroupEnd.objects.values_list("user_id", "group_key", "until_ms").iterator():
+        ends.setdefault((user_id, key), []).append(until)
+    for (user_id, key), times in ends.items():
+        grouping.group_ends_put(user_id=user_id, group_key=key, ends=times)
+    return sum(len(times) for times in ends.values())
 
 
 def group_rows_acted(*, user_id: int, refs: list[str], action: str, now_ms: int) -> None:

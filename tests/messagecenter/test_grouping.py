@@ -276,3 +276,48 @@ def test_grouped_items_out_of_the_list_are_no_drift_and_stay_out(
         publish.inbox_deliver(entry=message_entry(message), user_ids=[recipient.pk], now_ms=0)
     rows = client_for(recipient).get("/api/v1/inbox/").json()["results"]
     assert [(r["id"], r["group"]["count"]) for r in rows] == [(refs[-1], 3)]
+
+
+def test_postgresql_keeps_the_groups_and_a_rebuild_puts_them_back(operator: Any, recipient: Any, clock: Any) -> None:
+    from messagecenter.models import InboxGroupEnd
+    from messagecenter.services.rebuild import inbox_rebuild
+    from messagecenter.services.snapshots import inbox_read_snapshot
+    from tests.conftest import flush_redis
+
+    client = client_for(recipient)
+    first = _grouped(operator, recipient, clock, ["Ann", "Ben", "Cat"])
+    client.post(f"/api/v1/inbox/{first[-1]}/read/")
+    second = _grouped(operator, recipient, clock, ["Dan", "Eve"])
+    client.post(f"/api/v1/inbox/{second[-1]}/archive/")
+    third = _grouped(operator, recipient, clock, ["Fay", "Gus"])
+    other = _grouped(operator, recipient, clock, ["Hal", "Ivy"], key="b")
+    client.post("/api/v1/inbox/read-all/")
+    fourth = _grouped(operator, recipient, clock, ["Jo"])
+    # Each ended group is a row in PostgreSQL: the row's time when it ended.
+    ends = sorted(InboxGroupEnd.objects.filter(user=recipient).values_list("group_key", "until_ms"))
+    assert [key for key, _ in ends] == ["b", "order:42", "order:42", "order:42"]
+
+    def seen() -> Any:
+        page = client.get("/api/v1/inbox/").json()
+        archived = client.get("/api/v1/inbox/?archived=true").json()["results"]
+        return (
+            [(r["id"], r["read"], r["group"]) for r in page["results"]],
+            [(r["id"], r["group"]) for r in archived],
+            page["unread_count"],
+            [i["id"] for i in client.get("/api/v1/inbox/?group_key=order:42").json()["results"]],
+        )
+
+    before = seen()
+    assert [row[:2] for row in before[0]] == [
+        (fourth[0], False),
+        (other[-1], True),
+        (third[-1], True),
+        (first[-1], True),
+    ]
+    assert [row[0] for row in before[1]] == [second[-1]]
+    assert before[0][2][2]["count"] == 2
+    assert before[0][3][2]["count"] == 3
+    inbox_read_snapshot()
+    flush_redis()
+    inbox_rebuild()
+    assert seen() == before
