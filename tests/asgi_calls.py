@@ -2,8 +2,10 @@
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
+
+import httpx
 
 
 def get_scope(
@@ -63,3 +65,18 @@ def unsigned(body: bytes) -> Any:
     if isinstance(page, dict) and page.get("next_cursor"):
         page["next_cursor"] = page["next_cursor"].split(":")[0]
     return page
+
+
+async def sse_blocks(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    """The event stream's blocks as they arrive: ``(event, data)`` with the data's JSON
+    read, and ``("keepalive", None)`` for each heartbeat comment."""
+    buffer = ""
+    async for text in response.aiter_text():
+        buffer += text
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            if block.startswith(": keepalive"):
+                yield "keepalive", None
+            lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            if "event" in lines:
+                yield lines["event"], json.loads(lines["data"])

@@ -17,9 +17,6 @@ one, until PostgreSQL refused new clients. Here:
 """
 
 import asyncio
-import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -35,8 +32,8 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
-from tests.conftest import ROOT
 from tests.fixtures.clients import token_for
+from tests.served import ServedProcess, free_port, server_env, serving
 
 pytestmark = [
     pytest.mark.postgres,
@@ -52,26 +49,12 @@ REQUESTS = 300
 CONCURRENCY = 40
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
+def uvicorn_server(*, log: Path, application_name: str, extra_env: dict[str, str] | None = None) -> ServedProcess:
     """``uvicorn config.asgi:application --workers N`` on a spare port."""
-
-    def __init__(self, *, log: Path, application_name: str, extra_env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        db = settings.DATABASES["default"]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_POOL", "MESSAGECENTER_"))},
-            "DJANGO_SETTINGS_MODULE": "config.settings.test_server",
-            "MESSAGECENTER_TEST_DATABASE_NAME": str(db["NAME"]),
-            "MESSAGECENTER_TEST_APPLICATION_NAME": application_name,
-            "MESSAGECENTER_TEST_CACHE_URL": str(settings.CACHES["default"]["LOCATION"]),
-            "MESSAGECENTER_KEY_PREFIX": str(settings.MESSAGECENTER_KEY_PREFIX),
+    port = free_port()
+    env = server_env(
+        application_name,
+        {
             # Streams outlive the test's load; the client closes them.
             "MESSAGECENTER_LIVE_STREAM_SECONDS": "60",
             "DATABASE_POOL_MIN_SIZE": str(POOL_MIN),
@@ -79,35 +62,12 @@ class Server:
             # A drained pool shows up as 503s within the test's time, not as a hang.
             "DATABASE_POOL_TIMEOUT": "3",
             "DATABASE_POOL_MAX_IDLE": "1",
-            "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
-        }
-        command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--workers", str(WORKERS)]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--no-access-log"]
-        self.log = log
-        self.process = subprocess.Popen(  # noqa: S603
-            command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-        )
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text(errors="replace")
-            try:
-                httpx.get(f"{self.url}/api/v1/me/", timeout=1.0)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise AssertionError(f"uvicorn did not answer within {timeout} s:\n{self.log.read_text(errors='replace')}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        },
+    )
+    command = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--workers", str(WORKERS)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+    return ServedProcess("uvicorn", command, port=port, log=log, env=env)
 
 
 @pytest.fixture
@@ -116,13 +76,9 @@ def application_name() -> str:
 
 
 @pytest.fixture
-def server(tmp_path: Path, application_name: str) -> Iterator[Server]:
-    running = Server(log=tmp_path / "uvicorn.log", application_name=application_name)
-    try:
-        running.wait_ready()
+def server(tmp_path: Path, application_name: str) -> Iterator[ServedProcess]:
+    with serving(uvicorn_server(log=tmp_path / "uvicorn.log", application_name=application_name)) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _dsn() -> str:
@@ -190,7 +146,7 @@ async def _request(client: httpx.AsyncClient, index: int, users: list[tuple[Any,
     return response.status_code
 
 
-async def _load(server: Server, watcher: Watcher, users: list[tuple[Any, str, str]]) -> dict[str, Any]:
+async def _load(server: ServedProcess, watcher: Watcher, users: list[tuple[Any, str, str]]) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=STREAMS + CONCURRENCY + 10, max_keepalive_connections=CONCURRENCY)
     stop = asyncio.Event()
     sampler = asyncio.create_task(watcher.sample(stop))
@@ -227,7 +183,7 @@ async def _load(server: Server, watcher: Watcher, users: list[tuple[Any, str, st
     }
 
 
-def test_asgi_server_holds_no_connection_after_answering(server: Server, application_name: str) -> None:
+def test_asgi_server_holds_no_connection_after_answering(server: ServedProcess, application_name: str) -> None:
     users = _users(STREAMS)
     watcher = Watcher(application_name)
     try:

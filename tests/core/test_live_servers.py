@@ -21,10 +21,8 @@ blocking stream, for the first scenario):
 
 import asyncio
 import json
-import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,14 +31,14 @@ from typing import Any
 
 import httpx
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from core import keys, live
 from core.redis import get_redis
-from tests.conftest import ROOT
+from tests.asgi_calls import sse_blocks
 from tests.core.live_app import CLOSED
 from tests.fixtures.clients import token_for
+from tests.served import ServedProcess, free_port, server_env, serving
 
 pytestmark = [
     pytest.mark.postgres,
@@ -51,12 +49,6 @@ pytestmark = [
 STREAM = "/api/v1/inbox/stream/"
 APP = "tests.core.live_app:application"
 HEARTBEAT_SECONDS = 0.5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _command(kind: str, port: int) -> list[str]:
@@ -74,76 +66,32 @@ def _command(kind: str, port: int) -> list[str]:
     return [sys.executable, "-m", "hypercorn", APP, "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "2"]
 
 
-class LiveServer:
-    """One ASGI server process (one worker) serving the live test app."""
-
-    def __init__(self, kind: str, log: Path) -> None:
-        self.kind = kind
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_POOL", "MESSAGECENTER_"))},
-            "DJANGO_SETTINGS_MODULE": "config.settings.test_server",
-            "MESSAGECENTER_TEST_DATABASE_NAME": str(settings.DATABASES["default"]["NAME"]),
-            "MESSAGECENTER_TEST_APPLICATION_NAME": f"mc-live-{kind}-test",
-            "MESSAGECENTER_TEST_CACHE_URL": str(settings.CACHES["default"]["LOCATION"]),
-            "MESSAGECENTER_KEY_PREFIX": str(settings.MESSAGECENTER_KEY_PREFIX),
+def _served(kind: str, log: Path) -> ServedProcess:
+    """One server process (one worker) serving the live test app."""
+    port = free_port()
+    env = server_env(
+        f"mc-live-{kind}-test",
+        {
             "MESSAGECENTER_LIVE_STREAM_SECONDS": "60",
             "MESSAGECENTER_LIVE_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
             "DATABASE_POOL_MIN_SIZE": "1",
             "DATABASE_POOL_MAX_SIZE": "3",
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.process = subprocess.Popen(  # noqa: S603
-            _command(kind, self.port), cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-        )
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.text()
-            try:
-                httpx.get(f"{self.url}/api/v1/me/", timeout=1.0)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise AssertionError(f"{self.kind} did not answer within {timeout} s:\n{self.text()}")
-
-    def stop(self) -> int:
-        """SIGTERM, as a supervisor stops it; the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        return int(self.process.returncode)
+        },
+    )
+    return ServedProcess(kind, _command(kind, port), port=port, log=log, env=env)
 
 
 @pytest.fixture(params=["uvicorn", "hypercorn"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
-    running = LiveServer(request.param, tmp_path / f"{request.param}.log")
-    try:
-        running.wait_ready()
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServedProcess]:
+    with serving(_served(request.param, tmp_path / f"{request.param}.log")) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(params=["uvicorn", "hypercorn", "gunicorn"])
-def any_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+def any_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServedProcess]:
     """The ASGI servers and, for the blocking stream WSGI serves, a gunicorn."""
-    running = LiveServer(request.param, tmp_path / f"{request.param}.log")
-    try:
-        running.wait_ready()
+    with serving(_served(request.param, tmp_path / f"{request.param}.log")) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _user(name: str) -> tuple[Any, str]:
@@ -167,16 +115,11 @@ class Reader:
         async with client.stream("GET", STREAM, headers=headers) as response:
             self.status = response.status_code
             assert response.headers["content-type"] == "text/event-stream"
-            buffer = ""
-            async for text in response.aiter_text():
-                buffer += text
-                while "\n\n" in buffer:
-                    block, buffer = buffer.split("\n\n", 1)
-                    if block.startswith(": keepalive"):
-                        self.heartbeats += 1
-                    lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-                    if "event" in lines:
-                        self.blocks.append((lines["event"], json.loads(lines["data"])))
+            async for event, data in sse_blocks(response):
+                if event == "keepalive":
+                    self.heartbeats += 1
+                else:
+                    self.blocks.append((event, data))
 
 
 async def _until(check: Any, what: str, timeout: float = 15.0) -> None:
@@ -190,7 +133,7 @@ async def _publish(function: Any, **kwargs: Any) -> None:
     await asyncio.to_thread(function, **kwargs)
 
 
-def test_a_stream_hears_broadcasts_its_own_events_heartbeats_and_resumes(any_server: LiveServer) -> None:
+def test_a_stream_hears_broadcasts_its_own_events_heartbeats_and_resumes(any_server: ServedProcess) -> None:
     server = any_server
     me, my_token = _user("live-me")
     _, other_token = _user("live-other")
@@ -261,7 +204,7 @@ async def _raw_stream(port: int, token: str) -> socket.socket:
     return sock
 
 
-def test_a_client_that_stops_reading_is_dropped_and_never_holds_up_the_others(server: LiveServer) -> None:
+def test_a_client_that_stops_reading_is_dropped_and_never_holds_up_the_others(server: ServedProcess) -> None:
     slow_user, slow_token = _user("live-slow")
     _, token = _user("live-reader")
     # Events far larger than any socket buffer in between: the slow client's
@@ -302,7 +245,7 @@ def test_a_client_that_stops_reading_is_dropped_and_never_holds_up_the_others(se
     asyncio.run(scenario())
 
 
-def test_the_server_shuts_down_through_the_lifespan_and_closes_the_hub(server: LiveServer) -> None:
+def test_the_server_shuts_down_through_the_lifespan_and_closes_the_hub(server: ServedProcess) -> None:
     _, token = _user("live-bye")
 
     async def scenario() -> None:

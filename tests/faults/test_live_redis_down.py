@@ -10,10 +10,11 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from core import live
-from tests.core.test_asgi_connections import Server
+from tests.core.test_asgi_connections import uvicorn_server
 from tests.faults.conftest import RedisServer
 from tests.fixtures.clients import token_for
 from tests.messagecenter.test_live_hub import STREAM, Listener, _until
+from tests.served import ServedProcess
 
 pytestmark = [
     pytest.mark.postgres,
@@ -28,7 +29,7 @@ def test_a_server_whose_redis_is_gone_keeps_streams_open_and_never_answers_500(
 ) -> None:
     user = get_user_model().objects.create_user(username="live-down", password="pw-down-secret")
     token = token_for(user)
-    server = Server(
+    server = uvicorn_server(
         log=tmp_path / "uvicorn.log",
         application_name="mc-live-down-test",
         extra_env={"MESSAGECENTER_TEST_CACHE_URL": redis_server.url, "MESSAGECENTER_LIVE_HEARTBEAT_SECONDS": "0.3"},
@@ -40,7 +41,7 @@ def test_a_server_whose_redis_is_gone_keeps_streams_open_and_never_answers_500(
         server.stop()
 
 
-async def _down(server: Server, token: str, redis_server: RedisServer) -> None:
+async def _down(server: ServedProcess, token: str, redis_server: RedisServer) -> None:
     headers = {"Authorization": f"Token {token}"}
     listener = Listener(0)
     async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as client:

@@ -28,7 +28,7 @@ from core.breaker import BoundedConnectionPool, RedisPoolExhausted, SharedPoolFa
 from core.middleware import DatabaseUnavailableMiddleware
 from core.views import server_error
 from messagecenter.services import messages as message_services
-from tests.core.test_asgi_connections import Server
+from tests.core.test_asgi_connections import uvicorn_server
 from tests.faults.conftest import RedisServer
 from tests.fixtures.clients import token_for
 
@@ -230,7 +230,7 @@ def test_uvicorn_under_a_burst_stays_within_the_redis_pool(
         body_html="<p>hi</p>",
         user_ids=[int(user.pk) for user in users],
     )
-    running = Server(
+    running = uvicorn_server(
         log=tmp_path / "uvicorn.log",
         application_name="mc-redis-pool-test",
         extra_env={

@@ -2,7 +2,7 @@
 fans events out to all its streams.
 
 ``uvicorn config.asgi:application`` (two workers, the run's test database
-and Redis, tests/core/test_asgi_connections.py's ``Server``) holds 200
+and Redis, tests/core/test_asgi_connections.py's ``uvicorn_server``) holds 200
 streams of 20 users open at once, signed in by token or by session. Every
 stream hears, as an ``inbox`` event: a pushed message, a message to
 everyone, a bulletin now and one scheduled for a moment later (only once it
@@ -16,7 +16,6 @@ of the server's PostgreSQL connections than its pools' minimum, none busy.
 """
 
 import asyncio
-import json
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -35,10 +34,12 @@ from core import live
 from core.redis import get_redis
 from messagecenter import services
 from notices.services import announcement_create
-from tests.core.test_asgi_connections import POOL_MAX, WORKERS, Server, Watcher
+from tests.asgi_calls import sse_blocks
+from tests.core.test_asgi_connections import POOL_MAX, WORKERS, Watcher, uvicorn_server
 from tests.faults.test_redis_pool_bound import _children
 from tests.fixtures.clients import token_for
 from tests.messagecenter.conftest import make_group, send
+from tests.served import ServedProcess, serving
 
 pytestmark = [
     pytest.mark.postgres,
@@ -68,18 +69,13 @@ class Listener:
         async with client.stream("GET", STREAM, headers=headers, cookies=cookies) as response:
             assert response.status_code == 200, await response.aread()
             assert response.headers["content-type"] == "text/event-stream"
-            buffer = ""
-            async for text in response.aiter_text():
-                buffer += text
-                while "\n\n" in buffer:
-                    block, buffer = buffer.split("\n\n", 1)
-                    if block.startswith(": keepalive"):
-                        self.heartbeats += 1
-                    lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-                    if lines.get("event") == "hello":
-                        self.hello.set()
-                    elif lines.get("event") == "inbox":
-                        self.events.append((time.time(), json.loads(lines["data"])))
+            async for event, data in sse_blocks(response):
+                if event == "keepalive":
+                    self.heartbeats += 1
+                elif event == "hello":
+                    self.hello.set()
+                elif event == "inbox":
+                    self.events.append((time.time(), data))
 
 
 def _people() -> list[tuple[Any, str, str]]:
@@ -127,15 +123,11 @@ def test_every_kind_reaches_every_stream_through_one_subscriber_per_process(
     group = make_group("everyone-here", *(user for user, _, _ in people))
     services.message_type_create(code="ops", name="Ops")
     services.subscription_create(message_type="ops", scope="site", group_id=group.pk)
-    server = Server(log=tmp_path / "uvicorn.log", application_name="mc-live-hub-test")
-    try:
-        server.wait_ready()
+    with serving(uvicorn_server(log=tmp_path / "uvicorn.log", application_name="mc-live-hub-test")) as server:
         asyncio.run(_scenario(server, people, operator, settings))
-    finally:
-        server.stop()
 
 
-async def _scenario(server: Server, people: list[tuple[Any, str, str]], operator: Any, settings: Any) -> None:
+async def _scenario(server: ServedProcess, people: list[tuple[Any, str, str]], operator: Any, settings: Any) -> None:
     listeners = [Listener(i) for i in range(USERS) for _ in range(STREAMS_EACH)]
     limits = httpx.Limits(max_connections=len(listeners) + 10)
     watcher = Watcher("mc-live-hub-test")
@@ -158,7 +150,7 @@ async def _scenario(server: Server, people: list[tuple[Any, str, str]], operator
 
 
 async def _checks(
-    server: Server,
+    server: ServedProcess,
     listeners: list[Listener],
     people: list[tuple[Any, str, str]],
     operator: Any,
