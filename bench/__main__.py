@@ -20,6 +20,7 @@ CASES = (
     "bench.cases.announcements",
     "bench.cases.announcement_scale",
     "bench.cases.inbox",
+    "bench.cases.groups",
     "bench.cases.counts",
     "bench.cases.notifications",
     "bench.cases.cache",

@@ -8,6 +8,7 @@ the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.
 """
 
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -299,6 +300,39 @@ def mc_inbox_state(user_id: int) -> str:
     return _key("inbox", user_tag(user_id), "state")
 
 
+def mc_inbox_groups(user_id: int) -> str:
+    """hash: ref of a grouped item's row -> JSON ``{key, count, actors, start}`` of its group
+    (the row's count, its last three distinct actors, the time of the group's first item)."""
+    return _key("inbox", user_tag(user_id), "groups")
+
+
+def mc_inbox_groups_open(user_id: int) -> str:
+    """hash: group key -> the member of its open group's row (open while that row is unread and
+    listed; reading, archiving or deleting it ends the group)."""
+    return _key("inbox", user_tag(user_id), "groups", "open")
+
+
+def mc_inbox_groups_closed(user_id: int) -> str:
+    """hash: ``"<end>|<group key>"`` -> the member of an ended group's row (end: the time, ms, the
+    group ended at, its row's time then; see ``mc_inbox_group_ends``)."""
+    return _key("inbox", user_tag(user_id), "groups", "closed")
+
+
+def mc_inbox_group_ends(user_id: int, group_key: str) -> str:
+    """zset: the times (ms) the user's groups of one key ended at, member = score = the time; they
+    cut the key's items into groups (messagecenter/lua/_group.lua). Mirror of ``InboxGroupEnd``."""
+    return mc_inbox_group(user_id, group_key) + ":ends"
+
+
+def mc_inbox_group(user_id: int, group_key: str) -> str:
+    """zset: the user's items of one group key, score = the item's time (``?group_key=``).
+
+    The key names the group key by a digest: any text fits, and no key name
+    carries what an operator typed."""
+    digest = hashlib.sha1(group_key.encode(), usedforsecurity=False).hexdigest()[:20]
+    return _key("inbox", user_tag(user_id), "group", digest)
+
+
 def mc_user_groups(user_id: int) -> str:
     """set: ids of the user's groups (mirror of PostgreSQL memberships)."""
     return _key("user", "groups", user_tag(user_id))
@@ -350,7 +384,7 @@ def mc_inbox_scratch(user_id: int) -> str:
 USER_ID_FILL = "\x01"
 
 
-def mc_deliver_key_templates(*, notifications: bool = False, expiry: bool = True) -> list[str]:
+def mc_deliver_key_templates(*, notifications: bool = False, expiry: bool = True, group_key: str = "") -> list[str]:
     """One recipient's stride of ``mc_deliver_keys`` with ``USER_ID_FILL`` for its id:
     the named functions' own names, for a stand-in id whose tag becomes the fill."""
     stand_in = 0
@@ -361,17 +395,29 @@ def mc_deliver_key_templates(*, notifications: bool = False, expiry: bool = True
     namers += [mc_inbox_months, live_user_version, mc_inbox_evicted]
     if notifications:
         namers.append(mc_user_notifications)
+    if group_key:
+        namers += [
+            mc_inbox_groups,
+            mc_inbox_groups_open,
+            mc_inbox_groups_closed,
+            lambda u: mc_inbox_group(u, group_key),
+            lambda u: mc_inbox_group_ends(u, group_key),
+        ]
     # The tag is the only place an id appears in these names.
     return [namer(stand_in).replace(tag, fill_tag) for namer in namers]
 
 
-def mc_deliver_keys(user_ids: Iterable[int], *, notifications: bool = False, expiry: bool = True) -> list[str]:
+def mc_deliver_keys(
+    user_ids: Iterable[int], *, notifications: bool = False, expiry: bool = True, group_key: str = ""
+) -> list[str]:
     """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
     recipient in its order: ``mc_inbox``, ``mc_inbox_hidden``, ``mc_inbox_arrivals``,
     ``mc_inbox_expiry`` (only with ``expiry``: an item that never expires leaves that zset
     alone), ``mc_inbox_months``, ``live_user_version``, ``mc_inbox_evicted`` and, with
-    ``notifications``, ``mc_user_notifications``: the few keys an item's arrival writes (the
-    recipient's next read places it: its category zset, bitmaps and counters).
+    ``notifications``, ``mc_user_notifications``, and with a ``group_key`` the recipient's
+    ``mc_inbox_groups``, ``mc_inbox_groups_open``, ``mc_inbox_groups_closed``, ``mc_inbox_group``
+    and ``mc_inbox_group_ends``: the few keys an item's
+    arrival writes (the recipient's next read places it: its category zset, bitmaps and counters).
 
     The same names as those functions (a test holds them equal), filled into
     one template per call: a fan-out builds them for every recipient, and a
@@ -379,7 +425,7 @@ def mc_deliver_keys(user_ids: Iterable[int], *, notifications: bool = False, exp
     Redis the fan-out packs the templates straight into the protocol instead:
     core.lua.pack_filled.)
     """
-    names = mc_deliver_key_templates(notifications=notifications, expiry=expiry)
+    names = mc_deliver_key_templates(notifications=notifications, expiry=expiry, group_key=group_key)
     # NUL occurs in no key name: one join, a replace per recipient, one split.
     template = "\x00".join(names)
     joined = "\x00".join(template.replace(USER_ID_FILL, str(int(u))) for u in user_ids)

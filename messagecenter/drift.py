@@ -42,7 +42,7 @@ from messagecenter.models import (
     Subscription,
     UserGroupMembership,
 )
-from messagecenter.readmodel import InboxEntry, publish, to_ms
+from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import inbox_settle
@@ -445,6 +445,8 @@ def push_deliveries_find() -> list[Finding]:
         )
         # Users who muted the category when the message was sent never got it (messagecenter.mutes).
         hidden |= muted_among(user_ids=sample, category=entry.category, time_ms=entry.score)
+        if entry.group_key:  # a grouped item a newer one of its group took the row of is out of the list
+            hidden |= grouping.group_holds(group_key=entry.group_key, member=entry.member, user_ids=sample)
         probes = drift_rm.inbox_probe(member=entry.member, ref=entry.ref, user_ids=sample)
         for user_id, probe in probes.items():
             if probe.present or probe.hidden or user_id in hidden or user_id not in existing:

@@ -29,6 +29,11 @@ def sender_name(user: AbstractBaseUser | None) -> str | None:
     return full or str(user.get_username())
 
 
+def _group_fields(group_key: str, actor: str) -> dict[str, str]:
+    # Only grouped items carry the fields: details of every other item stay as they were.
+    return {"group_key": group_key, "actor": actor} if group_key else {}
+
+
 def message_entry(message: Message) -> InboxEntry:
     return InboxEntry(
         ref=message.ref,
@@ -37,6 +42,8 @@ def message_entry(message: Message) -> InboxEntry:
         offset=message.slot_offset,
         score=to_ms(message.created_at),
         expire_ms=to_ms(message.expire_at) if message.expire_at else 0,
+        group_key=message.group_key,
+        actor=message.actor,
     )
 
 
@@ -61,6 +68,7 @@ def message_detail(message: Message, image_files: Sequence[MessageImage] | None 
         "member": message_entry(message).member,
         "sender": sender_name(message.sender) if message.sender_id is not None else None,
         **_extras(actions=message.actions, translations=message.translations),
+        **_group_fields(message.group_key, message.actor),
     }
 
 
@@ -110,6 +118,8 @@ def notification_entry(notification: Notification) -> InboxEntry:
         offset=notification.slot_offset,
         score=to_ms(notification.created_at),
         expire_ms=to_ms(notification.expire_at),
+        group_key=notification.group_key,
+        actor=notification.actor,
     )
 
 
@@ -128,4 +138,5 @@ def notification_detail(notification: Notification) -> dict[str, Any]:
         # Notifications come from rules and subscriptions, never from a person.
         "sender": None,
         **_extras(translations=notification.translations),
+        **_group_fields(notification.group_key, notification.actor),
     }

@@ -152,6 +152,11 @@ class Message(models.Model):
     retracted_at = models.DateTimeField(null=True, blank=True)
     # When a scheduled message is (or was) to be sent; null: sent at once.
     send_at = models.DateTimeField(null=True, blank=True)
+    # Grouping (messagecenter.services.grouping): items of one key collapse
+    # into one row of each recipient's inbox while the group is unread; the
+    # actor is the display name its row lists ("Ann, Ben and 2 others").
+    group_key = models.CharField(max_length=100, blank=True, default="")
+    actor = models.CharField(max_length=100, blank=True, default="")
     # A scheduled message has month 0 and offset 0 (no real slot) until it is sent.
     slot_month = models.PositiveIntegerField(editable=False)
     slot_offset = models.BigIntegerField(editable=False)
@@ -367,6 +372,29 @@ class InboxItemState(models.Model):
         return f"{self.user_id}: {self.item_id}"
 
 
+class InboxGroupEnd(models.Model):
+    """One ended group of a user's grouped items (messagecenter.services.grouping):
+    the user read, archived or deleted its row, whose time was ``until_ms``.
+    The ends cut a key's items into groups (an item belongs to the first end at
+    or after its time, or to the open group), so PostgreSQL says what Redis
+    shows and a rebuild puts the same groups back. A row per user action,
+    like a hide."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_group_ends")
+    group_key = models.CharField(max_length=100)
+    until_ms = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # One end per group; the rebuild reads them per user and key through it.
+            models.UniqueConstraint(fields=["user", "group_key", "until_ms"], name="mc_group_end_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.group_key}@{self.until_ms}"
+
+
 class InboxReadMonth(models.Model):
     """One user's committed read state for one month: the truth the Redis bitmaps mirror.
 
@@ -521,6 +549,11 @@ class Notification(models.Model):
     # cancelled one is withdrawn and no longer scheduled.
     scheduled = models.BooleanField(default=False)
     send_at = models.DateTimeField(null=True, blank=True)
+    # Grouping (messagecenter.services.grouping): items of one key collapse
+    # into one row of each recipient's inbox while the group is unread; the
+    # actor is the display name its row lists ("Ann, Ben and 2 others").
+    group_key = models.CharField(max_length=100, blank=True, default="")
+    actor = models.CharField(max_length=100, blank=True, default="")
     # Set once the sweep freed the stored-once detail after expiry.
     details_freed = models.BooleanField(default=False, editable=False)
     slot_month = models.PositiveIntegerField(editable=False)

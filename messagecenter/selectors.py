@@ -48,6 +48,7 @@ from messagecenter.models import (
 )
 from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
+from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
 from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import CachedPage, Counts, Page, PageRow
@@ -80,6 +81,8 @@ class InboxItem:
     # [{"id", "label"}] the reader may answer (messages only), and their answer.
     actions: list[dict[str, str]] = dataclasses.field(default_factory=list)
     response: dict[str, Any] | None = None
+    # A grouped row's group ({key, count, actors}); None for items without a key.
+    group: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class InboxPage:
     cache_tag: tuple[str, str] | None = None
 
 
-def _item(row: PageRow, language: str | None = None) -> InboxItem:
+def _item(row: PageRow, language: str | None = None, group: dict[str, Any] | None = None) -> InboxItem:
     detail: dict[str, Any] = row.detail
     # Translations ride in the detail: the reader's language is picked here,
     # field by field (the page costs the same whatever the languages held).
@@ -115,6 +118,7 @@ def _item(row: PageRow, language: str | None = None) -> InboxItem:
         # None (the system) until a drift repair or rebuild writes them again.
         sender=detail.get("sender") or None,
         actions=list(detail.get("actions") or ()),
+        group=group,
     )
 
 
@@ -148,6 +152,31 @@ def _answered(user_id: int, items: list[InboxItem], *, degraded: bool) -> list[I
         else item
         for item in items
     ]
+
+
+def grouped_items(
+    *,
+    user_id: int,
+    rows: Sequence[PageRow],
+    degraded: bool = False,
+    with_groups: bool = True,
+    groups_read: bool = False,
+    language: str | None = None,
+) -> list[InboxItem]:
+    """The page's items in the reader's language, each grouped row with its
+    group and each item with actions with the reader's answer. Groups are read
+    with the page (page.lua's fast path) or else by one HMGET of the grouped
+    rows on it (none when no row has a group key), so a page costs the same
+    whatever the number or size of the groups."""
+    grouped = [row.ref for row in rows if with_groups and row.group is None and row.detail.get("group_key")]
+    groups: dict[str, dict[str, Any]] = {row.ref: row.group for row in rows if with_groups and row.group is not None}
+    if grouped and not degraded and not groups_read:
+        try:
+            groups.update(readmodel_grouping.groups_of(user_id=user_id, refs=grouped))
+        except RedisError as exc:
+            logger.warning("redis unavailable (%s); groups of user %s left out", exc, user_id)
+    items = [_item(row, language, groups.get(row.ref)) for row in rows]
+    return _answered(user_id, items, degraded=degraded)
 
 
 def category_validate(category: str | None) -> None:
@@ -341,21 +370,22 @@ def _inbox_list(
             user_id=user_id, now=now, archived=archived, query=query, language=language, **filters
         )
         degraded = True
-    answer = _inbox_page_of(
+    return _inbox_page_of(
         page,
+        user_id=user_id,
         category=category,
         unread_only=unread_only,
         archived=archived,
         query=query,
         degraded=degraded,
         language=language,
-    )
-    return dataclasses.replace(answer, results=_answered(user_id, answer.results, degraded=degraded)), None
+    ), None
 
 
 def _inbox_page_of(
     page: Page,
     *,
+    user_id: int = 0,
     category: str | None,
     unread_only: bool,
     archived: bool = False,
@@ -375,7 +405,9 @@ def _inbox_page_of(
             position["q"] = query
         next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
-        results=[_item(row, language) for row in page.rows],
+        results=grouped_items(
+            user_id=user_id, rows=page.rows, degraded=degraded, groups_read=page.groups_read, language=language
+        ),
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
         unseen_count=page.counts.unseen,
@@ -405,7 +437,7 @@ def inbox_item_get(
         degraded = False
     if row is None:
         raise NotFound("No such item in your inbox.")
-    return _answered(int(user.pk), [_item(row, language)], degraded=degraded)[0]
+    return grouped_items(user_id=int(user.pk), rows=[row], degraded=degraded, language=language)[0]
 
 
 def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:

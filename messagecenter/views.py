@@ -29,7 +29,7 @@ from core.params import parse_limit
 from core.translations import reader_language
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
-from messagecenter.labels import CATEGORY_LABELS
+from messagecenter.labels import CATEGORY_LABELS, group_actors_line
 from messagecenter.models import CATEGORIES, EmailDigest
 from messagecenter.quiet import time_zones
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
@@ -134,7 +134,11 @@ def _rows(results: Iterable[Any], kind: str) -> list[dict[str, Any]]:
     if kind == "announcement":
         return []
     return [
-        {"item": item, "category_label": CATEGORY_LABELS.get(item.category, item.category)}
+        {
+            "item": item,
+            "category_label": CATEGORY_LABELS.get(item.category, item.category),
+            "group_line": group_actors_line(item.group) if item.group else "",
+        }
         for item in results
         if not kind or item.kind == kind
     ]

@@ -15,7 +15,7 @@ from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, Str
 from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
 from core.params import parse_bool, parse_limit, parse_time
 from core.translations import reader_language
-from messagecenter import selectors, services
+from messagecenter import group_selectors, selectors, services
 from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH
 from messagecenter.services.inbox_actions import BULK_ACTIONS, BULK_MAX_IDS
@@ -63,6 +63,14 @@ class ItemResponseSerializer(serializers.Serializer):
     at = RenderedTimeField()
 
 
+class GroupSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The group key the items were sent with.")
+    count = serializers.IntegerField(help_text="Items in the group (this row's item included).")
+    actors = serializers.ListField(
+        child=serializers.CharField(), help_text="Up to three distinct actors of the group, newest first."
+    )
+
+
 class ItemSerializer(serializers.Serializer):
     id = serializers.CharField()
     kind = serializers.ChoiceField(choices=KINDS)
@@ -83,6 +91,14 @@ class ItemSerializer(serializers.Serializer):
     actions = ActionSerializer(many=True, help_text="What the reader may answer (empty when nothing).")
     response = ItemResponseSerializer(
         allow_null=True, help_text="The reader's answer to one of the actions; null while unanswered."
+    )
+    group = GroupSerializer(
+        allow_null=True,
+        help_text=(
+            "The row's group when the item was sent with a group_key: while a group is unread, newer items "
+            "of its key take its row (it moves to the newest item's time). Null for items without a key. "
+            "GET /api/v1/inbox/?group_key=<key> lists the group's items."
+        ),
     )
 
 
@@ -140,6 +156,14 @@ class InboxListApi(APIView):
                 "archived", OpenApiTypes.BOOL, description="true: the archived items instead of the list."
             ),
             OpenApiParameter(
+                "group_key",
+                OpenApiTypes.STR,
+                description=(
+                    "The items sent with this group key (at most 100 characters), newest first, one per row "
+                    "(paged like the inbox); the other filters do not apply."
+                ),
+            ),
+            OpenApiParameter(
                 "q",
                 OpenApiTypes.STR,
                 description=(
@@ -152,6 +176,16 @@ class InboxListApi(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
+        group_key = params.get("group_key")
+        if group_key:
+            page = group_selectors.inbox_group_list(
+                user=request.user,  # type: ignore[arg-type]
+                group_key=group_key,
+                limit=parse_limit(params.get("limit")),
+                cursor=params.get("cursor") or None,
+                language=reader_language(request, request.user.pk),
+            )
+            return HttpResponse(render_page(page), content_type="application/json")
         body = selectors.inbox_list_rendered(
             user=request.user,  # type: ignore[arg-type]
             render=render_page,

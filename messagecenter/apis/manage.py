@@ -340,6 +340,16 @@ class MessageSendApi(APIView):
             help_text="One to three actions recipients may answer (distinct ids).",
         )
         translations = TranslationsField(required=False)
+        group_key = StrictCharField(
+            max_length=100,
+            required=False,
+            allow_blank=True,
+            help_text="Group key (e.g. order:42): while a recipient has an unread item of this key, the new "
+            "one takes its row instead of adding one.",
+        )
+        actor = StrictCharField(
+            max_length=100, required=False, allow_blank=True, help_text="Display name a grouped row lists."
+        )
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.CharField()
@@ -392,6 +402,8 @@ class MessageSendApi(APIView):
                 "group_ids": to.get("groups") or [],
                 "everyone": to.get("everyone", False),
                 "expire_at": data.get("expire_at"),
+                "group_key": data.get("group_key") or "",
+                "actor": data.get("actor") or "",
             }
             message = services.message_send(
                 **common,

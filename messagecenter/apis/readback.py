@@ -220,6 +220,10 @@ class MessageReadSerializer(serializers.Serializer):
     channels_requested = ChannelsRequestedSerializer(help_text="What the create's channels asked.")
     actions = ActionInputSerializer(many=True, help_text="The actions recipients may answer (empty: none).")
     translations = TranslationsField()
+    group_key = serializers.CharField(
+        allow_null=True, help_text="The key its recipients' inboxes group it by; null: never grouped."
+    )
+    actor = serializers.CharField(allow_null=True, help_text="The display name a grouped row lists; null: none.")
 
 
 def message_data(item: MessageReadBack) -> dict[str, Any]:
@@ -252,6 +256,8 @@ def message_data(item: MessageReadBack) -> dict[str, Any]:
                 "channels_requested": channels_requested(item.channels),
                 "actions": list(message.actions or []),
                 "translations": dict(message.translations or {}),
+                "group_key": message.group_key or None,
+                "actor": message.actor or None,
             }
         ).data
     )
@@ -367,6 +373,19 @@ class NotificationOutputSerializer(serializers.Serializer):
     channels = serializers.SerializerMethodField(help_text="What Web Push and e-mail did for it.")
     channels_requested = serializers.SerializerMethodField(help_text="What the create's channels asked.")
     translations = TranslationsField()
+    group_key = serializers.CharField(
+        allow_null=True,
+        default=None,
+        help_text="The key its recipients' inboxes group it by; null: never grouped.",
+    )
+    actor = serializers.CharField(allow_null=True, default=None, help_text="The display name a grouped row lists.")
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Stored blank when not given: the API says null.
+        data["group_key"] = data.get("group_key") or None
+        data["actor"] = data.get("actor") or None
+        return data
 
     def get_ttl_seconds(self, notification: Any) -> int:
         return int((notification.expire_at - notification.created_at).total_seconds())

@@ -231,6 +231,15 @@ class NotificationSendApi(APIView):
         send_at = TimeField(required=False)
         channels = ItemChannelsSerializer(required=False, allow_null=True)
         translations = TranslationsField(required=False)
+        group_key = StrictCharField(
+            max_length=100,
+            required=False,
+            allow_blank=True,
+            help_text="Group key: while a recipient has an unread item of this key, the new one takes its row.",
+        )
+        actor = StrictCharField(
+            max_length=100, required=False, allow_blank=True, help_text="Display name a grouped row lists."
+        )
 
     class OutputSerializer(NotificationStateSerializer):
         pass
@@ -259,9 +268,16 @@ class NotificationSendApi(APIView):
         }
         with transaction.atomic():
             if data.get("send_at") is not None:
-                notification = services.notification_schedule(**common, send_at=data["send_at"])
+                notification = services.notification_schedule(
+                    **common,
+                    send_at=data["send_at"],
+                    group_key=data.get("group_key") or "",
+                    actor=data.get("actor") or "",
+                )
             else:
-                notification = services.notification_send(**common)
+                notification = services.notification_send(
+                    **common, group_key=data.get("group_key") or "", actor=data.get("actor") or ""
+                )
             audit_api(request, action="create", obj=notification, changes=data)
         return Response(self.OutputSerializer(_notification_state(notification)).data, status=status.HTTP_202_ACCEPTED)
 

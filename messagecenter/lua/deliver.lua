@@ -14,7 +14,10 @@
 -- members a recipient loses per delivery: at most that and EVICT_MAX), 12
 -- "1" when the stride holds the expiry zset (always, from publish.py: an
 -- inbox over the cap loses expired members first), then one channel per
--- recipient when publishing.
+-- recipient when publishing; 13 the item's group key ("" = not grouped), 14
+-- its actor. A grouped item's stride ends with the recipient's five group
+-- keys (core.keys.mc_deliver_keys: groups, open and closed hashes, the key's
+-- members and ends zsets).
 -- Returns how many inboxes gained the item.
 --
 -- Per recipient the item arrives: it joins all (NX, so a rerun changes
@@ -36,11 +39,13 @@ local score, expire_ms = ARGV[4], ARGV[5]
 local expire, now, stride = tonumber(expire_ms), tonumber(ARGV[6]), tonumber(ARGV[7])
 local head, tail = ARGV[8], ARGV[9]
 local cap, step = tonumber(ARGV[10]), tonumber(ARGV[11])
-local CHANNELS = 12  -- ARGV before the channels
+local CHANNELS = 14  -- ARGV before the channels
+local gkey, actor = ARGV[13] or "", ARGV[14] or ""
+local GROUP_KEYS = gkey ~= "" and 5 or 0
 local live = expire == 0 or expire > now
 -- How many expiry-zset keys each recipient's stride holds (1 or 0, as sent).
 local EXPIRY_KEYS = ARGV[12] == "1" and 1 or 0
-local notify = stride - 6 - EXPIRY_KEYS
+local notify = stride - 6 - EXPIRY_KEYS - GROUP_KEYS
 if (notify ~= 0 and notify ~= 1) or #KEYS % stride ~= 0 then
   return redis.error_reply("deliver.lua: KEYS do not fit the stride " .. stride)
 end
@@ -120,6 +125,14 @@ for i = 0, recipients - 1 do
     call("ZADD", arrivals_key, score, member)
     if expire > 0 then call("ZADD", expiry_key, expire_ms, member) end
     call("SADD", months_key, month)
+    if GROUP_KEYS > 0 then
+      -- The group's row becomes the newest item; the item that leaves the
+      -- list goes the way the cap's evictions go (the next read settles it).
+      local group = base + stride - GROUP_KEYS
+      local gone = group_join(KEYS[group + 1], KEYS[group + 2], KEYS[group + 4], KEYS[group + 5], KEYS[group + 3],
+                              gkey, member, score, actor)
+      if gone then evict(gone) end
+    end
     if cap > 0 then keep_cap() end  -- caps on write
     local version = call("INCR", KEYS[base + VERSION])
     if listening and listening[2 * i + 2] > 0 then

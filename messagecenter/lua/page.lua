@@ -7,16 +7,18 @@
 -- (already returned); only items newer than since_time when given. New items
 -- have later times, so they never shift a page a client is walking.
 -- Returns {members, times, read bits, {more, next time_max, next skip},
--- counts} and on the fast path also the page's details and {tag, valid
--- until} to store the rendering under (or {"HIT", rendering} when the read
+-- counts} and on the fast path also the page's details, {tag, valid
+-- until} to store the rendering under and the rows' groups (or {"HIT", rendering} when the read
 -- cache holds a current one).
 
 pages_key, live_version_key = KEYS[12], KEYS[13]
+-- The rows' groups (ref -> JSON of a grouped row's group; core.keys.mc_inbox_groups).
+local groups_key = KEYS[14]
 local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
 local field = ARGV[7]
-if not open_inbox(2, 7, false) then return NOT_OPEN end
+if not open_inbox(3, 7, false) then return NOT_OPEN end
 
 local cache = nil
 if FAST and field ~= "" then
@@ -70,7 +72,11 @@ if FAST then
   local refs = {}
   for i, member in ipairs(members) do refs[i] = parse(member) end
   local details = {}
-  if #refs > 0 then details = call("HMGET", detail_key, unpack(refs)) end
-  return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}}
+  local groups = {}
+  if #refs > 0 then
+    details = call("HMGET", detail_key, unpack(refs))
+    groups = call("HMGET", groups_key, unpack(refs))
+  end
+  return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups}
 end
 return {members, times, reads, {more, pos_raw, pos_skip}, counts()}

@@ -32,6 +32,10 @@ class InboxEntry:
     offset: int
     score: int
     expire_ms: int = 0
+    # Grouping (deliver.lua, _group.lua): "" = never grouped. Not part of the
+    # member: a member names the slot, the group is the recipient's state.
+    group_key: str = ""
+    actor: str = ""
 
     @property
     def member(self) -> str:

@@ -41,9 +41,9 @@ from core.insight import hour_of
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from messagecenter.mutes import Mutes
-from messagecenter.readmodel import bits, listing, readcache
+from messagecenter.readmodel import bits, grouping, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
-from messagecenter.readmodel.publish import AUDIENCE_EVERYONE
+from messagecenter.readmodel.publish import AUDIENCE_EVERYONE, PULL_GROUPED
 from messagecenter.readmodel.reads import record_reads
 from messagecenter.readmodel.scripts import (
     ArchiveOp,
@@ -241,6 +241,7 @@ class _Found:
         default_factory=dict
     )  # member -> time on the mute rule's axis, where not its score
     bulletins_read: int = 0
+    grouped: set[str] = field(default_factory=set)  # pulled members sent with a group key (publish.PULL_GROUPED)
 
 
 @dataclass(frozen=True)
@@ -300,9 +301,11 @@ def _pulls_split(pulls: Sequence[str], now_ms: int, found: _Found) -> list[tuple
     bitmap are returned (member, score, expire, ref) to look up the user's bit."""
     bitmap_pulls: list[tuple[str, int, int, str]] = []
     for pull in pulls:
-        # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>
+        # <ref>|<category>|<month>|<offset>|<score>|<expire>|<audience>[|<grouped>]
         parts = pull.split("|")
         member, score, expire, audience = "|".join(parts[:4]), int(parts[4]), int(parts[5]), parts[6]
+        if parts[7:] == [PULL_GROUPED]:
+            found.grouped.add(member)
         if expire and expire <= now_ms:
             continue
         if audience == AUDIENCE_EVERYONE:
@@ -390,6 +393,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
     markers = _markers_read(client, user_id, now_ms, ref)
     found = _found(client, user_id, now_ms, markers)
     candidates = _unmuted(found.candidates, markers.mutes, found.arrivals)
+    if found.grouped and candidates:  # grouped broadcasts join their groups first (readmodel.grouping)
+        candidates = grouping.merge_candidates(user_id=user_id, candidates=candidates, grouped=found.grouped)
     plan = _Plan(months=markers.months, detail=markers.detail, bulletins_read=found.bulletins_read)
     for member, _score, _expire in candidates:
         plan.months.add(parse_member(member)[2])
@@ -551,6 +556,9 @@ class PageRow:
     score: int
     read: bool
     detail: dict[str, Any]
+    # A grouped row's group, when the page read it (the fast path): not part of
+    # what a page says, since the other paths add it later (selectors.grouped_items).
+    group: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -559,6 +567,7 @@ class Page:
     next_position: tuple[int, int] | None  # (max score, items at it already returned)
     counts: Counts
     cache_tag: tuple[str, str] | None = None  # (tag, valid until ms) to store a rendering under
+    groups_read: bool = field(default=False, compare=False)  # the rows carry their groups (the fast path)
 
 
 @dataclass(frozen=True)
@@ -624,11 +633,16 @@ def _page_of(result: list[Any]) -> Page:
     refs = [m.decode().split("|", 1)[0] for m in members]
     details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
     cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
+    groups: list[Any] = fetched[2] if len(fetched) > 2 else [None] * len(refs)
     rows = []
-    for ref, score, read, raw in zip(refs, scores, reads, details, strict=True):
+    for ref, score, read, raw, group in zip(refs, scores, reads, details, groups, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
             continue
-        rows.append(PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw)))
+        rows.append(
+            PageRow(
+                ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw), group=grouping.group_of(group)
+            )
+        )
     more, pos_score, pos_skip = position
     next_position = (_int(pos_score), int(pos_skip)) if int(more) else None
     return Page(
@@ -636,6 +650,7 @@ def _page_of(result: list[Any]) -> Page:
         next_position=next_position,
         counts=_counts(counts),
         cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
+        groups_read=len(fetched) > 2,
     )
 
 

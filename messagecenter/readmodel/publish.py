@@ -113,9 +113,15 @@ def pull_register(
     return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member, announce=announce)())
 
 
+# The pull log's mark of a grouped item: a read looks up the details of those
+# only (readmodel.grouping.merge_candidates), not of every item it merges.
+PULL_GROUPED = "g"
+
+
 def pull_member(entry: InboxEntry, *, everyone: bool) -> str:
     kind = AUDIENCE_EVERYONE if everyone else AUDIENCE_BITMAP
-    return f"{entry.member}|{entry.score}|{entry.expire_ms}|{kind}"
+    grouped = f"|{PULL_GROUPED}" if entry.group_key else ""
+    return f"{entry.member}|{entry.score}|{entry.expire_ms}|{kind}{grouped}"
 
 
 def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:
@@ -166,12 +172,14 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         entry.score,
         entry.expire_ms,
         now_ms,
-        6 + int(expiry) + int(notification),  # the stride of KEYS per recipient
+        6 + int(expiry) + int(notification) + (5 if entry.group_key else 0),  # the stride of KEYS per recipient
         head,
         tail,
         int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write
         int(settings.MESSAGECENTER_INBOX_SETTLE_STEP),
         "1" if expiry else "0",  # the stride holds the expiry zset
+        entry.group_key,  # "" = not grouped: no group keys in the stride
+        entry.actor,
     ]
     if is_cluster():
         # One call per slot, keys as strings (redis-py's cluster client routes them).
@@ -180,10 +188,12 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
             by_slot.setdefault(key_slot(keys.user_tag(user_id).encode()), []).append(user_id)
         gained = 0
         for batch in by_slot.values():
-            script_keys = keys.mc_deliver_keys(batch, notifications=notification, expiry=expiry)
+            script_keys = keys.mc_deliver_keys(
+                batch, notifications=notification, expiry=expiry, group_key=entry.group_key
+            )
             gained += int(DELIVER_SCRIPT(script_keys, [*args, *keys.live_user_channels(batch)] if tail else args))
     else:
-        templates = keys.mc_deliver_key_templates(notifications=notification, expiry=expiry)
+        templates = keys.mc_deliver_key_templates(notifications=notification, expiry=expiry, group_key=entry.group_key)
         channel = [keys.live_user_channel_template()]
 
         def calls() -> Iterator[tuple[Packed, list[Any]]]:

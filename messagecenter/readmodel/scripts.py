@@ -66,8 +66,8 @@ READ_ALL_SCRIPT = _script("read_all.lua")
 SEEN_SCRIPT = _script("seen.lua")
 DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
-# A fan-out only adds: its script needs none of the helpers.
-DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua")
+# A fan-out only adds: its script needs none of the inbox helpers, only the grouping.
+DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua", preambles=("../lua/_group.lua",))
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
@@ -219,7 +219,8 @@ class PageOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)
+        # The groups hash: the fast path answers the page's rows' groups too.
+        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id), keys.mc_inbox_groups(user_id)
 
     def own_args(self) -> list[Any]:
         return [

@@ -19,6 +19,7 @@ from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
+from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read
 from messagecenter.services.read_state import read_marks_commit, seen_commit
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
         read_marks_commit(user_id=user_id, entries=[placed[1]], read=read, now=now)
         payload = {"ref": ref, "read": read, "at_ms": to_ms(now)}
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
+        if read:  # reading a grouped row ends its group (once Redis has the mark)
+            transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
     return True
 
 
@@ -185,6 +188,7 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
             read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
             payload = {"category": category or "", "at_ms": to_ms(now)}
             redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
+            transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
     return len(unread)
 
 
@@ -213,6 +217,8 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
         InboxHidden.objects.get_or_create(user_id=user_id, item_id=ref)
         InboxItemState.objects.filter(user_id=user_id, item_id=ref).delete()  # deleted wherever it was
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(now)})])
+        # Deleting a grouped row deletes its group (after the row's own hide).
+        transaction.on_commit(lambda: group_row_deleted(user_id=user_id, ref=ref, now_ms=to_ms(now)))
     return True
 
 

@@ -36,6 +36,7 @@ from core.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, to_ms
+from messagecenter.services.grouping import group_row_read, group_rows_acted
 from messagecenter.services.inbox import MAX_ITEM_ID_LENGTH, _direct, _ref, redis_after_commit
 from messagecenter.services.read_state import read_marks_commit
 
@@ -86,6 +87,8 @@ def inbox_archive(*, user: AbstractBaseUser, item_id: str, now: datetime | None 
     ref = _ref(item_id)
     place = _place(int(user.pk), ref, now)
     _archive(user_id=int(user.pk), places={ref: place}, now=now)
+    # Archiving a grouped row ends its group, once the archive is committed and projected.
+    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref))
 
 
 def _archive(*, user_id: int, places: dict[str, str], now: datetime) -> None:
@@ -161,6 +164,9 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
             _unarchive(user_id=user_id, refs=archived, now=now)
     else:
         _bulk_hide(user_id=user_id, refs=list(places), now=now)
+    # The rows act for their groups, after the commit and the rows' own Redis writes.
+    acted = list(places)
+    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action, now_ms=to_ms(now)))
     return len(places)
 
 

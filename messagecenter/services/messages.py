@@ -37,6 +37,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import publish
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
+from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
@@ -135,6 +136,8 @@ def message_send(
     channels: ChannelRequest | None = None,
     actions: Sequence[Mapping[str, Any]] | None = None,
     translations: Mapping[str, Any] | None = None,
+    group_key: str = "",
+    actor: str = "",
 ) -> Message:
     """Store a message and its audience, then deliver it after commit; with
     ``send_at``, store it to be sent then (status ``scheduled``). ``channels``:
@@ -158,6 +161,7 @@ def message_send(
             raise ValidationFailed("expire_at must be after send_at.", fields={"expire_at": ["Must be after send_at."]})
     elif expire_at is not None and expire_at <= now:
         raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
+    group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
     offered = actions_validate(list(actions)) if actions is not None else []
     localized = translations_validate(translations) if translations is not None else {}
@@ -189,6 +193,8 @@ def message_send(
             slot_offset=offset,
             actions=offered,
             translations=localized,
+            group_key=group_key,
+            actor=actor,
         )
         if groups:  # a new message has none: skip the SELECT of set()
             message.groups.set(groups)

@@ -44,6 +44,7 @@ from messagecenter.readmodel import publish, to_ms
 from messagecenter.selectors import muted_among
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add
+from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.slots import slot_allocate
 
 MAX_TTL_SECONDS = 366 * 24 * 60 * 60  # a year and a day: anything longer is a mistake
@@ -160,6 +161,8 @@ def notification_send(
     rule: NotificationRule | None = None,
     channels: ChannelRequest | None = None,
     translations: Mapping[str, Any] | None = None,
+    group_key: str = "",
+    actor: str = "",
 ) -> Notification:
     """Raise a notification for every subscriber of ``message_type`` in ``scope``
     (and, with ``channels``, by Web Push and e-mail: ``services.channels``).
@@ -175,6 +178,7 @@ def notification_send(
         raise _invalid("title", "A title is required.")
     ttl = _ttl(ttl_seconds) if ttl_seconds is not None else int(mtype.default_ttl_seconds)
     localized = translations_validate(translations) if translations is not None else {}
+    group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     now = timezone.now()
     body = sanitize_html(body_html)
     with transaction.atomic():
@@ -198,6 +202,8 @@ def notification_send(
             slot_month=month,
             slot_offset=offset,
             translations=localized,
+            group_key=group_key,
+            actor=actor,
         )
         # Committed with the notification, sent to its task after commit (services.delivery).
         delivery_add(task=DELIVER_TASK, object_id=notification.pk)

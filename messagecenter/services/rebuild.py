@@ -27,6 +27,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 from messagecenter.readmodel import publish, to_ms
+from messagecenter.services.grouping import groups_rebuild
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
 from messagecenter.services.read_state import inbox_read_restore
@@ -68,6 +69,11 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
             publish.user_hidden_add(user_id=user_id, ref=item_id, now_ms=now_ms)
             hidden += 1
             stage.advance()
+
+    # Ended groups before the items: each item falls into the group it was in.
+    with progress.stage("ended groups", 1) as stage:
+        groups_rebuild()
+        stage.advance()
 
     bulletin_ids = list(Bulletin.objects.values_list("pk", flat=True))
     with progress.stage("bulletins", len(bulletin_ids)) as stage:

@@ -36,6 +36,7 @@ from messagecenter.models import (
 )
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan, channels_release
 from messagecenter.services.delivery import delivery_add
+from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.messages import (
     _deliver_on_commit,
     _members,
@@ -155,9 +156,12 @@ def notification_schedule(
     ttl_seconds: int | None = None,
     channels: ChannelRequest | None = None,
     translations: Mapping[str, Any] | None = None,
+    group_key: str = "",
+    actor: str = "",
 ) -> Notification:
     """Store a notification to be sent at ``send_at`` to the subscribers then
     (with ``channels``, by Web Push and e-mail too, from then on)."""
+    group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     mtype = message_type_get(code=message_type)
     clean_scope = _scope(scope)
     if not isinstance(title, str) or not title.strip():
@@ -180,6 +184,8 @@ def notification_schedule(
             slot_month=0,
             slot_offset=0,
             translations=localized,
+            group_key=group_key,
+            actor=actor,
         )
         if channels is not None:
             channels_plan(

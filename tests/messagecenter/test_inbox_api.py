@@ -50,6 +50,7 @@ def test_item_shape_and_detail(operator: Any, recipient: Any, clock: Any) -> Non
         "sender": "olivia-operator",
         "actions": [],
         "response": None,
+        "group": None,
     }
     detail = client.get(f"/api/v1/inbox/m{message.pk}/").json()
     assert detail["images"] == ["https://cdn.test/1.png", "https://cdn.test/2.png"]

@@ -126,9 +126,10 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     # Global writes (item_put.lua, bulletin_put.lua, ...): details, bulletins, pull items; push
     # fan-out (deliver.lua, one call per slot), with and without the
     # notification index.
-    pushed = send(operator, to={"users": [alice, bob]}, title="push")
+    pushed = send(operator, to={"users": [alice, bob]}, title="push", group_key="p", actor="Ann")
     pulled = send(operator, to={"users": [alice, bob, carol]}, title="pull to a bitmap audience")
-    everyone = send(operator, to={"everyone": True}, title="pull to everyone")
+    # Grouped: the pull's merge groups it first (group_merge.lua).
+    everyone = send(operator, to={"everyone": True}, title="pull to everyone", group_key="g", actor="Ann")
     assert (pushed.delivery, pulled.delivery) == ("push", "pull")
     shown = clock.now - timedelta(minutes=1)
     for_team = services.bulletin_create(title="team", body_html="<p>t</p>", display_time=shown, group_ids=[team.pk])

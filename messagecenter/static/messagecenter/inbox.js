@@ -111,8 +111,53 @@
     return {
       id: "i" + raw.id, apiId: raw.id, source: "inbox", kind: raw.kind, category: raw.category,
       title: raw.title, summary: raw.summary || "", time: raw.created_at, read: raw.read,
-      sender: raw.sender || _("System"), actions: raw.actions || [], response: raw.response || null
+      sender: raw.sender || _("System"), actions: raw.actions || [], response: raw.response || null,
+      group: raw.group || null
     };
+  }
+
+  // A grouped row's actors line: the same strings and rule as the pages'
+  // (messagecenter/labels.py group_actors_line).
+  function groupLine(group) {
+    var actors = group.actors || [];
+    var others = group.count - actors.length;
+    if (!actors.length) {
+      return mc.interpolate(mc.ngettext("%(count)s item", "%(count)s items", group.count), {count: mc.number(group.count)}, true);
+    }
+    var names = (others > 0 ? actors : actors.slice(0, -1)).join(_(", "));
+    if (others > 0) {
+      return mc.interpolate(mc.ngettext("%(names)s and %(count)s other", "%(names)s and %(count)s others", others),
+        {names: names, count: mc.number(others)}, true);
+    }
+    if (actors.length === 1) { return actors[0]; }
+    return mc.interpolate(_("%(names)s and %(last)s"), {names: names, last: actors[actors.length - 1]}, true);
+  }
+
+  // Expanding a grouped row lists the group's items (the API's group_key list), once.
+  function renderGroup(row, item) {
+    var box = row.querySelector(".item-group");
+    if (!item.group) { box.remove(); return; }
+    box.hidden = false;
+    box.querySelector(".group-actors").textContent = groupLine(item.group);
+    var details = box.querySelector("details");
+    details.querySelector("summary").textContent = mc.interpolate(
+      mc.ngettext("%s item in this group", "%s items in this group", item.group.count), [mc.number(item.group.count)]);
+    details.addEventListener("toggle", function () {
+      if (!details.open || details.getAttribute("data-loaded")) { return; }
+      details.setAttribute("data-loaded", "1");
+      mc.api("GET", inboxApi + "?group_key=" + encodeURIComponent(item.group.key))
+        .then(function (answer) {
+          var list = details.querySelector(".group-list");
+          answer.data.results.forEach(function (one) {
+            var li = document.createElement("li");
+            var link = document.createElement("a");
+            link.href = itemUrl + one.id + "/";
+            link.textContent = one.title;
+            li.appendChild(link);
+            list.appendChild(li);
+          });
+        });
+    });
   }
 
   // Case-insensitive containment, as the API's search does for inbox items.
@@ -274,6 +319,7 @@
     var summaryNode = row.querySelector(".mc-summary");
     if (summary) { summaryNode.textContent = summary; } else { summaryNode.remove(); }
     renderRespond(row, item);
+    renderGroup(row, item);
     if (item.source === "announcement" || archived) {
       // Announcements are broadcasts: read state only. Archived rows: unarchive or delete.
       row.querySelector(".snooze").remove();

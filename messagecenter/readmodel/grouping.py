@@ -1,0 +1,192 @@
+"""Grouped items in one user's inbox: the rows' groups, the end of a group,
+and a group key's items (``?group_key=``).
+
+Delivery keeps the groups (deliver.lua with ``_group.lua``): each grouped
+row's JSON holds its count and actors, so a page reads one hash field per
+grouped row on it and a count reads nothing more than before.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from core import keys
+from core.lua import LuaScript
+from core.redis import get_redis
+
+GROUP_CLOSE_SCRIPT = LuaScript(__file__, "../lua/group_close.lua")
+
+
+def group_of(raw: bytes | None) -> dict[str, Any] | None:
+    """A row's group from its JSON in the groups hash (None: not grouped)."""
+    return None if raw is None else _parsed(raw)
+
+
+@lru_cache(maxsize=16_384)
+def _parsed(raw: bytes) -> dict[str, Any]:
+    # Parsed once per distinct JSON: a polled page reads the same groups again
+    # and again (callers never mutate the dict).
+    meta = json.loads(raw)
+    # cjson writes an empty Lua table as an object.
+    actors = meta.get("actors")
+    return {
+        "key": str(meta["key"]),
+        "count": int(meta["count"]),
+        "actors": [str(a) for a in actors] if isinstance(actors, list) else [],
+    }
+
+
+def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The groups of these rows (refs of grouped items), one HMGET."""
+    if not refs:
+        return {}
+    raws = get_redis().hmget(keys.mc_inbox_groups(user_id), list(refs))
+    found = {ref: group_of(raw) for ref, raw in zip(refs, raws, strict=True)}
+    return {ref: group for ref, group in found.items() if group is not None}
+
+
+def _close(user_id: int, ref: str, group_key: str) -> int | None:
+    until = GROUP_CLOSE_SCRIPT(
+        [
+            keys.mc_inbox_groups(user_id),
+            keys.mc_inbox_groups_open(user_id),
+            keys.mc_inbox_groups_closed(user_id),
+            keys.mc_inbox_group(user_id, group_key),
+            keys.mc_inbox_group_ends(user_id, group_key),
+        ],
+        [ref, group_key],
+    )
+    return int(until) if until else None
+
+
+def group_close(*, user_id: int, ref: str) -> tuple[str, int] | None:
+    """End the open group whose row is ``ref``; returns its key and the time
+    it ended at (None: ``ref`` is no open group's row)."""
+    raw = get_redis().hget(keys.mc_inbox_groups(user_id), ref)
+    if raw is None:
+        return None
+    group_key = str(json.loads(raw)["key"])
+    until = _close(user_id, ref, group_key)
+    return None if until is None else (group_key, until)
+
+
+def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, int]]:
+    """End every open group (of ``category``): "read all" read their rows.
+    Returns the keys and times they ended at. One call per open group: as
+    many as the unread rows "read all" marks anyway."""
+    ended = []
+    for raw_key, raw_head in get_redis().hgetall(keys.mc_inbox_groups_open(user_id)).items():
+        group_key, head = raw_key.decode(), raw_head.decode()
+        ref, head_category = head.split("|", 2)[:2]
+        if category and head_category != category:
+            continue
+        until = _close(user_id, ref, group_key)
+        if until is not None:
+            ended.append((group_key, until))
+    return ended
+
+
+def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[int]) -> None:
+    """Mirror ended groups' times from PostgreSQL (the rebuild, before items arrive)."""
+    if ends:
+        get_redis().zadd(keys.mc_inbox_group_ends(user_id, group_key), {str(e): e for e in ends})
+
+
+@dataclass(frozen=True)
+class GroupItems:
+    members: list[tuple[str, int]]  # (member, score), newest first
+    more: bool
+    open_since: int | None  # the open group's first item's time; None: no open group
+    details: list[bytes | None]
+
+
+def group_items(*, user_id: int, group_key: str, max_score: int | None, skip: int, limit: int) -> GroupItems:
+    """A page of the key's items, newest first (cursor: max score, items at it
+    already returned), with their details and where the key's open group starts."""
+    redis = get_redis()
+    top = "+inf" if max_score is None else max_score
+    rows = redis.zrevrangebyscore(
+        keys.mc_inbox_group(user_id, group_key), top, "-inf", start=skip, num=limit + 1, withscores=True
+    )
+    members = [(m.decode(), int(s)) for m, s in rows]
+    more = len(members) > limit
+    members = members[:limit]
+    head = redis.hget(keys.mc_inbox_groups_open(user_id), group_key)
+    open_since = None
+    if head is not None:
+        meta = redis.hget(keys.mc_inbox_groups(user_id), head.decode().split("|", 1)[0])
+        if meta is not None:
+            open_since = int(json.loads(meta)["start"])
+    refs = [m.split("|", 1)[0] for m, _ in members]
+    details = redis.hmget(keys.mc_item_detail(), refs) if refs else []
+    return GroupItems(members=members, more=more, open_since=open_since, details=list(details))
+
+
+def group_forget(*, user_id: int, ref: str) -> list[str]:
+    """Drop the group whose row is ``ref`` (the user deleted the row): its
+    items leave the key's list; returns their refs (empty: not a group's row)."""
+    redis = get_redis()
+    raw = redis.hget(keys.mc_inbox_groups(user_id), ref)
+    if raw is None:
+        return []
+    meta = json.loads(raw)
+    key = keys.mc_inbox_group(user_id, str(meta["key"]))
+    # The group's items: from its first item's time up to its row's (later
+    # items of the key are later groups').
+    found = [(m.decode(), int(t)) for m, t in redis.zrangebyscore(key, int(meta["start"]), "+inf", withscores=True)]
+    row_time = next((t for m, t in found if m.split("|", 1)[0] == ref), None)
+    members = [m for m, t in found if row_time is not None and t <= row_time]
+    if members:
+        redis.zrem(key, *members)
+    redis.hdel(keys.mc_inbox_groups(user_id), ref)
+    return [m.split("|", 1)[0] for m in members]
+
+
+GROUP_MERGE_SCRIPT = LuaScript(__file__, "../lua/group_merge.lua", preambles=("../lua/_group.lua",))
+
+
+def merge_candidates(
+    *, user_id: int, candidates: list[tuple[str, int, int]], grouped: set[str]
+) -> list[tuple[str, int, int]]:
+    """The merge's candidates once the grouped broadcasts among them (members
+    in ``grouped``, as the pull log marks them) joined their groups
+    (group_merge.lua): one HMGET of those candidates' details for their keys
+    and actors, and one script call. Bulletins never group."""
+    refs = [member.split("|", 1)[0] for member, _score, _expire in candidates]
+    wanted = [i for i, (member, _score, _expire) in enumerate(candidates) if member in grouped]
+    if not wanted:
+        return candidates
+    raws = get_redis().hmget(keys.mc_item_detail(), [refs[i] for i in wanted])
+    script_keys = [
+        keys.mc_inbox(user_id),
+        keys.mc_inbox_arrivals(user_id),
+        keys.mc_inbox_expiry(user_id),
+        keys.mc_inbox_evicted(user_id),
+        keys.mc_inbox_groups(user_id),
+        keys.mc_inbox_groups_open(user_id),
+        keys.mc_inbox_groups_closed(user_id),
+    ]
+    args: list[Any] = []
+    # Oldest first: each joins as it would have arrived.
+    for i, raw in sorted(zip(wanted, raws, strict=True), key=lambda pair: candidates[pair[0]][1]):
+        detail = json.loads(raw) if raw is not None else {}
+        group_key = detail.get("group_key") or ""
+        if group_key:
+            member, score, _expire = candidates[i]
+            script_keys += [keys.mc_inbox_group(user_id, group_key), keys.mc_inbox_group_ends(user_id, group_key)]
+            args += [group_key, member, score, detail.get("actor") or ""]
+    if not args:
+        return candidates
+    dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}
+    return [c for c in candidates if c[0] not in dropped] if dropped else candidates
+
+
+def group_holds(*, group_key: str, member: str, user_ids: Sequence[int]) -> set[int]:
+    """Which of these users hold ``member`` among their items of ``group_key``
+    (out of the list because a newer item of its group took the row)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.zscore(keys.mc_inbox_group(user_id, group_key), member)
+    return {u for u, score in zip(user_ids, pipe.execute(), strict=True) if score is not None}
