@@ -26,7 +26,7 @@ def snapshots_to_rows(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notices', '0002_durable_read_state'),
+        ('notices', '0003_translations'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
