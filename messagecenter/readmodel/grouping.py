@@ -147,6 +147,24 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
 GROUP_MERGE_SCRIPT = LuaScript(__file__, "../lua/group_merge.lua", preambles=("../lua/_group.lua",))
 
 
+def _joins(
+    user_id: int, candidates: list[tuple[str, int, int]], wanted: list[int], raws: Sequence[bytes | None]
+) -> tuple[list[str], list[Any]]:
+    """group_merge.lua's keys and arguments for the wanted candidates that
+    carry a group key (their details' ``raws``), oldest first: each joins as
+    it would have arrived."""
+    script_keys: list[str] = []
+    args: list[Any] = []
+    for i, raw in sorted(zip(wanted, raws, strict=True), key=lambda pair: candidates[pair[0]][1]):
+        detail = json.loads(raw) if raw is not None else {}
+        group_key = detail.get("group_key") or ""
+        if group_key:
+            member, score, _expire = candidates[i]
+            script_keys += [keys.mc_inbox_group(user_id, group_key), keys.mc_inbox_group_ends(user_id, group_key)]
+            args += [group_key, member, score, detail.get("actor") or ""]
+    return script_keys, args
+
+
 def merge_candidates(
     *, user_id: int, candidates: list[tuple[str, int, int]], grouped: set[str]
 ) -> list[tuple[str, int, int]]:
@@ -154,11 +172,13 @@ def merge_candidates(
     in ``grouped``, as the pull log marks them) joined their groups
     (group_merge.lua): one HMGET of those candidates' details for their keys
     and actors, and one script call. Bulletins never group."""
-    refs = [member.split("|", 1)[0] for member, _score, _expire in candidates]
     wanted = [i for i, (member, _score, _expire) in enumerate(candidates) if member in grouped]
     if not wanted:
         return candidates
-    raws = get_redis().hmget(keys.mc_item_detail(), [refs[i] for i in wanted])
+    raws = get_redis().hmget(keys.mc_item_detail(), [candidates[i][0].split("|", 1)[0] for i in wanted])
+    group_keys, args = _joins(user_id, candidates, wanted, raws)
+    if not args:
+        return candidates
     script_keys = [
         keys.mc_inbox(user_id),
         keys.mc_inbox_arrivals(user_id),
@@ -167,18 +187,8 @@ def merge_candidates(
         keys.mc_inbox_groups(user_id),
         keys.mc_inbox_groups_open(user_id),
         keys.mc_inbox_groups_closed(user_id),
+        *group_keys,
     ]
-    args: list[Any] = []
-    # Oldest first: each joins as it would have arrived.
-    for i, raw in sorted(zip(wanted, raws, strict=True), key=lambda pair: candidates[pair[0]][1]):
-        detail = json.loads(raw) if raw is not None else {}
-        group_key = detail.get("group_key") or ""
-        if group_key:
-            member, score, _expire = candidates[i]
-            script_keys += [keys.mc_inbox_group(user_id, group_key), keys.mc_inbox_group_ends(user_id, group_key)]
-            args += [group_key, member, score, detail.get("actor") or ""]
-    if not args:
-        return candidates
     dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}
     return [c for c in candidates if c[0] not in dropped] if dropped else candidates
 
