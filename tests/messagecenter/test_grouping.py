@@ -281,7 +281,6 @@ def test_grouped_items_out_of_the_list_are_no_drift_and_stay_out(
 def test_postgresql_keeps_the_groups_and_a_rebuild_puts_them_back(operator: Any, recipient: Any, clock: Any) -> None:
     from messagecenter.models import InboxGroupEnd
     from messagecenter.services.rebuild import inbox_rebuild
-    from messagecenter.services.snapshots import inbox_read_snapshot
     from tests.conftest import flush_redis
 
     client = client_for(recipient)
@@ -317,7 +316,6 @@ def test_postgresql_keeps_the_groups_and_a_rebuild_puts_them_back(operator: Any,
     assert [row[0] for row in before[1]] == [second[-1]]
     assert before[0][2][2]["count"] == 2
     assert before[0][3][2]["count"] == 3
-    inbox_read_snapshot()
     flush_redis()
     inbox_rebuild()
     assert seen() == before
