@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('messagecenter', '0015_channels'),
+        ('messagecenter', '0016_actions_translations'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
