@@ -151,12 +151,13 @@ class MessageComposeForm(forms.Form):
     translation_language = forms.ChoiceField(
         choices=[("", "None")] + [(c, n) for c, n in settings.LANGUAGES if c != settings.LANGUAGE_CODE],
         required=False,
-        label="Language",
+        label="Translation language",
     )
-    translation_title = forms.CharField(max_length=200, required=False, label="Title")
-    translation_summary = forms.CharField(max_length=300, required=False, label="Summary")
+    # Labels of their own: the original's "Title" and "Body (HTML)" stay unique on the page.
+    translation_title = forms.CharField(max_length=200, required=False, label="Translated heading")
+    translation_summary = forms.CharField(max_length=300, required=False, label="Translated summary")
     translation_body_html = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), required=False, label="Body (HTML)"
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), required=False, label="Translated body"
     )
 
     def __init__(self, *args: Any, test_send: bool = False, **kwargs: Any) -> None:

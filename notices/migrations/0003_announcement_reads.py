@@ -26,7 +26,7 @@ def snapshots_to_rows(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notices', '0003_translations'),
+        ('notices', '0002_durable_read_state'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

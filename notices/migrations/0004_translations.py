@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notices', '0002_durable_read_state'),
+        ('notices', '0003_announcement_reads'),
     ]
 
     operations = [
