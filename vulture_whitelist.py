@@ -4,7 +4,7 @@ Not imported by anything: vulture reads the names below as used."""
 
 # compat/notifications/checks.py: Django calls system checks with app_configs= by keyword.
 app_configs
-# core/openapi.py: drf-spectacular calls its extensions' hooks with auto_schema= by keyword.
+# core/api/openapi.py: drf-spectacular calls its extensions' hooks with auto_schema= by keyword.
 auto_schema
 # messagecenter/live_api.py: a DRF renderer's render() keeps BaseRenderer's
 # signature (callers may name accepted_media_type and renderer_context).

@@ -80,8 +80,8 @@ def _prepare(users: int) -> tuple[list[str], str, str]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
+    from accounts.authentication import TokenAuthentication
     from bench.data import ensure_users, issue_tokens
-    from core.authentication import TokenAuthentication
     from core.redis import get_redis
     from messagecenter.services.messages import message_send
     from notices.services import announcement_create

@@ -48,7 +48,7 @@ def issue_tokens(users: Iterable[Any], *, batch_size: int = 5_000) -> dict[int, 
     """A new API token for each of ``users`` (with their current password
     hash: load them after any password change); returns {user id: token}.
 
-    The rows ``core.tokens.token_issue`` makes, one bulk INSERT for them all
+    The rows ``accounts.tokens.token_issue`` makes, one bulk INSERT for them all
     (thousands of users at once). Only a token's digest is stored, so the
     strings exist nowhere but in what this returns: each run issues its own,
     and first deletes the tokens earlier runs left these users (no one can
@@ -56,8 +56,8 @@ def issue_tokens(users: Iterable[Any], *, batch_size: int = 5_000) -> dict[int, 
     """
     from django.utils import timezone
 
-    from core.models import ApiToken
-    from core.tokens import PREFIX, password_mark, token_digest, token_lifetime
+    from accounts.models import ApiToken
+    from accounts.tokens import PREFIX, password_mark, token_digest, token_lifetime
 
     users = list(users)
     ApiToken.objects.filter(user_id__in=[user.pk for user in users]).delete()

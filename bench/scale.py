@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import data
+from messagecenter import keys as mc_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 CATEGORIES = ("system", "promotion", "transaction", "interaction")
@@ -284,7 +285,7 @@ def per_user_bytes(plan: Plan, client: Any, *, sample: int, seed: int = 9) -> di
                 found[tag].append(name)
     rows: list[tuple[str, int, int, int]] = []  # tier, entries, keys, bytes
     for tag, names in found.items():
-        items = int(client.zcard(keys.mc_inbox(ids[tag])))
+        items = int(client.zcard(mc_keys.inbox(ids[tag])))
         total = sum(int(client.memory_usage(n, samples=0) or 0) for n in names)
         rows.append((chosen[tag], items, len(names), total))
     xs = [r[1] for r in rows]

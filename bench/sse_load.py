@@ -13,8 +13,8 @@ light). Then:
   by the hub's name) and every connection it holds, before and after;
 - PostgreSQL: the bench database's connections while the streams are open;
 - delay of a user's event: ``--events`` events to random users, published
-  here (``core.live.inbox_changed``, as a write does) and timed to their arrival;
-- delay of a broadcast: a few events to everyone (``core.live.broadcast``),
+  here (``live.transport.inbox_changed``, as a write does) and timed to their arrival;
+- delay of a broadcast: a few events to everyone (``live.transport.broadcast``),
   timed to their arrival on every stream (p50, p99, last) twice: to each
   stream's socket by the kernel's receive stamp with this client asleep
   (``Stamps``: what the server gets out, as to browsers elsewhere), then as
@@ -273,7 +273,7 @@ def _pg_connections(server: int) -> tuple[str, int]:
 
 
 async def _run(args: argparse.Namespace, port: int, users: list[tuple[int, str]], server: int) -> dict[str, Any]:
-    from core import live
+    from live import transport as live
 
     book = Book()
     result: dict[str, Any] = {}

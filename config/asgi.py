@@ -18,7 +18,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django_application = get_asgi_application()
 
 # Imported once Django is set up (the line above).
-from core.live import hub_close  # noqa: E402
+from live.transport import hub_close  # noqa: E402
 
 # A replica that does not answer stops the process here, before it serves.
 check_replicas_reachable()

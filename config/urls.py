@@ -4,16 +4,20 @@ from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
-import core.urls
+import accounts.urls
+import audit.urls
 import messagecenter.urls
 import notices.urls
-from core import activity_views
+import webhooks.urls
 from core import views as core_views
 from core.apis import HealthApi
-from core.ops_apis import MetricsApi
+from insight import views as activity_views
+from insight.apis import MetricsApi
 
 api_v1 = [
-    *core.urls.api_urlpatterns,
+    *audit.urls.api_urlpatterns,
+    *accounts.urls.api_urlpatterns,
+    *webhooks.urls.api_urlpatterns,
     *notices.urls.api_urlpatterns,
     *messagecenter.urls.api_urlpatterns,
 ]

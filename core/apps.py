@@ -9,14 +9,12 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.urls import register_converter
 
-        from core import activity, demo, healing, lookups, outbox, rebuild, signals  # noqa: F401  (register)
-        from core.converters import IdConverter
+        from core import healing, outbox, rebuild
+        from core.api import lookups  # noqa: F401  (registers)
+        from core.api.converters import IdConverter
 
         # Registered before any URLconf is imported: every app's id paths use it.
         register_converter(IdConverter, "id")
-        demo.register(self.label, demo.seed)
         # The healer thread rebuilds through core.rebuild; a read model back in
         # order makes the outbox look for pending marks afresh.
         healing.connect(heal=rebuild.heal, on_ready=outbox.forget_local_state)
-        # A rebuilt Redis has no activity bits of today: mark users again.
-        healing.connect(heal=rebuild.heal, on_ready=activity.forget_marked)

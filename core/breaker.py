@@ -130,7 +130,7 @@ class RedisPoolExhausted(RedisConnectionError):
     """Every connection of this process's pool stayed busy for the pool's
     timeout: Redis is reachable but this process is overloaded. A
     ConnectionError, so the read model falls back as for any Redis failure;
-    where nothing catches it the request answers 503 (core.exceptions)."""
+    where nothing catches it the request answers 503 (core.api.exceptions)."""
 
 
 class BoundedConnectionPool(BlockingConnectionPool):

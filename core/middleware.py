@@ -14,7 +14,7 @@ from django.http.response import HttpResponseBase
 from django.template.loader import render_to_string
 
 from core.api.exception_handler import error_body, unavailable_body
-from core.exceptions import is_unavailable
+from core.api.exceptions import is_unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from core import keys
-from core.exceptions import is_database_outage
+from core.api.exceptions import is_database_outage
 
 logger = logging.getLogger(__name__)
 

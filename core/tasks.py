@@ -3,9 +3,8 @@
 from celery import shared_task
 from django.conf import settings
 
-from core import outbox, webhooks
+from core import outbox
 from core.drift import check_run
-from core.tokens import tokens_delete_expired
 
 
 @shared_task(name="core.outbox_replay")
@@ -33,23 +32,3 @@ def check_redis_task(repair: bool | None = None) -> dict[str, int | str]:
         "repaired": result.repaired_count,
         "error": result.error,
     }
-
-
-@shared_task(name="core.webhook_deliver")
-def webhook_deliver_task(delivery_id: int) -> str:
-    """One attempt of a webhook delivery; a failure leaves the row due after its
-    backoff for the relay (no Celery retry: the row is the retry)."""
-    return webhooks.webhook_deliver(delivery_id=delivery_id)
-
-
-@shared_task(name="core.webhook_relay")
-def webhook_relay_task() -> int:
-    """Periodic (Celery beat, every WEBHOOK_RELAY_SECONDS): hand due webhook
-    deliveries (retries, refused hand-overs) to the workers."""
-    return webhooks.webhook_relay()
-
-
-@shared_task(name="core.tokens_delete_expired")
-def tokens_delete_expired_task() -> int:
-    """Expired tokens already answer 401; their rows leave the table daily."""
-    return tokens_delete_expired()

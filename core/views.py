@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 
 from core.api.exception_handler import error_body
-from core.exceptions import is_unavailable
+from core.api.exceptions import is_unavailable
 from core.middleware import database_unavailable_response
 
 

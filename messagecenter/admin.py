@@ -21,10 +21,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from core.audit import AuditedAdminMixin, audit_admin
-from core.exceptions import ApplicationError
+from audit.trail import AuditedAdminMixin, audit_admin
+from core.api.exceptions import ApplicationError
 from core.html import sanitize_html
-from core.insight import bar_chart, rate_chart
+from insight.reports import bar_chart, rate_chart
 from messagecenter import insight, manage_selectors, selectors, services
 from messagecenter.forms import BulletinForm, MessageComposeForm, NotificationRuleForm, UserGroupForm
 from messagecenter.models import (

@@ -21,8 +21,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
-from core import keys
 from core.drift import DriftCheck, Finding
+from messagecenter import keys as mc_keys
 from messagecenter import projection
 from messagecenter.items import (
     bulletin_detail,
@@ -109,7 +109,7 @@ def user_groups_find() -> list[Finding]:
             if have[user_id] - groups:
                 problems.append(f"extra groups {_ids(sorted(have[user_id] - groups))}")
             findings.append(
-                Finding(area="user_groups", key=keys.mc_user_groups(user_id), detail="; ".join(problems), fix=user_id)
+                Finding(area="user_groups", key=mc_keys.user_groups(user_id), detail="; ".join(problems), fix=user_id)
             )
     return findings
 
@@ -134,7 +134,7 @@ def hidden_find() -> list[Finding]:
                 findings.append(
                     Finding(
                         area="hidden",
-                        key=keys.mc_inbox_hidden(user_id),
+                        key=mc_keys.inbox_hidden(user_id),
                         member=ref,
                         detail=f"{ref} hidden in PostgreSQL, not in Redis",
                         fix=(user_id, ref),
@@ -207,7 +207,7 @@ def bulletins_find() -> list[Finding]:
             findings.append(
                 Finding(
                     area="bulletins",
-                    key=keys.mc_bulletin_config(),
+                    key=mc_keys.bulletin_config(),
                     member=bulletin.ref,
                     detail="; ".join(problems),
                     fix=functools.partial(_bulletin_remirror, bulletin.pk, tuple(stray)),
@@ -221,7 +221,7 @@ def bulletins_find() -> list[Finding]:
         findings.append(
             Finding(
                 area="bulletins",
-                key=keys.mc_bulletin_config(),
+                key=mc_keys.bulletin_config(),
                 member=f"b{bid}",
                 detail="bulletin not in PostgreSQL but still in Redis",
                 fix=functools.partial(_bulletin_forget, bid, members, inbox_member),
@@ -295,7 +295,7 @@ def _detail_findings(items: Sequence[Any], build: Callable[[Any], dict[str, Any]
         findings.append(
             Finding(
                 area="item_details",
-                key=keys.mc_item_detail(),
+                key=mc_keys.item_detail(),
                 member=item.ref,
                 detail="detail missing" if have is None else "detail differs from PostgreSQL",
                 fix=functools.partial(publish.item_detail_put, ref=item.ref, detail=want),
@@ -358,7 +358,7 @@ def item_details_find() -> list[Finding]:
                 findings.append(
                     Finding(
                         area="item_details",
-                        key=keys.mc_item_detail(),
+                        key=mc_keys.item_detail(),
                         member=ref,
                         detail=f"stale detail: {reason}",
                         fix=fix,
@@ -391,7 +391,7 @@ def subscribers_find() -> list[Finding]:
             findings.append(
                 Finding(
                     area="subscribers",
-                    key=keys.mc_subscribers(type_id, scope),
+                    key=mc_keys.subscribers(type_id, scope),
                     detail="; ".join(problems),
                     fix=(type_id, scope),
                 )
@@ -456,7 +456,7 @@ def push_deliveries_find() -> list[Finding]:
             findings.append(
                 Finding(
                     area="push_deliveries",
-                    key=keys.mc_inbox(user_id),
+                    key=mc_keys.inbox(user_id),
                     member=entry.member,
                     detail=f"{entry.ref} was pushed to user {user_id} but is not in the inbox",
                     fix=(message.pk, user_id),
@@ -500,7 +500,7 @@ def unread_index_find() -> list[Finding]:
             findings.append(
                 Finding(
                     area="unread_index",
-                    key=keys.mc_inbox_unread(user_id),
+                    key=mc_keys.inbox_unread(user_id),
                     detail=f"unread counters {index.counters} but unread zsets {index.sizes} ({', '.join(wrong)})",
                     fix=user_id,
                 )

@@ -10,8 +10,8 @@ from django.contrib.admin.widgets import AutocompleteSelectMultiple
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from core.exceptions import ApplicationError
-from core.translations import translations_validate
+from core.api.exceptions import ApplicationError
+from core.api.translations import translations_validate
 from messagecenter import selectors
 from messagecenter.models import CATEGORIES, Bulletin, Message, NotificationRule, UserGroup
 from messagecenter.services import rule_validate
@@ -147,7 +147,7 @@ class MessageComposeForm(forms.Form):
         required=False, label="Send at", help_text="Optional: YYYY-MM-DD HH:MM (UTC). Empty sends now."
     )
     expire_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC)")
-    # One translation per compose: readers of that language see it (core.translations).
+    # One translation per compose: readers of that language see it (core.api.translations).
     translation_language = forms.ChoiceField(
         choices=[("", "None")] + [(c, n) for c, n in settings.LANGUAGES if c != settings.LANGUAGE_CODE],
         required=False,

@@ -8,8 +8,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from core import healing
-from core.cursors import decode_cursor, encode_cursor
-from core.exceptions import ValidationFailed
+from core.api.cursors import decode_cursor, encode_cursor
+from core.api.exceptions import ValidationFailed
 from messagecenter.readmodel import grouping, inbox, to_ms
 from messagecenter.readmodel.inbox import PageRow
 from messagecenter.selectors import CURSOR_SCOPE, InboxPage, grouped_items

@@ -18,9 +18,9 @@ from django.db.models import QuerySet
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import activity
-from core.exceptions import Conflict
-from core.insight import TimelinePoint, timeline, unread_scan, user_batches
+from core.api.exceptions import Conflict
+from insight import activity
+from insight.reports import TimelinePoint, timeline, unread_scan, user_batches
 from messagecenter import read_events, selectors
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus, UserGroupMembership
@@ -217,7 +217,7 @@ def item_readers_per_day(*, item: Item, end: date, days: int | None = None) -> l
         raise InboxUnavailable("Read statistics are unavailable; try again shortly.") from exc
 
 
-# Readers over time on the activity dashboard (registered with core.activity in apps.py).
+# Readers over time on the activity dashboard (registered with insight.activity in apps.py).
 # A message's read state lives in each recipient's bitmaps (bit = item offset):
 # its readers are gathered from them (``item_readers``) and intersected with
 # the days' active users like an announcement's reader bitmap.

@@ -1,7 +1,7 @@
 """The user's chosen content language, without SQL per request.
 
 ``UserPreferences.language`` is read on every inbox page and item (the
-reader's language, ``core.translations``): it is kept as a read-through
+reader's language, ``core.api.translations``): it is kept as a read-through
 entry (``core.readthrough``, the policy of the user's platforms: rare
 changes, each invalidating it after commit).
 """

@@ -1,7 +1,7 @@
 """Live inbox: server-sent event streams and the counts with their ETag (read use cases).
 
 One stream per signed-in page. It hears the user's channel and the
-broadcast channels of everyone and of the user's platforms (``core.live``,
+broadcast channels of everyone and of the user's platforms (``live.transport``,
 the transport) and forwards each change as an ``inbox`` event; the page then
 refetches its counts (and the inbox list). Two flavours of the same stream:
 a blocking iterator for WSGI servers and an async one, served by the
@@ -16,7 +16,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from redis.exceptions import RedisError
 
-from core import live
+from live import transport as live
 from messagecenter import selectors
 
 # The SSE event name a change reaches the inbox page under (static/js/app.js listens for it).

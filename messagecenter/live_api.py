@@ -15,9 +15,9 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core import live as live_transport
-from core.openapi import ErrorEnvelope
-from core.selectors import user_platforms
+from accounts.selectors import user_platforms
+from core.api.openapi import ErrorEnvelope
+from live import transport as live_transport
 from messagecenter import live
 from messagecenter.apis.inbox import InboxCountsApi
 
@@ -113,7 +113,7 @@ class InboxStreamApi(AsyncAPIView):
 
     An async view: DRF's authentication, permissions and throttles run as for
     every endpoint, then the stream is a ``StreamingHttpResponse``. Under an
-    ASGI server it iterates the process's hub (``core.live``) on the event
+    ASGI server it iterates the process's hub (``live.transport``) on the event
     loop and Django sends each chunk through ASGI ``send``; under a WSGI
     server it is the blocking stream (its own pub/sub, a worker thread for
     its life), since Django would read an async iterator to its end before

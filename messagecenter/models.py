@@ -10,7 +10,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 from pyroaring import BitMap
 
-from core.models import DeliveryAttempts
+from webhooks.models import DeliveryAttempts
 
 
 class Category(models.TextChoices):
@@ -859,14 +859,14 @@ class ItemChannels(models.Model):
 
 class PushDelivery(DeliveryAttempts):
     """A push that failed and waits for its next attempt: the webhooks' shape
-    (``core.webhooks``: status, attempts, ``next_attempt_at`` leased and relayed
+    (``webhooks.services``: status, attempts, ``next_attempt_at`` leased and relayed
     by beat, retried after ``WEBHOOK_RETRY_DELAYS``). First attempts need no
     row; only a failure that may pass is written down."""
 
     subscription = models.ForeignKey(PushSubscription, on_delete=models.CASCADE, related_name="deliveries")
     item_id = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
-    status = models.CharField(max_length=16, default="pending")  # core.models.WebhookDeliveryStatus values
+    status = models.CharField(max_length=16, default="pending")  # webhooks.models.WebhookDeliveryStatus values
 
     class Meta:
         verbose_name_plural = "push deliveries"

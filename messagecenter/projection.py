@@ -38,7 +38,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from core import live, projection
+from core import projection
+from live import transport as live
 from messagecenter.items import bulletin_detail, bulletin_entry, message_entry, notification_entry
 from messagecenter.items import message_detail as build_message_detail
 from messagecenter.models import (

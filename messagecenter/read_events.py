@@ -15,10 +15,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from core import webhooks
 from messagecenter.models import Message
 from messagecenter.readmodel import reads
 from messagecenter.selectors import item_refs_at_slots
+from webhooks import services as webhooks
 
 EVENT = "message.read"
 

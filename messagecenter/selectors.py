@@ -24,11 +24,11 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core import healing
-from core.cursors import decode_cursor, encode_cursor
-from core.exceptions import NotFound, ValidationFailed
-from core.fields import TimeField
-from core.lookups import Whole
-from core.translations import localized
+from core.api.cursors import decode_cursor, encode_cursor
+from core.api.exceptions import NotFound, ValidationFailed
+from core.api.fields import TimeField
+from core.api.lookups import Whole
+from core.api.translations import localized
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
 from messagecenter.items import KIND_BY_PREFIX
@@ -584,7 +584,7 @@ def muted_among(
 ) -> set[int]:
     """The users among ``user_ids`` from whom an item of this category (and
     message type) at ``time_ms`` is hidden: delivery skips them. One query
-    per batch of users, the batch as one array (``core.lookups``;
+    per batch of users, the batch as one array (``core.api.lookups``;
     mc_muteperiod_user_idx serves it)."""
     target = Q(category=category)
     if message_type_id is not None:

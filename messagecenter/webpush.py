@@ -19,7 +19,7 @@ again: a deployment sets a key of its own).
 Endpoints must be https. ``MESSAGECENTER_PUSH_ALLOW_LOCAL_ENDPOINTS`` (tests
 only) also admits http and loopback or private addresses, where the tests'
 own push service listens; otherwise the endpoint's host must resolve to
-public addresses only (the webhooks' rule, ``core.webhooks``): a
+public addresses only (the webhooks' rule, ``webhooks.services``): a
 subscription is whatever a browser (or a caller pretending to be one) sent,
 and must not make this server POST inward. The rule is applied to the very
 lookup each connection uses (``CheckedResolver``), so a name cannot answer
@@ -53,8 +53,8 @@ from django.conf import settings
 from py_vapid import Vapid02
 from pywebpush import WebPusher, WebPushException
 
-from core import webhooks
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
+from webhooks import services as webhooks
 
 # The order of P-256 (a private scalar lies in [1, n - 1]).
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
@@ -306,7 +306,7 @@ def _request(push: Outgoing) -> tuple[bytes, dict[str, str]]:
 class CheckedResolver(AbstractResolver):
     """aiohttp's resolver for push services (its documented extension point):
     one lookup of the name, every address checked by the webhooks' rule
-    (``core.webhooks.addresses_checked``), and the connection made to those
+    (``webhooks.services.addresses_checked``), and the connection made to those
     addresses, so a name that answers a public address to a check and an inner
     one afterwards (DNS rebinding) never reaches inside. The Host header and
     the TLS server name stay the push service's name."""

@@ -13,13 +13,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from core.audit import AuditedAdminMixin
-from core.exceptions import ApplicationError
+from accounts.platforms import ALL_PLATFORMS
+from accounts.selectors import platform_user_counts
+from audit.trail import AuditedAdminMixin
+from core.api.exceptions import ApplicationError
+from core.api.translations import translations_validate
 from core.html import sanitize_html
-from core.insight import rate_chart
-from core.platforms import ALL_PLATFORMS
-from core.selectors import platform_user_counts
-from core.translations import translations_validate
+from insight.reports import rate_chart
 from notices import insight, selectors, services
 from notices.models import Announcement
 

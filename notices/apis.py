@@ -14,8 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.audit import audit_api
-from core.fields import (
+from accounts.platforms import ALL_PLATFORMS
+from audit.trail import audit_api
+from core.api.fields import (
     DirectRepresentation,
     OffsetDateTimeField,
     StrictBooleanField,
@@ -24,7 +25,7 @@ from core.fields import (
     TimeField,
     TranslationsField,
 )
-from core.openapi import (
+from core.api.openapi import (
     ERRORS,
     cursor_parameter,
     example,
@@ -33,10 +34,9 @@ from core.openapi import (
     list_parameters,
     page_serializer,
 )
-from core.params import parse_bool, parse_choice, parse_limit, parse_time
-from core.permissions import IsOperator
-from core.platforms import ALL_PLATFORMS
-from core.translations import localized, reader_language
+from core.api.params import parse_bool, parse_choice, parse_limit, parse_time
+from core.api.permissions import IsOperator
+from core.api.translations import localized, reader_language
 from notices import selectors, services
 from notices.models import Announcement
 from notices.selectors import ANNOUNCEMENT_STATUSES

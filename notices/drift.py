@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from django.utils import timezone
 
-from core import keys
+from accounts.platforms import ALL_PLATFORMS
 from core.drift import DriftCheck, Finding
-from core.platforms import ALL_PLATFORMS
+from notices import keys as notice_keys
 from notices import projection, readmodel
 from notices.models import Announcement
 
@@ -62,7 +62,7 @@ def _platform_findings(platform: str) -> list[Finding]:
             findings.append(
                 Finding(
                     area=AREA,
-                    key=keys.notice_index(platform, chunk),
+                    key=notice_keys.index(platform, chunk),
                     detail="; ".join(problems),
                     fix=(platform, tuple(gone)),
                 )

@@ -1,6 +1,6 @@
 """Errors of announcements, in the core family (rendered by the API's one handler)."""
 
-from core.exceptions import ApplicationError
+from core.api.exceptions import ApplicationError
 
 
 class ReadStateUnavailable(ApplicationError):

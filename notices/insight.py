@@ -11,8 +11,8 @@ from django.db.models import Exists, OuterRef, Q
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core.insight import TimelinePoint, UserBatch, timeline, unread_scan, user_batches
-from core.models import Platform, UserPlatform
+from accounts.models import Platform, UserPlatform
+from insight.reports import TimelinePoint, UserBatch, timeline, unread_scan, user_batches
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
 from notices.models import Announcement
@@ -33,7 +33,7 @@ def announcement_read_timeline(*, announcement: Announcement) -> list[TimelinePo
     return timeline(hours)
 
 
-# Readers over time on the activity dashboard (registered with core.activity in apps.py).
+# Readers over time on the activity dashboard (registered with insight.activity in apps.py).
 
 
 def announcement_exists(announcement_id: int) -> bool:

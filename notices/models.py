@@ -6,8 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from core.models import Platform
-from core.platforms import ALL_PLATFORMS
+from accounts.models import Platform
+from accounts.platforms import ALL_PLATFORMS
 
 # Largest primary key a BigAutoField holds: larger ids in URLs are simply absent
 # (PostgreSQL would otherwise fail the query with "bigint out of range").

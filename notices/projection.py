@@ -32,8 +32,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core import keys as core_keys
-from core import live, projection, readthrough
+from core import projection, readthrough
+from live import transport as live
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 
@@ -99,7 +100,7 @@ SUMMARY_TOPIC = "notices.summary_drop"
 
 
 def _drop_summaries(keys: list[Any], facts: Mapping[Any, Any]) -> None:
-    readthrough.invalidate(*(core_keys.notice_summary(int(pk)) for pk in keys))
+    readthrough.invalidate(*(notice_keys.summary(int(pk)) for pk in keys))
 
 
 def _summary_payloads(keys: list[Any], facts: Mapping[Any, Any]) -> list[dict[str, Any]]:

@@ -41,14 +41,15 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, keys
+from accounts.platforms import ALL_PLATFORMS
+from core import healing
+from core.api.exceptions import LimitExceeded
 from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
-from core.exceptions import LimitExceeded
-from core.insight import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
-from core.live import inbox_changed
 from core.lua import LuaScript
-from core.platforms import ALL_PLATFORMS
 from core.redis import RedisClient, get_redis, is_cluster
+from insight.reports import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
+from live.transport import inbox_changed
+from notices import keys as notice_keys
 from notices.models import Announcement
 from notices.read_rows import announcement_chunk_readers
 
@@ -72,7 +73,7 @@ _ATTEMPTS = 4
 # widths never reached). Changing it changes what a block key holds: bump LAYOUT_FORMAT.
 NOTICE_BLOCK_USERS = 2048
 # The format of the read state in Redis, recorded with the chunk size in
-# keys.notice_layout(). 1 (never recorded): u16 counter blocks of full size.
+# notice_keys.layout(). 1 (never recorded): u16 counter blocks of full size.
 # 2: counter blocks as wide and as long as needed (notices/lua/_counters.lua).
 # 3: read bitmaps hold the window of the chunk their readers span (_bits.lua).
 LAYOUT_FORMAT = 3
@@ -135,7 +136,7 @@ def _block_users() -> int:
 
 def _block_keys(platform: str, chunk: int) -> list[str]:
     """The chunk's read-counter blocks, in order (every script that moves all readers takes them all)."""
-    return [keys.notice_reads(platform, chunk, b) for b in range(-(-_chunk_users() // _block_users()))]
+    return [notice_keys.reads(platform, chunk, b) for b in range(-(-_chunk_users() // _block_users()))]
 
 
 def _counter_of(offset: int) -> tuple[int, int]:
@@ -254,12 +255,12 @@ def layout() -> str:
 
 def _held_layout(client: RedisClient) -> str | None:
     """The layout Redis holds; a Redis with no read state at all takes ours."""
-    raw = client.get(keys.notice_layout())
-    if raw is None and not client.exists(keys.notice_chunks()):
+    raw = client.get(notice_keys.layout())
+    if raw is None and not client.exists(notice_keys.chunks()):
         # New or flushed (whatever refills it writes under this layout). Read
         # state from before layouts were recorded always has the chunk set.
-        client.set(keys.notice_layout(), layout(), nx=True)
-        raw = client.get(keys.notice_layout())
+        client.set(notice_keys.layout(), layout(), nx=True)
+        raw = client.get(notice_keys.layout())
     return None if raw is None else raw.decode()
 
 
@@ -289,8 +290,8 @@ def _register_chunks(client: Any, chunks: Sequence[int]) -> None:
     persistence): the chunk set would then come back without the layout, which
     every process reads as read state of an unknown, older layout. So the set
     never comes back alone (two commands, one per slot; ``client`` may be a pipeline)."""
-    client.set(keys.notice_layout(), layout(), nx=True)
-    client.sadd(keys.notice_chunks(), *chunks)
+    client.set(notice_keys.layout(), layout(), nx=True)
+    client.sadd(notice_keys.chunks(), *chunks)
 
 
 def layout_adopt() -> bool:  # noqa: C901  the layout switch's steps read best in one place; radon 13
@@ -305,19 +306,19 @@ def layout_adopt() -> bool:  # noqa: C901  the layout switch's steps read best i
         _layout_seen["held"] = want
         return False
     healing.invalidate()
-    kept = {keys.notice_layout(), *(keys.notice_revision(p) for p in ALL_PLATFORMS)}
+    kept = {notice_keys.layout(), *(notice_keys.revision(p) for p in ALL_PLATFORMS)}
     hours: dict[tuple[str, int], dict[bytes, int]] = {}
     batch: list[str] = []
 
     def purge() -> None:
         pipe = client.pipeline(transaction=False)
         for key in batch:
-            if keys.notice_read_hours_of(key) is not None:
+            if notice_keys.read_hours_of(key) is not None:
                 pipe.hgetall(key)
         found = iter(pipe.execute())
         pipe = client.pipeline(transaction=False)
         for key in batch:
-            owner = keys.notice_read_hours_of(key)
+            owner = notice_keys.read_hours_of(key)
             if owner is not None:
                 counts = hours.setdefault(owner, {})
                 for hour, n in next(found).items():
@@ -326,7 +327,7 @@ def layout_adopt() -> bool:  # noqa: C901  the layout switch's steps read best i
         pipe.execute()
         batch.clear()
 
-    for raw in client.scan_iter(match=keys.notice_scan_pattern(), count=1000):
+    for raw in client.scan_iter(match=notice_keys.scan_pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
         if key not in kept:
             batch.append(key)
@@ -335,11 +336,11 @@ def layout_adopt() -> bool:  # noqa: C901  the layout switch's steps read best i
     purge()
     pipe = client.pipeline(transaction=False)
     for (platform, pk), counts in hours.items():
-        target = keys.notice_read_hours(platform, 0, pk)
+        target = notice_keys.read_hours(platform, 0, pk)
         for hour, n in counts.items():
             pipe.hincrby(target, hour, n)
         pipe.expire(target, _READ_HOURS_TTL_SECONDS)
-    pipe.set(keys.notice_layout(), want)
+    pipe.set(notice_keys.layout(), want)
     pipe.execute()
     _ids_cache.clear()
     _layout_seen["held"] = want
@@ -370,7 +371,7 @@ def _platform_entries(platform: str) -> list[Entry]:
 
 
 def _chunk_keys(platform: str, chunk: int) -> list[str]:
-    return [keys.notice_meta(platform, chunk), keys.notice_index(platform, chunk), keys.notice_expiry(platform, chunk)]
+    return [notice_keys.meta(platform, chunk), notice_keys.index(platform, chunk), notice_keys.expiry(platform, chunk)]
 
 
 def _write_chunk(
@@ -422,19 +423,19 @@ def _sync(
         script_keys = [
             *_chunk_keys(platform, chunk),
             *blocks,
-            *(keys.notice_bitmap(platform, chunk, pk) for pk in ordered),
+            *(notice_keys.bitmap(platform, chunk, pk) for pk in ordered),
         ]
         result = int(_SYNC_CHUNK(keys=script_keys, args=args, client=client))
         if result != -3:
             return result
-        ids |= {int(pk) for pk in client.zrange(keys.notice_index(platform, chunk), 0, -1)}
+        ids |= {int(pk) for pk in client.zrange(notice_keys.index(platform, chunk), 0, -1)}
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} kept changing")
 
 
 def _built_chunks(client: RedisClient) -> list[int]:
     # Chunk 0 always: it holds most users, and its keys keep the plain
     # ``notice:<platform>:<id>`` shape current.
-    return sorted({0} | {int(c) for c in client.smembers(keys.notice_chunks())})
+    return sorted({0} | {int(c) for c in client.smembers(notice_keys.chunks())})
 
 
 def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
@@ -448,9 +449,9 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     # One round trip; the chunk list is read after the revision is taken, so a
     # chunk registered later (_build_chunk) reads this revision or a newer one.
     pipe = client.pipeline(transaction=False)
-    pipe.incr(keys.notice_revision(platform))
+    pipe.incr(notice_keys.revision(platform))
     _register_chunks(pipe, [0])
-    pipe.smembers(keys.notice_chunks())
+    pipe.smembers(notice_keys.chunks())
     rev_raw, _, _, chunks_raw = pipe.execute()
     rev = int(rev_raw)
     _revisions[platform] = rev
@@ -502,22 +503,22 @@ def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
 def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
     client = _client()
     pk, publish_ms, expire_ms = entry
-    rev_call = (keys.notice_revision(platform),), (seen,)
+    rev_call = (notice_keys.revision(platform),), (seen,)
     if is_cluster():
         rev = int(_ADD_REVISION(keys=rev_call[0], args=rev_call[1], client=client))
-        chunks_raw = client.smembers(keys.notice_chunks()) if rev != -1 else set()
+        chunks_raw = client.smembers(notice_keys.chunks()) if rev != -1 else set()
     else:
         # One round trip: on a single Redis the pipeline runs in order, so the
         # chunk set is read after the revision moved on.
         pipe = client.pipeline(transaction=False)
         _ADD_REVISION.queue(pipe, rev_call[0], rev_call[1])
-        pipe.smembers(keys.notice_chunks())
+        pipe.smembers(notice_keys.chunks())
         rev_reply, chunks_raw = pipe.execute(raise_on_error=False)
         rev = int(_ADD_REVISION.settle(rev_reply, rev_call[0], rev_call[1], client=client))
         if isinstance(rev_reply, Exception) and rev != -1:
             # Refused unknown (a flushed script cache) and run again since: the
             # chunk set above was read before the revision moved.
-            chunks_raw = client.smembers(keys.notice_chunks())
+            chunks_raw = client.smembers(notice_keys.chunks())
     if rev == -1:
         return False
     # A chunk registered after the revision moved (_build_chunk) reads that
@@ -550,7 +551,7 @@ def _build_chunk(client: RedisClient, *, platform: str, chunk: int) -> None:
     its revision before ours, in which case our snapshot holds its commit.
     """
     _register_chunks(client, [chunk])
-    rev = int(client.get(keys.notice_revision(platform)) or 0)
+    rev = int(client.get(notice_keys.revision(platform)) or 0)
     _write_chunk(client, platform=platform, chunk=chunk, rev=rev, entries=_platform_entries(platform), drop_ids=())
 
 
@@ -661,7 +662,7 @@ def _read_bits(
     pops only its own process's copies), and "none live" from a stale copy
     would be a wrong 404 or an empty page, not a cheap answer."""
     reply = _READ_STATE(
-        keys=[keys.notice_meta(platform, chunk), *(keys.notice_bitmap(platform, chunk, pk) for pk in ids)],
+        keys=[notice_keys.meta(platform, chunk), *(notice_keys.bitmap(platform, chunk, pk) for pk in ids)],
         args=[index.token, offset],
         client=client,
     )
@@ -756,7 +757,7 @@ def read_count_call(*, platform: str, user_id: int, now: datetime) -> CountCall:
         now_ms=now_ms,
         keys=(
             *_chunk_keys(platform, chunk),
-            keys.notice_reads(platform, chunk, _counter_of(offset)[0]),
+            notice_keys.reads(platform, chunk, _counter_of(offset)[0]),
         ),
     )
 
@@ -776,7 +777,7 @@ def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
         refreshes += 1
         if refreshes > 2 * _ATTEMPTS:
             raise IndexUnsettled(f"announcement index of {call.platform}/{call.chunk} kept changing")
-        seen = client.hget(keys.notice_meta(call.platform, call.chunk), "t") if reply == -2 else None
+        seen = client.hget(notice_keys.meta(call.platform, call.chunk), "t") if reply == -2 else None
         if seen is None:
             if reply == -3 or reply == -2:
                 # A chunk without a time (built before read counters): count it now.
@@ -789,7 +790,7 @@ def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
         t = int(float(seen_t))
         changes = call.index.changes(t, call.now_ms)
         reply = COUNT_SCRIPT(
-            keys=[*call.keys, *(keys.notice_bitmap(call.platform, call.chunk, pk) for pk in changes)],
+            keys=[*call.keys, *(notice_keys.bitmap(call.platform, call.chunk, pk) for pk in changes)],
             args=[*call.args(seen_t), *changes.values()],
             client=client,
         )
@@ -807,9 +808,9 @@ def _advance(client: RedisClient, *, call: CountCall, seen_t: str) -> None:
     blocks = _block_keys(call.platform, call.chunk)
     _ADVANCE(
         keys=[
-            keys.notice_meta(call.platform, call.chunk),
+            notice_keys.meta(call.platform, call.chunk),
             *blocks,
-            *(keys.notice_bitmap(call.platform, call.chunk, pk) for pk in changes),
+            *(notice_keys.bitmap(call.platform, call.chunk, pk) for pk in changes),
         ],
         args=[call.index.token, seen_t, target, len(blocks), _block_users(), *changes.values()],
         client=client,
@@ -837,9 +838,9 @@ def mark(*, platforms: Iterable[str], user_id: int, announcement_id: int, read: 
     for platform in platforms:
         script_keys = [
             *_chunk_keys(platform, chunk),
-            keys.notice_bitmap(platform, chunk, announcement_id),
-            keys.notice_read_hours(platform, chunk, announcement_id),
-            keys.notice_reads(platform, chunk, block),
+            notice_keys.bitmap(platform, chunk, announcement_id),
+            notice_keys.read_hours(platform, chunk, announcement_id),
+            notice_keys.reads(platform, chunk, block),
         ]
         args = [int(announcement_id), offset, int(read), hour, _READ_HOURS_TTL_SECONDS, counter]
         for _ in range(_ATTEMPTS):
@@ -864,7 +865,7 @@ def read_counts(*, announcement_id: int, platforms: Iterable[str]) -> dict[str, 
     pipe = client.pipeline(transaction=False)
     for platform in wanted:
         for chunk in chunks:
-            key = keys.notice_bitmap(platform, chunk, announcement_id)
+            key = notice_keys.bitmap(platform, chunk, announcement_id)
             pipe.bitcount(key)
             pipe.getrange(key, 0, 4)  # the head's bits are not readers
     replies = iter(pipe.execute())
@@ -884,7 +885,7 @@ def read_hours(*, announcement_id: int, platforms: Iterable[str]) -> dict[dateti
     pipe = client.pipeline(transaction=False)
     for platform in platforms:
         for chunk in _built_chunks(client):
-            pipe.hgetall(keys.notice_read_hours(platform, chunk, announcement_id))
+            pipe.hgetall(notice_keys.read_hours(platform, chunk, announcement_id))
     return hours_from_hashes(pipe.execute())
 
 
@@ -897,7 +898,7 @@ def read_bits(*, platform: str, announcement_id: int, user_ids: Sequence[int]) -
         return []
     pipe = _client().pipeline(transaction=False)
     for chunk in chunks:
-        pipe.get(keys.notice_bitmap(platform, chunk, announcement_id))
+        pipe.get(notice_keys.bitmap(platform, chunk, announcement_id))
     data = dict(zip(chunks, pipe.execute(), strict=True))
     return [_window_bit(data[chunk], offset) for chunk, offset in slots]
 
@@ -915,7 +916,7 @@ def _readers_of(members: Sequence[ReadersMember]) -> dict[ReadersMember, BitMap]
     pipe = client.pipeline(transaction=False)
     for platform, pk in members:
         for chunk in chunks:
-            pipe.get(keys.notice_bitmap(platform, chunk, pk))
+            pipe.get(notice_keys.bitmap(platform, chunk, pk))
     found = iter(pipe.execute())
     readers: dict[ReadersMember, BitMap] = {}
     for member in members:
@@ -950,7 +951,7 @@ def readers_restore(*, readers: Mapping[ReadersMember, BitMap]) -> int:
         for chunk, part in bitmap_split(users, size=size).items():
             script_keys = [
                 *_chunk_keys(platform, chunk),
-                keys.notice_bitmap(platform, chunk, pk),
+                notice_keys.bitmap(platform, chunk, pk),
                 *_block_keys(platform, chunk),
             ]
             args = [window_to_redis(part, base=chunk * size), int(pk), _block_users()]
@@ -978,8 +979,8 @@ def drift_chunk_indexes(*, platform: str) -> dict[int, tuple[dict[int, int], dic
     chunks = _built_chunks(client)
     pipe = client.pipeline(transaction=False)
     for chunk in chunks:
-        pipe.zrange(keys.notice_index(platform, chunk), 0, -1, withscores=True)
-        pipe.zrange(keys.notice_expiry(platform, chunk), 0, -1, withscores=True)
+        pipe.zrange(notice_keys.index(platform, chunk), 0, -1, withscores=True)
+        pipe.zrange(notice_keys.expiry(platform, chunk), 0, -1, withscores=True)
     replies = pipe.execute()
     return {
         chunk: (
@@ -1009,7 +1010,7 @@ def _restore_chunk(
     if readers:
         pipe = client.pipeline(transaction=False)
         for pk, users in readers.items():
-            pipe.set(keys.notice_bitmap(platform, chunk, pk), window_to_redis(users, base=chunk * size), nx=True)
+            pipe.set(notice_keys.bitmap(platform, chunk, pk), window_to_redis(users, base=chunk * size), nx=True)
         pipe.execute()
     t = to_ms(timezone.now())
     live = [pk for pk, publish_ms, expire_ms in entries if publish_ms <= t and (expire_ms is None or t < expire_ms)]
@@ -1019,7 +1020,7 @@ def _restore_chunk(
         # before the chunk was built): the counters must match those.
         pipe = client.pipeline(transaction=False)
         for pk in live:
-            pipe.get(keys.notice_bitmap(platform, chunk, pk))
+            pipe.get(notice_keys.bitmap(platform, chunk, pk))
         for data in pipe.execute():
             for offset in window_from_redis(data):
                 if offset < size:

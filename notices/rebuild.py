@@ -6,7 +6,7 @@ Redis has none) and also the way to prune announcements that expired since
 their platform last changed.
 """
 
-from core.platforms import ALL_PLATFORMS
+from accounts.platforms import ALL_PLATFORMS
 from core.progress import SILENT, Progress
 from notices import readmodel
 from notices.models import AnnouncementPlatform

@@ -26,12 +26,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing, keys, readthrough
-from core.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
-from core.exceptions import NotFound, ValidationFailed
-from core.params import page_scope
-from core.selectors import platform_user_counts, user_platforms
-from core.translations import localized
+from accounts.selectors import platform_user_counts, user_platforms
+from core import healing, readthrough
+from core.api.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
+from core.api.exceptions import NotFound, ValidationFailed
+from core.api.params import page_scope
+from core.api.translations import localized
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
 from notices.models import MAX_ID, Announcement, AnnouncementRead
@@ -61,7 +62,7 @@ class AnnouncementSummary:
     summary: str
     publish_at: datetime
     pinned: bool
-    # {language code: {"title", "summary"?, ...}} (core.translations): picked when rendered.
+    # {language code: {"title", "summary"?, ...}} (core.api.translations): picked when rendered.
     translations: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -132,7 +133,7 @@ def announcement_summaries(*, announcement_ids: Sequence[int]) -> dict[int, Anno
         rows = Announcement.objects.only("title", "summary", "publish_at", "pinned", "translations").in_bulk(wanted)
         return [AnnouncementSummary.of(rows[pk]).to_entry() if pk in rows else None for pk in wanted]
 
-    values = readthrough.read_through_many([keys.notice_summary(pk) for pk in ids], load, policy=_summary_policy())
+    values = readthrough.read_through_many([notice_keys.summary(pk) for pk in ids], load, policy=_summary_policy())
     return {pk: AnnouncementSummary.from_entry(pk, value) for pk, value in zip(ids, values, strict=True) if value}
 
 

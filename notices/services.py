@@ -21,16 +21,17 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import outbox, webhooks
-from core.exceptions import NotFound, ValidationFailed
+from accounts.platforms import clean_platforms
+from accounts.selectors import user_platforms
+from core import outbox
+from core.api.exceptions import NotFound, ValidationFailed
+from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize
-from core.platforms import clean_platforms
-from core.selectors import user_platforms
-from core.translations import translations_validate
 from notices import projection, readmodel
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
 from notices.read_rows import announcement_reads_set
 from notices.selectors import READ_TOPIC
+from webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
 

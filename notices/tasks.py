@@ -4,7 +4,7 @@ indexes from PostgreSQL, so running it twice (or late) is harmless."""
 from celery import shared_task
 from redis.exceptions import RedisError
 
-from core.platforms import ALL_PLATFORMS
+from accounts.platforms import ALL_PLATFORMS
 from notices import projection
 
 

@@ -4,8 +4,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from core.exceptions import NotFound, ValidationFailed
-from core.params import parse_limit
+from core.api.exceptions import NotFound, ValidationFailed
+from core.api.params import parse_limit
 from notices import selectors, services
 from notices.exceptions import ReadStateUnavailable
 

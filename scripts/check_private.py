@@ -48,8 +48,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRODUCT = ("core", "notices", "messagecenter", "config", "compat/notifications")
-FIRST_PARTY = {"core", "notices", "messagecenter", "config", "notifications", "tests", "bench", "scripts"}
+PRODUCT = (
+    "core",
+    "audit",
+    "insight",
+    "accounts",
+    "webhooks",
+    "live",
+    "notices",
+    "messagecenter",
+    "config",
+    "compat/notifications",
+)
+FIRST_PARTY = {
+    "core",
+    "audit",
+    "insight",
+    "accounts",
+    "webhooks",
+    "live",
+    "notices",
+    "messagecenter",
+    "config",
+    "notifications",
+    "tests",
+    "bench",
+    "scripts",
+}
 SKIPPED_DIRS = {"migrations", "__pycache__"}
 ENTRY_POINTS = {"config/asgi.py", "config/wsgi.py"}
 

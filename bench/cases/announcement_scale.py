@@ -16,10 +16,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from accounts.services import user_set_platforms
 from bench import data
 from bench.harness import Row
 from core.redis import get_redis
-from core.services import user_set_platforms
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts, announcement_list

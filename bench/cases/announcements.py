@@ -12,8 +12,8 @@ from pyroaring import BitMap
 
 from bench import data, incumbent_client
 from bench.harness import RoundTrips, Row, measure
-from core import keys
 from core.redis import get_redis
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement
 from notices.selectors import announcement_counts
@@ -91,13 +91,13 @@ def run(*, users: int, quick: bool) -> list[Row]:
     chunk_users = readmodel.user_slot(high)[0] + 1
     total = 0
     for chunk in range(chunk_users):
-        key = keys.notice_bitmap(PLATFORM, chunk, announcement.pk)
+        key = notice_keys.bitmap(PLATFORM, chunk, announcement.pk)
         client.delete(key)
     # Every user a reader, written as the read model writes read bitmaps (one
     # window per chunk; a restore of read state, so not one call per mark).
     readmodel.readers_restore(readers={(PLATFORM, announcement.pk): BitMap(range(low, high + 1))})
     for chunk in range(chunk_users):
-        total += client.memory_usage(keys.notice_bitmap(PLATFORM, chunk, announcement.pk), samples=0) or 0
+        total += client.memory_usage(notice_keys.bitmap(PLATFORM, chunk, announcement.pk), samples=0) or 0
     ours_bytes = total / users
     note = f"bitmap MEMORY USAGE {total:,} B for {users:,} readers ({ours_bytes * 8:.2f} bits each; ≤0.25 B is 2 bits)"
     measure_text = "announcement read state bytes per (user, item)"

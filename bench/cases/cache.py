@@ -11,11 +11,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from accounts import keys as account_keys
+from accounts.authentication import TokenAuthentication
+from accounts.models import ApiToken
+from accounts.tokens import token_digest, token_issue
 from bench.harness import Row
 from core import keys, readmodel, readthrough
-from core.authentication import TokenAuthentication
-from core.models import ApiToken
-from core.tokens import token_digest, token_issue
 
 CASE = "cache"
 CONCURRENT = 100
@@ -39,7 +40,7 @@ class _Counter:
 
 def _misses(key: str, *, threads: int) -> int:
     """``threads`` token authentications released together on an empty entry: queries spent."""
-    entry = keys.auth_token(token_digest(key))
+    entry = account_keys.auth_token(token_digest(key))
     readmodel.get_redis().delete(entry, keys.fill_lock(entry))
     counter = _Counter()
     barrier = threading.Barrier(threads)
@@ -69,7 +70,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     ApiToken.objects.filter(user=user).delete()
     key = token_issue(user=user).token
     readthrough.read_through(  # platforms cached, as after any earlier request of the user
-        keys.user_platforms(user.pk), lambda: ["user"], policy=readthrough.platforms_policy()
+        account_keys.user_platforms(user.pk), lambda: ["user"], policy=readthrough.platforms_policy()
     )
     # A token in use: its first fill writes its "last used" time, which the
     # fills measured below (within the cache's lifetime of it) leave alone, so
@@ -88,7 +89,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
                 at_most=1,
             )
         )
-    readmodel.get_redis().delete(keys.auth_token(token_digest(BAD_TOKEN)))
+    readmodel.get_redis().delete(account_keys.auth_token(token_digest(BAD_TOKEN)))
     counter = _Counter()
     auth = TokenAuthentication()
     with connection.execute_wrapper(counter):

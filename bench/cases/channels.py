@@ -37,8 +37,8 @@ from pywebpush import webpush
 
 from bench import data
 from bench.harness import Row
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.models import ChannelHold, ItemChannels, Message, PushDelivery, PushSubscription
 from messagecenter.services.channels import ChannelRequest, channels_email_scan
 from messagecenter.services.messages import message_send
@@ -126,7 +126,7 @@ def _escalation(operator: Any, low: int, recipients: int) -> list[Row]:
         pipe = client.pipeline(transaction=False)
         for user_id in user_ids[start : start + 5_000]:
             if user_id not in unread:
-                pipe.setbit(keys.mc_read_ever_bitmap(user_id, message.slot_month), int(message.slot_offset), 1)
+                pipe.setbit(mc_keys.read_ever_bitmap(user_id, message.slot_month), int(message.slot_offset), 1)
         pipe.execute()
     due = timezone.now() + timedelta(hours=1, seconds=1)
     mail.outbox = []

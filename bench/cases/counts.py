@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 
 from bench import data, incumbent_client
 from bench.harness import RoundTrips, Row, measure
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.models import ItemSlotMonth
 from messagecenter.selectors import inbox_counts
 from messagecenter.services.inbox import inbox_mark_all_read, inbox_mark_read
@@ -136,9 +136,9 @@ def run(*, users: int, quick: bool) -> list[Row]:
     )
 
     # --- read state on the inbox side ------------------------------------------------------------
-    months = [m.decode() for m in client.smembers(keys.mc_inbox_months(counter.pk))]
-    read_bytes = sum(client.memory_usage(keys.mc_read_bitmap(counter.pk, m), samples=0) or 0 for m in months)
-    ever_bytes = sum(client.memory_usage(keys.mc_read_ever_bitmap(counter.pk, m), samples=0) or 0 for m in months)
+    months = [m.decode() for m in client.smembers(mc_keys.inbox_months(counter.pk))]
+    read_bytes = sum(client.memory_usage(mc_keys.read_bitmap(counter.pk, m), samples=0) or 0 for m in months)
+    ever_bytes = sum(client.memory_usage(mc_keys.read_ever_bitmap(counter.pk, m), samples=0) or 0 for m in months)
     per_item = read_bytes / inbox_items
     month_items = sum(
         ItemSlotMonth.objects.filter(month__in=[int(m) for m in months]).values_list("next_offset", flat=True)

@@ -20,9 +20,9 @@ from django.test import override_settings
 
 from bench import data
 from bench.harness import Row, Stats
-from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox, publish
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
@@ -107,7 +107,7 @@ def _fill(user_ids: list[int], items: int, *, first: int = 0, cpu: list[float] |
     for i in range(first, first + items):
         if i % 10 < READ_SHARE * 10:
             for user_id in user_ids:
-                pipe.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+                pipe.setbit(mc_keys.read_bitmap(user_id, MONTH), i, 1)
         if len(pipe) >= 5000:
             pipe.execute()
     pipe.execute()
@@ -234,7 +234,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
         plain[size] = _pages(ids_, unread_only=False)
         unread[size] = _pages(ids_, unread_only=True)
         label = f"{size:,} items pushed per user" if size != 10 else "200 items per user"
-        held = client.zcard(keys.mc_inbox(ids_[0]))
+        held = client.zcard(mc_keys.inbox(ids_[0]))
         for kind, stats in (("plain", plain[size]), ("unread-only, 90% read", unread[size])):
             rows.append(
                 Row(
@@ -309,7 +309,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     legacy = [next(next_user) for _ in range(2)]
     with override_settings(MESSAGECENTER_INBOX_MAX_ITEMS=10**9):
         _fill(legacy, big)
-    held = client.zcard(keys.mc_inbox(legacy[0]))
+    held = client.zcard(mc_keys.inbox(legacy[0]))
     mark = _slowlog_mark()
     histogram = _script_histogram()
     cpu_first_read: list[float] = []
@@ -329,7 +329,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
             None,
             at_most=0.005,
             note=f"{len(calls):,} script calls, {first_read * 1e3:.0f} ms in all; {_server_largest(mark)}; "
-            f"{client.zcard(keys.mc_inbox(legacy[0])):,} items held after",
+            f"{client.zcard(mc_keys.inbox(legacy[0])):,} items held after",
         )
     )
     rows.append(

@@ -26,12 +26,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from accounts import keys as account_keys
+from accounts.tokens import token_digest
 from bench import data, http_load
 from bench.harness import Row
 from bench.http_load import Step
-from core import keys
 from core.redis import get_redis
-from core.tokens import token_digest
+from messagecenter import keys as mc_keys
 from messagecenter.services.bulletins import bulletin_create
 from notices.models import Announcement
 
@@ -94,10 +95,10 @@ def drop_caches(user_ids: list[int], tokens: list[str]) -> None:
     pipe = get_redis().pipeline(transaction=False)
     for user_id, token in zip(user_ids, tokens, strict=True):
         pipe.delete(
-            keys.mc_inbox_pages(user_id),
-            keys.auth_token(token_digest(token)),
-            keys.auth_user(user_id),
-            keys.user_platforms(user_id),
+            mc_keys.inbox_pages(user_id),
+            account_keys.auth_token(token_digest(token)),
+            account_keys.auth_user(user_id),
+            account_keys.user_platforms(user_id),
         )
     pipe.execute()
 

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from bench import data, http_load, incumbent_client
 from bench.harness import RoundTrips, Row, measure
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.models import Message, UserGroup, UserGroupMembership
 from messagecenter.selectors import inbox_list
 from messagecenter.services.bulletins import bulletin_create
@@ -77,7 +77,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
     # --- Redis bytes per (user, message), over a sample of those recipients -------------------
     client = get_redis()
     sample = random.Random(3).sample(range(low, low + fanout), 100)
-    per_user_items = client.zcard(keys.mc_inbox(sample[0]))
+    per_user_items = client.zcard(mc_keys.inbox(sample[0]))
     total = sum(client.memory_usage(k, samples=0) or 0 for uid in sample for k in _user_keys(uid))
     rows.append(
         Row(
@@ -191,7 +191,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
             f"notifications ({theirs['read']} read)",
         )
     )
-    held = client.zcard(keys.mc_inbox(reader.pk))
+    held = client.zcard(mc_keys.inbox(reader.pk))
     reader_bytes = sum(client.memory_usage(k, samples=0) or 0 for k in _user_keys(reader.pk))
     rows.append(
         Row(
@@ -212,7 +212,7 @@ def run(*, users: int, quick: bool) -> list[Row]:
 
 
 def _http(*, reader: Any, quick: bool) -> list[Row]:
-    from core.tokens import token_issue
+    from accounts.tokens import token_issue
 
     token = token_issue(user=reader).token
     seconds = 3 if quick else 10

@@ -18,6 +18,7 @@ from bench import data
 from bench.harness import Row
 from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox, publish
 
 MONTH = 202611
@@ -29,9 +30,9 @@ FIVE_ITEMS_CEILING = 4 * 1024
 
 def _bit_keys(user_id: int) -> tuple[str, str, str]:
     return (
-        keys.mc_push_bitmap(user_id, MONTH),
-        keys.mc_read_bitmap(user_id, MONTH),
-        keys.mc_read_ever_bitmap(user_id, MONTH),
+        mc_keys.push_bitmap(user_id, MONTH),
+        mc_keys.read_bitmap(user_id, MONTH),
+        mc_keys.read_ever_bitmap(user_id, MONTH),
     )
 
 
@@ -102,7 +103,7 @@ def _dense_row(user_id: int, count: int) -> Row:
     offsets = list(range(count))
     _fill(user_id, offsets)
     client = get_redis()
-    read_key = keys.mc_read_bitmap(user_id, MONTH)
+    read_key = mc_keys.read_bitmap(user_id, MONTH)
     ours = int(client.memory_usage(read_key, samples=0) or 0)
     before = _month_bitmaps_bytes(user_id, offsets) / 3
     return Row(

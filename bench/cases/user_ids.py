@@ -9,10 +9,10 @@ from django.contrib.auth import get_user_model
 
 from bench import data
 from bench.harness import GrowthRow, measure
-from core import keys
 from core.redis import get_redis
 from messagecenter.selectors import inbox_list
 from messagecenter.services.inbox import inbox_mark_read
+from notices import keys as notice_keys
 from notices import readmodel as notices_readmodel
 from notices.models import Announcement
 from notices.selectors import announcement_counts
@@ -32,7 +32,7 @@ def _announcement_bytes(user_id: int, announcement_ids: list[int]) -> int:
     client = get_redis()
     chunk = notices_readmodel.user_slot(user_id)[0]
     return sum(
-        int(client.memory_usage(keys.notice_bitmap(PLATFORM, chunk, a), samples=0) or 0) for a in announcement_ids
+        int(client.memory_usage(notice_keys.bitmap(PLATFORM, chunk, a), samples=0) or 0) for a in announcement_ids
     )
 
 

@@ -12,11 +12,12 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, connections
 from redis.exceptions import RedisError
 
+from accounts.tokens import token_issue
 from bench.drill import stack
 from bench.drill.load import Load, Reader, call, wait_until
 from core import keys
-from core.tokens import token_issue
 from messagecenter import fallback
+from messagecenter import keys as mc_keys
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
 from messagecenter.services import groups
 
@@ -433,7 +434,7 @@ class Drill:
         for start in range(0, len(crowd), 500):
             pipe = client.pipeline(transaction=False)
             for user_id in crowd[start : start + 500]:
-                pipe.zrange(keys.mc_inbox(user_id), 0, -1)
+                pipe.zrange(mc_keys.inbox(user_id), 0, -1)
             copies += [sum(1 for m in members if m.startswith(prefix)) for members in pipe.execute()]
         row.deliveries_lost += sum(1 for n in copies if n == 0)
         row.duplicates += sum(n - 1 for n in copies if n > 1)

@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from core.audit import AuditedAdminMixin
+from audit.trail import AuditedAdminMixin
 from notifications.base.admin import AbstractNotificationAdmin
 from notifications.models import Notification
 

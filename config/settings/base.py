@@ -52,6 +52,11 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "core",
+    "audit",
+    "insight",
+    "accounts",
+    "webhooks",
+    "live",
     "notices",
     "messagecenter",
     "notifications",
@@ -61,7 +66,7 @@ INSTALLED_APPS = [
 # Django runs the stack in its thread as it does for any sync middleware.
 MIDDLEWARE = [
     # First: request latency per route for /metrics, the whole stack included.
-    "core.metrics.RequestMetricsMiddleware",
+    "insight.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestSizeLimitMiddleware",
@@ -356,8 +361,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
 # Session auth's per-request user lookup comes from the Redis cache (no SQL).
 AUTHENTICATION_BACKENDS = [
     # First: refuses a locked-out username or address before any password check.
-    "core.authentication.LoginLimitBackend",
-    "core.authentication.CachedModelBackend",
+    "accounts.authentication.LoginLimitBackend",
+    "accounts.authentication.CachedModelBackend",
 ]
 
 # --- Brute-force limits (django-axes) -----------------------------------------
@@ -432,14 +437,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=102
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes missing credentials a 401.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.authentication.TokenAuthentication",
+        "accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["core.api.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api.openapi.AutoSchema",
     # DRF's own throttles, counting in Django's cache (Redis); while Redis is
     # down the cache fails open (IGNORE_EXCEPTIONS above) and so do they.
     "DEFAULT_THROTTLE_CLASSES": [
@@ -467,8 +472,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    # Every <id:...> path parameter: the spelling core.converters.IdConverter
-    # accepts (core.fields.ID_PATTERN; a test holds the two equal).
+    # Every <id:...> path parameter: the spelling core.api.converters.IdConverter
+    # accepts (core.api.fields.ID_PATTERN; a test holds the two equal).
     "PATH_CONVERTER_OVERRIDES": {
         "id": {"type": "string", "pattern": "^[1-9][0-9]{0,18}$", "description": "An id as the API returned it."}
     },
@@ -499,7 +504,7 @@ MESSAGECENTER_INBOX_SETTLE_STEP: int = env.int("MESSAGECENTER_INBOX_SETTLE_STEP"
 if not 1 <= MESSAGECENTER_INBOX_SETTLE_STEP <= 1000:
     raise ImproperlyConfigured("MESSAGECENTER_INBOX_SETTLE_STEP must be between 1 and 1000.")
 MESSAGECENTER_AUTH_CACHE_TTL: int = env.int("MESSAGECENTER_AUTH_CACHE_TTL", default=300)
-# API tokens (core/tokens.py): how long a token issued at sign-in answers.
+# API tokens (accounts/tokens.py): how long a token issued at sign-in answers.
 MESSAGECENTER_TOKEN_TTL_DAYS: int = env.int("MESSAGECENTER_TOKEN_TTL_DAYS", default=30)
 if not 1 <= MESSAGECENTER_TOKEN_TTL_DAYS <= 3650:
     raise ImproperlyConfigured("MESSAGECENTER_TOKEN_TTL_DAYS must be between 1 and 3650.")
@@ -521,7 +526,7 @@ if (
         "MESSAGECENTER_CACHE_TOMBSTONE_SECONDS must outlast two fill leases (MESSAGECENTER_CACHE_FILL_LEASE_MS): "
         "a fill that read the database before an invalidation must still find its tombstone."
     )
-# Activity bitmaps (core/activity.py): record daily active users; days kept.
+# Activity bitmaps (insight/activity.py): record daily active users; days kept.
 MESSAGECENTER_ACTIVITY_ENABLED: bool = env.bool("MESSAGECENTER_ACTIVITY_ENABLED", default=True)
 MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAYS", default=400)
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
@@ -537,7 +542,7 @@ MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LI
 # Items younger than this may still wait for their delivery task: check_redis skips them.
 MESSAGECENTER_CHECK_GRACE_SECONDS: float = env.float("MESSAGECENTER_CHECK_GRACE_SECONDS", default=60.0)
 
-# --- Webhooks (core/webhooks.py) ----------------------------------------------
+# --- Webhooks (webhooks/services.py) ----------------------------------------------
 # Seconds before each retry of a failed delivery (exponential: 10 s ... ~40 min);
 # one attempt more than entries, then the delivery is marked failed.
 WEBHOOK_RETRY_DELAYS: list[float] = [
@@ -570,7 +575,7 @@ CELERY_BEAT_SCHEDULE["messagecenter-send-scheduled"] = {
     "schedule": MESSAGECENTER_SCHEDULED_SECONDS,
 }
 
-# --- Metrics (core/metrics.py, GET /metrics) ----------------------------------
+# --- Metrics (insight/metrics.py, GET /metrics) ----------------------------------
 # A scrape needs "Authorization: Bearer <METRICS_TOKEN>" or a client address in
 # METRICS_ALLOWED_IPS (addresses or networks); with neither set, /metrics is 403.
 # Under gunicorn set PROMETHEUS_MULTIPROC_DIR (an empty directory) for all workers.
@@ -661,7 +666,7 @@ CELERY_BEAT_SCHEDULE["messagecenter-channels-quiet-release"] = {
     "task": "messagecenter.channels_quiet_release",
     "schedule": 60.0,
 }
-# Push retries ride the webhooks' relay (core.webhooks.deliveries_relay), as often.
+# Push retries ride the webhooks' relay (webhooks.services.deliveries_relay), as often.
 CELERY_BEAT_SCHEDULE["messagecenter-push-relay"] = {
     "task": "messagecenter.push_relay",
     "schedule": WEBHOOK_RELAY_SECONDS,

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler
 
-from core.exceptions import ApplicationError, is_unavailable
+from core.api.exceptions import ApplicationError, is_unavailable
 
 logger = logging.getLogger(__name__)
 

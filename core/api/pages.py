@@ -6,8 +6,8 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.cursors import KeysetPage
-from core.params import parse_limit
+from core.api.cursors import KeysetPage
+from core.api.params import parse_limit
 
 
 def list_response(

@@ -11,8 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
-from core.openapi import ERRORS
+from core.api.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
+from core.api.openapi import ERRORS
 from messagecenter import channel_selectors, services
 from messagecenter.webpush import MAX_ENDPOINT_LENGTH, vapid_key
 

@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
-from core.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
-from core.params import parse_bool, parse_limit, parse_time
-from core.translations import reader_language
+from core.api.fields import DirectRepresentation, OffsetDateTimeField, RefField, StrictInputSerializer, TimeField
+from core.api.openapi import ERRORS, ErrorEnvelope, cursor_parameter, limit_parameter, time_parameter
+from core.api.params import parse_bool, parse_limit, parse_time
+from core.api.translations import reader_language
 from messagecenter import group_selectors, selectors, services
 from messagecenter.models import CATEGORIES
 from messagecenter.readmodel.listing import QUERY_MAX_LENGTH

@@ -13,10 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api.pages import list_response
-from core.audit import audit_api
-from core.exceptions import ValidationFailed
-from core.fields import (
+from audit.trail import audit_api
+from core.api.exceptions import ValidationFailed
+from core.api.fields import (
     IdField,
     OffsetDateTimeField,
     StrictBooleanField,
@@ -26,9 +25,10 @@ from core.fields import (
     TranslationsField,
     user_id_field,
 )
-from core.openapi import ERRORS, list_parameters, page_serializer
-from core.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
-from core.permissions import IsOperator
+from core.api.openapi import ERRORS, list_parameters, page_serializer
+from core.api.pages import list_response
+from core.api.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
+from core.api.permissions import IsOperator
 from messagecenter import manage_selectors, services
 from messagecenter.apis import readback
 from messagecenter.apis.readback import (

@@ -10,8 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
-from core.openapi import ERRORS
+from core.api.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
+from core.api.openapi import ERRORS
 from messagecenter import channel_prefs, selectors, services
 from messagecenter.models import CATEGORIES, EmailDigest
 from messagecenter.services.notifications import MAX_SCOPE_LENGTH

@@ -12,7 +12,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from core.fields import (
+from core.api.fields import (
     OffsetDateTimeField,
     StrictBooleanField,
     StrictCharField,
@@ -20,7 +20,7 @@ from core.fields import (
     StrictIntegerField,
     TranslationsField,
 )
-from core.openapi import example, filter_parameter, id_filter_parameter, list_parameters
+from core.api.openapi import example, filter_parameter, id_filter_parameter, list_parameters
 from messagecenter.channel_selectors import ChannelCounts, channel_counts
 from messagecenter.manage_selectors import BULLETIN_STATUSES, MessageReadBack
 from messagecenter.models import (

@@ -8,10 +8,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import OffsetDateTimeField
-from core.openapi import ERRORS, list_parameters
-from core.params import parse_limit
-from core.permissions import IsOperator
+from core.api.fields import OffsetDateTimeField
+from core.api.openapi import ERRORS, list_parameters
+from core.api.params import parse_limit
+from core.api.permissions import IsOperator
 from messagecenter import manage_selectors
 from messagecenter.models import Message, MessageResponse
 

@@ -22,12 +22,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.audit import audit_api
-from core.cursors import decode_cursor, encode_cursor
-from core.fields import StrictCharField, StrictInputSerializer
-from core.openapi import ERRORS, cursor_parameter, example, limit_parameter
-from core.params import parse_choice, parse_limit
-from core.permissions import IsOperator
+from audit.trail import audit_api
+from core.api.cursors import decode_cursor, encode_cursor
+from core.api.fields import StrictCharField, StrictInputSerializer
+from core.api.openapi import ERRORS, cursor_parameter, example, limit_parameter
+from core.api.params import parse_choice, parse_limit
+from core.api.permissions import IsOperator
 from messagecenter import insight, services
 from messagecenter.apis.manage import IDEMPOTENCY_HEADER, MessageSendApi, message_state
 from messagecenter.models import Bulletin, Message

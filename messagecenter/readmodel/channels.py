@@ -10,8 +10,8 @@ at most one more hour's worth of sends: a cap, not a record.
 
 from collections.abc import Sequence
 
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 
 _COUNTER_SECONDS = 2 * 60 * 60
 # Users per round trip (two commands each): a batch of thousands stays in calls of about a millisecond.
@@ -27,7 +27,7 @@ def channel_sends_take(*, user_ids: Sequence[int], hour: int, cap: int) -> set[i
         batch = user_ids[start : start + _PIPELINE_USERS]
         pipe = client.pipeline(transaction=False)
         for user_id in batch:
-            name = keys.mc_channel_sends(user_id, hour)
+            name = mc_keys.channel_sends(user_id, hour)
             pipe.incr(name)
             pipe.expire(name, _COUNTER_SECONDS)
         replies = pipe.execute()

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 
 # Fields (or members) per HSCAN / SSCAN / SCAN page: bounded round trips
 # without blocking the server on a large structure.
@@ -26,7 +26,7 @@ def user_groups_get(*, user_ids: Sequence[int]) -> dict[int, set[int]]:
     """Each user's mirrored group ids (empty set when the key is missing): one pipeline."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.smembers(keys.mc_user_groups(user_id))
+        pipe.smembers(mc_keys.user_groups(user_id))
     replies = pipe.execute() if user_ids else []
     return {int(u): {int(g) for g in raw} for u, raw in zip(user_ids, replies, strict=True)}
 
@@ -35,7 +35,7 @@ def hidden_contains(*, pairs: Sequence[tuple[int, str]]) -> list[bool]:
     """Whether each (user id, ref) is in the user's hidden set: one pipeline."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id, ref in pairs:
-        pipe.sismember(keys.mc_inbox_hidden(user_id), ref)
+        pipe.sismember(mc_keys.inbox_hidden(user_id), ref)
     return [bool(r) for r in pipe.execute()] if pairs else []
 
 
@@ -52,10 +52,10 @@ class BulletinConfig:
 def bulletin_config_read() -> BulletinConfig:
     """Config zset, config detail hash, members hash and change log, read together (bulletins are few)."""
     pipe = get_redis().pipeline(transaction=False)
-    pipe.zrange(keys.mc_bulletin_config(), 0, -1, withscores=True)
-    pipe.hgetall(keys.mc_bulletin_detail())
-    pipe.hgetall(keys.mc_bulletin_members())
-    pipe.zrange(keys.mc_bulletin_changes(), 0, -1)
+    pipe.zrange(mc_keys.bulletin_config(), 0, -1, withscores=True)
+    pipe.hgetall(mc_keys.bulletin_detail())
+    pipe.hgetall(mc_keys.bulletin_members())
+    pipe.zrange(mc_keys.bulletin_changes(), 0, -1)
     scores, details, members, logged = pipe.execute()
     return BulletinConfig(
         scores={_text(m): int(s) for m, s in scores},
@@ -75,11 +75,11 @@ def bulletin_config_drop(*, members: Sequence[str], bulletin_ids: Sequence[int] 
     """
     pipe = get_redis().pipeline(transaction=False)
     if members:
-        pipe.zrem(keys.mc_bulletin_config(), *members)
-        pipe.hdel(keys.mc_bulletin_detail(), *members)
-        pipe.zrem(keys.mc_bulletin_changes(), *members)
+        pipe.zrem(mc_keys.bulletin_config(), *members)
+        pipe.hdel(mc_keys.bulletin_detail(), *members)
+        pipe.zrem(mc_keys.bulletin_changes(), *members)
     if bulletin_ids:
-        pipe.hdel(keys.mc_bulletin_members(), *(str(b) for b in bulletin_ids))
+        pipe.hdel(mc_keys.bulletin_members(), *(str(b) for b in bulletin_ids))
     pipe.execute()
 
 
@@ -87,7 +87,7 @@ def item_details_get(*, refs: Sequence[str]) -> dict[str, dict[str, Any] | None]
     """Stored detail JSON of each ref (None when missing or not JSON)."""
     if not refs:
         return {}
-    raw = get_redis().hmget(keys.mc_item_detail(), list(refs))
+    raw = get_redis().hmget(mc_keys.item_detail(), list(refs))
     out: dict[str, dict[str, Any] | None] = {}
     for ref, value in zip(refs, raw, strict=True):
         try:
@@ -100,28 +100,28 @@ def item_details_get(*, refs: Sequence[str]) -> dict[str, dict[str, Any] | None]
 
 def item_detail_refs() -> list[str]:
     """Every ref the item detail hash holds (HSCAN, never one big HGETALL)."""
-    return [_text(field) for field, _ in get_redis().hscan_iter(keys.mc_item_detail(), count=SCAN_COUNT)]
+    return [_text(field) for field, _ in get_redis().hscan_iter(mc_keys.item_detail(), count=SCAN_COUNT)]
 
 
 def item_details_drop(*, refs: Sequence[str]) -> None:
     """Drop details nothing in PostgreSQL backs and no inbox member can be derived for."""
     if refs:
-        get_redis().hdel(keys.mc_item_detail(), *refs)
+        get_redis().hdel(mc_keys.item_detail(), *refs)
 
 
 def subscribers_get_many(*, pairs: Sequence[tuple[int, str]]) -> list[set[str]]:
     """Members of each (message type, scope) subscriber set: one pipeline."""
     pipe = get_redis().pipeline(transaction=False)
     for type_id, scope in pairs:
-        pipe.smembers(keys.mc_subscribers(type_id, scope))
+        pipe.smembers(mc_keys.subscribers(type_id, scope))
     return [{_text(m) for m in raw} for raw in pipe.execute()] if pairs else []
 
 
 def subscriber_set_pairs() -> set[tuple[int, str]]:
     """(type, scope) of every non-empty subscriber set in Redis, by SCAN (never KEYS)."""
     found: set[tuple[int, str]] = set()
-    for key in get_redis().scan_iter(match=keys.mc_subscribers_match(), count=SCAN_COUNT):
-        pair = keys.mc_subscribers_parse(_text(key))
+    for key in get_redis().scan_iter(match=mc_keys.subscribers_match(), count=SCAN_COUNT):
+        pair = mc_keys.subscribers_parse(_text(key))
         if pair is not None:
             found.add(pair)
     return found
@@ -146,9 +146,9 @@ def inbox_probe(*, member: str, ref: str, user_ids: Iterable[int]) -> dict[int, 
         return {}
     pipe = get_redis().pipeline(transaction=False)
     for user_id in targets:
-        pipe.zscore(keys.mc_inbox(user_id), member)
-        pipe.sismember(keys.mc_inbox_hidden(user_id), ref)
-        pipe.zcard(keys.mc_inbox(user_id))
+        pipe.zscore(mc_keys.inbox(user_id), member)
+        pipe.sismember(mc_keys.inbox_hidden(user_id), ref)
+        pipe.zcard(mc_keys.inbox(user_id))
     replies = pipe.execute()
     return {
         user_id: InboxProbe(
@@ -170,9 +170,9 @@ def unread_index_read(*, user_ids: Sequence[int], categories: Sequence[str]) -> 
     """Each user's counters hash and unread zset sizes: one pipeline."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.hgetall(keys.mc_inbox_counters(user_id))
+        pipe.hgetall(mc_keys.inbox_counters(user_id))
         for category in ("", *categories):
-            pipe.zcard(keys.mc_inbox_unread(user_id, category))
+            pipe.zcard(mc_keys.inbox_unread(user_id, category))
     replies = pipe.execute() if user_ids else []
     width = 2 + len(categories)
     out: dict[int, UnreadIndex] = {}
@@ -188,6 +188,6 @@ def unread_index_rebuild(*, user_ids: Sequence[int]) -> None:
     read bits (the inbox scripts' backfill, _steps.lua: the state hash's "uz" forgotten)."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.hdel(keys.mc_inbox_state(user_id), "uz")
+        pipe.hdel(mc_keys.inbox_state(user_id), "uz")
     if user_ids:
         pipe.execute()

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from core import keys
 from core.lua import LuaScript
+from messagecenter import keys as mc_keys
 
 DETAIL, REMOVALS, BULLETINS = "../lua/_detail.lua", "../lua/_removals.lua", "../lua/_bulletins.lua"
 
@@ -57,7 +57,7 @@ class ItemPut(GlobalOp):
 
     @staticmethod
     def keys() -> list[str]:
-        return [keys.mc_item_detail(), keys.mc_item_detail_version()]
+        return [mc_keys.item_detail(), mc_keys.item_detail_version()]
 
     def args(self) -> list[Any]:
         return [self.ref, self.detail_json]
@@ -76,16 +76,16 @@ class BulletinPut(GlobalOp):
     @staticmethod
     def keys() -> list[str]:
         return [
-            keys.mc_item_detail(),
-            keys.mc_item_detail_version(),
-            keys.mc_bulletin_config(),
-            keys.mc_bulletin_detail(),
-            keys.mc_bulletin_members(),
-            keys.mc_bulletin_update_time(),
-            keys.mc_removed(),
-            keys.mc_removed_version(),
-            keys.mc_bulletin_changes(),
-            keys.mc_bulletin_changes_floor(),
+            mc_keys.item_detail(),
+            mc_keys.item_detail_version(),
+            mc_keys.bulletin_config(),
+            mc_keys.bulletin_detail(),
+            mc_keys.bulletin_members(),
+            mc_keys.bulletin_update_time(),
+            mc_keys.removed(),
+            mc_keys.removed_version(),
+            mc_keys.bulletin_changes(),
+            mc_keys.bulletin_changes_floor(),
         ]
 
     def args(self) -> list[Any]:
@@ -107,15 +107,15 @@ class BulletinDelete(GlobalOp):
     @staticmethod
     def keys() -> list[str]:
         return [
-            keys.mc_item_detail(),
-            keys.mc_bulletin_config(),
-            keys.mc_bulletin_detail(),
-            keys.mc_bulletin_members(),
-            keys.mc_bulletin_update_time(),
-            keys.mc_removed(),
-            keys.mc_removed_version(),
-            keys.mc_bulletin_changes(),
-            keys.mc_bulletin_changes_floor(),
+            mc_keys.item_detail(),
+            mc_keys.bulletin_config(),
+            mc_keys.bulletin_detail(),
+            mc_keys.bulletin_members(),
+            mc_keys.bulletin_update_time(),
+            mc_keys.removed(),
+            mc_keys.removed_version(),
+            mc_keys.bulletin_changes(),
+            mc_keys.bulletin_changes_floor(),
         ]
 
     def args(self) -> list[Any]:
@@ -133,7 +133,7 @@ class PullRegister(GlobalOp):
 
     @staticmethod
     def keys() -> list[str]:
-        return [keys.mc_item_detail(), keys.mc_item_detail_version(), keys.mc_pull(), keys.mc_pull_sequence()]
+        return [mc_keys.item_detail(), mc_keys.item_detail_version(), mc_keys.pull(), mc_keys.pull_sequence()]
 
     def args(self) -> list[Any]:
         return [self.ref, self.detail_json, self.pull_member, *self.announce]
@@ -148,7 +148,7 @@ class ItemRemove(GlobalOp):
 
     @staticmethod
     def keys() -> list[str]:
-        return [keys.mc_item_detail(), keys.mc_pull(), keys.mc_removed(), keys.mc_removed_version()]
+        return [mc_keys.item_detail(), mc_keys.pull(), mc_keys.removed(), mc_keys.removed_version()]
 
     def args(self) -> list[Any]:
         return [self.ref, self.member, self.pull_member]
@@ -161,7 +161,7 @@ class RemovedTrim(GlobalOp):
 
     @staticmethod
     def keys() -> list[str]:
-        return [keys.mc_removed(), keys.mc_removed_floor()]
+        return [mc_keys.removed(), mc_keys.removed_floor()]
 
     def args(self) -> list[Any]:
         return [self.keep]

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 
 GROUP_CLOSE_SCRIPT = LuaScript(__file__, "../lua/group_close.lua")
 
@@ -42,7 +42,7 @@ def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]
     """The groups of these rows (refs of grouped items), one HMGET."""
     if not refs:
         return {}
-    raws = get_redis().hmget(keys.mc_inbox_groups(user_id), list(refs))
+    raws = get_redis().hmget(mc_keys.inbox_groups(user_id), list(refs))
     found = {ref: group_of(raw) for ref, raw in zip(refs, raws, strict=True)}
     return {ref: group for ref, group in found.items() if group is not None}
 
@@ -50,11 +50,11 @@ def groups_of(*, user_id: int, refs: Sequence[str]) -> dict[str, dict[str, Any]]
 def _close(user_id: int, ref: str, group_key: str) -> int | None:
     until = GROUP_CLOSE_SCRIPT(
         [
-            keys.mc_inbox_groups(user_id),
-            keys.mc_inbox_groups_open(user_id),
-            keys.mc_inbox_groups_closed(user_id),
-            keys.mc_inbox_group(user_id, group_key),
-            keys.mc_inbox_group_ends(user_id, group_key),
+            mc_keys.inbox_groups(user_id),
+            mc_keys.inbox_groups_open(user_id),
+            mc_keys.inbox_groups_closed(user_id),
+            mc_keys.inbox_group(user_id, group_key),
+            mc_keys.inbox_group_ends(user_id, group_key),
         ],
         [ref, group_key],
     )
@@ -64,7 +64,7 @@ def _close(user_id: int, ref: str, group_key: str) -> int | None:
 def group_close(*, user_id: int, ref: str) -> tuple[str, int] | None:
     """End the open group whose row is ``ref``; returns its key and the time
     it ended at (None: ``ref`` is no open group's row)."""
-    raw = get_redis().hget(keys.mc_inbox_groups(user_id), ref)
+    raw = get_redis().hget(mc_keys.inbox_groups(user_id), ref)
     if raw is None:
         return None
     group_key = str(json.loads(raw)["key"])
@@ -77,7 +77,7 @@ def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, i
     Returns the keys and times they ended at. One call per open group: as
     many as the unread rows "read all" marks anyway."""
     ended = []
-    for raw_key, raw_head in get_redis().hgetall(keys.mc_inbox_groups_open(user_id)).items():
+    for raw_key, raw_head in get_redis().hgetall(mc_keys.inbox_groups_open(user_id)).items():
         group_key, head = raw_key.decode(), raw_head.decode()
         ref, head_category = head.split("|", 2)[:2]
         if category and head_category != category:
@@ -91,7 +91,7 @@ def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, i
 def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[int]) -> None:
     """Mirror ended groups' times from PostgreSQL (the rebuild, before items arrive)."""
     if ends:
-        get_redis().zadd(keys.mc_inbox_group_ends(user_id, group_key), {str(e): e for e in ends})
+        get_redis().zadd(mc_keys.inbox_group_ends(user_id, group_key), {str(e): e for e in ends})
 
 
 @dataclass(frozen=True)
@@ -108,19 +108,19 @@ def group_items(*, user_id: int, group_key: str, max_score: int | None, skip: in
     redis = get_redis()
     top = "+inf" if max_score is None else max_score
     rows = redis.zrevrangebyscore(
-        keys.mc_inbox_group(user_id, group_key), top, "-inf", start=skip, num=limit + 1, withscores=True
+        mc_keys.inbox_group(user_id, group_key), top, "-inf", start=skip, num=limit + 1, withscores=True
     )
     members = [(m.decode(), int(s)) for m, s in rows]
     more = len(members) > limit
     members = members[:limit]
-    head = redis.hget(keys.mc_inbox_groups_open(user_id), group_key)
+    head = redis.hget(mc_keys.inbox_groups_open(user_id), group_key)
     open_since = None
     if head is not None:
-        meta = redis.hget(keys.mc_inbox_groups(user_id), head.decode().split("|", 1)[0])
+        meta = redis.hget(mc_keys.inbox_groups(user_id), head.decode().split("|", 1)[0])
         if meta is not None:
             open_since = int(json.loads(meta)["start"])
     refs = [m.split("|", 1)[0] for m, _ in members]
-    details = redis.hmget(keys.mc_item_detail(), refs) if refs else []
+    details = redis.hmget(mc_keys.item_detail(), refs) if refs else []
     return GroupItems(members=members, more=more, open_since=open_since, details=list(details))
 
 
@@ -128,11 +128,11 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
     """Drop the group whose row is ``ref`` (the user deleted the row): its
     items leave the key's list; returns their refs (empty: not a group's row)."""
     redis = get_redis()
-    raw = redis.hget(keys.mc_inbox_groups(user_id), ref)
+    raw = redis.hget(mc_keys.inbox_groups(user_id), ref)
     if raw is None:
         return []
     meta = json.loads(raw)
-    key = keys.mc_inbox_group(user_id, str(meta["key"]))
+    key = mc_keys.inbox_group(user_id, str(meta["key"]))
     # The group's items: from its first item's time up to its row's (later
     # items of the key are later groups').
     found = [(m.decode(), int(t)) for m, t in redis.zrangebyscore(key, int(meta["start"]), "+inf", withscores=True)]
@@ -140,7 +140,7 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
     members = [m for m, t in found if row_time is not None and t <= row_time]
     if members:
         redis.zrem(key, *members)
-    redis.hdel(keys.mc_inbox_groups(user_id), ref)
+    redis.hdel(mc_keys.inbox_groups(user_id), ref)
     return [m.split("|", 1)[0] for m in members]
 
 
@@ -160,7 +160,7 @@ def _joins(
         group_key = detail.get("group_key") or ""
         if group_key:
             member, score, _expire = candidates[i]
-            script_keys += [keys.mc_inbox_group(user_id, group_key), keys.mc_inbox_group_ends(user_id, group_key)]
+            script_keys += [mc_keys.inbox_group(user_id, group_key), mc_keys.inbox_group_ends(user_id, group_key)]
             args += [group_key, member, score, detail.get("actor") or ""]
     return script_keys, args
 
@@ -175,18 +175,18 @@ def merge_candidates(
     wanted = [i for i, (member, _score, _expire) in enumerate(candidates) if member in grouped]
     if not wanted:
         return candidates
-    raws = get_redis().hmget(keys.mc_item_detail(), [candidates[i][0].split("|", 1)[0] for i in wanted])
+    raws = get_redis().hmget(mc_keys.item_detail(), [candidates[i][0].split("|", 1)[0] for i in wanted])
     group_keys, args = _joins(user_id, candidates, wanted, raws)
     if not args:
         return candidates
     script_keys = [
-        keys.mc_inbox(user_id),
-        keys.mc_inbox_arrivals(user_id),
-        keys.mc_inbox_expiry(user_id),
-        keys.mc_inbox_evicted(user_id),
-        keys.mc_inbox_groups(user_id),
-        keys.mc_inbox_groups_open(user_id),
-        keys.mc_inbox_groups_closed(user_id),
+        mc_keys.inbox(user_id),
+        mc_keys.inbox_arrivals(user_id),
+        mc_keys.inbox_expiry(user_id),
+        mc_keys.inbox_evicted(user_id),
+        mc_keys.inbox_groups(user_id),
+        mc_keys.inbox_groups_open(user_id),
+        mc_keys.inbox_groups_closed(user_id),
         *group_keys,
     ]
     dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}
@@ -198,5 +198,5 @@ def group_holds(*, group_key: str, member: str, user_ids: Sequence[int]) -> set[
     (out of the list because a newer item of its group took the row)."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.zscore(keys.mc_inbox_group(user_id, group_key), member)
+        pipe.zscore(mc_keys.inbox_group(user_id, group_key), member)
     return {u for u, score in zip(user_ids, pipe.execute(), strict=True) if score is not None}

@@ -36,10 +36,12 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
 
-from core import keys, live
-from core.insight import hour_of
+from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
+from insight.reports import hour_of
+from live import transport as live
+from messagecenter import keys as mc_keys
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import bits, grouping, listing, readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
@@ -119,12 +121,12 @@ def _bulletin_configs(
     taken in; a config added there later is in the log as well).
     """
     if full:
-        pipe.add("configs").zrangebyscore(keys.mc_bulletin_config(), "-inf", now_ms)
+        pipe.add("configs").zrangebyscore(mc_keys.bulletin_config(), "-inf", now_ms)
         return
     if update_time > access:
-        pipe.add("configs changed").zrangebyscore(keys.mc_bulletin_changes(), f"({access}", update_time)
+        pipe.add("configs changed").zrangebyscore(mc_keys.bulletin_changes(), f"({access}", update_time)
     if latest_display > shown:
-        pipe.add("configs displayed").zrangebyscore(keys.mc_bulletin_config(), f"({shown}", now_ms)
+        pipe.add("configs displayed").zrangebyscore(mc_keys.bulletin_config(), f"({shown}", now_ms)
 
 
 @dataclass(frozen=True)
@@ -185,23 +187,23 @@ def _optional_int(value: Any) -> int | None:
 def _markers_read(client: Any, user_id: int, now_ms: int, ref: str | None) -> _Markers:
     """Step 1: one pipeline reads the user's state and the global markers."""
     pipe = _NamedPipe(client)
-    pipe.add("months").smembers(keys.mc_inbox_months(user_id))
-    pipe.add("state").hgetall(keys.mc_inbox_state(user_id))
-    pipe.add("access").get(keys.mc_bulletin_access_time(user_id))
-    pipe.add("groups").smembers(keys.mc_user_groups(user_id))
+    pipe.add("months").smembers(mc_keys.inbox_months(user_id))
+    pipe.add("state").hgetall(mc_keys.inbox_state(user_id))
+    pipe.add("access").get(mc_keys.bulletin_access_time(user_id))
+    pipe.add("groups").smembers(mc_keys.user_groups(user_id))
     # The bulletin marker before the removal version: an edit moves both in
     # one script, and a read that saw the new marker with the old version
     # would merge the edited bulletin while its old member still stands (NX:
     # nothing changes), then settle the edit's removal with nothing left to merge.
-    pipe.add("update").get(keys.mc_bulletin_update_time())
-    pipe.add("version").get(keys.mc_removed_version())
-    pipe.add("seq").get(keys.mc_pull_sequence())
-    pipe.add("latest").zrevrangebyscore(keys.mc_bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
-    pipe.add("removed floor").get(keys.mc_removed_floor())
-    pipe.add("changes floor").get(keys.mc_bulletin_changes_floor())
-    pipe.add("mutes").get(keys.mc_user_mutes(user_id))
+    pipe.add("update").get(mc_keys.bulletin_update_time())
+    pipe.add("version").get(mc_keys.removed_version())
+    pipe.add("seq").get(mc_keys.pull_sequence())
+    pipe.add("latest").zrevrangebyscore(mc_keys.bulletin_config(), now_ms, "-inf", start=0, num=1, withscores=True)
+    pipe.add("removed floor").get(mc_keys.removed_floor())
+    pipe.add("changes floor").get(mc_keys.bulletin_changes_floor())
+    pipe.add("mutes").get(mc_keys.user_mutes(user_id))
     if ref is not None:
-        pipe.add("detail").hget(keys.mc_item_detail(), ref)
+        pipe.add("detail").hget(mc_keys.item_detail(), ref)
     return _markers_of(pipe.execute())
 
 
@@ -258,11 +260,11 @@ def _changes_read(client: Any, user_id: int, now_ms: int, markers: _Markers) -> 
     """Step 2: a second pipeline fetches what changed past the moved markers."""
     pipe = _NamedPipe(client)
     if markers.full_settle:
-        pipe.add("removed").zrange(keys.mc_inbox(user_id), 0, -1)
+        pipe.add("removed").zrange(mc_keys.inbox(user_id), 0, -1)
     elif markers.settle_due:
-        pipe.add("removed").zrangebyscore(keys.mc_removed(), f"({markers.settled}", markers.version)
+        pipe.add("removed").zrangebyscore(mc_keys.removed(), f"({markers.settled}", markers.version)
     if markers.pull_due:
-        pipe.add("pulls").zrangebyscore(keys.mc_pull(), f"({markers.pull_wm}", markers.seq)
+        pipe.add("pulls").zrangebyscore(mc_keys.pull(), f"({markers.pull_wm}", markers.seq)
     if markers.merge_bulletins:
         _bulletin_configs(
             pipe,
@@ -349,13 +351,13 @@ def _details_read(
     visible configs, and the user's bit in each pull's audience."""
     pipe = _NamedPipe(client)
     if changes.held:
-        pipe.add("held").hmget(keys.mc_item_detail(), [parse_member(m)[0] for m in changes.held])
+        pipe.add("held").hmget(mc_keys.item_detail(), [parse_member(m)[0] for m in changes.held])
     if visible_configs:
-        pipe.add("configs").hmget(keys.mc_bulletin_detail(), visible_configs)
+        pipe.add("configs").hmget(mc_keys.bulletin_detail(), visible_configs)
     chunk_size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
     chunk, bit = divmod(user_id, chunk_size)
     for i, (_member, _score, _expire, pull_ref) in enumerate(bitmap_pulls):
-        pipe.add(f"audience {i}").getbit(keys.mc_pull_audience(pull_ref, chunk), bit)
+        pipe.add(f"audience {i}").getbit(mc_keys.pull_audience(pull_ref, chunk), bit)
     replies = pipe.execute()
     if changes.held:
         _held_check(changes.held, replies["held"], found)
@@ -609,7 +611,7 @@ def inbox_page(
         if body is not None:
             return CachedPage(body=body)
     # The cursor (max_score, skip) and since_ms are times on the inbox's one
-    # axis: item scores are their times in ms (core.keys.mc_inbox).
+    # axis: item scores are their times in ms (core.mc_keys.inbox).
     op = PageOp(
         category=category or "",
         time_max=max_score,
@@ -631,7 +633,7 @@ def _page_of(result: list[Any]) -> Page:
     details: they are read here)."""
     members, scores, reads, position, counts, *fetched = result
     refs = [m.decode().split("|", 1)[0] for m in members]
-    details: list[Any] = fetched[0] if fetched else get_redis().hmget(keys.mc_item_detail(), refs) if refs else []
+    details: list[Any] = fetched[0] if fetched else get_redis().hmget(mc_keys.item_detail(), refs) if refs else []
     cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
     groups: list[Any] = fetched[2] if len(fetched) > 2 else [None] * len(refs)
     rows = []
@@ -662,13 +664,13 @@ LISTING_BATCH_MAX = 2_000
 
 def _listing_key(*, user_id: int, category: str | None, unread_only: bool, archived: bool) -> str:
     if archived:
-        return keys.mc_inbox_archived(user_id)
+        return mc_keys.inbox_archived(user_id)
     if unread_only:
         # The unread zset holds exactly the live unread items (_item.lua).
-        return keys.mc_inbox_unread(user_id, category or "")
+        return mc_keys.inbox_unread(user_id, category or "")
     if category:
-        return keys.mc_inbox_category(user_id, category)
-    return keys.mc_inbox(user_id)
+        return mc_keys.inbox_category(user_id, category)
+    return mc_keys.inbox(user_id)
 
 
 @dataclass
@@ -700,7 +702,7 @@ class _ListingWalk:
         first = not self.bitmaps and bool(self.months)
         if first:
             for month in self.months:
-                bits.queue(pipe, keys.mc_read_bitmap(self.user_id, month))
+                bits.queue(pipe, mc_keys.read_bitmap(self.user_id, month))
         replies = iter(bits.execute(pipe))
         rows: list[Any] = next(replies)
         if first:
@@ -728,7 +730,7 @@ class _ListingWalk:
             fresh, dropped = self._fresh(rows, dropped)
             if self.text is not None and fresh:
                 refs = [m.split("|", 1)[0] for m, _s in fresh]
-                self.details.extend(self.client.hmget(keys.mc_item_detail(), refs))
+                self.details.extend(self.client.hmget(mc_keys.item_detail(), refs))
             for member, score in fresh:
                 self.members.append(member)
                 self.scores.append(score)
@@ -796,7 +798,7 @@ def inbox_listing(
     if walk.text is not None:
         raws = [walk.details[i] for i in walked.picked]
     else:
-        raws = client.hmget(keys.mc_item_detail(), refs) if refs else []
+        raws = client.hmget(mc_keys.item_detail(), refs) if refs else []
     page_rows = [
         PageRow(ref=ref, score=walk.scores[i], read=walk.is_read(i), detail=_detail(raw))
         for ref, i, raw in zip(refs, walked.picked, raws, strict=True)
@@ -816,7 +818,7 @@ def page_cache_put(*, user_id: int, field: str, tag: tuple[str, str], body: byte
 
 
 def _page_cache_put_commands(user_id: int, field: str, tag: tuple[str, str], body: bytes) -> list[tuple[Any, ...]]:
-    pages = keys.mc_inbox_pages(user_id)
+    pages = mc_keys.inbox_pages(user_id)
     return [("HSET", pages, field, body, f"{field}#", readcache.held_tag(*tag)), ("EXPIRE", pages, PAGE_CACHE_SECONDS)]
 
 
@@ -1033,7 +1035,7 @@ def inbox_members(*, refs: Sequence[str]) -> dict[str, str]:
     """ref -> member of the items among ``refs`` that still have a detail (one HMGET)."""
     if not refs:
         return {}
-    raws = get_redis().hmget(keys.mc_item_detail(), list(refs))
+    raws = get_redis().hmget(mc_keys.item_detail(), list(refs))
     return {ref: _detail(raw)["member"] for ref, raw in zip(refs, raws, strict=True) if raw is not None}
 
 
@@ -1127,5 +1129,5 @@ def inbox_unread_members(*, user_id: int, category: str | None, now_ms: int) -> 
     """Members of the live unread items (of the category) placed at or before
     ``now_ms``: what a "read all" now would mark (settled and merged first)."""
     _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
-    key = keys.mc_inbox_unread(user_id, category or "")
+    key = mc_keys.inbox_unread(user_id, category or "")
     return [m.decode() for m in get_redis().zrangebyscore(key, "-inf", now_ms)]

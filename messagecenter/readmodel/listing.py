@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from core.translations import localized
+from core.api.translations import localized
 
 # The longest text a search takes (longer is refused, not cut).
 QUERY_MAX_LENGTH = 200

@@ -4,15 +4,15 @@ sweep walks. Delivery into inboxes itself goes through ``publish.inbox_deliver``
 
 from collections.abc import Iterable
 
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel.entries import InboxEntry
 from messagecenter.readmodel.scripts import InboxCall, SweepOp, inbox_call, run_inbox_calls
 
 
 def subscribers_replace(*, message_type_id: int, scope: str, members: Iterable[str]) -> None:
     """Mirror the subscribers (``u<id>`` / ``g<id>``) of one (type, scope) from PostgreSQL."""
-    key = keys.mc_subscribers(message_type_id, scope)
+    key = mc_keys.subscribers(message_type_id, scope)
     wanted = sorted(set(members))
     pipe = get_redis().pipeline(transaction=True)
     pipe.delete(key)
@@ -22,7 +22,7 @@ def subscribers_replace(*, message_type_id: int, scope: str, members: Iterable[s
 
 
 def subscribers_get(*, message_type_id: int, scope: str) -> set[str]:
-    return {m.decode() for m in get_redis().smembers(keys.mc_subscribers(message_type_id, scope))}
+    return {m.decode() for m in get_redis().smembers(mc_keys.subscribers(message_type_id, scope))}
 
 
 def notifications_index(*, entry: InboxEntry, user_ids: Iterable[int]) -> None:
@@ -33,8 +33,8 @@ def notifications_index(*, entry: InboxEntry, user_ids: Iterable[int]) -> None:
         return
     pipe = get_redis().pipeline(transaction=False)
     for user_id in ids:
-        pipe.zadd(keys.mc_user_notifications(user_id), {entry.member: entry.expire_ms}, nx=True)
-    pipe.sadd(keys.mc_notification_holders(), *ids)
+        pipe.zadd(mc_keys.user_notifications(user_id), {entry.member: entry.expire_ms}, nx=True)
+    pipe.sadd(mc_keys.notification_holders(), *ids)
     pipe.execute()
 
 
@@ -46,7 +46,7 @@ def _sweep_users(user_ids: list[int], *, now_ms: int, limit: int) -> int:
     while pending:
         pipe = client.pipeline(transaction=False)
         for user_id in pending:
-            pipe.smembers(keys.mc_inbox_months(user_id))
+            pipe.smembers(mc_keys.inbox_months(user_id))
         months_by_user = [sorted(m.decode() for m in raw) for raw in pipe.execute()]
         sweep = SweepOp(limit=limit)
         calls: list[InboxCall] = [
@@ -70,15 +70,15 @@ def _sweep_users(user_ids: list[int], *, now_ms: int, limit: int) -> int:
 
 def _holders_drop(user_ids: list[int]) -> None:
     client = get_redis()
-    client.srem(keys.mc_notification_holders(), *user_ids)
+    client.srem(mc_keys.notification_holders(), *user_ids)
     # A delivery may have landed between the sweep and the SREM (different
     # slots, so no one script can do both): put such users back.
     pipe = client.pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.zcard(keys.mc_user_notifications(user_id))
+        pipe.zcard(mc_keys.user_notifications(user_id))
     back = [u for u, n in zip(user_ids, pipe.execute(), strict=True) if int(n)]
     if back:
-        client.sadd(keys.mc_notification_holders(), *back)
+        client.sadd(mc_keys.notification_holders(), *back)
 
 
 def notifications_sweep(*, now_ms: int, batch: int, limit: int) -> tuple[int, int]:
@@ -90,7 +90,7 @@ def notifications_sweep(*, now_ms: int, batch: int, limit: int) -> tuple[int, in
     visited = removed = 0
     seen: set[int] = set()
     while True:
-        cursor, raw = client.sscan(keys.mc_notification_holders(), cursor, count=batch)
+        cursor, raw = client.sscan(mc_keys.notification_holders(), cursor, count=batch)
         # SSCAN may return a member twice; sweeping twice is harmless but wasteful.
         user_ids = [u for u in (int(x) for x in raw) if u not in seen]
         seen.update(user_ids)

@@ -8,9 +8,12 @@ from django.conf import settings
 from pyroaring import BitMap
 from redis.crc import key_slot
 
-from core import keys, live
+from core import keys
 from core.lua import Packed, pack_filled
 from core.redis import get_redis, is_cluster
+from live import keys as live_keys
+from live import transport as live
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, dumps
 from messagecenter.readmodel.global_ops import (
     BulletinDelete,
@@ -107,7 +110,7 @@ def pull_register(
     if audience is not None:
         pipe = client.pipeline(transaction=False)
         for chunk, data in _audience_chunks(audience).items():
-            pipe.set(keys.mc_pull_audience(entry.ref, chunk), data)
+            pipe.set(mc_keys.pull_audience(entry.ref, chunk), data)
         pipe.execute()
     member = pull_member(entry, everyone=audience is None)
     return int(PullRegister(ref=entry.ref, detail_json=dumps(detail), pull_member=member, announce=announce)())
@@ -132,7 +135,7 @@ def item_remove(*, entry: InboxEntry, pull_member: str = "") -> None:
 
 
 def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:
-    get_redis().delete(*(keys.mc_pull_audience(ref, c) for c in chunks))
+    get_redis().delete(*(mc_keys.pull_audience(ref, c) for c in chunks))
 
 
 # Recipients per deliver.lua call on a single Redis: a call blocks the server
@@ -188,13 +191,13 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
             by_slot.setdefault(key_slot(keys.user_tag(user_id).encode()), []).append(user_id)
         gained = 0
         for batch in by_slot.values():
-            script_keys = keys.mc_deliver_keys(
+            script_keys = mc_keys.deliver_keys(
                 batch, notifications=notification, expiry=expiry, group_key=entry.group_key
             )
-            gained += int(DELIVER_SCRIPT(script_keys, [*args, *keys.live_user_channels(batch)] if tail else args))
+            gained += int(DELIVER_SCRIPT(script_keys, [*args, *live_keys.user_channels(batch)] if tail else args))
     else:
-        templates = keys.mc_deliver_key_templates(notifications=notification, expiry=expiry, group_key=entry.group_key)
-        channel = [keys.live_user_channel_template()]
+        templates = mc_keys.deliver_key_templates(notifications=notification, expiry=expiry, group_key=entry.group_key)
+        channel = [live_keys.user_channel_template()]
 
         def calls() -> Iterator[tuple[Packed, list[Any]]]:
             # Built lazily: each call is sent while the next is packed (straight
@@ -205,7 +208,7 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
 
         gained = sum(int(r) for r in DELIVER_SCRIPT.stream(calls()))
     if notification:
-        get_redis().sadd(keys.mc_notification_holders(), *targets)
+        get_redis().sadd(mc_keys.notification_holders(), *targets)
     return gained
 
 
@@ -222,12 +225,12 @@ def user_groups_replace(
     pipe = client.pipeline(transaction=False)
     user_ids = list(groups_by_user)
     for user_id in user_ids:
-        key = keys.mc_user_groups(user_id)
+        key = mc_keys.user_groups(user_id)
         pipe.delete(key)
         group_ids = [int(g) for g in groups_by_user[user_id]]
         if group_ids:
             pipe.sadd(key, *group_ids)
-        pipe.smembers(keys.mc_inbox_months(user_id))
+        pipe.smembers(mc_keys.inbox_months(user_id))
     results = pipe.execute()
     months_by_user: dict[int, list[str]] = {}
     for user_id, result in zip(user_ids, [r for r in results if isinstance(r, set)], strict=True):
@@ -255,9 +258,9 @@ def user_mutes_replace(*, mutes_by_user: Mapping[int, str]) -> None:
     pipe = get_redis().pipeline(transaction=False)
     for user_id, raw in mutes_by_user.items():
         if raw:
-            pipe.set(keys.mc_user_mutes(user_id), raw)
+            pipe.set(mc_keys.user_mutes(user_id), raw)
         else:
-            pipe.delete(keys.mc_user_mutes(user_id))
+            pipe.delete(mc_keys.user_mutes(user_id))
     pipe.execute()
 
 
@@ -272,12 +275,12 @@ def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chun
     client = get_redis()
     pipe = client.pipeline(transaction=False)
     if pull_members:
-        pipe.zrem(keys.mc_pull(), *pull_members)
+        pipe.zrem(mc_keys.pull(), *pull_members)
     if refs:
-        pipe.hdel(keys.mc_item_detail(), *refs)
+        pipe.hdel(mc_keys.item_detail(), *refs)
     for ref, chunks in audience_chunks.items():
         if chunks:
-            pipe.delete(*(keys.mc_pull_audience(ref, c) for c in chunks))
+            pipe.delete(*(mc_keys.pull_audience(ref, c) for c in chunks))
     pipe.execute()
 
 
@@ -299,11 +302,11 @@ def items_purge(
         return
     pipe = get_redis().pipeline(transaction=False)
     if members:
-        pipe.zrem(keys.mc_removed(), *members)
+        pipe.zrem(mc_keys.removed(), *members)
     for ref in refs:
-        pipe.delete(keys.mc_item_read_hours(ref))
+        pipe.delete(mc_keys.item_read_hours(ref))
     for user_id, ref in hidden:
-        pipe.srem(keys.mc_inbox_hidden(user_id), ref)
+        pipe.srem(mc_keys.inbox_hidden(user_id), ref)
     pipe.execute()
 
 

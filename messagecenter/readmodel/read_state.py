@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap
 
-from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import bits
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
@@ -29,14 +29,14 @@ class UserReadState:
 def _restore_call(user_id: int, state: UserReadState) -> tuple[list[str], list[bytes | str | int]]:
     """restore.lua's KEYS and ARGV for one user's read state."""
     months = sorted(state.months)
-    script_keys = [keys.mc_inbox(user_id), keys.mc_inbox_counters(user_id), keys.mc_inbox_state(user_id)]
-    script_keys.extend(keys.mc_read_bitmap(user_id, m) for m in months)
-    script_keys.extend(keys.mc_read_ever_bitmap(user_id, m) for m in months)
+    script_keys = [mc_keys.inbox(user_id), mc_keys.inbox_counters(user_id), mc_keys.inbox_state(user_id)]
+    script_keys.extend(mc_keys.read_bitmap(user_id, m) for m in months)
+    script_keys.extend(mc_keys.read_ever_bitmap(user_id, m) for m in months)
     # Each bit-set in its compact form (bits.encode: a set while sparse).
     read = [bits.encode(state.months[m][0]) for m in months]
     ever = [bits.encode(state.months[m][1]) for m in months]
     # The unread zsets last (restore.lua takes them from the end), their categories last in ARGV.
-    script_keys.extend([keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
+    script_keys.extend([mc_keys.inbox_unread(user_id), *(mc_keys.inbox_unread(user_id, c) for c in CATEGORY_ORDER)])
     args: list[bytes | str | int] = [len(months), *months]
     args.extend(data for _form, data in read)
     args.extend(data for _form, data in ever)

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core import keys
+from live import keys as live_keys
+from messagecenter import keys as mc_keys
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,14 @@ class TagPart:
 # the item details' version edits bump, then what level() compares to know
 # nothing needs settling or merging.
 TAG = (
-    TagPart("rev", keys.mc_inbox_state, "rev"),
-    TagPart("live", keys.live_user_version),
-    TagPart("details", lambda _user: keys.mc_item_detail_version()),
-    TagPart("removed", lambda _user: keys.mc_removed_version()),
-    TagPart("pulled", lambda _user: keys.mc_pull_sequence()),
-    TagPart("updated", lambda _user: keys.mc_bulletin_update_time()),
-    TagPart("shown", keys.mc_inbox_state, "bd", required=True),
-    TagPart("access", keys.mc_bulletin_access_time, required=True),
+    TagPart("rev", mc_keys.inbox_state, "rev"),
+    TagPart("live", live_keys.user_version),
+    TagPart("details", lambda _user: mc_keys.item_detail_version()),
+    TagPart("removed", lambda _user: mc_keys.removed_version()),
+    TagPart("pulled", lambda _user: mc_keys.pull_sequence()),
+    TagPart("updated", lambda _user: mc_keys.bulletin_update_time()),
+    TagPart("shown", mc_keys.inbox_state, "bd", required=True),
+    TagPart("access", mc_keys.bulletin_access_time, required=True),
 )
 JOIN = ":"  # between the tag's values
 UNTIL = "|"  # between the tag and the time it stays valid until
@@ -72,7 +73,7 @@ def check_commands(user_id: int, field: str) -> tuple[tuple[str, ...], ...]:
     its string keys."""
     return (
         ("MULTI",),
-        ("HMGET", keys.mc_inbox_pages(user_id), f"{field}#", field),
+        ("HMGET", mc_keys.inbox_pages(user_id), f"{field}#", field),
         *(("HMGET", key(user_id), *(str(p.field) for p in parts)) for key, parts in _HASHES.items()),
         ("MGET", *(part.key(user_id) for part in _STRINGS)),
         ("EXEC",),

@@ -1,7 +1,7 @@
 """First reads of inbox items per hour (the admin's read-rate chart).
 
 The inbox script reports the user's first reads: a read bit going 0 -> 1
-while the user's ever-read bit (``keys.mc_read_ever_bitmap``, never cleared)
+while the user's ever-read bit (``mc_keys.read_ever_bitmap``, never cleared)
 was 0 too (op ``read`` returns 2, op ``read_all`` lists the refs, or hands
 back per month the bitmap of the offsets first read, or for a month kept
 as a set, ``#<month>`` and the offsets joined by ","). Only those
@@ -19,9 +19,9 @@ from datetime import datetime
 
 from redis.exceptions import RedisError
 
-from core import keys
-from core.insight import READ_HOURS_TTL_SECONDS, hour_of, hours_from_hashes
 from core.redis import get_redis
+from insight.reports import READ_HOURS_TTL_SECONDS, hour_of, hours_from_hashes
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import bits
 
 logger = logging.getLogger(__name__)
@@ -51,9 +51,9 @@ def record_reads(
         # Write-behind: one list entry whatever the number of items (the hour
         # hashes are global keys, one per item: two commands each would make a
         # "read all" of 10,000 items cost 20,000 commands).
-        pipe.rpush(keys.mc_first_reads_pending(), first_reads_note(hour=hour, refs=refs))
+        pipe.rpush(mc_keys.first_reads_pending(), first_reads_note(hour=hour, refs=refs))
     for month, bitmap in maps.items():
-        pipe.rpush(keys.mc_first_reads_pending(), f"{hour}|@{month}|".encode() + bitmap)
+        pipe.rpush(mc_keys.first_reads_pending(), f"{hour}|@{month}|".encode() + bitmap)
     try:
         pipe.execute()
     except RedisError:
@@ -93,7 +93,7 @@ def first_reads_fold(
     client = get_redis()
     folded = 0
     while folded < max_entries:
-        entries = client.lpop(keys.mc_first_reads_pending(), FOLD_BATCH)
+        entries = client.lpop(mc_keys.first_reads_pending(), FOLD_BATCH)
         if not entries:
             break
         counts: Counter[tuple[str, str]] = Counter()
@@ -114,7 +114,7 @@ def first_reads_fold(
                     counts[(ref, hour)] += 1
         pipe = client.pipeline(transaction=False)
         for (ref, hour), count in counts.items():
-            key = keys.mc_item_read_hours(ref)
+            key = mc_keys.item_read_hours(ref)
             pipe.hincrby(key, hour, count)
             pipe.expire(key, READ_HOURS_TTL_SECONDS)
         pipe.execute()
@@ -129,7 +129,7 @@ def first_reads_fold(
 
 def read_hours(*, ref: str) -> dict[datetime, int]:
     """First reads of the item per hour, oldest first (fold the pending ones first)."""
-    return hours_from_hashes([get_redis().hgetall(keys.mc_item_read_hours(ref))])
+    return hours_from_hashes([get_redis().hgetall(mc_keys.item_read_hours(ref))])
 
 
 def read_totals(*, refs: Iterable[str]) -> dict[str, int]:
@@ -139,7 +139,7 @@ def read_totals(*, refs: Iterable[str]) -> dict[str, int]:
         return {}
     pipe = get_redis().pipeline(transaction=False)
     for ref in wanted:
-        pipe.hvals(keys.mc_item_read_hours(ref))
+        pipe.hvals(mc_keys.item_read_hours(ref))
     return {ref: sum(int(count) for count in counts) for ref, counts in zip(wanted, pipe.execute(), strict=True)}
 
 
@@ -148,4 +148,4 @@ def read_ever_bits(*, month: int, offset: int, user_ids: Sequence[int]) -> list[
     pipelined look at their ever-read bit-sets, whatever their form. The same
     bits whose 0 -> 1 transitions the hour counters count, so "has read" here
     and the read count never disagree (bar first reads not folded yet)."""
-    return bits.has_many((keys.mc_read_ever_bitmap(user_id, month) for user_id in user_ids), offset)
+    return bits.has_many((mc_keys.read_ever_bitmap(user_id, month) for user_id in user_ids), offset)

@@ -1,11 +1,11 @@
 """The users' answers to items' actions in Redis: one hash per user
-(``keys.mc_inbox_responses``), written after the answer committed, read with
+(``mc_keys.inbox_responses``), written after the answer committed, read with
 the page (only when a row of it has actions)."""
 
 from collections.abc import Mapping, Sequence
 
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 
 SEPARATOR = "|"
 
@@ -19,10 +19,10 @@ def responses_put(*, user_id: int, responses: Mapping[str, tuple[str, int]]) -> 
     # One slot (the user's hash tag), one MULTI: the answer and the tag move together.
     pipe = get_redis().pipeline(transaction=True)
     pipe.hset(
-        keys.mc_inbox_responses(user_id),
+        mc_keys.inbox_responses(user_id),
         mapping={ref: f"{action}{SEPARATOR}{at_ms}" for ref, (action, at_ms) in responses.items()},
     )
-    pipe.hincrby(keys.mc_inbox_state(user_id), "rev", 1)
+    pipe.hincrby(mc_keys.inbox_state(user_id), "rev", 1)
     pipe.execute()
 
 
@@ -30,7 +30,7 @@ def responses_get(*, user_id: int, refs: Sequence[str]) -> dict[str, tuple[str, 
     """The user's answers to these items: ``{ref: (action, at ms)}`` (unanswered ones left out)."""
     if not refs:
         return {}
-    raws = get_redis().hmget(keys.mc_inbox_responses(user_id), list(refs))
+    raws = get_redis().hmget(mc_keys.inbox_responses(user_id), list(refs))
     found: dict[str, tuple[str, int]] = {}
     for ref, raw in zip(refs, raws, strict=True):
         if raw is None:

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from live import keys as live_keys
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import readcache
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 
@@ -96,32 +98,32 @@ def inbox_keys(user_id: int) -> list[str]:
     """The eleven keys every inbox script opens first, in the preamble's order
     (the archived and snoozed zsets close every call's KEYS: ``_call_keys``)."""
     return [
-        keys.mc_inbox(user_id),
-        *(keys.mc_inbox_category(user_id, c) for c in CATEGORY_ORDER),
-        keys.mc_inbox_counters(user_id),
-        keys.mc_inbox_hidden(user_id),
-        keys.mc_inbox_expiry(user_id),
-        keys.mc_inbox_months(user_id),
-        keys.mc_inbox_state(user_id),
-        keys.mc_bulletin_access_time(user_id),
+        mc_keys.inbox(user_id),
+        *(mc_keys.inbox_category(user_id, c) for c in CATEGORY_ORDER),
+        mc_keys.inbox_counters(user_id),
+        mc_keys.inbox_hidden(user_id),
+        mc_keys.inbox_expiry(user_id),
+        mc_keys.inbox_months(user_id),
+        mc_keys.inbox_state(user_id),
+        mc_keys.bulletin_access_time(user_id),
     ]
 
 
 def unread_keys(user_id: int) -> list[str]:
     """The user's unread zsets: all, then each category in CATEGORY_ORDER."""
-    return [keys.mc_inbox_unread(user_id), *(keys.mc_inbox_unread(user_id, c) for c in CATEGORY_ORDER)]
+    return [mc_keys.inbox_unread(user_id), *(mc_keys.inbox_unread(user_id, c) for c in CATEGORY_ORDER)]
 
 
 def fast_keys() -> list[str]:
     """The global markers the fast path checks itself, in the preamble's order."""
     return [
-        keys.mc_removed_version(),
-        keys.mc_pull_sequence(),
-        keys.mc_bulletin_update_time(),
-        keys.mc_bulletin_config(),
-        keys.mc_item_detail(),
-        keys.mc_item_detail_version(),
-        keys.mc_first_reads_pending(),
+        mc_keys.removed_version(),
+        mc_keys.pull_sequence(),
+        mc_keys.bulletin_update_time(),
+        mc_keys.bulletin_config(),
+        mc_keys.item_detail(),
+        mc_keys.item_detail_version(),
+        mc_keys.first_reads_pending(),
     ]
 
 
@@ -220,7 +222,7 @@ class PageOp(InboxOp):
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
         # The groups hash: the fast path answers the page's rows' groups too.
-        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id), keys.mc_inbox_groups(user_id)
+        return mc_keys.inbox_pages(user_id), live_keys.user_version(user_id), mc_keys.inbox_groups(user_id)
 
     def own_args(self) -> list[Any]:
         return [
@@ -243,7 +245,7 @@ class CountsOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        return keys.mc_inbox_pages(user_id), keys.live_user_version(user_id)
+        return mc_keys.inbox_pages(user_id), live_keys.user_version(user_id)
 
     def own_args(self) -> list[Any]:
         return ["" if self.cache_seconds is None else self.cache_seconds]
@@ -289,7 +291,7 @@ class ReadAllOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        return (keys.mc_inbox_scratch(user_id),)
+        return (mc_keys.inbox_scratch(user_id),)
 
     def own_args(self) -> list[Any]:
         return [self.category, "" if self.time_max is None else self.time_max, self.hour]
@@ -317,7 +319,7 @@ class SweepOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        return (keys.mc_user_notifications(user_id),)
+        return (mc_keys.user_notifications(user_id),)
 
     def own_args(self) -> list[Any]:
         return [self.limit]
@@ -397,15 +399,15 @@ def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], f
     names = [*inbox_keys(user_id), *op.own_keys(user_id)]
     if fast:
         names += fast_keys()
-    names += [keys.mc_read_bitmap(user_id, m) for m in months]
-    names += [keys.mc_push_bitmap(user_id, m) for m in months]
+    names += [mc_keys.read_bitmap(user_id, m) for m in months]
+    names += [mc_keys.push_bitmap(user_id, m) for m in months]
     if op.ever:
-        names += [keys.mc_read_ever_bitmap(user_id, m) for m in months]
+        names += [mc_keys.read_ever_bitmap(user_id, m) for m in months]
     # Last, whatever the script (open_inbox takes them from the end): the unread zsets (all, then
     # each category), the evicted set, the arrivals, the archived and snoozed zsets.
     names += unread_keys(user_id)
-    names += [keys.mc_inbox_evicted(user_id), keys.mc_inbox_arrivals(user_id)]
-    names += [keys.mc_inbox_archived(user_id), keys.mc_inbox_snoozed(user_id)]
+    names += [mc_keys.inbox_evicted(user_id), mc_keys.inbox_arrivals(user_id)]
+    names += [mc_keys.inbox_archived(user_id), mc_keys.inbox_snoozed(user_id)]
     return tuple(names)
 
 
@@ -427,7 +429,7 @@ def inbox_call(op: InboxOp, *, user_id: int, now_ms: int, months: Sequence[str],
 
 def hide_ref_call(*, user_id: int, ref: str) -> InboxCall:
     """hide_ref.lua: the ref is hidden even if it is not (yet) merged."""
-    return InboxCall(HIDE_REF_SCRIPT, [keys.mc_inbox_hidden(user_id)], [ref])
+    return InboxCall(HIDE_REF_SCRIPT, [mc_keys.inbox_hidden(user_id)], [ref])
 
 
 def run_inbox_calls(calls: Sequence[InboxCall]) -> list[Any]:

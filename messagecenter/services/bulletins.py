@@ -9,13 +9,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from core import webhooks
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
+from core.api.translations import translations_validate
 from core.html import sanitize_html
-from core.translations import translations_validate
 from messagecenter import projection
 from messagecenter.models import Bulletin, InboxItemState, UserGroup
 from messagecenter.services.slots import slot_allocate
+from webhooks import services as webhooks
 
 
 def _groups(group_ids: Iterable[int]) -> list[UserGroup]:

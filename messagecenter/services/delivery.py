@@ -47,10 +47,10 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
-from core import webhooks
 from core.breaker import CircuitBreaker
 from core.redis import get_redis
 from messagecenter.models import PendingDelivery
+from webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 
-from core.exceptions import ValidationFailed
-from core.metrics import EMAIL_FAILURES
-from core.translations import reader_language
+from core.api.exceptions import ValidationFailed
+from core.api.translations import reader_language
+from insight.metrics import EMAIL_FAILURES
 from messagecenter.emails import absolute_url, email_items
 from messagecenter.models import EmailDigest, UserPreferences
 from messagecenter.selectors import InboxItem, inbox_list, preferences_get

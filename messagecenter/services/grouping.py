@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
 from messagecenter.models import InboxGroupEnd, InboxHidden
 from messagecenter.readmodel import grouping, publish
 

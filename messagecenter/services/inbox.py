@@ -14,7 +14,7 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core import healing, outbox
-from core.exceptions import NotFound, ValidationFailed
+from core.api.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, read_events
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms

@@ -32,7 +32,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core import healing
-from core.exceptions import NotFound, ValidationFailed
+from core.api.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, to_ms

@@ -18,11 +18,11 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import live, webhooks
-from core.exceptions import LimitExceeded, ValidationFailed
+from core.api.exceptions import LimitExceeded, ValidationFailed
+from core.api.lookups import Whole
+from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize
-from core.lookups import Whole
-from core.translations import translations_validate
+from live import transport as live
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -41,6 +41,7 @@ from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
+from webhooks import services as webhooks
 
 
 def _resolve(

@@ -24,10 +24,9 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 from pyroaring import BitMap
 
-from core import webhooks
-from core.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.api.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.api.translations import translations_validate
 from core.html import sanitize_html
-from core.translations import translations_validate
 from messagecenter import projection
 from messagecenter.items import notification_detail, notification_entry
 from messagecenter.models import (
@@ -46,6 +45,7 @@ from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.grouping import group_fields_clean
 from messagecenter.services.slots import slot_allocate
+from webhooks import services as webhooks
 
 MAX_TTL_SECONDS = 366 * 24 * 60 * 60  # a year and a day: anything longer is a mistake
 MAX_SCOPE_LENGTH = 100

@@ -18,12 +18,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core import webhooks
-from core.exceptions import Conflict, ValidationFailed
+from core.api.exceptions import Conflict, ValidationFailed
 from messagecenter import projection
 from messagecenter.models import MessageResponse
 from messagecenter.selectors import inbox_item_get
 from messagecenter.services.inbox import inbox_mark_read
+from webhooks import services as webhooks
 
 ACTIONS_MAX = 3
 ACTION_ID_MAX = 32

@@ -25,10 +25,10 @@ from django.db import transaction
 from django.utils import timezone
 from pyroaring import BitMap
 
-from core.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.api.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.api.lookups import Whole
+from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize
-from core.lookups import Whole
-from core.translations import translations_validate
 from messagecenter.models import (
     Message,
     MessageStatus,

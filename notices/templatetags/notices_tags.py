@@ -6,7 +6,7 @@ from django import template
 from django.db import DatabaseError
 from django.utils.safestring import SafeString, mark_safe
 
-from core.exceptions import is_database_outage
+from core.api.exceptions import is_database_outage
 from core.html import sanitize_html
 from notices.selectors import announcement_pinned_unread
 

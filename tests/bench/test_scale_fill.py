@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from bench import scale
-from core import keys
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox
 
 NOW_MS = 1_790_000_000_000  # 2026-09-21
@@ -70,6 +70,6 @@ def test_fill_gives_every_user_the_planned_entries() -> None:
     assert filled["delivered"] == 2_000
     client = get_redis()
     for user_id in (1, 50, 150, 199, 200):
-        assert client.zcard(keys.mc_inbox(user_id)) == expected[user_id]
+        assert client.zcard(mc_keys.inbox(user_id)) == expected[user_id]
         counts = inbox.inbox_counts(user_id=user_id, now_ms=NOW_MS)
         assert counts.unread == expected[user_id]

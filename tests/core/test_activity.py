@@ -21,8 +21,9 @@ from redis.cluster import RedisCluster, key_slot
 from redis.retry import Retry
 
 import core.lua
-from core import activity, keys, readmodel
 from core.redis import get_redis
+from insight import activity, readmodel
+from insight import keys as insight_keys
 from messagecenter import services as mc_services
 from notices import readmodel as notices_readmodel
 from notices.services import announcement_mark_read
@@ -61,7 +62,7 @@ def test_a_user_costs_one_command_per_day_then_none(redis: Any, monkeypatch: Any
     assert activity.record_active(user_id=42, now=day)
     assert not activity.record_active(user_id=42, now=day + timedelta(hours=3))
     assert len(sent) == 1
-    name = keys.activity_day(0, "20260331")
+    name = insight_keys.activity_day(0, "20260331")
     assert redis.getbit(name, 42) == 1
     assert 0 < redis.ttl(name) <= 400 * 86_400
     assert activity.record_active(user_id=42, now=day + timedelta(days=1))  # a new day: one more
@@ -73,7 +74,7 @@ def test_authenticated_requests_are_recorded(recipient: Any, redis: Any) -> None
     assert client.get("/api/v1/me/").status_code == 200
     today = activity.day_name(activity.today())
     chunk, offset = divmod(recipient.pk, int(activity._chunk_size()))
-    assert redis.getbit(keys.activity_day(chunk, today), offset) == 1
+    assert redis.getbit(insight_keys.activity_day(chunk, today), offset) == 1
     assert activity.activity_series(end=activity.today(), days=1)[0].dau == 1
 
 
@@ -154,10 +155,12 @@ def test_figures_on_a_real_cluster(redis_cluster_url: str, active_by_offset: dic
 
 
 def test_keys_of_one_bitop_share_a_slot() -> None:
-    days = [keys.activity_day(3, f"202603{d:02d}") for d in range(1, 31)]
-    slots = {key_slot(name.encode()) for name in [*days, keys.activity_scratch(3, "x")]}
+    days = [insight_keys.activity_day(3, f"202603{d:02d}") for d in range(1, 31)]
+    slots = {key_slot(name.encode()) for name in [*days, insight_keys.activity_scratch(3, "x")]}
     assert len(slots) == 1
-    assert key_slot(keys.activity_day(3, "20260301").encode()) != key_slot(keys.activity_day(4, "20260301").encode())
+    assert key_slot(insight_keys.activity_day(3, "20260301").encode()) != key_slot(
+        insight_keys.activity_day(4, "20260301").encode()
+    )
 
 
 # --- readers of an item over time -----------------------------------------------------------

@@ -16,11 +16,13 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from rest_framework.test import APIClient
 
-from core import admin as core_admin
-from core.audit import AuditedAdminMixin
-from core.models import ApiToken, AuditEntry, RedisCheckRun
-from core.services import AUDIT_MASK, audit_record
-from core.tokens import token_issue
+from accounts.models import ApiToken
+from accounts.tokens import token_issue
+from audit.models import AuditEntry
+from audit.services import AUDIT_MASK, audit_record
+from audit.trail import AuditedAdminMixin
+from core.models import RedisCheckRun
+from insight import admin as core_admin
 from messagecenter.models import Bulletin
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
@@ -175,30 +177,30 @@ def test_admin_token_delete_is_audited_and_tokens_are_never_added_or_changed(
     api.credentials(HTTP_AUTHORIZATION=f"Token {issued.token}")
     assert api.get("/api/v1/me/").status_code == 200
     # Listed by user and times; neither the token nor its digest is shown anywhere.
-    listing = admin_client.get("/admin/core/apitoken/")
+    listing = admin_client.get("/admin/accounts/apitoken/")
     assert listing.status_code == 200
     page = listing.content.decode()
     for column in ("user", "created_at", "expires_at", "last_used_at"):
         assert f"column-{column}" in page, column
     assert recipient.username in page
-    detail = admin_client.get(f"/admin/core/apitoken/{row.pk}/change/")  # a read-only view
+    detail = admin_client.get(f"/admin/accounts/apitoken/{row.pk}/change/")  # a read-only view
     assert detail.status_code == 200
     for shown in (page, detail.content.decode()):
         assert issued.token not in shown
         assert row.digest not in shown
     # No add (a token is issued only to the user who signs in), no change.
-    assert admin_client.get("/admin/core/apitoken/add/").status_code == 403
-    assert admin_client.post("/admin/core/apitoken/add/", {"user": recipient.pk}).status_code == 403
+    assert admin_client.get("/admin/accounts/apitoken/add/").status_code == 403
+    assert admin_client.post("/admin/accounts/apitoken/add/", {"user": recipient.pk}).status_code == 403
     expires = {"expires_at_0": "2000-01-01", "expires_at_1": "00:00:00"}
-    assert admin_client.post(f"/admin/core/apitoken/{row.pk}/change/", expires).status_code == 403
+    assert admin_client.post(f"/admin/accounts/apitoken/{row.pk}/change/", expires).status_code == 403
     assert list(ApiToken.objects.values_list("pk", "expires_at")) == [(row.pk, row.expires_at)]
-    assert not _entries(object_type="core.apitoken")
+    assert not _entries(object_type="accounts.apitoken")
     # Delete: audited, and the token stops working at once.
-    response = admin_client.post(f"/admin/core/apitoken/{row.pk}/delete/", {"post": "yes"})
+    response = admin_client.post(f"/admin/accounts/apitoken/{row.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not ApiToken.objects.exists()
     assert api.get("/api/v1/me/").status_code == 401
-    entries = _entries(object_type="core.apitoken")
+    entries = _entries(object_type="accounts.apitoken")
     assert [(e.action, e.object_id, e.source, e.actor_name) for e in entries] == [
         ("delete", str(row.pk), "admin", operator.username)
     ]
@@ -213,7 +215,7 @@ def test_secrets_are_masked_and_values_cleaned_for_every_source(operator: Any, r
     entry = audit_record(
         actor=operator,
         action="update",
-        object_type="core.webhookendpoint",
+        object_type="webhooks.webhookendpoint",
         object_id=1,
         changes={
             "secret": "whsec_abc",
@@ -262,7 +264,7 @@ def test_admin_entry_rolls_back_with_a_failed_action(admin_client: Client, monke
         user_agent="x", ip_address="203.0.113.9", username="eve", http_accept="*/*", path_info="/", get_data="",
         post_data="", failures_since_start=3,
     )  # fmt: skip
-    monkeypatch.setattr("core.audit.audit_record", broken)
+    monkeypatch.setattr("audit.trail.audit_record", broken)
     with pytest.raises(RuntimeError):
         admin_client.post(
             "/admin/axes/accessattempt/", {"action": "delete_selected", "_selected_action": [attempt.pk], "post": "yes"}

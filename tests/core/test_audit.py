@@ -13,9 +13,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
-from core import services as core_services
-from core.exceptions import Conflict
-from core.models import AuditEntry
+from audit import services as core_services
+from audit.models import AuditEntry
+from core.api.exceptions import Conflict
 from messagecenter import services
 from messagecenter.apis import manage as manage_apis
 from messagecenter.models import Bulletin, Message, UserGroup
@@ -259,7 +259,7 @@ def test_admin_entry_shares_the_transaction(admin_client: Client, monkeypatch: p
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("audit store down")
 
-    monkeypatch.setattr("core.audit.audit_record", broken)
+    monkeypatch.setattr("audit.trail.audit_record", broken)
     with pytest.raises(RuntimeError):
         admin_client.post(
             "/admin/messagecenter/usergroup/",
@@ -283,15 +283,15 @@ def test_admin_audit_view_is_read_only_with_csv_export(admin_client: Client, ope
     )
     entry = AuditEntry.objects.get()
     assert len(entry.changes["body"]) < 1100  # long values are cut
-    assert admin_client.get("/admin/core/auditentry/").status_code == 200
-    assert admin_client.get("/admin/core/auditentry/?action=create").status_code == 200
-    assert admin_client.get(f"/admin/core/auditentry/{entry.pk}/change/").status_code == 200  # a read-only view
-    assert admin_client.get("/admin/core/auditentry/add/").status_code == 403
-    response = admin_client.post(f"/admin/core/auditentry/{entry.pk}/delete/", {"post": "yes"})
+    assert admin_client.get("/admin/audit/auditentry/").status_code == 200
+    assert admin_client.get("/admin/audit/auditentry/?action=create").status_code == 200
+    assert admin_client.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200  # a read-only view
+    assert admin_client.get("/admin/audit/auditentry/add/").status_code == 403
+    response = admin_client.post(f"/admin/audit/auditentry/{entry.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
 
-    response = admin_client.post("/admin/core/auditentry/", {"action": "export_csv", "_selected_action": [entry.pk]})
+    response = admin_client.post("/admin/audit/auditentry/", {"action": "export_csv", "_selected_action": [entry.pk]})
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(response.content.decode())))

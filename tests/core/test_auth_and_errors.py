@@ -7,8 +7,8 @@ from django.test import override_settings
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
-from core.models import ApiToken
-from core.tokens import token_digest
+from accounts.models import ApiToken
+from accounts.tokens import token_digest
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory, UserFactory
 

@@ -8,12 +8,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from core import keys, readmodel
-from core.models import ApiToken
+from accounts import keys as account_keys
+from accounts.models import ApiToken
+from accounts.selectors import PLATFORMS_ATTR
+from accounts.tokens import token_digest
+from core import readmodel
 from core.readthrough import parse
 from core.redis import get_redis
-from core.selectors import PLATFORMS_ATTR
-from core.tokens import token_digest
 from tests.conftest import assert_error, client_for, on_cluster
 from tests.factories import UserFactory
 from tests.fixtures.clients import token_for
@@ -29,7 +30,7 @@ def _client(token: str) -> APIClient:
 
 def _entry(token: str) -> str:
     """The Redis key of the token's authentication entry (named by its digest)."""
-    return keys.auth_token(token_digest(token))
+    return account_keys.auth_token(token_digest(token))
 
 
 def test_token_requests_run_no_sql_once_cached(recipient: Any, django_assert_num_queries: Any) -> None:
@@ -85,11 +86,11 @@ def test_a_cold_token_costs_its_own_fill_and_nothing_nested(recipient: Any, redi
     the entry's lookup, its fill lock and its store, around one query (the
     token, its user and their platforms) and, the token being new, the write
     of its "last used" time; not a fill of the platforms' own entry inside it."""
-    from core.authentication import TokenAuthentication
+    from accounts.authentication import TokenAuthentication
     from tests.conftest import round_trips
 
     key = token_for(recipient)
-    redis.delete(_entry(key), keys.user_platforms(recipient.pk))
+    redis.delete(_entry(key), account_keys.user_platforms(recipient.pk))
     with round_trips() as trips, CaptureQueriesContext(connection) as queries:
         user, _token = TokenAuthentication().authenticate_credentials(key)
     assert user.pk == recipient.pk
@@ -102,7 +103,7 @@ def test_a_cold_token_costs_its_own_fill_and_nothing_nested(recipient: Any, redi
     assert all(name in write for name in ("core_apitoken", "last_used_at")), write
     assert getattr(user, PLATFORMS_ATTR) == ("user",)
     assert parse(redis.get(_entry(key))).found
-    assert not redis.exists(keys.user_platforms(recipient.pk))
+    assert not redis.exists(account_keys.user_platforms(recipient.pk))
     if not on_cluster():  # round_trips counts a single Redis's pool
         assert trips[0] <= 4  # the three, and the user's first activity of the day
 
@@ -138,11 +139,11 @@ def test_a_user_change_racing_the_session_fill_leaves_no_entry(redis: Any, monke
     user = UserFactory(username="sam")
     browser = Client()
     assert browser.login(username="sam", password="pass-1234")
-    redis.delete(keys.auth_user(user.pk))
+    redis.delete(account_keys.auth_user(user.pk))
     real_store = readmodel.cache_fill_store
 
     def store_after_deactivation(**kwargs: Any) -> bool:
-        if kwargs["key"] == keys.auth_user(user.pk):
+        if kwargs["key"] == account_keys.auth_user(user.pk):
             fresh = type(user).objects.get(pk=user.pk)
             fresh.is_active = False
             fresh.save()  # commits; its receiver writes the tombstone
@@ -150,7 +151,7 @@ def test_a_user_change_racing_the_session_fill_leaves_no_entry(redis: Any, monke
 
     monkeypatch.setattr(readmodel, "cache_fill_store", store_after_deactivation)
     assert browser.get("/api/v1/me/").status_code == 200
-    assert not parse(redis.get(keys.auth_user(user.pk))).found
+    assert not parse(redis.get(account_keys.auth_user(user.pk))).found
     monkeypatch.undo()
     assert browser.get("/api/v1/me/").status_code in {401, 403}
 

@@ -15,11 +15,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import core.redis
-from core import drift, keys
+from core import drift
 from core.drift import DriftCheck, Finding, check_run
 from core.models import RedisCheckRun
 from core.redis import get_redis
 from core.tasks import check_redis_task
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from tests.conftest import flush_redis
 from tests.factories import StaffFactory
@@ -90,13 +91,13 @@ def test_empty_project_is_clean(db: None) -> None:
 
 def test_drift_reported_exit_1_then_repaired_then_clean(world: Any, recipient: Any) -> None:
     redis = get_redis()
-    redis.delete(keys.mc_user_groups(recipient.pk))
-    redis.hdel(keys.mc_item_detail(), world["message"].ref)
+    redis.delete(mc_keys.user_groups(recipient.pk))
+    redis.hdel(mc_keys.item_detail(), world["message"].ref)
     code, out, _ = run()
     assert code == 1
     assert "user_groups: 1 drifted" in out
-    assert f"  - {keys.mc_user_groups(recipient.pk)}: missing groups {world['group'].pk}" in out
-    assert f"  - {keys.mc_item_detail()} [{world['message'].ref}]: detail missing" in out
+    assert f"  - {mc_keys.user_groups(recipient.pk)}: missing groups {world['group'].pk}" in out
+    assert f"  - {mc_keys.item_detail()} [{world['message'].ref}]: detail missing" in out
     assert "bulletins: ok" in out
     assert "2 drift remaining" in out
     assert "--repair" in out
@@ -137,7 +138,7 @@ def test_flushed_redis_is_drift_everywhere_and_repair_restores_it(world: Any, re
 
 
 def test_area_option_restricts_the_check(world: Any, recipient: Any) -> None:
-    get_redis().delete(keys.mc_user_groups(recipient.pk))
+    get_redis().delete(mc_keys.user_groups(recipient.pk))
     code, out, _ = run("--area", "hidden", "--area", "bulletins")
     assert code == 0
     assert out.splitlines()[:2] == ["bulletins: ok", "hidden: ok"]
@@ -202,7 +203,7 @@ def test_beat_schedule_runs_the_task(settings: Any) -> None:
 
 
 def test_task_stores_a_run_and_repairs_by_setting(world: Any, recipient: Any, settings: Any) -> None:
-    get_redis().delete(keys.mc_user_groups(recipient.pk))
+    get_redis().delete(mc_keys.user_groups(recipient.pk))
     settings.MESSAGECENTER_CHECK_REPAIR = False
     outcome = check_redis_task.delay().get()
     assert (outcome["drift"], outcome["repaired"], outcome["error"]) == (1, 0, "")
@@ -233,8 +234,8 @@ def test_admin_index_shows_the_last_result(operator: Any, recipient: Any, world:
     assert f'href="/admin/core/redischeckrun/{latest.pk}/change/"' in page
     assert "redis-check-clean" in page
     assert "Messagecenter" in page or "messagecenter" in page  # the app list is still there
-    get_redis().delete(keys.mc_user_groups(recipient.pk))
-    get_redis().hdel(keys.mc_item_detail(), world["message"].ref)
+    get_redis().delete(mc_keys.user_groups(recipient.pk))
+    get_redis().hdel(mc_keys.item_detail(), world["message"].ref)
     check_run(repair=True)
     page = client.get("/admin/").content.decode()
     assert "2 drift</strong> (2 repaired)" in page
@@ -247,7 +248,7 @@ def test_admin_index_panel_needs_the_view_permission(db: None) -> None:
 
 
 def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: Any, world: Any) -> None:
-    get_redis().delete(keys.mc_user_groups(recipient.pk))
+    get_redis().delete(mc_keys.user_groups(recipient.pk))
     result = check_run(repair=False)
     client = admin_client(operator)
     listing = client.get("/admin/core/redischeckrun/")
@@ -257,13 +258,13 @@ def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: An
     assert detail.status_code == 200
     body = detail.content.decode()
     assert '<table class="redis-check-findings">' in body
-    assert f"<code>{keys.mc_user_groups(recipient.pk)}</code>" in body
+    assert f"<code>{mc_keys.user_groups(recipient.pk)}</code>" in body
     assert f"missing groups {world['group'].pk}" in body
     assert client.get("/admin/core/redischeckrun/add/").status_code == 403
 
 
 def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recipient: Any, world: Any) -> None:
-    get_redis().delete(keys.mc_user_groups(recipient.pk))
+    get_redis().delete(mc_keys.user_groups(recipient.pk))
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     assert client.get("/admin/core/redischeckrun/run/").status_code == 405
@@ -275,7 +276,7 @@ def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recip
     assert response["Location"] == "/admin/core/redischeckrun/"
     recorded = RedisCheckRun.objects.get()
     assert (recorded.repair, recorded.drift_count, recorded.repaired_count) == (True, 1, 1)
-    assert get_redis().smembers(keys.mc_user_groups(recipient.pk)) == {str(world["group"].pk).encode()}
+    assert get_redis().smembers(mc_keys.user_groups(recipient.pk)) == {str(world["group"].pk).encode()}
 
 
 def test_admin_run_now_refused_without_the_add_permission(db: None) -> None:

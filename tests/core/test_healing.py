@@ -11,10 +11,11 @@ import pytest
 from django.db.models import F
 from django.test import override_settings
 
-from core import activity, healing, keys, outbox, rebuild
+from core import healing, keys, outbox, rebuild
 from core.apis import health_status
 from core.models import ReadModelState
 from core.redis import get_redis, keyspace_flush
+from insight import activity
 from messagecenter import services as mc_services
 from messagecenter.models import Message
 from messagecenter.selectors import inbox_list

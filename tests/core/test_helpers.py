@@ -5,11 +5,12 @@ from datetime import timedelta
 import pytest
 from redis.cluster import key_slot
 
+from accounts import keys as account_keys
 from core import keys
-from core.cursors import decode_cursor, encode_cursor
-from core.exceptions import ValidationFailed
+from core.api.cursors import decode_cursor, encode_cursor
+from core.api.exceptions import ValidationFailed
+from core.api.params import parse_limit, parse_time
 from core.html import sanitize_html, summarize
-from core.params import parse_limit, parse_time
 
 XSS_PAYLOADS = [
     "<script>alert(1)</script>",
@@ -83,4 +84,4 @@ def test_parse_time() -> None:
 
 
 def test_per_user_keys_share_one_slot() -> None:
-    assert key_slot(keys.user_platforms(42).encode()) == key_slot(keys.user_tag(42).encode())
+    assert key_slot(account_keys.user_platforms(42).encode()) == key_slot(keys.user_tag(42).encode())

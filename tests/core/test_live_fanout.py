@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from core import keys, live
 from core.redis import get_redis
+from live import keys as live_keys
+from live import transport as live
 
 pytestmark = pytest.mark.not_on_cluster(reason="event streams are off on Redis Cluster by design (pages poll)")
 
@@ -98,7 +99,7 @@ def test_a_stream_whose_client_stopped_reading_is_dropped_and_the_others_go_on()
         reading, _ = await _open(FIRST_USER + 1)
         try:
             central = live.hub()
-            channel = keys.live_user_channel(FIRST_USER)
+            channel = live_keys.user_channel(FIRST_USER)
             redis_client = get_redis()
             for n in range(live.STREAM_BACKLOG + 1):
                 await asyncio.to_thread(redis_client.publish, channel, json.dumps({"v": n, "reason": "deliver"}))

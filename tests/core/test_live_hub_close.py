@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from core import live
+from live import transport as live
 
 
 def _unused_factory() -> tuple[Any, Any]:
@@ -65,7 +65,7 @@ def test_close_gives_up_on_a_task_that_never_ends(caplog: Any) -> None:
         task.cancel()
         return took, alive
 
-    with caplog.at_level(logging.WARNING, logger="core.live"):
+    with caplog.at_level(logging.WARNING, logger="live.transport"):
         took, alive = asyncio.run(scenario())
     assert alive
     assert took < live.HUB_CLOSE_ROUNDS * live.HUB_CLOSE_WAIT_SECONDS + 1

@@ -33,8 +33,9 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
-from core import keys, live
 from core.redis import get_redis
+from live import keys as live_keys
+from live import transport as live
 from tests.asgi_calls import sse_blocks
 from tests.core.live_app import CLOSED
 from tests.fixtures.clients import token_for
@@ -219,7 +220,7 @@ def test_a_client_that_stops_reading_is_dropped_and_never_holds_up_the_others(se
             task = asyncio.create_task(reader.run(client, token))
             slow = await _raw_stream(server.port, slow_token)
             await _until(lambda: reader.events("hello"), "the reader's hello")
-            channel = keys.live_user_channel(slow_user.pk)
+            channel = live_keys.user_channel(slow_user.pk)
             redis = get_redis()
             for n in range(flood):
                 event = json.dumps({"v": n + 1, "reason": "deliver", "pad": pad}, separators=(",", ":"))

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models.sql.query import Query
 
-from core.lookups import Whole
+from core.api.lookups import Whole
 from messagecenter.models import MutePeriod
 from tests.factories import UserFactory
 

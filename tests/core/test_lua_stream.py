@@ -10,6 +10,8 @@ from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from core.lua import LuaScript, Packed, pack_evalsha, pack_filled
+from live import keys as live_keys
+from messagecenter import keys as mc_keys
 from tests.fixtures.readmodel import script_cache_flush
 
 # stream() is the single-Redis lane (one pooled connection); a cluster client has no such pool.
@@ -54,17 +56,16 @@ def test_an_error_reply_is_raised_after_all_replies(incr_script: LuaScript, redi
 @pytest.mark.parametrize("notifications", [False, True])
 @pytest.mark.parametrize("expiry", [False, True])
 def test_packed_keys_are_the_packed_names(ids: list[int], notifications: bool, expiry: bool) -> None:
-    from core import keys
 
-    templates = keys.mc_deliver_key_templates(notifications=notifications, expiry=expiry)
-    names = keys.mc_deliver_keys(ids, notifications=notifications, expiry=expiry)
+    templates = mc_keys.deliver_key_templates(notifications=notifications, expiry=expiry)
+    names = mc_keys.deliver_keys(ids, notifications=notifications, expiry=expiry)
     packed = pack_filled(templates, ids)
     args = ["m1|system|202611|3", 5, "", "é"]
-    channels = keys.live_user_channels(ids)
+    channels = live_keys.user_channels(ids)
     # The same bytes as redis-py's own packer gives for the plain strings, keys and arguments alike.
     expected = b"".join(Connection().pack_command("EVALSHA", "f" * 40, len(names), *names, *args, *channels))
     assert packed.count == len(names)
-    assert pack_evalsha("f" * 40, packed, [*args, pack_filled([keys.live_user_channel_template()], ids)]) == expected
+    assert pack_evalsha("f" * 40, packed, [*args, pack_filled([live_keys.user_channel_template()], ids)]) == expected
     assert pack_evalsha("f" * 40, names, [*args, *channels]) == expected
 
 

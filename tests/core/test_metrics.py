@@ -23,13 +23,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rest_framework.test import APIClient
 
-from core import metrics, webhooks
 from core.breaker import BreakerConnection, reset_breakers
-from core.models import OutboxEntry, WebhookDelivery
+from core.models import OutboxEntry
+from insight import metrics
 from messagecenter import live, services
 from messagecenter.models import PendingDelivery
 from messagecenter.services import digests
 from tests.conftest import ROOT, assert_error
+from webhooks import services as webhooks
+from webhooks.models import WebhookDelivery
 
 pytestmark = pytest.mark.django_db
 
@@ -252,7 +254,7 @@ def test_email_failures_counted_when_a_digest_cannot_be_sent(
 CHILD = """
 import django
 django.setup()
-from core import metrics
+from insight import metrics
 metrics.REQUEST_LATENCY.labels(route="api/v1/inbox/", method="GET", status="2xx").observe(0.01)
 metrics.EMAIL_FAILURES.inc()
 """

@@ -2,10 +2,10 @@ from typing import Any
 
 import pytest
 
-from core import keys
-from core.models import UserPlatform
+from accounts import keys as account_keys
+from accounts.models import UserPlatform
+from accounts.selectors import platform_user_counts, user_platforms
 from core.readthrough import parse
-from core.selectors import platform_user_counts, user_platforms
 from tests.conftest import assert_error
 from tests.factories import StaffFactory, UserFactory
 
@@ -26,7 +26,7 @@ def test_users_without_rows_fall_back_to_the_default_rule() -> None:
 
 def test_operator_replaces_platforms(operator_client: Any, recipient: Any, redis: Any) -> None:
     assert user_platforms(user=recipient) == ["user"]  # fills the cache
-    assert parse(redis.get(keys.user_platforms(recipient.pk))).value == ["user"]
+    assert parse(redis.get(account_keys.user_platforms(recipient.pk))).value == ["user"]
     response = operator_client.put(
         f"/api/v1/manage/users/{recipient.pk}/platforms/", {"platforms": ["customer", "user"]}, format="json"
     )
@@ -34,7 +34,7 @@ def test_operator_replaces_platforms(operator_client: Any, recipient: Any, redis
     assert response.json() == {"user_id": str(recipient.pk), "platforms": ["user", "customer"]}
     assert set(UserPlatform.objects.filter(user=recipient).values_list("platform", flat=True)) == {"user", "customer"}
     # The entry was invalidated after commit, so the next read sees the change.
-    assert not parse(redis.get(keys.user_platforms(recipient.pk))).found
+    assert not parse(redis.get(account_keys.user_platforms(recipient.pk))).found
     # A fresh user object (the next request's) sees the change.
     recipient = type(recipient).objects.get(pk=recipient.pk)
     assert user_platforms(user=recipient) == ["user", "customer"]

@@ -21,12 +21,14 @@ from redis.retry import Retry
 from rest_framework.test import APIClient
 
 import core.lua
+from accounts import keys as account_keys
+from accounts.authentication import TokenAuthentication, cached_user
+from accounts.models import ApiToken
+from accounts.selectors import user_platforms
+from accounts.tokens import PREFIX, password_mark, token_digest, token_lifetime
 from core import keys, readmodel, readthrough
-from core.authentication import TokenAuthentication, cached_user
-from core.models import ApiToken
 from core.readthrough import Policy, parse
-from core.selectors import user_platforms
-from core.tokens import PREFIX, password_mark, token_digest, token_lifetime
+from notices import keys as notice_keys
 from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
 from tests.fixtures.clients import token_for
@@ -88,7 +90,7 @@ def run_together(threads: int, work: Callable[[], Any]) -> list[Any]:
 
 def entry_of(token: str) -> str:
     """The Redis key of the token's authentication entry (named by its digest)."""
-    return keys.auth_token(token_digest(token))
+    return account_keys.auth_token(token_digest(token))
 
 
 def token_owner(key: str) -> Any:
@@ -209,7 +211,7 @@ def test_a_user_created_after_a_miss_is_found(django_assert_num_queries: Any) ->
 
 def test_a_miss_lives_only_the_null_ttl(redis: Any) -> None:
     cached_user(555555)
-    ttl_ms = redis.pttl(keys.auth_user(555555))
+    ttl_ms = redis.pttl(account_keys.auth_user(555555))
     nominal = readthrough.auth_policy().miss * 1000
     assert 0 < ttl_ms <= nominal * 1.11
 
@@ -299,7 +301,7 @@ def test_invalidation_replaces_every_copy_with_a_tombstone(recipient: Any, redis
     assert client.get("/api/v1/me/").status_code == 200
     # The platforms' own entry, for a user that no snapshot carries them on.
     assert user_platforms(user=User.objects.get(pk=recipient.pk))
-    names = [entry_of(token), keys.user_platforms(recipient.pk)]
+    names = [entry_of(token), account_keys.user_platforms(recipient.pk)]
     assert all(parse(redis.get(name)).found for name in names)
     recipient.first_name = "Alice"
     recipient.save()
@@ -308,7 +310,7 @@ def test_invalidation_replaces_every_copy_with_a_tombstone(recipient: Any, redis
 
 
 def test_a_fill_that_read_before_an_invalidation_does_not_store(redis: Any) -> None:
-    key = keys.auth_user(4242)
+    key = account_keys.auth_user(4242)
     assert readmodel.cache_fill_lock(key=key, token="me", lease_ms=5000)
     readthrough.invalidate(key)  # a change committed after the filler looked and read PostgreSQL
     assert not readmodel.cache_fill_store(key=key, token="me", seen=None, entry=b'{"f":1,"v":1}', ttl_ms=5000)
@@ -317,7 +319,7 @@ def test_a_fill_that_read_before_an_invalidation_does_not_store(redis: Any) -> N
 
 
 def test_a_fill_whose_lease_ran_out_does_not_store(redis: Any) -> None:
-    key = keys.auth_user(4243)
+    key = account_keys.auth_user(4243)
     assert readmodel.cache_fill_lock(key=key, token="me", lease_ms=5000)
     redis.set(keys.fill_lock(key), "someone-else")  # the lease ran out and another took it
     assert not readmodel.cache_fill_store(key=key, token="me", seen=None, entry=b'{"f":1,"v":1}', ttl_ms=5000)
@@ -369,7 +371,7 @@ POLICY = Policy(fresh=60, stale=0, miss=60)
 
 
 def test_many_entries_load_what_is_missing_in_one_call_then_cost_no_load(redis: Any) -> None:
-    entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
+    entry_keys = [notice_keys.summary(pk) for pk in (1, 2, 3)]
     load = CountingLoad(entry_keys, {entry_keys[0]: {"t": "one"}, entry_keys[2]: {"t": "three"}})
     assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [{"t": "one"}, None, {"t": "three"}]
     assert load.calls == [entry_keys]  # one load for all three
@@ -380,7 +382,7 @@ def test_many_entries_load_what_is_missing_in_one_call_then_cost_no_load(redis: 
 
 
 def test_many_entries_reload_only_the_invalidated_and_the_expired(redis: Any) -> None:
-    entry_keys = [keys.notice_summary(pk) for pk in (1, 2, 3)]
+    entry_keys = [notice_keys.summary(pk) for pk in (1, 2, 3)]
     rows = {key: {"t": f"v{i}"} for i, key in enumerate(entry_keys)}
     load = CountingLoad(entry_keys, rows)
     readthrough.read_through_many(entry_keys, load, policy=POLICY)
@@ -392,7 +394,7 @@ def test_many_entries_reload_only_the_invalidated_and_the_expired(redis: Any) ->
 
 
 def test_many_entries_a_fill_that_read_before_an_invalidation_does_not_store(redis: Any) -> None:
-    entry_keys = [keys.notice_summary(pk) for pk in (1, 2)]
+    entry_keys = [notice_keys.summary(pk) for pk in (1, 2)]
 
     def load(positions: list[int]) -> list[Any]:
         # Read from PostgreSQL, then the row changes and its commit invalidates, then we store.
@@ -405,7 +407,7 @@ def test_many_entries_a_fill_that_read_before_an_invalidation_does_not_store(red
 
 
 def test_many_entries_with_redis_down_load_everything(redis_down: Any) -> None:
-    entry_keys = [keys.notice_summary(pk) for pk in (1, 2)]
+    entry_keys = [notice_keys.summary(pk) for pk in (1, 2)]
     load = CountingLoad(entry_keys, {entry_keys[1]: {"t": "two"}})
     assert readthrough.read_through_many(entry_keys, load, policy=POLICY) == [None, {"t": "two"}]
     assert load.calls == [entry_keys]

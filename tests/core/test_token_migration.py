@@ -4,22 +4,28 @@ keeps working (until the date it prints), and no plaintext copy is left."""
 import importlib
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import time_machine
-from django.apps import apps
 from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from core.models import ApiToken
-from core.tokens import token_digest, token_lifetime
+from accounts.models import ApiToken
+from accounts.tokens import token_digest, token_lifetime
 from tests.conftest import assert_error
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 migration = importlib.import_module("core.migrations.0006_api_tokens")
+
+
+def _apps_at_0006() -> Any:
+    """The models as migration 0006 saw them (ApiToken was core's then)."""
+    return MigrationLoader(connection).project_state(("core", "0006_api_tokens")).apps
 
 
 def _legacy_table(rows: list[tuple[str, int]]) -> None:
@@ -44,7 +50,7 @@ def test_existing_tokens_migrated_to_digests(capsys: pytest.CaptureFixture[str])
     old = {"dora": "a" * 40, "eve": "0123456789abcdef0123456789abcdef01234567"}
     _legacy_table([(old["dora"], dora.pk), (old["eve"], eve.pk)])
 
-    migration.adopt_legacy_tokens(apps, SimpleNamespace(connection=connection))
+    migration.adopt_legacy_tokens(_apps_at_0006(), SimpleNamespace(connection=connection))
 
     printed = capsys.readouterr().out
     expires = timezone.now() + token_lifetime()
@@ -67,12 +73,12 @@ def test_existing_tokens_migrated_to_digests(capsys: pytest.CaptureFixture[str])
         assert_error(client.get("/api/v1/me/"), 401)
 
     # Run again (a re-applied migration): nothing doubles, nothing is printed.
-    migration.adopt_legacy_tokens(apps, SimpleNamespace(connection=connection))
+    migration.adopt_legacy_tokens(_apps_at_0006(), SimpleNamespace(connection=connection))
     assert ApiToken.objects.count() == 2
     assert capsys.readouterr().out == ""
 
 
 def test_no_legacy_table_is_a_no_op(capsys: pytest.CaptureFixture[str]) -> None:
-    migration.adopt_legacy_tokens(apps, SimpleNamespace(connection=connection))
+    migration.adopt_legacy_tokens(_apps_at_0006(), SimpleNamespace(connection=connection))
     assert not ApiToken.objects.exists()
     assert capsys.readouterr().out == ""

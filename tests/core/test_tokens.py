@@ -14,10 +14,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
-from core import keys
-from core.models import ApiToken
+from accounts import keys as account_keys
+from accounts.models import ApiToken
+from accounts.tokens import PREFIX, token_digest, token_issue, token_lifetime
 from core.redis import get_redis
-from core.tokens import PREFIX, token_digest, token_issue, token_lifetime
 from tests.conftest import assert_error
 from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
@@ -156,8 +156,8 @@ def test_password_changed_without_signals_still_ends_tokens() -> None:
     user = UserFactory(username="dora")
     token = sign_in()["token"]
     type(user).objects.filter(pk=user.pk).update(password="md5$other$0123456789abcdef")
-    get_redis().delete(keys.auth_token(token_digest(token)))
-    _cache_redis().delete(keys.auth_token(token_digest(token)))
+    get_redis().delete(account_keys.auth_token(token_digest(token)))
+    _cache_redis().delete(account_keys.auth_token(token_digest(token)))
     assert_error(with_token(token).get(ME), 401)
 
 
@@ -220,7 +220,7 @@ def test_sign_in_bad_input_is_400_and_issues_nothing(body: Any) -> None:
 
 
 def test_expired_rows_are_cleaned_up() -> None:
-    from core.tasks import tokens_delete_expired_task
+    from accounts.tasks import tokens_delete_expired_task
 
     user = UserFactory(username="dora")
     now = timezone.now()

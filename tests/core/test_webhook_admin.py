@@ -12,13 +12,14 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
-from core.models import AuditEntry, WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
+from audit.models import AuditEntry
 from tests.factories import StaffFactory
+from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
-ADD = "/admin/core/webhookendpoint/add/"
-DELIVERIES = "/admin/core/webhookdelivery/"
+ADD = "/admin/webhooks/webhookendpoint/add/"
+DELIVERIES = "/admin/webhooks/webhookdelivery/"
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_add_with_unknown_or_no_events_saves_nothing(admin_client: Client, setti
 def test_add_saves_audits_and_shows_the_secret_once(admin_client: Client, operator: Any, settings: Any) -> None:
     settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
     response = admin_client.post(ADD, _form("http://127.0.0.1:9/hook"), follow=True)
-    assert response.redirect_chain == [("/admin/core/webhookendpoint/", 302)], response.content.decode()[:2000]
+    assert response.redirect_chain == [("/admin/webhooks/webhookendpoint/", 302)], response.content.decode()[:2000]
     endpoint = WebhookEndpoint.objects.get()
     assert (endpoint.url, endpoint.description, endpoint.active) == ("http://127.0.0.1:9/hook", "CRM", True)
     assert sorted(endpoint.events) == ["message.read", "message.sent"]
@@ -78,8 +79,8 @@ def test_add_saves_audits_and_shows_the_secret_once(admin_client: Client, operat
     assert ("warning", f"Signing secret (shown only now): {endpoint.secret}") in shown
     assert response.content.decode().count(endpoint.secret) == 1
     # Never again: not on the list, not on the change page, not after the next save.
-    assert endpoint.secret not in admin_client.get("/admin/core/webhookendpoint/").content.decode()
-    change = f"/admin/core/webhookendpoint/{endpoint.pk}/change/"
+    assert endpoint.secret not in admin_client.get("/admin/webhooks/webhookendpoint/").content.decode()
+    change = f"/admin/webhooks/webhookendpoint/{endpoint.pk}/change/"
     assert endpoint.secret not in admin_client.get(change).content.decode()
     response = admin_client.post(change, _form("http://127.0.0.1:9/other", description="CRM 2"))
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -88,7 +89,7 @@ def test_add_saves_audits_and_shows_the_secret_once(admin_client: Client, operat
     assert endpoint.url == "http://127.0.0.1:9/other"
     assert endpoint.secret.startswith("whsec_")  # kept as it was
 
-    created, updated = AuditEntry.objects.filter(object_type="core.webhookendpoint").order_by("at", "id")
+    created, updated = AuditEntry.objects.filter(object_type="webhooks.webhookendpoint").order_by("at", "id")
     assert (created.action, created.object_id, created.source) == ("create", str(endpoint.pk), "admin")
     assert created.actor_name == operator.username
     assert created.changes["url"] == "http://127.0.0.1:9/hook"
@@ -152,7 +153,7 @@ def test_retry_makes_deliveries_due_and_is_audited(
     other.refresh_from_db()
     assert (other.status, other.attempts) == (WebhookDeliveryStatus.FAILED, 8)
     [entry] = AuditEntry.objects.all()
-    assert (entry.action, entry.object_type, entry.object_id) == ("retry", "core.webhookdelivery", str(picked.pk))
+    assert (entry.action, entry.object_type, entry.object_id) == ("retry", "webhooks.webhookdelivery", str(picked.pk))
     assert (entry.source, entry.actor_name, entry.path) == ("admin", operator.username, DELIVERIES)
 
 
@@ -164,7 +165,7 @@ def test_retry_rolls_back_when_its_entry_fails(
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("audit store down")
 
-    monkeypatch.setattr("core.audit.audit_record", broken)
+    monkeypatch.setattr("audit.trail.audit_record", broken)
     with pytest.raises(RuntimeError):
         admin_client.post(DELIVERIES, {"action": "retry", "_selected_action": [picked.pk]})
     picked.refresh_from_db()

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core import webhooks
-from core.exceptions import ValidationFailed
-from core.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
+from core.api.exceptions import ValidationFailed
 from tests.conftest import assert_error
+from webhooks import services as webhooks
+from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 

@@ -17,13 +17,14 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from core import webhooks
-from core.models import AuditEntry, WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
+from audit.models import AuditEntry
 from messagecenter import services
 from messagecenter.models import PendingDelivery
 from messagecenter.services import delivery
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory, UserFactory
+from webhooks import services as webhooks
+from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -386,7 +387,9 @@ def test_endpoint_writes_are_audited_without_the_secret(operator_client: Any, re
     assert operator_client.delete(f"{URL}{endpoint_id}/").status_code == 204
 
     entries = list(
-        AuditEntry.objects.filter(object_type="core.webhookendpoint", object_id=str(endpoint_id)).order_by("at", "id")
+        AuditEntry.objects.filter(object_type="webhooks.webhookendpoint", object_id=str(endpoint_id)).order_by(
+            "at", "id"
+        )
     )
     assert [e.action for e in entries] == ["create", "update", "delete"]
     assert entries[0].changes["url"] == receiver.url

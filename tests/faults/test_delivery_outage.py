@@ -17,9 +17,10 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from core import keys
 from core.breaker import reset_breakers
 from core.redis import get_redis
+from live import keys as live_keys
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, Notification, PendingDelivery
@@ -56,7 +57,7 @@ def dead_broker() -> Iterator[Celery]:
 
 
 def _inbox(user_id: int) -> list[bytes]:
-    return list(get_redis().zrange(keys.mc_inbox(user_id), 0, -1))
+    return list(get_redis().zrange(mc_keys.inbox(user_id), 0, -1))
 
 
 def _unread(user_id: int) -> int:
@@ -66,7 +67,7 @@ def _unread(user_id: int) -> int:
 
 
 def _version(user_id: int) -> int:
-    return int(get_redis().get(keys.live_user_version(user_id)) or 0)
+    return int(get_redis().get(live_keys.user_version(user_id)) or 0)
 
 
 def _pending(message: Message) -> list[tuple[str, int]]:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
-from core import live
+from live import transport as live
 from tests.core.test_asgi_connections import uvicorn_server
 from tests.faults.conftest import RedisServer
 from tests.fixtures.clients import token_for

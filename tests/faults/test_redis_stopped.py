@@ -11,11 +11,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from core import keys, outbox
+from core import outbox
 from core.breaker import reset_breakers
 from core.models import OutboxEntry
 from messagecenter import services as mc_services
 from messagecenter.models import Message
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement
 from tests.conftest import client_for
@@ -137,7 +138,7 @@ def test_announcement_changes_while_down_reach_redis_after_the_restart(
     redis_server.start()
     reset_breakers()
     raw = redis_server.client()
-    index = keys.notice_index("user", 0)
+    index = notice_keys.index("user", 0)
     assert raw.zscore(index, int(created["id"])) is None  # Redis came back with the old index
     assert outbox.replay() >= 1
     assert raw.zscore(index, int(created["id"])) is not None

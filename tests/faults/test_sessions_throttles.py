@@ -7,7 +7,7 @@ server). Then:
 - a user logs in through the login page: the session is created anyway, in
   PostgreSQL (``cached_db``; cache-only sessions cannot even be created with
   Redis down, FACTS.md), stays valid across requests, and logs out;
-- token API calls still authenticate (core/authentication.py falls back to
+- token API calls still authenticate (accounts/authentication.py falls back to
   PostgreSQL when the token cache raises);
 - DRF throttling never turns into a 5xx: its window lives in Django's cache,
   which fails open (``IGNORE_EXCEPTIONS``), so while Redis is down nobody is

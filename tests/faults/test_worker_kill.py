@@ -37,9 +37,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import override_settings
 
-from core import keys
 from core.brokers import amqp_settings, broker_kind
 from core.redis import get_redis
+from live import keys as live_keys
+from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.items import message_entry
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
@@ -281,9 +282,9 @@ def test_a_killed_worker_loses_no_chunk_and_doubles_no_item(
     member = message_entry(message).member
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
-        pipe.zrange(keys.mc_inbox(user_id), 0, -1)
-        pipe.zrange(keys.mc_inbox_arrivals(user_id), 0, -1)
-        pipe.get(keys.live_user_version(user_id))
+        pipe.zrange(mc_keys.inbox(user_id), 0, -1)
+        pipe.zrange(mc_keys.inbox_arrivals(user_id), 0, -1)
+        pipe.get(live_keys.user_version(user_id))
     replies = pipe.execute()
     wrong = []
     for i, user_id in enumerate(user_ids):

@@ -9,7 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
-from core.models import AuditEntry
+from audit.models import AuditEntry
 from messagecenter.models import Bulletin, Message, MessageStatus, PendingDelivery, UserGroup
 from messagecenter.selectors import inbox_counts
 from tests.factories import UserFactory

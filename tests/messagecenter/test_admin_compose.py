@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from core.models import AuditEntry
+from audit.models import AuditEntry
 from messagecenter.models import Bulletin, Message, MessageStatus
 from messagecenter.selectors import inbox_counts
 from tests.factories import StaffFactory, UserFactory

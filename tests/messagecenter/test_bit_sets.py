@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from core import keys
 from core.redis import keyspace_flush
 from messagecenter import insight, selectors, services
+from messagecenter import keys as mc_keys
 from messagecenter.models import InboxReadMonth, ItemSlotMonth, Message
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
 from tests.conftest import client_for
@@ -45,9 +46,9 @@ def _others_took(month: int, offsets: int) -> None:
 
 def _bit_keys(user_id: int, month: int | str) -> tuple[str, str, str]:
     return (
-        keys.mc_push_bitmap(user_id, month),
-        keys.mc_read_bitmap(user_id, month),
-        keys.mc_read_ever_bitmap(user_id, month),
+        mc_keys.push_bitmap(user_id, month),
+        mc_keys.read_bitmap(user_id, month),
+        mc_keys.read_ever_bitmap(user_id, month),
     )
 
 
@@ -156,7 +157,7 @@ def _read_flags(user_id: int) -> dict[str, bool]:
 def test_a_dense_month_is_a_bitmap_from_its_second_item(redis: Any) -> None:
     user = UserFactory()
     _deliver([user.pk], [0])
-    push = keys.mc_push_bitmap(user.pk, MONTH)
+    push = mc_keys.push_bitmap(user.pk, MONTH)
     assert redis.type(push) == b"string"  # offset 0: one byte of bitmap beats a set
     _deliver([user.pk], list(range(1, 2000)))
     assert redis.type(push) == b"string"
@@ -173,8 +174,8 @@ def test_the_switch_to_a_bitmap_keeps_every_answer(redis: Any, gap: int) -> None
     user, other = UserFactory(), UserFactory()
     offsets = [1_000 + gap * i for i in range(600)]
     entries = _deliver([user.pk, other.pk], offsets[:5])
-    read_key = keys.mc_read_bitmap(user.pk, MONTH)
-    push = keys.mc_push_bitmap(user.pk, MONTH)
+    read_key = mc_keys.read_bitmap(user.pk, MONTH)
+    push = mc_keys.push_bitmap(user.pk, MONTH)
     assert redis.type(push) == b"set"
     marked = [e.member for e in entries[:3]]
     assert inbox.inbox_mark_many(user_id=user.pk, members=marked, read=True, now_ms=NOW + 1) == 3
@@ -221,7 +222,7 @@ def test_read_state_and_restore_keep_the_compact_form(operator: Any, recipient: 
     services.inbox_mark_read(user=recipient, item_id=sparse[2].ref)
     services.inbox_mark_all_read(user=dense_user)
     services.inbox_mark_unread(user=dense_user, item_id=dense[3].ref)
-    assert redis.type(keys.mc_read_bitmap(recipient.pk, month)) == b"set"
+    assert redis.type(mc_keys.read_bitmap(recipient.pk, month)) == b"set"
     snap = InboxReadMonth.objects.get(user=recipient, month=month)
     assert BitMap.deserialize(bytes(snap.read)) == BitMap([sparse[0].slot_offset, sparse[2].slot_offset])
     dense_snap = InboxReadMonth.objects.get(user=dense_user, month=month)
@@ -229,9 +230,9 @@ def test_read_state_and_restore_keep_the_compact_form(operator: Any, recipient: 
 
     keyspace_flush()
     call_command("messagecenter_rebuild", stdout=StringIO())
-    assert redis.type(keys.mc_read_bitmap(recipient.pk, month)) == b"set"
-    assert redis.type(keys.mc_read_ever_bitmap(recipient.pk, month)) == b"set"
-    assert redis.type(keys.mc_read_bitmap(dense_user.pk, month)) == b"string"
+    assert redis.type(mc_keys.read_bitmap(recipient.pk, month)) == b"set"
+    assert redis.type(mc_keys.read_ever_bitmap(recipient.pk, month)) == b"set"
+    assert redis.type(mc_keys.read_bitmap(dense_user.pk, month)) == b"string"
     assert [(i.id, i.read) for i in selectors.inbox_list(user=recipient).results] == [
         (sparse[2].ref, True),
         (sparse[1].ref, False),
@@ -244,7 +245,7 @@ def test_read_state_and_restore_keep_the_compact_form(operator: Any, recipient: 
     # A mark after the restore is a first read only where the ever-read set says so.
     assert Message.objects.filter(pk=sparse[1].pk).exists()
     services.inbox_mark_read(user=recipient, item_id=sparse[1].ref)
-    assert bits.read_many([keys.mc_read_bitmap(recipient.pk, month)])[0].offsets == frozenset(
+    assert bits.read_many([mc_keys.read_bitmap(recipient.pk, month)])[0].offsets == frozenset(
         m.slot_offset for m in sparse
     )
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core import keys
 from core.redis import get_redis
 from messagecenter import fallback, services
+from messagecenter import keys as mc_keys
 from messagecenter.items import bulletin_entry
 from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox, to_ms
@@ -152,12 +152,12 @@ def test_a_log_without_floor_means_a_full_merge(clock: Clock, recipient: Any, mo
         publish(f"b{i}")
     spy = PlanSpy(monkeypatch)
     assert spy.read(recipient).bulletins_read == 5
-    get_redis().delete(keys.mc_bulletin_changes_floor())
+    get_redis().delete(mc_keys.bulletin_changes_floor())
     clock.advance(seconds=1)
     publish("new")  # the floor is set again to the marker before this change
     assert spy.read(recipient).bulletins_read == 1
     # A reader whose access time is below the floor merges everything once.
-    get_redis().set(keys.mc_bulletin_changes_floor(), to_ms(timezone.now()) + 10_000)
+    get_redis().set(mc_keys.bulletin_changes_floor(), to_ms(timezone.now()) + 10_000)
     clock.advance(seconds=1)
     publish("newer")
     assert spy.read(recipient).bulletins_read == 7

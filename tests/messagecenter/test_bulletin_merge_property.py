@@ -38,9 +38,10 @@ from hypothesis.stateful import (
 from redis.cluster import RedisCluster
 
 from core import keys
-from core.exceptions import NotFound
+from core.api.exceptions import NotFound
 from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, services
+from messagecenter import keys as mc_keys
 from messagecenter.models import (
     Bulletin,
     InboxHidden,
@@ -71,7 +72,7 @@ def _user_keys(user_id: int) -> list[bytes]:
     client = get_redis()
     pattern = f"{keys.prefix()}*{keys.user_tag(user_id)}*"
     if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(keys.mc_inbox(user_id))
+        node = client.get_node_from_key(mc_keys.inbox(user_id))
         return list(client.get_redis_connection(node).scan_iter(match=pattern, count=1000))
     return list(client.scan_iter(match=pattern, count=1000))
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from core import keys
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.models import UserGroup
 from messagecenter.readmodel import bits
@@ -19,12 +19,12 @@ def test_config_keys_follow_the_seed(recipient: Any, redis: Any, clock: Any) -> 
     group = make_group("vip", recipient)
     bulletin = services.bulletin_create(title="B", body_html="<p>x</p>", display_time=clock.now, group_ids=[group.pk])
     everyone = services.bulletin_create(title="E", body_html="", display_time=clock.now)
-    config = dict(redis.zrange(keys.mc_bulletin_config(), 0, -1, withscores=True))
+    config = dict(redis.zrange(mc_keys.bulletin_config(), 0, -1, withscores=True))
     assert set(config) == {f"{bulletin.pk}_{group.pk}".encode(), f"{everyone.pk}_0".encode()}
-    assert redis.hget(keys.mc_bulletin_detail(), f"{bulletin.pk}_{group.pk}") is not None
-    assert int(redis.get(keys.mc_bulletin_update_time())) >= int(clock.now.timestamp() * 1000)
+    assert redis.hget(mc_keys.bulletin_detail(), f"{bulletin.pk}_{group.pk}") is not None
+    assert int(redis.get(mc_keys.bulletin_update_time())) >= int(clock.now.timestamp() * 1000)
     client_for(recipient).get("/api/v1/inbox/")
-    assert redis.get(keys.mc_bulletin_access_time(recipient.pk)) is not None
+    assert redis.get(mc_keys.bulletin_access_time(recipient.pk)) is not None
 
 
 def test_future_display_time_appears_once_it_passes(recipient: Any, clock: Any) -> None:
@@ -88,9 +88,9 @@ def test_merge_is_idempotent(recipient: Any, redis: Any, clock: Any) -> None:
     services.bulletin_create(title="B", body_html="", display_time=clock.now)
     client = client_for(recipient)
     client.get("/api/v1/inbox/")
-    redis.delete(keys.mc_bulletin_access_time(recipient.pk))  # force a second merge
+    redis.delete(mc_keys.bulletin_access_time(recipient.pk))  # force a second merge
     client.get("/api/v1/inbox/")
-    assert redis.zcard(keys.mc_inbox(recipient.pk)) == 1
+    assert redis.zcard(mc_keys.inbox(recipient.pk)) == 1
     assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
 
 
@@ -110,10 +110,10 @@ def test_deleting_a_group_refreshes_members_and_drops_its_bulletins(
     other = make_group("other", recipient)
     only = services.bulletin_create(title="only", body_html="", display_time=clock.now, group_ids=[group.pk])
     shared = services.bulletin_create(title="s", body_html="", display_time=clock.now, group_ids=[group.pk, other.pk])
-    assert redis.smembers(keys.mc_user_groups(recipient.pk))
+    assert redis.smembers(mc_keys.user_groups(recipient.pk))
     assert services.user_group_delete(group=group) == 1
     assert not UserGroup.objects.filter(pk=group.pk).exists()
-    assert redis.smembers(keys.mc_user_groups(recipient.pk)) == {str(other.pk).encode()}
+    assert redis.smembers(mc_keys.user_groups(recipient.pk)) == {str(other.pk).encode()}
     assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"b{shared.pk}"]
     # The bulletin meant for the deleted group did not become everyone's.
     assert client_for(other_recipient).get("/api/v1/inbox/").json()["results"] == []
@@ -138,10 +138,10 @@ def test_read_all_leaves_items_that_are_no_longer_in_the_inbox_unread(
     services.user_group_remove_members(group=group, user_ids=[recipient.pk])
     assert ids(alice.get("/api/v1/inbox/")) == [kept.ref]
     month = kept.slot_month
-    assert hidden.slot_offset not in bits.read_many([keys.mc_push_bitmap(recipient.pk, month)])[0]
+    assert hidden.slot_offset not in bits.read_many([mc_keys.push_bitmap(recipient.pk, month)])[0]
     assert alice.post("/api/v1/inbox/read-all/", {}, format="json").json() == {"marked": 1}
-    assert hidden.slot_offset not in bits.read_many([keys.mc_read_bitmap(recipient.pk, month)])[0]
-    assert bulletin.slot_offset not in bits.read_many([keys.mc_read_bitmap(recipient.pk, month)])[0]
+    assert hidden.slot_offset not in bits.read_many([mc_keys.read_bitmap(recipient.pk, month)])[0]
+    assert bulletin.slot_offset not in bits.read_many([mc_keys.read_bitmap(recipient.pk, month)])[0]
     services.user_group_add_members(group=group, user_ids=[recipient.pk])
     page = alice.get("/api/v1/inbox/").json()
     assert {(r["id"], r["read"]) for r in page["results"]} == {(f"b{bulletin.pk}", False), (kept.ref, True)}

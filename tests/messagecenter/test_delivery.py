@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pyroaring import BitMap
 
-from core import keys
+from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import bits, inbox, to_ms
@@ -37,13 +37,13 @@ def test_push_below_threshold_in_chunks(
     # Redis: written into each recipient's inbox as an arrival, placed by their next read.
     member = f"m{message.pk}|system|{message.slot_month}|{message.slot_offset}"
     for user in (recipient, other_recipient):
-        assert redis.zscore(keys.mc_inbox(user.pk), member) == to_ms(message.created_at)
-        assert redis.zscore(keys.mc_inbox_arrivals(user.pk), member) == to_ms(message.created_at)
-        assert redis.zscore(keys.mc_inbox_category(user.pk, "system"), member) is None
+        assert redis.zscore(mc_keys.inbox(user.pk), member) == to_ms(message.created_at)
+        assert redis.zscore(mc_keys.inbox_arrivals(user.pk), member) == to_ms(message.created_at)
+        assert redis.zscore(mc_keys.inbox_category(user.pk, "system"), member) is None
         assert inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(message.created_at)).unread == 1
-        assert redis.exists(keys.mc_inbox_arrivals(user.pk)) == 0
-        assert redis.zscore(keys.mc_inbox_category(user.pk, "system"), member) is not None
-        assert message.slot_offset in bits.read_many([keys.mc_push_bitmap(user.pk, message.slot_month)])[0]
+        assert redis.exists(mc_keys.inbox_arrivals(user.pk)) == 0
+        assert redis.zscore(mc_keys.inbox_category(user.pk, "system"), member) is not None
+        assert message.slot_offset in bits.read_many([mc_keys.push_bitmap(user.pk, message.slot_month)])[0]
 
 
 @pytest.mark.usefixtures("small_threshold")
@@ -55,8 +55,8 @@ def test_pull_above_threshold(
     message = send(operator, to={"groups": [group]})
     assert message.delivery == "pull"
     assert message.audience_size == 3
-    assert redis.zcard(keys.mc_inbox(recipient.pk)) == 0  # nothing written per user
-    assert redis.zcard(keys.mc_pull()) == 1
+    assert redis.zcard(mc_keys.inbox(recipient.pk)) == 0  # nothing written per user
+    assert redis.zcard(mc_keys.pull()) == 1
     for user in (recipient, other_recipient, carol):
         assert ids(client_for(user).get("/api/v1/inbox/")) == [f"m{message.pk}"]
     assert client_for(outsider).get("/api/v1/inbox/").json()["results"] == []
@@ -82,10 +82,10 @@ def test_overlapping_groups_count_each_member_once(
     assert message.audience == BitMap([recipient.pk, other_recipient.pk, carol.pk])
     assert message.delivery == "push"
     for user in (recipient, other_recipient, carol):
-        assert redis.zcard(keys.mc_inbox(user.pk)) == 1
+        assert redis.zcard(mc_keys.inbox(user.pk)) == 1
         assert inbox.inbox_counts(user_id=user.pk, now_ms=to_ms(message.created_at)).unread == 1
-        assert redis.hget(keys.mc_inbox_counters(user.pk), "system") == b"1"
-    assert redis.zcard(keys.mc_inbox(outsider.pk)) == 0
+        assert redis.hget(mc_keys.inbox_counters(user.pk), "system") == b"1"
+    assert redis.zcard(mc_keys.inbox(outsider.pk)) == 0
     assert services.message_audience_preview(group_ids=[empty.pk]) == 0
 
 
@@ -227,9 +227,9 @@ def test_cleanup_of_expired_messages(operator: Any, recipient: Any, redis: Any, 
     clock.advance(minutes=1)
     assert tasks.cleanup_expired_task() == 1
     assert Message.objects.get(pk=pull.pk).status == MessageStatus.EXPIRED
-    assert redis.zcard(keys.mc_pull()) == 1
-    assert redis.hget(keys.mc_item_detail(), f"m{pull.pk}") is None
-    assert redis.get(keys.mc_pull_audience(f"m{pull.pk}", 0)) is None
+    assert redis.zcard(mc_keys.pull()) == 1
+    assert redis.hget(mc_keys.item_detail(), f"m{pull.pk}") is None
+    assert redis.get(mc_keys.pull_audience(f"m{pull.pk}", 0)) is None
     assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"m{keep.pk}"]
 
 
@@ -248,7 +248,7 @@ def test_trimmed_removals_fall_back_to_a_full_settle(
     services.message_retract(message=first)
     services.bulletin_update(bulletin=bulletin, data={"display_time": clock.now + timedelta(hours=1)})
     assert services.inbox_removed_trim(keep=0) == 2
-    assert redis.zcard(keys.mc_removed()) == 0
+    assert redis.zcard(mc_keys.removed()) == 0
     # Alice and Bob never saw those removals; they check their whole inbox instead.
     assert ids(alice.get("/api/v1/inbox/")) == [f"m{second.pk}"]
     assert bob.get("/api/v1/inbox/").json()["results"] == []

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core import keys
 from core.drift import Finding, check_run, drift_checks
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.models import InboxHidden, Message, Subscription
 from messagecenter.selectors import inbox_list
@@ -56,22 +56,22 @@ def test_user_groups_missing_key_and_stale_member(recipient: Any, other_recipien
     other = make_group("ops", other_recipient)
     assert find("user_groups") == []
     redis = get_redis()
-    redis.delete(keys.mc_user_groups(recipient.pk))
-    redis.sadd(keys.mc_user_groups(other_recipient.pk), 999)
+    redis.delete(mc_keys.user_groups(recipient.pk))
+    redis.sadd(mc_keys.user_groups(other_recipient.pk), 999)
     found = {f.key: f for f in find("user_groups")}
-    assert set(found) == {keys.mc_user_groups(recipient.pk), keys.mc_user_groups(other_recipient.pk)}
-    assert found[keys.mc_user_groups(recipient.pk)].detail == f"missing groups {group.pk}"
-    assert found[keys.mc_user_groups(other_recipient.pk)].detail == "extra groups 999"
+    assert set(found) == {mc_keys.user_groups(recipient.pk), mc_keys.user_groups(other_recipient.pk)}
+    assert found[mc_keys.user_groups(recipient.pk)].detail == f"missing groups {group.pk}"
+    assert found[mc_keys.user_groups(other_recipient.pk)].detail == "extra groups 999"
     repair_and_recheck("user_groups")
-    assert redis.smembers(keys.mc_user_groups(recipient.pk)) == {str(group.pk).encode()}
-    assert redis.smembers(keys.mc_user_groups(other_recipient.pk)) == {str(other.pk).encode()}
+    assert redis.smembers(mc_keys.user_groups(recipient.pk)) == {str(group.pk).encode()}
+    assert redis.smembers(mc_keys.user_groups(other_recipient.pk)) == {str(other.pk).encode()}
 
 
 def test_user_groups_set_of_a_user_without_memberships_is_drift(recipient: Any) -> None:
-    get_redis().sadd(keys.mc_user_groups(recipient.pk), 5)
+    get_redis().sadd(mc_keys.user_groups(recipient.pk), 5)
     assert [f.detail for f in find("user_groups")] == ["extra groups 5"]
     repair_and_recheck("user_groups")
-    assert not get_redis().exists(keys.mc_user_groups(recipient.pk))
+    assert not get_redis().exists(mc_keys.user_groups(recipient.pk))
 
 
 def test_user_groups_checked_in_batches(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +81,7 @@ def test_user_groups_checked_in_batches(settings: Any, monkeypatch: pytest.Monke
     users = [UserFactory() for _ in range(5)]
     make_group("all", *users)
     for user in users[::2]:
-        get_redis().delete(keys.mc_user_groups(user.pk))
+        get_redis().delete(mc_keys.user_groups(user.pk))
     assert sorted(f.fix for f in find("user_groups")) == [u.pk for u in users[::2]]
     repair_and_recheck("user_groups")
 
@@ -95,11 +95,11 @@ def test_hidden_member_removed_from_redis(operator: Any, recipient: Any, setting
     services.inbox_hide(user=recipient, item_id=message.ref)
     assert InboxHidden.objects.filter(user=recipient, item_id=message.ref).exists()
     assert find("hidden") == []
-    get_redis().srem(keys.mc_inbox_hidden(recipient.pk), message.ref)
+    get_redis().srem(mc_keys.inbox_hidden(recipient.pk), message.ref)
     [finding] = find("hidden")
-    assert (finding.key, finding.member) == (keys.mc_inbox_hidden(recipient.pk), message.ref)
+    assert (finding.key, finding.member) == (mc_keys.inbox_hidden(recipient.pk), message.ref)
     repair_and_recheck("hidden")
-    assert get_redis().sismember(keys.mc_inbox_hidden(recipient.pk), message.ref)
+    assert get_redis().sismember(mc_keys.inbox_hidden(recipient.pk), message.ref)
     assert message.ref not in refs(recipient)
 
 
@@ -114,14 +114,14 @@ def test_bulletin_config_member_deleted_and_stray_added(recipient: Any) -> None:
     assert refs(recipient) == [bulletin.ref]
     assert find("bulletins") == []
     redis = get_redis()
-    redis.zrem(keys.mc_bulletin_config(), f"{bulletin.pk}_{group.pk}")
-    redis.zadd(keys.mc_bulletin_config(), {f"{bulletin.pk}_424242": 1})
+    redis.zrem(mc_keys.bulletin_config(), f"{bulletin.pk}_{group.pk}")
+    redis.zadd(mc_keys.bulletin_config(), {f"{bulletin.pk}_424242": 1})
     [finding] = find("bulletins")
     assert finding.member == bulletin.ref
     assert f"config lacks {bulletin.pk}_{group.pk}" in finding.detail
     assert f"config or change log has stray {bulletin.pk}_424242" in finding.detail
     repair_and_recheck("bulletins")
-    members = {m.decode() for m in redis.zrange(keys.mc_bulletin_config(), 0, -1)}
+    members = {m.decode() for m in redis.zrange(mc_keys.bulletin_config(), 0, -1)}
     assert members == {f"{bulletin.pk}_{group.pk}"}
     assert refs(recipient) == [bulletin.ref]
 
@@ -134,12 +134,12 @@ def test_bulletin_missing_from_the_change_log(recipient: Any, other_recipient: A
     # Shown from a minute ago: a display time the reader's merge already passed.
     later = services.bulletin_create(title="Later", body_html="", display_time=timezone.now() - timedelta(minutes=1))
     redis = get_redis()
-    redis.zrem(keys.mc_bulletin_changes(), f"{later.pk}_0")
+    redis.zrem(mc_keys.bulletin_changes(), f"{later.pk}_0")
     assert later.ref not in refs(recipient)  # the incremental merge missed it
     [finding] = find("bulletins")
     assert (finding.member, finding.detail) == (later.ref, f"change log lacks {later.pk}_0")
     repair_and_recheck("bulletins")
-    assert redis.zscore(keys.mc_bulletin_changes(), f"{later.pk}_0") is not None
+    assert redis.zscore(mc_keys.bulletin_changes(), f"{later.pk}_0") is not None
     assert later.ref in refs(recipient)
     assert later.ref in refs(other_recipient)
 
@@ -147,12 +147,12 @@ def test_bulletin_missing_from_the_change_log(recipient: Any, other_recipient: A
 def test_bulletin_detail_changed(recipient: Any) -> None:
     bulletin = services.bulletin_create(title="Everyone", body_html="<p>hi</p>", display_time=timezone.now())
     redis = get_redis()
-    raw = json.loads(redis.hget(keys.mc_item_detail(), bulletin.ref))
-    redis.hset(keys.mc_item_detail(), bulletin.ref, json.dumps({**raw, "title": "Tampered"}))
+    raw = json.loads(redis.hget(mc_keys.item_detail(), bulletin.ref))
+    redis.hset(mc_keys.item_detail(), bulletin.ref, json.dumps({**raw, "title": "Tampered"}))
     [finding] = find("bulletins")
     assert finding.detail == "item detail differs"
     repair_and_recheck("bulletins")
-    assert json.loads(redis.hget(keys.mc_item_detail(), bulletin.ref))["title"] == "Everyone"
+    assert json.loads(redis.hget(mc_keys.item_detail(), bulletin.ref))["title"] == "Everyone"
     assert inbox_list(user=recipient).results[0].title == "Everyone"
 
 
@@ -162,20 +162,20 @@ def test_bulletin_gone_from_postgres_but_left_in_redis(recipient: Any) -> None:
     assert sorted(refs(recipient)) == sorted([kept.ref, gone.ref])
     redis = get_redis()
     snapshot = {
-        "config": redis.zscore(keys.mc_bulletin_config(), f"{gone.pk}_0"),
-        "detail": redis.hget(keys.mc_bulletin_detail(), f"{gone.pk}_0"),
-        "item": redis.hget(keys.mc_item_detail(), gone.ref),
+        "config": redis.zscore(mc_keys.bulletin_config(), f"{gone.pk}_0"),
+        "detail": redis.hget(mc_keys.bulletin_detail(), f"{gone.pk}_0"),
+        "item": redis.hget(mc_keys.item_detail(), gone.ref),
     }
     services.bulletin_delete(bulletin=gone)
     # The delete's mirror was lost: put back what it removed.
-    redis.zadd(keys.mc_bulletin_config(), {f"{gone.pk}_0": snapshot["config"]})
-    redis.hset(keys.mc_bulletin_detail(), f"{gone.pk}_0", snapshot["detail"])
-    redis.hset(keys.mc_item_detail(), gone.ref, snapshot["item"])
+    redis.zadd(mc_keys.bulletin_config(), {f"{gone.pk}_0": snapshot["config"]})
+    redis.hset(mc_keys.bulletin_detail(), f"{gone.pk}_0", snapshot["detail"])
+    redis.hset(mc_keys.item_detail(), gone.ref, snapshot["item"])
     [finding] = find("bulletins")
     assert (finding.member, finding.detail) == (gone.ref, "bulletin not in PostgreSQL but still in Redis")
     repair_and_recheck("bulletins")
-    assert redis.zscore(keys.mc_bulletin_config(), f"{gone.pk}_0") is None
-    assert not redis.hexists(keys.mc_item_detail(), gone.ref)
+    assert redis.zscore(mc_keys.bulletin_config(), f"{gone.pk}_0") is None
+    assert not redis.hexists(mc_keys.item_detail(), gone.ref)
     assert refs(recipient) == [kept.ref]
 
 
@@ -188,9 +188,9 @@ def test_message_detail_deleted_and_changed(operator: Any, recipient: Any, setti
     second = send(operator, to={"users": [recipient]}, title="Second")
     assert find("item_details") == []
     redis = get_redis()
-    redis.hdel(keys.mc_item_detail(), first.ref)
-    raw = json.loads(redis.hget(keys.mc_item_detail(), second.ref))
-    redis.hset(keys.mc_item_detail(), second.ref, json.dumps({**raw, "body_html": "<p>forged</p>"}))
+    redis.hdel(mc_keys.item_detail(), first.ref)
+    raw = json.loads(redis.hget(mc_keys.item_detail(), second.ref))
+    redis.hset(mc_keys.item_detail(), second.ref, json.dumps({**raw, "body_html": "<p>forged</p>"}))
     found = {f.member: f.detail for f in find("item_details")}
     assert found == {first.ref: "detail missing", second.ref: "detail differs from PostgreSQL"}
     repair_and_recheck("item_details")
@@ -202,20 +202,20 @@ def test_detail_of_retracted_and_deleted_messages_must_go(operator: Any, recipie
     retracted = send(operator, to={"users": [recipient]})
     deleted = send(operator, to={"users": [recipient]})
     redis = get_redis()
-    retracted_detail = redis.hget(keys.mc_item_detail(), retracted.ref)
-    deleted_detail = redis.hget(keys.mc_item_detail(), deleted.ref)
+    retracted_detail = redis.hget(mc_keys.item_detail(), retracted.ref)
+    deleted_detail = redis.hget(mc_keys.item_detail(), deleted.ref)
     services.message_retract(message=retracted)
     Message.objects.filter(pk=deleted.pk).delete()
     assert refs(recipient) == []
     # Lost removals: the details come back.
-    redis.hset(keys.mc_item_detail(), mapping={retracted.ref: retracted_detail, deleted.ref: deleted_detail})
+    redis.hset(mc_keys.item_detail(), mapping={retracted.ref: retracted_detail, deleted.ref: deleted_detail})
     found = {f.member: f.detail for f in find("item_details")}
     assert found == {
         retracted.ref: "stale detail: message retracted",
         deleted.ref: "stale detail: deleted in PostgreSQL",
     }
     repair_and_recheck("item_details")
-    assert redis.hmget(keys.mc_item_detail(), [retracted.ref, deleted.ref]) == [None, None]
+    assert redis.hmget(mc_keys.item_detail(), [retracted.ref, deleted.ref]) == [None, None]
 
 
 def test_notification_detail_and_withdrawn(recipient: Any) -> None:
@@ -224,11 +224,11 @@ def test_notification_detail_and_withdrawn(recipient: Any) -> None:
     live = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
     withdrawn = services.notification_send(message_type="stock", scope="WH1", title="Old", body_html="")
     redis = get_redis()
-    stale = redis.hget(keys.mc_item_detail(), withdrawn.ref)
+    stale = redis.hget(mc_keys.item_detail(), withdrawn.ref)
     services.notification_withdraw(notification=withdrawn)
     assert find("item_details") == []
-    redis.hdel(keys.mc_item_detail(), live.ref)
-    redis.hset(keys.mc_item_detail(), withdrawn.ref, stale)
+    redis.hdel(mc_keys.item_detail(), live.ref)
+    redis.hset(mc_keys.item_detail(), withdrawn.ref, stale)
     found = {f.member: f.detail for f in find("item_details")}
     assert found == {live.ref: "detail missing", withdrawn.ref: "stale detail: notification withdrawn"}
     repair_and_recheck("item_details")
@@ -239,7 +239,7 @@ def test_young_notifications_wait_for_their_task(recipient: Any, settings: Any) 
     services.message_type_create(code="stock", name="Stock", default_ttl_seconds=3600)
     services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
     notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
-    get_redis().hdel(keys.mc_item_detail(), notification.ref)
+    get_redis().hdel(mc_keys.item_detail(), notification.ref)
     settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 60
     assert find("item_details") == []
     settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 0
@@ -256,19 +256,19 @@ def test_subscriber_sets_missing_member_and_stale_set(recipient: Any, other_reci
     services.subscription_create(message_type="stock", scope="WH1", group_id=group.pk)
     assert find("subscribers") == []
     redis = get_redis()
-    redis.srem(keys.mc_subscribers(mtype.pk, "WH1"), f"g{group.pk}")
-    redis.sadd(keys.mc_subscribers(mtype.pk, "WH:9"), f"u{recipient.pk}")  # a scope nobody subscribes to
+    redis.srem(mc_keys.subscribers(mtype.pk, "WH1"), f"g{group.pk}")
+    redis.sadd(mc_keys.subscribers(mtype.pk, "WH:9"), f"u{recipient.pk}")  # a scope nobody subscribes to
     found = {f.key: f.detail for f in find("subscribers")}
     assert found == {
-        keys.mc_subscribers(mtype.pk, "WH1"): f"missing g{group.pk}",
-        keys.mc_subscribers(mtype.pk, "WH:9"): f"extra u{recipient.pk}",
+        mc_keys.subscribers(mtype.pk, "WH1"): f"missing g{group.pk}",
+        mc_keys.subscribers(mtype.pk, "WH:9"): f"extra u{recipient.pk}",
     }
     repair_and_recheck("subscribers")
-    assert redis.smembers(keys.mc_subscribers(mtype.pk, "WH1")) == {
+    assert redis.smembers(mc_keys.subscribers(mtype.pk, "WH1")) == {
         f"u{recipient.pk}".encode(),
         f"g{group.pk}".encode(),
     }
-    assert not redis.exists(keys.mc_subscribers(mtype.pk, "WH:9"))
+    assert not redis.exists(mc_keys.subscribers(mtype.pk, "WH:9"))
     assert Subscription.objects.count() == 2
 
 
@@ -283,11 +283,11 @@ def test_push_delivery_missing_from_an_inbox(
     assert message.delivery == "push"
     assert find("push_deliveries") == []
     redis = get_redis()
-    member = redis.zrange(keys.mc_inbox(recipient.pk), 0, -1)[0]
-    redis.zrem(keys.mc_inbox(recipient.pk), member)
+    member = redis.zrange(mc_keys.inbox(recipient.pk), 0, -1)[0]
+    redis.zrem(mc_keys.inbox(recipient.pk), member)
     assert refs(recipient) == []
     [finding] = find("push_deliveries")
-    assert (finding.key, finding.member) == (keys.mc_inbox(recipient.pk), member.decode())
+    assert (finding.key, finding.member) == (mc_keys.inbox(recipient.pk), member.decode())
     repair_and_recheck("push_deliveries")
     assert refs(recipient) == [message.ref]
 
@@ -299,7 +299,7 @@ def test_hidden_and_expired_pushes_are_not_drift(
     hidden = send(operator, to={"users": [recipient]})
     services.inbox_hide(user=recipient, item_id=hidden.ref)
     expiring = send(operator, to={"users": [other_recipient]})
-    get_redis().delete(keys.mc_inbox(other_recipient.pk))
+    get_redis().delete(mc_keys.inbox(other_recipient.pk))
     Message.objects.filter(pk=expiring.pk).update(expire_at=timezone.now() - timedelta(seconds=1))
     assert find("push_deliveries") == []
 
@@ -311,7 +311,7 @@ def test_push_check_samples_recipients(operator: Any, settings: Any) -> None:
     send(operator, to={"users": users})
     redis = get_redis()
     for user in users:
-        redis.delete(keys.mc_inbox(user.pk))
+        redis.delete(mc_keys.inbox(user.pk))
     found = find("push_deliveries")
     assert len(found) == 3
     assert {f.fix[1] for f in found} <= {u.pk for u in users}
@@ -322,5 +322,5 @@ def test_push_check_looks_at_the_newest_messages_only(operator: Any, recipient: 
     settings.MESSAGECENTER_CHECK_PUSH_MESSAGES = 1
     send(operator, to={"users": [recipient]}, title="old")
     newest = send(operator, to={"users": [recipient]}, title="new")
-    get_redis().delete(keys.mc_inbox(recipient.pk))
+    get_redis().delete(mc_keys.inbox(recipient.pk))
     assert [f.fix for f in find("push_deliveries")] == [(newest.pk, recipient.pk)]

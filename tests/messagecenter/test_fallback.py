@@ -43,7 +43,11 @@ def take_redis_down(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     def down() -> None:
         for name, module in list(sys.modules.items()):
-            if name.split(".")[0] in ("core", "notices", "messagecenter") and name != "core.redis":
+            if (
+                name.split(".")[0]
+                in ("core", "audit", "insight", "accounts", "webhooks", "live", "notices", "messagecenter")
+                and name != "core.redis"
+            ):
                 if getattr(module, "get_redis", None) is core.redis.get_redis:
                     monkeypatch.setattr(module, "get_redis", lambda: dead)
 

@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from core import keys
-from core import live as live_transport
+from live import transport as live_transport
+from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
@@ -37,12 +37,12 @@ def _entry(*, expire_ms: int = 0, ref: str = "m901", offset: int = 9) -> InboxEn
 
 def test_deliver_keys_leave_out_the_expiry_zset_only_when_asked() -> None:
     for notifications in (False, True):
-        full = keys.mc_deliver_keys([42, 7], notifications=notifications)
-        short = keys.mc_deliver_keys([42, 7], notifications=notifications, expiry=False)
-        expiry = {keys.mc_inbox_expiry(42), keys.mc_inbox_expiry(7)}
+        full = mc_keys.deliver_keys([42, 7], notifications=notifications)
+        short = mc_keys.deliver_keys([42, 7], notifications=notifications, expiry=False)
+        expiry = {mc_keys.inbox_expiry(42), mc_keys.inbox_expiry(7)}
         assert [k for k in full if k not in expiry] == short
         assert len(short) == 2 * (6 + notifications)
-    assert keys.mc_deliver_keys([], expiry=False) == []
+    assert mc_keys.deliver_keys([], expiry=False) == []
 
 
 @pytest.mark.parametrize("notification", [False, True], ids=["inbox", "notification"])
@@ -53,33 +53,33 @@ def test_every_key_of_the_layout_is_written(redis: Any, notification: bool, expi
     ids_ = [u.pk for u in users]
     assert publish.inbox_deliver(entry=entry, user_ids=ids_, now_ms=1, notification=notification) == 3
     for user_id in ids_:
-        assert redis.zscore(keys.mc_inbox(user_id), entry.member) == entry.score
-        assert redis.zscore(keys.mc_inbox_arrivals(user_id), entry.member) == entry.score
-        assert redis.smembers(keys.mc_inbox_months(user_id)) == {str(MONTH).encode()}
+        assert redis.zscore(mc_keys.inbox(user_id), entry.member) == entry.score
+        assert redis.zscore(mc_keys.inbox_arrivals(user_id), entry.member) == entry.score
+        assert redis.smembers(mc_keys.inbox_months(user_id)) == {str(MONTH).encode()}
         assert live_transport.user_version(user_id=user_id) == 1
         # The expiry zset holds the item only when it expires; untouched otherwise.
-        assert redis.zscore(keys.mc_inbox_expiry(user_id), entry.member) == (expire_ms or None)
-        assert redis.exists(keys.mc_inbox_expiry(user_id)) == (1 if expire_ms else 0)
-        notif = redis.zscore(keys.mc_user_notifications(user_id), entry.member)
+        assert redis.zscore(mc_keys.inbox_expiry(user_id), entry.member) == (expire_ms or None)
+        assert redis.exists(mc_keys.inbox_expiry(user_id)) == (1 if expire_ms else 0)
+        notif = redis.zscore(mc_keys.user_notifications(user_id), entry.member)
         assert notif == (expire_ms if notification else None)
         # No key of another layout position was written by mistake, nor any the next read writes.
-        assert redis.exists(keys.mc_read_bitmap(user_id, MONTH)) == 0
-        assert redis.exists(keys.mc_inbox_hidden(user_id)) == 0
-        assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
-        assert redis.exists(keys.mc_inbox_category(user_id, "system"), keys.mc_inbox_counters(user_id)) == 0
-        assert redis.exists(keys.mc_push_bitmap(user_id, MONTH), keys.mc_inbox_unread(user_id)) == 0
+        assert redis.exists(mc_keys.read_bitmap(user_id, MONTH)) == 0
+        assert redis.exists(mc_keys.inbox_hidden(user_id)) == 0
+        assert redis.exists(mc_keys.inbox_evicted(user_id)) == 0
+        assert redis.exists(mc_keys.inbox_category(user_id, "system"), mc_keys.inbox_counters(user_id)) == 0
+        assert redis.exists(mc_keys.push_bitmap(user_id, MONTH), mc_keys.inbox_unread(user_id)) == 0
         # The next read places it: category zset, counter, push bit; the arrival is gone.
         assert inbox.inbox_counts(user_id=user_id, now_ms=2).unread_by_category["system"] == 1
-        assert redis.zscore(keys.mc_inbox_category(user_id, "system"), entry.member) == entry.score
-        assert redis.hget(keys.mc_inbox_counters(user_id), "system") == b"1"
-        assert entry.offset in bits.read_many([keys.mc_push_bitmap(user_id, MONTH)])[0]
-        assert redis.exists(keys.mc_inbox_arrivals(user_id)) == 0
+        assert redis.zscore(mc_keys.inbox_category(user_id, "system"), entry.member) == entry.score
+        assert redis.hget(mc_keys.inbox_counters(user_id), "system") == b"1"
+        assert entry.offset in bits.read_many([mc_keys.push_bitmap(user_id, MONTH)])[0]
+        assert redis.exists(mc_keys.inbox_arrivals(user_id)) == 0
     # Expiry is exact: once the time came, nobody gains it (the sweep index still learns it).
     if expire_ms:
         late = UserFactory()
         assert publish.inbox_deliver(entry=entry, user_ids=[late.pk], now_ms=expire_ms, notification=notification) == 0
-        assert redis.exists(keys.mc_inbox(late.pk)) == 0
-        assert redis.exists(keys.mc_user_notifications(late.pk)) == (1 if notification else 0)
+        assert redis.exists(mc_keys.inbox(late.pk)) == 0
+        assert redis.exists(mc_keys.user_notifications(late.pk)) == (1 if notification else 0)
 
 
 def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
@@ -87,12 +87,12 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
     hider, reader, plain = (UserFactory() for _ in range(3))
     entry = _entry()
     publish.user_hidden_add(user_id=hider.pk, ref=entry.ref, now_ms=0)
-    redis.setbit(keys.mc_read_bitmap(reader.pk, MONTH), entry.offset, 1)
+    redis.setbit(mc_keys.read_bitmap(reader.pk, MONTH), entry.offset, 1)
     assert publish.inbox_deliver(entry=entry, user_ids=[hider.pk, reader.pk, plain.pk], now_ms=1) == 2
     assert inbox.inbox_counts(user_id=hider.pk, now_ms=2).unread_by_category["system"] == 0
     assert inbox.inbox_counts(user_id=reader.pk, now_ms=2).unread_by_category["system"] == 0
     assert inbox.inbox_counts(user_id=plain.pk, now_ms=2).unread_by_category["system"] == 1
-    assert redis.zscore(keys.mc_inbox(reader.pk), entry.member) == entry.score
+    assert redis.zscore(mc_keys.inbox(reader.pk), entry.member) == entry.score
     assert [live_transport.user_version(user_id=u.pk) for u in (hider, reader, plain)] == [0, 1, 1]
 
 
@@ -101,11 +101,11 @@ def test_the_script_refuses_keys_that_do_not_fit_the_stride(redis: Any) -> None:
     # Without the expiry zset a recipient takes 6 keys: 7 (with it) do not fit.
     args = [entry.member, entry.ref, MONTH, entry.score, 0, 1, 6, "", "", 0, 200, "0"]
     with pytest.raises(ResponseError, match="do not fit the stride"):
-        DELIVER_SCRIPT(keys.mc_deliver_keys([1]), args)
+        DELIVER_SCRIPT(mc_keys.deliver_keys([1]), args)
     args[6] = 9  # no such layout
     with pytest.raises(ResponseError, match="do not fit the stride"):
-        DELIVER_SCRIPT(keys.mc_deliver_keys([1], expiry=False), args)
-    assert redis.exists(keys.mc_inbox(1)) == 0
+        DELIVER_SCRIPT(mc_keys.deliver_keys([1], expiry=False), args)
+    assert redis.exists(mc_keys.inbox(1)) == 0
 
 
 # --- chunks under eager Celery ---------------------------------------------------------

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from core import keys
+from messagecenter import keys as mc_keys
 from messagecenter.models import InboxHidden, Message
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import ids, send
@@ -149,7 +149,7 @@ def test_deleting_the_row_deletes_the_group(operator: Any, recipient: Any, clock
     later = _grouped(operator, recipient, clock, ["Dan"])
     rows = client.get("/api/v1/inbox/").json()["results"]
     assert [(r["id"], r["group"]["count"]) for r in rows] == [(later[0], 1)]
-    assert redis.hget(keys.mc_inbox_groups_open(recipient.pk), "order:42").decode().startswith(later[0] + "|")
+    assert redis.hget(mc_keys.inbox_groups_open(recipient.pk), "order:42").decode().startswith(later[0] + "|")
 
 
 def test_group_key_lists_the_items_newest_first_paged(operator: Any, recipient: Any, clock: Any) -> None:

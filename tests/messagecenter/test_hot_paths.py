@@ -14,9 +14,10 @@ import pytest
 from django.test import override_settings
 from redis.crc import key_slot
 
-from core import keys
-from core import live as live_transport
 from core.redis import get_redis, is_cluster
+from live import keys as live_keys
+from live import transport as live_transport
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.models import Message
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
@@ -43,27 +44,27 @@ def _entry(ref: str = "m900", *, offset: int = 7, score: int = 1_790_000_000_000
 def test_deliver_keys_are_the_named_keys() -> None:
     for prefix in ("test:", "other:"):
         with override_settings(MESSAGECENTER_KEY_PREFIX=prefix):
-            names = keys.mc_deliver_keys([42, 7], notifications=True)
+            names = mc_keys.deliver_keys([42, 7], notifications=True)
             assert names == [
                 name
                 for user_id in (42, 7)
                 for name in (
-                    keys.mc_inbox(user_id),
-                    keys.mc_inbox_hidden(user_id),
-                    keys.mc_inbox_arrivals(user_id),
-                    keys.mc_inbox_expiry(user_id),
-                    keys.mc_inbox_months(user_id),
-                    keys.live_user_version(user_id),
-                    keys.mc_inbox_evicted(user_id),
-                    keys.mc_user_notifications(user_id),
+                    mc_keys.inbox(user_id),
+                    mc_keys.inbox_hidden(user_id),
+                    mc_keys.inbox_arrivals(user_id),
+                    mc_keys.inbox_expiry(user_id),
+                    mc_keys.inbox_months(user_id),
+                    live_keys.user_version(user_id),
+                    mc_keys.inbox_evicted(user_id),
+                    mc_keys.user_notifications(user_id),
                 )
             ]
             assert names[0].startswith(prefix)
-            assert keys.mc_deliver_keys([42]) == names[:7]
-            assert keys.mc_deliver_keys([]) == []
-            assert keys.live_user_channels([1, 42]) == [keys.live_user_channel(1), keys.live_user_channel(42)]
+            assert mc_keys.deliver_keys([42]) == names[:7]
+            assert mc_keys.deliver_keys([]) == []
+            assert live_keys.user_channels([1, 42]) == [live_keys.user_channel(1), live_keys.user_channel(42)]
     # One recipient's keys map to one cluster slot (deliver.lua groups calls by slot there).
-    assert len({key_slot(k.encode()) for k in keys.mc_deliver_keys([42], notifications=True)}) == 1
+    assert len({key_slot(k.encode()) for k in mc_keys.deliver_keys([42], notifications=True)}) == 1
 
 
 def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPatch, redis: Any) -> None:
@@ -72,7 +73,7 @@ def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPa
     hider, reader = users[1], users[2]
     entry = _entry()
     publish.user_hidden_add(user_id=hider.pk, ref=entry.ref, now_ms=0)
-    redis.setbit(keys.mc_read_bitmap(reader.pk, MONTH), entry.offset, 1)  # e.g. restored read state
+    redis.setbit(mc_keys.read_bitmap(reader.pk, MONTH), entry.offset, 1)  # e.g. restored read state
 
     gained = publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=1)
     assert gained == 4
@@ -80,10 +81,10 @@ def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPa
         counts = inbox.inbox_counts(user_id=user.pk, now_ms=2)
         expected = 0 if user in (hider, reader) else 1
         assert counts.unread_by_category["promotion"] == expected, user
-        assert redis.zscore(keys.mc_inbox(user.pk), entry.member) == (None if user is hider else entry.score)
-        assert (entry.offset in bits.read_many([keys.mc_push_bitmap(user.pk, MONTH)])[0]) == (user is not hider)
+        assert redis.zscore(mc_keys.inbox(user.pk), entry.member) == (None if user is hider else entry.score)
+        assert (entry.offset in bits.read_many([mc_keys.push_bitmap(user.pk, MONTH)])[0]) == (user is not hider)
         assert live_transport.user_version(user_id=user.pk) == (0 if user is hider else 1)
-    assert {m.decode() for m in redis.smembers(keys.mc_inbox_months(users[0].pk))} == {str(MONTH)}
+    assert {m.decode() for m in redis.smembers(mc_keys.inbox_months(users[0].pk))} == {str(MONTH)}
 
     # A rerun (retried task) changes nothing: no inbox gains it, no version moves.
     assert publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=3) == 0
@@ -149,7 +150,7 @@ def test_nothing_subscribes_by_pattern() -> None:
     root = Path(__file__).resolve().parents[2]
     users = [
         path
-        for app in ("core", "messagecenter", "notices", "config")
+        for app in ("core", "audit", "insight", "accounts", "webhooks", "live", "messagecenter", "notices", "config")
         for path in (root / app).rglob("*.py")
         if "psubscribe" in path.read_text(encoding="utf-8").lower()
     ]
@@ -160,9 +161,9 @@ def test_expired_items_are_not_delivered(redis: Any) -> None:
     user = UserFactory()
     entry = _entry(expire_ms=1000)
     assert publish.inbox_deliver(entry=entry, user_ids=[user.pk], now_ms=1000) == 0
-    assert redis.zcard(keys.mc_inbox(user.pk)) == 0
+    assert redis.zcard(mc_keys.inbox(user.pk)) == 0
     assert publish.inbox_deliver(entry=entry, user_ids=[user.pk], now_ms=999) == 1
-    assert redis.zscore(keys.mc_inbox_expiry(user.pk), entry.member) == 1000
+    assert redis.zscore(mc_keys.inbox_expiry(user.pk), entry.member) == 1000
 
 
 def test_notification_fanout_indexes_for_the_sweep(operator: Any, redis: Any, clock: Any) -> None:
@@ -172,10 +173,10 @@ def test_notification_fanout_indexes_for_the_sweep(operator: Any, redis: Any, cl
     services.subscription_create(message_type="stock", scope="WH1", group_id=group.pk)
     notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="<p>x</p>")
     member = f"{notification.ref}|system|{notification.slot_month}|{notification.slot_offset}"
-    holders = {int(u) for u in redis.smembers(keys.mc_notification_holders())}
+    holders = {int(u) for u in redis.smembers(mc_keys.notification_holders())}
     assert holders == {u.pk for u in users}
     for user in users:
-        assert redis.zscore(keys.mc_user_notifications(user.pk), member) is not None
+        assert redis.zscore(mc_keys.user_notifications(user.pk), member) is not None
         assert inbox_counts(user=user)["by_category"]["system"] == 1
     clock.advance(days=400)
     assert services.notification_sweep()["removed"] == 3
@@ -342,7 +343,7 @@ def test_expiry_is_settled_on_the_fast_path(operator: Any, recipient: Any, clock
     assert trips[0] == (3 if is_cluster() else 1)  # a cluster plans (pipeline, script, details)
     assert [t for _i, _r, t in rows] == ["stays"]
     assert unread == 1
-    assert get_redis().zcard(keys.mc_inbox_expiry(recipient.pk)) == 0
+    assert get_redis().zcard(mc_keys.inbox_expiry(recipient.pk)) == 0
 
 
 @pytest.mark.usefixtures("fresh_hints")
@@ -452,11 +453,11 @@ def test_read_all_on_a_settled_inbox_skips_planning(operator: Any, recipient: An
     # One pipeline: the script (it queues the first reads itself) and the live event.
     assert trips[0] == 1
     assert _page(recipient)[1] == 0
-    assert redis.llen(keys.mc_first_reads_pending()) == 1
+    assert redis.llen(mc_keys.first_reads_pending()) == 1
     assert live_transport.user_version(user_id=recipient.pk) == version + 1
     services.inbox_first_reads_fold()
     refs = [f"m{m.pk}" for m in Message.objects.filter(title__in=["T0", "T1", "T2"])]
-    assert all(redis.hgetall(keys.mc_item_read_hours(ref)) for ref in refs)
+    assert all(redis.hgetall(mc_keys.item_read_hours(ref)) for ref in refs)
     # Something global moved (a pull item): planned, and the new item is read too.
     send(operator, to={"everyone": True}, title="pull")
     assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=now_ms) == 1
@@ -469,7 +470,7 @@ def test_read_all_on_a_settled_inbox_skips_planning(operator: Any, recipient: An
 @SINGLE_REDIS
 @pytest.mark.usefixtures("fresh_hints")
 def test_counts_with_announcements_take_one_round_trip(operator: Any, recipient: Any) -> None:
-    from core.services import user_set_platforms
+    from accounts.services import user_set_platforms
     from notices.models import Announcement
     from notices.services import announcement_create, announcement_mark_read
 

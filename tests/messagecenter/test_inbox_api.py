@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import keys
+from messagecenter import keys as mc_keys
 from messagecenter.apis.inbox import KINDS, InboxListApi, page_payload
 from messagecenter.models import CATEGORIES, InboxHidden
 from messagecenter.selectors import InboxItem, InboxPage
@@ -272,7 +272,7 @@ def test_all_user_keys_share_one_slot(recipient: Any) -> None:
 
     op = ReadAllOp(category="", time_max=None, hour=0)
     slots = {key_slot(k.encode()) for k in inbox_call(op, user_id=recipient.pk, now_ms=0, months=["202611"]).keys}
-    slots.add(key_slot(keys.mc_user_groups(recipient.pk).encode()))
+    slots.add(key_slot(mc_keys.user_groups(recipient.pk).encode()))
     assert len(slots) == 1
     assert len({key_slot(k.encode()) for op in GLOBAL_OPS for k in op.keys()}) == 1
 

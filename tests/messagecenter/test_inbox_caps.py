@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from core import keys
 from messagecenter import drift, fallback, services
+from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox, publish, scripts, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import AGAIN, Page
@@ -62,31 +62,31 @@ def _text(values: Any) -> list[str]:
 def assert_unread_index(redis: Any, user_id: int) -> None:
     """The unread zsets hold exactly the live members whose read bit is 0, with
     their scores, and every counter equals its zset's size."""
-    everything = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox(user_id), 0, -1, withscores=True)}
+    everything = {m.decode(): s for m, s in redis.zrange(mc_keys.inbox(user_id), 0, -1, withscores=True)}
     bitmaps: dict[str, bytes | None] = {}
     want_all: dict[str, float] = {}
-    counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.mc_inbox_counters(user_id)).items()}
+    counters = {k.decode(): int(v) for k, v in redis.hgetall(mc_keys.inbox_counters(user_id)).items()}
     for category in CATEGORY_ORDER:
         members = {
-            m.decode(): s for m, s in redis.zrange(keys.mc_inbox_category(user_id, category), 0, -1, withscores=True)
+            m.decode(): s for m, s in redis.zrange(mc_keys.inbox_category(user_id, category), 0, -1, withscores=True)
         }
         assert set(members) <= set(everything)
         want = {}
         for member, score in members.items():
             _ref, _cat, month, offset = parse_member(member)
             if month not in bitmaps:
-                bitmaps[month] = redis.get(keys.mc_read_bitmap(user_id, month))
+                bitmaps[month] = redis.get(mc_keys.read_bitmap(user_id, month))
             raw = bitmaps[month]
             byte = offset >> 3
             # bool(raw) rules None out first.
             read = bool(raw) and byte < len(raw) and bool((raw[byte] >> (7 - (offset & 7))) & 1)  # type: ignore[arg-type, index]
             if not read:
                 want[member] = score
-        have = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox_unread(user_id, category), 0, -1, withscores=True)}
+        have = {m.decode(): s for m, s in redis.zrange(mc_keys.inbox_unread(user_id, category), 0, -1, withscores=True)}
         assert have == want, category
         assert counters.get(category, 0) == len(want), category
         want_all.update(want)
-    have_all = {m.decode(): s for m, s in redis.zrange(keys.mc_inbox_unread(user_id), 0, -1, withscores=True)}
+    have_all = {m.decode(): s for m, s in redis.zrange(mc_keys.inbox_unread(user_id), 0, -1, withscores=True)}
     assert have_all == want_all
 
 
@@ -100,7 +100,7 @@ def test_an_unread_page_ranges_over_the_unread_zset(redis: Any) -> None:
     user = UserFactory()
     for i in range(1010):
         if i % 101 != 0:  # 10 unread: offsets 0, 101, ..., 909
-            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user.pk, MONTH), i, 1)
     for i in range(1010):
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), user.pk)
     unread = [f"m{100_000 + i}" for i in range(1010) if i % 101 == 0][::-1]
@@ -115,8 +115,8 @@ def test_an_unread_page_ranges_over_the_unread_zset(redis: Any) -> None:
         assert [r.ref for r in rows] == [r for r in unread if CATEGORY_ORDER[(int(r[1:]) - 100_000) % 4] == category]
     # Planted only in the unread zset (and given a detail): the page reads that zset.
     planted = _entry(5000)
-    redis.zadd(keys.mc_inbox_unread(user.pk), {planted.member: T0 + 4000})
-    redis.hset(keys.mc_item_detail(), planted.ref, json.dumps({"member": planted.member}))
+    redis.zadd(mc_keys.inbox_unread(user.pk), {planted.member: T0 + 4000})
+    redis.hset(mc_keys.item_detail(), planted.ref, json.dumps({"member": planted.member}))
     rows = _page(user.pk, T0 + 5000, unread_only=True, limit=2).rows
     assert rows[0].ref == planted.ref
 
@@ -125,7 +125,7 @@ def test_unread_pages_walk_by_cursor_over_unread_items_only(redis: Any) -> None:
     user = UserFactory()
     for i in range(30):
         if i % 3:
-            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user.pk, MONTH), i, 1)
         # Pairs of equal times: cursors must split ties right.
         _deliver(_entry(i, score=T0 + i // 2), user.pk)
     seen: list[str] = []
@@ -175,7 +175,7 @@ def test_every_read_bit_change_keeps_the_unread_zsets_exact(redis: Any, clock: A
     assert {row.ref for row in unread} == {entries[i].ref for i in (3, 5, 6, 8, 10, 11)}
     inbox.inbox_read_all(user_id=uid, category=None, now_ms=now + 61_000)
     assert_unread_index(redis, uid)
-    assert redis.exists(keys.mc_inbox_unread(uid)) == 0
+    assert redis.exists(mc_keys.inbox_unread(uid)) == 0
     assert _page(uid, now + 61_000, unread_only=True).rows == []
 
 
@@ -185,12 +185,12 @@ def test_an_inbox_without_unread_zsets_gets_them_built_in_bounded_calls(redis: A
     user = UserFactory()
     for i in range(25):
         if i % 2:
-            redis.setbit(keys.mc_read_bitmap(user.pk, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user.pk, MONTH), i, 1)
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4], score=T0 + i // 3), user.pk)
     assert inbox.inbox_counts(user_id=user.pk, now_ms=T0).unread == 13  # read once: every item placed
     redis.delete(*scripts.unread_keys(user.pk))
-    redis.hset(keys.mc_inbox_counters(user.pk), "system", 99)  # whatever it was: built anew
-    redis.hdel(keys.mc_inbox_state(user.pk), "uz")
+    redis.hset(mc_keys.inbox_counters(user.pk), "system", 99)  # whatever it was: built anew
+    redis.hdel(mc_keys.inbox_state(user.pk), "uz")
     months = [str(MONTH)]
     op = scripts.CountsOp()
     mode = scripts.Settle(max_items=10_000, step=4)
@@ -214,10 +214,10 @@ def test_a_delivery_to_an_inbox_at_the_cap_keeps_it_there(redis: Any, settings: 
     ids_ = [u.pk for u in users]
     for i in range(60):
         if i % 5 == 0:
-            redis.setbit(keys.mc_read_bitmap(ids_[0], MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(ids_[0], MONTH), i, 1)
         assert _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *ids_) == 3
         for user_id in ids_:
-            assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 20)
+            assert redis.zcard(mc_keys.inbox(user_id)) == min(i + 1, 20)
     for user_id in ids_:
         page = _page(user_id, T0 + 100, limit=50)
         assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(59, 39, -1)]
@@ -226,8 +226,8 @@ def test_a_delivery_to_an_inbox_at_the_cap_keeps_it_there(redis: Any, settings: 
         assert [r.ref for r in _page(user_id, T0 + 100, unread_only=True, limit=50).rows] == unread
         assert_unread_index(redis, user_id)
         # Every evicted member is gone from every structure once settled.
-        assert redis.scard(keys.mc_inbox_evicted(user_id)) == 0
-        pushed = sum(redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i) for i in range(60))
+        assert redis.scard(mc_keys.inbox_evicted(user_id)) == 0
+        pushed = sum(redis.getbit(mc_keys.push_bitmap(user_id, MONTH), i) for i in range(60))
         assert pushed == 20
     assert len(_page(ids_[0], T0 + 100, unread_only=True, limit=50).rows) == 16
 
@@ -240,32 +240,32 @@ def test_an_inbox_far_over_the_cap_is_trimmed_over_bounded_calls(redis: Any, set
     for i in range(30):
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 2]), uid)
     assert inbox.inbox_counts(user_id=uid, now_ms=T0).unread == 30  # read once: every item placed
-    assert redis.zcard(keys.mc_inbox(uid)) == 30
+    assert redis.zcard(mc_keys.inbox(uid)) == 30
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     settings.MESSAGECENTER_INBOX_SETTLE_STEP = 4
     mode = scripts.Settle(max_items=10, step=4)
     call = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 99, months=[str(MONTH)], mode=mode)
     # A first bounded call: everything about to be trimmed aside, 4 leave.
     assert call() == AGAIN
-    assert redis.zcard(keys.mc_inbox(uid)) == 26
+    assert redis.zcard(mc_keys.inbox(uid)) == 26
     # A delivery meanwhile trims too (at most 2 per arrival): the 2 placed members
     # leave all, and the rest of their removal waits in the evicted set.
     _deliver(_entry(30), uid)
-    assert redis.zcard(keys.mc_inbox(uid)) == 25
-    assert redis.scard(keys.mc_inbox_evicted(uid)) == 2
-    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 1
+    assert redis.zcard(mc_keys.inbox(uid)) == 25
+    assert redis.scard(mc_keys.inbox_evicted(uid)) == 2
+    assert redis.zcard(mc_keys.inbox_arrivals(uid)) == 1
     # The call's step is shared: the 2 evictions are settled first, 2 more
     # leave, and the arrival (placed after the trim: what the trim takes is
     # never placed) waits for the next call.
     assert call() == AGAIN
-    assert redis.zcard(keys.mc_inbox(uid)) == 23
-    assert redis.scard(keys.mc_inbox_evicted(uid)) == 0
-    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 1
+    assert redis.zcard(mc_keys.inbox(uid)) == 23
+    assert redis.scard(mc_keys.inbox_evicted(uid)) == 0
+    assert redis.zcard(mc_keys.inbox_arrivals(uid)) == 1
     # A read settles the rest in further bounded calls before it answers.
     page = _page(uid, T0 + 99, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(30, 20, -1)]
     assert page.counts.unread == 10
-    assert redis.zcard(keys.mc_inbox(uid)) == 10
+    assert redis.zcard(mc_keys.inbox(uid)) == 10
     assert_unread_index(redis, uid)
 
 
@@ -281,7 +281,7 @@ def test_expiry_settles_in_bounded_steps_and_counts_stay_exact(redis: Any, setti
     mode = scripts.Settle(max_items=10_000, step=3)
     call = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 1000, months=[str(MONTH)], mode=mode)
     assert call() == AGAIN  # 3 of the 10 expired ones: the answer waits
-    assert redis.zcard(keys.mc_inbox(uid)) == 12
+    assert redis.zcard(mc_keys.inbox(uid)) == 12
     page = _page(uid, T0 + 1000, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(14, 9, -1)]
     assert page.counts.unread == 5
@@ -302,7 +302,7 @@ def test_a_full_inbox_loses_expired_items_before_live_ones(redis: Any, settings:
         _deliver(_entry(i), uid)
     # Full; item 1 expired: the next delivery drops it, not the oldest live item 0.
     _deliver(_entry(5), uid, now_ms=T0 + 200)
-    assert {m.decode() for m in redis.zrange(keys.mc_inbox(uid), 0, -1)} == {_entry(i).member for i in (0, 2, 3, 4, 5)}
+    assert {m.decode() for m in redis.zrange(mc_keys.inbox(uid), 0, -1)} == {_entry(i).member for i in (0, 2, 3, 4, 5)}
     assert [r.ref for r in _page(uid, T0 + 200).rows] == [f"m{100_000 + i}" for i in (5, 4, 3, 2, 0)]
     assert_unread_index(redis, uid)
 
@@ -315,7 +315,7 @@ def test_an_evicted_item_delivered_again_is_counted_once(redis: Any, settings: A
     assert inbox.inbox_counts(user_id=uid, now_ms=T0).unread == 1  # read once: placed
     for i in range(1, 4):
         _deliver(_entry(i), uid)
-    assert redis.sismember(keys.mc_inbox_evicted(uid), _entry(0, category="promotion").member)
+    assert redis.sismember(mc_keys.inbox_evicted(uid), _entry(0, category="promotion").member)
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     # A rerun of the fan-out (it is idempotent) brings it back before any read settled it.
     _deliver(_entry(0, category="promotion"), uid)
@@ -379,8 +379,8 @@ def test_the_drift_check_finds_and_mends_unread_counters_out_of_step(redis: Any,
     for user in users:
         assert inbox.inbox_counts(user_id=user.pk, now_ms=T0).unread == 6  # placed by a read
     assert drift.unread_index_find() == []
-    redis.hincrby(keys.mc_inbox_counters(users[1].pk), "system", 3)
-    redis.zrem(keys.mc_inbox_unread(users[0].pk), _entry(1, category="promotion").member)
+    redis.hincrby(mc_keys.inbox_counters(users[1].pk), "system", 3)
+    redis.zrem(mc_keys.inbox_unread(users[0].pk), _entry(1, category="promotion").member)
     found = drift.unread_index_find()
     assert {f.fix for f in found} == {u.pk for u in users}
     drift.unread_index_repair(found)
@@ -399,13 +399,13 @@ def _settle_calls(redis: Any, user_id: int, *, max_items: int, step: int, now_ms
 
     def sizes() -> dict[str, Any]:
         return {
-            "uz": (redis.hget(keys.mc_inbox_state(user_id), "uz") or b"").decode(),
-            "all": redis.zcard(keys.mc_inbox(user_id)),
-            "categories": sum(redis.zcard(keys.mc_inbox_category(user_id, c)) for c in CATEGORY_ORDER),
-            "unread": redis.zcard(keys.mc_inbox_unread(user_id)),
-            "evicted": redis.scard(keys.mc_inbox_evicted(user_id)),
-            "arrivals": redis.zcard(keys.mc_inbox_arrivals(user_id)),
-            "expiry": redis.zcard(keys.mc_inbox_expiry(user_id)),
+            "uz": (redis.hget(mc_keys.inbox_state(user_id), "uz") or b"").decode(),
+            "all": redis.zcard(mc_keys.inbox(user_id)),
+            "categories": sum(redis.zcard(mc_keys.inbox_category(user_id, c)) for c in CATEGORY_ORDER),
+            "unread": redis.zcard(mc_keys.inbox_unread(user_id)),
+            "evicted": redis.scard(mc_keys.inbox_evicted(user_id)),
+            "arrivals": redis.zcard(mc_keys.inbox_arrivals(user_id)),
+            "expiry": redis.zcard(mc_keys.inbox_expiry(user_id)),
         }
 
     mode = scripts.Settle(max_items=max_items, step=step)
@@ -430,12 +430,12 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
     users = [UserFactory().pk for _ in range(2)]
     for i in range(75):
         if i % 3 == 0:
-            redis.setbit(keys.mc_read_bitmap(users[0], MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(users[0], MONTH), i, 1)
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *users)
     for user_id in users:
-        assert redis.zcard(keys.mc_inbox(user_id)) == 25
-        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == 25
-        assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
+        assert redis.zcard(mc_keys.inbox(user_id)) == 25
+        assert redis.zcard(mc_keys.inbox_arrivals(user_id)) == 25
+        assert redis.exists(mc_keys.inbox_evicted(user_id)) == 0
         seen = _settle_calls(redis, user_id, max_items=25, step=step, now_ms=T0 + 100)
         for before, after in pairwise(seen):
             placed = before["arrivals"] - after["arrivals"]
@@ -455,7 +455,7 @@ def test_many_deliveries_past_the_cap_settle_in_steps_to_the_newest_items(redis:
         assert page.counts.unread == len(unread)
         assert [r.ref for r in _page(user_id, T0 + 100, unread_only=True, limit=50).rows] == unread
         assert_unread_index(redis, user_id)
-        pushed = [i for i in range(75) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)]
+        pushed = [i for i in range(75) if redis.getbit(mc_keys.push_bitmap(user_id, MONTH), i)]
         assert pushed == list(range(50, 75))
     assert len(_page(users[0], T0 + 100, unread_only=True, limit=50).rows) == 17  # 8 of the 25 were read
 
@@ -467,11 +467,11 @@ def test_an_inbox_over_the_cap_is_trimmed_oldest_first_and_walked_newest_first(r
     user_id = UserFactory().pk
     for i in range(30):
         if i % 2:
-            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user_id, MONTH), i, 1)
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), user_id)
     assert inbox.inbox_counts(user_id=user_id, now_ms=T0).unread == 15  # read once: every item placed
     redis.delete(*scripts.unread_keys(user_id))
-    redis.hdel(keys.mc_inbox_state(user_id), "uz")
+    redis.hdel(mc_keys.inbox_state(user_id), "uz")
     seen = _settle_calls(redis, user_id, max_items=10, step=4, now_ms=T0 + 100)
     for before, after in pairwise(seen):
         trimmed, walked = before["all"] - after["all"], after["unread"] - before["unread"]
@@ -521,17 +521,17 @@ def test_a_delivery_to_a_full_inbox_of_expired_items_takes_out_a_few_each(redis:
     sizes = []
     for i in range(10, 13):
         _deliver(_entry(i), user_id, now_ms=T0 + 100)
-        sizes.append(redis.zcard(keys.mc_inbox(user_id)))
+        sizes.append(redis.zcard(mc_keys.inbox(user_id)))
     # Over the cap by one: two expired out (not all eight), no live one; then at the cap.
     assert sizes == [9, 10, 9]
-    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 4
+    assert redis.zcard(mc_keys.inbox_expiry(user_id)) == 4
     # Arrivals nobody read: removed whole, nothing waits.
-    assert redis.exists(keys.mc_inbox_evicted(user_id)) == 0
-    assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == 9
+    assert redis.exists(mc_keys.inbox_evicted(user_id)) == 0
+    assert redis.zcard(mc_keys.inbox_arrivals(user_id)) == 9
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in (12, 11, 10, 9, 8)]
     assert page.counts.unread == 5
-    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 0
+    assert redis.zcard(mc_keys.inbox_expiry(user_id)) == 0
     assert_unread_index(redis, user_id)
 
 
@@ -549,35 +549,35 @@ def test_an_inbox_whose_user_never_reads_stays_at_the_cap_in_every_structure(red
 
     for i in range(40):
         if i % 4 == 0:
-            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user_id, MONTH), i, 1)
         _deliver(entry(i), user_id)
-        assert redis.zcard(keys.mc_inbox(user_id)) == min(i + 1, 10)
-        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == min(i + 1, 10)
-    assert redis.exists(keys.mc_inbox_evicted(user_id), keys.mc_push_bitmap(user_id, MONTH)) == 0
-    assert redis.exists(*(keys.mc_inbox_category(user_id, c) for c in CATEGORY_ORDER)) == 0
-    assert redis.zcard(keys.mc_inbox_expiry(user_id)) == 5
+        assert redis.zcard(mc_keys.inbox(user_id)) == min(i + 1, 10)
+        assert redis.zcard(mc_keys.inbox_arrivals(user_id)) == min(i + 1, 10)
+    assert redis.exists(mc_keys.inbox_evicted(user_id), mc_keys.push_bitmap(user_id, MONTH)) == 0
+    assert redis.exists(*(mc_keys.inbox_category(user_id, c) for c in CATEGORY_ORDER)) == 0
+    assert redis.zcard(mc_keys.inbox_expiry(user_id)) == 5
     unread = [i for i in range(30, 40) if i % 4]
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(39, 29, -1)]
     assert page.counts.unread == len(unread)
     assert_unread_index(redis, user_id)
-    assert [i for i in range(40) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
+    assert [i for i in range(40) if redis.getbit(mc_keys.push_bitmap(user_id, MONTH), i)] == list(range(30, 40))
     # Placed now: 30 more deliveries, no read between.
     for i in range(40, 70):
         if i % 4 == 0:
-            redis.setbit(keys.mc_read_bitmap(user_id, MONTH), i, 1)
+            redis.setbit(mc_keys.read_bitmap(user_id, MONTH), i, 1)
         _deliver(entry(i), user_id)
-        assert redis.zcard(keys.mc_inbox(user_id)) == 10
-        assert redis.zcard(keys.mc_inbox_arrivals(user_id)) == min(i - 39, 10)
-        assert redis.scard(keys.mc_inbox_evicted(user_id)) == min(i - 39, 10)
-        assert sum(redis.zcard(keys.mc_inbox_category(user_id, c)) for c in CATEGORY_ORDER) == 10
+        assert redis.zcard(mc_keys.inbox(user_id)) == 10
+        assert redis.zcard(mc_keys.inbox_arrivals(user_id)) == min(i - 39, 10)
+        assert redis.scard(mc_keys.inbox_evicted(user_id)) == min(i - 39, 10)
+        assert sum(redis.zcard(mc_keys.inbox_category(user_id, c)) for c in CATEGORY_ORDER) == 10
     unread = [i for i in range(60, 70) if i % 4]
     page = _page(user_id, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(69, 59, -1)]
     assert page.counts.unread == len(unread)
-    assert redis.exists(keys.mc_inbox_evicted(user_id), keys.mc_inbox_arrivals(user_id)) == 0
+    assert redis.exists(mc_keys.inbox_evicted(user_id), mc_keys.inbox_arrivals(user_id)) == 0
     assert_unread_index(redis, user_id)
-    assert [i for i in range(70) if redis.getbit(keys.mc_push_bitmap(user_id, MONTH), i)] == list(range(60, 70))
+    assert [i for i in range(70) if redis.getbit(mc_keys.push_bitmap(user_id, MONTH), i)] == list(range(60, 70))
 
 
 # --- arrivals: what a fan-out leaves to the next read ---------------------------------
@@ -592,13 +592,13 @@ def test_a_batch_places_the_arrivals_its_later_ops_act_on(redis: Any, settings: 
     entries = [_entry(i, category=CATEGORY_ORDER[i % 4]) for i in range(6)]
     for entry in entries:
         _deliver(entry, uid)
-    assert redis.zcard(keys.mc_inbox_arrivals(uid)) == 6
+    assert redis.zcard(mc_keys.inbox_arrivals(uid)) == 6
     hidden = [entries[0].member, entries[3].member, entries[5].member]
     assert inbox.inbox_hide_many(user_id=uid, members=hidden, now_ms=T0 + 10) == 3
     page = _page(uid, T0 + 10)
     assert [row.ref for row in page.rows] == [entries[i].ref for i in (4, 2, 1)]
     assert page.counts.unread == 3
-    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert redis.exists(mc_keys.inbox_arrivals(uid)) == 0
     assert_unread_index(redis, uid)
 
 
@@ -614,9 +614,9 @@ def test_an_arrival_of_a_month_the_call_does_not_pass_waits_for_one_that_does(re
     counts = scripts.inbox_call(scripts.CountsOp(), user_id=uid, now_ms=T0 + 10, months=[str(MONTH)], mode=mode)
     flat, _unseen = counts()
     assert dict(zip(flat[::2], flat[1::2], strict=True)) == {b"system": b"1"}  # the old one only
-    assert redis.zrange(keys.mc_inbox_arrivals(uid), 0, -1) == [new.member.encode()]
+    assert redis.zrange(mc_keys.inbox_arrivals(uid), 0, -1) == [new.member.encode()]
     assert inbox.inbox_counts(user_id=uid, now_ms=T0 + 10).unread == 2  # planned: both months
-    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert redis.exists(mc_keys.inbox_arrivals(uid)) == 0
     assert_unread_index(redis, uid)
 
 
@@ -631,9 +631,9 @@ def test_an_arrival_removed_before_any_read_leaves_nothing_behind(redis: Any) ->
     page = _page(uid, T0 + 100)
     assert [row.ref for row in page.rows] == [kept.ref]
     assert page.counts.unread == 1
-    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
-    assert redis.zrange(keys.mc_inbox_category(uid, "system"), 0, -1) == [kept.member.encode()]
-    assert [i for i in range(5) if redis.getbit(keys.mc_push_bitmap(uid, MONTH), i)] == [1]
+    assert redis.exists(mc_keys.inbox_arrivals(uid)) == 0
+    assert redis.zrange(mc_keys.inbox_category(uid, "system"), 0, -1) == [kept.member.encode()]
+    assert [i for i in range(5) if redis.getbit(mc_keys.push_bitmap(uid, MONTH), i)] == [1]
     assert_unread_index(redis, uid)
 
 
@@ -672,7 +672,7 @@ def test_many_arrivals_of_a_month_the_calls_do_not_pass_never_keep_them_calling(
     assert len(seen) - 1 <= 10
     assert seen[-1]["categories"] == 5  # the known ones, placed
     assert seen[-1]["arrivals"] == 20  # the others wait
-    assert {s for _m, s in redis.zrange(keys.mc_inbox_arrivals(uid), 0, -1, withscores=True)} == {float("inf")}
+    assert {s for _m, s in redis.zrange(mc_keys.inbox_arrivals(uid), 0, -1, withscores=True)} == {float("inf")}
     assert inbox.inbox_counts(user_id=uid, now_ms=T0 + 2000).unread == 25  # planned: both months
-    assert redis.exists(keys.mc_inbox_arrivals(uid)) == 0
+    assert redis.exists(mc_keys.inbox_arrivals(uid)) == 0
     assert_unread_index(redis, uid)

@@ -51,11 +51,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from core import keys
-from core.exceptions import Conflict, NotFound, ValidationFailed
+from core.api.exceptions import Conflict, NotFound, ValidationFailed
 from core.models import OutboxEntry
 from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, selectors, services
+from messagecenter import keys as mc_keys
 from messagecenter.items import bulletin_entry, message_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -483,13 +483,13 @@ class InboxMachine(RuleBasedStateMachine):
         client = get_redis()
         names: set[str] = set()
         for user in self.users:
-            for member in client.zrange(keys.mc_inbox(user.pk), 0, -1):
+            for member in client.zrange(mc_keys.inbox(user.pk), 0, -1):
                 month = parse_member(member.decode())[2]
                 names.update(
                     (
-                        keys.mc_push_bitmap(user.pk, month),
-                        keys.mc_read_bitmap(user.pk, month),
-                        keys.mc_read_ever_bitmap(user.pk, month),
+                        mc_keys.push_bitmap(user.pk, month),
+                        mc_keys.read_bitmap(user.pk, month),
+                        mc_keys.read_ever_bitmap(user.pk, month),
                     )
                 )
         for name in names:

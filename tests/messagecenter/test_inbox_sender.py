@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import healing, keys
+from core import healing
 from core.drift import check_run, drift_checks
 from core.redis import get_redis
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from tests.conftest import client_for
 from tests.factories import StaffFactory
@@ -90,9 +91,9 @@ def test_the_fallback_names_the_same_senders(
 def test_details_without_the_field_read_as_null_and_are_repaired(items: dict[str, str], recipient: Any) -> None:
     redis = get_redis()
     ref = items["by_full_name"]
-    stored = json.loads(redis.hget(keys.mc_item_detail(), ref))
+    stored = json.loads(redis.hget(mc_keys.item_detail(), ref))
     del stored["sender"]  # as details were written before items named their sender
-    redis.hset(keys.mc_item_detail(), ref, json.dumps(stored))
+    redis.hset(mc_keys.item_detail(), ref, json.dumps(stored))
     client = client_for(recipient)
     assert _senders(client)[ref] is None
     assert client.get(f"/api/v1/inbox/{ref}/").json()["sender"] is None

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from core.models import WebhookDelivery, WebhookEndpoint
 from core.rebuild import rebuild
 from messagecenter.models import Message, MessageResponse
 from messagecenter.readmodel import responses as responses_rm
 from tests.conftest import assert_error, client_for, flush_redis
 from tests.messagecenter.conftest import send
+from webhooks.models import WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from core import keys
-from core.insight import READ_HOURS_TTL_SECONDS, hour_of
+from insight.reports import READ_HOURS_TTL_SECONDS, hour_of
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.insight import bulletin_read_stats, message_read_stats
 from messagecenter.readmodel import reads
@@ -37,7 +37,7 @@ def test_read_unread_read_counts_one_first_read(operator: Any, recipient: Any, c
     services.inbox_mark_unread(user=recipient, item_id=message.ref)
     assert services.inbox_mark_all_read(user=recipient) == 1
     assert message_read_stats(message=message).read == 1
-    ttl = redis.ttl(keys.mc_item_read_hours(message.ref))
+    ttl = redis.ttl(mc_keys.item_read_hours(message.ref))
     assert 0 < ttl <= READ_HOURS_TTL_SECONDS
 
 
@@ -194,7 +194,7 @@ def test_read_script_keys_share_one_cluster_slot() -> None:
     months = ["202611", "202612"]
     for op in (MarkOp(member="m1|system|202611|1", read=True, hour=0), ReadAllOp(category="", time_max=None, hour=0)):
         script_keys = inbox_call(op, user_id=42, now_ms=0, months=months).keys
-        assert {keys.mc_read_ever_bitmap(42, m) for m in months} <= set(script_keys)
+        assert {mc_keys.read_ever_bitmap(42, m) for m in months} <= set(script_keys)
         assert len({key_slot(k.encode()) for k in script_keys}) == 1
 
 
@@ -232,10 +232,10 @@ def test_first_reads_are_written_behind_in_one_entry_per_mark(
     messages = [send(operator, to={"users": [recipient]}, title=f"m{i}") for i in range(5)]
     assert services.inbox_mark_all_read(user=recipient) == 5
     # One list entry for the five first reads; no per-item counter written yet.
-    assert redis.llen(keys.mc_first_reads_pending()) == 1
-    assert all(redis.exists(keys.mc_item_read_hours(m.ref)) == 0 for m in messages)
+    assert redis.llen(mc_keys.first_reads_pending()) == 1
+    assert all(redis.exists(mc_keys.item_read_hours(m.ref)) == 0 for m in messages)
     assert services.inbox_first_reads_fold() == 1
-    assert redis.llen(keys.mc_first_reads_pending()) == 0
+    assert redis.llen(mc_keys.first_reads_pending()) == 0
     ten = datetime(2026, 11, 22, 10, tzinfo=UTC)
     assert all(_hours(m.ref) == {ten: 1} for m in messages)
     assert services.inbox_first_reads_fold() == 0  # folding again counts nothing twice

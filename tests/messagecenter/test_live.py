@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import live as live_transport
+from live import transport as live_transport
 from messagecenter import live, services
 from messagecenter.live_api import InboxCountsLiveApi
 from notices.services import announcement_create, announcement_mark_read

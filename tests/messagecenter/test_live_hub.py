@@ -30,8 +30,8 @@ from django.test import Client
 from django.utils import timezone
 from redis import Redis
 
-from core import live
 from core.redis import get_redis
+from live import transport as live
 from messagecenter import services
 from notices.services import announcement_create
 from tests.asgi_calls import sse_blocks

@@ -32,9 +32,9 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 import core.redis
-from core import keys
-from core.exceptions import NotFound
+from core.api.exceptions import NotFound
 from core.lua import SCRIPTS, LuaScript
+from messagecenter import keys as mc_keys
 from messagecenter import selectors, services
 from messagecenter.models import Bulletin, Message
 from messagecenter.readmodel import reads
@@ -435,9 +435,9 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
         assert call.args == [*op.own_args(), 5, 1, "202611", "2", 7, 9]
         # The archived and snoozed zsets close every call's KEYS (open_inbox takes them from the end).
-        assert call.keys[-2:] == [keys.mc_inbox_archived(42), keys.mc_inbox_snoozed(42)]
+        assert call.keys[-2:] == [mc_keys.inbox_archived(42), mc_keys.inbox_snoozed(42)]
         # Before them the unread zsets (all, then by category), the evicted set and the arrivals.
-        assert call.keys[-9:-2] == [*scripts.unread_keys(42), keys.mc_inbox_evicted(42), keys.mc_inbox_arrivals(42)]
+        assert call.keys[-9:-2] == [*scripts.unread_keys(42), mc_keys.inbox_evicted(42), mc_keys.inbox_arrivals(42)]
 
 
 # Past this a script mixes concerns: its helpers go to a preamble of their own.

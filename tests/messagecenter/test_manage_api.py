@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 
+from messagecenter import keys as mc_keys
 from messagecenter.models import Bulletin, Message, MessageStatus, UserGroup, UserGroupMembership
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
@@ -27,14 +28,13 @@ def test_group_create_and_duplicate(operator_client: Any) -> None:
 def test_members_add_remove_and_unknown_ids(
     operator_client: Any, recipient: Any, other_recipient: Any, redis: Any
 ) -> None:
-    from core import keys
 
     group = UserGroup.objects.create(name="staff-news")
     url = f"/api/v1/manage/user-groups/{group.pk}/members/"
     response = operator_client.post(url, {"user_ids": [recipient.pk, other_recipient.pk]}, format="json")
     assert response.json() == {"added": 2}
     assert operator_client.post(url, {"user_ids": [recipient.pk]}, format="json").json() == {"added": 0}
-    assert redis.smembers(keys.mc_user_groups(recipient.pk)) == {str(group.pk).encode()}
+    assert redis.smembers(mc_keys.user_groups(recipient.pk)) == {str(group.pk).encode()}
     error = assert_error(operator_client.post(url, {"user_ids": [recipient.pk, 987654]}, format="json"), 400)
     assert "987654" in error["message"]
     error = assert_error(operator_client.delete(url, {"user_ids": [other_recipient.pk, 987655]}, format="json"), 400)
@@ -42,7 +42,7 @@ def test_members_add_remove_and_unknown_ids(
     assert UserGroupMembership.objects.filter(group=group).count() == 2  # nothing changed
     response = operator_client.delete(url, {"user_ids": [other_recipient.pk]}, format="json")
     assert response.json() == {"removed": 1}
-    assert redis.smembers(keys.mc_user_groups(other_recipient.pk)) == set()
+    assert redis.smembers(mc_keys.user_groups(other_recipient.pk)) == set()
     assert_error(operator_client.post(url, {"user_ids": "x"}, format="json"), 400)
     assert_error(
         operator_client.post("/api/v1/manage/user-groups/999999/members/", {"user_ids": [1]}, format="json"), 404

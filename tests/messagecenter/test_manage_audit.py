@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core.models import AuditEntry
+from audit.models import AuditEntry
 from messagecenter.models import Message, Notification
 from tests.conftest import assert_error
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from core import keys
 from core.lua import LuaScript
+from messagecenter import keys as mc_keys
 from messagecenter import selectors, services
 from messagecenter.apis import inbox as inbox_api
 from messagecenter.models import Message
@@ -64,10 +64,10 @@ def test_a_polled_first_page_is_rendered_once(operator: Any, recipient: Any, ren
     assert _get(client) == first == _fresh(recipient)
     assert _get(client) == first
     assert renders[0] == before  # served as stored
-    assert 0 < redis.ttl(keys.mc_inbox_pages(recipient.pk)) <= 300
+    assert 0 < redis.ttl(mc_keys.inbox_pages(recipient.pk)) <= 300
     # Each query has its own entry; pages after the first (cursor) are never cached.
     assert _get(client, "?limit=1&unread=true") == _fresh(recipient, limit=1, unread_only=True)
-    assert set(redis.hkeys(keys.mc_inbox_pages(recipient.pk))) == {b"|0|20", b"|0|20#", b"|1|1", b"|1|1#"}
+    assert set(redis.hkeys(mc_keys.inbox_pages(recipient.pk))) == {b"|0|20", b"|0|20#", b"|1|1", b"|1|1#"}
 
 
 @pytest.fixture
@@ -261,7 +261,7 @@ def test_polled_counts_are_checked_without_the_inbox_script(
     client = client_for(recipient)
     _counts(client)  # plans
     stored = _counts(client)  # the fast script computes them and keeps them
-    assert redis.hget(keys.mc_inbox_pages(recipient.pk), "counts") is not None
+    assert redis.hget(mc_keys.inbox_pages(recipient.pk), "counts") is not None
     before = scripts[0]
     with round_trips() as polled_trips:
         polled = _counts(client)

@@ -9,7 +9,7 @@ from django.db import OperationalError, transaction
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import Message, MessageStatus, PendingDelivery
@@ -144,7 +144,7 @@ def test_without_a_broker_the_next_publish_relays_what_failed_before(
     # along, the notification's delivery and then the chunk it adds.
     message = _send(operator, recipient)
     assert not PendingDelivery.objects.exists()
-    members = redis.zrange(keys.mc_inbox(recipient.pk), 0, -1)
+    members = redis.zrange(mc_keys.inbox(recipient.pk), 0, -1)
     assert sorted(members) == sorted(
         [notification_entry(notification).member.encode(), message_entry(message).member.encode()]
     )

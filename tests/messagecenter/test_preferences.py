@@ -10,9 +10,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from core import keys, live
 from core.redis import get_redis, keyspace_flush
+from live import transport as live
 from messagecenter import fallback, services
+from messagecenter import keys as mc_keys
 from messagecenter.models import MessageType, MutePeriod, Subscription, UserPreferences
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import inbox, to_ms
@@ -130,7 +131,7 @@ def test_put_stores_and_answers_the_preferences(recipient_client: Any, recipient
     ]
     assert UserPreferences.objects.get(user=recipient).email_digest == "weekly"
     # The read model holds the same periods.
-    mirrored = Mutes.loads(get_redis().get(keys.mc_user_mutes(recipient.pk)))
+    mirrored = Mutes.loads(get_redis().get(mc_keys.user_mutes(recipient.pk)))
     assert set(mirrored.categories) == {"system", "promotion"}
     assert set(mirrored.types) == {alert.pk}
     # A field left out stays; an empty list unmutes (the period closes, the key follows).
@@ -141,7 +142,7 @@ def test_put_stores_and_answers_the_preferences(recipient_client: Any, recipient
         "email_digest": "weekly",
     }
     assert MutePeriod.objects.filter(user=recipient, end_ms__isnull=False).count() == 2
-    assert set(Mutes.loads(get_redis().get(keys.mc_user_mutes(recipient.pk))).categories) == {"system", "promotion"}
+    assert set(Mutes.loads(get_redis().get(mc_keys.user_mutes(recipient.pk))).categories) == {"system", "promotion"}
 
 
 @pytest.mark.parametrize(
@@ -216,7 +217,7 @@ def test_muted_push_is_skipped_counts_and_live_unmoved(
     assert both(recipient) == [other.ref, "m" + str(muted.pk - 1)]
     assert muted.ref in both(other_recipient)
     assert not get_redis().zscore(
-        keys.mc_inbox(recipient.pk), f"{muted.ref}|promotion|{muted.slot_month}|{muted.slot_offset}"
+        mc_keys.inbox(recipient.pk), f"{muted.ref}|promotion|{muted.slot_month}|{muted.slot_offset}"
     )
     after = inbox_counts(user=recipient)
     assert after["by_category"]["promotion"] == counts["by_category"]["promotion"] == 1
@@ -323,7 +324,7 @@ def test_rebuild_keeps_muted_items_out(operator: Any, recipient: Any, alert: Any
     inbox_rebuild()
     assert both(recipient) == [kept.ref]
     # The rebuild restored the periods for the merge on read.
-    assert set(Mutes.loads(get_redis().get(keys.mc_user_mutes(recipient.pk))).categories) == {"promotion"}
+    assert set(Mutes.loads(get_redis().get(mc_keys.user_mutes(recipient.pk))).categories) == {"promotion"}
 
 
 # --- self-service subscriptions ---------------------------------------------------------
@@ -339,7 +340,7 @@ def test_self_service_subscription_lifecycle(
     assert (created["message_type"], created["scope"]) == ("alert", "WH1")
     assert isinstance(created["id"], str)
     assert Subscription.objects.get(pk=created["id"]).user_id == recipient.pk
-    assert get_redis().sismember(keys.mc_subscribers(alert.pk, "WH1"), f"u{recipient.pk}")
+    assert get_redis().sismember(mc_keys.subscribers(alert.pk, "WH1"), f"u{recipient.pk}")
     assert recipient_client.get(SUBS).json() == {"results": [created]}
     assert_error(recipient_client.post(SUBS, {"message_type": "alert", "scope": "WH1"}, format="json"), 409)
     # Someone else's id, an unknown one: 404; the owner's: 204, and the set follows.
@@ -347,7 +348,7 @@ def test_self_service_subscription_lifecycle(
     assert_error(recipient_client.delete(f"{SUBS}999999/"), 404)
     assert recipient_client.delete(f"{SUBS}{created['id']}/").status_code == 204
     assert not Subscription.objects.filter(pk=created["id"]).exists()
-    assert not get_redis().sismember(keys.mc_subscribers(alert.pk, "WH1"), f"u{recipient.pk}")
+    assert not get_redis().sismember(mc_keys.subscribers(alert.pk, "WH1"), f"u{recipient.pk}")
     assert recipient_client.get(SUBS).json() == {"results": []}
     # The id as a JSON integer works too.
     again = recipient_client.post(SUBS, {"message_type": "alert", "scope": "WH2"}, format="json").json()
@@ -480,8 +481,8 @@ def test_settings_page_forms(browser: Client, recipient: Any, alert: Any) -> Non
 
 def test_deleting_the_user_drops_the_mirror(recipient: Any) -> None:
     mute(recipient, ["promotion"])
-    assert get_redis().exists(keys.mc_user_mutes(recipient.pk))
+    assert get_redis().exists(mc_keys.user_mutes(recipient.pk))
     user_id = recipient.pk
     recipient.delete()
     assert not MutePeriod.objects.filter(user_id=user_id).exists()
-    assert not get_redis().exists(keys.mc_user_mutes(user_id))
+    assert not get_redis().exists(mc_keys.user_mutes(user_id))

@@ -9,7 +9,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys, outbox
+from core import outbox
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import bulletin_entry
 from messagecenter.models import Bulletin
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 def config_members(redis: Any, bulletin: Bulletin) -> set[str]:
-    members = {m.decode() for m in redis.zrange(keys.mc_bulletin_config(), 0, -1)}
+    members = {m.decode() for m in redis.zrange(mc_keys.bulletin_config(), 0, -1)}
     return {m for m in members if m.startswith(f"{bulletin.pk}_")}
 
 
@@ -139,20 +140,20 @@ def test_an_edit_of_its_words_only_leaves_every_inbox_alone(recipient: Any, redi
     without the rows being placed again. Moving it does all of that."""
     bulletin = services.bulletin_create(title="News", body_html="<p>x</p>", display_time=clock.now)
     services.inbox_archive(user=recipient, item_id=bulletin.ref)
-    marks = (keys.mc_removed_version(), keys.mc_bulletin_update_time())
+    marks = (mc_keys.removed_version(), mc_keys.bulletin_update_time())
     before = redis.mget(marks)
 
     services.bulletin_update(bulletin=bulletin, data={"title": "News, corrected", "body_html": "<p>y</p>"})
     assert redis.mget(marks) == before
     assert inbox_item_get(user=recipient, item_id=bulletin.ref).title == "News, corrected"
-    archived = {m.decode() for m in redis.zrange(keys.mc_inbox_archived(recipient.pk), 0, -1)}
+    archived = {m.decode() for m in redis.zrange(mc_keys.inbox_archived(recipient.pk), 0, -1)}
     assert archived == {bulletin_entry(bulletin).member}
 
     services.bulletin_update(bulletin=bulletin, data={"display_time": clock.now - timedelta(minutes=5)})
     removed, updated = redis.mget(marks)
     assert int(removed) > int(before[0] or 0)
     assert int(updated) > int(before[1])
-    archived = redis.zrange(keys.mc_inbox_archived(recipient.pk), 0, -1, withscores=True)
+    archived = redis.zrange(mc_keys.inbox_archived(recipient.pk), 0, -1, withscores=True)
     # Placed again from the row, at the new display time.
     assert [(m.decode(), int(s)) for m, s in archived] == [
         (bulletin_entry(bulletin).member, to_ms(clock.now - timedelta(minutes=5)))

@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
+from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.models import ItemSlotMonth, Message, MessageImage, MessageStatus, PendingDelivery
 from messagecenter.selectors import inbox_item_get
@@ -44,7 +44,7 @@ def test_everyone_message_is_published_in_few_statements(operator: Any, recipien
     assert len(reads) == 1
     assert "core_webhookendpoint" in reads[0], statements
     assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
-    assert redis.zcard(keys.mc_pull()) == 2
+    assert redis.zcard(mc_keys.pull()) == 2
     assert ids(client_for(recipient).get("/api/v1/inbox/")) == [f"m{message.pk}", f"m{message.pk - 1}"]
     assert inbox_item_get(user=recipient, item_id=f"m{message.pk}").title == "Second"
 
@@ -83,7 +83,7 @@ def test_retracted_in_the_same_transaction_reaches_nobody(operator: Any, recipie
     assert Message.objects.get(pk=message.pk).status == MessageStatus.RETRACTED
     assert client_for(recipient).get("/api/v1/inbox/").json()["results"] == []
     assert client_for(recipient).get(f"/api/v1/inbox/m{message.pk}/").status_code == 404
-    assert redis.zcard(keys.mc_pull()) == 0
+    assert redis.zcard(mc_keys.pull()) == 0
 
 
 def test_deleted_in_the_same_transaction_leaves_nothing(operator: Any, recipient: Any, redis: Any) -> None:
@@ -91,8 +91,8 @@ def test_deleted_in_the_same_transaction_leaves_nothing(operator: Any, recipient
         message = everyone(operator)
         Message.objects.filter(pk=message.pk).delete()
     assert client_for(recipient).get("/api/v1/inbox/").json()["results"] == []
-    assert redis.zcard(keys.mc_pull()) == 0
-    assert not redis.hexists(keys.mc_item_detail(), f"m{message.pk}")
+    assert redis.zcard(mc_keys.pull()) == 0
+    assert not redis.hexists(mc_keys.item_detail(), f"m{message.pk}")
 
 
 def test_a_failed_send_writes_nothing(operator: Any, recipient: Any, redis: Any, monkeypatch: Any) -> None:
@@ -108,7 +108,7 @@ def test_a_failed_send_writes_nothing(operator: Any, recipient: Any, redis: Any,
         everyone(operator, title="Broken", image_files=[upload])
     assert list(Message.objects.values_list("title", flat=True)) == ["Hello"]
     assert ItemSlotMonth.objects.get().next_offset == before  # the slot went back with the rollback
-    assert redis.zcard(keys.mc_pull()) == 1
+    assert redis.zcard(mc_keys.pull()) == 1
 
 
 def test_a_failed_send_inside_a_transaction_rolls_all_of_it_back(
@@ -132,7 +132,7 @@ def test_a_failed_send_inside_a_transaction_rolls_all_of_it_back(
 
     caller()
     assert not Message.objects.exists()
-    assert redis.zcard(keys.mc_pull()) == 0
+    assert redis.zcard(mc_keys.pull()) == 0
 
 
 def test_a_validation_error_leaves_the_callers_transaction_usable(operator: Any, recipient: Any) -> None:
@@ -190,7 +190,7 @@ def test_with_a_broker_the_task_is_enqueued_after_commit(operator: Any, monkeypa
         task.app.conf.task_always_eager = eager
     assert queued == [message.pk]
     assert Message.objects.get(pk=message.pk).status == MessageStatus.QUEUED
-    assert redis.zcard(keys.mc_pull()) == 0
+    assert redis.zcard(mc_keys.pull()) == 0
 
 
 @pytest.mark.postgres

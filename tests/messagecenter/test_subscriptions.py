@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from core import keys
 from core.redis import get_redis, keyspace_flush
+from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.models import Notification, Subscription
 from messagecenter.readmodel import to_ms
@@ -95,7 +95,7 @@ def test_subscriber_sets_mirrored_in_redis(replenish: Any, recipient: Any, clock
     group = make_group("pickers", recipient)
     by_user = services.subscription_create(message_type="replenish", scope="WH1", user_id=recipient.pk)
     services.subscription_create(message_type="replenish", scope="WH1", group_id=group.pk)
-    key = keys.mc_subscribers(replenish.pk, "WH1")
+    key = mc_keys.subscribers(replenish.pk, "WH1")
     assert get_redis().smembers(key) == {f"u{recipient.pk}".encode(), f"g{group.pk}".encode()}
     services.subscription_delete(subscription=by_user)
     assert get_redis().smembers(key) == {f"g{group.pk}".encode()}
@@ -104,7 +104,7 @@ def test_subscriber_sets_mirrored_in_redis(replenish: Any, recipient: Any, clock
     sub.scope = "WH2"
     sub.save()
     assert get_redis().smembers(key) == set()
-    assert get_redis().smembers(keys.mc_subscribers(replenish.pk, "WH2")) == {f"g{group.pk}".encode()}
+    assert get_redis().smembers(mc_keys.subscribers(replenish.pk, "WH2")) == {f"g{group.pk}".encode()}
 
 
 def test_polling_with_since(replenish: Any, recipient: Any, clock: Any) -> None:
@@ -144,32 +144,32 @@ def test_sweep_removes_expired_keeps_live_in_bounded_batches(
     expiring = [notify(title=f"e{i}", ttl_seconds=60) for i in range(5)]
     live = notify(title="live")
     redis = get_redis()
-    notif_key = keys.mc_user_notifications(recipient.pk)
+    notif_key = mc_keys.user_notifications(recipient.pk)
     assert redis.zcard(notif_key) == 6
-    assert redis.smembers(keys.mc_notification_holders()) == {
+    assert redis.smembers(mc_keys.notification_holders()) == {
         str(recipient.pk).encode(),
         str(other_recipient.pk).encode(),
     }
     clock.advance(seconds=61)
     # Nobody read since: the sweep, not a read, removes them from the inbox zsets.
-    assert redis.zcard(keys.mc_inbox(recipient.pk)) == 6
+    assert redis.zcard(mc_keys.inbox(recipient.pk)) == 6
     done = services.notification_sweep()
     assert done == {"users": 2, "removed": 10, "details_freed": 5}
     assert redis.zcard(notif_key) == 1
-    assert redis.zcard(keys.mc_inbox(recipient.pk)) == 1
-    assert redis.zcard(keys.mc_inbox_expiry(recipient.pk)) == 1
+    assert redis.zcard(mc_keys.inbox(recipient.pk)) == 1
+    assert redis.zcard(mc_keys.inbox_expiry(recipient.pk)) == 1
     # What the sweep removed leaves the arrivals too: only the live one waits to be placed.
-    assert redis.zrange(keys.mc_inbox_arrivals(recipient.pk), 0, -1) == redis.zrange(keys.mc_inbox(recipient.pk), 0, -1)
-    assert redis.hexists(keys.mc_item_detail(), f"n{live.pk}")
-    assert not any(redis.hexists(keys.mc_item_detail(), f"n{n.pk}") for n in expiring)
+    assert redis.zrange(mc_keys.inbox_arrivals(recipient.pk), 0, -1) == redis.zrange(mc_keys.inbox(recipient.pk), 0, -1)
+    assert redis.hexists(mc_keys.item_detail(), f"n{live.pk}")
+    assert not any(redis.hexists(mc_keys.item_detail(), f"n{n.pk}") for n in expiring)
     assert Notification.objects.filter(details_freed=True).count() == 5
     assert refs(recipient) == [f"n{live.pk}"]
-    assert redis.hget(keys.mc_inbox_counters(recipient.pk), "system") == b"1"  # placed by that read, counted once
+    assert redis.hget(mc_keys.inbox_counters(recipient.pk), "system") == b"1"  # placed by that read, counted once
     # Idempotent; a holder with nothing left leaves the index.
     clock.advance(seconds=3600)
     assert services.notification_sweep()["removed"] == 2
     assert services.notification_sweep() == {"users": 0, "removed": 0, "details_freed": 0}
-    assert redis.smembers(keys.mc_notification_holders()) == set()
+    assert redis.smembers(mc_keys.notification_holders()) == set()
     assert tasks.notifications_sweep_task() == {"users": 0, "removed": 0, "details_freed": 0}
 
 
@@ -188,7 +188,7 @@ def test_fanout_is_chunked_and_idempotent(
     assert tasks.notification_fanout_chunk_task(notification.pk, 0) == 1
     assert {u.pk: inbox_counts(user=u)["unread"] for u in users} == before
     assert all(refs(u) == [f"n{notification.pk}"] for u in users)
-    assert get_redis().zcard(keys.mc_user_notifications(recipient.pk)) == 1
+    assert get_redis().zcard(mc_keys.user_notifications(recipient.pk)) == 1
 
 
 def test_withdraw_removes_from_every_inbox(replenish: Any, recipient: Any, other_recipient: Any, clock: Any) -> None:
@@ -204,7 +204,7 @@ def test_withdraw_removes_from_every_inbox(replenish: Any, recipient: Any, other
 
 
 def test_bad_inputs_change_nothing(replenish: Any, recipient: Any, clock: Any) -> None:
-    from core.exceptions import ApplicationError
+    from core.api.exceptions import ApplicationError
 
     services.subscription_create(message_type="replenish", scope="WH1", user_id=recipient.pk)
     for kwargs in (
@@ -242,12 +242,12 @@ def test_rebuild_restores_subscriptions_and_notifications(
     assert refs(recipient) == [f"n{kept.pk}"]
     # (Sent within the same millisecond: their order is the members' order, which the ids decide.)
     assert sorted(refs(other_recipient)) == sorted([f"n{hidden.pk}", f"n{kept.pk}"])
-    assert get_redis().smembers(keys.mc_subscribers(replenish.pk, "WH1")) == {
+    assert get_redis().smembers(mc_keys.subscribers(replenish.pk, "WH1")) == {
         f"u{recipient.pk}".encode(),
         f"u{other_recipient.pk}".encode(),
     }
-    assert get_redis().zscore(keys.mc_user_notifications(recipient.pk), f"n{expired.pk}") is None
-    assert to_ms(kept.expire_at) == get_redis().zscore(keys.mc_inbox_expiry(recipient.pk), kept_member(kept))
+    assert get_redis().zscore(mc_keys.user_notifications(recipient.pk), f"n{expired.pk}") is None
+    assert to_ms(kept.expire_at) == get_redis().zscore(mc_keys.inbox_expiry(recipient.pk), kept_member(kept))
 
 
 def kept_member(notification: Notification) -> str:
@@ -262,5 +262,5 @@ def test_sweep_script_keys_share_one_cluster_slot() -> None:
     from messagecenter.readmodel.scripts import SweepOp, inbox_call
 
     script_keys = inbox_call(SweepOp(limit=10), user_id=42, now_ms=0, months=["202611", "202612"]).keys
-    assert keys.mc_user_notifications(42) in script_keys
+    assert mc_keys.user_notifications(42) in script_keys
     assert len({key_slot(k.encode()) for k in script_keys}) == 1

@@ -14,8 +14,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from pyroaring import BitMap
 
-from core import activity
-from core.models import AuditEntry
+from audit.models import AuditEntry
+from insight import activity
 from messagecenter import insight, services
 from messagecenter.models import Message
 from tests.factories import StaffFactory, UserFactory

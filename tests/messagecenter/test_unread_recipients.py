@@ -13,8 +13,8 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 from pyroaring import BitMap
 
-from core.exceptions import NotFound
-from core.models import AuditEntry
+from audit.models import AuditEntry
+from core.api.exceptions import NotFound
 from messagecenter import insight, services
 from messagecenter.models import Message, MessageStatus, PendingDelivery
 from tests.conftest import assert_error, client_for

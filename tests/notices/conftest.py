@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from core.services import user_set_platforms
+from accounts.services import user_set_platforms
 from notices import readmodel
 from notices.models import Announcement
 from notices.services import announcement_create

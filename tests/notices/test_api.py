@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from core import keys
+from notices import keys as notice_keys
 from notices.models import Announcement
 from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
@@ -126,7 +126,7 @@ def test_operator_creates_updates_and_deletes(operator_client: Any, recipient_cl
     assert operator_client.delete(f"/api/v1/manage/announcements/{pk}/").status_code == 204
     assert recipient_client.get("/api/v1/announcements/counts/").json() == {"read": 0, "unread": 0}
     assert_error(recipient_client.get(f"/api/v1/announcements/{pk}/"), 404)
-    assert redis.exists(keys.notice_bitmap("user", 0, pk)) == 0
+    assert redis.exists(notice_keys.bitmap("user", 0, pk)) == 0
     assert_error(operator_client.delete(f"/api/v1/manage/announcements/{pk}/"), 404, "not_found")
     assert_error(operator_client.patch(f"/api/v1/manage/announcements/{pk}/", {}, format="json"), 404)
 

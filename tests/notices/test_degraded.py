@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys, outbox
+from core import outbox
 from core.models import OutboxEntry
 from core.redis import keyspace_flush
+from notices import keys as notice_keys
 from notices import readmodel
 from tests.conftest import assert_error
 from tests.notices.conftest import announce
@@ -76,8 +77,8 @@ def test_rebuild_command_restores_the_indexes(redis: Any) -> None:
     a = announce(["user", "customer"])
     keyspace_flush()
     call_command("notices_rebuild", stdout=StringIO())
-    assert redis.zscore(keys.notice_index("user", 0), a.pk) is not None
-    assert redis.zscore(keys.notice_index("customer", 0), a.pk) is not None
+    assert redis.zscore(notice_keys.index("user", 0), a.pk) is not None
+    assert redis.zscore(notice_keys.index("customer", 0), a.pk) is not None
 
 
 def test_degraded_read_flags_are_the_committed_rows(recipient: Any, other_recipient: Any) -> None:

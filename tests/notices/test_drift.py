@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core import keys
 from core.drift import check_run, drift_checks
 from core.redis import get_redis
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement
 from tests.notices.conftest import HOUR, T0, announce
@@ -22,11 +22,11 @@ def find() -> list[Any]:
 
 
 def index(platform: str, chunk: int = 0) -> dict[int, int]:
-    return {int(m): int(s) for m, s in get_redis().zrange(keys.notice_index(platform, chunk), 0, -1, withscores=True)}
+    return {int(m): int(s) for m, s in get_redis().zrange(notice_keys.index(platform, chunk), 0, -1, withscores=True)}
 
 
 def expiry(platform: str, chunk: int = 0) -> dict[int, int]:
-    return {int(m): int(s) for m, s in get_redis().zrange(keys.notice_expiry(platform, chunk), 0, -1, withscores=True)}
+    return {int(m): int(s) for m, s in get_redis().zrange(notice_keys.expiry(platform, chunk), 0, -1, withscores=True)}
 
 
 def test_clean_after_publishing() -> None:
@@ -40,17 +40,17 @@ def test_removed_member_stale_id_and_wrong_expiry_found_and_repaired() -> None:
     other = announce(["user"])
     want_index, want_expiry = index("user"), expiry("user")
     redis = get_redis()
-    redis.zrem(keys.notice_index("user", 0), other.pk)
-    redis.zadd(keys.notice_index("user", 0), {"987654": 1})
-    redis.zadd(keys.notice_expiry("user", 0), {str(kept.pk): 5})
-    redis.set(keys.notice_bitmap("user", 0, 987654), b"\x80")  # read bits of the stale id
+    redis.zrem(notice_keys.index("user", 0), other.pk)
+    redis.zadd(notice_keys.index("user", 0), {"987654": 1})
+    redis.zadd(notice_keys.expiry("user", 0), {str(kept.pk): 5})
+    redis.set(notice_keys.bitmap("user", 0, 987654), b"\x80")  # read bits of the stale id
     [finding] = find()
-    assert finding.key == keys.notice_index("user", 0)
+    assert finding.key == notice_keys.index("user", 0)
     assert finding.detail == f"missing #{other.pk}; stale #987654; wrong expiry of #{kept.pk}"
     result = check_run(repair=True, areas=["announcements"])
     assert (result.drift_count, result.repaired_count, result.remaining_count) == (1, 1, 0)
     assert (index("user"), expiry("user")) == (want_index, want_expiry)
-    assert not redis.exists(keys.notice_bitmap("user", 0, 987654))  # dropped with the stale id
+    assert not redis.exists(notice_keys.bitmap("user", 0, 987654))  # dropped with the stale id
     assert find() == []
 
 
@@ -59,9 +59,9 @@ def test_deleted_index_key_on_a_second_chunk(settings: Any) -> None:
     one = announce(["user"])
     readmodel.mark(platforms=["user"], user_id=1500, announcement_id=one.pk, read=True)  # builds chunk 1
     assert index("user", 1) == index("user", 0) != {}
-    get_redis().delete(keys.notice_index("user", 1))
+    get_redis().delete(notice_keys.index("user", 1))
     [finding] = find()
-    assert (finding.key, finding.detail) == (keys.notice_index("user", 1), f"missing #{one.pk}")
+    assert (finding.key, finding.detail) == (notice_keys.index("user", 1), f"missing #{one.pk}")
     check_run(repair=True, areas=["announcements"])
     assert index("user", 1) == index("user", 0)
     assert find() == []
@@ -74,9 +74,9 @@ def test_announcement_moved_off_a_platform_is_stale_there() -> None:
     moved.platform_rows.filter(platform="customer").delete()
     assert index("customer") == {}
     # As if the sync after that commit had been lost: the old index is back.
-    get_redis().zadd(keys.notice_index("customer", 0), {str(pk): ms for pk, ms in customer_index.items()})
+    get_redis().zadd(notice_keys.index("customer", 0), {str(pk): ms for pk, ms in customer_index.items()})
     [finding] = find()
-    assert (finding.key, finding.detail) == (keys.notice_index("customer", 0), f"stale #{moved.pk}")
+    assert (finding.key, finding.detail) == (notice_keys.index("customer", 0), f"stale #{moved.pk}")
     check_run(repair=True, areas=["announcements"])
     assert index("customer") == {}
     assert find() == []

@@ -15,9 +15,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys
 from core.models import OutboxEntry
 from core.redis import is_cluster
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement
 from notices.services import announcement_delete, announcement_update
@@ -62,7 +62,7 @@ def test_a_publish_costs_five_statements_and_three_round_trips(redis: Any) -> No
     assert "core_webhookendpoint" in reads[0], statements
     if not is_cluster():  # RoundTrips counts the pool of a single Redis
         # The revision and the chunk set (one pipeline), then the chunk's
-        # script; then the platform's live broadcast (core.live.broadcast).
+        # script; then the platform's live broadcast (live.transport.broadcast).
         assert trips[0] <= 3
 
 
@@ -141,7 +141,7 @@ def test_an_add_after_a_rebuild_started_rebuilds_instead(redis: Any) -> None:
     assert seen is not None
     # The row was edited and its rebuild took a revision (not written yet).
     Announcement.objects.filter(pk=first.pk).update(publish_at=T0 + HOUR)
-    redis.incr(keys.notice_revision("user"))
+    redis.incr(notice_keys.revision("user"))
     stale = (first.pk, readmodel.to_ms(T0), None)
     assert readmodel.platform_add(platform="user", entry=stale, seen=seen) is False
     assert readmodel.drift_chunk_indexes(platform="user")[0][0] == {first.pk: readmodel.to_ms(T0 + HOUR)}
@@ -160,7 +160,7 @@ def test_an_add_never_overwrites_a_rebuild_that_read_after_the_commit(redis: Any
 def test_an_older_rebuild_in_flight_is_refused_after_an_add(redis: Any) -> None:
     announce(["user"])
     # A rebuild took its revision and read PostgreSQL before the next publish committed...
-    old_rev = int(redis.incr(keys.notice_revision("user")))
+    old_rev = int(redis.incr(notice_keys.revision("user")))
     old_snapshot = readmodel._platform_entries("user")
     readmodel._write_chunk(redis, platform="user", chunk=0, rev=old_rev, entries=old_snapshot, drop_ids=())
     readmodel._revisions["user"] = old_rev
@@ -173,7 +173,7 @@ def test_an_older_rebuild_in_flight_is_refused_after_an_add(redis: Any) -> None:
 
 def test_a_chunk_registered_but_not_built_makes_the_add_rebuild(redis: Any) -> None:
     announce(["user"])
-    redis.sadd(keys.notice_chunks(), 7)  # a _build_chunk in flight: registered, not written yet
+    redis.sadd(notice_keys.chunks(), 7)  # a _build_chunk in flight: registered, not written yet
     second = announce(["user"])
     assert second.pk in readmodel.drift_chunk_indexes(platform="user")[7][0]
     assert indexes() == rebuilt()

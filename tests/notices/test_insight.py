@@ -9,6 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from notices import insight, readmodel
+from notices import keys as notice_keys
 from notices.services import announcement_mark_read, announcement_mark_unread
 from tests.factories import StaffFactory, UserFactory
 from tests.notices.conftest import announce, on_platforms
@@ -46,10 +47,8 @@ def test_counters_share_the_bitmaps_slot() -> None:
     """The mark script touches both: on Redis Cluster they must map to one slot."""
     from redis.cluster import key_slot
 
-    from core import keys
-
-    assert key_slot(keys.notice_read_hours("user", 3, 7).encode()) == key_slot(
-        keys.notice_bitmap("user", 3, 7).encode()
+    assert key_slot(notice_keys.read_hours("user", 3, 7).encode()) == key_slot(
+        notice_keys.bitmap("user", 3, 7).encode()
     )
 
 

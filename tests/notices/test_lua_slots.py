@@ -9,8 +9,8 @@ import pytest
 from django.test import override_settings
 from redis.cluster import key_slot
 
-from core import keys
 from core.lua import LuaScript
+from notices import keys as notice_keys
 from notices.selectors import announcement_counts, announcement_list, announcement_stats
 from notices.services import announcement_delete, announcement_mark_read, announcement_mark_unread, announcement_update
 from tests.factories import UserFactory
@@ -103,7 +103,7 @@ def test_no_scan_or_keys_command_on_the_hot_path(recipient: Any) -> None:
 
 
 def test_key_tags_differ_per_chunk_and_platform() -> None:
-    tags = {keys.notice_tag(p, c) for p in ("user", "customer") for c in (0, 1, 2)}
+    tags = {notice_keys.tag(p, c) for p in ("user", "customer") for c in (0, 1, 2)}
     assert len(tags) == 6
-    assert keys.notice_index("user", 0).endswith("notice:{user}:index")
-    assert key_slot(keys.notice_index("user", 1).encode()) == key_slot(keys.notice_bitmap("user", 1, 7).encode())
+    assert notice_keys.index("user", 0).endswith("notice:{user}:index")
+    assert key_slot(notice_keys.index("user", 1).encode()) == key_slot(notice_keys.bitmap("user", 1, 7).encode())

@@ -136,7 +136,7 @@ def test_admin_pages_and_actions(operator: Any, recipient: Any) -> None:
 
 
 def test_demo_seed_is_idempotent() -> None:
-    from core.demo import seed as seed_core
+    from accounts.demo import seed as seed_core
     from notices.demo import seed
 
     seed_core(StringIO())

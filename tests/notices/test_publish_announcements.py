@@ -9,9 +9,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core import keys
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
 from core.redis import keyspace_flush
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts
@@ -77,7 +77,7 @@ def test_a_chunk_never_built_is_restored_before_its_index_opens(
     keyspace_flush()
     readmodel.clear_local_cache()
     b = announce(["user"])  # the first sync after the loss builds the chunk
-    assert redis.exists(keys.notice_meta("user", 0))
+    assert redis.exists(notice_keys.meta("user", 0))
     assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[other_recipient.pk]) == [True]
     assert announcement_counts(user=other_recipient, now=T0 + HOUR)["unread"] == 1
     assert announcement_counts(user=recipient, now=T0 + HOUR)["unread"] == 2
@@ -89,12 +89,12 @@ def test_the_sync_drops_bitmaps_on_a_chunk_never_built(redis: Any, recipient: An
     a = announce(["user"])
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
     keyspace_flush()
-    redis.set(keys.notice_bitmap("user", 0, a.pk), b"\xff")  # left over without an index
+    redis.set(notice_keys.bitmap("user", 0, a.pk), b"\xff")  # left over without an index
     readmodel.clear_local_cache()
     pk = a.pk
     a.delete()
-    assert not redis.exists(keys.notice_bitmap("user", 0, pk))
-    assert redis.exists(keys.notice_meta("user", 0))
+    assert not redis.exists(notice_keys.bitmap("user", 0, pk))
+    assert redis.exists(notice_keys.meta("user", 0))
 
 
 def test_a_validation_error_leaves_the_callers_transaction_usable(recipient: Any) -> None:
@@ -114,4 +114,4 @@ def test_a_failed_write_writes_nothing(monkeypatch: pytest.MonkeyPatch, redis: A
     with pytest.raises(RuntimeError, match="insert failed"):
         announce(["user"])
     assert not Announcement.objects.exists()
-    assert not redis.exists(keys.notice_index("user", 0))
+    assert not redis.exists(notice_keys.index("user", 0))

@@ -14,9 +14,9 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import keys
-from core.exceptions import NotFound
+from core.api.exceptions import NotFound
 from core.lua import LuaScript
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts, announcement_list
@@ -157,11 +157,11 @@ def test_a_count_reads_the_users_counter_not_the_announcements(recipient: Any, r
     for _ in range(2000 // readmodel.ADVANCE_BATCH + 2):
         assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 2000}
     chunk, offset = readmodel.user_slot(recipient.pk)
-    assert redis.hget(keys.notice_meta("user", chunk), "t") == str(readmodel.to_ms(T0)).encode()
+    assert redis.hget(notice_keys.meta("user", chunk), "t") == str(readmodel.to_ms(T0)).encode()
     for a in created[::2][:700]:
         readmodel.mark(platforms=["user"], user_id=recipient.pk, announcement_id=a.pk, read=True)
     block, index = readmodel._counter_of(offset)
-    counter = keys.notice_reads("user", chunk, block)
+    counter = notice_keys.reads("user", chunk, block)
     assert readmodel.counter_from_block(redis.get(counter), index) == 700
     assert redis.get(counter)[0] == 16  # 700 needs 16-bit counters: the block widened twice
 
@@ -194,9 +194,9 @@ def test_expiry_moves_every_readers_counter_once(recipient: Any, other_recipient
     # That count moved the chunk time past the expiry, for both readers (one chunk holds them).
     chunk, offset = readmodel.user_slot(other_recipient.pk)
     assert readmodel.user_slot(recipient.pk)[0] == chunk
-    assert redis.hget(keys.notice_meta("user", chunk), "t") == str(readmodel.to_ms(later)).encode()
+    assert redis.hget(notice_keys.meta("user", chunk), "t") == str(readmodel.to_ms(later)).encode()
     block, index = readmodel._counter_of(offset)
-    assert readmodel.counter_from_block(redis.get(keys.notice_reads("user", chunk, block)), index) == 1
+    assert readmodel.counter_from_block(redis.get(notice_keys.reads("user", chunk, block)), index) == 1
     assert announcement_counts(user=other_recipient, now=later) == {"read": 1, "unread": 0}
     # Back in time: the expired one counts again, without moving the chunk time back.
     assert announcement_counts(user=other_recipient, now=T0) == {"read": 2, "unread": 0}
@@ -215,9 +215,9 @@ def test_a_reader_with_a_high_user_id_makes_no_large_key(redis: Any) -> None:
     ]
     sizes = {key: redis.strlen(key) for key in redis.scan_iter(count=1000) if redis.type(key) == b"string"}
     chunk = readmodel.user_slot(user_id)[0]
-    assert keys.notice_bitmap("user", chunk, a.pk).encode() in sizes
+    assert notice_keys.bitmap("user", chunk, a.pk).encode() in sizes
     # A bitmap holds one chunk (32,768 users: 4 KiB); a counter block is as long as
     # its counters need (a header byte, then 4 bits per user up to this one).
     assert max(sizes.values()) <= 4096, sizes
     block = readmodel._counter_of(readmodel.user_slot(user_id)[1])[0]
-    assert redis.strlen(keys.notice_reads("user", chunk, block)) <= 1025
+    assert redis.strlen(notice_keys.reads("user", chunk, block)) <= 1025

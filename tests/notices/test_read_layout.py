@@ -18,6 +18,7 @@ from pyroaring import BitMap
 from core import healing, keys, rebuild
 from core.bitmaps import bitmap_to_redis
 from core.redis import get_redis, keyspace_flush
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform, AnnouncementRead
 from notices.selectors import announcement_counts
@@ -41,12 +42,12 @@ def _bulk_announce(count: int) -> list[int]:
 def _counter(redis: Any, user_id: int) -> int:
     chunk, offset = readmodel.user_slot(user_id)
     block, index = readmodel._counter_of(offset)
-    return readmodel.counter_from_block(redis.get(keys.notice_reads("user", chunk, block)), index)
+    return readmodel.counter_from_block(redis.get(notice_keys.reads("user", chunk, block)), index)
 
 
 def _width(redis: Any, user_id: int) -> int:
     chunk, offset = readmodel.user_slot(user_id)
-    data = redis.get(keys.notice_reads("user", chunk, readmodel._counter_of(offset)[0]))
+    data = redis.get(notice_keys.reads("user", chunk, readmodel._counter_of(offset)[0]))
     return int(data[0])
 
 
@@ -115,7 +116,7 @@ def test_marks_in_any_order_make_the_window_python_writes(offsets: list[int]) ->
     for offset in offsets:
         readmodel.mark(platforms=["user"], user_id=base + offset, announcement_id=pk, read=True)
     users = BitMap(base + o for o in offsets)
-    assert get_redis().get(keys.notice_bitmap("user", 1, pk)) == readmodel.window_to_redis(users, base=base)
+    assert get_redis().get(notice_keys.bitmap("user", 1, pk)) == readmodel.window_to_redis(users, base=base)
     assert readmodel.readers(announcement_id=pk, platforms=["user"]) == users
 
 
@@ -126,7 +127,7 @@ def test_a_lone_reader_far_into_a_chunk_makes_a_small_bitmap(redis: Any) -> None
     chunk, offset = readmodel.user_slot(high)
     assert offset > 8 * 1000
     assert readmodel.mark(platforms=["user"], user_id=high, announcement_id=created[0], read=True)
-    key = keys.notice_bitmap("user", chunk, created[0])
+    key = notice_keys.bitmap("user", chunk, created[0])
     assert redis.strlen(key) == 2  # its window starts at its byte (a multiple of 16): head and one byte
     # A reader before the window moves its start; one after it extends it.
     readers = [high]
@@ -161,10 +162,10 @@ def test_a_block_is_as_long_and_as_wide_as_its_counters_need(redis: Any) -> None
     readmodel.read_count(platform="user", user_id=0, now=T0)  # the chunk time passes the publishes
     assert [_counter(redis, u) for u in (0, 1, 2, 2047)] == [3, 3, 0, 3]
     # A header byte and 2,048 4-bit counters: half a byte per user, not two.
-    assert redis.strlen(keys.notice_reads("user", 0, 0)) == 1 + 1024
+    assert redis.strlen(notice_keys.reads("user", 0, 0)) == 1 + 1024
     readmodel.mark(platforms=["user"], user_id=2048 + 5, announcement_id=created[0], read=True)
     # The next block holds users up to the one that read: 4 bytes, not 1 KiB.
-    assert redis.strlen(keys.notice_reads("user", 0, 1)) == 1 + 3
+    assert redis.strlen(notice_keys.reads("user", 0, 1)) == 1 + 3
 
 
 def test_a_counter_past_its_width_widens_the_block_and_keeps_every_counter(redis: Any) -> None:
@@ -258,9 +259,9 @@ def test_counts_stay_exact_across_widths_and_rebuilds(actions: list[tuple[Any, .
 
 
 def test_a_new_redis_takes_this_processs_layout(redis: Any) -> None:
-    assert redis.get(keys.notice_layout()) is None
+    assert redis.get(notice_keys.layout()) is None
     _bulk_announce(1)
-    assert redis.get(keys.notice_layout()) == readmodel.layout().encode()
+    assert redis.get(notice_keys.layout()) == readmodel.layout().encode()
     assert readmodel.layout() == f"{readmodel.LAYOUT_FORMAT}:{2**15}"
 
 
@@ -276,7 +277,7 @@ def test_read_state_refilled_after_a_flush_keeps_its_layout(redis: Any) -> None:
     readmodel._ids_cache.clear()
     readmodel.platform_sync(platform="user")
     announcement_mark_read(user=user, announcement_id=created[0], now=T0)
-    assert redis.get(keys.notice_layout()) == readmodel.layout().encode()
+    assert redis.get(notice_keys.layout()) == readmodel.layout().encode()
     readmodel.clear_local_cache()  # another process
     assert announcement_counts(user=user, now=T0) == {"read": 1, "unread": 1}
 
@@ -311,7 +312,7 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, s
     hours = readmodel.read_hours(announcement_id=created[0], platforms=["user"])
     # Every mark committed its row before its answer.
     assert AnnouncementRead.objects.count() == len(marked)
-    assert redis.get(keys.notice_layout()) == f"{readmodel.LAYOUT_FORMAT}:{2**20}".encode()
+    assert redis.get(notice_keys.layout()) == f"{readmodel.LAYOUT_FORMAT}:{2**20}".encode()
 
     # Smaller chunks: the users now sit in several of them, at other offsets.
     settings.MESSAGECENTER_NOTICE_CHUNK_USERS = 4
@@ -324,7 +325,7 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, s
     assert redis.get(keys.readmodel_generation()) is None  # every process now answers from PostgreSQL
 
     call_command("rebuild_redis", "--quiet", stdout=StringIO())
-    assert redis.get(keys.notice_layout()) == readmodel.layout().encode() == b"%d:4" % readmodel.LAYOUT_FORMAT
+    assert redis.get(notice_keys.layout()) == readmodel.layout().encode() == b"%d:4" % readmodel.LAYOUT_FORMAT
     _assert_read_state(users, created, marked)
     # The read-rate chart keeps its history (summed into chunk 0's counts).
     assert readmodel.read_hours(announcement_id=created[0], platforms=["user"]) == hours
@@ -332,14 +333,14 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, s
     # their id's offset; now each bitmap is a window of a chunk of 4 users.
     for user in users:
         chunk = readmodel.user_slot(user.pk)[0]
-        assert redis.strlen(keys.notice_bitmap("user", chunk, created[0])) <= 1 + 1
+        assert redis.strlen(notice_keys.bitmap("user", chunk, created[0])) <= 1 + 1
 
 
 def test_read_state_from_before_layouts_were_recorded_is_rebuilt(redis: Any) -> None:
     users = [on_platforms(UserFactory(), "user") for _ in range(3)]
     created = _bulk_announce(4)
     marked = _marks(users, created)
-    redis.delete(keys.notice_layout())  # as the previous version left Redis
+    redis.delete(notice_keys.layout())  # as the previous version left Redis
     readmodel.clear_local_cache()
     with pytest.raises(readmodel.LayoutMismatch):
         readmodel.read_count(platform="user", user_id=users[0].pk, now=T0)
@@ -370,7 +371,7 @@ def test_a_mismatch_starts_the_healing_rebuild(redis: Any, monkeypatch: pytest.M
             assert not healing.check(fresh=True)
             rebuild.heal()
             assert healing.check(fresh=True)
-            assert redis.get(keys.notice_layout()) == b"%d:2" % readmodel.LAYOUT_FORMAT
+            assert redis.get(notice_keys.layout()) == b"%d:2" % readmodel.LAYOUT_FORMAT
             _assert_read_state(users, created, marked)
     finally:
         healing.forget()

@@ -8,9 +8,9 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from core import keys
-from core.exceptions import NotFound, ValidationFailed
+from core.api.exceptions import NotFound, ValidationFailed
 from core.redis import keyspace_flush
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.selectors import (
     announcement_counts,
@@ -130,7 +130,7 @@ def test_counts_survive_a_flushed_redis_by_rebuilding_from_postgres(recipient: A
     keyspace_flush()  # the in-process id list is now stale: the token check notices
     assert announcement_counts(user=recipient, now=T0 + HOUR) == {"read": 0, "unread": 2}
     chunk = readmodel.user_slot(recipient.pk)[0]
-    assert {int(m) for m in redis.zrange(keys.notice_index("user", chunk), 0, -1)} == {a.pk, b.pk}
+    assert {int(m) for m in redis.zrange(notice_keys.index("user", chunk), 0, -1)} == {a.pk, b.pk}
 
 
 def test_a_change_made_elsewhere_is_seen_at_once(recipient: Any, redis: Any) -> None:
@@ -171,14 +171,14 @@ def test_bitmaps_are_chunked_by_user_id(redis: Any) -> None:
     assert read_bit("user", a.pk, 3) is True
     assert read_bit("user", a.pk, 8 * 5 + 2) is True
     # Bounded by its readers: a one-byte head (where its window starts) and one byte of bits.
-    assert redis.strlen(keys.notice_bitmap("user", 5, a.pk)) == 2
+    assert redis.strlen(notice_keys.bitmap("user", 5, a.pk)) == 2
     # The new chunk's index was built on first read and is kept in step from then on.
     b = announce(["user"])
-    assert {int(m) for m in redis.zrange(keys.notice_index("user", 5), 0, -1)} == {a.pk, b.pk}
+    assert {int(m) for m in redis.zrange(notice_keys.index("user", 5), 0, -1)} == {a.pk, b.pk}
     assert announcement_stats(announcement=a)["by_platform"]["user"]["read"] == 2
     a_pk = a.pk
     announcement_delete(announcement=a)
-    assert redis.exists(keys.notice_bitmap("user", 5, a_pk)) == 0
+    assert redis.exists(notice_keys.bitmap("user", 5, a_pk)) == 0
     assert announcement_counts(user=high, now=T0) == {"read": 0, "unread": 1}
 
 

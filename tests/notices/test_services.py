@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
-from core import keys
-from core.exceptions import LimitExceeded, NotFound, ValidationFailed
+from core.api.exceptions import LimitExceeded, NotFound, ValidationFailed
+from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
 from notices.selectors import announcement_counts
@@ -39,7 +39,7 @@ XSS_PAYLOADS = [
 
 
 def index_of(redis: Any, platform: str, chunk: int = 0) -> dict[int, float]:
-    return {int(m): s for m, s in redis.zrange(keys.notice_index(platform, chunk), 0, -1, withscores=True)}
+    return {int(m): s for m, s in redis.zrange(notice_keys.index(platform, chunk), 0, -1, withscores=True)}
 
 
 def test_create_writes_rows_then_indexes_each_platform(redis: Any) -> None:
@@ -50,16 +50,16 @@ def test_create_writes_rows_then_indexes_each_platform(redis: Any) -> None:
     assert a.summary == "Body text"
     for platform in ("user", "customer"):
         assert index_of(redis, platform) == {a.pk: readmodel.to_ms(T0)}
-        assert redis.zscore(keys.notice_expiry(platform, 0), a.pk) == readmodel.to_ms(T0 + HOUR)
+        assert redis.zscore(notice_keys.expiry(platform, 0), a.pk) == readmodel.to_ms(T0 + HOUR)
     assert index_of(redis, "operator") == {}
     # Publishing wrote no per-user state at all.
-    assert redis.exists(keys.notice_bitmap("user", 0, a.pk)) == 0
+    assert redis.exists(notice_keys.bitmap("user", 0, a.pk)) == 0
 
 
 def test_the_seed_key_shape_is_kept_for_chunk_zero() -> None:
     prefix = settings.MESSAGECENTER_KEY_PREFIX  # "test:", plus the run's slot on a cluster
-    assert keys.notice_bitmap("user", 0, 12) == f"{prefix}notice:{{user}}:12"
-    assert keys.notice_bitmap("user", 1, 12) == f"{prefix}notice:{{user:1}}:12"
+    assert notice_keys.bitmap("user", 0, 12) == f"{prefix}notice:{{user}}:12"
+    assert notice_keys.bitmap("user", 1, 12) == f"{prefix}notice:{{user:1}}:12"
 
 
 def _create_then_fail() -> None:
@@ -154,7 +154,7 @@ def test_removing_a_platform_drops_its_index_entry_and_bitmaps_at_once(recipient
     assert read_bit("customer", a.pk, recipient.pk) is True
     announcement_update(announcement=a, platforms=["user"])
     assert index_of(redis, "customer") == {}
-    assert redis.exists(keys.notice_bitmap("customer", 0, a.pk)) == 0
+    assert redis.exists(notice_keys.bitmap("customer", 0, a.pk)) == 0
     assert read_bit("user", a.pk, recipient.pk) is True
 
 
@@ -169,7 +169,7 @@ def test_delete_removes_keys_at_once_and_from_every_count(recipient: Any, redis:
     assert not Announcement.objects.filter(pk=a_pk).exists()
     for platform in ("user", "customer"):
         assert a_pk not in index_of(redis, platform)
-        assert redis.exists(keys.notice_bitmap(platform, 0, a_pk)) == 0
+        assert redis.exists(notice_keys.bitmap(platform, 0, a_pk)) == 0
     assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 1}
     assert index_of(redis, "user") == {b.pk: readmodel.to_ms(T0)}
 
@@ -191,7 +191,7 @@ def test_multi_platform_user_marks_every_targeted_platform(recipient: Any, redis
     assert read_bit("user", a.pk, recipient.pk) is True
     assert read_bit("customer", a.pk, recipient.pk) is True
     # Not the user's platform: untouched.
-    assert redis.exists(keys.notice_bitmap("operator", 0, a.pk)) == 0
+    assert redis.exists(notice_keys.bitmap("operator", 0, a.pk)) == 0
     assert announcement_counts(user=recipient, now=T0) == {"read": 1, "unread": 0}
     announcement_mark_unread(user=recipient, announcement_id=a.pk, now=T0)
     assert read_bit("user", a.pk, recipient.pk) is False
@@ -205,7 +205,7 @@ def test_marking_needs_a_live_announcement_on_the_users_platforms(recipient: Any
     for pk, now in ((elsewhere.pk, T0), (scheduled.pk, T0), (expired.pk, T0 + HOUR), (10**30, T0), (0, T0)):
         with pytest.raises(NotFound):
             announcement_mark_read(user=recipient, announcement_id=pk, now=now)
-    assert redis.exists(keys.notice_bitmap("customer", 0, elsewhere.pk)) == 0
+    assert redis.exists(notice_keys.bitmap("customer", 0, elsewhere.pk)) == 0
 
 
 @override_settings(MESSAGECENTER_MAX_USER_ID=1000)

@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import keys, outbox
+from core import outbox
 from core.models import OutboxEntry
 from core.readthrough import parse
+from notices import keys as notice_keys
 from notices.selectors import AnnouncementSummary, announcement_summaries
 from notices.services import announcement_delete, announcement_update
 from tests.notices.conftest import announce
@@ -61,10 +62,10 @@ def test_a_body_only_edit_keeps_the_cached_summary(recipient_client: Any, redis:
     a = live(title="Kept", body_html="<p>Long body</p>")
     announcement_update(announcement=a, summary="Written summary")  # not derived: a new body keeps it
     listed(recipient_client)
-    cached = redis.get(keys.notice_summary(a.pk))
+    cached = redis.get(notice_keys.summary(a.pk))
     assert parse(cached).value is not None
     announcement_update(announcement=a, body_html="<p>Another body</p>")
-    assert redis.get(keys.notice_summary(a.pk)) == cached
+    assert redis.get(notice_keys.summary(a.pk)) == cached
 
 
 def test_a_summary_round_trips_with_the_row_s_microseconds() -> None:

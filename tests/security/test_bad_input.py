@@ -14,8 +14,8 @@ from django.test import override_settings
 from pyroaring import BitMap
 from rest_framework.test import APIClient
 
-from core.models import AuditEntry
-from core.tokens import token_issue
+from accounts.tokens import token_issue
+from audit.models import AuditEntry
 from messagecenter.models import Bulletin, Message, Subscription, UserGroupMembership
 from tests.conftest import assert_error, client_for
 from tests.core.test_webhooks import PRIVATE_URLS

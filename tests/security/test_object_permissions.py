@@ -17,8 +17,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import get_resolver
 
+from accounts.models import UserPlatform
+from audit.models import AuditEntry
 from core.apis import MalformedIdApi
-from core.models import AuditEntry, UserPlatform, WebhookEndpoint
 from messagecenter.models import (
     Bulletin,
     Message,
@@ -41,6 +42,7 @@ from tests.security.seed import (
     staff_with,
     warm_up,
 )
+from webhooks.models import WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -206,7 +208,7 @@ OPERATOR_ENDPOINTS: dict[str, Op] = {
         "put",
         lambda w: f"/api/v1/manage/users/{w.mallory.pk}/platforms/",
         lambda w: {"platforms": ["customer"]},
-        ("core.change_userplatform",),
+        ("accounts.change_userplatform",),
         200,
         lambda w, r: _assert(
             set(UserPlatform.objects.filter(user=w.mallory).values_list("platform", flat=True)) == {"customer"}
@@ -429,7 +431,7 @@ OPERATOR_ENDPOINTS: dict[str, Op] = {
         "post",
         lambda w: "/api/v1/manage/webhooks/",
         lambda w: {"url": LOOPBACK_HOOK + "/2", "events": ["delivery.failed"], "description": "on-call"},
-        ("core.add_webhookendpoint",),
+        ("webhooks.add_webhookendpoint",),
         201,
         lambda w, r: _assert(
             r.json()["secret"].startswith("whsec_")
@@ -440,7 +442,7 @@ OPERATOR_ENDPOINTS: dict[str, Op] = {
         "patch",
         lambda w: f"/api/v1/manage/webhooks/{w.webhook.pk}/",
         lambda w: {"events": ["delivery.failed", "message.read"], "active": False},
-        ("core.change_webhookendpoint",),
+        ("webhooks.change_webhookendpoint",),
         200,
         lambda w, r: _assert(
             WebhookEndpoint.objects.filter(
@@ -452,7 +454,7 @@ OPERATOR_ENDPOINTS: dict[str, Op] = {
         "delete",
         lambda w: f"/api/v1/manage/webhooks/{w.webhook.pk}/",
         lambda w: None,
-        ("core.delete_webhookendpoint",),
+        ("webhooks.delete_webhookendpoint",),
         204,
         lambda w, r: _assert(not WebhookEndpoint.objects.filter(pk=w.webhook.pk).exists()),
     ),

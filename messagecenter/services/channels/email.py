@@ -34,8 +34,8 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
-from core import metrics
-from core.exceptions import ValidationFailed
+from core.api.exceptions import ValidationFailed
+from insight import metrics
 from messagecenter import channel_prefs
 from messagecenter.emails import absolute_url, email_items
 from messagecenter.labels import CATEGORY_LABELS

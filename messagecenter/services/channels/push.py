@@ -9,7 +9,7 @@ and pushes the rest together from one event loop (the pushes are HTTP waits).
 A push service answering 404 or 410 has forgotten the subscription: the row
 goes. Any other failure is written down as a ``PushDelivery`` in the
 webhooks' shape and retried after ``WEBHOOK_RETRY_DELAYS`` by the same relay
-(``core.webhooks.deliveries_relay``); a retry looks at the item and the
+(``webhooks.services.deliveries_relay``); a retry looks at the item and the
 user again first, so nothing goes out for an item retracted, expired, read,
 archived or muted since. A chunk run twice (a worker lost mid-chunk) pushes
 twice: the push's Topic lets the push service replace the first if it still
@@ -28,14 +28,15 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from core import metrics, webhooks
-from core.lookups import Whole
-from core.models import WebhookDeliveryStatus
+from core.api.lookups import Whole
+from insight import metrics
 from messagecenter import channel_prefs, webpush
 from messagecenter.models import ItemChannels, PushDelivery, PushSubscription
 from messagecenter.services.channels.limits import holds_record, limits_apply
 from messagecenter.services.channels.recipients import ChannelItem, channel_item, screen
 from messagecenter.webpush import Outgoing, PushResult
+from webhooks import services as webhooks
+from webhooks.models import WebhookDeliveryStatus
 
 logger = logging.getLogger(__name__)
 

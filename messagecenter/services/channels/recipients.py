@@ -22,8 +22,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef
 from pyroaring import BitMap
 
-from core.lookups import Whole
-from core.translations import localized
+from core.api.lookups import Whole
+from core.api.translations import localized
 from messagecenter.models import (
     InboxHidden,
     InboxItemState,

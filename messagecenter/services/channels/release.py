@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext, override
 
-from core import metrics
+from insight import metrics
 from messagecenter import channel_prefs
 from messagecenter.models import ChannelHold, ItemChannels, PushSubscription
 from messagecenter.readmodel.channels import channel_sends_take

@@ -1,0 +1,16 @@
+"""Reads of the webhooks app: the deliveries still pending (the metrics read them at a scrape)."""
+
+from django.utils import timezone
+
+from webhooks.models import WebhookDelivery
+
+
+def pending_count() -> float:
+    return float(WebhookDelivery.objects.filter(status="pending").count())
+
+
+def oldest_pending_age() -> float:
+    oldest = (
+        WebhookDelivery.objects.filter(status="pending").order_by("created_at").values_list("created_at", flat=True)[:1]
+    )
+    return max((timezone.now() - oldest[0]).total_seconds(), 0.0) if oldest else 0.0
