@@ -49,12 +49,6 @@ def user_tag(user_id: int) -> str:
 # --- core -----------------------------------------------------------------------
 
 
-def user_language(user_id: int) -> str:
-    """string: a read-through entry (core/readthrough.py) of the user's chosen content
-    language ("" when none chosen)."""
-    return key("user", "language", user_tag(user_id))
-
-
 def replica_pin(user_id: int) -> str:
     """string: present while a user's reads go to the PostgreSQL primary after a write (read-your-writes)."""
     return key("replica", "pin", user_tag(user_id))

@@ -370,3 +370,9 @@ def channel_sends(user_id: int, hour: int) -> str:
     (hours since the epoch, UTC); the cap's counter (messagecenter/readmodel/channels.py).
     Expires two hours after it is made."""
     return key("channel", "sends", user_tag(user_id), hour)
+
+
+def user_language(user_id: int) -> str:
+    """string: a read-through entry (core/readthrough.py) of the user's chosen content
+    language ("" when none chosen; messagecenter/languages.py)."""
+    return key("user", "language", user_tag(user_id))

@@ -8,7 +8,8 @@ changes, each invalidating it after commit).
 
 from django.db import transaction
 
-from core import keys, readthrough
+from core import readthrough
+from messagecenter import keys as mc_keys
 from messagecenter.models import UserPreferences
 
 
@@ -20,10 +21,10 @@ def user_language(user_id: int) -> str | None:
         row = UserPreferences.objects.filter(user_id=user_id).values_list("language", flat=True).first()
         return str(row or "")
 
-    value = readthrough.read_through(keys.user_language(user_id), load, policy=readthrough.platforms_policy())
+    value = readthrough.read_through(mc_keys.user_language(user_id), load, policy=readthrough.platforms_policy())
     return str(value) if value else None
 
 
 def user_language_changed(user_id: int) -> None:
     """The user's language preference changed: drop the entry after commit."""
-    transaction.on_commit(lambda: readthrough.invalidate(keys.user_language(user_id)))
+    transaction.on_commit(lambda: readthrough.invalidate(mc_keys.user_language(user_id)))
