@@ -10,6 +10,7 @@ periods reach Redis through ``projection.user_mutes_changed`` after commit.
 
 import enum
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -72,58 +73,22 @@ def preferences_update(
     Returns the stored preferences.
     """
     user_id = int(user.pk)
-    categories = (
-        None if muted_categories is None else _strings("muted_categories", muted_categories, limit=MAX_MUTED_TYPES)
+    categories = None if muted_categories is None else _muted_categories(muted_categories)
+    types = None if muted_message_types is None else _muted_types(muted_message_types)
+    if email_digest is not None:
+        _digest_check(email_digest)
+    changes = _PrefsChanges(
+        email_digest=email_digest,
+        channels=None if channels is None else _channels(channels),
+        quiet=UNCHANGED if isinstance(quiet_hours, Unchanged) else _quiet_hours(quiet_hours),
+        language=UNCHANGED if isinstance(language, Unchanged) else _language(language),
     )
-    if categories is not None:
-        unknown = [c for c in categories if c not in CATEGORIES]
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown categories: {', '.join(unknown)}. Choose from {', '.join(CATEGORIES)}.",
-                code="unknown_category",
-                fields={"muted_categories": [f"Unknown: {', '.join(unknown)}."]},
-            )
-    types: dict[str, int] | None = None
-    if muted_message_types is not None:
-        codes = _strings("muted_message_types", muted_message_types, limit=MAX_MUTED_TYPES)
-        types = dict(MessageType.objects.filter(code__in=codes).values_list("code", "pk"))
-        unknown = [c for c in codes if c not in types]
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown message types: {', '.join(unknown)}.",
-                code="unknown_message_type",
-                fields={"muted_message_types": [f"Unknown: {', '.join(unknown)}."]},
-            )
-    if email_digest is not None and email_digest not in DIGESTS:
-        raise ValidationFailed(
-            f"Choose email_digest from {', '.join(DIGESTS)}.",
-            code="invalid_choice",
-            fields={"email_digest": [f"Choose from {', '.join(DIGESTS)}."]},
-        )
-    channel_changes = None if channels is None else _channels(channels)
-    quiet = UNCHANGED if isinstance(quiet_hours, Unchanged) else _quiet_hours(quiet_hours)
-    chosen = UNCHANGED if isinstance(language, Unchanged) else _language(language)
     now_ms = to_ms(now or timezone.now())
     with transaction.atomic():
         # The preferences row is the user's lock: two updates of one user run one after the other.
         prefs, _created = UserPreferences.objects.get_or_create(user_id=user_id)
         prefs = UserPreferences.objects.select_for_update().get(pk=prefs.pk)
-        fields: list[str] = []
-        if email_digest is not None and prefs.email_digest != email_digest:
-            prefs.email_digest = email_digest
-            fields.append("email_digest")
-        if channel_changes is not None:
-            prefs.channels = channel_prefs.channels_merge(prefs.channels, channel_changes)
-            fields.append("channels")
-        if not isinstance(quiet, Unchanged):
-            prefs.quiet_start, prefs.quiet_end, prefs.quiet_timezone = quiet
-            fields += ["quiet_start", "quiet_end", "quiet_timezone"]
-        if not isinstance(chosen, Unchanged):
-            prefs.language = chosen
-            fields.append("language")
-            user_language_changed(user_id)
-        if fields:
-            prefs.save(update_fields=[*fields, "updated_at"])
+        _prefs_apply(prefs, changes=changes, user_id=user_id)
         changed = False
         if categories is not None:
             changed |= _set_open(user_id, {("c", c): c for c in categories}, now_ms, kind="c")
@@ -132,6 +97,74 @@ def preferences_update(
         if changed:
             projection.user_mutes_changed([user_id])
     return preferences_get(user_id=user_id)
+
+
+@dataclass(frozen=True)
+class _PrefsChanges:
+    """The checked changes to the preferences row; None or UNCHANGED leaves a field as it is."""
+
+    email_digest: str | None
+    channels: dict[str, dict[str, Any]] | None
+    quiet: tuple[Any, Any, str] | Unchanged
+    language: str | Unchanged
+
+
+def _muted_categories(raw: Any) -> list[str]:
+    """The categories to mute, each one known; an unknown one is a 400 naming it."""
+    categories = _strings("muted_categories", raw, limit=MAX_MUTED_TYPES)
+    unknown = [c for c in categories if c not in CATEGORIES]
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown categories: {', '.join(unknown)}. Choose from {', '.join(CATEGORIES)}.",
+            code="unknown_category",
+            fields={"muted_categories": [f"Unknown: {', '.join(unknown)}."]},
+        )
+    return categories
+
+
+def _muted_types(raw: Any) -> dict[str, int]:
+    """``{code: message type id}`` of the types to mute; an unknown code is a 400 naming it."""
+    codes = _strings("muted_message_types", raw, limit=MAX_MUTED_TYPES)
+    types = dict(MessageType.objects.filter(code__in=codes).values_list("code", "pk"))
+    unknown = [c for c in codes if c not in types]
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown message types: {', '.join(unknown)}.",
+            code="unknown_message_type",
+            fields={"muted_message_types": [f"Unknown: {', '.join(unknown)}."]},
+        )
+    return types
+
+
+def _digest_check(email_digest: str) -> None:
+    """A digest choice outside ``EmailDigest`` is a 400 listing the choices."""
+    if email_digest not in DIGESTS:
+        raise ValidationFailed(
+            f"Choose email_digest from {', '.join(DIGESTS)}.",
+            code="invalid_choice",
+            fields={"email_digest": [f"Choose from {', '.join(DIGESTS)}."]},
+        )
+
+
+def _prefs_apply(prefs: UserPreferences, *, changes: _PrefsChanges, user_id: int) -> None:
+    """Write the checked changes onto the locked preferences row, saving only
+    the fields that change (so a no-op update leaves ``updated_at`` alone)."""
+    fields: list[str] = []
+    if changes.email_digest is not None and prefs.email_digest != changes.email_digest:
+        prefs.email_digest = changes.email_digest
+        fields.append("email_digest")
+    if changes.channels is not None:
+        prefs.channels = channel_prefs.channels_merge(prefs.channels, changes.channels)
+        fields.append("channels")
+    if not isinstance(changes.quiet, Unchanged):
+        prefs.quiet_start, prefs.quiet_end, prefs.quiet_timezone = changes.quiet
+        fields += ["quiet_start", "quiet_end", "quiet_timezone"]
+    if not isinstance(changes.language, Unchanged):
+        prefs.language = changes.language
+        fields.append("language")
+        user_language_changed(user_id)
+    if fields:
+        prefs.save(update_fields=[*fields, "updated_at"])
 
 
 def _channels(raw: Any) -> dict[str, dict[str, Any]]:
