@@ -44,12 +44,9 @@ from messagecenter.services.slots import slot_allocate
 from webhooks import services as webhooks
 
 
-def _resolve(
-    *, user_ids: Iterable[int], group_ids: Iterable[int], everyone: bool
-) -> tuple[BitMap, BitMap, list[UserGroup]]:
-    """(explicit users, send-time audience, groups); unknown ids raise naming them."""
-    wanted_users = BitMap(int(u) for u in user_ids)
-    wanted_groups = {int(g) for g in group_ids}
+def _recipients_known(*, wanted_users: BitMap, wanted_groups: set[int]) -> list[UserGroup]:
+    """The wanted groups' rows; any unknown user or group id is one 400 naming
+    them all (users and groups both), so the operator fixes the list at once."""
     errors: dict[str, list[str]] = {}
     if wanted_users:
         found = BitMap(get_user_model().objects.filter(pk__any_of=Whole(wanted_users)).values_list("pk", flat=True))
@@ -63,6 +60,15 @@ def _resolve(
         errors["groups"] = [f"Unknown group id(s): {', '.join(map(str, missing_groups))}."]
     if errors:
         raise ValidationFailed("Unknown recipients.", code="unknown_recipients", fields={"to": errors})
+    return groups
+
+
+def _resolve(
+    *, user_ids: Iterable[int], group_ids: Iterable[int], everyone: bool
+) -> tuple[BitMap, BitMap, list[UserGroup]]:
+    """(explicit users, send-time audience, groups); unknown ids raise naming them."""
+    wanted_users = BitMap(int(u) for u in user_ids)
+    groups = _recipients_known(wanted_users=wanted_users, wanted_groups={int(g) for g in group_ids})
     if not (wanted_users or groups or everyone):
         raise ValidationFailed(
             "Choose users, groups or everyone.", fields={"to": ["Choose users, groups or everyone."]}
@@ -119,7 +125,35 @@ def delivery_mode(*, everyone: bool, size: int) -> str:
     return DeliveryMode.PULL if everyone or size > threshold else DeliveryMode.PUSH
 
 
-def message_send(
+def _send_check(*, category: str, send_at: datetime | None, expire_at: datetime | None, now: datetime) -> None:
+    """The category is known, send_at lies ahead and expire_at after the
+    moment the message goes out (send_at, or now); otherwise a 400 naming the field."""
+    if category not in CATEGORIES:
+        raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
+    if send_at is not None:
+        send_at_check(send_at, now=now)
+        if expire_at is not None and expire_at <= send_at:
+            raise ValidationFailed("expire_at must be after send_at.", fields={"expire_at": ["Must be after send_at."]})
+    elif expire_at is not None and expire_at <= now:
+        raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
+
+
+def _audience_fields(*, explicit: BitMap, audience: BitMap, everyone: bool, scheduled: bool) -> dict[str, Any]:
+    """The new row's audience, delivery and status fields. A scheduled message
+    keeps its explicit users only: its audience is resolved again when it is
+    sent, so no audience bitmap and no fan-out yet."""
+    return {
+        "everyone": everyone,
+        "users_bitmap": explicit.serialize() if explicit else b"",
+        "audience_bitmap": audience.serialize() if audience and not scheduled else b"",
+        "audience_size": None if everyone else len(audience),
+        "delivery": delivery_mode(everyone=everyone, size=len(audience)),
+        "fanout_total": 0 if everyone or scheduled else len(audience),
+        "status": MessageStatus.SCHEDULED if scheduled else MessageStatus.QUEUED,
+    }
+
+
+def message_send(  # noqa: PLR0913  one keyword per field an operator composes, as the API and admin pass them
     *,
     sender: AbstractBaseUser | None,
     category: str,
@@ -153,15 +187,8 @@ def message_send(
     checked now (unknown ones are a 400) and resolved again when it is sent
     (``services.scheduled``), which decides ``delivery`` and ``audience_size`` anew.
     """
-    if category not in CATEGORIES:
-        raise ValidationFailed(f"Unknown category {category!r}.", fields={"category": ["Unknown category."]})
     now = timezone.now()
-    if send_at is not None:
-        send_at_check(send_at, now=now)
-        if expire_at is not None and expire_at <= send_at:
-            raise ValidationFailed("expire_at must be after send_at.", fields={"expire_at": ["Must be after send_at."]})
-    elif expire_at is not None and expire_at <= now:
-        raise ValidationFailed("expire_at must be in the future.", fields={"expire_at": ["Must be in the future."]})
+    _send_check(category=category, send_at=send_at, expire_at=expire_at, now=now)
     group_key, actor = group_fields_clean(group_key=group_key, actor=actor)
     explicit, audience, groups = _resolve(user_ids=user_ids, group_ids=group_ids, everyone=everyone)
     offered = actions_validate(list(actions)) if actions is not None else []
@@ -183,19 +210,13 @@ def message_send(
             created_at=send_at or now,
             send_at=send_at,
             expire_at=expire_at,
-            everyone=everyone,
-            users_bitmap=explicit.serialize() if explicit else b"",
-            audience_bitmap=audience.serialize() if audience and not scheduled else b"",
-            audience_size=None if everyone else len(audience),
-            delivery=delivery_mode(everyone=everyone, size=len(audience)),
-            fanout_total=0 if everyone or scheduled else len(audience),
-            status=MessageStatus.SCHEDULED if scheduled else MessageStatus.QUEUED,
             slot_month=month,
             slot_offset=offset,
             actions=offered,
             translations=localized,
             group_key=group_key,
             actor=actor,
+            **_audience_fields(explicit=explicit, audience=audience, everyone=everyone, scheduled=scheduled),
         )
         if groups:  # a new message has none: skip the SELECT of set()
             message.groups.set(groups)
