@@ -179,28 +179,12 @@ def bulletins_find() -> list[Finding]:
     for member in {*redis_config.scores, *redis_config.logged}:
         by_bulletin.setdefault(member.partition("_")[0], []).append(member)
     findings: list[Finding] = []
-    known: set[str] = set()
     for bulletin in bulletins:
-        bid = str(bulletin.pk)
-        known.add(bid)
         scores, config, detail = _bulletin_expected(bulletin)
-        named = set(by_bulletin.get(bid, []))  # by the config zset or the change log
-        held = {m for m in named if m in redis_config.scores}
-        problems = []
-        if set(scores) - held:
-            problems.append(f"config lacks {_ids(sorted(set(scores) - held))}")
-        stray = sorted(named - set(scores))
-        if stray:
-            problems.append(f"config or change log has stray {_ids(stray)}")
-        if set(scores) - redis_config.logged:
-            # Readers past the log's floor take in only what the log names.
-            problems.append(f"change log lacks {_ids(sorted(set(scores) - redis_config.logged))}")
-        if any(m in held and redis_config.scores.get(m) != s for m, s in scores.items()):
-            problems.append("wrong display time in the config zset")
-        if any(m in held and _loads(redis_config.details.get(m)) != config for m in scores):
-            problems.append("config detail differs")
-        if set(redis_config.members.get(bid, "").split(",")) - {""} != set(scores):
-            problems.append("members hash differs")
+        named = set(by_bulletin.get(str(bulletin.pk), []))  # by the config zset or the change log
+        problems, stray = _bulletin_config_problems(
+            bid=str(bulletin.pk), scores=scores, config=config, named=named, redis_config=redis_config
+        )
         if details.get(bulletin.ref) != detail:
             problems.append("item detail missing" if details.get(bulletin.ref) is None else "item detail differs")
         if problems:
@@ -213,8 +197,47 @@ def bulletins_find() -> list[Finding]:
                     fix=functools.partial(_bulletin_remirror, bulletin.pk, tuple(stray)),
                 )
             )
+    known = {str(bulletin.pk) for bulletin in bulletins}
+    return findings + _stale_bulletins_find(known=known, by_bulletin=by_bulletin, redis_config=redis_config)
+
+
+def _bulletin_config_problems(
+    *,
+    bid: str,
+    scores: dict[str, int],
+    config: dict[str, Any],
+    named: set[str],
+    redis_config: drift_rm.BulletinConfig,
+) -> tuple[list[str], list[str]]:
+    """(problems, stray members) of one live bulletin's entries in the global
+    config structures; ``named`` are its members the config zset or the change log name."""
+    held = {m for m in named if m in redis_config.scores}
+    problems = []
+    if set(scores) - held:
+        problems.append(f"config lacks {_ids(sorted(set(scores) - held))}")
+    stray = sorted(named - set(scores))
+    if stray:
+        problems.append(f"config or change log has stray {_ids(stray)}")
+    if set(scores) - redis_config.logged:
+        # Readers past the log's floor take in only what the log names.
+        problems.append(f"change log lacks {_ids(sorted(set(scores) - redis_config.logged))}")
+    if any(m in held and redis_config.scores.get(m) != s for m, s in scores.items()):
+        problems.append("wrong display time in the config zset")
+    if any(m in held and _loads(redis_config.details.get(m)) != config for m in scores):
+        problems.append("config detail differs")
+    if set(redis_config.members.get(bid, "").split(",")) - {""} != set(scores):
+        problems.append("members hash differs")
+    return problems, stray
+
+
+def _stale_bulletins_find(
+    *, known: set[str], by_bulletin: dict[str, list[str]], redis_config: drift_rm.BulletinConfig
+) -> list[Finding]:
+    """Bulletins Redis still names (config, members hash, change log or an
+    item detail) that PostgreSQL no longer has."""
     stale_ids = (set(by_bulletin) | set(redis_config.members)) - known
     stale_ids |= {ref[1:] for ref in drift_rm.item_detail_refs() if ref.startswith("b")} - known
+    findings: list[Finding] = []
     for bid in sorted(stale_ids, key=lambda b: (len(b), b)):
         members = tuple(by_bulletin.get(bid, []))
         inbox_member = _stale_bulletin_member(bid, members, redis_config.details)
@@ -308,28 +331,40 @@ def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tupl
     """Why a stored detail must go and how, or None when PostgreSQL still backs it.
     ``row`` is the message or notification the ref names (None: deleted)."""
     if isinstance(row, Message):
-        entry = message_entry(row)
-        pull = publish.pull_member(entry, everyone=row.everyone) if row.delivery == DeliveryMode.PULL else ""
-        if row.status == MessageStatus.RETRACTED:
-            return "message retracted", functools.partial(projection.item_removed, entry, pull)
-        if row.status == MessageStatus.EXPIRED:
-            return "message expired and cleaned up", functools.partial(
-                publish.pull_expired_drop, pull_members=[pull] if pull else [], refs=[ref], audience_chunks={}
-            )
-        return None
+        return _stale_message_fix(ref, row)
     if isinstance(row, Notification):
-        if row.withdrawn:
-            return "notification withdrawn", functools.partial(projection.item_removed, notification_entry(row))
-        if row.details_freed:
-            return "notification expired and swept", functools.partial(
-                publish.pull_expired_drop, pull_members=[], refs=[ref], audience_chunks={}
-            )
-        return None
+        return _stale_notification_fix(ref, row)
     member = str((stored or {}).get("member") or "")
     if member:
         # Deleted: every inbox settles the member it still holds.
         return "deleted in PostgreSQL", functools.partial(projection.item_removed, InboxEntry.from_member(member))
     return "deleted in PostgreSQL", functools.partial(drift_rm.item_details_drop, refs=[ref])
+
+
+def _stale_message_fix(ref: str, row: Message) -> tuple[str, Callable[[], None]] | None:
+    """A retracted message leaves every inbox; an expired one is cleaned up as
+    the expiry sweep does; any other status still backs its detail."""
+    entry = message_entry(row)
+    pull = publish.pull_member(entry, everyone=row.everyone) if row.delivery == DeliveryMode.PULL else ""
+    if row.status == MessageStatus.RETRACTED:
+        return "message retracted", functools.partial(projection.item_removed, entry, pull)
+    if row.status == MessageStatus.EXPIRED:
+        return "message expired and cleaned up", functools.partial(
+            publish.pull_expired_drop, pull_members=[pull] if pull else [], refs=[ref], audience_chunks={}
+        )
+    return None
+
+
+def _stale_notification_fix(ref: str, row: Notification) -> tuple[str, Callable[[], None]] | None:
+    """A withdrawn notification leaves every inbox; a swept one (details freed)
+    loses its detail as the sweep does; otherwise it still backs its detail."""
+    if row.withdrawn:
+        return "notification withdrawn", functools.partial(projection.item_removed, notification_entry(row))
+    if row.details_freed:
+        return "notification expired and swept", functools.partial(
+            publish.pull_expired_drop, pull_members=[], refs=[ref], audience_chunks={}
+        )
+    return None
 
 
 def item_details_find() -> list[Finding]:
@@ -346,24 +381,37 @@ def item_details_find() -> list[Finding]:
     live = {m.ref for m in messages} | {n.ref for n in notifications}
     refs = [r for r in drift_rm.item_detail_refs() if r[:1] in {"m", "n"} and r[1:].isdigit() and r not in live]
     for batch in _batches(refs):
-        rows: dict[str, Any] = {}
-        for model, kind in ((Message, "m"), (Notification, "n")):
-            pks = [int(r[1:]) for r in batch if r[0] == kind]
-            rows.update({f"{kind}{pk}": row for pk, row in model.objects.in_bulk(pks).items()} if pks else {})
-        stored = drift_rm.item_details_get(refs=list(batch))
-        for ref in batch:
-            stale = _stale_detail_fix(ref, rows.get(ref), stored.get(ref))
-            if stale is not None:
-                reason, fix = stale
-                findings.append(
-                    Finding(
-                        area="item_details",
-                        key=mc_keys.item_detail(),
-                        member=ref,
-                        detail=f"stale detail: {reason}",
-                        fix=fix,
-                    )
+        findings.extend(_stale_detail_findings(batch))
+    return findings
+
+
+def _rows_of(refs: Sequence[str]) -> dict[str, Any]:
+    """ref -> the message or notification row it names, for those PostgreSQL still has."""
+    rows: dict[str, Any] = {}
+    for model, kind in ((Message, "m"), (Notification, "n")):
+        pks = [int(r[1:]) for r in refs if r[0] == kind]
+        rows.update({f"{kind}{pk}": row for pk, row in model.objects.in_bulk(pks).items()} if pks else {})
+    return rows
+
+
+def _stale_detail_findings(refs: Sequence[str]) -> list[Finding]:
+    """Findings for the stored details (of refs not live) that PostgreSQL no longer backs."""
+    rows = _rows_of(refs)
+    stored = drift_rm.item_details_get(refs=list(refs))
+    findings: list[Finding] = []
+    for ref in refs:
+        stale = _stale_detail_fix(ref, rows.get(ref), stored.get(ref))
+        if stale is not None:
+            reason, fix = stale
+            findings.append(
+                Finding(
+                    area="item_details",
+                    key=mc_keys.item_detail(),
+                    member=ref,
+                    detail=f"stale detail: {reason}",
+                    fix=fix,
                 )
+            )
     return findings
 
 
