@@ -24,7 +24,7 @@ returned.
 """
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -280,6 +280,41 @@ def _valid_ref(ref: str) -> bool:
     return 1 < len(ref) <= MAX_REF_LENGTH and ref[0] in "mbn" and ref[1:].isdigit()
 
 
+def _walkable(
+    entries: Sequence[InboxEntry],
+    *,
+    read: set[str],
+    category: str | None,
+    max_score: int | None,
+    since_ms: int | None,
+    unread_only: bool,
+) -> list[InboxEntry]:
+    """The entries a page walks, in their order: the category's, at most
+    ``max_score``, newer than ``since_ms``, and unread ones only when asked
+    (as page.lua ranges over the unread zset then)."""
+    return [
+        entry
+        for entry in entries
+        if (not category or entry.category == category)
+        and (max_score is None or entry.score <= max_score)
+        and (since_ms is None or entry.score > since_ms)
+        and not (unread_only and entry.ref in read)
+    ]
+
+
+def _search_keep(
+    entries: Sequence[InboxEntry], *, text: str | None, found: dict[str, dict[str, Any]], language: str | None
+) -> Callable[[int], bool]:
+    """Whether the walk keeps the i-th entry: every one without a search, else
+    those whose detail matches it."""
+
+    def keep(i: int) -> bool:
+        entry = entries[i]
+        return text is None or (entry.ref in found and listing.matches(found[entry.ref], text, language))
+
+    return keep
+
+
 def inbox_page(
     *,
     user_id: int,
@@ -304,23 +339,19 @@ def inbox_page(
     over the unread zset), so its position counts unread items.
     """
     state = _load(user_id, now)
-    entries = [
-        entry
-        for entry in (state.archived if archived else state.items)
-        if (not category or entry.category == category)
-        and (max_score is None or entry.score <= max_score)
-        and (since_ms is None or entry.score > since_ms)
-        and not (unread_only and entry.ref in state.read)
-    ]
+    entries = _walkable(
+        state.archived if archived else state.items,
+        read=state.read,
+        category=category,
+        max_score=max_score,
+        since_ms=since_ms,
+        unread_only=unread_only,
+    )
     entries = entries[skip:]  # the items at the cursor's time already walked
     text = listing.needle(query)
     # A search reads every candidate's detail (a degraded path: slow is fine).
     found = _details(entry.ref for entry in entries) if text is not None else {}
-
-    def keep(i: int) -> bool:
-        entry = entries[i]
-        return text is None or (entry.ref in found and listing.matches(found[entry.ref], text, language))
-
+    keep = _search_keep(entries, text=text, found=found, language=language)
     walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)
     picked = [entries[i] for i in walked.picked]
     details = found or _details(entry.ref for entry in picked)
