@@ -139,6 +139,20 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
 def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], now: datetime | None = None) -> int:
     """Apply ``action`` to the given items; returns how many of them are in
     this user's inbox (the others are ignored: never revealed)."""
+    _bulk_check(action=action, item_ids=item_ids)
+    now = now or timezone.now()
+    user_id = int(user.pk)
+    refs = [r for r in dict.fromkeys(item_ids) if r and len(r) <= MAX_ITEM_ID_LENGTH and "|" not in r]
+    places = _places(user_id, refs, now) if refs else {}
+    _bulk_apply(user_id=user_id, action=action, places=places, now=now)
+    # The rows act for their groups, after the commit and the rows' own Redis writes.
+    acted = list(places)
+    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action, now_ms=to_ms(now)))
+    return len(places)
+
+
+def _bulk_check(*, action: str, item_ids: Sequence[str]) -> None:
+    """A known action over 1 to BULK_MAX_IDS ids, else a 400 before anything is read."""
     if action not in BULK_ACTIONS:
         raise ValidationFailed(
             f"Unknown action {action!r}.",
@@ -149,10 +163,12 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
         raise ValidationFailed(
             f"Give 1 to {BULK_MAX_IDS} ids.", code="invalid_ids", fields={"ids": [f"Give 1 to {BULK_MAX_IDS} ids."]}
         )
-    now = now or timezone.now()
-    user_id = int(user.pk)
-    refs = [r for r in dict.fromkeys(item_ids) if r and len(r) <= MAX_ITEM_ID_LENGTH and "|" not in r]
-    places = _places(user_id, refs, now) if refs else {}
+
+
+def _bulk_apply(*, user_id: int, action: str, places: dict[str, str], now: datetime) -> None:
+    """Apply a checked bulk action to the items found (ref -> place). Marks skip
+    snoozed items (away until they wake), as do archiving archived ones and
+    unarchiving anything not archived."""
     if action in ("read", "unread"):
         markable = [r for r, p in places.items() if p != inbox.SNOOZED]
         _bulk_mark(user_id=user_id, refs=markable, read=action == "read", now=now)
@@ -164,10 +180,6 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
             _unarchive(user_id=user_id, refs=archived, now=now)
     else:
         _bulk_hide(user_id=user_id, refs=list(places), now=now)
-    # The rows act for their groups, after the commit and the rows' own Redis writes.
-    acted = list(places)
-    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action, now_ms=to_ms(now)))
-    return len(places)
 
 
 def _entries(refs: Sequence[str], now: datetime) -> list[InboxEntry]:
