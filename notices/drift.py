@@ -44,20 +44,9 @@ def _platform_findings(platform: str) -> list[Finding]:
         benign = _expired_on_platform(platform=platform, ids=stale | (set(expiry) - set(want_expiry)))
         # Ids to drop bitmaps of: not on the platform any more (deleted or moved).
         gone = sorted((stale | set(expiry) - set(want_expiry)) - benign)
-        problems: list[str] = []
-        missing = sorted(set(want_index) - set(index))
-        if missing:
-            problems.append(f"missing {_ids(missing)}")
-        if gone:
-            problems.append(f"stale {_ids(gone)}")
-        moved = sorted(pk for pk, ms in want_index.items() if pk in index and index[pk] != ms)
-        if moved:
-            problems.append(f"wrong publish time of {_ids(moved)}")
-        wrong_expiry = sorted(
-            pk for pk in set(want_index) if pk in index and expiry.get(pk) != want_expiry.get(pk) and pk not in benign
+        problems = _chunk_problems(
+            index=index, expiry=expiry, want_index=want_index, want_expiry=want_expiry, benign=benign, gone=gone
         )
-        if wrong_expiry:
-            problems.append(f"wrong expiry of {_ids(wrong_expiry)}")
         if problems:
             findings.append(
                 Finding(
@@ -68,6 +57,35 @@ def _platform_findings(platform: str) -> list[Finding]:
                 )
             )
     return findings
+
+
+def _chunk_problems(
+    *,
+    index: dict[int, int],
+    expiry: dict[int, int],
+    want_index: dict[int, int],
+    want_expiry: dict[int, int],
+    benign: set[int],
+    gone: Sequence[int],
+) -> list[str]:
+    """What one chunk's index and expiry zsets get wrong against PostgreSQL
+    (id -> ms each); ``benign`` ids expired since the last sync and are no
+    drift, ``gone`` ids are no longer on the platform."""
+    problems: list[str] = []
+    missing = sorted(set(want_index) - set(index))
+    if missing:
+        problems.append(f"missing {_ids(missing)}")
+    if gone:
+        problems.append(f"stale {_ids(gone)}")
+    moved = sorted(pk for pk, ms in want_index.items() if pk in index and index[pk] != ms)
+    if moved:
+        problems.append(f"wrong publish time of {_ids(moved)}")
+    wrong_expiry = sorted(
+        pk for pk in set(want_index) if pk in index and expiry.get(pk) != want_expiry.get(pk) and pk not in benign
+    )
+    if wrong_expiry:
+        problems.append(f"wrong expiry of {_ids(wrong_expiry)}")
+    return problems
 
 
 def _ids(ids: Sequence[int], shown: int = 10) -> str:
