@@ -8,6 +8,9 @@ restored read bit is 0, so the unread counters come out as PostgreSQL implies.
 """
 
 import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -42,33 +45,16 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
     writes, read state restored where Redis has no key), so newer marks stay.
     """
     now = timezone.now()
-    now_ms = to_ms(now)
     # Read state before any item lands in an inbox (restore.lua would correct
     # the counters of items merged meanwhile too, but this way it has none to walk).
     restored = inbox_read_restore(batch=BATCH, progress=progress)
 
     user_ids = sorted(set(UserGroupMembership.objects.values_list("user_id", flat=True)))
-    with progress.stage("group memberships", len(user_ids)) as stage:
-        for start in range(0, len(user_ids), BATCH):
-            batch = user_ids[start : start + BATCH]
-            projection.user_groups(batch)
-            stage.advance(len(batch))
-
+    _users_stage(progress=progress, name="group memberships", user_ids=user_ids, project=projection.user_groups)
     # Mute periods before any item: the merges that follow on read consult them.
     muting = sorted(set(MutePeriod.objects.values_list("user_id", flat=True)))
-    with progress.stage("mute periods", len(muting)) as stage:
-        for start in range(0, len(muting), BATCH):
-            batch = muting[start : start + BATCH]
-            projection.user_mutes(batch)
-            stage.advance(len(batch))
-
-    hidden_rows = InboxHidden.objects.values_list("user_id", "item_id")
-    hidden = 0
-    with progress.stage("hidden items", hidden_rows.count()) as stage:
-        for user_id, item_id in hidden_rows.iterator(chunk_size=BATCH):
-            publish.user_hidden_add(user_id=user_id, ref=item_id, now_ms=now_ms)
-            hidden += 1
-            stage.advance()
+    _users_stage(progress=progress, name="mute periods", user_ids=muting, project=projection.user_mutes)
+    hidden = _hidden_rebuild(progress=progress, now_ms=to_ms(now))
 
     # Ended groups before the items: each item falls into the group it was in.
     with progress.stage("ended groups", 1) as stage:
@@ -81,6 +67,68 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
             projection.bulletins([bulletin_id], edit=False)
             stage.advance()
 
+    messages = _messages_rebuild(progress=progress, now=now)
+
+    with progress.stage("subscriptions and notifications", 1) as stage:
+        notifications = notification_rebuild(now=now)
+        stage.advance()
+
+    # Archived and snoozed items, once every item is back (an item not merged
+    # yet is parked directly) and after the read state (a snooze
+    # clears a read bit: its bitmap must not be created before the restore).
+    states = _rows_stage(
+        progress=progress,
+        name="archived and snoozed items",
+        rows=InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id"),
+        project=projection.item_places,
+    )
+    # Answers to actions: each user's responses hash (pages show them without SQL).
+    answers = _rows_stage(
+        progress=progress,
+        name="answers to actions",
+        rows=MessageResponse.objects.order_by("user_id").values_list("user_id", "message_id"),
+        project=projection.responses,
+    )
+    return {
+        "read_state": restored,
+        "responses": answers,
+        "users": len(user_ids),
+        "muting_users": len(muting),
+        "hidden": hidden,
+        "bulletins": len(bulletin_ids),
+        "messages": messages,
+        "item_states": states,
+        **notifications,
+    }
+
+
+def _users_stage(
+    *, progress: Progress, name: str, user_ids: Sequence[int], project: Callable[[list[int]], None]
+) -> None:
+    """One stage that projects these users' state, BATCH users a call."""
+    with progress.stage(name, len(user_ids)) as stage:
+        for start in range(0, len(user_ids), BATCH):
+            batch = list(user_ids[start : start + BATCH])
+            project(batch)
+            stage.advance(len(batch))
+
+
+def _hidden_rebuild(*, progress: Progress, now_ms: int) -> int:
+    """Every hidden item back in its user's hidden set; returns how many."""
+    hidden_rows = InboxHidden.objects.values_list("user_id", "item_id")
+    hidden = 0
+    with progress.stage("hidden items", hidden_rows.count()) as stage:
+        for user_id, item_id in hidden_rows.iterator(chunk_size=BATCH):
+            publish.user_hidden_add(user_id=user_id, ref=item_id, now_ms=now_ms)
+            hidden += 1
+            stage.advance()
+    return hidden
+
+
+def _messages_rebuild(*, progress: Progress, now: datetime) -> int:
+    """Every message that reached its audience and has not expired, delivered
+    again as it was (pull: registered; push: its detail and its fan-out
+    chunks); returns how many."""
     messages = 0
     chunk = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     # Scheduled and cancelled messages reached nobody: nothing of theirs is in Redis.
@@ -102,49 +150,22 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
                     inbox_deliver(entry=entry, user_ids=list(audience[index * chunk : (index + 1) * chunk]), now=now)
             messages += 1
             stage.advance()
+    return messages
 
-    with progress.stage("subscriptions and notifications", 1) as stage:
-        notifications = notification_rebuild(now=now)
-        stage.advance()
 
-    # Archived and snoozed items, once every item is back (an item not merged
-    # yet is parked directly) and after the read state (a snooze
-    # clears a read bit: its bitmap must not be created before the restore).
-    state_rows = InboxItemState.objects.order_by("user_id").values_list("user_id", "item_id")
-    states = 0
-    with progress.stage("archived and snoozed items", state_rows.count()) as stage:
-        pairs: list[tuple[int, str]] = []
-        for pair in state_rows.iterator(chunk_size=BATCH):
+def _rows_stage(*, progress: Progress, name: str, rows: Any, project: Callable[[list[Any]], None]) -> int:
+    """One stage that streams these (user, ...) rows, ordered by user, to
+    ``project`` BATCH rows a call; returns how many rows."""
+    done = 0
+    with progress.stage(name, rows.count()) as stage:
+        pairs: list[Any] = []
+        for pair in rows.iterator(chunk_size=BATCH):
             pairs.append(pair)
             if len(pairs) >= BATCH:
-                projection.item_places(pairs)
+                project(pairs)
                 stage.advance(len(pairs))
-                states, pairs = states + len(pairs), []
-        projection.item_places(pairs)
+                done, pairs = done + len(pairs), []
+        project(pairs)
         stage.advance(len(pairs))
-        states += len(pairs)
-    # Answers to actions: each user's responses hash (pages show them without SQL).
-    answer_rows = MessageResponse.objects.order_by("user_id").values_list("user_id", "message_id")
-    answers = 0
-    with progress.stage("answers to actions", answer_rows.count()) as stage:
-        answered: list[tuple[int, int]] = []
-        for answer in answer_rows.iterator(chunk_size=BATCH):
-            answered.append(answer)
-            if len(answered) >= BATCH:
-                projection.responses(answered)
-                stage.advance(len(answered))
-                answers, answered = answers + len(answered), []
-        projection.responses(answered)
-        stage.advance(len(answered))
-        answers += len(answered)
-    return {
-        "read_state": restored,
-        "responses": answers,
-        "users": len(user_ids),
-        "muting_users": len(muting),
-        "hidden": hidden,
-        "bulletins": len(bulletin_ids),
-        "messages": messages,
-        "item_states": states,
-        **notifications,
-    }
+        done += len(pairs)
+    return done
