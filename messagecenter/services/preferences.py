@@ -147,8 +147,9 @@ def _digest_check(email_digest: str) -> None:
 
 
 def _prefs_apply(prefs: UserPreferences, *, changes: _PrefsChanges, user_id: int) -> None:
-    """Write the checked changes onto the locked preferences row, saving only
-    the fields that change (so a no-op update leaves ``updated_at`` alone)."""
+    """Write the checked changes onto the locked preferences row and save the
+    fields given (the digest only when it differs): an update that gives none
+    of them leaves the row, and its ``updated_at``, alone."""
     fields: list[str] = []
     if changes.email_digest is not None and prefs.email_digest != changes.email_digest:
         prefs.email_digest = changes.email_digest
