@@ -232,6 +232,15 @@ def inbox_read_all(request: HttpRequest) -> HttpResponse:
     return redirect(f"{url}?category={category}" if category else url)
 
 
+def _back_to_inbox(request: HttpRequest, fallback: str) -> HttpResponse:
+    """A redirect to the form's ``next`` when it is a page of the inbox (never
+    another site or path), else to ``fallback``."""
+    next_url = request.POST.get("next") or ""
+    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
+        next_url = fallback
+    return redirect(next_url)
+
+
 @login_required
 @require_POST
 def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
@@ -242,10 +251,7 @@ def inbox_hide(request: HttpRequest, item_id: str) -> HttpResponse:
     except InboxUnavailable:
         return _unavailable(request)
     messages.success(request, gettext("Deleted from your inbox."))
-    next_url = request.POST.get("next") or ""
-    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
-        next_url = reverse("messagecenter:inbox")
-    return redirect(next_url)
+    return _back_to_inbox(request, reverse("messagecenter:inbox"))
 
 
 @login_required
@@ -264,10 +270,7 @@ def inbox_respond(request: HttpRequest, item_id: str) -> HttpResponse:
         messages.error(request, gettext("That answer is not one of this item's."))
     else:
         messages.success(request, gettext("Your answer was sent."))
-    next_url = request.POST.get("next") or ""
-    if not next_url.startswith("/inbox/") or next_url.startswith("//"):
-        next_url = reverse("messagecenter:item", args=[item_id])
-    return redirect(next_url)
+    return _back_to_inbox(request, reverse("messagecenter:item", args=[item_id]))
 
 
 def _preferences_save(request: HttpRequest, user: AbstractBaseUser) -> None:

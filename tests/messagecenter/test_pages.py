@@ -98,6 +98,16 @@ def test_item_page_404_for_others(operator: Any, recipient: Any, outsider: Any, 
     assert client.post(f"/inbox/m{message.pk}/hide/").status_code == 404
 
 
+@pytest.mark.parametrize("next_url", ["//evil.example/inbox/", "https://evil.example/inbox/", "/admin/"])
+def test_forms_go_back_only_to_inbox_pages(
+    browser: Client, operator: Any, recipient: Any, clock: Any, next_url: str
+) -> None:
+    message = send(operator, to={"users": [recipient]}, title="Hide me")
+    response = browser.post(f"/inbox/m{message.pk}/hide/", {"next": next_url})
+    assert response.status_code == 302
+    assert response["Location"] == "/inbox/"
+
+
 def test_hide_and_read_all_forms(browser: Client, operator: Any, recipient: Any, clock: Any) -> None:
     first = send(operator, to={"users": [recipient]}, title="First")
     send(operator, to={"users": [recipient]}, title="Second", category="promotion")
