@@ -33,6 +33,8 @@ CASES = (
     "bench.cases.sse",
     "bench.cases.channels",
     "bench.cases.items",
+    "bench.cases.fill",
+    "bench.cases.marks",
 )
 ROOT = Path(__file__).resolve().parent.parent
 

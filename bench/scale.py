@@ -305,6 +305,23 @@ def per_user_bytes(plan: Plan, client: Any, *, sample: int, seed: int = 9) -> di
     return {"by_tier": by_tier, "fixed": mean_y - slope * mean_x, "per_entry": slope, "sampled": len(rows)}
 
 
+def keep_active(plan: Plan, *, share: float, seed: int = 13) -> int:
+    """Drop the parts of all users but a random ``share`` of them, as the idle job
+    (``fill.inbox_idle_drop``) leaves Redis once they stop reading: what Redis
+    holds when that share of the users came back within the idle time. The
+    shared keys (item details, broadcasts, bulletins) stay. Returns how many
+    users' parts were dropped."""
+    from messagecenter.readmodel.user_part import user_part_drop
+
+    rng = random.Random(seed)
+    dropped = 0
+    for user_id in range(1, plan.users + 1):
+        if rng.random() >= share:
+            user_part_drop(user_id=user_id, group_keys=())
+            dropped += 1
+    return dropped
+
+
 # --- the private Redis ------------------------------------------------------------------
 
 
@@ -437,6 +454,14 @@ def report(
             f"| used_memory after the sampled reads | {_mib(int(memory['final']['used_memory']))} | the reads merged "
             "the broadcasts into the sampled inboxes and kept their read cache |"
         )
+    if "active" in memory:
+        active = int(memory["active"]["used_memory"]) - int(empty["used_memory"])
+        lines.append(
+            f"| used_memory with {args.active_share:.0%} of the users active | {_mib(int(memory['active']['used_memory']))}"
+            f" ({active / used:.2f}x of all users') | every other user's part dropped as the idle job drops it "
+            f"({memory['active']['dropped']:,} users), the shared keys kept: what Redis holds when "
+            f"{args.active_share:.0%} of the users read within the idle time |"
+        )
     if sizes is not None:
         lines += [
             f"| fixed bytes per user | {sizes['fixed']:,.0f} B | least squares of MEMORY USAGE over "
@@ -493,6 +518,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=6391, help="the private redis-server's port (else a free one)")
     parser.add_argument("--read-sample", type=int, default=1_500, help="users whose reads are timed")
     parser.add_argument("--memory-sample", type=int, default=10, help="users per tier whose keys are sized")
+    parser.add_argument(
+        "--active-share", type=float, default=0.1, help="share of the users whose parts stay (read in the idle time)"
+    )
     parser.add_argument("--output", default=str(ROOT / "bench" / "SCALE.md"))
     args = parser.parse_args()
     args.load_at_start = os.getloadavg()[0]
@@ -567,6 +595,11 @@ def main() -> int:
             sizes = per_user_bytes(plan, sizing, sample=args.memory_sample)
         finally:
             sizing.close()
+        write()
+        print(f"== keeping {args.active_share:.0%} of the users active", flush=True)
+        dropped = keep_active(plan, share=args.active_share)
+        snapshot("active")
+        memory["active"]["dropped"] = dropped
         text = write()
         client.close()
     print(text)

@@ -66,3 +66,8 @@ def bitmap_serialize(values: BitMap) -> bytes:
     (a run of readers, e.g. everyone in an id range, shrinks from 8 KiB to a few bytes)."""
     values.run_optimize()
     return bytes(values.serialize())
+
+
+def bitmap_deserialize(data: bytes | memoryview | None) -> BitMap:
+    """A bit-set stored with ``bitmap_serialize`` (empty when nothing is stored)."""
+    return BitMap.deserialize(bytes(data)) if data else BitMap()

@@ -9,10 +9,17 @@ is let through; its success closes the breaker.
 
 It is a redis-py Connection subclass, so it protects every client built on
 the pool (django-redis's cache, the read model) without wrapping commands.
+
+The breakers read the time from ``clock``: ``time.monotonic``, so a change
+of the wall clock neither opens nor closes them. It is looked up on every
+call, so a test lets a cooldown pass by setting it to a clock of its own and
+moving that forward, instead of sleeping (time-machine moves the wall clock
+only, not the monotonic one).
 """
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Empty
 from typing import Any
@@ -24,6 +31,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _FAILURES = (RedisConnectionError, RedisTimeoutError, OSError)
 
+clock: Callable[[], float] = time.monotonic
+
 
 class CircuitBreaker:
     def __init__(self, cooldown: float) -> None:
@@ -32,7 +41,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
 
     def check(self) -> None:
-        now = time.monotonic()
+        now = clock()
         with self._lock:
             if now < self.open_until:
                 raise RedisConnectionError("Redis circuit breaker is open (recent failure); failing fast.")
@@ -43,7 +52,7 @@ class CircuitBreaker:
     def record_failure(self) -> None:
         traffic.failures += 1
         with self._lock:
-            self.open_until = time.monotonic() + self.cooldown
+            self.open_until = clock() + self.cooldown
 
     def record_success(self) -> None:
         if self.open_until:
@@ -52,7 +61,7 @@ class CircuitBreaker:
 
     @property
     def is_open(self) -> bool:
-        return time.monotonic() < self.open_until
+        return clock() < self.open_until
 
 
 _breakers: dict[tuple[str, int], CircuitBreaker] = {}

@@ -28,6 +28,11 @@ PostgreSQL (``ReadModelState``):
   (``register_rebuild`` in ``AppConfig.ready``), then
   the outbox, and only then writes the new generation. The embedded
   (SQLite, one process) setup uses a lock in the process instead.
+- **Per user.** The steps restore only what users share (bulletins, item
+  details, indexes). Each user's own part of the read model is a cache,
+  filled from PostgreSQL on the user's first read for the current generation
+  (``user_generation``; ``UserNotFilled`` says it is missing): after a loss
+  Redis grows back with the users who come back, not with everyone.
 
 ``/healthz`` says ``"redis": "rebuilding"`` with the progress (``health``).
 """
@@ -58,6 +63,15 @@ PROGRESS_SECONDS = 0.5
 
 class ReadModelNotReady(RedisError):
     """Redis answers but the read model is lost or being rebuilt: use PostgreSQL."""
+
+
+class UserNotFilled(ReadModelNotReady):
+    """Redis holds what users share but not this user's part of the read model (a
+    loss, or an older copy): fill it from PostgreSQL, or answer from PostgreSQL."""
+
+    def __init__(self, user_id: int) -> None:
+        super().__init__(f"the read model of user {user_id} is not filled")
+        self.user_id = user_id
 
 
 def enabled() -> bool:
@@ -139,6 +153,18 @@ def confirm_ready() -> None:
     """``require_ready`` with a fresh look at the marker: before answering 404 from Redis."""
     if not check(fresh=True):
         raise ReadModelNotReady("the Redis read model is being rebuilt")
+
+
+def user_generation() -> str:
+    """The generation a user's part of the read model must be filled for ("" when
+    healing is off: every user's part counts as filled). A rebuild restores what
+    users share; each user's own part is filled on their first read after it, so
+    a user filled for another generation (before a loss, or on a stale replica)
+    is filled again."""
+    if not enabled():
+        return ""
+    generation = _state["generation"]
+    return "" if generation is None else str(generation)
 
 
 def invalidate() -> None:

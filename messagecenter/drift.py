@@ -22,8 +22,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.drift import DriftCheck, Finding
+from messagecenter import fallback, projection
 from messagecenter import keys as mc_keys
-from messagecenter import projection
+from messagecenter.fill import filled_among, inbox_forget
 from messagecenter.items import (
     bulletin_detail,
     bulletin_entry,
@@ -35,18 +36,14 @@ from messagecenter.items import (
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
-    InboxHidden,
     Message,
     MessageStatus,
     Notification,
     Subscription,
-    UserGroupMembership,
 )
-from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
+from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
-from messagecenter.readmodel.entries import CATEGORY_ORDER
-from messagecenter.readmodel.inbox import inbox_settle
-from messagecenter.selectors import muted_among
+from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.services.delivery import delivery_pending, delivery_relay
 
 BATCH = 1000
@@ -79,75 +76,6 @@ def _run_fixes(findings: Sequence[Finding]) -> None:
 
 def _now_ms() -> int:
     return to_ms(timezone.now())
-
-
-# --- user groups --------------------------------------------------------------------
-
-
-def user_groups_find() -> list[Finding]:
-    """Every user's group set equals their UserGroupMembership rows, 1,000 users a batch.
-
-    Walks all users (not only members) so a set left behind after a user's
-    last membership went is found too.
-    """
-    findings: list[Finding] = []
-    user_ids = list(get_user_model().objects.order_by("pk").values_list("pk", flat=True))
-    for batch in _batches(user_ids):
-        want: dict[int, set[int]] = {int(u): set() for u in batch}
-        # mc_membership_user_idx serves this lookup by user.
-        for user_id, group_id in UserGroupMembership.objects.filter(user_id__in=batch).values_list(
-            "user_id", "group_id"
-        ):
-            want[int(user_id)].add(int(group_id))
-        have = drift_rm.user_groups_get(user_ids=list(want))
-        for user_id, groups in want.items():
-            if have[user_id] == groups:
-                continue
-            problems = []
-            if groups - have[user_id]:
-                problems.append(f"missing groups {_ids(sorted(groups - have[user_id]))}")
-            if have[user_id] - groups:
-                problems.append(f"extra groups {_ids(sorted(have[user_id] - groups))}")
-            findings.append(
-                Finding(area="user_groups", key=mc_keys.user_groups(user_id), detail="; ".join(problems), fix=user_id)
-            )
-    return findings
-
-
-def user_groups_repair(findings: Sequence[Finding]) -> None:
-    for batch in _batches(sorted({int(f.fix) for f in findings})):
-        projection.user_groups(batch)
-
-
-# --- hidden items -------------------------------------------------------------------
-
-
-def hidden_find() -> list[Finding]:
-    """Every InboxHidden row is in its user's hidden set (so a rebuild or a
-    redelivery can never bring the item back)."""
-    findings: list[Finding] = []
-    rows = list(InboxHidden.objects.order_by("pk").values_list("user_id", "item_id"))
-    for batch in _batches(rows):
-        pairs = [(int(u), str(ref)) for u, ref in batch]
-        for (user_id, ref), present in zip(pairs, drift_rm.hidden_contains(pairs=pairs), strict=True):
-            if not present:
-                findings.append(
-                    Finding(
-                        area="hidden",
-                        key=mc_keys.inbox_hidden(user_id),
-                        member=ref,
-                        detail=f"{ref} hidden in PostgreSQL, not in Redis",
-                        fix=(user_id, ref),
-                    )
-                )
-    return findings
-
-
-def hidden_repair(findings: Sequence[Finding]) -> None:
-    now_ms = _now_ms()
-    for finding in findings:
-        user_id, ref = finding.fix
-        publish.user_hidden_add(user_id=user_id, ref=ref, now_ms=now_ms)
 
 
 # --- bulletins ----------------------------------------------------------------------
@@ -452,116 +380,84 @@ def subscribers_repair(findings: Sequence[Finding]) -> None:
         projection.subscribers(type_id, scope)
 
 
-# --- push deliveries ----------------------------------------------------------------
+# --- users' parts -------------------------------------------------------------------
 
 
-def _sample(audience: Any, size: int) -> list[int]:
-    if len(audience) <= size:
-        return [int(u) for u in audience]
-    # A fresh random sample each run: over many runs every recipient gets looked at.
-    picks = random.Random().sample(range(len(audience)), size)  # noqa: S311 - sampling, not security
-    return sorted(int(audience[i]) for i in picks)
+def _sample(values: Sequence[int], size: int) -> list[int]:
+    if len(values) <= size:
+        return [int(v) for v in values]
+    # A fresh random sample each run: over many runs every user gets looked at.
+    return sorted(int(v) for v in random.Random().sample(list(values), size))  # noqa: S311 - sampling, not security
 
 
-def push_deliveries_find() -> list[Finding]:
-    """For the newest delivered push messages, a sample of the audience holds the
-    item in the inbox zset, unless they hid it, it expired, or the inbox is full.
-
-    Sampled because a full check is O(users x items): every recipient of every
-    live message. ``MESSAGECENTER_CHECK_PUSH_SAMPLE`` recipients of at most
-    ``MESSAGECENTER_CHECK_PUSH_MESSAGES`` messages bound each run, and a
-    different sample each run covers the rest over time.
-    """
-    now = timezone.now()
-    sample_size = int(settings.MESSAGECENTER_CHECK_PUSH_SAMPLE)
-    cap = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
-    messages = list(
-        Message.objects.filter(delivery=DeliveryMode.PUSH, status=MessageStatus.DELIVERED)
-        .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
-        .order_by("-created_at", "-pk")[: int(settings.MESSAGECENTER_CHECK_PUSH_MESSAGES)]
-    )
-    users = get_user_model().objects
-    findings: list[Finding] = []
-    for message in messages:
-        sample = _sample(message.audience, sample_size)
-        if not sample:
-            continue
-        entry = message_entry(message)
-        existing = set(users.filter(pk__in=sample).values_list("pk", flat=True))
-        hidden = set(
-            InboxHidden.objects.filter(item_id=entry.ref, user_id__in=sample).values_list("user_id", flat=True)
-        )
-        # Users who muted the category when the message was sent never got it (messagecenter.mutes).
-        hidden |= muted_among(user_ids=sample, category=entry.category, time_ms=entry.score)
-        if entry.group_key:  # a grouped item a newer one of its group took the row of is out of the list
-            hidden |= grouping.group_holds(group_key=entry.group_key, member=entry.member, user_ids=sample)
-        probes = drift_rm.inbox_probe(member=entry.member, ref=entry.ref, user_ids=sample)
-        for user_id, probe in probes.items():
-            if probe.present or probe.hidden or user_id in hidden or user_id not in existing:
-                continue
-            if probe.size >= cap:
-                continue  # a full inbox drops its oldest items on read: absence proves nothing
-            findings.append(
-                Finding(
-                    area="push_deliveries",
-                    key=mc_keys.inbox(user_id),
-                    member=entry.member,
-                    detail=f"{entry.ref} was pushed to user {user_id} but is not in the inbox",
-                    fix=(message.pk, user_id),
-                )
-            )
-    return findings
+# The rows of a user's first page compared: what the inbox opens on.
+USER_PAGE = 50
 
 
-def push_deliveries_repair(findings: Sequence[Finding]) -> None:
-    by_message: dict[int, list[int]] = {}
-    for finding in findings:
-        message_id, user_id = finding.fix
-        by_message.setdefault(message_id, []).append(user_id)
-    now_ms = _now_ms()
-    for message in Message.objects.filter(pk__in=list(by_message)):
-        if message.status == MessageStatus.RETRACTED:
-            continue  # retracted since the check: nothing to redeliver
-        # The fan-out's own write: NX, hidden refs stay out, expired items are skipped.
-        publish.inbox_deliver(entry=message_entry(message), user_ids=by_message[message.pk], now_ms=now_ms)
+def users_find() -> list[Finding]:
+    """For a sample of the users whose part Redis holds: their first page (items,
+    order, read flags) and their unread counts in Redis equal what PostgreSQL
+    computes for them (``messagecenter.fallback``, the computation the inbox
+    property test holds the Redis path to). Memberships, hidden items, pushes,
+    read marks and the unread index all show there when they drift.
 
-
-# --- unread index ---------------------------------------------------------------------
-
-
-def unread_index_find() -> list[Finding]:
-    """For a random sample of users: each unread counter equals the size of its
-    category's unread zset, and the all zset holds as many as the categories
-    together (the inbox scripts keep both exact; an unread-only page reads the zsets).
-
-    Redis-only invariants: both sides change in the same script, so no
-    PostgreSQL read is needed. ``MESSAGECENTER_CHECK_PUSH_SAMPLE`` users a run.
+    Sampled: ``MESSAGECENTER_CHECK_USER_SAMPLE`` users a run, a fresh sample
+    each run, so over many runs every user gets looked at.
     """
     ids = list(get_user_model().objects.values_list("pk", flat=True))
-    sample = _sample(ids, int(settings.MESSAGECENTER_CHECK_PUSH_SAMPLE))
+    sample = sorted(filled_among(_sample(ids, int(settings.MESSAGECENTER_CHECK_USER_SAMPLE))))
+    now = timezone.now()
     findings: list[Finding] = []
-    for user_id, index in drift_rm.unread_index_read(user_ids=sample, categories=CATEGORY_ORDER).items():
-        wrong = [c for c in CATEGORY_ORDER if index.counters[c] != index.sizes[c]]
-        if sum(index.sizes[c] for c in CATEGORY_ORDER) != index.sizes[""]:
-            wrong.append("all")
-        if wrong:
-            findings.append(
-                Finding(
-                    area="unread_index",
-                    key=mc_keys.inbox_unread(user_id),
-                    detail=f"unread counters {index.counters} but unread zsets {index.sizes} ({', '.join(wrong)})",
-                    fix=user_id,
-                )
-            )
+    for user_id in sample:
+        problems = _user_differs(user_id, now)
+        if problems:
+            findings.append(Finding(area="users", key=mc_keys.inbox(user_id), detail=problems, fix=user_id))
     return findings
 
 
-def unread_index_repair(findings: Sequence[Finding]) -> None:
-    """Build each user's unread zsets and counters anew from the read bits (what
-    their next read does once told to; settled here so the re-check sees it)."""
-    user_ids = sorted({f.fix for f in findings})
-    drift_rm.unread_index_rebuild(user_ids=user_ids)
-    inbox_settle(user_ids=user_ids, now_ms=_now_ms())
+def _user_differs(user_id: int, now: datetime) -> str:
+    """How the user's first page and counts in Redis differ from PostgreSQL's ("" when they agree)."""
+    page: dict[str, Any] = {
+        "category": None,
+        "max_score": None,
+        "skip": 0,
+        "limit": USER_PAGE,
+        "unread_only": False,
+        "since_ms": None,
+    }
+    held = inbox_rm.inbox_page(user_id=user_id, now_ms=to_ms(now), **page)
+    truth = fallback.inbox_page(user_id=user_id, now=now, **page)
+    if not isinstance(held, inbox_rm.Page):  # a cached rendering: nothing to compare
+        return ""
+    problems = []
+    rows, want = dict((r.ref, r.read) for r in held.rows), dict((r.ref, r.read) for r in truth.rows)
+    if list(rows.items()) != list(want.items()):
+        problems.append(f"first page: {_rows_differ(rows, want)} differs from PostgreSQL's")
+    if held.counts.unread_by_category != truth.counts.unread_by_category:
+        problems.append(
+            f"unread {held.counts.unread_by_category} in Redis, {truth.counts.unread_by_category} in PostgreSQL"
+        )
+    if held.counts.unseen != truth.counts.unseen:
+        problems.append(f"unseen {held.counts.unseen} in Redis, {truth.counts.unseen} in PostgreSQL")
+    return "; ".join(problems)
+
+
+def _rows_differ(rows: dict[str, bool], want: dict[str, bool]) -> str:
+    """What differs between a page's (ref -> read) in Redis and in PostgreSQL, in words."""
+    parts = []
+    if missing := [ref for ref in want if ref not in rows]:
+        parts.append(f"missing {_ids(missing)}")
+    if extra := [ref for ref in rows if ref not in want]:
+        parts.append(f"extra {_ids(extra)}")
+    if flags := [ref for ref, read in rows.items() if ref in want and want[ref] != read]:
+        parts.append(f"read flag of {_ids(flags)}")
+    return ", ".join(parts or ["order"])
+
+
+def users_repair(findings: Sequence[Finding]) -> None:
+    """Drop each drifted user's part: their next read fills it from PostgreSQL
+    (filled here at once when healing is off)."""
+    inbox_forget(user_ids=sorted({int(f.fix) for f in findings}))
 
 
 def deliveries_find() -> list[Finding]:
@@ -603,19 +499,11 @@ CHECKS = [
         item_details_find,
         _run_fixes,
     ),
-    DriftCheck("user_groups", "per-user group sets against memberships", user_groups_find, user_groups_repair),
-    DriftCheck("hidden", "per-user hidden sets against InboxHidden rows", hidden_find, hidden_repair),
     DriftCheck("subscribers", "subscriber sets per (message type, scope)", subscribers_find, subscribers_repair),
     DriftCheck(
-        "push_deliveries",
-        "a sample of each recent push message's recipients hold it in their inbox",
-        push_deliveries_find,
-        push_deliveries_repair,
-    ),
-    DriftCheck(
-        "unread_index",
-        "a sample of users' unread counters equal their unread zsets' sizes",
-        unread_index_find,
-        unread_index_repair,
+        "users",
+        "a sample of users' first pages and unread counts in Redis against PostgreSQL's",
+        users_find,
+        users_repair,
     ),
 ]

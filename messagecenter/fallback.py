@@ -14,7 +14,11 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
   ones are away until their wake time and then back at it, unread (the
   snooze cleared their read bit);
 - read state is the committed one (``InboxReadMonth`` bit-sets of offsets
-  per month, ``InboxSeen``): every acknowledged mark is in it.
+  per month, ``InboxSeen``): every acknowledged mark is in it;
+- grouped items (a ``group_key``) are cut into groups by the user's
+  ``InboxGroupEnd`` rows and collapse into their groups' rows the way
+  ``lua/_group.lua`` does on delivery (``_Groups``, the one place here that
+  decides it).
 
 Every call runs a small, fixed number of queries whatever the inbox holds:
 candidates of each kind are scanned newest first in one query, bounded by
@@ -31,11 +35,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
-from pyroaring import BitMap
 
+from core.bitmaps import bitmap_deserialize
 from messagecenter.items import bulletin_detail, message_detail, notification_detail
 from messagecenter.models import (
     Bulletin,
+    InboxGroupEnd,
     InboxHidden,
     InboxItemState,
     InboxReadMonth,
@@ -63,6 +68,9 @@ TOPIC_READ = "inbox.read"
 TOPIC_READ_ALL = "inbox.read_all"
 TOPIC_SEEN = "inbox.seen"
 TOPIC_HIDE = "inbox.hide"
+#   inbox.group_end {"ref": str, "delete": bool}  (the group's InboxGroupEnd row exists;
+#                   for a delete, InboxHidden rows and inbox.hide entries for its older items)
+TOPIC_GROUP_END = "inbox.group_end"
 
 # Candidate rows scanned per kind (newest first) when no setting says otherwise.
 SCAN_LIMIT_DEFAULT = 5000
@@ -72,10 +80,6 @@ _ONE_MS = timedelta(milliseconds=1)
 
 def _scan_limit() -> int:
     return int(getattr(settings, "MESSAGECENTER_FALLBACK_SCAN_LIMIT", SCAN_LIMIT_DEFAULT))
-
-
-def _bitmap(raw: Any) -> BitMap:
-    return BitMap.deserialize(bytes(raw)) if raw else BitMap()
 
 
 def _live(expire_ms: int, now_ms: int) -> bool:
@@ -88,6 +92,108 @@ def _sort_key(entry: InboxEntry) -> tuple[int, str]:
     return entry.score, entry.member
 
 
+class _RowsSeen:
+    """When a newest-first scan has found enough: ``want`` rows at least.
+    Items of one group key share rows, so a key counts once (a lower bound
+    of its rows): the scan may read further than the rows need, never less."""
+
+    def __init__(self, want: int) -> None:
+        self.want = want
+        self.rows = 0
+        self.keys: set[str] = set()
+
+    def enough(self, group_key: str) -> bool:
+        if not group_key:
+            self.rows += 1
+        elif group_key not in self.keys:
+            self.keys.add(group_key)
+            self.rows += 1
+        return self.rows >= self.want
+
+
+GROUP_ACTORS = 3
+
+
+def _after(ref: str, other: str) -> bool:
+    # Equal times order as the list orders them, by member: ref then "|".
+    return ref + "|" > other + "|"
+
+
+def _order(entry: InboxEntry) -> tuple[int, str]:
+    """Oldest to newest among a key's items: time, then as the list orders equal times."""
+    return entry.score, entry.ref + "|"
+
+
+@dataclass(frozen=True)
+class _Group:
+    key: str
+    members: list[InboxEntry]  # newest first; the first is the row
+    ended: bool
+
+    @property
+    def row(self) -> InboxEntry:
+        return self.members[0]
+
+    @property
+    def start(self) -> int:
+        return min(entry.score for entry in self.members)
+
+    def shown(self) -> dict[str, Any]:
+        """The row's group as the page shows it: count and the newest three distinct actors."""
+        actors: list[str] = []
+        for entry in self.members:
+            if entry.actor and entry.actor not in actors and len(actors) < GROUP_ACTORS:
+                actors.append(entry.actor)
+        return {"key": self.key, "count": len(self.members), "actors": actors}
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The user's grouped items cut into groups, as ``lua/_group.lua`` cuts
+    them: an item belongs to the first of its key's ends (time, row ref) not
+    older than it (an item at exactly an end's time but sorting after that
+    end's row is past it), else to the key's open group; a group's row is its
+    newest item, the others are in no list. Items are the user's wherever
+    they are (listed, archived, snoozed), at their own time."""
+
+    by_row: dict[str, _Group] = field(default_factory=dict)
+    by_key: dict[str, list[_Group]] = field(default_factory=dict)
+    out: set[str] = field(default_factory=set)  # grouped items that are not their group's row
+
+    @classmethod
+    def of(cls, entries: Iterable[InboxEntry], ends: Iterable[tuple[str, int, str]]) -> "_Groups":
+        cuts: dict[str, list[tuple[int, str]]] = {}
+        for key, until, row_ref in ends:
+            cuts.setdefault(key, []).append((until, row_ref))
+        # The ends zset's order: time, then member ("<time>|<row ref>|").
+        for times in cuts.values():
+            times.sort(key=lambda end: (end[0], end[1] + "|" if end[1] else ""))
+        slots: dict[tuple[str, int | None, str], list[InboxEntry]] = {}
+        for entry in entries:
+            if not entry.group_key:
+                continue
+            slot = next(
+                (
+                    (until, row_ref)
+                    for until, row_ref in cuts.get(entry.group_key, ())
+                    if until > entry.score or (until == entry.score and not (row_ref and _after(entry.ref, row_ref)))
+                ),
+                None,
+            )
+            name = (entry.group_key, *slot) if slot is not None else (entry.group_key, None, "")
+            slots.setdefault(name, []).append(entry)
+        groups = cls()
+        for (key, end_ms, _row), members in slots.items():
+            group = _Group(key=key, members=sorted(members, key=_order, reverse=True), ended=end_ms is not None)
+            groups.by_row[group.row.ref] = group
+            groups.by_key.setdefault(key, []).append(group)
+            groups.out.update(entry.ref for entry in group.members[1:])
+        return groups
+
+    def open_group(self, key: str) -> _Group | None:
+        return next((g for g in self.by_key.get(key, ()) if not g.ended), None)
+
+
 def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
     found: list[InboxEntry] = []
     rows = (
@@ -97,20 +203,30 @@ def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes:
         # mc_message_created_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
         .values_list(
-            "id", "category", "created_at", "expire_at", "everyone", "audience_bitmap", "slot_month", "slot_offset"
+            "id",
+            "category",
+            "created_at",
+            "expire_at",
+            "everyone",
+            "audience_bitmap",
+            "slot_month",
+            "slot_offset",
+            "group_key",
+            "actor",
         )
     )[: _scan_limit()]
-    for pk, category, created_at, expire_at, everyone, audience, month, offset in rows.iterator():
+    rows_seen = _RowsSeen(want)
+    for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in rows.iterator():
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"m{pk}"
         if not _live(expire_ms, now_ms) or ref in hidden:
             continue
-        if not everyone and user_id not in _bitmap(audience):
+        if not everyone and user_id not in bitmap_deserialize(audience):
             continue
         if mutes.hides(category=category, time_ms=to_ms(created_at)):
             continue
-        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
-        if len(found) >= want:  # older ones cannot make the newest `want`
+        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms, key, actor))
+        if rows_seen.enough(key):  # older ones cannot make the newest `want` rows
             break
     return found
 
@@ -161,17 +277,20 @@ def _notifications(
             "audience_bitmap",
             "slot_month",
             "slot_offset",
+            "group_key",
+            "actor",
         )
     )[: _scan_limit()]
-    for pk, category, type_id, created_at, expire_at, audience, month, offset in rows.iterator():
+    rows_seen = _RowsSeen(want)
+    for pk, category, type_id, created_at, expire_at, audience, month, offset, key, actor in rows.iterator():
         expire_ms = to_ms(expire_at)
         ref = f"n{pk}"
-        if not _live(expire_ms, now_ms) or ref in hidden or user_id not in _bitmap(audience):
+        if not _live(expire_ms, now_ms) or ref in hidden or user_id not in bitmap_deserialize(audience):
             continue
         if mutes.hides(category=category, time_ms=to_ms(created_at), message_type_id=type_id):
             continue
-        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms))
-        if len(found) >= want:
+        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms, key, actor))
+        if rows_seen.enough(key):
             break
     return found
 
@@ -186,6 +305,17 @@ class _Inbox:
     # Archived items newest first (score: their place), snoozed ones by ref (score: the wake time).
     archived: list[InboxEntry] = field(default_factory=list)
     snoozed: dict[str, InboxEntry] = field(default_factory=dict)
+    groups: _Groups = field(default_factory=_Groups)
+
+    def row(self, entry: InboxEntry, detail: dict[str, Any]) -> PageRow:
+        group = self.groups.by_row.get(entry.ref)
+        return PageRow(
+            ref=entry.ref,
+            score=entry.score,
+            read=entry.ref in self.read,
+            detail=detail,
+            group=group.shown() if group is not None else None,
+        )
 
     def place(self, ref: str) -> tuple[str, InboxEntry] | None:
         for where, entries in ((LIVE, self.items), (ARCHIVED, self.archived)):
@@ -203,9 +333,34 @@ class _Inbox:
         return Counts(by_category, sum(1 for entry in self.items if entry.score > self.seen_ms))
 
 
-def _load(user_id: int, now: datetime) -> _Inbox:
+def _placed(
+    candidates: Iterable[InboxEntry], states: dict[str, tuple[bool, datetime | None]], now_ms: int
+) -> tuple[list[InboxEntry], list[InboxEntry], dict[str, InboxEntry]]:
+    """The items listed, archived and snoozed, as their state rows say."""
+    items: list[InboxEntry] = []
+    archived: list[InboxEntry] = []
+    snoozed: dict[str, InboxEntry] = {}
+    for entry in candidates:
+        if entry.ref not in states:
+            items.append(entry)
+            continue
+        is_archived, until = states[entry.ref]
+        # A snooze that has woken keeps the item at its wake time.
+        placed = replace(entry, score=to_ms(until)) if until is not None else entry
+        if is_archived:
+            archived.append(placed)
+        elif until is not None and placed.score > now_ms:
+            snoozed[entry.ref] = placed
+        else:
+            items.append(placed)
+    return items, archived, snoozed
+
+
+def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
+    """``keep``: a ref just hidden that is read as if it were not."""
     now_ms = to_ms(now)
     hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
+    hidden.discard(keep or "")
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
     mutes = Mutes.of(
@@ -224,22 +379,13 @@ def _load(user_id: int, now: datetime) -> _Inbox:
         *_bulletins(user_id, now, now_ms, hidden, mutes, scan),
         *_notifications(user_id, now, now_ms, hidden, mutes, scan),
     ]
-    items: list[InboxEntry] = []
-    archived: list[InboxEntry] = []
-    snoozed: dict[str, InboxEntry] = {}
-    for entry in candidates:
-        if entry.ref not in states:
-            items.append(entry)
-            continue
-        is_archived, until = states[entry.ref]
-        # A snooze that has woken keeps the item at its wake time.
-        placed = replace(entry, score=to_ms(until)) if until is not None else entry
-        if is_archived:
-            archived.append(placed)
-        elif until is not None and placed.score > now_ms:
-            snoozed[entry.ref] = placed
-        else:
-            items.append(placed)
+    groups = _Groups()
+    if any(entry.group_key for entry in candidates):
+        # mc_group_end_row_unique serves this lookup by user.
+        ends = InboxGroupEnd.objects.filter(user_id=user_id).values_list("group_key", "until_ms", "row_ref")
+        groups = _Groups.of(candidates, ends)
+    # A newer item of its group is the row of an item in groups.out.
+    items, archived, snoozed = _placed([e for e in candidates if e.ref not in groups.out], states, now_ms)
     # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
     items = sorted(items, key=_sort_key, reverse=True)[:want]
     archived.sort(key=_sort_key, reverse=True)
@@ -247,14 +393,14 @@ def _load(user_id: int, now: datetime) -> _Inbox:
     shown = [*items, *archived]
     # mc_inboxreadmonth_unique serves this lookup by user and month.
     bits = {
-        month: _bitmap(raw)
+        month: bitmap_deserialize(raw)
         for month, raw in InboxReadMonth.objects.filter(
             user_id=user_id, month__in={entry.month for entry in shown}
         ).values_list("month", "read")
     }
     read = {entry.ref for entry in shown if entry.offset in bits.get(entry.month, ())}
     seen_ms = InboxSeen.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
-    return _Inbox(items=items, read=read, seen_ms=int(seen_ms), archived=archived, snoozed=snoozed)
+    return _Inbox(items=items, read=read, seen_ms=int(seen_ms), archived=archived, snoozed=snoozed, groups=groups)
 
 
 def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -355,11 +501,7 @@ def inbox_page(
     walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)
     picked = [entries[i] for i in walked.picked]
     details = found or _details(entry.ref for entry in picked)
-    rows = [
-        PageRow(ref=entry.ref, score=entry.score, read=entry.ref in state.read, detail=details[entry.ref])
-        for entry in picked
-        if entry.ref in details
-    ]
+    rows = [state.row(entry, details[entry.ref]) for entry in picked if entry.ref in details]
     return Page(rows=rows, next_position=walked.next_position, counts=state.counts())
 
 
@@ -390,11 +532,10 @@ def inbox_get(*, user_id: int, ref: str, now: datetime) -> PageRow | None:
     placed = state.place(ref)
     if placed is None or placed[0] == SNOOZED:
         return None
-    entry = placed[1]
     detail = _details([ref]).get(ref)
     if detail is None:
         return None
-    return PageRow(ref=ref, score=entry.score, read=ref in state.read, detail=detail)
+    return state.row(placed[1], detail)
 
 
 def inbox_item_live(*, user_id: int, ref: str, now: datetime) -> bool:
@@ -410,4 +551,67 @@ def inbox_unread_entries(*, user_id: int, category: str | None, now: datetime) -
         entry
         for entry in state.items
         if entry.ref not in state.read and entry.score <= to_ms(now) and (not category or entry.category == category)
+    ]
+
+
+def inbox_group_page(
+    *, user_id: int, group_key: str, now: datetime, max_score: int | None, skip: int, limit: int
+) -> tuple[list[PageRow], tuple[int, int] | None]:
+    """A page of ``group_key``'s items (``group_selectors.inbox_group_list``),
+    as ``readmodel.grouping.group_items`` reads it: every item of the key
+    the user has (each group's, wherever its row is), newest first at their
+    own times, those of the key's open group unread (from its first item's
+    time on), the others read; and the position of the next page."""
+    state = _load(user_id, now)
+    groups = state.groups.by_key.get(group_key, [])
+    members = sorted(
+        (entry for group in groups for entry in group.members), key=lambda e: (e.score, e.member), reverse=True
+    )
+    walked = [e for e in members if max_score is None or e.score <= max_score][skip:]
+    picked, more = walked[:limit], len(walked) > limit
+    opened = state.groups.open_group(group_key)
+    details = _details(entry.ref for entry in picked)
+    rows = [
+        PageRow(
+            ref=entry.ref,
+            score=entry.score,
+            read=not (opened is not None and entry.score >= opened.start),
+            detail=details[entry.ref],
+        )
+        for entry in picked
+        if entry.ref in details
+    ]
+    position = None
+    if more and picked:
+        last = picked[-1].score
+        at_last = sum(1 for entry in picked if entry.score == last)
+        position = (last, at_last + (skip if max_score == last else 0))
+    return rows, position
+
+
+def group_of_row(
+    *, user_id: int, ref: str, now: datetime, deleted: bool = False
+) -> tuple[str, int, list[str], bool] | None:
+    """When ``ref`` is a group's row in this user's inbox: its key, the row's
+    own time (where an open group ends), the group's items newest first and
+    whether it ended already (a read, archive, snooze or delete of the row
+    ends it; Redis is down, so PostgreSQL decides as group_close.lua would).
+    ``deleted``: the row was just deleted (hidden), read it as it was."""
+    if not _valid_ref(ref):
+        return None
+    group = _load(user_id, now, keep=ref if deleted else None).groups.by_row.get(ref)
+    if group is None:
+        return None
+    return group.key, group.row.score, [entry.ref for entry in group.members], group.ended
+
+
+def groups_open(*, user_id: int, category: str | None, now: datetime) -> list[tuple[str, int, str]]:
+    """The user's open groups (of the category) as (key, row's time, row ref):
+    what a "read all" ends."""
+    groups = _load(user_id, now).groups
+    return [
+        (group.key, group.row.score, group.row.ref)
+        for found in groups.by_key.values()
+        for group in found
+        if not group.ended and (not category or group.row.category == category)
     ]

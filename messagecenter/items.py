@@ -34,16 +34,30 @@ def _group_fields(group_key: str, actor: str) -> dict[str, str]:
     return {"group_key": group_key, "actor": actor} if group_key else {}
 
 
-def message_entry(message: Message) -> InboxEntry:
+# What an inbox entry is made of, in the order ``entry_of_row`` takes it: a
+# fill reads these with its scan of the audiences, never whole rows.
+ENTRY_FIELDS = ("id", "category", "slot_month", "slot_offset", "created_at", "expire_at", "group_key", "actor")
+
+
+def entry_of_row(prefix: str, row: Sequence[Any]) -> InboxEntry:
+    """The entry of an item (ref ``<prefix><id>``) from its ``ENTRY_FIELDS`` values."""
+    pk, category, month, offset, created_at, expire_at, group_key, actor = row
     return InboxEntry(
-        ref=message.ref,
-        category=message.category,
-        month=message.slot_month,
-        offset=message.slot_offset,
-        score=to_ms(message.created_at),
-        expire_ms=to_ms(message.expire_at) if message.expire_at else 0,
-        group_key=message.group_key,
-        actor=message.actor,
+        ref=f"{prefix}{pk}",
+        category=category,
+        month=month,
+        offset=offset,
+        score=to_ms(created_at),
+        expire_ms=to_ms(expire_at) if expire_at else 0,
+        group_key=group_key,
+        actor=actor,
+    )
+
+
+def message_entry(message: Message) -> InboxEntry:
+    m = message
+    return entry_of_row(
+        "m", (m.pk, m.category, m.slot_month, m.slot_offset, m.created_at, m.expire_at, m.group_key, m.actor)
     )
 
 
@@ -111,15 +125,9 @@ def bulletin_detail(bulletin: Bulletin) -> dict[str, Any]:
 
 
 def notification_entry(notification: Notification) -> InboxEntry:
-    return InboxEntry(
-        ref=notification.ref,
-        category=notification.category,
-        month=notification.slot_month,
-        offset=notification.slot_offset,
-        score=to_ms(notification.created_at),
-        expire_ms=to_ms(notification.expire_at),
-        group_key=notification.group_key,
-        actor=notification.actor,
+    n = notification
+    return entry_of_row(
+        "n", (n.pk, n.category, n.slot_month, n.slot_offset, n.created_at, n.expire_at, n.group_key, n.actor)
     )
 
 

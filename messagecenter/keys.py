@@ -5,7 +5,7 @@ Each function documents the type of the key it names; the tests check that keys 
 Lua script touches share a hash tag (one Redis Cluster slot)."""
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from core.keys import GLOBAL_TAG, USER_ID_FILL, key, user_tag
 from live.keys import user_version as live_user_version
@@ -108,14 +108,15 @@ def inbox_groups_open(user_id: int) -> str:
 
 
 def inbox_groups_closed(user_id: int) -> str:
-    """hash: ``"<end>|<group key>"`` -> the member of an ended group's row (end: the time, ms, the
-    group ended at, its row's time then; see ``inbox_group_ends``)."""
+    """hash: ``"<end>|<row ref>|<group key>"`` -> the member of an ended group's row (end: the
+    time, ms, the group ended at, its row's time then; row ref: that row's; see ``inbox_group_ends``)."""
     return key("inbox", user_tag(user_id), "groups", "closed")
 
 
 def inbox_group_ends(user_id: int, group_key: str) -> str:
-    """zset: the times (ms) the user's groups of one key ended at, member = score = the time; they
-    cut the key's items into groups (messagecenter/lua/_group.lua). Mirror of ``InboxGroupEnd``."""
+    """zset: the times (ms) the user's groups of one key ended at, member ``"<time>|<row ref>|"``
+    (the row's ref then), score = the time; they cut the key's items into groups
+    (messagecenter/lua/_group.lua). Mirror of ``InboxGroupEnd``."""
     return inbox_group(user_id, group_key) + ":ends"
 
 
@@ -172,6 +173,35 @@ def inbox_scratch(user_id: int) -> str:
     """bitmap, transient: read_all.lua's work space within one call ("read all"
     computes each month's first reads there); deleted before the call ends."""
     return key("inbox", user_tag(user_id), "scratch")
+
+
+def user_part(
+    user_id: int, *, categories: Sequence[str], months: Iterable[str], group_keys: Iterable[str]
+) -> list[str]:
+    """Every key of the user's own part of the read model (a cache of PostgreSQL,
+    messagecenter/fill.py): the fixed ones, those of the categories, months and
+    group keys given. All carry the user's hash tag: one slot."""
+    names = [
+        *(inbox(user_id), inbox_counters(user_id), inbox_evicted(user_id), inbox_arrivals(user_id)),
+        *(inbox_category(user_id, c) for c in categories),
+        inbox_unread(user_id),
+        *(inbox_unread(user_id, c) for c in categories),
+        *(inbox_hidden(user_id), inbox_archived(user_id), inbox_snoozed(user_id), inbox_expiry(user_id)),
+        *(inbox_months(user_id), inbox_state(user_id), inbox_pages(user_id), inbox_responses(user_id)),
+        *(inbox_groups(user_id), inbox_groups_open(user_id), inbox_groups_closed(user_id)),
+        *(user_groups(user_id), user_mutes(user_id), user_notifications(user_id), bulletin_access_time(user_id)),
+    ]
+    for month in months:
+        names += [push_bitmap(user_id, month), read_bitmap(user_id, month), read_ever_bitmap(user_id, month)]
+    for group_key in group_keys:
+        names += [inbox_group(user_id, group_key), inbox_group_ends(user_id, group_key)]
+    return names
+
+
+def filled_users() -> str:
+    """set: ids of users whose part of the read model was filled (messagecenter/fill.py): what
+    the idle job walks to drop the rest of a part whose state hash expired or was evicted."""
+    return key("inbox", "filled", GLOBAL_TAG)
 
 
 def deliver_key_templates(*, notifications: bool = False, expiry: bool = True, group_key: str = "") -> list[str]:

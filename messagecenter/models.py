@@ -175,6 +175,10 @@ class Message(models.Model):
             models.Index(fields=["-created_at"], name="mc_message_created_idx"),
             # Expiry clean-up and the admin status filter.
             models.Index(fields=["status", "expire_at"], name="mc_message_status_idx"),
+            # Retention: the oldest item of a group key (ends older than it go).
+            models.Index(
+                fields=["group_key", "created_at"], condition=~models.Q(group_key=""), name="mc_message_group_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -383,12 +387,24 @@ class InboxGroupEnd(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox_group_ends")
     group_key = models.CharField(max_length=100)
     until_ms = models.BigIntegerField()
+    # The ref of the group's row then: an item of the key at exactly ``until_ms``
+    # is in the ended group only if it sorts at or below the row (as the list
+    # orders equal times, by member), so a new item in the same millisecond as
+    # the read starts a new group. Blank for ends recorded before it was kept.
+    row_ref = models.CharField(max_length=40, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            # One end per group; the rebuild reads them per user and key through it.
-            models.UniqueConstraint(fields=["user", "group_key", "until_ms"], name="mc_group_end_unique"),
+            # One end per group (two groups of a key may end in the same ms: the
+            # second began after the first's row); the rebuild reads them per user and key through it.
+            models.UniqueConstraint(
+                fields=["user", "group_key", "until_ms", "row_ref"], name="mc_group_end_row_unique"
+            ),
+        ]
+        indexes = [
+            # Retention drops a key's ends older than its oldest item by this.
+            models.Index(fields=["group_key", "until_ms"], name="mc_group_end_key_idx"),
         ]
 
     def __str__(self) -> str:
@@ -569,6 +585,10 @@ class Notification(models.Model):
             models.Index(fields=["-created_at"], name="mc_notification_created_idx"),
             # The scheduled-send job: scheduled notifications whose send_at has passed.
             models.Index(fields=["send_at"], condition=models.Q(scheduled=True), name="mc_notification_sched_idx"),
+            # Retention: the oldest item of a group key (ends older than it go).
+            models.Index(
+                fields=["group_key", "created_at"], condition=~models.Q(group_key=""), name="mc_notification_group_idx"
+            ),
             # notification_sweep(): expired notifications whose detail is still stored.
             models.Index(
                 fields=["expire_at"], condition=models.Q(details_freed=False), name="mc_notification_expire_idx"

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +32,7 @@ from core.api.lookups import Whole
 from core.api.translations import localized
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
+from messagecenter.fill import inbox_served
 from messagecenter.items import KIND_BY_PREFIX
 from messagecenter.models import (
     CATEGORIES,
@@ -97,7 +99,12 @@ class InboxPage:
     cache_tag: tuple[str, str] | None = None
 
 
-def _item(row: PageRow, language: str | None = None, group: dict[str, Any] | None = None) -> InboxItem:
+def _item(
+    row: PageRow,
+    language: str | None = None,
+    group: dict[str, Any] | None = None,
+    response: dict[str, str] | None = None,
+) -> InboxItem:
     detail: dict[str, Any] = row.detail
     # Translations ride in the detail: the reader's language is picked here,
     # field by field (the page costs the same whatever the languages held).
@@ -118,6 +125,7 @@ def _item(row: PageRow, language: str | None = None, group: dict[str, Any] | Non
         # None (the system) until a drift repair or rebuild writes them again.
         sender=detail.get("sender") or None,
         actions=list(detail.get("actions") or ()),
+        response=response,
         group=group,
     )
 
@@ -126,32 +134,35 @@ def _item(row: PageRow, language: str | None = None, group: dict[str, Any] | Non
 _TIME = TimeField()
 
 
-def _answered(user_id: int, items: list[InboxItem], *, degraded: bool) -> list[InboxItem]:
-    """The items with the user's answers to their actions: one HMGET of the
-    user's responses hash when a row has actions, nothing otherwise (PostgreSQL
-    when Redis is down)."""
-    refs = [item.id for item in items if item.actions]
+@lru_cache(maxsize=16_384)
+def _response(action: str, at_ms: int) -> dict[str, str]:
+    """An answer as the item shows it, built once per distinct answer: a
+    polled page shows the same answers again and again (callers never mutate
+    the dict)."""
+    return {"action": action, "at": _TIME.to_representation(ms_to_datetime(at_ms))}
+
+
+def _answers(user_id: int, rows: Sequence[PageRow], *, degraded: bool, read: bool) -> dict[str, dict[str, str]]:
+    """The user's answers to the actions of these rows, by ref. ``read``: the
+    rows carry them (page.lua's fast path read them with the page); else one
+    HMGET of the user's responses hash when a row has actions, nothing
+    otherwise (PostgreSQL when Redis is down)."""
+    refs = [row.ref for row in rows if row.detail.get("actions")]
     if not refs:
-        return items
-    found: dict[str, tuple[str, datetime]] = {}
-    try:
-        if degraded:
-            raise RedisError("the page came from PostgreSQL")
-        found = {
-            ref: (a, ms_to_datetime(at))
-            for ref, (a, at) in responses_rm.responses_get(user_id=user_id, refs=refs).items()
-        }
-    except RedisError:
-        rows = MessageResponse.objects.filter(user_id=user_id, message_id__in=[int(ref[1:]) for ref in refs])
-        found = {f"m{m}": (a, at) for m, a, at in rows.values_list("message_id", "action", "at")}
-    return [
-        dataclasses.replace(
-            item, response={"action": found[item.id][0], "at": _TIME.to_representation(found[item.id][1])}
-        )
-        if item.id in found
-        else item
-        for item in items
-    ]
+        return {}
+    found: dict[str, tuple[str, int]] = {}
+    if read:
+        found = {row.ref: row.response for row in rows if row.response is not None}
+    else:
+        try:
+            if degraded:
+                raise RedisError("the page came from PostgreSQL")
+            found = responses_rm.responses_get(user_id=user_id, refs=refs)
+        except RedisError:
+            rows_pg = MessageResponse.objects.filter(user_id=user_id, message_id__in=[int(ref[1:]) for ref in refs])
+            # Whole milliseconds, as Redis keeps them: both paths show the same time.
+            found = {f"m{m}": (a, to_ms(at)) for m, a, at in rows_pg.values_list("message_id", "action", "at")}
+    return {ref: _response(*found[ref]) for ref in refs if ref in found}
 
 
 def grouped_items(
@@ -161,13 +172,15 @@ def grouped_items(
     degraded: bool = False,
     with_groups: bool = True,
     groups_read: bool = False,
+    responses_read: bool = False,
     language: str | None = None,
 ) -> list[InboxItem]:
     """The page's items in the reader's language, each grouped row with its
-    group and each item with actions with the reader's answer. Groups are read
-    with the page (page.lua's fast path) or else by one HMGET of the grouped
-    rows on it (none when no row has a group key), so a page costs the same
-    whatever the number or size of the groups."""
+    group and each item with actions with the reader's answer. Groups and
+    answers are read with the page (page.lua's fast path) or else by one
+    HMGET each of the rows that need them (none when no row has a group key,
+    or actions), so a page costs the same whatever the number or size of the
+    groups."""
     grouped = [row.ref for row in rows if with_groups and row.group is None and row.detail.get("group_key")]
     groups: dict[str, dict[str, Any]] = {row.ref: row.group for row in rows if with_groups and row.group is not None}
     if grouped and not degraded and not groups_read:
@@ -175,8 +188,8 @@ def grouped_items(
             groups.update(readmodel_grouping.groups_of(user_id=user_id, refs=grouped))
         except RedisError as exc:
             logger.warning("redis unavailable (%s); groups of user %s left out", exc, user_id)
-    items = [_item(row, language, groups.get(row.ref)) for row in rows]
-    return _answered(user_id, items, degraded=degraded)
+    answers = _answers(user_id, rows, degraded=degraded, read=responses_read)
+    return [_item(row, language, groups.get(row.ref), answers.get(row.ref)) for row in rows]
 
 
 def category_validate(category: str | None) -> None:
@@ -353,17 +366,20 @@ def _inbox_list(
     }
     degraded = False
     page: Page
-    try:
-        healing.require_ready()
+
+    def read() -> Page | CachedPage:
         if archived or query:
-            page = inbox.inbox_listing(
+            return inbox.inbox_listing(
                 user_id=user_id, now_ms=to_ms(now), archived=archived, query=query, language=language, **filters
             )
-        else:
-            result = inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **filters)
-            if isinstance(result, CachedPage):
-                return None, result.body
-            page = result
+        return inbox.inbox_page(user_id=user_id, now_ms=to_ms(now), cache_field=cache_field, **filters)
+
+    try:
+        healing.require_ready()
+        result = inbox_served(user_id, read)
+        if isinstance(result, CachedPage):
+            return None, result.body
+        page = result
     except RedisError as exc:
         _redis_down("inbox page", user, exc)
         page = fallback.inbox_page(
@@ -406,7 +422,12 @@ def _inbox_page_of(
         next_cursor = encode_cursor(position, scope=CURSOR_SCOPE)
     return InboxPage(
         results=grouped_items(
-            user_id=user_id, rows=page.rows, degraded=degraded, groups_read=page.groups_read, language=language
+            user_id=user_id,
+            rows=page.rows,
+            degraded=degraded,
+            groups_read=page.groups_read,
+            responses_read=page.responses_read,
+            language=language,
         ),
         next_cursor=next_cursor,
         unread_count=page.counts.unread,
@@ -425,7 +446,7 @@ def inbox_item_get(
     now = now or timezone.now()
     try:
         healing.require_ready()
-        row = inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now))
+        row = inbox_served(int(user.pk), lambda: inbox.inbox_get(user_id=int(user.pk), ref=item_id, now_ms=to_ms(now)))
         if row is None:
             # Not a 404 from a Redis that lost its data a moment ago.
             healing.confirm_ready()
@@ -454,19 +475,22 @@ def inbox_counts(*, user: AbstractBaseUser, now: datetime | None = None) -> dict
         both = (
             None
             if call is None
-            else inbox.inbox_counts_alongside(
-                user_id=int(user.pk),
-                now_ms=now_ms,
-                script=COUNT_SCRIPT,
-                script_keys=call.keys,
-                script_args=call.args(),
+            else inbox_served(
+                int(user.pk),
+                lambda: inbox.inbox_counts_alongside(
+                    user_id=int(user.pk),
+                    now_ms=now_ms,
+                    script=COUNT_SCRIPT,
+                    script_keys=call.keys,
+                    script_args=call.args(),
+                ),
             )
         )
         if call is not None and both is not None:
             counts, reply = both
             announcements = announcement_count_settle(call, reply)
         else:
-            counts = inbox.inbox_counts(user_id=int(user.pk), now_ms=now_ms)
+            counts = inbox_served(int(user.pk), lambda: inbox.inbox_counts(user_id=int(user.pk), now_ms=now_ms))
     except RedisError as exc:
         _redis_down("inbox counts", user, exc)
         if counts is None:

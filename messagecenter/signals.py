@@ -27,7 +27,7 @@ from messagecenter.models import (
     UserGroupMembership,
 )
 
-BULLETIN_FIELDS = ("title", "body_html", "display_time", "expire_at")
+BULLETIN_FIELDS = ("title", "body_html", "display_time", "expire_at", "translations")
 MESSAGE_FIELDS = ("category", "title", "summary", "body_html", "link", "images", "expire_at", "status")
 
 _bulletins = LoadedValues(BULLETIN_FIELDS)

@@ -6,7 +6,7 @@ from typing import Any
 from celery import shared_task
 from redis.exceptions import RedisError
 
-from messagecenter import projection, services
+from messagecenter import fill, projection, services
 from messagecenter.services import channels, delivery, digests, messages, notifications
 from messagecenter.services.channels import plan as channels_plan
 
@@ -138,3 +138,9 @@ def channels_email_scan_task() -> dict[str, int]:
 def channels_quiet_release_task() -> int:
     """Periodic (Celery beat, every minute): send what quiet hours held, once they ended."""
     return channels.channels_quiet_release()
+
+
+@shared_task(name="messagecenter.inbox_idle_drop")
+def inbox_idle_drop_task() -> int:
+    """Periodic (beat): drop the rest of users' parts whose state hash expired or was evicted."""
+    return fill.inbox_idle_drop()

@@ -308,6 +308,7 @@ class AnnouncementManageApi(APIView):
         publish_at = TimeField(required=False, allow_null=True)
         expire_at = TimeField(required=False, allow_null=True)
         pinned = StrictBooleanField(required=False)
+        translations = TranslationsField(required=False, help_text="Replaces every translation ({} drops them).")
 
     class OutputSerializer(ManageAnnouncementOutputSerializer):
         pass

@@ -35,7 +35,9 @@ from webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
 
-UPDATABLE_FIELDS = frozenset({"title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned"})
+UPDATABLE_FIELDS = frozenset(
+    {"title", "summary", "body_html", "platforms", "publish_at", "expire_at", "pinned", "translations"}
+)
 SUMMARY_LENGTH = 160  # derived summaries
 SUMMARY_MAX_LENGTH = 300  # Announcement.summary max_length
 TITLE_LENGTH = 200
@@ -135,7 +137,8 @@ def announcement_create(
 
 @transaction.atomic
 def announcement_update(*, announcement: Announcement, **fields: Any) -> Announcement:
-    """Change any of title, summary, body_html, platforms, publish_at, expire_at, pinned.
+    """Change any of title, summary, body_html, platforms, publish_at, expire_at,
+    pinned, translations (replaced whole: {} drops them).
 
     Validation happens before anything is written; an invalid change changes nothing.
     """
@@ -151,6 +154,8 @@ def announcement_update(*, announcement: Announcement, **fields: Any) -> Announc
         title=title, body_html=fields.get("body_html", announcement.body_html), summary=fields.get("summary") or ""
     )
     body = sanitize_html(fields["body_html"]) if "body_html" in fields else announcement.body_html
+    if "translations" in fields:
+        announcement.translations = translations_validate(fields["translations"])
 
     old_summary_derived = announcement.summary == summarize(announcement.body_html, length=SUMMARY_LENGTH)
     announcement.title = title.strip()

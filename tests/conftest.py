@@ -19,7 +19,7 @@ import pytest
 
 # The plugins hold assertions (assert_error): rewritten like a conftest's,
 # although this module imports them before pytest loads them as plugins.
-PLUGINS = ["personas", "clients", "readmodel", "cluster", "database", "selection"]
+PLUGINS = ["personas", "clients", "readmodel", "cluster", "selection"]
 pytest.register_assert_rewrite(*(f"tests.fixtures.{name}" for name in PLUGINS))
 
 from tests.fixtures.clients import assert_error, client_for  # noqa: E402

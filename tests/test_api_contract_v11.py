@@ -5,18 +5,18 @@ self-service message types; operators read everything back and find their
 writes in the audit trail. Every 4xx is checked to be the error envelope,
 every id input is tried in its string and its JSON integer form."""
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from rest_framework.test import APIClient
+from time_machine import TimeMachineFixture
 
 from tests.conftest import assert_error
 from tests.conftest import client_for as token_client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ITEM_FIELDS = {"id", "kind", "category", "title", "summary", "created_at", "read"}
 
@@ -141,7 +141,10 @@ def test_inbox_item_ids_unknown_and_malformed(recipient: Any) -> None:
 # -- inbox: snooze ------------------------------------------------------------------
 
 
-def test_snooze_rules_and_return(operator: Any, recipient: Any, outsider: Any) -> None:
+def test_snooze_rules_and_return(
+    operator: Any, recipient: Any, outsider: Any, time_machine: TimeMachineFixture
+) -> None:
+    time_machine.move_to(datetime.now(UTC), tick=False)
     op, me, out = client_for(operator), client_for(recipient), client_for(outsider)
     _send(op, [recipient.pk], "older")
     _send(op, [recipient.pk], "newer")
@@ -168,7 +171,7 @@ def test_snooze_rules_and_return(operator: Any, recipient: Any, outsider: Any) -
     counts = _counts(me)
     assert counts["unread"] == 1
     assert counts["total_unread"] == 1
-    time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.5)
+    time_machine.shift(timedelta(seconds=3.5))
     page = _inbox(me)
     assert [item["title"] for item in page["results"]] == ["older", "newer"]
     assert page["results"][0]["read"] is False

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import assert_error, client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _ok(response: Any, status: int) -> Any:

@@ -4,13 +4,16 @@ in three languages, read by a Chinese reader, and one whose items carry
 actions (half of them answered), each next to the plain page measured in the
 same run. Translations ride in the item's one detail JSON and the language
 is picked when rendering, so the first should cost about what the plain page
-costs (target: within 1.2x); actions cost one HMGET of the reader's answers."""
+costs (target: within 1.2x). The answers are read by the page's own script
+(the rows that offer actions, in the user's responses hash) and shown as
+parsed once, so the second is held to the same target and to the one round
+trip of a plain page."""
 
 from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from bench.harness import Row, Stats, measure
+from bench.harness import RoundTrips, Row, Stats, measure
 from core.redis import get_redis
 from messagecenter.apis.inbox import render_page
 from messagecenter.readmodel import InboxEntry
@@ -73,6 +76,9 @@ def run(*, users: int, quick: bool) -> list[Row]:
     calls = {shape: page(shape, language) for shape, language in shapes}
     for fn in calls.values():
         fn()  # warm: the months hint, the details' parse cache
+    with RoundTrips(get_redis()) as trips:
+        for _ in range(10):
+            calls["actions"]()
     # Interleaved rounds: a shared machine's load drifts, and each page sees the same drift.
     samples: dict[str, list[float]] = {shape: [] for shape in calls}
     rounds = 10
@@ -103,6 +109,9 @@ def run(*, users: int, quick: bool) -> list[Row]:
             plain.median,
             p99=timings["actions"].p99,
             baseline_p99=plain.p99,
-            note="one HMGET of the reader's answers per page with actions",
+            target=1 / 1.2,
+            trips=trips.count / 10,
+            max_trips=1,
+            note="the reader's answers read by page.lua with the rows (those that offer actions)",
         ),
     ]

@@ -3,6 +3,7 @@
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,11 @@ from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDel
 from messagecenter.services import groups
 
 RESTORE_TARGET = 30.0  # seconds, without an operator
+# After a loss Redis grows back with the users who return: with this share of
+# them back, it holds at most MEMORY_TARGET of what it held before, MEMORY_WAIT after.
+RETURNING = 0.15
+MEMORY_TARGET = 0.5
+MEMORY_WAIT = 30.0
 SETTLE_TIMEOUT = 90.0  # how long the drill keeps looking before it counts what is missing
 CROWD = 5000  # the large message's audience: pushed (the threshold is 5,000), in chunks of 50
 READERS = 8
@@ -42,16 +48,23 @@ class Row:
     # The fault takes the whole app down: requests meanwhile get no answer (never a wrong one).
     app_down: bool = False
     blocked: bool = False  # the fault's own recovery (a fan-out) never finished
+    memory_ratio: float | None = None  # Redis memory after the fault over before (the memory row)
     not_run: str = ""
     notes: list[str] = field(default_factory=list)
 
     def checks(self) -> list[tuple[str, bool]]:
         bad = self.errors_5xx - (self.errors_503 if self.allow_503 else 0)
         if self.app_down:
+            memory = (
+                [(f"Redis memory ≤{MEMORY_TARGET}x", self.memory_ratio <= MEMORY_TARGET)]
+                if self.memory_ratio is not None
+                else []
+            )
             return [
                 ("0 acknowledged writes lost", self.marks_lost == 0 and self.deliveries_lost == 0),
                 (f"restore ≤{RESTORE_TARGET:.0f} s", self.restore is not None and self.restore <= RESTORE_TARGET),
                 ("0 duplicates", self.duplicates == 0),
+                *memory,
             ]
         return [
             ("0 5xx" + (" but 503" if self.allow_503 else ""), bad == 0 and self.no_answer == 0),
@@ -74,6 +87,8 @@ def table(rows: list[Row]) -> str:
         target = f"0 5xx, restore ≤{RESTORE_TARGET:.0f} s, 0 lost, 0 duplicates"
         if r.app_down:
             target = f"0 acknowledged writes lost, restore ≤{RESTORE_TARGET:.0f} s, 0 duplicates"
+            if r.memory_ratio is not None:
+                target += f", Redis memory ≤{MEMORY_TARGET}x"
         if r.not_run:
             lines.append(f"| {r.fault} | - | - | - | - | - | - | - | {target} | {r.verdict()} |")
             continue
@@ -317,6 +332,70 @@ class Drill:
         row.notes.append("every app process SIGKILLed and Redis flushed at once; restore counted from the restart")
         return time.monotonic()
 
+    def few_return(self, row: Row) -> float:
+        """Every user has read their inbox once (a push to the crowd, then each of
+        them reads), then every app process is SIGKILLed and Redis flushed, the
+        app restarts and only a share of the users read again (RETURNING: the
+        readers and part of the crowd): MEMORY_WAIT later Redis holds what they
+        need, not everyone's part."""
+        assert self.load is not None
+        message_id = self._crowd_push(row, "to the crowd, before the memory fault")
+        wait_until(lambda: self.all_delivered([message_id]), timeout=SETTLE_TIMEOUT)
+        crowd = list(get_user_model().objects.filter(username__regex=r"^drill[0-9]+$").order_by("pk"))
+        tokens = [token_issue(user=user).token for user in crowd]
+        everyone = self._crowd_read(tokens)
+        time.sleep(3)
+        before = int(self.redis.client().info("memory")["used_memory"])
+        restarted = self.app_killed_and_flushed(row)
+        back = tokens[: max(0, int((len(crowd) + len(self.readers)) * RETURNING) - len(self.readers))]
+        # The readers' inboxes are right again first (the row's restore), then the crowd's share reads.
+        took = wait_until(self.correct, timeout=SETTLE_TIMEOUT, step=0.2)
+        restore = SETTLE_TIMEOUT if took is None else time.monotonic() - restarted
+        returned = self._crowd_read(back)
+        time.sleep(max(0.0, MEMORY_WAIT - (time.monotonic() - restarted)))
+        after = int(self.redis.client().info("memory")["used_memory"])
+        row.memory_ratio = after / before
+        kinds: dict[str, int] = {}
+        for name in self.redis.client().scan_iter(count=1000):
+            kind = ":".join(part for part in name.decode().split(":")[1:3] if not part.startswith("{"))
+            kinds[kind] = kinds.get(kind, 0) + 1
+        largest = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+        row.notes.append("keys after, by kind: " + ", ".join(f"{kind} {count:,}" for kind, count in largest))
+        row.notes.append(
+            f"all {len(self.readers) + len(crowd):,} users read before the fault ({everyone:,} crowd reads "
+            f"answered 200), {len(self.readers) + len(back):,} came back ({returned:,}); Redis used_memory "
+            f"{before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB {MEMORY_WAIT:.0f} s after the restart: "
+            f"{row.memory_ratio:.2f}x"
+        )
+        # Restore is the readers' (measured above), not the wait for the memory.
+        return time.monotonic() - restore
+
+    def _crowd_read(self, tokens: list[str]) -> int:
+        """Each token's user reads the first page of their inbox (8 at a time);
+        returns how many reads answered 200."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = pool.map(lambda token: call(self.base, token, "GET", "/api/v1/inbox/?limit=20")[0], tokens)
+            return sum(1 for status in statuses if status == 200)
+
+    def _crowd_push(self, row: Row, title: str) -> int:
+        """Send a message to the crowd's group; its id (0 when refused, noted)."""
+        assert self.load is not None
+        status, answer = self.load.request(
+            self.operator_token,
+            "POST",
+            "/api/v1/manage/messages/",
+            {
+                "category": "system",
+                "title": title,
+                "body_html": "<p>many</p>",
+                "to": {"groups": [str(self.crowd_group)]},
+            },
+        )
+        if status != 202 or not answer:
+            row.notes.append(f"the message to the crowd was refused ({status})")
+            return 0
+        return int(answer["id"])
+
     def redis_stopped(self, outage: float) -> Callable[[Row], float]:
         def inject(row: Row) -> float:
             time.sleep(3)
@@ -355,22 +434,9 @@ class Drill:
     def worker_killed(self, row: Row) -> float:
         """SIGKILL the worker while it runs the chunks of a message to 5,000 users,
         start a new one two seconds later, and count the crowd's copies in Redis."""
-        assert self.load is not None
-        status, answer = self.load.request(
-            self.operator_token,
-            "POST",
-            "/api/v1/manage/messages/",
-            {
-                "category": "system",
-                "title": "to the crowd",
-                "body_html": "<p>many</p>",
-                "to": {"groups": [str(self.crowd_group)]},
-            },
-        )
-        if status != 202 or not answer:
-            row.notes.append(f"the large message was refused ({status})")
+        message_id = self._crowd_push(row, "to the crowd")
+        if not message_id:
             return time.monotonic()
-        message_id = int(answer["id"])
         chunks = -(-CROWD // 50)
 
         def done_chunks() -> int:
@@ -466,6 +532,11 @@ class Drill:
             # The marks of every fault above must have reached PostgreSQL: a
             # second loss of Redis shows the ones that live in Redis only.
             ("FLUSHALL again, after all the above", self.flushall, False),
+            (
+                f"app SIGKILL + FLUSHALL, {RETURNING:.0%} of the users back: Redis memory {MEMORY_WAIT:.0f} s later",
+                self.few_return,
+                False,
+            ),
         ]
         rows: list[Row] = []
         try:

@@ -311,6 +311,10 @@ MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REP
 # serves reads from PostgreSQL while one process rebuilds Redis.
 MESSAGECENTER_SELF_HEALING: bool = env.bool("MESSAGECENTER_SELF_HEALING", default=True)
 MESSAGECENTER_HEALING_CHECK_SECONDS: float = env.float("MESSAGECENTER_HEALING_CHECK_SECONDS", default=1.0)
+# A user's part of the read model (messagecenter/fill.py) leaves Redis after
+# this long without a read or mark of theirs (their state hash expires; beat's
+# idle job then drops the rest), and is filled again on their next read.
+MESSAGECENTER_USER_IDLE_SECONDS: int = env.int("MESSAGECENTER_USER_IDLE_SECONDS", default=3 * 24 * 3600)
 # check_redis: how often beat compares the Redis read model with PostgreSQL, and
 # whether that run also mends the drift it finds (by re-running the mirrors).
 MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
@@ -353,6 +357,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "task": "messagecenter.delivery_relay",
         "schedule": MESSAGECENTER_DELIVERY_RELAY_SECONDS,
     },
+    # Users' parts of the read model whose state expired (idle) or was evicted: the rest dropped.
+    "messagecenter-inbox-idle-drop": {"task": "messagecenter.inbox_idle_drop", "schedule": 15 * 60},
     # Drift between PostgreSQL and the Redis read model: found, recorded, mended.
     "core-check-redis": {"task": "core.check_redis", "schedule": MESSAGECENTER_CHECK_SECONDS},
 }
@@ -532,10 +538,10 @@ MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAY
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
-# check_redis's push-delivery check: recipients sampled per message, newest
-# delivered push messages looked at (a full check is O(users x items)).
-MESSAGECENTER_CHECK_PUSH_SAMPLE: int = env.int("MESSAGECENTER_CHECK_PUSH_SAMPLE", default=200)
-MESSAGECENTER_CHECK_PUSH_MESSAGES: int = env.int("MESSAGECENTER_CHECK_PUSH_MESSAGES", default=50)
+# check_redis's users check: users (among those Redis holds) whose first page
+# and counts are compared with PostgreSQL's per run; a full check would cost
+# a PostgreSQL computation of every user's inbox.
+MESSAGECENTER_CHECK_USER_SAMPLE: int = env.int("MESSAGECENTER_CHECK_USER_SAMPLE", default=100)
 # With Redis down the inbox answers from PostgreSQL: newest rows of each item
 # kind scanned per request (messages, bulletins, notifications).
 MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LIMIT", default=5000)

@@ -96,8 +96,9 @@ class ItemSerializer(serializers.Serializer):
         allow_null=True,
         help_text=(
             "The row's group when the item was sent with a group_key: while a group is unread, newer items "
-            "of its key take its row (it moves to the newest item's time). Null for items without a key. "
-            "GET /api/v1/inbox/?group_key=<key> lists the group's items."
+            "of its key take its row (it moves to the newest item's time). Reading, archiving, snoozing or "
+            "deleting the row does so for the group and ends it: the next item of the key starts a new row. "
+            "Null for items without a key. GET /api/v1/inbox/?group_key=<key> lists the group's items."
         ),
     )
 

@@ -171,6 +171,7 @@ class BulletinOutputSerializer(serializers.Serializer):
     display_time = OffsetDateTimeField()
     expire_at = OffsetDateTimeField(allow_null=True)
     user_groups = serializers.ListField(child=serializers.CharField())
+    translations = TranslationsField()
 
 
 def _bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
@@ -181,6 +182,7 @@ def _bulletin_data(bulletin: Bulletin) -> dict[str, Any]:
         "display_time": bulletin.display_time,
         "expire_at": bulletin.expire_at,
         "user_groups": [str(pk) for pk in bulletin.groups.values_list("pk", flat=True)],
+        "translations": dict(bulletin.translations or {}),
     }
 
 
@@ -257,6 +259,7 @@ class BulletinDetailApi(APIView):
         display_time = TimeField(required=False)
         expire_at = TimeField(required=False, allow_null=True)
         user_groups = serializers.ListField(child=IdField(), required=False, max_length=1000)
+        translations = TranslationsField(required=False, help_text="Replaces every translation ({} drops them).")
 
     class OutputSerializer(BulletinOutputSerializer):
         pass
@@ -481,6 +484,13 @@ class ScheduledMessageSerializer(StrictInputSerializer):
     to = MessageAudienceSerializer(required=False)
     expire_at = TimeField(required=False, allow_null=True)
     send_at = TimeField(required=False)
+    actions = serializers.ListField(
+        child=readback.ActionInputSerializer(),
+        required=False,
+        max_length=3,
+        help_text="Replaces the actions ([] drops them).",
+    )
+    translations = TranslationsField(required=False, help_text="Replaces every translation ({} drops them).")
 
 
 class MessageRetractApi(APIView):

@@ -25,10 +25,27 @@
 -- (MORE), open_inbox returns false too and the script answers "AGAIN" before
 -- its own work (NOT_OPEN names the answer): the caller repeats the call in
 -- mode "3" until the inbox is settled, so every answer is an exact one.
+-- The last ARGV is "<generation>:<idle ms>": the generation the user's part
+-- of the read model must be filled for, and how long it stays without a
+-- checked call ("" = unchecked: the fill's own writes, background jobs, or
+-- healing off). The state hash's "fill" field names the generation it was
+-- filled for; any other value (nothing after a loss or an idle expiry, an
+-- older one on a stale replica) answers "UNFILLED" having changed nothing, and
+-- the caller fills the user from PostgreSQL (messagecenter/fill.py). A filled
+-- user's state hash lives on for the idle time from each checked call.
 local NOT_OPEN = "STALE"
 local function open_inbox(own_keys, own_args, with_ever)
   all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
+  local checked = ARGV[#ARGV]
+  if checked ~= "" then
+    local generation, idle = string.match(checked, "^(.*):(%d+)$")
+    if redis.call("HGET", state_key, "fill") ~= generation then
+      NOT_OPEN = "UNFILLED"
+      return false
+    end
+    redis.call("PEXPIRE", state_key, idle)
+  end
   for i, cat in ipairs(CATEGORIES) do category_keys[cat] = KEYS[1 + i] end
   local arg_pos = own_args + 1  -- walks ARGV past what has been read
   NOW_ARG = ARGV[arg_pos]

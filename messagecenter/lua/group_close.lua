@@ -12,6 +12,6 @@ if not head or string.match(head, "^[^|]+") ~= ARGV[1] then return false end
 local until_time = redis.call("ZSCORE", KEYS[4], head)
 if not until_time then return false end
 redis.call("HDEL", KEYS[2], key)
-redis.call("ZADD", KEYS[5], until_time, until_time)
-redis.call("HSET", KEYS[3], until_time .. "|" .. key, head)
+redis.call("ZADD", KEYS[5], until_time, until_time .. "|" .. ARGV[1] .. "|")
+redis.call("HSET", KEYS[3], until_time .. "|" .. ARGV[1] .. "|" .. key, head)
 return until_time

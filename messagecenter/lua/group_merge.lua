@@ -2,8 +2,8 @@
 -- key), before the merge: each joins its key's open group the way a
 -- delivered item does (_group.lua), so a broadcast groups as a push does.
 -- KEYS: 1 all, 2 arrivals, 3 expiry, 4 evicted, 5 groups hash, 6 open hash,
---   7 closed hash, then per candidate its key's members and ends zsets
---   (core.keys.mc_inbox_group, mc_inbox_group_ends).
+--   7 closed hash, 8 hidden set, then per candidate its key's members and
+--   ends zsets (core.keys.mc_inbox_group, mc_inbox_group_ends).
 -- ARGV: per candidate 4 values: group key, member, score, actor.
 -- Returns the candidates the merge must leave out (a newer item of their
 -- group took the row first). A listed member that leaves the list goes the
@@ -12,7 +12,11 @@ local all_key, arrivals_key, expiry_key, evicted_key = KEYS[1], KEYS[2], KEYS[3]
 local dropped = {}
 for i = 0, #ARGV / 4 - 1 do
   local gkey, member, score, actor = ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[4 * i + 3], ARGV[4 * i + 4]
-  local gone = group_join(KEYS[5], KEYS[6], KEYS[8 + 2 * i], KEYS[9 + 2 * i], KEYS[7], gkey, member, score, actor)
+  local gone = nil
+  -- An item the user deleted joins no group (the merge leaves it out too).
+  if redis.call("SISMEMBER", KEYS[8], string.match(member, "^[^|]+")) == 0 then
+    gone = group_join(KEYS[5], KEYS[6], KEYS[9 + 2 * i], KEYS[10 + 2 * i], KEYS[7], gkey, member, score, actor)
+  end
   if gone then
     if redis.call("ZREM", all_key, gone) == 0 then
       dropped[#dropped + 1] = gone  -- not merged yet: the merge leaves it out

@@ -8,17 +8,22 @@
 -- have later times, so they never shift a page a client is walking.
 -- Returns {members, times, read bits, {more, next time_max, next skip},
 -- counts} and on the fast path also the page's details, {tag, valid
--- until} to store the rendering under and the rows' groups (or {"HIT", rendering} when the read
--- cache holds a current one).
+-- until} to store the rendering under, the rows' groups and the reader's
+-- answers to the rows' actions (or {"HIT", rendering} when the read cache
+-- holds a current one).
 
 pages_key, live_version_key = KEYS[12], KEYS[13]
 -- The rows' groups (ref -> JSON of a grouped row's group; core.keys.mc_inbox_groups).
 local groups_key = KEYS[14]
+-- The reader's answers (ref -> "<action id>|<ms>"; mc_keys.inbox_responses):
+-- read here, with the tag, so a page with actions costs no second round
+-- trip and its rendering is kept under the tag its answers were read at.
+local responses_key = KEYS[15]
 local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
 local field = ARGV[7]
-if not open_inbox(3, 7, false) then return NOT_OPEN end
+if not open_inbox(4, 7, false) then return NOT_OPEN end
 
 local cache = nil
 if FAST and field ~= "" then
@@ -68,15 +73,42 @@ elseif #members > 0 then
   local unread = call("ZMSCORE", unread_all_key, unpack(members))
   for i = 1, #members do reads[i] = unread[i] and 0 or 1 end
 end
+-- The reader's answers to the rows that offer actions, aligned with refs
+-- (false: no actions, or unanswered). A detail names "actions" only when
+-- the item has some (messagecenter/items.py), written compactly
+-- (readmodel.entries.dumps), and inside a JSON string a quote is escaped,
+-- so `"actions":` is found only as that key: a plain find tells, without
+-- decoding the JSON (a pattern find costs several times more). Rows without
+-- actions then cost no lookup in a hash that may hold hundreds of answers
+-- (a listpack: each lookup walks it).
+local function page_answers(refs, details)
+  local asked, at = {}, {}
+  for i, raw in ipairs(details) do
+    if raw and string.find(raw, '"actions":', 1, true) then
+      asked[#asked + 1] = refs[i]
+      at[#asked] = i
+    end
+  end
+  local answers = {}
+  for i = 1, #refs do answers[i] = false end
+  if #asked > 0 then
+    local found = call("HMGET", responses_key, unpack(asked))
+    for j, value in ipairs(found) do answers[at[j]] = value end
+  end
+  return answers
+end
+
 if FAST then
   local refs = {}
   for i, member in ipairs(members) do refs[i] = parse(member) end
   local details = {}
   local groups = {}
+  local answers = {}
   if #refs > 0 then
     details = call("HMGET", detail_key, unpack(refs))
     groups = call("HMGET", groups_key, unpack(refs))
+    answers = page_answers(refs, details)
   end
-  return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups}
+  return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups, answers}
 end
 return {members, times, reads, {more, pos_raw, pos_skip}, counts()}

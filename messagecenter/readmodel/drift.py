@@ -6,7 +6,7 @@ does goes through the ordinary idempotent mirrors and publish functions.
 """
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,23 +20,6 @@ SCAN_COUNT = 1000
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def user_groups_get(*, user_ids: Sequence[int]) -> dict[int, set[int]]:
-    """Each user's mirrored group ids (empty set when the key is missing): one pipeline."""
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in user_ids:
-        pipe.smembers(mc_keys.user_groups(user_id))
-    replies = pipe.execute() if user_ids else []
-    return {int(u): {int(g) for g in raw} for u, raw in zip(user_ids, replies, strict=True)}
-
-
-def hidden_contains(*, pairs: Sequence[tuple[int, str]]) -> list[bool]:
-    """Whether each (user id, ref) is in the user's hidden set: one pipeline."""
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id, ref in pairs:
-        pipe.sismember(mc_keys.inbox_hidden(user_id), ref)
-    return [bool(r) for r in pipe.execute()] if pairs else []
 
 
 @dataclass(frozen=True)
@@ -125,69 +108,3 @@ def subscriber_set_pairs() -> set[tuple[int, str]]:
         if pair is not None:
             found.add(pair)
     return found
-
-
-@dataclass(frozen=True)
-class InboxProbe:
-    """What one user's inbox says about one item."""
-
-    present: bool
-    hidden: bool
-    size: int
-
-
-def inbox_probe(*, member: str, ref: str, user_ids: Iterable[int]) -> dict[int, InboxProbe]:
-    """For each user: is ``member`` in the inbox zset, is ``ref`` hidden, how many items.
-
-    Three commands per user in one pipeline (on a cluster redis-py splits it by slot).
-    """
-    targets = [int(u) for u in user_ids]
-    if not targets:
-        return {}
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in targets:
-        pipe.zscore(mc_keys.inbox(user_id), member)
-        pipe.sismember(mc_keys.inbox_hidden(user_id), ref)
-        pipe.zcard(mc_keys.inbox(user_id))
-    replies = pipe.execute()
-    return {
-        user_id: InboxProbe(
-            present=replies[3 * i] is not None, hidden=bool(replies[3 * i + 1]), size=int(replies[3 * i + 2])
-        )
-        for i, user_id in enumerate(targets)
-    }
-
-
-@dataclass(frozen=True)
-class UnreadIndex:
-    """One user's unread counters against the sizes of their unread zsets."""
-
-    counters: dict[str, int]  # category -> the counter (missing fields: 0)
-    sizes: dict[str, int]  # category -> ZCARD of its unread zset; "" -> of the all zset
-
-
-def unread_index_read(*, user_ids: Sequence[int], categories: Sequence[str]) -> dict[int, UnreadIndex]:
-    """Each user's counters hash and unread zset sizes: one pipeline."""
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in user_ids:
-        pipe.hgetall(mc_keys.inbox_counters(user_id))
-        for category in ("", *categories):
-            pipe.zcard(mc_keys.inbox_unread(user_id, category))
-    replies = pipe.execute() if user_ids else []
-    width = 2 + len(categories)
-    out: dict[int, UnreadIndex] = {}
-    for i, user_id in enumerate(user_ids):
-        raw, *sizes = replies[i * width : (i + 1) * width]
-        counters = {c: int(raw.get(c.encode(), 0)) for c in categories}
-        out[int(user_id)] = UnreadIndex(counters, dict(zip(("", *categories), map(int, sizes), strict=True)))
-    return out
-
-
-def unread_index_rebuild(*, user_ids: Sequence[int]) -> None:
-    """Have each user's next read build the unread zsets and counters anew from the
-    read bits (the inbox scripts' backfill, _steps.lua: the state hash's "uz" forgotten)."""
-    pipe = get_redis().pipeline(transaction=False)
-    for user_id in user_ids:
-        pipe.hdel(mc_keys.inbox_state(user_id), "uz")
-    if user_ids:
-        pipe.execute()

@@ -72,9 +72,9 @@ def group_close(*, user_id: int, ref: str) -> tuple[str, int] | None:
     return None if until is None else (group_key, until)
 
 
-def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, int]]:
+def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, int, str]]:
     """End every open group (of ``category``): "read all" read their rows.
-    Returns the keys and times they ended at. One call per open group: as
+    Returns the keys, times they ended at and rows. One call per open group: as
     many as the unread rows "read all" marks anyway."""
     ended = []
     for raw_key, raw_head in get_redis().hgetall(mc_keys.inbox_groups_open(user_id)).items():
@@ -84,14 +84,19 @@ def groups_close_all(*, user_id: int, category: str | None) -> list[tuple[str, i
             continue
         until = _close(user_id, ref, group_key)
         if until is not None:
-            ended.append((group_key, until))
+            ended.append((group_key, until, ref))
     return ended
 
 
-def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[int]) -> None:
-    """Mirror ended groups' times from PostgreSQL (the rebuild, before items arrive)."""
+def group_end_member(until_ms: int, row_ref: str) -> str:
+    """The ends zset's member of an end (``_group.lua``); a bare time for an end without its row."""
+    return f"{until_ms}|{row_ref}|" if row_ref else str(until_ms)
+
+
+def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[tuple[int, str]]) -> None:
+    """Mirror ended groups (time, row ref) from PostgreSQL (the rebuild, before items arrive)."""
     if ends:
-        get_redis().zadd(mc_keys.inbox_group_ends(user_id, group_key), {str(e): e for e in ends})
+        get_redis().zadd(mc_keys.inbox_group_ends(user_id, group_key), {group_end_member(e, ref): e for e, ref in ends})
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,7 @@ def merge_candidates(
         mc_keys.inbox_groups(user_id),
         mc_keys.inbox_groups_open(user_id),
         mc_keys.inbox_groups_closed(user_id),
+        mc_keys.inbox_hidden(user_id),
         *group_keys,
     ]
     dropped = {m.decode() for m in GROUP_MERGE_SCRIPT(script_keys, args)}

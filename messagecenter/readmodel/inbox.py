@@ -43,7 +43,7 @@ from insight.reports import hour_of
 from live import transport as live
 from messagecenter import keys as mc_keys
 from messagecenter.mutes import Mutes
-from messagecenter.readmodel import bits, grouping, listing, readcache
+from messagecenter.readmodel import bits, grouping, listing, readcache, responses
 from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, parse_member
 from messagecenter.readmodel.publish import AUDIENCE_EVERYONE, PULL_GROUPED
 from messagecenter.readmodel.reads import record_reads
@@ -561,6 +561,10 @@ class PageRow:
     # A grouped row's group, when the page read it (the fast path): not part of
     # what a page says, since the other paths add it later (selectors.grouped_items).
     group: dict[str, Any] | None = field(default=None, compare=False)
+    # The reader's answer to the row's actions, (action, at ms), when the page
+    # read it (the fast path; None also when unanswered): like ``group``, the
+    # other paths add it later.
+    response: tuple[str, int] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -570,6 +574,7 @@ class Page:
     counts: Counts
     cache_tag: tuple[str, str] | None = None  # (tag, valid until ms) to store a rendering under
     groups_read: bool = field(default=False, compare=False)  # the rows carry their groups (the fast path)
+    responses_read: bool = field(default=False, compare=False)  # and the reader's answers (the fast path)
 
 
 @dataclass(frozen=True)
@@ -636,13 +641,19 @@ def _page_of(result: list[Any]) -> Page:
     details: list[Any] = fetched[0] if fetched else get_redis().hmget(mc_keys.item_detail(), refs) if refs else []
     cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
     groups: list[Any] = fetched[2] if len(fetched) > 2 else [None] * len(refs)
+    answers: list[Any] = fetched[3] if len(fetched) > 3 else [None] * len(refs)
     rows = []
-    for ref, score, read, raw, group in zip(refs, scores, reads, details, groups, strict=True):
+    for ref, score, read, raw, group, answer in zip(refs, scores, reads, details, groups, answers, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
             continue
         rows.append(
             PageRow(
-                ref=ref, score=_int(score), read=bool(int(read)), detail=_detail(raw), group=grouping.group_of(group)
+                ref=ref,
+                score=_int(score),
+                read=bool(int(read)),
+                detail=_detail(raw),
+                group=grouping.group_of(group),
+                response=responses.response_of(answer),
             )
         )
     more, pos_score, pos_skip = position
@@ -653,6 +664,7 @@ def _page_of(result: list[Any]) -> Page:
         counts=_counts(counts),
         cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
         groups_read=len(fetched) > 2,
+        responses_read=len(fetched) > 3,
     )
 
 

@@ -14,12 +14,16 @@ those of one call share the user's hash tag, except the fast path's global
 markers (single Redis only).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from core import keys
+from django.conf import settings
+
+from core import healing, keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
 from live import keys as live_keys
@@ -70,6 +74,7 @@ DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
 # A fan-out only adds: its script needs none of the inbox helpers, only the grouping.
 DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua", preambles=("../lua/_group.lua",))
+FILL_ITEMS_SCRIPT = LuaScript(__file__, "../lua/fill_items.lua")
 HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
@@ -221,8 +226,14 @@ class PageOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        # The groups hash: the fast path answers the page's rows' groups too.
-        return mc_keys.inbox_pages(user_id), live_keys.user_version(user_id), mc_keys.inbox_groups(user_id)
+        # The groups and responses hashes: the fast path answers the page's
+        # rows' groups and the reader's answers too (all of the user's slot).
+        return (
+            mc_keys.inbox_pages(user_id),
+            live_keys.user_version(user_id),
+            mc_keys.inbox_groups(user_id),
+            mc_keys.inbox_responses(user_id),
+        )
 
     def own_args(self) -> list[Any]:
         return [
@@ -371,6 +382,36 @@ class BulkMarkOp(InboxOp):
         return [1 if self.read else 0, ",".join(self.members)]
 
 
+# The user whose calls check that their part of the read model is filled
+# (``fill_checked``): only the user-facing reads and marks of that user. The
+# fill's own writes, fan-outs and background jobs run unchecked, so they never
+# meet an "UNFILLED" answer.
+_checked_user: ContextVar[int | None] = ContextVar("inbox_checked_user", default=None)
+UNFILLED = b"UNFILLED"
+
+
+def _fill_check() -> str:
+    """A checked call's last argument: "<generation>:<idle ms>" ("" with healing off)."""
+    generation = healing.user_generation()
+    return f"{generation}:{idle_ms()}" if generation else ""
+
+
+def idle_ms() -> int:
+    """How long a filled user's part stays in Redis without a checked call (ms)."""
+    return int(settings.MESSAGECENTER_USER_IDLE_SECONDS) * 1000
+
+
+@contextmanager
+def fill_checked(user_id: int) -> Iterator[None]:
+    """Within this block this user's inbox calls raise ``healing.UserNotFilled``
+    when the user's part of the read model is not filled for this generation."""
+    token = _checked_user.set(user_id)
+    try:
+        yield
+    finally:
+        _checked_user.reset(token)
+
+
 @dataclass(frozen=True)
 class InboxCall:
     """One script call, laid out: run it alone, or queue it among others."""
@@ -378,9 +419,10 @@ class InboxCall:
     script: LuaScript
     keys: list[str]
     args: list[Any]
+    user_id: int = 0
 
     def __call__(self, client: Any = None) -> Any:
-        return self.script(self.keys, self.args, client=client)
+        return self.answer(self.script(self.keys, self.args, client=client))
 
     def command(self) -> tuple[Any, ...]:
         return self.script.command(self.keys, self.args)
@@ -389,7 +431,13 @@ class InboxCall:
         self.script.queue(pipe, self.keys, self.args)
 
     def settle(self, reply: Any) -> Any:
-        return self.script.settle(reply, self.keys, self.args)
+        return self.answer(self.script.settle(reply, self.keys, self.args))
+
+    def answer(self, result: Any) -> Any:
+        """The script's answer; "UNFILLED" (a checked call only) raised as such."""
+        if result == UNFILLED:
+            raise healing.UserNotFilled(self.user_id)
+        return result
 
 
 @lru_cache(maxsize=8192)
@@ -424,7 +472,8 @@ def inbox_call(op: InboxOp, *, user_id: int, now_ms: int, months: Sequence[str],
         args += ["3", mode.step, mode.max_items]
     else:
         args.append("0")
-    return InboxCall(op.script, list(names), args)
+    args.append(_fill_check() if _checked_user.get() == user_id else "")
+    return InboxCall(op.script, list(names), args, user_id)
 
 
 def hide_ref_call(*, user_id: int, ref: str) -> InboxCall:
@@ -444,5 +493,5 @@ def run_inbox_calls(calls: Sequence[InboxCall]) -> list[Any]:
         return [call() for call in calls]
     pipe = get_redis().pipeline(transaction=False)
     for call in calls:
-        call(client=pipe)
-    return list(pipe.execute())
+        call.script(call.keys, call.args, client=pipe)
+    return [call.answer(reply) for call, reply in zip(calls, pipe.execute(), strict=True)]

@@ -103,9 +103,15 @@ def bulletin_update(
     *, bulletin: Bulletin, data: dict[str, Any], actor: AbstractBaseUser | None = None
 ) -> tuple[Bulletin, list[str]]:
     """Apply the given fields (title, body_html, display_time, expire_at,
-    group_ids); returns the bulletin and the names of the fields that changed.
-    Users' archive and snooze of it stay, unless the display time moves ahead."""
+    translations, group_ids); returns the bulletin and the names of the fields
+    that changed. Users' archive and snooze of it stay, unless the display
+    time moves ahead. ``translations`` replaces them all ({} drops them)."""
     changed: list[str] = []
+    if "translations" in data:
+        localized = translations_validate(data["translations"])
+        if localized != (bulletin.translations or {}):
+            bulletin.translations = localized
+            changed.append("translations")
     for name in ("title", "body_html", "display_time", "expire_at"):
         if name in data:
             value = sanitize_html(data[name]) if name == "body_html" else data[name]

@@ -16,10 +16,11 @@ from redis.exceptions import RedisError
 from core import healing, outbox
 from core.api.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, read_events
+from messagecenter.fill import fill_awaited, inbox_served, mark_applied
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
-from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read
+from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read, replay_group_end
 from messagecenter.services.read_state import read_marks_commit, seen_commit
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def _placed(user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | N
     else None: Redis when it answers (a miss is checked against a rebuild), else PostgreSQL."""
     try:
         healing.require_ready()
-        placed = inbox.inbox_place(user_id=user_id, ref=ref, now_ms=to_ms(now))
+        placed = inbox_served(user_id, lambda: inbox.inbox_place(user_id=user_id, ref=ref, now_ms=to_ms(now)))
         if placed is None:
             healing.confirm_ready()  # not a miss from a Redis that lost its data a moment ago
             return None
@@ -114,22 +115,47 @@ def redis_after_commit(
 
     def apply() -> None:
         pending = list(marks)
+        waiting = False  # behind a rebuild, a fill of the user, or the user's older marks
         try:
-            if _direct(user_id):
+            if not _direct(user_id):
+                waiting = True
+            else:
                 if at_once is not None:
-                    at_once()
+                    mark_applied(user_id, at_once)
                     pending = []
                 while pending:
                     topic, payload = pending[0]
                     OUTBOX_HANDLERS[topic](payload, user_id)
                     pending.pop(0)
+        except healing.ReadModelNotReady:
+            waiting = True
         except RedisError:
             logger.warning("redis unavailable; queueing %d inbox write(s) of user %s", len(pending), user_id)
         for topic, payload in pending:
             # Committed already: Redis must follow later, not lose it.
             outbox.enqueue_after_failure(topic=topic, payload=payload, user_id=user_id)
+        if waiting:
+            _settle_soon(user_id)
 
     transaction.on_commit(apply)
+
+
+def _settle_soon(user_id: int) -> None:
+    """The mark waits in the outbox behind a rebuild or a fill of its user. Both
+    drain the outbox when they end, but the one ending may not see an entry
+    committed a moment before: the rebuild's last drain can run before this
+    process notices it ended (``core.healing`` answers from a look up to a
+    second old), and a fill in another process may trust that process's
+    memory of an empty outbox (``core.outbox``). The user would see the mark
+    undone until the periodic replay. So the marking request looks again: once
+    the rebuild is over and no fill of the user runs (waiting a little for one),
+    it drains the user's entries itself, and the user reads their own mark next.
+    Both sides write before they look, so one of them sees the other."""
+    try:
+        if healing.check(fresh=True) and fill_awaited(user_id):
+            outbox.settle_user(user_id=user_id)
+    except RedisError:
+        logger.warning("redis unavailable; the marks of user %s wait for the outbox's replay", user_id)
 
 
 def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime | None) -> bool:
@@ -144,7 +170,7 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
         payload = {"ref": ref, "read": read, "at_ms": to_ms(now)}
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
         if read:  # reading a grouped row ends its group (once Redis has the mark)
-            transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
+            transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
     return True
 
 
@@ -161,7 +187,9 @@ def _unread(user_id: int, category: str | None, now: datetime) -> list[InboxEntr
     """The live unread items (of the category) placed by ``now``: Redis when it answers, else PostgreSQL."""
     try:
         healing.require_ready()
-        members = inbox.inbox_unread_members(user_id=user_id, category=category, now_ms=to_ms(now))
+        members = inbox_served(
+            user_id, lambda: inbox.inbox_unread_members(user_id=user_id, category=category, now_ms=to_ms(now))
+        )
         return [InboxEntry.from_member(member) for member in members]
     except RedisError:
         logger.warning("redis unavailable; unread items of user %s from PostgreSQL", user_id)
@@ -255,11 +283,25 @@ def replay_hide(payload: dict[str, Any], user_id: int | None) -> None:
     inbox.inbox_hide(user_id=_user(user_id), ref=str(payload["ref"]), now_ms=int(payload["at_ms"]))
 
 
+def _filled_only(handler: Callable[[dict[str, Any], int | None], None]) -> Callable[[dict[str, Any], int | None], None]:
+    """The handler, applied only to a filled user (``messagecenter.fill.mark_applied``)."""
+
+    def apply(payload: dict[str, Any], user_id: int | None) -> None:
+        mark_applied(_user(user_id), lambda: handler(payload, user_id))
+
+    return apply
+
+
+# The Redis half of each mark, at commit and in the outbox's replay.
 OUTBOX_HANDLERS = {
-    fallback.TOPIC_READ: replay_read,
-    fallback.TOPIC_READ_ALL: replay_read_all,
-    fallback.TOPIC_SEEN: replay_seen,
-    fallback.TOPIC_HIDE: replay_hide,
+    topic: _filled_only(handler)
+    for topic, handler in (
+        (fallback.TOPIC_READ, replay_read),
+        (fallback.TOPIC_READ_ALL, replay_read_all),
+        (fallback.TOPIC_SEEN, replay_seen),
+        (fallback.TOPIC_HIDE, replay_hide),
+        (fallback.TOPIC_GROUP_END, replay_group_end),
+    )
 }
 
 

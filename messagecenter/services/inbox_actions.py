@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from core import healing
 from core.api.exceptions import NotFound, ValidationFailed
 from messagecenter import fallback, projection
+from messagecenter.fill import inbox_served
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, to_ms
 from messagecenter.services.grouping import group_row_read, group_rows_acted
@@ -55,7 +56,7 @@ def _places(user_id: int, refs: Sequence[str], now: datetime) -> dict[str, str]:
     inbox: Redis when it answers (a miss is checked against a rebuild), else PostgreSQL."""
     try:
         if _direct(user_id):
-            places = inbox.inbox_places(user_id=user_id, refs=refs, now_ms=to_ms(now))
+            places = inbox_served(user_id, lambda: inbox.inbox_places(user_id=user_id, refs=refs, now_ms=to_ms(now)))
             if len(places) < len(refs):
                 healing.confirm_ready()  # not a miss from a Redis that lost its data a moment ago
             return places
@@ -88,7 +89,7 @@ def inbox_archive(*, user: AbstractBaseUser, item_id: str, now: datetime | None 
     place = _place(int(user.pk), ref, now)
     _archive(user_id=int(user.pk), places={ref: place}, now=now)
     # Archiving a grouped row ends its group, once the archive is committed and projected.
-    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref))
+    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref, now_ms=to_ms(now)))
 
 
 def _archive(*, user_id: int, places: dict[str, str], now: datetime) -> None:
@@ -134,6 +135,10 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
         _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
         # The snooze leaves the item unread (snooze.lua clears the bit in Redis).
         read_marks_commit(user_id=user_id, entries=_entries([ref], now), read=False, now=now)
+        # Snoozing a grouped row snoozes its group (its older items are out of
+        # the list already) and ends it: an item of the key arriving while it
+        # sleeps starts a new row instead of taking this one out of the snooze.
+        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
 
 
 def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], now: datetime | None = None) -> int:

@@ -23,6 +23,7 @@ from core.api.lookups import Whole
 from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize
 from live import transport as live
+from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import (
     CATEGORIES,
@@ -37,7 +38,7 @@ from messagecenter.models import (
 from messagecenter.readmodel import publish
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
-from messagecenter.services.grouping import group_fields_clean
+from messagecenter.services.grouping import group_fields_clean, group_item_removed
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
 from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
@@ -490,6 +491,9 @@ def message_retract(*, message: Message, actor: AbstractBaseUser | None = None) 
         locked.status = MessageStatus.RETRACTED
         locked.retracted_at = timezone.now()
         locked.save(update_fields=["status", "retracted_at"])
+        group_item_removed(group_key=locked.group_key, audience=locked.audience, member=message_entry(locked).member)
+        if locked.actions:
+            projection.messages_answered_removed([locked.pk])
     message.refresh_from_db()
     return True
 
@@ -519,4 +523,7 @@ def message_cleanup_expired(*, now: datetime | None = None, batch: int = 500) ->
                 chunks[entry.ref] = list(range(audience.min() // size, audience.max() // size + 1))
     publish.pull_expired_drop(pull_members=pull_members, refs=refs, audience_chunks=chunks)
     Message.objects.filter(pk__in=[m.pk for m in expired]).update(status=MessageStatus.EXPIRED)
+    for message in expired:  # until now an expired row hid its group's older items
+        group_item_removed(group_key=message.group_key, audience=message.audience, member=message_entry(message).member)
+    projection.messages_answered_removed([m.pk for m in expired if m.actions])
     return len(expired)

@@ -43,7 +43,7 @@ from messagecenter.readmodel import publish, to_ms
 from messagecenter.selectors import muted_among
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add
-from messagecenter.services.grouping import group_fields_clean
+from messagecenter.services.grouping import group_fields_clean, group_item_removed
 from messagecenter.services.slots import slot_allocate
 from webhooks import services as webhooks
 
@@ -312,6 +312,7 @@ def notification_withdraw(*, notification: Notification) -> bool:
         locked.withdrawn = True
         locked.withdrawn_at = timezone.now()
         locked.save(update_fields=["withdrawn", "withdrawn_at"])
+        group_item_removed(group_key=locked.group_key, audience=locked.audience)
     notification.refresh_from_db()
     return True
 
@@ -341,24 +342,24 @@ def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
         publish.pull_expired_drop(pull_members=[], refs=[f"n{pk}" for pk in batch], audience_chunks={})
         Notification.objects.filter(pk__in=batch).update(details_freed=True)
         freed += len(batch)
+        # Until now an expired row hid its group's older items.
+        for grouped in (
+            Notification.objects.filter(pk__in=batch).exclude(group_key="").only("group_key", "audience_bitmap")
+        ):
+            group_item_removed(group_key=grouped.group_key, audience=grouped.audience)
     return {"users": visited, "removed": removed, "details_freed": freed}
 
 
 def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
-    """Restore subscriber sets and live notifications from PostgreSQL (idempotent)."""
+    """Restore subscriber sets and the live notifications' details from PostgreSQL
+    (idempotent): what users share. Each user's notifications come back with the
+    user's fill (``notification_fill``)."""
     now = now or timezone.now()
     pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
     for type_id, scope in pairs:
         projection.subscribers(type_id, scope)
-    live = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now)
-    size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     count = 0
-    for notification in live.iterator():
-        entry = notification_entry(notification)
-        publish.item_detail_put(ref=entry.ref, detail=notification_detail(notification))
-        audience = notification.audience
-        for index in range(math.ceil(len(audience) / size)):
-            user_ids = _unmuted(notification, list(audience[index * size : (index + 1) * size]))
-            publish.inbox_deliver(entry=entry, user_ids=user_ids, now_ms=to_ms(now), notification=True)
+    for notification in Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).iterator():
+        publish.item_detail_put(ref=notification_entry(notification).ref, detail=notification_detail(notification))
         count += 1
     return {"subscriptions": len(pairs), "notifications": count}

@@ -5,7 +5,9 @@ A message or notification whose ``expire_at`` is more than
 its audience rows (a message's groups), images, fan-out chunks, pending
 delivery rows, and the hidden-item rows naming it. Pending rows and hidden
 rows whose item is gone for any other reason (a bulletin deleted, a row
-removed by hand) go too.
+removed by hand) go too, and so do the ends of groups (``InboxGroupEnd``)
+no item reaches any more: once no message or notification of a group key
+is as old as an end, the end cuts nothing.
 
 Work goes in batches of ``MESSAGECENTER_RETENTION_BATCH`` items, each batch its
 own short transaction, so the job never holds many row locks or one long
@@ -22,7 +24,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connections, router, transaction
-from django.db.models import Exists, Field, Model, OuterRef
+from django.db.models import Exists, Field, Min, Model, OuterRef
 from django.utils import timezone
 
 from messagecenter import projection
@@ -31,6 +33,7 @@ from messagecenter.models import (
     Bulletin,
     DeliveryMode,
     FanoutChunk,
+    InboxGroupEnd,
     InboxHidden,
     InboxItemState,
     Message,
@@ -40,7 +43,7 @@ from messagecenter.models import (
     PendingDelivery,
     RuleMatch,
 )
-from messagecenter.readmodel import publish
+from messagecenter.readmodel import publish, to_ms
 from messagecenter.services.messages import DELIVER_TASK as MESSAGE_DELIVER_TASK
 from messagecenter.services.messages import FANOUT_CHUNK_TASK as MESSAGE_CHUNK_TASK
 from messagecenter.services.notifications import DELIVER_TASK as NOTIFICATION_DELIVER_TASK
@@ -53,7 +56,7 @@ _KINDS: dict[str, type[Model]] = {"m": Message, "n": Notification, "b": Bulletin
 
 def retention_purge(*, now: datetime | None = None, batch: int | None = None) -> dict[str, int]:
     """Purge what is past retention at ``now``; returns the counts that are not 0
-    (messages, notifications, orphan pending and hidden rows, batches)."""
+    (messages, notifications, orphan pending and hidden rows, group ends, batches)."""
     now = now or timezone.now()
     batch = int(batch or settings.MESSAGECENTER_RETENTION_BATCH)
     cutoff = now - timedelta(days=float(settings.MESSAGECENTER_RETENTION_DAYS))
@@ -64,6 +67,7 @@ def retention_purge(*, now: datetime | None = None, batch: int | None = None) ->
         done["batches"] += 1
     done["pending"] += _orphan_pending(batch=batch)
     done["hidden"] += _orphan_hidden(now=now, batch=batch)
+    done["group_ends"] += _spent_group_ends(batch=batch)
     return {name: count for name, count in done.items() if count}
 
 
@@ -226,3 +230,41 @@ def _orphan_hidden(*, now: datetime, batch: int) -> int:
                 refs=[], members=[], holders=[], pull_members=[], audience_chunks={}, hidden=_hidden_of(gone), now=now
             )
             removed += _delete_where(InboxHidden, item_id=gone)
+
+
+def _oldest_of_keys(keys: set[str]) -> dict[str, int]:
+    """The time (ms) of the oldest message or notification of each key that has one."""
+    oldest: dict[str, int] = {}
+    for model in (Message, Notification):
+        # mc_message_group_idx / mc_notification_group_idx serve this.
+        rows = (
+            model._default_manager.filter(group_key__in=keys)
+            .order_by()
+            .values("group_key")
+            .annotate(first=Min("created_at"))
+            .values_list("group_key", "first")
+        )
+        for key, first in rows:
+            oldest[key] = min(oldest.get(key, to_ms(first)), to_ms(first))
+    return oldest
+
+
+def _spent_group_ends(*, batch: int) -> int:
+    """Group ends older than every item of their key left (those items were
+    purged): an end cuts the key's items at its time, and no item is at or
+    before it any more, nor can one come (items are created now). Walked by
+    primary key in batches; Redis's copies are harmless for the same reason
+    and go with the next rebuild."""
+    removed = 0
+    last = 0
+    while True:
+        rows = list(
+            InboxGroupEnd.objects.filter(pk__gt=last).order_by("pk").values_list("pk", "group_key", "until_ms")[:batch]
+        )
+        if not rows:
+            return removed
+        last = rows[-1][0]
+        oldest = _oldest_of_keys({key for _, key, _ in rows})
+        spent = [pk for pk, key, until in rows if key not in oldest or until < oldest[key]]
+        if spent:
+            removed += _delete_where(InboxGroupEnd, pk=spent)

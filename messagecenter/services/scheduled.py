@@ -55,6 +55,7 @@ from messagecenter.services.notifications import (
     notification_withdraw,
     subscription_audience,
 )
+from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
 
 BATCH = 100
@@ -77,22 +78,15 @@ def _locked_scheduled_message(message: Message) -> Message:
 
 def message_schedule_update(*, message: Message, data: Mapping[str, Any]) -> Message:
     """Edit a scheduled message: title, summary, body_html, send_at, expire_at,
-    ``to`` (users, groups, everyone). 409 once it was sent or cancelled;
-    validates everything before writing."""
+    ``to`` (users, groups, everyone), actions and translations (each replaced
+    whole). 409 once it was sent or cancelled; validates everything before writing."""
+    content = _content_changes(data)
     with transaction.atomic():
         locked = _locked_scheduled_message(message)
         send_at = send_at_check(data["send_at"]) if "send_at" in data else (locked.send_at or timezone.now())
         expire_at = data["expire_at"] if "expire_at" in data else locked.expire_at
         _expiry_check(send_at, expire_at)
-        changes: dict[str, Any] = {"send_at": send_at, "created_at": send_at, "expire_at": expire_at}
-        if "title" in data:
-            changes["title"] = data["title"]
-        if "body_html" in data:
-            changes["body_html"] = sanitize_html(data["body_html"])
-            if "summary" not in data:
-                changes["summary"] = summarize(changes["body_html"])
-        if data.get("summary"):
-            changes["summary"] = data["summary"]
+        changes: dict[str, Any] = {"send_at": send_at, "created_at": send_at, "expire_at": expire_at, **content}
         groups = None
         if "to" in data:
             to = data["to"]
@@ -112,6 +106,24 @@ def message_schedule_update(*, message: Message, data: Mapping[str, Any]) -> Mes
             locked.groups.set(groups)
     message.refresh_from_db()
     return message
+
+
+def _content_changes(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The edit's title, summary, body, actions and translations, checked and cleaned."""
+    changes: dict[str, Any] = {}
+    if "title" in data:
+        changes["title"] = data["title"]
+    if "body_html" in data:
+        changes["body_html"] = sanitize_html(data["body_html"])
+        if "summary" not in data:
+            changes["summary"] = summarize(changes["body_html"])
+    if data.get("summary"):
+        changes["summary"] = data["summary"]
+    if "actions" in data:
+        changes["actions"] = actions_validate(list(data["actions"])) if data["actions"] else []
+    if "translations" in data:
+        changes["translations"] = translations_validate(data["translations"])
+    return changes
 
 
 def _message_release(message: Message, now: datetime) -> None:

@@ -168,6 +168,30 @@ def test_keyboard_moves_marks_and_selects(open_page: Any, operator: Any, recipie
     expect(page.get_by_role("heading", name="Newer one")).to_be_visible()
 
 
+def test_a_poll_answered_while_a_mark_is_on_its_way_keeps_the_mark(
+    open_page: Any, operator: Any, recipient: Any
+) -> None:
+    """A poll that sets off while the reader's mark is still unanswered gets
+    the old flag from the server: the row must keep what the reader did."""
+    send(operator, to={"users": [recipient]}, title="Held mark")
+    page = open_page(recipient)
+    row = page.locator("#items .item", has_text="Held mark")
+    page.evaluate("() => window.mcPollInbox()")  # whatever poll the load set off is done
+    held: list[Any] = []
+    page.route("**/api/v1/inbox/*/read/", lambda route: held.append(route))
+    row.get_by_role("button", name="Mark “Held mark” read").click()
+    expect(row).to_have_class(re.compile(r"\bread\b"))
+    page.wait_for_function("() => true")  # let the route handler see the held request
+    assert len(held) == 1
+    # The poll's answer still says unread (the mark is not committed yet).
+    page.evaluate("() => window.mcPollInbox()")
+    assert row.evaluate("r => r.classList.contains('read')"), "the poll undid the reader's mark"
+    held[0].continue_()
+    expect(page.locator("#live-region")).to_have_text("Marked read.")
+    expect(page.locator("#unread-badge")).to_be_hidden()
+    expect(row).to_have_class(re.compile(r"\bread\b"))
+
+
 def test_delete_waits_for_the_undo_window(open_page: Any, operator: Any, recipient: Any) -> None:
     send(operator, to={"users": [recipient]}, title="Keep me")
     send(operator, to={"users": [recipient]}, title="Bin me")

@@ -26,7 +26,7 @@ from notifications.utils import id2slug
 from tests.conftest import client_for
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # The incumbent's tables as its migrations 0001-0009 create them under Django
 # 4.2 (``data`` is jsonfield's JSON text), the auth and content type tables beside.

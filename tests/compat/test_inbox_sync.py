@@ -30,7 +30,7 @@ from notifications.utils import id2slug
 from tests.conftest import client_for
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SOFT = {"SOFT_DELETE": True}
 

@@ -15,7 +15,7 @@ from notifications.signals import notify
 from tests.conftest import client_for
 from tests.security.test_csp import INLINE_HANDLER, INLINE_SCRIPT
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.compat.urls")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.compat.urls")]
 
 TEMPLATES = Path(settings.BASE_DIR) / "compat" / "notifications" / "templates"
 

@@ -11,7 +11,7 @@ from django.utils import translation
 from notifications.models import Notification
 from notifications.signals import notify
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 CHINESE: dict[str, Any] = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 

@@ -31,7 +31,7 @@ from tests.conftest import client_for, flush_redis
 from tests.factories import UserFactory
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 END = date(2026, 3, 31)
 CHUNK = 64  # small chunks: the random users span several, as millions of users would

@@ -27,7 +27,7 @@ from messagecenter.models import Bulletin
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Registered admins that may skip the mixin: each must be read-only (checked below).
 READ_ONLY_ADMINS = {

@@ -26,7 +26,7 @@ from tests.fixtures.clients import token_for
 from tests.fixtures.throttles import throttle_rates
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Headers whose value is drawn per response (the CSP nonce) or per moment.
 _VARYING = {"content-security-policy", "date"}

@@ -23,7 +23,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _actions(object_type: str | None = None) -> list[tuple[str, str, str]]:

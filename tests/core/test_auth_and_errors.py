@@ -69,6 +69,7 @@ def test_bad_token_is_401(anon_client: Any) -> None:
     assert_error(anon_client.put("/api/v1/manage/users/1/platforms/", {}, format="json"), 401, "authentication_failed")
 
 
+@pytest.mark.django_db(transaction=True)  # the deleted token leaves the auth cache after commit
 def test_revoked_token_stops_working_at_once(recipient: Any) -> None:
     client = client_for(recipient)
     assert client.get("/api/v1/me/").status_code == 200  # authenticated (the sign-in view reads no token)

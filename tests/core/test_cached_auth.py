@@ -19,7 +19,7 @@ from tests.conftest import assert_error, client_for, on_cluster
 from tests.factories import UserFactory
 from tests.fixtures.clients import token_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _client(token: str) -> APIClient:

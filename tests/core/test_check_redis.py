@@ -1,6 +1,7 @@
 """``manage.py check_redis``: report, exit status, repair, recorded runs, the beat
 task and the admin (index panel, run pages, "Run check now")."""
 
+import json
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -11,6 +12,7 @@ from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
+from django.utils.html import escape
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -22,23 +24,21 @@ from core.redis import get_redis
 from core.tasks import check_redis_task
 from messagecenter import keys as mc_keys
 from messagecenter import services
+from messagecenter.items import message_entry
 from tests.conftest import flush_redis
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import make_group, send
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 AREAS = [
     "announcements",
     "deliveries",
     "bulletins",
     "item_details",
-    "user_groups",
-    "hidden",
     "subscribers",
-    "push_deliveries",
-    "unread_index",
+    "users",
 ]
 
 
@@ -61,6 +61,21 @@ def world(operator: Any, recipient: Any, other_recipient: Any) -> dict[str, Any]
     services.subscription_create(message_type="stock", scope="WH1", group_id=group.pk)
     notification = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
     return {"group": group, "bulletin": bulletin, "message": message, "notification": notification}
+
+
+def lose_a_push(world: dict[str, Any], user: Any) -> str:
+    """Redis loses the user's copy of the world's message (PostgreSQL still has
+    it): the users check finds their first page short of it. Returns the detail."""
+    message = world["message"]
+    get_redis().zrem(mc_keys.inbox(user.pk), message_entry(message).member)
+    return f"first page: missing {message.ref} differs from PostgreSQL's"
+
+
+def change_a_detail(world: dict[str, Any]) -> None:
+    """The message's stored-once detail in Redis says something PostgreSQL does not."""
+    ref = world["message"].ref
+    detail = json.loads(get_redis().hget(mc_keys.item_detail(), ref))
+    get_redis().hset(mc_keys.item_detail(), ref, json.dumps({**detail, "title": "Not what was sent"}))
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -90,24 +105,23 @@ def test_empty_project_is_clean(db: None) -> None:
 
 
 def test_drift_reported_exit_1_then_repaired_then_clean(world: Any, recipient: Any) -> None:
-    redis = get_redis()
-    redis.delete(mc_keys.user_groups(recipient.pk))
-    redis.hdel(mc_keys.item_detail(), world["message"].ref)
+    lost = lose_a_push(world, recipient)
+    change_a_detail(world)
     code, out, _ = run()
     assert code == 1
-    assert "user_groups: 1 drifted" in out
-    assert f"  - {mc_keys.user_groups(recipient.pk)}: missing groups {world['group'].pk}" in out
-    assert f"  - {mc_keys.item_detail()} [{world['message'].ref}]: detail missing" in out
+    assert "users: 1 drifted" in out
+    assert f"  - {mc_keys.inbox(recipient.pk)}: {lost}" in out
+    assert f"  - {mc_keys.item_detail()} [{world['message'].ref}]: detail differs from PostgreSQL" in out
     assert "bulletins: ok" in out
     assert "2 drift remaining" in out
     assert "--repair" in out
     first = RedisCheckRun.objects.get()
     assert (first.drift_count, first.repaired_count) == (2, 0)
-    assert {(f["area"], f["repaired"]) for f in first.findings} == {("user_groups", False), ("item_details", False)}
+    assert {(f["area"], f["repaired"]) for f in first.findings} == {("users", False), ("item_details", False)}
 
     code, out, _ = run("--repair")
     assert code == 0
-    assert "user_groups: 1 drifted, 1 repaired, 0 remaining" in out
+    assert "users: 1 drifted, 1 repaired, 0 remaining" in out
     assert "(repaired)" in out
     assert "2 drifted, all repaired" in out
     mended = RedisCheckRun.objects.order_by("-pk").first()
@@ -129,20 +143,18 @@ def test_flushed_redis_is_drift_everywhere_and_repair_restores_it(world: Any, re
         "announcements",
         "bulletins",
         "item_details",
-        "user_groups",
-        "hidden",
         "subscribers",
-        "push_deliveries",
+        "users",
     }
     assert run()[0] == 0
 
 
 def test_area_option_restricts_the_check(world: Any, recipient: Any) -> None:
-    get_redis().delete(mc_keys.user_groups(recipient.pk))
-    code, out, _ = run("--area", "hidden", "--area", "bulletins")
+    lose_a_push(world, recipient)
+    code, out, _ = run("--area", "subscribers", "--area", "bulletins")
     assert code == 0
-    assert out.splitlines()[:2] == ["bulletins: ok", "hidden: ok"]
-    assert run("--area", "user_groups")[0] == 1
+    assert out.splitlines()[:2] == ["bulletins: ok", "subscribers: ok"]
+    assert run("--area", "users")[0] == 1
 
 
 def test_unknown_area_is_a_command_error(db: None) -> None:
@@ -203,7 +215,7 @@ def test_beat_schedule_runs_the_task(settings: Any) -> None:
 
 
 def test_task_stores_a_run_and_repairs_by_setting(world: Any, recipient: Any, settings: Any) -> None:
-    get_redis().delete(mc_keys.user_groups(recipient.pk))
+    lose_a_push(world, recipient)
     settings.MESSAGECENTER_CHECK_REPAIR = False
     outcome = check_redis_task.delay().get()
     assert (outcome["drift"], outcome["repaired"], outcome["error"]) == (1, 0, "")
@@ -234,8 +246,8 @@ def test_admin_index_shows_the_last_result(operator: Any, recipient: Any, world:
     assert f'href="/admin/core/redischeckrun/{latest.pk}/change/"' in page
     assert "redis-check-clean" in page
     assert "Messagecenter" in page or "messagecenter" in page  # the app list is still there
-    get_redis().delete(mc_keys.user_groups(recipient.pk))
-    get_redis().hdel(mc_keys.item_detail(), world["message"].ref)
+    lose_a_push(world, recipient)
+    change_a_detail(world)
     check_run(repair=True)
     page = client.get("/admin/").content.decode()
     assert "2 drift</strong> (2 repaired)" in page
@@ -248,7 +260,7 @@ def test_admin_index_panel_needs_the_view_permission(db: None) -> None:
 
 
 def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: Any, world: Any) -> None:
-    get_redis().delete(mc_keys.user_groups(recipient.pk))
+    lost = lose_a_push(world, recipient)
     result = check_run(repair=False)
     client = admin_client(operator)
     listing = client.get("/admin/core/redischeckrun/")
@@ -258,13 +270,13 @@ def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: An
     assert detail.status_code == 200
     body = detail.content.decode()
     assert '<table class="redis-check-findings">' in body
-    assert f"<code>{mc_keys.user_groups(recipient.pk)}</code>" in body
-    assert f"missing groups {world['group'].pk}" in body
+    assert f"<code>{mc_keys.inbox(recipient.pk)}</code>" in body
+    assert escape(lost) in body
     assert client.get("/admin/core/redischeckrun/add/").status_code == 403
 
 
 def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recipient: Any, world: Any) -> None:
-    get_redis().delete(mc_keys.user_groups(recipient.pk))
+    lose_a_push(world, recipient)
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     assert client.get("/admin/core/redischeckrun/run/").status_code == 405
@@ -276,7 +288,7 @@ def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recip
     assert response["Location"] == "/admin/core/redischeckrun/"
     recorded = RedisCheckRun.objects.get()
     assert (recorded.repair, recorded.drift_count, recorded.repaired_count) == (True, 1, 1)
-    assert get_redis().smembers(mc_keys.user_groups(recipient.pk)) == {str(world["group"].pk).encode()}
+    assert get_redis().zscore(mc_keys.inbox(recipient.pk), message_entry(world["message"]).member) is not None
 
 
 def test_admin_run_now_refused_without_the_add_permission(db: None) -> None:

@@ -25,7 +25,7 @@ from core.views import server_error
 from tests.conftest import client_for
 from tests.security.seed import World, build_world, item_id, warm_up
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
 @contextmanager

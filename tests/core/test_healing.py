@@ -20,7 +20,7 @@ from messagecenter import services as mc_services
 from messagecenter.models import Message
 from messagecenter.selectors import inbox_list
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rest_framework.test import APIClient
 
+from core import breaker
 from core.breaker import BreakerConnection, reset_breakers
 from core.models import OutboxEntry
 from insight import metrics
@@ -30,10 +30,11 @@ from messagecenter import live, services
 from messagecenter.models import PendingDelivery
 from messagecenter.services import digests
 from tests.conftest import ROOT, assert_error
+from tests.core.test_breaker import BreakerClock
 from webhooks import services as webhooks
 from webhooks.models import WebhookDelivery
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "s3cret-scrape-token"
 NAMES = {
@@ -136,7 +137,9 @@ BREAKER = "messagecenter_redis_breaker_open"
 COOLDOWN = 0.5
 
 
-def test_breaker_gauge_follows_a_real_trip(scraper: APIClient) -> None:
+def test_breaker_gauge_follows_a_real_trip(scraper: APIClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = BreakerClock()
+    monkeypatch.setattr(breaker, "clock", clock)
     reset_breakers()
     assert _value(_scrape(scraper), BREAKER) == 0
     pool = redis_lib.ConnectionPool(
@@ -153,7 +156,9 @@ def test_breaker_gauge_follows_a_real_trip(scraper: APIClient) -> None:
         with pytest.raises(redis_lib.ConnectionError):
             dead.ping()  # refused: the breaker of that server opens
         assert _value(_scrape(scraper), BREAKER) == 1
-        time.sleep(COOLDOWN + 0.1)  # the cooldown is over: half-open, no longer reported
+        clock.advance(COOLDOWN - 0.1)
+        assert _value(_scrape(scraper), BREAKER) == 1  # still within the cooldown
+        clock.advance(0.2)  # the cooldown is over: half-open, no longer reported
         assert _value(_scrape(scraper), BREAKER) == 0
         with pytest.raises(redis_lib.ConnectionError):
             dead.ping()  # the probe fails: open again

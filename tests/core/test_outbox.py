@@ -22,7 +22,7 @@ from notices import readmodel
 from notices.services import announcement_mark_read, announcement_mark_unread
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Recorder:

@@ -24,6 +24,7 @@ def test_users_without_rows_fall_back_to_the_default_rule() -> None:
     assert platform_user_counts()["user"] >= 1
 
 
+@pytest.mark.django_db(transaction=True)  # the platforms leave the cache after commit
 def test_operator_replaces_platforms(operator_client: Any, recipient: Any, redis: Any) -> None:
     assert user_platforms(user=recipient) == ["user"]  # fills the cache
     assert parse(redis.get(account_keys.user_platforms(recipient.pk))).value == ["user"]

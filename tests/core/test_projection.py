@@ -13,7 +13,7 @@ from core import outbox, projection
 from core.models import OutboxEntry
 from messagecenter.models import UserGroup
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 NAME = "test.projection"
 TOPIC = "test.projection_failed"

@@ -33,7 +33,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
 from tests.fixtures.clients import token_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 BAD_TOKEN = "0" * 40
 

@@ -22,7 +22,7 @@ from tests.conftest import assert_error
 from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SIGN_IN = "/api/v1/auth/token/"
 TOKENS = "/api/v1/me/tokens/"

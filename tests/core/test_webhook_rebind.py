@@ -24,7 +24,7 @@ from tests.conftest import assert_error
 from webhooks import services as webhooks
 from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 NAME = "hooks.example.test"
 # A public address the tests never really reach: connections to it are sent to

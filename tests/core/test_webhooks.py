@@ -26,7 +26,7 @@ from tests.factories import StaffFactory, UserFactory
 from webhooks import services as webhooks
 from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/api/v1/manage/webhooks/"
 

@@ -27,7 +27,7 @@ from tests.conftest import client_for
 from tests.faults.conftest import RedisServer, wait_healer
 from tests.notices.conftest import announce
 
-pytestmark = [pytest.mark.django_db, pytest.mark.redis_server]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_server]
 
 
 def _send(operator: Any, recipient: Any, title: str, category: str = "system") -> str:

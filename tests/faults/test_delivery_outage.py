@@ -30,7 +30,7 @@ from messagecenter.services import delivery, messages, notifications
 from tests.faults.conftest import RedisServer
 from tests.faults.test_worker_kill import Worker
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 # Nothing listens on port 1: a connection is refused at once.
 DEAD_BROKER_URL = "redis://127.0.0.1:1/0"

@@ -23,7 +23,7 @@ from tests.conftest import client_for
 from tests.faults.conftest import RedisServer
 from tests.notices.conftest import announce
 
-pytestmark = [pytest.mark.django_db, pytest.mark.redis_server]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_server]
 
 # A fault test, not a benchmark: generous, but far below a hang on a dead Redis
 # (redis-py's defaults would take seconds per call, and an inbox request makes several).

@@ -26,7 +26,7 @@ from tests.conftest import client_for
 from tests.faults.conftest import HEALED_WITHIN_SECONDS, RedisServer, wait_healer
 from tests.notices.conftest import announce
 
-pytestmark = [pytest.mark.django_db, pytest.mark.redis_server]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_server]
 
 
 def _world(operator: Any, recipient: Any) -> tuple[list[str], Announcement]:

@@ -39,7 +39,7 @@ from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.fixtures.throttles import throttle_rates
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Well under a second: one socket timeout (REDIS_SOCKET_TIMEOUT, 0.5 s) at most,
 # paid by the first call that meets the dead server; the breaker then fails the rest at once.

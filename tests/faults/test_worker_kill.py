@@ -127,7 +127,9 @@ def broker_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def make_sender(broker_url: str) -> Celery:
     """A Celery app that publishes like the project does on this broker."""
-    sender = Celery("sender", broker=broker_url)
+    # Not the process's current app: the suite's own (eager) app stays current
+    # for the tests that run after this one in the same process.
+    sender = Celery("sender", broker=broker_url, set_as_current=False)
     if broker_kind(broker_url) == "amqp":
         options = amqp_settings()
         sender.conf.task_create_missing_queue_type = options["TASK_CREATE_MISSING_QUEUE_TYPE"]

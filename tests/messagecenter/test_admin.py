@@ -15,7 +15,7 @@ from messagecenter.selectors import inbox_counts
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

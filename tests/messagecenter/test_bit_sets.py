@@ -31,7 +31,7 @@ from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MONTH = 202611
 SCORE = 1_790_000_000_000
@@ -229,7 +229,7 @@ def test_read_state_and_restore_keep_the_compact_form(operator: Any, recipient: 
     assert BitMap.deserialize(bytes(dense_snap.read)) == BitMap(m.slot_offset for m in dense if m != dense[3])
 
     keyspace_flush()
-    call_command("messagecenter_rebuild", stdout=StringIO())
+    call_command("messagecenter_rebuild", "--warm", stdout=StringIO())
     assert redis.type(mc_keys.read_bitmap(recipient.pk, month)) == b"set"
     assert redis.type(mc_keys.read_ever_bitmap(recipient.pk, month)) == b"set"
     assert redis.type(mc_keys.read_bitmap(dense_user.pk, month)) == b"string"

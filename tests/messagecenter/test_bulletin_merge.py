@@ -20,7 +20,7 @@ from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox, to_ms
 from tests.messagecenter.conftest import Clock, make_group, whole_inbox
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 LIVE = 1000
 

@@ -42,6 +42,7 @@ from core.api.exceptions import NotFound
 from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, services
 from messagecenter import keys as mc_keys
+from messagecenter.fill import inbox_warm
 from messagecenter.models import (
     Bulletin,
     InboxHidden,
@@ -56,7 +57,7 @@ from messagecenter.services.rebuild import inbox_rebuild
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import Clock, machine_settings, whole_inbox
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 N_USERS = 3
@@ -167,6 +168,8 @@ class BulletinMachine(RuleBasedStateMachine):
         if lose_redis:
             keyspace_flush()
         inbox_rebuild()
+        # Each user's own part comes back with their fill (a warm-up fills them all).
+        inbox_warm(user_ids=[user.pk for user in self.users])
 
     # --- the users ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from messagecenter.readmodel import bits
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids, make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_config_keys_follow_the_seed(recipient: Any, redis: Any, clock: Any) -> None:

@@ -16,7 +16,7 @@ from messagecenter import services
 from messagecenter.models import ItemChannels, Message, PushSubscription, UserPreferences
 from tests.conftest import assert_error, client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 KEY = "/api/v1/push/public-key/"
 SUBS = "/api/v1/me/push-subscriptions/"

@@ -27,7 +27,7 @@ from messagecenter.services.channels import ChannelRequest, channels_email_scan
 from tests.factories import UserFactory
 from tests.messagecenter.test_digests import SITE, Mailbox, _free_port
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MESSAGES = "/api/v1/manage/messages/"
 START = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)

@@ -22,7 +22,7 @@ from messagecenter.services.channels.push import channel_push_chunk
 from tests.conftest import client_for
 from tests.messagecenter.push_service import PushService, serve_push
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

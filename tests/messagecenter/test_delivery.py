@@ -14,7 +14,7 @@ from tests.factories import UserFactory
 from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import ids, make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

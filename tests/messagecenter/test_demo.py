@@ -7,7 +7,7 @@ from django.core.management import call_command
 from messagecenter.models import Bulletin, Message, UserGroup
 from messagecenter.selectors import inbox_counts, inbox_list
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_seed_demo_is_idempotent() -> None:

@@ -40,7 +40,7 @@ from messagecenter.tasks import digests_send_task
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import Clock, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SITE = "https://mc.example.org"
 
@@ -353,6 +353,10 @@ def test_digest_speaks_the_site_language(
     assert "停止接收这些邮件" in html
 
 
+# Two runs on two connections at once: SQLite's in-memory test database locks
+# whole tables across connections ("database table is locked"), PostgreSQL
+# locks the rows the claim takes.
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_runs_at_once_send_one_digest_per_user(
     mailbox: Mailbox, clock: Clock, monkeypatch: pytest.MonkeyPatch

@@ -23,7 +23,7 @@ from messagecenter.models import (
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import make_group, send, whole_inbox
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 # --- helpers: a dead Redis -------------------------------------
@@ -244,6 +244,48 @@ def test_fallback_runs_a_fixed_number_of_queries(
             fallback.inbox_counts(user_id=recipient.pk, now=now)
         with django_assert_max_num_queries(9):
             assert fallback.inbox_get(user_id=recipient.pk, ref=page.rows[0].ref, now=now) is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_grouped_items_cost_one_query_more_whatever_their_number(
+    django_assert_max_num_queries: Any, operator: Any, recipient: Any, clock: Any
+) -> None:
+    """The user's group ends are one more query, only when a grouped item is
+    among the candidates; a key's listing reads what a page reads."""
+    for count in (1, 12):
+        for i in range(count):
+            clock.advance(seconds=1)
+            for key in ("order:1", "order:2"):
+                send(operator, to={"users": [recipient]}, title=f"{key}-{i}", group_key=key, actor=f"a{i}")
+            send(operator, to={"everyone": True}, title=f"pull-{i}", group_key="news")
+        newest = Message.objects.filter(group_key="order:1").order_by("-pk")[0]
+        services.inbox_mark_read(user=recipient, item_id=newest.ref)
+        now = clock.now
+        with django_assert_max_num_queries(12):
+            page = fallback.inbox_page(user_id=recipient.pk, now=now, **whole_inbox(20))
+        # Rows at the newest time (news, order:2, order:1 by member), then the first read order:1 row.
+        want = (
+            [("news", 1), ("order:2", 1), ("order:1", 1)]
+            if count == 1
+            else [
+                ("news", 13),
+                ("order:2", 13),
+                ("order:1", 12),
+                ("order:1", 1),
+            ]
+        )
+        assert [(row.group["key"], row.group["count"]) for row in page.rows if row.group] == want
+        with django_assert_max_num_queries(9):
+            fallback.inbox_counts(user_id=recipient.pk, now=now)
+        # Hidden refs, mute periods, state rows, three scans, group ends, read
+        # months, seen: 9; then a message's detail and its images.
+        with django_assert_max_num_queries(11):
+            assert fallback.inbox_get(user_id=recipient.pk, ref=page.rows[0].ref, now=now) is not None
+        with django_assert_max_num_queries(11):
+            rows, _ = fallback.inbox_group_page(
+                user_id=recipient.pk, group_key="order:2", now=now, max_score=None, skip=0, limit=20
+            )
+        assert len(rows) == (1 if count == 1 else 13)
 
 
 def test_fallback_keeps_the_newest_max_items(

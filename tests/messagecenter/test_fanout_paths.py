@@ -21,7 +21,7 @@ from messagecenter.services import messages
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MONTH = 202611
 

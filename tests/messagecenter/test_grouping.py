@@ -1,16 +1,26 @@
 """Grouped items over REST: one row per unread group, its count and actors,
 the row acting for the whole group, the key's list and bad inputs."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
+from redis.exceptions import RedisError
 
+from core import healing
 from messagecenter import keys as mc_keys
-from messagecenter.models import InboxHidden, Message
+from messagecenter import services
+from messagecenter.fill import inbox_warm
+from messagecenter.models import InboxGroupEnd, InboxHidden, Message
+from messagecenter.readmodel import grouping as readmodel_grouping
+from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import ids, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MESSAGES = "/api/v1/manage/messages/"
 
@@ -22,14 +32,17 @@ def _post(client: Any, user: Any, title: str, **extra: Any) -> str:
     return f"m{response.json()['id']}"
 
 
-def _grouped(operator: Any, recipient: Any, clock: Any, actors: list[str], key: str = "order:42") -> list[str]:
+def _grouped(
+    operator: Any, recipient: Any, clock: Any, actors: list[str], key: str = "order:42", **extra: Any
+) -> list[str]:
+    """One message a second from each actor under ``key``, to the recipient (or
+    ``to``), with any other create field in ``extra``; their refs, oldest first."""
+    to = extra.pop("to", {"users": [recipient]})
     refs = []
     for actor in actors:
         clock.advance(seconds=1)
         title = f"{actor} commented"
-        message = send(
-            operator, to={"users": [recipient]}, category="interaction", title=title, group_key=key, actor=actor
-        )
+        message = send(operator, to=to, category="interaction", title=title, group_key=key, actor=actor, **extra)
         refs.append(f"m{message.pk}")
     return refs
 
@@ -270,7 +283,7 @@ def test_grouped_items_out_of_the_list_are_no_drift_and_stay_out(
 
     settings.MESSAGECENTER_CHECK_GRACE_SECONDS = 0
     refs = _grouped(operator, recipient, clock, ["Ann", "Ben", "Cat"])
-    assert drift_checks()["push_deliveries"].find() == []
+    assert drift_checks()["users"].find() == []
     # A rerun of the older items' deliveries leaves them in the group, out of the list.
     for message in Message.objects.filter(pk__in=[int(r[1:]) for r in refs]):
         publish.inbox_deliver(entry=message_entry(message), user_ids=[recipient.pk], now_ms=0)
@@ -280,7 +293,6 @@ def test_grouped_items_out_of_the_list_are_no_drift_and_stay_out(
 
 def test_postgresql_keeps_the_groups_and_a_rebuild_puts_them_back(operator: Any, recipient: Any, clock: Any) -> None:
     from messagecenter.models import InboxGroupEnd
-    from messagecenter.services.rebuild import inbox_rebuild
     from tests.conftest import flush_redis
 
     client = client_for(recipient)
@@ -318,4 +330,311 @@ def test_postgresql_keeps_the_groups_and_a_rebuild_puts_them_back(operator: Any,
     assert before[0][3][2]["count"] == 3
     flush_redis()
     inbox_rebuild()
+    # What users share is back; each user's part is filled from PostgreSQL.
+    inbox_warm(user_ids=[recipient.pk])
     assert seen() == before
+
+
+# --- Redis down: PostgreSQL answers the same ------------------------------------------
+
+
+@contextmanager
+def _redis_down() -> Iterator[None]:
+    """Reads find Redis unavailable (as when it is down) and answer from PostgreSQL."""
+    with mock.patch.object(healing, "require_ready", side_effect=RedisError("down (test)")):
+        yield
+
+
+def _everything(client: Any, refs: list[str]) -> Any:
+    """What the API shows of the inbox: rows with their groups, the archived
+    list, counts, each key's listing, and every item."""
+    page = client.get("/api/v1/inbox/").json()
+    archived = client.get("/api/v1/inbox/?archived=true").json()
+    listings = {key: client.get(f"/api/v1/inbox/?group_key={key}&limit=2").json() for key in ("order:42", "order:7")}
+    items = {ref: client.get(f"/api/v1/inbox/{ref}/") for ref in refs}
+    return (
+        [(r["id"], r["read"], r["created_at"], r["group"]) for r in page["results"]],
+        [(r["id"], r["group"]) for r in archived["results"]],
+        page["unread_count"],
+        client.get("/api/v1/inbox/counts/").json()["unread"],
+        {k: ([(i["id"], i["read"]) for i in v["results"]], bool(v["next_cursor"])) for k, v in listings.items()},
+        {ref: (r.status_code, r.json().get("group")) for ref, r in items.items()},
+    )
+
+
+def _agree(client: Any, refs: list[str]) -> Any:
+    up = _everything(client, refs)
+    with _redis_down():
+        down = _everything(client, refs)
+    assert down == up
+    return up
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_groups_as_redis_does(operator: Any, recipient: Any, clock: Any) -> None:
+    """Rows, counts, listings and items of grouped items are the same with Redis
+    down at every step: arrivals, a read, a read-all, an archive, a snooze and a
+    delete between them."""
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben", "Ann", "Cat", "Dan"])
+    seen = _agree(client, refs)
+    assert seen[0] == [(refs[-1], False, "2026-11-22T10:00:05+00:00", GROUP_OF(5, ["Dan", "Cat", "Ann"]))]
+    assert seen[2:4] == (1, 1)
+    assert seen[4]["order:42"] == ([(refs[4], False), (refs[3], False)], True)
+    assert {ref: code for ref, (code, _) in seen[5].items()} == {**dict.fromkeys(refs[:-1], 404), refs[-1]: 200}
+
+    client.post(f"/api/v1/inbox/{refs[-1]}/read/")
+    refs += _grouped(operator, recipient, clock, ["Eve"]) + _grouped(operator, recipient, clock, ["Fay"], key="order:7")
+    seen = _agree(client, refs)
+    assert [(r[0], r[1], r[3]["count"]) for r in seen[0]] == [
+        (refs[6], False, 1),
+        (refs[5], False, 1),
+        (refs[4], True, 5),
+    ]
+    assert seen[4]["order:42"] == ([(refs[5], False), (refs[4], True)], True)
+
+    client.post("/api/v1/inbox/read-all/")
+    refs += _grouped(operator, recipient, clock, ["Gus"]) + _grouped(operator, recipient, clock, ["Hal"])
+    _agree(client, refs)
+    client.post(f"/api/v1/inbox/{refs[-1]}/archive/")
+    refs += _grouped(operator, recipient, clock, ["Ivy"], key="order:7")
+    seen = _agree(client, refs)
+    assert seen[1] == [(refs[8], GROUP_OF(2, ["Hal", "Gus"]))]
+    # Ivy's key ended at Fay's row with the read-all: a new group of one.
+    assert [(r[0], r[3]["count"]) for r in seen[0]] == [(refs[9], 1), (refs[6], 1), (refs[5], 1), (refs[4], 5)]
+    client.delete(f"/api/v1/inbox/{refs[9]}/")
+    seen = _agree(client, refs)
+    assert [r[0] for r in seen[0]] == [refs[6], refs[5], refs[4]]
+
+
+def GROUP_OF(count: int, actors: list[str], key: str = "order:42") -> dict[str, Any]:
+    return {"key": key, "count": count, "actors": actors}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_item_in_the_millisecond_of_the_read_starts_a_new_group(operator: Any, recipient: Any, clock: Any) -> None:
+    """The end keeps the row it ended at: an item at the same time that the
+    list puts above the row is past the end (a new row), on both paths and
+    through a rebuild."""
+    from tests.conftest import flush_redis
+
+    client = client_for(recipient)
+    first = send(operator, to={"users": [recipient]}, category="interaction", title="a", group_key="order:42")
+    client.post(f"/api/v1/inbox/m{first.pk}/read/")
+    second = send(operator, to={"users": [recipient]}, category="interaction", title="b", group_key="order:42")
+    assert InboxGroupEnd.objects.get().row_ref == f"m{first.pk}"
+    before = _agree(client, [f"m{first.pk}", f"m{second.pk}"])
+    assert [(r[0], r[1], r[3]["count"]) for r in before[0]] == [(f"m{second.pk}", False, 1), (f"m{first.pk}", True, 1)]
+    flush_redis()
+    inbox_rebuild()
+    inbox_warm(user_ids=[recipient.pk])
+    assert _agree(client, [f"m{first.pk}", f"m{second.pk}"]) == before
+
+
+# --- Snoozing a grouped row ---------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_snoozing_the_row_snoozes_the_group_and_ends_it(operator: Any, recipient: Any, clock: Any) -> None:
+    """Like read, archive and delete, a snooze acts for the whole group: the
+    row (its older items out of the list already) is away until it wakes, the
+    group ends, and an item of the key arriving meanwhile is a new row (it
+    does not take the sleeping one's place); at its wake time the row is back
+    with its group. The same with Redis down."""
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    until = (clock.now + timedelta(minutes=10)).isoformat()
+    assert client.post(f"/api/v1/inbox/{refs[-1]}/snooze/", {"until": until}, format="json").status_code in (200, 204)
+    assert list(InboxGroupEnd.objects.values_list("group_key", "row_ref")) == [("order:42", refs[-1])]
+    assert _agree(client, refs)[0] == []
+    later = _grouped(operator, recipient, clock, ["Cat"])
+    seen = _agree(client, refs + later)
+    assert [(r[0], r[3]) for r in seen[0]] == [(later[0], GROUP_OF(1, ["Cat"]))]
+    clock.advance(minutes=11)
+    seen = _agree(client, refs + later)
+    assert [(r[0], r[1], r[3]) for r in seen[0]] == [
+        (refs[-1], False, GROUP_OF(2, ["Ben", "Ann"])),
+        (later[0], False, GROUP_OF(1, ["Cat"])),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action", ["read", "snooze", "delete", "read-all"])
+def test_a_row_acted_on_with_redis_down_ends_its_group_in_postgresql(
+    operator: Any, recipient: Any, clock: Any, action: str
+) -> None:
+    """Redis fails when the group should end: PostgreSQL decides it (the end,
+    and for a delete the older items' deletes), reads agree meanwhile, and the
+    outbox gives Redis its half once it is back."""
+    from core import outbox
+
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    with mock.patch.object(readmodel_grouping, "get_redis", side_effect=RedisError("down (test)")):
+        if action == "read":
+            services.inbox_mark_read(user=recipient, item_id=refs[-1])
+        elif action == "snooze":
+            services.inbox_snooze(user=recipient, item_id=refs[-1], until=clock.now + timedelta(minutes=10))
+        elif action == "delete":
+            services.inbox_hide(user=recipient, item_id=refs[-1])
+        else:
+            services.inbox_mark_all_read(user=recipient)
+    assert list(InboxGroupEnd.objects.values_list("group_key", "row_ref")) == [("order:42", refs[-1])]
+    if action == "delete":
+        assert set(InboxHidden.objects.filter(user=recipient).values_list("item_id", flat=True)) == set(refs)
+    with _redis_down():
+        down = _everything(client, refs)
+    assert [(r[0], r[1], r[3]["count"]) for r in down[0]] == (
+        [(refs[-1], True, 2)] if action in ("read", "read-all") else []
+    )
+    # Redis is back: the outbox's entries (the row's own and its group's) bring it level.
+    assert outbox.replay() > 0
+    assert _agree(client, refs) == down
+    later = _grouped(operator, recipient, clock, ["Cat"])
+    seen = _agree(client, refs + later)
+    assert [(r[0], r[3]["count"]) for r in seen[0]][:1] == [(later[0], 1)]
+
+
+def test_a_retracted_item_leaves_its_group_which_re_forms_from_the_rest(
+    operator: Any, operator_client: Any, recipient: Any, other_recipient: Any, clock: Any
+) -> None:
+    """Retracting the row's item makes the newest item left the row; retracting
+    an older one takes it out of the count and the actors; the same on both paths."""
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben", "Cat", "Dan"])
+    other = client_for(other_recipient)
+    kept = send(operator, to={"users": [other_recipient]}, title="Untouched")
+    assert _agree(client, refs)[0][0][3] == GROUP_OF(4, ["Dan", "Cat", "Ben"])
+    assert [r["id"] for r in other.get("/api/v1/inbox/").json()["results"]] == [f"m{kept.pk}"]
+
+    assert operator_client.delete(f"{MESSAGES}{refs[-1][1:]}/").status_code == 204
+    seen = _agree(client, refs)
+    assert [(r[0], r[1], r[3]) for r in seen[0]] == [(refs[2], False, GROUP_OF(3, ["Cat", "Ben", "Ann"]))]
+    assert seen[2:4] == (1, 1)
+    assert seen[4]["order:42"][0] == [(refs[2], False), (refs[1], False)]
+
+    assert operator_client.delete(f"{MESSAGES}{refs[1][1:]}/").status_code == 204
+    seen = _agree(client, refs)
+    assert [(r[0], r[3]) for r in seen[0]] == [(refs[2], GROUP_OF(2, ["Cat", "Ann"]))]
+    assert {ref: code for ref, (code, _) in seen[5].items()} == {
+        refs[0]: 404,  # in the group, not its row
+        refs[1]: 404,
+        refs[2]: 200,
+        refs[3]: 404,
+    }
+    # The next item of the key joins the re-formed group.
+    refs += _grouped(operator, recipient, clock, ["Eve"])
+    assert _agree(client, refs)[0][0][3] == GROUP_OF(3, ["Eve", "Cat", "Ann"])
+
+
+@pytest.mark.parametrize("removal", ["retracted", "expired"])
+@pytest.mark.parametrize("filling", [False, True], ids=["every part kept", "parts filled on read"])
+def test_a_removed_broadcast_leaves_its_group_which_re_forms_from_the_rest(
+    operator: Any,
+    operator_client: Any,
+    recipient: Any,
+    other_recipient: Any,
+    clock: Any,
+    removal: str,
+    filling: bool,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A grouped message for everyone (merged on read, no list of recipients):
+    removing the row's item re-forms the group of every user who holds it
+    (whose part Redis holds, when parts are filled on read)."""
+    if filling:
+        request.getfixturevalue("fill_on_read")
+    everyone = {"everyone": True}
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"], to=everyone)
+    refs += _grouped(operator, recipient, clock, ["Cat"], to=everyone, expire_at=clock.now + timedelta(minutes=5))
+    assert Message.objects.get(pk=refs[0][1:]).delivery == "pull"
+    clients = [client_for(recipient), client_for(other_recipient)]
+    for client in clients:
+        assert _agree(client, refs)[0][0][3] == GROUP_OF(3, ["Cat", "Ben", "Ann"])
+
+    if removal == "retracted":
+        assert operator_client.delete(f"{MESSAGES}{refs[-1][1:]}/").status_code == 204
+    else:
+        clock.advance(minutes=6)
+        assert services.message_cleanup_expired() == 1
+    for client in clients:
+        seen = _agree(client, refs)
+        assert [(r[0], r[3]) for r in seen[0]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
+        assert seen[2:4] == (1, 1)
+
+
+@pytest.mark.parametrize("removal", ["withdrawn", "expired"])
+def test_a_removed_notification_leaves_its_group(
+    operator_client: Any, recipient: Any, clock: Any, removal: str
+) -> None:
+    assert (
+        operator_client.post(
+            "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
+        ).status_code
+        == 201
+    )
+    sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
+    assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
+    sent = []
+    for actor, ttl in (("Ann", 3600), ("Ben", 3600), ("Cat", 60)):
+        clock.advance(seconds=1)
+        body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
+        answer = operator_client.post(
+            "/api/v1/manage/notifications/",
+            {**body, "group_key": "pr:1", "actor": actor, "ttl_seconds": ttl},
+            format="json",
+        )
+        assert answer.status_code == 202, answer.content
+        sent.append(str(answer.json()["id"]))
+    client = client_for(recipient)
+    assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
+    if removal == "withdrawn":
+        assert operator_client.delete(f"/api/v1/manage/notifications/{sent[-1]}/").status_code == 204
+    else:
+        clock.advance(minutes=2)
+        assert services.notification_sweep()["details_freed"] == 1
+    rows = client.get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["group"]) for r in rows] == [(f"n{sent[1]}", GROUP_OF(2, ["Ben", "Ann"], key="pr:1"))]
+    with _redis_down():
+        assert client.get("/api/v1/inbox/").json()["results"] == rows
+
+
+def test_an_expired_row_gives_way_to_the_rest_of_its_group_once_swept(
+    operator: Any, recipient: Any, clock: Any
+) -> None:
+    """The newest item of a group expires: once the expiry job has run, the
+    newest item left is the row, counted without it, on both paths."""
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    assert _agree(client, refs)[0][0][3] == GROUP_OF(3, ["Cat", "Ben", "Ann"])
+    clock.advance(minutes=6)
+    assert services.message_cleanup_expired() == 1
+    seen = _agree(client, refs)
+    assert [(r[0], r[3]) for r in seen[0]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
+    assert seen[2:4] == (1, 1)
+
+
+@pytest.mark.parametrize("threshold", [1000, 1], ids=["pushed", "merged on read"])
+def test_a_deleted_grouped_item_stays_out_of_its_keys_listing_after_a_refill(
+    operator: Any, recipient: Any, other_recipient: Any, clock: Any, settings: Any, threshold: int
+) -> None:
+    """A refill (after a loss) does not place a deleted item again, not even
+    in its key's listing, whether it was pushed or is merged on read; the same
+    on both paths."""
+    from tests.conftest import flush_redis
+
+    settings.MESSAGECENTER_PUSH_THRESHOLD = threshold
+    client = client_for(recipient)
+    both = {"users": [recipient, other_recipient]}
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"], to=both)
+    assert Message.objects.get(pk=refs[0][1:]).delivery == ("push" if threshold > 1 else "pull")
+    client.post(f"/api/v1/inbox/{refs[-1]}/read/")  # the group ends: the next item starts a new one
+    refs += _grouped(operator, recipient, clock, ["Cat"], to=both)
+    assert client.delete(f"/api/v1/inbox/{refs[-1]}/").status_code == 204
+    before = _agree(client, refs)
+    assert before[4]["order:42"][0] == [(refs[1], True), (refs[0], True)]
+    flush_redis()
+    inbox_rebuild()
+    inbox_warm(user_ids=[recipient.pk])
+    assert _agree(client, refs) == before

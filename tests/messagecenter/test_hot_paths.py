@@ -26,7 +26,7 @@ from tests.conftest import round_trips
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 SINGLE_REDIS = pytest.mark.not_on_cluster(
     reason="pub/sub events and the one-round-trip reads are single-Redis features (a cluster plans every read)"
 )

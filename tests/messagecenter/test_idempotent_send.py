@@ -20,7 +20,7 @@ def _body(recipient: Any, **extra: Any) -> dict[str, Any]:
     return {"category": "system", "title": "Once", "body_html": "<p>b</p>", "to": {"users": [recipient.pk]}, **extra}
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_same_key_answers_the_first_message(operator_client: Any, recipient: Any, clock: Any) -> None:
     first = operator_client.post(URL, _body(recipient, idempotency_key="k-1"), format="json")
     assert first.status_code == 202, first.content
@@ -47,7 +47,7 @@ def test_same_key_answers_the_first_message(operator_client: Any, recipient: Any
     assert Message.objects.count() == 4
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_keys_are_global_across_operators(operator_client: Any, recipient: Any, clock: Any) -> None:
     first = operator_client.post(URL, _body(recipient, idempotency_key="shared"), format="json")
     other = client_for(SuperuserFactory(username="otto")).post(
@@ -57,7 +57,7 @@ def test_keys_are_global_across_operators(operator_client: Any, recipient: Any, 
     assert other.json()["id"] == first.json()["id"]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_same_key_other_body_is_409_and_creates_nothing(operator_client: Any, recipient: Any, clock: Any) -> None:
     assert operator_client.post(URL, _body(recipient, idempotency_key="k"), format="json").status_code == 202
     response = operator_client.post(URL, _body(recipient, idempotency_key="k", title="Changed"), format="json")
@@ -66,7 +66,7 @@ def test_same_key_other_body_is_409_and_creates_nothing(operator_client: Any, re
     assert MessageSendKey.objects.count() == 1
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_bad_keys_are_400(operator_client: Any, recipient: Any, clock: Any) -> None:
     assert_error(operator_client.post(URL, _body(recipient, idempotency_key="x" * 201), format="json"), 400)
     assert_error(operator_client.post(URL, _body(recipient, idempotency_key=""), format="json"), 400)
@@ -78,7 +78,7 @@ def test_bad_keys_are_400(operator_client: Any, recipient: Any, clock: Any) -> N
     assert operator_client.post(URL, _body(recipient, idempotency_key="x" * 200), format="json").status_code == 202
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_key_older_than_a_day_may_be_reused(operator_client: Any, recipient: Any, clock: Any) -> None:
     first = operator_client.post(URL, _body(recipient, idempotency_key="daily"), format="json").json()
     clock.advance(hours=23, minutes=59)
@@ -92,7 +92,7 @@ def test_a_key_older_than_a_day_may_be_reused(operator_client: Any, recipient: A
     assert MessageSendKey.objects.get(key="daily").message_id == int(reuse.json()["id"])
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_old_keys_are_purged(recipient: Any, operator: Any, clock: Any) -> None:
     for key in ("a", "b"):
         services.message_send_once(

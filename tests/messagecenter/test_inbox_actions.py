@@ -25,7 +25,7 @@ from tests.conftest import assert_error, client_for, flush_redis
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import ids, send, whole_inbox
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _three(operator: Any, recipient: Any, clock: Any) -> list[str]:
@@ -301,6 +301,7 @@ def test_counts_total_unread(operator: Any, recipient: Any, clock: Any) -> None:
     assert counts["total_unread"] == counts["unread"] + 1 == 4
 
 
+@pytest.mark.usefixtures("fill_on_read")
 def test_archives_and_snoozes_survive_a_flush_and_rebuild(operator: Any, recipient: Any, clock: Any) -> None:
     m0, m1, m2 = _three(operator, recipient, clock)
     pulled = send(operator, to={"everyone": True}, title="for everyone").ref

@@ -17,7 +17,7 @@ from messagecenter.selectors import InboxItem, InboxPage
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import ids, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_anonymous_gets_401(anon_client: Any) -> None:

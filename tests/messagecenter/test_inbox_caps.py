@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from messagecenter import drift, fallback, services
+from messagecenter import fallback, services
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox, publish, scripts, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
@@ -25,7 +25,7 @@ from tests.factories import UserFactory
 from tests.messagecenter.conftest import send, whole_inbox
 from tests.messagecenter.test_inbox_property import walk
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MONTH = 202611
 T0 = 1_795_000_000_000  # ms, in November 2026
@@ -367,28 +367,6 @@ def test_fallback_and_redis_agree_on_unread_pages_over_the_cap(
         assert_unread_index(redis, recipient.pk)
 
 
-# --- the drift check ---------------------------------------------------------------------
-
-
-def test_the_drift_check_finds_and_mends_unread_counters_out_of_step(redis: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_CHECK_PUSH_SAMPLE = 1000
-    users = [UserFactory() for _ in range(2)]
-    for i in range(6):
-        _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), *(u.pk for u in users))
-    assert drift.unread_index_find() == []  # arrivals are in neither side yet
-    for user in users:
-        assert inbox.inbox_counts(user_id=user.pk, now_ms=T0).unread == 6  # placed by a read
-    assert drift.unread_index_find() == []
-    redis.hincrby(mc_keys.inbox_counters(users[1].pk), "system", 3)
-    redis.zrem(mc_keys.inbox_unread(users[0].pk), _entry(1, category="promotion").member)
-    found = drift.unread_index_find()
-    assert {f.fix for f in found} == {u.pk for u in users}
-    drift.unread_index_repair(found)
-    assert drift.unread_index_find() == []
-    for user in users:
-        assert_unread_index(redis, user.pk)
-
-
 # --- bounded steps: every call settles at most a step, and the steps converge ----------
 
 
@@ -676,3 +654,42 @@ def test_many_arrivals_of_a_month_the_calls_do_not_pass_never_keep_them_calling(
     assert inbox.inbox_counts(user_id=uid, now_ms=T0 + 2000).unread == 25  # planned: both months
     assert redis.exists(mc_keys.inbox_arrivals(uid)) == 0
     assert_unread_index(redis, uid)
+
+
+# --- a fill keeps the cap too ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1000, 3], ids=["one call", "calls of three"])
+def test_a_fill_keeps_the_newest_items_up_to_the_cap(
+    operator: Any, recipient: Any, redis: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """A user filled from PostgreSQL with more live items than an inbox keeps
+    gets the newest of them, without the hidden and the expired ones, as
+    PostgreSQL computes it; the notifications among them are in the expiry
+    sweep's index."""
+    from django.utils import timezone
+
+    from messagecenter.fill import inbox_fill
+    from messagecenter.items import notification_entry
+    from messagecenter.readmodel.user_part import user_part_drop
+
+    monkeypatch.setattr(publish, "FILL_BATCH", batch)
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 5
+    services.message_type_create(code="stock", name="Stock", default_ttl_seconds=3600)
+    services.subscription_create(message_type="stock", scope="WH1", user_id=recipient.pk)
+    sent = [send(operator, to={"users": [recipient]}, title=f"t{i}").ref for i in range(6)]
+    notified = services.notification_send(message_type="stock", scope="WH1", title="Low", body_html="")
+    sent.append(notified.ref)
+    services.inbox_hide(user=recipient, item_id=sent[5])
+    gone = send(operator, to={"users": [recipient]}, expire_at=timezone.now() + timedelta(seconds=1))
+    services.message_cleanup_expired(now=timezone.now() + timedelta(seconds=2))  # expired since
+    now = to_ms(timezone.now() + timedelta(seconds=2))
+    assert gone.ref not in [row.ref for row in _page(recipient.pk, now).rows]
+
+    user_part_drop(user_id=recipient.pk, group_keys=())
+    assert inbox_fill(user_id=recipient.pk)
+    after = [row.ref for row in _page(recipient.pk, now).rows]
+    truth = fallback.inbox_page(user_id=recipient.pk, now=timezone.now() + timedelta(seconds=2), **whole_inbox(20))
+    assert after == [row.ref for row in truth.rows] == [notified.ref, sent[4], sent[3], sent[2], sent[1]]
+    assert redis.zscore(mc_keys.user_notifications(recipient.pk), notification_entry(notified).member) is not None

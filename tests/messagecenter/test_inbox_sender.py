@@ -19,7 +19,7 @@ from tests.conftest import client_for
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)

@@ -2,20 +2,34 @@
 ``response``, ``POST /inbox/{id}/respond/``, the operators' responses list,
 the ``message.responded`` webhook event, and Redis agreeing with PostgreSQL."""
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from core.rebuild import rebuild
+from messagecenter import selectors, services
+from messagecenter.fill import inbox_fill
 from messagecenter.models import Message, MessageResponse
+from messagecenter.readmodel import inbox as inbox_readmodel
 from messagecenter.readmodel import responses as responses_rm
-from tests.conftest import assert_error, client_for, flush_redis
+from messagecenter.readmodel import to_ms
+from tests.conftest import assert_error, client_for, flush_redis, round_trips
 from tests.messagecenter.conftest import send
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ACTIONS = [{"id": "approve", "label": "Approve"}, {"id": "decline", "label": "Decline"}]
+_FIRST_PAGE: dict[str, Any] = {
+    "category": None,
+    "max_score": None,
+    "skip": 0,
+    "limit": 20,
+    "unread_only": False,
+    "since_ms": None,
+}
 
 
 def _create(client: Any, users: list[Any], **extra: Any) -> Any:
@@ -180,6 +194,7 @@ def test_responded_webhook_event(operator: Any, recipient: Any) -> None:
     }
 
 
+@pytest.mark.usefixtures("fill_on_read")
 def test_responses_come_back_after_a_redis_loss(operator: Any, recipient: Any) -> None:
     message_id = _create(client_for(operator), [recipient], actions=ACTIONS).json()["id"]
     client_for(recipient).post(f"/api/v1/inbox/m{message_id}/respond/", {"action": "approve"}, format="json")
@@ -187,6 +202,37 @@ def test_responses_come_back_after_a_redis_loss(operator: Any, recipient: Any) -
     rebuild()
     item = client_for(recipient).get(f"/api/v1/inbox/m{message_id}/").json()
     assert item["response"]["action"] == "approve"
+
+
+@pytest.mark.parametrize("removal", ["retracted", "expired"])
+def test_the_answer_to_a_removed_message_leaves_redis_and_stays_in_postgresql(
+    operator: Any, recipient: Any, clock: Any, removal: str
+) -> None:
+    """A retracted or expired message is in no inbox: its answers leave the
+    answerers' responses hashes (a refill does not bring them back either),
+    while the operator still reads them from PostgreSQL."""
+    op = client_for(operator)
+    expire_at = (clock.now + timedelta(minutes=5)).isoformat()
+    gone = _create(op, [recipient], actions=ACTIONS, expire_at=expire_at).json()["id"]
+    kept = _create(op, [recipient], actions=ACTIONS).json()["id"]
+    alice = client_for(recipient)
+    for message_id in (gone, kept):
+        assert (
+            alice.post(f"/api/v1/inbox/m{message_id}/respond/", {"action": "approve"}, format="json").status_code == 200
+        )
+    refs = [f"m{gone}", f"m{kept}"]
+    assert set(responses_rm.responses_get(user_id=recipient.pk, refs=refs)) == set(refs)
+
+    if removal == "retracted":
+        assert op.delete(f"/api/v1/manage/messages/{gone}/").status_code == 204
+    else:
+        clock.advance(minutes=6)
+        assert services.message_cleanup_expired() == 1
+    assert set(responses_rm.responses_get(user_id=recipient.pk, refs=refs)) == {f"m{kept}"}
+    inbox_fill(user_id=recipient.pk)
+    assert set(responses_rm.responses_get(user_id=recipient.pk, refs=refs)) == {f"m{kept}"}
+    assert MessageResponse.objects.filter(user=recipient).count() == 2
+    assert op.get(f"/api/v1/manage/messages/{gone}/responses/").json()["counts"] == {"approve": 1, "decline": 0}
 
 
 def test_admin_exports_responses_as_csv(operator: Any, recipient: Any, other_recipient: Any) -> None:
@@ -252,3 +298,37 @@ def test_the_openapi_schema_describes_actions_responses_and_translations() -> No
     for path in ("/api/v1/manage/notifications/", "/api/v1/manage/bulletins/", "/api/v1/manage/announcements/"):
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "translations" in components[body["$ref"].rsplit("/", 1)[-1]]["properties"], path
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.not_on_cluster(reason="the one-round-trip page is a single-Redis path (a cluster plans every read)")
+def test_a_page_reads_its_answers_with_the_page_and_every_path_agrees(operator: Any, recipient: Any) -> None:
+    """The fast page's script reads the reader's answers with the rows: a page
+    with actions is one round trip, like any page; the answers it shows are
+    the ones a separate read of the hash and PostgreSQL give."""
+    op, alice = client_for(operator), client_for(recipient)
+    answered = "m" + _create(op, [recipient], actions=ACTIONS).json()["id"]
+    waiting = "m" + _create(op, [recipient], actions=ACTIONS).json()["id"]
+    plain = send(operator, to={"users": [recipient]}, title="No actions").ref
+    assert alice.post(f"/api/v1/inbox/{answered}/respond/", {"action": "decline"}, format="json").status_code == 200
+    # An answer the hash holds for a row without actions is never shown (as
+    # PostgreSQL could hold none): the script does not even look it up.
+    responses_rm.responses_put(user_id=recipient.pk, responses={plain: ("approve", 1_795_000_000_000)})
+    selectors.inbox_list(user=recipient)  # the months hint: the next read takes the fast path
+    with round_trips() as trips:
+        page = selectors.inbox_list(user=recipient)
+    assert trips[0] == 1
+    shown = {item.id: item.response for item in page.results}
+    at = MessageResponse.objects.get().at
+    assert shown == {answered: {"action": "decline", "at": at.isoformat()}, waiting: None, plain: None}
+    # The same rows' answers read apart (the other paths: one HMGET) and from PostgreSQL.
+    read = inbox_readmodel.inbox_page(user_id=recipient.pk, now_ms=to_ms(timezone.now()), **_FIRST_PAGE)
+    assert isinstance(read, inbox_readmodel.Page)
+    assert read.responses_read
+    rows = read.rows
+    for responses_read, degraded in ((True, False), (False, False), (False, True)):
+        items = selectors.grouped_items(
+            user_id=recipient.pk, rows=rows, responses_read=responses_read, degraded=degraded
+        )
+        assert {item.id: item.response for item in items} == shown, (responses_read, degraded)
+    assert {row.ref: row.response for row in rows} == {answered: ("decline", to_ms(at)), waiting: None, plain: None}

@@ -18,7 +18,7 @@ from messagecenter.selectors import inbox_counts
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _hours(ref: str) -> dict[datetime, int]:

@@ -15,7 +15,7 @@ from notices.models import Announcement
 from tests.conftest import assert_error, client_for
 from tests.notices.conftest import on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ZH = {"zh-hans": {"title": "请假申请", "body_html": "<p>两天<script>x</script></p>"}}
 MESSAGES = "/api/v1/manage/messages/"
@@ -313,3 +313,66 @@ def test_admin_bulletin_and_announcement_forms_take_translations(operator: Any, 
     response = admin.post("/admin/notices/announcement/add/", announcement)
     assert response.status_code == 302, response.content.decode()[:3000]
     assert Announcement.objects.get().translations == {"zh-hans": {"title": "维护"}}
+
+
+def test_patch_replaces_a_bulletins_translations_and_readers_see_it(operator: Any, recipient: Any) -> None:
+    op = client_for(operator)
+    created = op.post(
+        "/api/v1/manage/bulletins/",
+        {
+            "title": "Stock-take",
+            "body_html": "<p>Friday</p>",
+            "display_time": (timezone.now() - timedelta(minutes=1)).isoformat(),
+            "translations": {"zh-hans": {"title": "盘点"}},
+        },
+        format="json",
+    )
+    path = f"/api/v1/manage/bulletins/{created.json()['id']}/"
+    alice = client_for(recipient)
+    assert _zh(alice, "/api/v1/inbox/")["results"][0]["title"] == "盘点"  # the cached entry, before the edit
+    patched = op.patch(path, {"translations": {"zh-hans": {"title": "盘点更正"}}}, format="json")
+    assert patched.status_code == 200, patched.content
+    assert patched.json()["translations"] == {"zh-hans": {"title": "盘点更正"}}
+    assert _zh(alice, "/api/v1/inbox/")["results"][0]["title"] == "盘点更正"
+    # A bad one is a 400 that changes nothing; {} drops them all.
+    assert_error(op.patch(path, {"translations": {"fr": {"title": "Inventaire"}}}, format="json"), 400)
+    assert Bulletin.objects.get().translations == {"zh-hans": {"title": "盘点更正"}}
+    assert op.patch(path, {"translations": {}}, format="json").json()["translations"] == {}
+    assert _zh(alice, "/api/v1/inbox/")["results"][0]["title"] == "Stock-take"
+
+
+def test_patch_replaces_an_announcements_translations(operator: Any, recipient: Any) -> None:
+    on_platforms(recipient, "user")
+    op = client_for(operator)
+    created = op.post(
+        "/api/v1/manage/announcements/",
+        {"title": "Maintenance", "body_html": "<p>22:00</p>", "platforms": ["user"]},
+        format="json",
+    )
+    path = f"/api/v1/manage/announcements/{created.json()['id']}/"
+    alice = client_for(recipient)
+    assert _zh(alice, "/api/v1/announcements/")["results"][0]["title"] == "Maintenance"
+    patched = op.patch(path, {"translations": {"zh-hans": {"title": "维护"}}}, format="json")
+    assert patched.status_code == 200, patched.content
+    assert patched.json()["translations"] == {"zh-hans": {"title": "维护"}}
+    assert _zh(alice, "/api/v1/announcements/")["results"][0]["title"] == "维护"
+    assert_error(op.patch(path, {"translations": {"zh-hans": {"title": ""}}}, format="json"), 400)
+    assert Announcement.objects.get().translations == {"zh-hans": {"title": "维护"}}
+
+
+def test_patch_of_a_scheduled_message_replaces_its_translations_and_actions(operator: Any, recipient: Any) -> None:
+    op = client_for(operator)
+    message_id = _message(op, [recipient], send_at=(timezone.now() + timedelta(hours=1)).isoformat())
+    path = f"{MESSAGES}{message_id}/"
+    actions = [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]
+    patched = op.patch(path, {"translations": ZH, "actions": actions}, format="json")
+    assert patched.status_code == 200, patched.content
+    detail = op.get(path).json()
+    assert detail["translations"] == {"zh-hans": {"title": "请假申请", "body_html": "<p>两天</p>"}}
+    assert detail["actions"] == actions
+    # Bad ones are 400s that change nothing; [] drops the actions.
+    for bad in ({"actions": [{"id": "yes", "label": "Yes"}] * 2}, {"translations": {"fr": {"title": "x"}}}):
+        assert_error(op.patch(path, bad, format="json"), 400)
+    assert Message.objects.get().actions == actions
+    assert op.patch(path, {"actions": []}, format="json").status_code == 200
+    assert Message.objects.get().actions == []

@@ -23,7 +23,7 @@ from notices.services import announcement_create, announcement_mark_read
 from tests.conftest import client_for, round_trips
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 COUNTS = "/api/v1/inbox/counts/"
 STREAM = "/api/v1/inbox/stream/"

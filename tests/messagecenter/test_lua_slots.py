@@ -36,6 +36,7 @@ from core.api.exceptions import NotFound
 from core.lua import SCRIPTS, LuaScript
 from messagecenter import keys as mc_keys
 from messagecenter import selectors, services
+from messagecenter.fill import inbox_warm
 from messagecenter.models import Bulletin, Message
 from messagecenter.readmodel import reads
 from messagecenter.services.rebuild import inbox_rebuild
@@ -43,7 +44,7 @@ from tests.conftest import ROOT, flush_redis
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MC_LUA = ROOT / "messagecenter" / "lua"
 
@@ -179,6 +180,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     # then hidden refs (hide_ref) and everything else.
     flush_redis()
     inbox_rebuild()
+    inbox_warm(user_ids=[alice.pk, bob.pk, carol.pk])  # each user's part: dropped, then filled
     assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]
 
     # Every script file was seen (but bit_get.lua, which only a single Redis runs:
@@ -240,13 +242,17 @@ def _strip_comments(source: str) -> str:
 
 def _split_args(text: str) -> list[str]:
     """Top-level comma split of a call's argument list."""
-    parts, depth, current = [], 0, ""
+    parts, depth, current, quote = [], 0, "", ""
     for ch in text:
-        if ch in "([{":
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and not quote:
             parts.append(current.strip())
             current = ""
         else:
@@ -260,9 +266,15 @@ def _calls(source: str) -> list[list[str]]:
     found = []
     # "call" is the scripts' local alias of redis.call.
     for match in re.finditer(r"(?<![\w.])(?:redis\.p?call|call)\(", source):
-        depth, i = 1, match.end()
+        depth, i, quote = 1, match.end(), ""
         while depth:
-            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            ch = source[i]
+            if quote:  # parentheses inside a string literal ("(" .. score) do not count
+                quote = "" if ch == quote else quote
+            elif ch in "\"'":
+                quote = ch
+            else:
+                depth += {"(": 1, ")": -1}.get(ch, 0)
             i += 1
         found.append(_split_args(source[match.end() : i - 1]))
     return found
@@ -433,7 +445,8 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         own = list(op.own_keys(42))
         assert call.keys[11 : 11 + len(own)] == own
         assert call.keys[11 + len(own) : 18 + len(own)] == scripts.fast_keys()
-        assert call.args == [*op.own_args(), 5, 1, "202611", "2", 7, 9]
+        # Last the generation a checked call wants the user filled for ("": unchecked).
+        assert call.args == [*op.own_args(), 5, 1, "202611", "2", 7, 9, ""]
         # The archived and snoozed zsets close every call's KEYS (open_inbox takes them from the end).
         assert call.keys[-2:] == [mc_keys.inbox_archived(42), mc_keys.inbox_snoozed(42)]
         # Before them the unread zsets (all, then by category), the evicted set and the arrivals.

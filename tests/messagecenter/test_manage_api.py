@@ -11,7 +11,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import ids
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_group_create_and_duplicate(operator_client: Any) -> None:

@@ -12,7 +12,7 @@ from audit.models import AuditEntry
 from messagecenter.models import Message, Notification
 from tests.conftest import assert_error
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MESSAGES = "/api/v1/manage/messages/"
 NOTIFY = "/api/v1/manage/notifications/"

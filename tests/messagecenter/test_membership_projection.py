@@ -32,11 +32,11 @@ from hypothesis.stateful import (
 from core.redis import keyspace_flush
 from messagecenter import selectors, services
 from messagecenter.models import Bulletin, UserGroup, UserGroupMembership
-from messagecenter.readmodel import drift as rm
 from tests.conftest import client_for
 from tests.factories import SuperuserFactory, UserFactory
+from tests.messagecenter.readmodel_views import user_groups_get
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 N_USERS = 4
 N_GROUPS = 3
@@ -274,7 +274,7 @@ class MembershipMachine(RuleBasedStateMachine):
             "user_id", "group_id"
         ):
             want[user_id].add(group_id)
-        assert rm.user_groups_get(user_ids=user_ids) == want
+        assert user_groups_get(user_ids=user_ids) == want
 
     @invariant()
     def each_group_bulletin_shows_for_exactly_its_members(self) -> None:

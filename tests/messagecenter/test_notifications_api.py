@@ -12,7 +12,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import ids, make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 TYPES = "/api/v1/manage/message-types/"
 SUBS = "/api/v1/manage/subscriptions/"

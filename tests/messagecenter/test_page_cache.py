@@ -13,16 +13,16 @@ import pytest
 
 from core.lua import LuaScript
 from messagecenter import keys as mc_keys
-from messagecenter import selectors, services
+from messagecenter import projection, selectors, services
 from messagecenter.apis import inbox as inbox_api
-from messagecenter.models import Message
+from messagecenter.models import Message, MessageResponse
 from messagecenter.readmodel import inbox as inbox_readmodel
 from messagecenter.readmodel.scripts import INBOX_SCRIPTS
 from tests.conftest import client_for, round_trips
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = [
-    pytest.mark.django_db,
+    pytest.mark.django_db(transaction=True),
     pytest.mark.not_on_cluster(reason="the page cache rides the single-Redis fast path (a cluster plans every read)"),
 ]
 
@@ -155,6 +155,15 @@ def _retract(ctx: dict[str, Any]) -> None:
     services.message_retract(message=ctx["message"], actor=ctx["operator"])
 
 
+def _answer(ctx: dict[str, Any]) -> None:
+    asks = send(ctx["operator"], to={"users": [ctx["user"]]}, title="asks", actions=[{"id": "yes", "label": "Yes"}])
+    ctx["prime"]()
+    # The answer's row and its mirror alone, as message_respond commits them
+    # before it marks the item read (a mark of its own makes the page stale).
+    MessageResponse.objects.create(message=asks, user=ctx["user"], action="yes", at=ctx["clock"].now)
+    projection.responses_changed(ctx["user"].pk, [asks.pk])
+
+
 def _edit_message(ctx: dict[str, Any]) -> None:
     message = Message.objects.get(pk=ctx["message"].pk)
     message.title = "edited title"
@@ -220,6 +229,7 @@ CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "push delivery": _push,
     "pull item for everyone": _everyone,
     "retraction": _retract,
+    "answer to an action": _answer,
     "message edit": _edit_message,
     "new bulletin": _bulletin,
     "bulletin edit": _edit_bulletin,

@@ -12,7 +12,7 @@ from notices.services import announcement_create
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

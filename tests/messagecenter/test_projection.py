@@ -14,8 +14,9 @@ from messagecenter.readmodel import publish
 from messagecenter.services.slots import slot_allocate
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids, make_group, send
+from tests.messagecenter.readmodel_views import user_groups_get
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_publish_is_one_write_without_an_edit(recipient: Any, clock: Any) -> None:
@@ -57,7 +58,7 @@ def test_membership_rows_in_one_transaction_are_one_run(recipient: Any, other_re
         vip.members.add(other_recipient)
         recipient.message_groups.remove(vip)
     assert [sorted(c.args[0]) for c in run.call_args_list] == [[recipient.pk, other_recipient.pk]]
-    assert rm.user_groups_get(user_ids=[recipient.pk, other_recipient.pk]) == {
+    assert user_groups_get(user_ids=[recipient.pk, other_recipient.pk]) == {
         recipient.pk: set(),
         other_recipient.pk: {vip.pk},
     }

@@ -19,7 +19,7 @@ from messagecenter.selectors import inbox_item_get
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids, make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def config_members(redis: Any, bulletin: Bulletin) -> set[str]:

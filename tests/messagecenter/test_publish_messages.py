@@ -20,7 +20,7 @@ from messagecenter.services import messages as messages_module
 from tests.conftest import client_for
 from tests.messagecenter.conftest import ids
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def everyone(operator: Any, **extra: Any) -> Message:
@@ -195,7 +195,7 @@ def test_with_a_broker_the_task_is_enqueued_after_commit(operator: Any, monkeypa
 
 @pytest.mark.postgres
 def test_the_pull_status_write_waits_for_no_flush_and_leaves_the_session_as_it_was(operator: Any) -> None:
-    # Committed for real (every database test here is: tests/fixtures/database.py): the delivery runs in autocommit.
+    # Committed for real (the module is transactional): the delivery runs in autocommit.
     message = everyone(operator)
     assert Message.objects.get(pk=message.pk).status == MessageStatus.DELIVERED
     with connection.cursor() as cursor:

@@ -12,7 +12,7 @@ from messagecenter.models import ItemSlotMonth
 from messagecenter.services import slots
 from messagecenter.services.slots import MAX_BIT_OFFSET, slot_allocate
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 AT = datetime(2031, 5, 17, 9, 30, tzinfo=UTC)
 MONTH = 203105

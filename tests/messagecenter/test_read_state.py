@@ -20,7 +20,7 @@ from notices.services import announcement_mark_read, announcement_mark_unread
 from tests.messagecenter.conftest import send
 from tests.notices.conftest import announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _bits(user: Any, month: int) -> tuple[BitMap, BitMap]:

@@ -15,7 +15,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 _serial = count(1)
 

@@ -14,7 +14,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = "Top-secret-title-7f3a"
 

@@ -2,14 +2,15 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
-from core.redis import keyspace_flush
+from core.redis import get_redis, keyspace_flush
+from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.selectors import inbox_counts, inbox_list
 from tests.messagecenter.conftest import make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_rebuild_restores_the_inbox_from_postgres(
@@ -28,7 +29,25 @@ def test_rebuild_restores_the_inbox_from_postgres(
     assert len(before) == 3
     keyspace_flush()
     assert inbox_list(user=recipient).results == []
-    call_command("messagecenter_rebuild", stdout=StringIO())
-    call_command("messagecenter_rebuild", stdout=StringIO())  # idempotent
+    call_command("messagecenter_rebuild", "--warm", stdout=StringIO())
+    call_command("messagecenter_rebuild", "--warm", stdout=StringIO())  # idempotent
     assert [i.id for i in inbox_list(user=recipient).results] == before
     assert inbox_counts(user=recipient)["unread"] == 3
+
+
+def test_the_rebuild_restores_what_users_share_and_fills_only_the_users_named(
+    operator: Any, recipient: Any, other_recipient: Any
+) -> None:
+    send(operator, to={"users": [recipient, other_recipient]})
+    keyspace_flush()
+    out = StringIO()
+    call_command("messagecenter_rebuild", f"--users={recipient.pk}", stdout=out)
+    assert "users_filled: 1" in out.getvalue()
+    assert get_redis().hexists(mc_keys.inbox_state(recipient.pk), "fill")
+    assert not get_redis().exists(mc_keys.inbox(other_recipient.pk))
+    assert len(inbox_list(user=recipient).results) == 1
+
+
+def test_users_that_are_not_ids_are_refused_and_nothing_runs(recipient: Any) -> None:
+    with pytest.raises(CommandError, match="user ids"):
+        call_command("messagecenter_rebuild", "--users=1,two", stdout=StringIO())

@@ -20,7 +20,7 @@ from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox as readmodel_inbox
 from tests.conftest import assert_error, client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_committed_bulletin_survives_and_the_rebuild_restores_it(
     assert Bulletin.objects.filter(pk=bulletin.pk).exists()
     for module, original in real.items():
         monkeypatch.setattr(module, "get_redis", original)
-    call_command("messagecenter_rebuild", stdout=StringIO())
+    call_command("messagecenter_rebuild", "--warm", stdout=StringIO())
     assert [i["id"] for i in client_for(recipient).get("/api/v1/inbox/").json()["results"]] == [f"b{bulletin.pk}"]
 
 

@@ -3,27 +3,39 @@ PostgreSQL in short batches, with their audiences, chunks, pending and hidden
 rows, and the read model forgets them first: afterwards no Redis key, member
 or field names a purged item, and the drift check finds nothing.
 
-Retention is three seconds here (MESSAGECENTER_RETENTION_DAYS = 3/86400) so the
-test waits for real expiry instead of moving clocks: the Lua scripts and the
-drift check read the same clock as the purge.
+Retention is three seconds here (MESSAGECENTER_RETENTION_DAYS = 3/86400) and
+time moves under time-machine rather than by waiting: the services, the Lua
+scripts (which are handed the time) and the drift check all read Python's
+clock, the one the purge reads.
 """
 
-import time
 from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.utils import timezone
+from redis.exceptions import RedisError
+from time_machine import TimeMachineFixture
 
+from core import healing
 from core.drift import check_run
 from core.redis import get_redis
-from messagecenter import services
-from messagecenter.models import FanoutChunk, InboxHidden, InboxItemState, Message, Notification, PendingDelivery
+from messagecenter import selectors, services
+from messagecenter.models import (
+    FanoutChunk,
+    InboxGroupEnd,
+    InboxHidden,
+    InboxItemState,
+    Message,
+    Notification,
+    PendingDelivery,
+)
 from messagecenter.services.messages import DELIVER_TASK
 from tests.fixtures.readmodel import keyspace_scan
 from tests.messagecenter.conftest import send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
@@ -59,15 +71,16 @@ def redis_mentions(refs: set[str]) -> list[str]:
 
 
 def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
-    operator: Any, recipient: Any, other_recipient: Any, outsider: Any
+    operator: Any, recipient: Any, other_recipient: Any, outsider: Any, time_machine: TimeMachineFixture
 ) -> None:
+    time_machine.move_to(timezone.now(), tick=False)
     start = timezone.now()
     soon = start + timedelta(seconds=4)
     old_push = [
         send(operator, to={"users": [recipient, other_recipient]}, title=f"old {i}", expire_at=soon) for i in range(3)
     ]
-    # Before they expire (this machine may be busy): a hide, and a retraction
-    # (which puts the item in the removed list as well).
+    # Before they expire: a hide, and a retraction (which puts the item in the
+    # removed list as well).
     services.inbox_hide(user=other_recipient, item_id=old_push[0].ref)
     services.message_retract(message=old_push[1])
     # Parked items: their state rows and their entries in Redis go with them.
@@ -78,7 +91,6 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     recent = send(operator, to={"users": [recipient]}, title="recent", expire_at=start + timedelta(seconds=8))
     forever = send(operator, to={"users": [recipient, other_recipient]}, title="never expires")
     assert {m.delivery for m in old_push} == {"push"}
-    assert timezone.now() < soon, "too slow to set the test up before the items expire"
     assert old_pull.delivery == "pull"
     assert FanoutChunk.objects.filter(message__in=old_push).count() == 3
     services.inbox_hide(user=recipient, item_id=forever.ref)
@@ -92,8 +104,7 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     PendingDelivery.objects.create(task=DELIVER_TASK, object_id=10**9, due_at=start)
     purged = {m.ref for m in [*old_push, old_pull]} | {old_note.ref}
 
-    while timezone.now() < start + timedelta(seconds=8.5):
-        time.sleep(0.1)
+    time_machine.shift(timedelta(seconds=8.5))
     # What beat did meanwhile: expired messages' stored-once data, expired notifications.
     services.message_cleanup_expired()
     services.notification_sweep()
@@ -134,9 +145,59 @@ def test_hidden_rows_of_items_gone_otherwise_are_purged(operator: Any, recipient
     assert check_run(repair=False).drift_count == 0
 
 
-def test_nothing_is_purged_within_retention(settings: Any, operator: Any, recipient: Any) -> None:
+def test_nothing_is_purged_within_retention(
+    settings: Any, operator: Any, recipient: Any, time_machine: TimeMachineFixture
+) -> None:
     settings.MESSAGECENTER_RETENTION_DAYS = 30
+    time_machine.move_to(timezone.now(), tick=False)
     send(operator, to={"users": [recipient]}, title="expires at once", expire_at=timezone.now() + timedelta(seconds=1))
-    time.sleep(1.1)
+    time_machine.shift(timedelta(seconds=2))
     assert services.retention_purge() == {}
     assert Message.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_group_ends_go_once_no_item_of_their_key_is_as_old(
+    operator: Any, recipient: Any, time_machine: TimeMachineFixture
+) -> None:
+    """An end cuts its key's items at its time: once retention purged every
+    item of the key at or before it, it cuts nothing and goes (in batches);
+    an end that an item left still reaches stays, and both paths keep
+    grouping as before."""
+    # The clock runs (each item its own ms, as in life), and jumps past the expiry below.
+    time_machine.move_to(timezone.now(), tick=True)
+    start = timezone.now()
+    soon = start + timedelta(seconds=2)
+
+    def grouped(title: str, key: str, **extra: Any) -> Any:
+        return send(operator, to={"users": [recipient]}, title=title, group_key=key, **extra)
+
+    # Key "a": two groups ended, every item expires.
+    for title in ("a1", "a2"):
+        services.inbox_mark_read(user=recipient, item_id=grouped(title, "a", expire_at=soon).ref)
+    # Key "b": a group ended whose item never expires.
+    kept = grouped("b1", "b")
+    services.inbox_mark_read(user=recipient, item_id=kept.ref)
+    assert sorted(InboxGroupEnd.objects.values_list("group_key", flat=True)) == ["a", "a", "b"]
+
+    time_machine.shift(timedelta(seconds=5.5))
+    services.message_cleanup_expired()
+    done = services.retention_purge(now=timezone.now(), batch=1)
+
+    assert done["group_ends"] == 2
+    assert done["messages"] == 2
+    assert list(InboxGroupEnd.objects.values_list("group_key", "row_ref")) == [("b", kept.ref)]
+    # New items of both keys start new rows, the same with Redis up and down.
+    fresh = [grouped("a3", "a"), grouped("b2", "b")]
+    want = [
+        (fresh[1].ref, {"key": "b", "count": 1, "actors": []}),
+        (fresh[0].ref, {"key": "a", "count": 1, "actors": []}),
+        (kept.ref, {"key": "b", "count": 1, "actors": []}),
+    ]
+    assert [(item.id, item.group) for item in selectors.inbox_list(user=recipient).results] == want
+    with mock.patch.object(healing, "require_ready", side_effect=RedisError("down")):
+        page = selectors.inbox_list(user=recipient)
+    assert page.degraded
+    assert [(item.id, item.group) for item in page.results] == want
+    # Nothing left to do: a second run changes nothing.
+    assert "group_ends" not in services.retention_purge(now=timezone.now(), batch=1)

@@ -16,7 +16,7 @@ from messagecenter.models import Notification, NotificationRule, RuleMatch, Rule
 from messagecenter.selectors import inbox_list
 from messagecenter.services.rules import rule_filters_validate
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

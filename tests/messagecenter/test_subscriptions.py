@@ -17,7 +17,7 @@ from messagecenter.selectors import inbox_counts, inbox_item_get, inbox_list
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ def test_rebuild_restores_subscriptions_and_notifications(
     clock.advance(seconds=2)
     assert refs(recipient) == [f"n{kept.pk}"]
     keyspace_flush()
-    call_command("messagecenter_rebuild", stdout=StringIO())
+    call_command("messagecenter_rebuild", "--warm", stdout=StringIO())
     assert refs(recipient) == [f"n{kept.pk}"]
     # (Sent within the same millisecond: their order is the members' order, which the ids decide.)
     assert sorted(refs(other_recipient)) == sorted([f"n{hidden.pk}", f"n{kept.pk}"])

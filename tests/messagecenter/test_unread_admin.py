@@ -21,7 +21,7 @@ from messagecenter.models import Message
 from tests.factories import StaffFactory, UserFactory
 from tests.messagecenter.conftest import make_bulletin, make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory, UserFactory
 from tests.messagecenter.conftest import make_bulletin, make_group, send
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _unread_ids(client: Any, path: str, limit: int) -> list[int]:

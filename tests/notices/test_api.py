@@ -13,7 +13,7 @@ from tests.conftest import assert_error, client_for
 from tests.factories import StaffFactory
 from tests.notices.conftest import announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
 

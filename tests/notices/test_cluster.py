@@ -16,7 +16,7 @@ from notices.services import announcement_delete, announcement_mark_read, announ
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
-pytestmark = [pytest.mark.django_db, pytest.mark.cluster]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from notices import readmodel
 from tests.conftest import assert_error
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_redis_down_lists_and_details_fall_back(recipient: Any, recipient_client: Any, operator_client: Any) -> None:

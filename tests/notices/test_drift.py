@@ -14,7 +14,7 @@ from notices import readmodel
 from notices.models import Announcement
 from tests.notices.conftest import HOUR, T0, announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def find() -> list[Any]:

@@ -25,7 +25,7 @@ from tests.conftest import round_trips
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PLATFORMS = ("user", "customer", "operator")
 

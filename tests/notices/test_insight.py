@@ -14,7 +14,7 @@ from notices.services import announcement_mark_read, announcement_mark_unread
 from tests.factories import StaffFactory, UserFactory
 from tests.notices.conftest import announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 NOW = datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from notices.models import Announcement
 from notices.selectors import announcement_counts
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
 

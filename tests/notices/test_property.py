@@ -16,7 +16,7 @@ from notices.services import announcement_delete, announcement_mark_read, announ
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PLATFORMS = ("operator", "user", "customer")
 platform_sets = st.sets(st.sampled_from(PLATFORMS), min_size=1).map(sorted)

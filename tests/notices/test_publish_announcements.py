@@ -19,7 +19,7 @@ from notices.services import announcement_create, announcement_mark_read
 from tests.conftest import round_trips
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_entries_are_the_live_announcements_to_the_millisecond() -> None:

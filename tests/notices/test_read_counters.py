@@ -29,7 +29,7 @@ from notices.services import (
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Users in three chunks of 8 ids (two counter blocks of 4 users each), the
 # last one far out.

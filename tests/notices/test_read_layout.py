@@ -26,7 +26,7 @@ from notices.services import announcement_mark_read, announcement_mark_unread
 from tests.factories import UserFactory
 from tests.notices.conftest import T0, on_platforms
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _bulk_announce(count: int) -> list[int]:

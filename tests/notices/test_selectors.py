@@ -23,7 +23,7 @@ from notices.services import announcement_delete, announcement_mark_read, announ
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce, on_platforms, read_bit
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def ids(page: Any) -> list[int]:

@@ -24,7 +24,7 @@ from notices.services import (
 from tests.factories import UserFactory
 from tests.notices.conftest import HOUR, T0, announce, on_platforms, read_bit
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 XSS_PAYLOADS = [
     "<script>alert(1)</script>",

@@ -18,7 +18,7 @@ from notices.selectors import AnnouncementSummary, announcement_summaries
 from notices.services import announcement_delete, announcement_update
 from tests.notices.conftest import announce
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
 

@@ -21,7 +21,7 @@ from tests.conftest import assert_error, client_for
 from tests.core.test_webhooks import PRIVATE_URLS
 from tests.security.seed import LOOPBACK_HOOK, World, build_world, db_state, item_id, redis_state, warm_up
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PG_INT_MAX = 2**31 - 1
 PG_BIGINT_MAX = 2**63 - 1

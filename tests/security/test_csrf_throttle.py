@@ -12,7 +12,7 @@ from tests.conftest import assert_error, client_for
 from tests.fixtures.throttles import forget, throttle_rates
 from tests.security.seed import World, build_world, db_state, item_id, redis_state, warm_up
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 _FORM = re.compile(r"<form\b([^>]*)>(.*?)</form>", re.IGNORECASE | re.DOTALL)
 _ATTR = re.compile(r'(\w+)="([^"]*)"')

@@ -44,7 +44,7 @@ from tests.security.seed import (
 )
 from webhooks.models import WebhookEndpoint
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.fixtures.clients import token_for
 from tests.security.seed import World, build_world
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

@@ -19,7 +19,7 @@ from notices.models import Announcement
 from tests.conftest import client_for
 from tests.security.seed import World, build_world
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Every payload carries the marker XSS, so executable markup built from it is recognisable on a page.
 PAYLOADS = [

@@ -90,15 +90,22 @@
   // Bumped by each new search: answers of an older one are dropped.
   var generation = 0;
   // Bumped when one of the reader's own marks starts and when it ends. An
-  // answer fetched meanwhile may carry read flags older than what the page
-  // shows (a poll woken by the mark's own live event, racing the mark's
-  // second request): its flags are not applied, and a poll after the marks
-  // have settled brings the server's.
+  // answer fetched while a mark was on its way may carry read flags older
+  // than what the page shows (a poll woken by the mark's own live event, or
+  // one that set off just before the mark's request was answered): its flags
+  // are not applied, and a poll after the marks have settled brings the
+  // server's. ``flagsAt`` is the moment a request sets off; ``flagsHold``
+  // tells whether its answer's flags may be applied.
   var marks = 0;
+  var marksOut = 0;
   function marking(request) {
     marks += 1;
-    return request.then(function (value) { marks += 1; return value; }, function (error) { marks += 1; throw error; });
+    marksOut += 1;
+    function settled() { marks += 1; marksOut -= 1; }
+    return request.then(function (value) { settled(); return value; }, function (error) { settled(); throw error; });
   }
+  function flagsAt() { return { marks: marks, calm: marksOut === 0 }; }
+  function flagsHold(at) { return at.calm && marks === at.marks; }
 
   function normalise(source, raw) {
     if (source.name === "announcement") {
@@ -220,7 +227,7 @@
     var shown = 0;
     var rounds = 0;
     var mine = generation;
-    var marksAt = marks;
+    var marksAt = flagsAt();
     function step() {
       if (mine !== generation) { return null; }
       var empties = sources.filter(function (s) { return !s.done && !s.buffer.length; });
@@ -266,7 +273,7 @@
       updateEmpty();
       updateSelection();
       // Rows fetched while the reader marked: their flags come again, current.
-      if (marks !== marksAt) { pollNew(); }
+      if (!flagsHold(marksAt)) { pollNew(); }
     });
   }
 
@@ -763,11 +770,13 @@
   // New items since the newest one shown go above; the rows in view stay put.
   var polling = null;
   var ready = false;
+  // Answers when the poll (the one on its way, if any) is done.
   function pollNew() {
+    if (polling) { return polling; }
     // Before the first page is in, the first page itself is the news.
-    if (polling || archived || !ready) { return; }
+    if (archived || !ready) { return Promise.resolve(); }
     var mine = generation;
-    var marksAt = marks;
+    var marksAt = flagsAt();
     // Each source's first page: it holds whatever is new, whatever kind it is
     // (a snoozed item that woke up is there too, though created long ago), and
     // the current read flags of the rows it shares with the page.
@@ -785,7 +794,7 @@
           if (!pair[0].newest || item.time > pair[0].newest) { pair[0].newest = item.time; }
           var known = document.getElementById(item.id);
           if (known) {
-            if (marks === marksAt && known.classList.contains("read") !== item.read) { setRead(known, item.read); }
+            if (flagsHold(marksAt) && known.classList.contains("read") !== item.read) { setRead(known, item.read); }
           } else if (!seen[item.id] && wanted(item)) {
             fresh.push(item);
           }
@@ -817,8 +826,11 @@
       updateSelection();
     }).catch(function () {}).then(function () {
       polling = null;
-      if (marks !== marksAt) { pollNew(); }
+      // A mark that ended meanwhile: its flags come again, current. (One
+      // still on its way asks again when it ends: its counts change.)
+      if (marks !== marksAt.marks) { pollNew(); }
     });
+    return polling;
   }
   document.addEventListener("mc:counts-changed", pollNew);
   document.addEventListener("mc:inbox-changed", pollNew);

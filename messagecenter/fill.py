@@ -1,0 +1,342 @@
+"""A user's part of the read model, filled from PostgreSQL on the user's first read.
+
+Redis keeps what users share (bulletins, item details, the pull index,
+subscriber sets: the rebuild restores those, ``services.rebuild``) and each
+user's own part (inbox zsets, read bit-sets, groups, hidden, parked items,
+answers) as a cache of PostgreSQL. The state hash's ``fill`` field names the
+read model generation (``core.healing``) the user was filled for; a user
+without it (Redis lost its data, came back older, or never held this user)
+is filled here: what is left of it is dropped (a stale copy is not
+trusted), then it is written again in the order a restore needs:
+
+- the committed read state first, so every item lands read or unread as
+  PostgreSQL says; then memberships, mute periods, hidden items and ended
+  groups, which the deliveries and merges that follow consult;
+- the push messages and notifications addressed to the user, newest first,
+  as many as an inbox keeps (pull messages and bulletins come in on read,
+  by the merge, as for anyone);
+- archived and snoozed items, then answers to actions;
+- last the ``fill`` mark (no call checks it before), then the user's marks
+  that waited in the outbox meanwhile.
+
+Single flight: one fill per user at a time (the state hash's fill lock, with
+a lease); a read that finds another fill running answers from PostgreSQL
+(``messagecenter.fallback``) rather than wait. The drop comes before
+PostgreSQL is read and every write after it only adds what is missing, so a
+delivery racing with the fill is either read from PostgreSQL or kept. A
+mark made while the user is not filled is committed in PostgreSQL and read
+back by the user's next fill (``mark_applied``).
+"""
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from core import healing, keys, outbox
+from core import readmodel as core_readmodel
+from core.bitmaps import bitmap_deserialize
+from core.redis import get_redis
+from messagecenter import keys as mc_keys
+from messagecenter import projection
+from messagecenter.items import ENTRY_FIELDS, entry_of_row
+from messagecenter.models import (
+    DeliveryMode,
+    InboxGroupEnd,
+    InboxHidden,
+    InboxItemState,
+    InboxReadMonth,
+    InboxSeen,
+    Message,
+    MessageStatus,
+    MutePeriod,
+    Notification,
+)
+from messagecenter.mutes import Mutes
+from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
+from messagecenter.readmodel import read_state as read_state_rm
+from messagecenter.readmodel.scripts import fill_checked, idle_ms
+from messagecenter.readmodel.user_part import (
+    filled_users_forget,
+    filled_users_scan,
+    user_part_drop,
+    user_part_filled,
+    users_filled,
+)
+
+T = TypeVar("T")
+
+# How long a fill may hold its user's lock: longer than any fill takes; a
+# filler that dies frees the user when the lease runs out.
+FILL_LEASE_MS = 30_000
+# How long a mark made during a fill of its user waits for that fill to end
+# before its Redis half is left to the outbox's periodic replay (a fill of the
+# largest inbox takes well under that), and how often it looks.
+FILL_WAIT_SECONDS = 5.0
+FILL_POLL_SECONDS = 0.02
+# Candidate rows read per query while scanning for the user's items.
+SCAN_CHUNK = 200
+
+
+def inbox_served(user_id: int, read: Callable[[], T]) -> T:
+    """``read`` (a user-facing read of this user's inbox in Redis), with the user's
+    part of the read model filled first when it is missing. Raises
+    ``healing.UserNotFilled`` (a RedisError: the caller answers from PostgreSQL)
+    when another process is filling this user right now."""
+    with fill_checked(user_id):
+        try:
+            return read()
+        except healing.UserNotFilled:
+            pass
+    if not inbox_fill(user_id=user_id):
+        raise healing.UserNotFilled(user_id)
+    with fill_checked(user_id):
+        return read()
+
+
+def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
+    """Apply a committed mark's Redis half to this user's read model.
+
+    Nothing to apply when the user is not filled and no fill runs: the next
+    fill reads the committed mark from PostgreSQL. Raises
+    ``healing.UserNotFilled`` while a fill of the user runs (it may have read
+    PostgreSQL before the commit): the caller keeps the mark in the outbox,
+    which the fill drains once it is done.
+    """
+    try:
+        with fill_checked(user_id):
+            apply()
+    except healing.UserNotFilled:
+        if fill_running(user_id):
+            raise
+
+
+def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
+    """Fill this user's part of the read model from PostgreSQL for the current
+    generation; False when another process holds the user's fill."""
+    with _user_locked(user_id) as locked:
+        if not locked:
+            return False
+        _drop(user_id)
+        _restore(user_id, now or timezone.now())
+        user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms())
+    # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
+    outbox.settle_user(user_id=user_id)
+    return True
+
+
+@contextmanager
+def _user_locked(user_id: int) -> Iterator[bool]:
+    """Hold the user's fill lock (the state hash's fill lock: the user's slot) for the
+    block; yields False, holding nothing, when another process holds it."""
+    state = mc_keys.inbox_state(user_id)
+    token = secrets.token_hex(8)
+    if not core_readmodel.cache_fill_lock(key=state, token=token, lease_ms=FILL_LEASE_MS):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        core_readmodel.cache_fill_unlock(key=state, token=token)
+
+
+def _drop(user_id: int) -> None:
+    """Delete what Redis holds of the user's part (the group keys PostgreSQL knows included)."""
+    group_keys = set(InboxGroupEnd.objects.filter(user_id=user_id).values_list("group_key", flat=True))
+    user_part_drop(user_id=user_id, group_keys=group_keys)
+
+
+def fill_running(user_id: int) -> bool:
+    """Whether a fill of this user holds its lock now."""
+    return bool(get_redis().exists(keys.fill_lock(mc_keys.inbox_state(user_id))))
+
+
+def fill_awaited(user_id: int) -> bool:
+    """Wait (at most FILL_WAIT_SECONDS) until no fill of this user runs; False on time-out."""
+    deadline = time.monotonic() + FILL_WAIT_SECONDS
+    while fill_running(user_id):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(FILL_POLL_SECONDS)
+    return True
+
+
+def filled_among(user_ids: list[int]) -> set[int]:
+    """The users whose part of the read model Redis holds now (all of them when
+    healing is off: every user counts as filled). The drift checks compare only
+    these: an unfilled user has nothing in Redis to drift, and mending it would
+    fill Redis with users who are not there."""
+    generation = healing.user_generation()
+    if not generation:
+        return set(user_ids)
+    return users_filled(user_ids=user_ids, generation=generation)
+
+
+def inbox_idle_drop(*, batch: int = 500) -> int:
+    """Drop what is left of the parts of users no longer filled (their state hash
+    expired after MESSAGECENTER_USER_IDLE_SECONDS without a read, or Redis
+    evicted it): the periodic job that keeps Redis to the users who come back.
+    Each drop holds the user's fill lock, so it never runs beside a fill.
+    Returns how many users' parts were dropped."""
+    generation = healing.user_generation()
+    if not generation:
+        return 0  # healing off: every user counts as filled, none idles out
+    dropped = 0
+    cursor = 0
+    while True:
+        cursor, user_ids = filled_users_scan(cursor=cursor, count=batch)
+        idle = sorted(set(user_ids) - users_filled(user_ids=user_ids, generation=generation))
+        gone = [user_id for user_id in idle if _drop_unfilled(user_id, generation)]
+        filled_users_forget(user_ids=gone)
+        dropped += len(gone)
+        if cursor == 0:
+            return dropped
+
+
+def _drop_unfilled(user_id: int, generation: str) -> bool:
+    with _user_locked(user_id) as locked:
+        # Not while a fill runs (the user is coming back), nor once filled again since the scan.
+        if not locked or users_filled(user_ids=[user_id], generation=generation):
+            return False
+        _drop(user_id)
+        return True
+
+
+def inbox_forget(*, user_ids: list[int]) -> int:
+    """Drop the parts Redis holds of these users, for a change their parts cannot
+    follow in place: a grouped item removed (retracted, withdrawn), whose group
+    re-forms from the items left. Each user's next read fills their part again
+    from PostgreSQL. With healing off (no fill on read) they are filled here at
+    once instead. Returns how many users' parts were dropped or filled."""
+    generation = healing.user_generation()
+    if not generation:
+        return sum(1 for user_id in user_ids if inbox_fill(user_id=user_id))
+    forgotten = 0
+    for user_id in sorted(users_filled(user_ids=user_ids, generation=generation)):
+        with _user_locked(user_id) as locked:
+            # A fill running now read PostgreSQL after the change committed.
+            if locked:
+                _drop(user_id)
+                forgotten += 1
+    return forgotten
+
+
+def inbox_forget_holding(*, group_key: str, member: str, batch: int = 500) -> int:
+    """``inbox_forget`` for the users whose part holds ``member`` among their items
+    of ``group_key``: an item for everyone names no recipients, so the users whose
+    parts Redis holds are looked at (every user when healing is off: each counts
+    as filled). Returns how many users' parts were dropped or filled."""
+    forgotten = 0
+    for user_ids in _held_users(batch):
+        holders = grouping.group_holds(group_key=group_key, member=member, user_ids=user_ids)
+        if holders:
+            forgotten += inbox_forget(user_ids=sorted(holders))
+    return forgotten
+
+
+def _held_users(batch: int) -> Iterator[list[int]]:
+    """The users whose part Redis may hold, a batch at a time."""
+    if not healing.user_generation():
+        users = get_user_model().objects.order_by("pk").values_list("pk", flat=True)
+        last = 0
+        while user_ids := [int(pk) for pk in users.filter(pk__gt=last)[:batch]]:
+            yield user_ids
+            last = user_ids[-1]
+        return
+    cursor = 0
+    while True:
+        cursor, user_ids = filled_users_scan(cursor=cursor, count=batch)
+        if user_ids:
+            yield user_ids
+        if cursor == 0:
+            return
+
+
+def inbox_warm(*, user_ids: list[int]) -> int:
+    """Fill these users now rather than on their first reads (an operator's
+    warm-up after a loss); returns how many were filled here."""
+    return sum(1 for user_id in user_ids if inbox_fill(user_id=user_id))
+
+
+def _restore(user_id: int, now: datetime) -> None:
+    now_ms = to_ms(now)
+    _read_state_restore(user_id)
+    projection.user_groups([user_id])
+    projection.user_mutes([user_id])
+    for ref in InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True):
+        publish.user_hidden_add(user_id=user_id, ref=ref, now_ms=now_ms)
+    ends: dict[str, list[tuple[int, str]]] = {}
+    rows = InboxGroupEnd.objects.filter(user_id=user_id).values_list("group_key", "until_ms", "row_ref")
+    for key, until, row_ref in rows:
+        ends.setdefault(key, []).append((until, row_ref))
+    for key, times in ends.items():
+        grouping.group_ends_put(user_id=user_id, group_key=key, ends=times)
+    # An inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS; parked items do not count.
+    parked = list(InboxItemState.objects.filter(user_id=user_id).values_list("user_id", "item_id"))
+    want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) + len(parked)
+    mutes = Mutes.of(
+        MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
+    )
+    # Oldest first, as they arrived (a grouped item joins the row of the items before it).
+    entries = sorted(_addressed(user_id, now, want, mutes), key=lambda e: (e.score, e.ref))
+    publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
+    projection.item_places(parked)
+    answers = projection.live_responses(now).filter(user_id=user_id).values_list("user_id", "message_id")
+    projection.responses(list(answers))
+
+
+def _read_state_restore(user_id: int) -> None:
+    """The user's committed read bit-sets and watermark, where Redis has none
+    (SET NX, HSETNX: a mark already in Redis stays)."""
+    state = read_state_rm.UserReadState()
+    for month, read, ever in InboxReadMonth.objects.filter(user_id=user_id).values_list("month", "read", "ever"):
+        state.months[month] = (bitmap_deserialize(read), bitmap_deserialize(ever))
+    state.seen_ms = InboxSeen.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first()
+    read_state_rm.read_state_restore(users={user_id: state})
+
+
+def _addressed(user_id: int, now: datetime, want: int, mutes: Mutes) -> list[InboxEntry]:
+    """The live push messages and notifications whose send-time audience holds
+    the user and that the user had not muted then, newest of each kind first,
+    at most ``want`` of each. The scans read only ids and audiences; of the
+    items found only what an entry is made of is loaded."""
+    messages = (
+        Message.objects.filter(
+            delivery=DeliveryMode.PUSH, status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED]
+        )
+        .exclude(expire_at__lte=now)
+        # mc_message_created_idx serves this newest-first scan.
+        .order_by("-created_at", "-id")
+    )
+    found: list[InboxEntry] = []
+    ids = _holding(user_id, messages.values_list("id", "audience_bitmap"), want)
+    for row in Message.objects.filter(pk__in=ids).values_list(*ENTRY_FIELDS):
+        entry = entry_of_row("m", row)
+        if not mutes.hides(category=entry.category, time_ms=entry.score):
+            found.append(entry)
+    notifications = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).order_by(
+        "-created_at", "-id"
+    )
+    ids = _holding(user_id, notifications.values_list("id", "audience_bitmap"), want)
+    for type_id, *fields in Notification.objects.filter(pk__in=ids).values_list("message_type_id", *ENTRY_FIELDS):
+        entry = entry_of_row("n", fields)
+        if not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id):
+            found.append(entry)
+    return found
+
+
+def _holding(user_id: int, rows: Any, want: int) -> list[int]:
+    """The ids of the first ``want`` (id, audience bit-set) rows whose audience holds the user."""
+    ids: list[int] = []
+    for pk, audience in rows.iterator(chunk_size=SCAN_CHUNK):
+        if user_id in bitmap_deserialize(audience):
+            ids.append(pk)
+            if len(ids) >= want:
+                break
+    return ids

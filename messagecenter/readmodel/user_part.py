@@ -1,0 +1,67 @@
+"""The Redis side of a user's fill (messagecenter/fill.py): drop what is left of
+the user's part of the read model before it is filled again, and mark it filled."""
+
+import json
+from collections.abc import Iterable
+
+from core.redis import get_redis
+from messagecenter import keys as mc_keys
+from messagecenter.readmodel.entries import CATEGORY_ORDER
+
+
+def user_part_drop(*, user_id: int, group_keys: Iterable[str]) -> None:
+    """Delete every key of the user's part: whatever a stale copy of Redis, or the
+    deliveries since a loss, left there is filled again from PostgreSQL. The
+    months and the open and listed groups' keys are read from Redis (a stale
+    copy may know some that PostgreSQL no longer does) and added to
+    ``group_keys``, which names those of the ended groups (PostgreSQL's ends)."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(mc_keys.inbox_months(user_id))
+    pipe.hkeys(mc_keys.inbox_groups_open(user_id))
+    pipe.hvals(mc_keys.inbox_groups(user_id))
+    months, opened, rows = pipe.execute()
+    keys = set(group_keys)
+    keys.update(k.decode() for k in opened)
+    for raw in rows:
+        group = json.loads(raw)
+        if isinstance(group, dict) and isinstance(group.get("key"), str):
+            keys.add(group["key"])
+    names = mc_keys.user_part(
+        user_id, categories=CATEGORY_ORDER, months=sorted(m.decode() for m in months), group_keys=sorted(keys)
+    )
+    # One slot (the user's tag): one command, freed in the background.
+    client.unlink(*names)
+
+
+def user_part_filled(*, user_id: int, generation: str, idle_ms: int) -> None:
+    """Mark the user's part filled for this generation (the checked calls then run),
+    its state hash to expire after ``idle_ms`` without one, and the user among
+    those the idle job looks at."""
+    state = mc_keys.inbox_state(user_id)
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hset(state, "fill", generation)
+    if generation:
+        pipe.pexpire(state, idle_ms)
+    pipe.execute()
+    get_redis().sadd(mc_keys.filled_users(), user_id)
+
+
+def filled_users_scan(*, cursor: int, count: int) -> tuple[int, list[int]]:
+    """One SSCAN step of the users the idle job looks at: (next cursor, ids)."""
+    cursor, members = get_redis().sscan(mc_keys.filled_users(), cursor=cursor, count=count)
+    return int(cursor), [int(m) for m in members]
+
+
+def filled_users_forget(*, user_ids: list[int]) -> None:
+    if user_ids:
+        get_redis().srem(mc_keys.filled_users(), *user_ids)
+
+
+def users_filled(*, user_ids: list[int], generation: str) -> set[int]:
+    """Those of the users whose part is filled for this generation (one pipeline)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.hget(mc_keys.inbox_state(user_id), "fill")
+    wanted = generation.encode()
+    return {user_id for user_id, held in zip(user_ids, pipe.execute(), strict=True) if held == wanted}

@@ -1,0 +1,253 @@
+"""Each user's part of the read model is a cache of PostgreSQL, filled on the
+user's first read: after a private redis-server loses its data, the rebuild
+restores only what users share, and every user who comes back is filled from
+PostgreSQL (read marks, archived and hidden items, groups, answers) while
+those who do not come back cost Redis nothing. A read that meets another
+process's fill answers from PostgreSQL; a mark made meanwhile is applied once
+the fill is done."""
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from core import healing, keys, rebuild
+from core import readmodel as core_readmodel
+from core.models import OutboxEntry
+from messagecenter import drift, fill
+from messagecenter import keys as mc_keys
+from messagecenter import services as mc_services
+from messagecenter.fill import inbox_fill
+from messagecenter.models import Message
+from messagecenter.readmodel.scripts import idle_ms
+from messagecenter.readmodel.user_part import user_part_filled
+from messagecenter.selectors import inbox_list
+from messagecenter.services.inbox_actions import inbox_archive
+from tests.conftest import client_for
+from tests.factories import UserFactory
+from tests.faults.conftest import RedisServer, wait_healer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_server]
+
+
+def _send(operator: Any, user_ids: list[int], title: str, **extra: Any) -> str:
+    sent = mc_services.message_send(
+        sender=operator, category="system", title=title, body_html="<p>b</p>", user_ids=user_ids, **extra
+    )
+    return str(Message.objects.get(pk=sent.pk).ref)
+
+
+def _seen(client: Any) -> tuple[Any, ...]:
+    """What a user sees: the page (ids, read, group counts), the archived list and the counts."""
+    page = client.get("/api/v1/inbox/")
+    assert page.status_code == 200, page.content[:300]
+    archived = client.get("/api/v1/inbox/?archived=true")
+    counts = client.get("/api/v1/inbox/counts/")
+    assert archived.status_code == 200
+    assert counts.status_code == 200
+    rows = [(r["id"], r["read"], (r.get("group") or {}).get("count")) for r in page.json()["results"]]
+    return rows, [r["id"] for r in archived.json()["results"]], counts.json()["unread"]
+
+
+def _user_keys(server: RedisServer, user_id: int) -> list[bytes]:
+    """The per-user keys Redis holds for this user (every one carries the user's tag)."""
+    return sorted(server.client().scan_iter(match=f"*{keys.user_tag(user_id)}*", count=1000))
+
+
+# Per-user keys that are not part of the read model: read-through cache entries
+# (the token's owner, the language, the platforms) and the live version.
+NOT_THE_PART = (b":auth:", b":live:", b":user:language:", b":user:platforms:")
+
+
+def _part_keys(server: RedisServer, user_id: int) -> list[bytes]:
+    """The keys of the user's part of the read model Redis holds."""
+    return [name for name in _user_keys(server, user_id) if not any(mark in name for mark in NOT_THE_PART)]
+
+
+def _lose_and_rebuild(server: RedisServer) -> None:
+    """Redis loses everything; the next look notices and the rebuild restores what users share."""
+    server.client().flushall()
+    assert not healing.check(fresh=True)  # noticed: the healer starts the rebuild
+    wait_healer()
+    assert healing.check(fresh=True)
+
+
+@pytest.fixture
+def world(healing_on: RedisServer, operator: Any) -> dict[str, Any]:
+    users = [UserFactory() for _ in range(3)]
+    ids = [u.pk for u in users]
+    refs = [_send(operator, ids, f"all {i}") for i in range(3)]
+    grouped = [_send(operator, ids[:2], f"c{i}", group_key="order:7", actor=f"A{i}") for i in range(3)]
+    assert rebuild.rebuild() is not None
+    first, second = client_for(users[0]), client_for(users[1])
+    assert first.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    inbox_archive(user=users[0], item_id=refs[1])
+    assert second.post("/api/v1/inbox/read-all/").status_code == 200
+    return {"users": users, "refs": refs, "grouped": grouped, "server": healing_on}
+
+
+def test_after_a_loss_each_user_is_filled_on_their_first_read(world: dict[str, Any]) -> None:
+    users, server = world["users"], world["server"]
+    clients = [client_for(u) for u in users]
+    before = [_seen(c) for c in clients]
+    assert before[0][1] == [world["refs"][1]]
+    assert before[1][2] == 0
+
+    _lose_and_rebuild(server)
+    # Shared keys are back; nobody's own part is.
+    assert all(not _user_keys(server, u.pk) for u in users)
+
+    assert _seen(clients[0]) == before[0]
+    assert _user_keys(server, users[0].pk)
+    assert server.client().hget(mc_keys.inbox_state(users[0].pk), "fill") == str(healing.user_generation()).encode()
+    # The others have not come back: Redis holds nothing of theirs.
+    assert not _user_keys(server, users[1].pk)
+    assert not _user_keys(server, users[2].pk)
+    # Answered from Redis now (a second read is not degraded).
+    assert not inbox_list(user=users[0], limit=50).degraded
+
+    assert [_seen(c) for c in clients[1:]] == before[1:]
+
+
+def test_a_read_during_another_fill_answers_from_postgresql(world: dict[str, Any]) -> None:
+    user, server = world["users"][0], world["server"]  # grouped rows, a read, an archived item
+    client = client_for(user)
+    before = _seen(client)
+    _lose_and_rebuild(server)
+    state = mc_keys.inbox_state(user.pk)
+    assert core_readmodel.cache_fill_lock(key=state, token="other", lease_ms=60_000)
+
+    page = inbox_list(user=user, limit=50)
+    assert page.degraded  # from PostgreSQL, not an empty Redis
+    assert _seen(client) == before
+    assert not _user_keys(server, user.pk) or server.client().hget(state, "fill") is None
+
+    core_readmodel.cache_fill_unlock(key=state, token="other")
+    assert not inbox_list(user=user, limit=50).degraded
+    assert _seen(client) == before
+
+
+def test_a_mark_made_while_a_fill_outlasts_its_wait_is_applied_by_the_fill(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user, server, refs = world["users"][2], world["server"], world["refs"]
+    client = client_for(user)
+    _lose_and_rebuild(server)
+    state = mc_keys.inbox_state(user.pk)
+    assert core_readmodel.cache_fill_lock(key=state, token="other", lease_ms=60_000)
+    monkeypatch.setattr(fill, "FILL_WAIT_SECONDS", 0.1)
+
+    # Acknowledged while the user is being filled elsewhere, for longer than the
+    # mark waits: committed first, its Redis half waits in the outbox.
+    assert client.post(f"/api/v1/inbox/{refs[2]}/read/").status_code == 204
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 1
+
+    core_readmodel.cache_fill_unlock(key=state, token="other")
+    assert inbox_fill(user_id=user.pk)
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    page = inbox_list(user=user, limit=50)
+    assert not page.degraded
+    assert {item.id: item.read for item in page.results}[refs[2]] is True
+
+
+def test_a_mark_made_while_a_fill_runs_is_read_back_at_once(world: dict[str, Any]) -> None:
+    """The fill ran in another process that read PostgreSQL before the mark
+    committed and drained the outbox before the mark's entry was there: the
+    marking request waits for that fill to end and applies its mark itself, so
+    the user's next read shows it (not the periodic replay, a minute later)."""
+    user, server, refs = world["users"][2], world["server"], world["refs"]
+    client = client_for(user)
+    _lose_and_rebuild(server)
+    state = mc_keys.inbox_state(user.pk)
+    assert core_readmodel.cache_fill_lock(key=state, token="other", lease_ms=60_000)
+    fill._restore(user.pk, timezone.now())  # the other process read PostgreSQL: the item unread
+
+    def other_fill_ends() -> None:
+        user_part_filled(user_id=user.pk, generation=healing.user_generation(), idle_ms=idle_ms())
+        core_readmodel.cache_fill_unlock(key=state, token="other")
+
+    ends = threading.Timer(0.3, other_fill_ends)
+    ends.start()
+    try:
+        assert client.post(f"/api/v1/inbox/{refs[2]}/read/").status_code == 204
+    finally:
+        ends.join()
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    page = inbox_list(user=user, limit=50)
+    assert not page.degraded
+    assert {item.id: item.read for item in page.results}[refs[2]] is True
+
+
+def test_a_mark_of_a_user_nobody_fills_needs_no_redis(world: dict[str, Any]) -> None:
+    """An unfilled user's mark is committed and its Redis half dropped: the fill reads it back."""
+    user, server, refs = world["users"][2], world["server"], world["refs"]
+    _lose_and_rebuild(server)
+    mc_services.inbox_mark_read(user=user, item_id=refs[0])  # places the item by filling the user first
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    server.client().hdel(mc_keys.inbox_state(user.pk), "fill")  # evicted, say
+    mc_services.inbox_mark_read(user=user, item_id=refs[1], now=timezone.now() + timedelta(seconds=1))
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    page = inbox_list(user=user, limit=50)
+    read = {item.id: item.read for item in page.results}
+    assert read[refs[0]] is True
+    assert read[refs[1]] is True
+
+
+def test_a_user_filled_for_an_older_generation_is_filled_again(world: dict[str, Any]) -> None:
+    """A stale copy of Redis (a failover to an older replica) holds users filled for
+    another generation: they are filled again rather than trusted."""
+    user, server, refs = world["users"][0], world["server"], world["refs"]
+    client = client_for(user)
+    before = _seen(client)
+    state = mc_keys.inbox_state(user.pk)
+    assert server.client().hget(state, "fill")  # filled by the world's reads
+    server.client().hset(state, "fill", "0")
+    # The stale copy lost the read mark PostgreSQL has.
+    server.client().delete(*server.client().scan_iter(match=f"*{keys.user_tag(user.pk)}*read*"))
+    assert _seen(client) == before
+    assert server.client().hget(state, "fill") == str(healing.user_generation()).encode()
+    assert dict((r[0], r[1]) for r in _seen(client)[0])[refs[0]] is True
+
+
+def test_the_drift_check_leaves_users_who_did_not_come_back_alone(world: dict[str, Any]) -> None:
+    """A user who is not filled has nothing in Redis to drift: the check of users'
+    parts skips them (mending them would fill Redis with users who are not there)."""
+    user, server, refs = world["users"][1], world["server"], world["refs"]
+    mc_services.inbox_hide(user=user, item_id=refs[2])
+    assert drift.users_find() == []
+    _lose_and_rebuild(server)
+    assert drift.users_find() == []
+    assert not _user_keys(server, user.pk)
+
+    assert refs[2] not in [row[0] for row in _seen(client_for(user))[0]]  # filled, the hide with it
+    assert drift.users_find() == []
+    newest = server.client().zrange(mc_keys.inbox(user.pk), -1, -1)[0]
+    server.client().zrem(mc_keys.inbox(user.pk), newest)  # drift in a filled user's part is found
+    assert [f.fix for f in drift.users_find()] == [user.pk]
+
+
+def test_an_idle_user_leaves_redis_and_comes_back_on_their_next_read(world: dict[str, Any]) -> None:
+    user, server = world["users"][0], world["server"]
+    client = client_for(user)
+    before = _seen(client)
+    state = mc_keys.inbox_state(user.pk)
+    # Each checked read gives the state hash the idle time again.
+    server.client().pexpire(state, 5_000)
+    _seen(client)
+    idle_ms = settings.MESSAGECENTER_USER_IDLE_SECONDS * 1000
+    assert idle_ms - 60_000 < server.client().pttl(state) <= idle_ms
+    other = world["users"][1]
+    _seen(client_for(other))
+    assert fill.inbox_idle_drop() == 0  # everyone is filled
+
+    server.client().delete(state)  # what the idle expiry (or an eviction) does
+    assert fill.inbox_idle_drop() == 1
+    assert not _part_keys(server, user.pk)
+    assert _part_keys(server, other.pk)
+    assert not server.client().sismember(mc_keys.filled_users(), user.pk)
+
+    assert _seen(client) == before
+    assert server.client().sismember(mc_keys.filled_users(), user.pk)
