@@ -15,9 +15,12 @@ work has reached Redis, so:
   over again once its lease (``MESSAGECENTER_DELIVERY_LEASE_SECONDS``) ran
   out; a task whose worker died while running it, once the shorter run lease
   (``MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS``, set when a worker starts it)
-  ran out; a task a worker took and died before starting comes back from the
-  broker itself (RabbitMQ when the worker's connection drops, Redis after its
-  visibility timeout), or with the row's lease, whichever is first.
+  ran out; a task a worker took and died before starting (or that a Redis
+  broker lost between its pop and its bookkeeping) is handed over again once
+  a later row of the same task started (the queue is first in, first out:
+  ``_RUNNING_SQL``) and the run lease ran out, unless the broker hands it out
+  first by itself (RabbitMQ when the worker's connection drops, Redis after
+  its visibility timeout), and at the latest with the row's lease.
 
 The relay (``delivery_relay``) runs from Celery beat every
 ``MESSAGECENTER_DELIVERY_RELAY_SECONDS``, after each hand-over for a few due
@@ -326,14 +329,41 @@ def delivery_run(*, task: str, object_id: int, index: int = 0) -> int:
     return reached
 
 
+# A row that starts cuts its own lease, and the lease of every row of the same
+# task handed over before it (an earlier (due_at, id): a batch's rows share
+# one due time and are sent in id order) that no worker has started: one
+# still on its hand-over lease (later than the run lease ends) and never
+# failed. The queue is first in, first out, so such a row was taken before
+# this one: by a worker that died holding it, or lost between the broker's
+# pop and its bookkeeping (kombu's Redis transport pops a message, then
+# records it as unacknowledged; a kill in between loses it). Either way it is
+# handed over again after the run lease instead of the whole lease; if it was
+# only slow to start, its own start sets the same lease, and a rerun changes
+# nothing. One statement.
+_RUNNING_SQL = (
+    "UPDATE {table} SET due_at = %s"
+    ' WHERE task = %s AND ((object_id = %s AND "index" = %s)'
+    " OR (attempts = 0 AND due_at > %s"
+    ' AND (due_at, id) < (SELECT due_at, id FROM {table} WHERE task = %s AND object_id = %s AND "index" = %s)))'
+)
+
+
 def _running(task: str, object_id: int, index: int) -> None:
     """A worker took the row's task: make the row due again after the run
     lease. The worker may be killed in the middle (its task is then held by
     the broker, unacknowledged, for the visibility timeout); the relay hands
     the row over again once the run lease is out, instead of the whole lease
-    that covers a task's wait in the queue. One UPDATE by the row's key."""
+    that covers a task's wait in the queue. Rows of the task sent before it
+    and not started get the same lease (``_RUNNING_SQL``)."""
     due = _after(float(settings.MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS))
-    PendingDelivery.objects.filter(**_key(task, object_id, index)).update(due_at=due)
+    connection = connections[router.db_for_write(PendingDelivery)]
+    table = connection.ops.quote_name(PendingDelivery._meta.db_table)
+    due_value = connection.ops.adapt_datetimefield_value(due)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RUNNING_SQL.format(table=table),
+            [due_value, task, object_id, index, due_value, task, object_id, index],
+        )
 
 
 def _read_model_answers() -> bool:

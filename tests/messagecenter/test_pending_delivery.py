@@ -15,7 +15,7 @@ from messagecenter.items import message_entry, notification_entry
 from messagecenter.models import Message, MessageStatus, PendingDelivery
 from messagecenter.services import delivery, messages, notifications
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _send(operator: Any, recipient: Any) -> Message:
@@ -190,3 +190,60 @@ def test_a_worker_killed_mid_task_leaves_its_row_due_after_the_run_lease(
     monkeypatch.setattr(delivery.timezone, "now", lambda: started + timedelta(seconds=16))
     assert delivery.delivery_relay() == 1
     assert handed == [(messages.DELIVER_TASK, [(message.pk, 0)])]
+
+
+def test_a_started_row_vouches_for_the_rows_sent_before_it(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue is first in, first out: when a worker starts a row, a row of
+    the same task sent before it that no worker started was lost (popped by a
+    worker killed before it recorded the message, or held by a dead worker).
+    Its lease is cut to the run lease, so the relay hands it over again within
+    seconds instead of minutes; rows sent after it, rows already started,
+    failed rows and other tasks keep theirs."""
+    settings.MESSAGECENTER_DELIVERY_LEASE_SECONDS = 300.0
+    settings.MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS = 15.0
+
+    class Killed(BaseException):
+        """The worker process dying mid-task: the row stays."""
+
+    def killed(object_id: int, index: int) -> int:
+        raise Killed
+
+    monkeypatch.setattr(delivery, "_jobs", dict(delivery._jobs))
+    delivery.register("tests.chunk", killed, chunked=True)
+    delivery.register("tests.other", killed, chunked=True)
+    monkeypatch.setattr(delivery, "_eager", lambda: False)
+    monkeypatch.setattr(delivery, "_send", lambda task, rows: True)
+    with transaction.atomic():
+        delivery.delivery_add(task="tests.other", object_id=9, indexes=[0])
+    with transaction.atomic():
+        delivery.delivery_add(task="tests.chunk", object_id=1, indexes=range(6))
+    real_now, later = timezone.now, timezone.now() + timedelta(seconds=1)
+    monkeypatch.setattr(timezone, "now", lambda: later)  # the next batch is handed over a second later
+    with transaction.atomic():
+        delivery.delivery_add(task="tests.chunk", object_id=2, indexes=range(2))
+    monkeypatch.setattr(timezone, "now", real_now)
+
+    def run(object_id: int, index: int) -> None:
+        with pytest.raises(Killed):
+            delivery.delivery_run(task="tests.chunk", object_id=object_id, index=index)
+
+    def soon() -> set[tuple[str, int, int]]:
+        limit = timezone.now() + timedelta(seconds=16)
+        return {(row.task, row.object_id, row.index) for row in PendingDelivery.objects.all() if row.due_at <= limit}
+
+    run(1, 1)  # a worker started chunk 1 long ago
+    PendingDelivery.objects.filter(task="tests.chunk", object_id=1, index=2).update(
+        attempts=1, due_at=timezone.now() + timedelta(seconds=300)
+    )  # chunk 2 failed on a bug: an operator's, due after the whole lease
+    assert soon() == {("tests.chunk", 1, 0), ("tests.chunk", 1, 1)}
+
+    run(1, 4)
+    assert soon() == {("tests.chunk", 1, i) for i in (0, 1, 3, 4)}
+
+    run(2, 1)  # the next batch's start vouches for the end of the one before
+    assert soon() == {("tests.chunk", 1, i) for i in (0, 1, 3, 4, 5)} | {("tests.chunk", 2, 0), ("tests.chunk", 2, 1)}
+    untouched = PendingDelivery.objects.get(task="tests.other")
+    assert untouched.due_at > timezone.now() + timedelta(seconds=200)
+    assert PendingDelivery.objects.get(task="tests.chunk", object_id=1, index=2).due_at > timezone.now() + timedelta(
+        seconds=200
+    )
