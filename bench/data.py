@@ -159,8 +159,9 @@ def inbox_messages(*, operator: Any, audiences: list[tuple[int, list[int]]]) -> 
     from pyroaring import BitMap
 
     from messagecenter.items import message_detail, message_entry
-    from messagecenter.models import DeliveryMode, Message, MessageStatus
+    from messagecenter.models import DeliveryMode, Message, MessageRecipient, MessageStatus
     from messagecenter.services.inbox import inbox_deliver
+    from messagecenter.services.recipients import recipients_add
 
     now = timezone.now()
     total = sum(n for n, _ in audiences)
@@ -200,9 +201,16 @@ def inbox_messages(*, operator: Any, audiences: list[tuple[int, list[int]]]) -> 
         next_offset[month] += 1
     created = Message.objects.bulk_create(rows, batch_size=2_000)
     assert len(created) == total
-    # Oldest first, as they would have arrived.
+    # Oldest first, as they would have arrived; the recipient rows first, as a fan-out writes them.
     for message, (_, user_ids) in reversed(list(zip(created, plan, strict=True))):
+        recipients_add(item=message, user_ids=user_ids)
         inbox_deliver(entry=message_entry(message), user_ids=user_ids, detail=message_detail(message))
+    # Planner statistics for the rows just written, as autovacuum keeps them
+    # on a live database: a fill's plan on an empty table's estimates walks
+    # every message instead of the user's recipient rows.
+    with connection.cursor() as cursor:
+        for model in (Message, MessageRecipient):
+            cursor.execute(f"ANALYZE {model._meta.db_table}")
     return [m.ref for m in created]
 
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -65,6 +65,7 @@ from messagecenter.readmodel.scripts import fill_checked, idle_ms
 from messagecenter.readmodel.user_part import (
     filled_users_forget,
     filled_users_scan,
+    removal_version,
     user_part_drop,
     user_part_filled,
     users_filled,
@@ -80,8 +81,6 @@ FILL_LEASE_MS = 30_000
 # largest inbox takes well under that), and how often it looks.
 FILL_WAIT_SECONDS = 5.0
 FILL_POLL_SECONDS = 0.02
-# Candidate rows read per query while scanning for the user's items.
-SCAN_CHUNK = 200
 
 
 def inbox_served(user_id: int, read: Callable[[], T]) -> T:
@@ -124,8 +123,11 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
         if not locked:
             return False
         _drop(user_id)
+        # A removal's Redis half follows its commit: every removal up to this
+        # version is already out of what PostgreSQL answers below.
+        settled = removal_version()
         _restore(user_id, now or timezone.now())
-        user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms())
+        user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=settled)
     # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
     outbox.settle_user(user_id=user_id)
     return True
@@ -302,41 +304,34 @@ def _read_state_restore(user_id: int) -> None:
 
 
 def _addressed(user_id: int, now: datetime, want: int, mutes: Mutes) -> list[InboxEntry]:
-    """The live push messages and notifications whose send-time audience holds
-    the user and that the user had not muted then, newest of each kind first,
-    at most ``want`` of each. The scans read only ids and audiences; of the
-    items found only what an entry is made of is loaded."""
+    """The live push messages and notifications fanned out to the user (their
+    recipient rows) that the user had not muted then, newest of each kind
+    first, at most ``want`` of each. One query per kind, on the user's own
+    rows: the cost follows the user's items, not everyone's."""
+    found: list[InboxEntry] = []
     messages = (
         Message.objects.filter(
-            delivery=DeliveryMode.PUSH, status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED]
+            recipient_rows__user_id=user_id,
+            delivery=DeliveryMode.PUSH,
+            status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED],
         )
         .exclude(expire_at__lte=now)
-        # mc_message_created_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
+        .values_list(*ENTRY_FIELDS)[:want]
     )
-    found: list[InboxEntry] = []
-    ids = _holding(user_id, messages.values_list("id", "audience_bitmap"), want)
-    for row in Message.objects.filter(pk__in=ids).values_list(*ENTRY_FIELDS):
+    for row in messages:
         entry = entry_of_row("m", row)
         if not mutes.hides(category=entry.category, time_ms=entry.score):
             found.append(entry)
-    notifications = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).order_by(
-        "-created_at", "-id"
+    notifications = (
+        Notification.objects.filter(
+            recipient_rows__user_id=user_id, withdrawn=False, scheduled=False, expire_at__gt=now
+        )
+        .order_by("-created_at", "-id")
+        .values_list("message_type_id", *ENTRY_FIELDS)[:want]
     )
-    ids = _holding(user_id, notifications.values_list("id", "audience_bitmap"), want)
-    for type_id, *fields in Notification.objects.filter(pk__in=ids).values_list("message_type_id", *ENTRY_FIELDS):
+    for type_id, *fields in notifications:
         entry = entry_of_row("n", fields)
         if not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id):
             found.append(entry)
     return found
-
-
-def _holding(user_id: int, rows: Any, want: int) -> list[int]:
-    """The ids of the first ``want`` (id, audience bit-set) rows whose audience holds the user."""
-    ids: list[int] = []
-    for pk, audience in rows.iterator(chunk_size=SCAN_CHUNK):
-        if user_id in bitmap_deserialize(audience):
-            ids.append(pk)
-            if len(ids) >= want:
-                break
-    return ids

@@ -284,6 +284,33 @@ class FanoutChunk(models.Model):
         return f"{self.message_id}#{self.index}"
 
 
+class MessageRecipient(models.Model):
+    """A user a push message was fanned out to: the index a user's fill reads
+    their push messages by (their rows, not every live message's audience).
+
+    Written by each fan-out chunk before its Redis write (``INSERT ... ON
+    CONFLICT DO NOTHING``: a rerun adds nothing), so whatever Redis got,
+    PostgreSQL names. Only push messages have rows: they go to at most
+    ``MESSAGECENTER_PUSH_THRESHOLD`` users, and Redis already holds an entry
+    per recipient; larger audiences are pulled and merged on read, with no
+    row per user. The send-time audience bitmap stays the truth of who was
+    addressed; these rows say which chunks of it were delivered.
+    """
+
+    pk = models.CompositePrimaryKey("user_id", "message_id")
+    # No index of its own: the primary key (user first) serves a user's rows.
+    # No constraint either: an audience is fixed at send time and may name a
+    # user deleted before their chunk runs; that chunk's rows must still commit
+    # (Django's delete of a user removes the rows it finds).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="recipient_rows")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: m{self.message_id}"
+
+
 class PendingDelivery(models.Model):
     """Delivery work (a message's or notification's delivery, or one fan-out
     chunk) committed with the data it delivers and not done yet.
@@ -614,6 +641,26 @@ class Notification(models.Model):
             # Only a send allocates a slot: withdrawn without one was cancelled while scheduled.
             return NotificationStatus.CANCELLED.value if self.slot_month == 0 else NotificationStatus.WITHDRAWN.value
         return NotificationStatus.SENT.value
+
+
+class NotificationRecipient(models.Model):
+    """A user a notification was fanned out to: the fill's index of a user's
+    notifications, written by each fan-out chunk before its Redis write (as
+    ``MessageRecipient``). Notifications are pushed to every subscriber, so
+    Redis holds an entry per recipient already; this is its durable twin."""
+
+    pk = models.CompositePrimaryKey("user_id", "notification_id")
+    # No index of its own: the primary key (user first) serves a user's rows.
+    # No constraint either: an audience is fixed at send time and may name a
+    # user deleted before their chunk runs; that chunk's rows must still commit
+    # (Django's delete of a user removes the rows it finds).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="recipient_rows")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: n{self.notification_id}"
 
 
 class NotificationRule(models.Model):

@@ -34,13 +34,21 @@ def user_part_drop(*, user_id: int, group_keys: Iterable[str]) -> None:
     client.unlink(*names)
 
 
-def user_part_filled(*, user_id: int, generation: str, idle_ms: int) -> None:
+def removal_version() -> int:
+    """The removal log's version now (0 when it has none)."""
+    return int(get_redis().get(mc_keys.removed_version()) or 0)
+
+
+def user_part_filled(*, user_id: int, generation: str, idle_ms: int, settled: int) -> None:
     """Mark the user's part filled for this generation (the checked calls then run),
-    its state hash to expire after ``idle_ms`` without one, and the user among
-    those the idle job looks at."""
+    settled up to removal ``settled`` (the version before PostgreSQL was read:
+    every removal up to it had committed, so the fill left its item out, and
+    the user's first read settles only the removals since instead of checking
+    every item against its detail), its state hash to expire after ``idle_ms``
+    without one, and the user among those the idle job looks at."""
     state = mc_keys.inbox_state(user_id)
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(state, "fill", generation)
+    pipe.hset(state, mapping={"fill": generation, "settled": settled})
     if generation:
         pipe.pexpire(state, idle_ms)
     pipe.execute()

@@ -40,6 +40,7 @@ from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add, delivery_done_with
 from messagecenter.services.grouping import group_fields_clean, group_item_removed
 from messagecenter.services.inbox import inbox_deliver, inbox_publish_pull
+from messagecenter.services.recipients import recipients_add
 from messagecenter.services.responses import actions_validate
 from messagecenter.services.slots import slot_allocate
 from webhooks import services as webhooks
@@ -418,7 +419,9 @@ def _fanout(message: Message, indexes: Sequence[int]) -> int:
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
     audience = message.audience
     chunks = [(index, list(audience[index * size : (index + 1) * size])) for index in indexes]
-    inbox_deliver(entry=message_entry(message), user_ids=[u for _, user_ids in chunks for u in user_ids])
+    recipients = [u for _, user_ids in chunks for u in user_ids]
+    recipients_add(item=message, user_ids=recipients)  # PostgreSQL first: a user's fill finds it by these
+    inbox_deliver(entry=message_entry(message), user_ids=recipients)
     status, done = _chunks_record(message=message, sizes=[(index, len(user_ids)) for index, user_ids in chunks])
     if status == MessageStatus.RETRACTED:
         message.status = MessageStatus.RETRACTED  # the message at hand learns it too

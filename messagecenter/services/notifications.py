@@ -44,6 +44,7 @@ from messagecenter.selectors import muted_among
 from messagecenter.services.channels.plan import ChannelRequest, channels_plan
 from messagecenter.services.delivery import Job, delivery_add
 from messagecenter.services.grouping import group_fields_clean, group_item_removed
+from messagecenter.services.recipients import recipients_add
 from messagecenter.services.slots import slot_allocate
 from webhooks import services as webhooks
 
@@ -272,7 +273,11 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
     if notification.withdrawn or notification.expire_at <= now:
         return 0
     size = int(settings.MESSAGECENTER_FANOUT_CHUNK)
-    user_ids = _unmuted(notification, list(notification.audience[index * size : (index + 1) * size]))
+    chunk = list(notification.audience[index * size : (index + 1) * size])
+    # PostgreSQL first: a user's fill finds the notification by these rows
+    # (and applies the user's mutes itself).
+    recipients_add(item=notification, user_ids=chunk)
+    user_ids = _unmuted(notification, chunk)
     # The inboxes and each recipient's notification zset in the same script
     # calls (deliver.lua), then the holders index the sweep walks.
     publish.inbox_deliver(

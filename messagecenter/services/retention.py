@@ -38,8 +38,10 @@ from messagecenter.models import (
     InboxItemState,
     Message,
     MessageImage,
+    MessageRecipient,
     MessageStatus,
     Notification,
+    NotificationRecipient,
     PendingDelivery,
     RuleMatch,
 )
@@ -146,6 +148,7 @@ def _messages_batch(*, cutoff: datetime, now: datetime, batch: int, done: Counte
         _delete_where(InboxItemState, item_id=refs)
         _delete_where(PendingDelivery, task=MESSAGE_TASKS, object_id=ids)
         _delete_where(FanoutChunk, message_id=ids)
+        _delete_where(MessageRecipient, message_id=ids)
         _delete_where(MessageImage, message_id=ids)
         _delete_where(Message.groups.through, message_id=ids)
         done["messages"] += _delete_where(Message, pk=ids)
@@ -176,6 +179,7 @@ def _notifications_batch(*, cutoff: datetime, now: datetime, batch: int, done: C
         _delete_where(InboxHidden, item_id=refs)
         _delete_where(InboxItemState, item_id=refs)
         _delete_where(PendingDelivery, task=NOTIFICATION_TASKS, object_id=ids)
+        _delete_where(NotificationRecipient, notification_id=ids)
         RuleMatch.objects.filter(notification_id__in=ids).update(notification=None)
         done["notifications"] += _delete_where(Notification, pk=ids)
     return len(rows)

@@ -166,7 +166,7 @@ def test_a_mark_made_while_a_fill_runs_is_read_back_at_once(world: dict[str, Any
     fill._restore(user.pk, timezone.now())  # the other process read PostgreSQL: the item unread
 
     def other_fill_ends() -> None:
-        user_part_filled(user_id=user.pk, generation=healing.user_generation(), idle_ms=idle_ms())
+        user_part_filled(user_id=user.pk, generation=healing.user_generation(), idle_ms=idle_ms(), settled=0)
         core_readmodel.cache_fill_unlock(key=state, token="other")
 
     ends = threading.Timer(0.3, other_fill_ends)

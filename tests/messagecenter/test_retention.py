@@ -28,7 +28,9 @@ from messagecenter.models import (
     InboxHidden,
     InboxItemState,
     Message,
+    MessageRecipient,
     Notification,
+    NotificationRecipient,
     PendingDelivery,
 )
 from messagecenter.services.messages import DELIVER_TASK
@@ -116,6 +118,8 @@ def test_purge_removes_what_is_past_retention_in_batches_and_redis_follows(
     assert set(Message.objects.values_list("pk", flat=True)) == {recent.pk, forever.pk}
     assert list(Notification.objects.values_list("pk", flat=True)) == [live_note.pk]
     assert not FanoutChunk.objects.exclude(message__in=[recent, forever]).exists()
+    assert set(MessageRecipient.objects.values_list("message_id", flat=True)) == {recent.pk, forever.pk}
+    assert set(NotificationRecipient.objects.values_list("notification_id", flat=True)) == {live_note.pk}
     assert Message.groups.through.objects.count() == 0
     assert list(InboxHidden.objects.values_list("user_id", "item_id")) == [(recipient.pk, forever.ref)]
     assert not PendingDelivery.objects.exists()
