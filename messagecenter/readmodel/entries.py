@@ -42,9 +42,9 @@ class InboxEntry:
         return f"{self.ref}|{self.category}|{self.month}|{self.offset}"
 
     @classmethod
-    def from_member(cls, member: str, *, score: int = 0, expire_ms: int = 0) -> "InboxEntry":
+    def from_member(cls, member: str, *, score: int = 0, expire_ms: int = 0, group_key: str = "") -> "InboxEntry":
         ref, category, month, offset = member.split("|")
-        return cls(ref, category, int(month), int(offset), score, expire_ms)
+        return cls(ref, category, int(month), int(offset), score, expire_ms, group_key)
 
 
 def parse_member(member: str) -> tuple[str, str, str, int]:

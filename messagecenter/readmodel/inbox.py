@@ -1064,7 +1064,17 @@ def inbox_mark_many(*, user_id: int, members: Sequence[str], read: bool, now_ms:
     return int(done)
 
 
-def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int) -> bool:
+def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int, member: str | None = None) -> bool:
+    """Mark the item read or unread. ``member``: the item's member when the
+    caller knows it (a mark looked the item up first): the one-round-trip
+    path then applies when nothing waits to be settled or merged."""
+    if member is not None:
+        fast = _fast(user_id, now_ms, MarkOp(member=member, read=read, hour=hour_of(now_ms)))
+        if fast is not None:
+            # A fast-path call recorded a first read itself.
+            if int(fast):
+                live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
+            return bool(int(fast))
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False

@@ -100,7 +100,11 @@ def _placed(user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | N
         if placed is None:
             healing.confirm_ready()  # not a miss from a Redis that lost its data a moment ago
             return None
-        return placed.place, InboxEntry.from_member(str(placed.row.detail["member"]), score=placed.row.score)
+        detail = placed.row.detail
+        entry = InboxEntry.from_member(
+            str(detail["member"]), score=placed.row.score, group_key=str(detail.get("group_key", ""))
+        )
+        return placed.place, entry
     except RedisError:
         logger.warning("redis unavailable; inbox place of user %s from PostgreSQL", user_id)
     return fallback.inbox_place(user_id=user_id, ref=ref, now=now)
@@ -165,11 +169,15 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     placed = _placed(user_id, ref, now)
     if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
+    entry = placed[1]
     with transaction.atomic():
-        read_marks_commit(user_id=user_id, entries=[placed[1]], read=read, now=now)
-        payload = {"ref": ref, "read": read, "at_ms": to_ms(now)}
+        read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
+        # The member lets the Redis half take the one-round-trip path.
+        payload = {"ref": ref, "read": read, "at_ms": to_ms(now), "member": entry.member}
         redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
-        if read:  # reading a grouped row ends its group (once Redis has the mark)
+        # Reading a grouped row ends its group (once Redis has the mark); a row
+        # is its group's newest item, so an item without a key ends none.
+        if read and entry.group_key:
             transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
     return True
 
@@ -261,8 +269,13 @@ def _user(user_id: int | None) -> int:
 
 def replay_read(payload: dict[str, Any], user_id: int | None) -> None:
     # An item gone since (expired, withdrawn) makes this a no-op, as the mark would have been.
+    member = payload.get("member")  # absent from entries queued before it was recorded
     inbox.inbox_set_read(
-        user_id=_user(user_id), ref=str(payload["ref"]), read=bool(payload["read"]), now_ms=int(payload["at_ms"])
+        user_id=_user(user_id),
+        ref=str(payload["ref"]),
+        read=bool(payload["read"]),
+        now_ms=int(payload["at_ms"]),
+        member=str(member) if member else None,
     )
 
 
