@@ -13,11 +13,13 @@ import random
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
 from bench import data
 from bench.harness import Row, measure
 from core.redis import get_redis
+from messagecenter.models import InboxReadMonth, InboxSeen, MessageRecipient
 from messagecenter.readmodel import inbox, to_ms
 from messagecenter.selectors import inbox_counts
 from messagecenter.services.inbox import inbox_mark_all_read, inbox_mark_read, inbox_mark_unread
@@ -26,6 +28,8 @@ USERS = 8
 ITEMS = 50
 UNREAD_BEFORE_READ_ALL = 5
 TARGET_P99 = 3e-3
+# Read state per user at most a fifth of one row per item read.
+READ_STATE_RATIO = 5.0
 
 
 def run(*, users: int, quick: bool) -> list[Row]:
@@ -102,7 +106,59 @@ def run(*, users: int, quick: bool) -> list[Row]:
             "the Redis half alone (the Redis-first read-all)",
         )
     )
+    rows.extend(_read_state_bytes(operator, rng, users=200 if quick else 1_000))
     return rows
+
+
+def _read_state_bytes(operator: Any, rng: random.Random, *, users: int) -> list[Row]:
+    """PostgreSQL's bytes per user of read state, for users who each read all of
+    ITEMS push messages (read-all), then marked three unread again and one
+    read: next to one row per (user, item read), what a row-per-recipient app
+    keeps. And the recipient rows a fan-out wrote, per (user, pushed item)."""
+    User = get_user_model()
+    readers = [User.objects.get_or_create(username=f"bench-state-{i}")[0] for i in range(users)]
+    refs = data.inbox_messages(operator=operator, audiences=[(ITEMS, [int(u.pk) for u in readers])])
+    for reader in readers:
+        inbox_mark_all_read(user=reader)
+        for ref in rng.sample(refs, 3):
+            inbox_mark_unread(user=reader, item_id=ref)
+        inbox_mark_read(user=reader, item_id=rng.choice(refs))
+    state_tables = [model._meta.db_table for model in (InboxReadMonth, InboxSeen)]
+    holders = InboxReadMonth.objects.values("user").distinct().count()  # these users and the timed ones
+    ours = sum(_table_bytes(table) for table in state_tables) / holders
+    data.reset_baseline_table()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {data.BASELINE_TABLE} (user_id, item_id, unread) "
+            "SELECT u, i, false FROM generate_series(1, %s) u, generate_series(1, %s) i",
+            [users, ITEMS],
+        )
+    theirs = data.baseline_bytes_per_row() * ITEMS
+    recipient_rows = MessageRecipient.objects.count()
+    per_recipient = _table_bytes(MessageRecipient._meta.db_table) / max(recipient_rows, 1)
+    return [
+        Row(
+            "read state in PostgreSQL",
+            f"bytes per user who read all {ITEMS} items, then marked 4 (InboxReadMonth + InboxSeen, "
+            "tables and indexes)",
+            ours,
+            "B",
+            f"one row per (user, item read): {ITEMS} rows of a row-per-recipient table",
+            theirs,
+            target=READ_STATE_RATIO,
+            note=f"{holders:,} users; pg_total_relation_size after VACUUM FULL / users; "
+            f"recipient rows (the fill's index of pushed items): {per_recipient:,.0f} B per (user, pushed item)",
+        )
+    ]
+
+
+def _table_bytes(table: str) -> int:
+    """The table's bytes with its indexes, rewritten first: the rows of earlier
+    runs, deleted, would still count."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM FULL ANALYZE {table}")
+        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+        return int(cursor.fetchone()[0])
 
 
 def _row(case: str, what: str, ours: Any, theirs: Any, baseline: str) -> Row:
