@@ -284,7 +284,22 @@ class FanoutChunk(models.Model):
         return f"{self.message_id}#{self.index}"
 
 
-class MessageRecipient(models.Model):
+class Recipient(models.Model):
+    """A user an item's fan-out reached (the subclasses name the item)."""
+
+    # No index of its own: the primary key (user first) serves a user's rows.
+    # No constraint either: an audience is fixed at send time and may name a
+    # user deleted before their chunk runs; that chunk's rows must still commit
+    # (Django's delete of a user removes the rows it finds).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
+
+    class Meta:
+        abstract = True
+
+
+class MessageRecipient(Recipient):
     """A user a push message was fanned out to: the index a user's fill reads
     their push messages by (their rows, not every live message's audience).
 
@@ -298,13 +313,6 @@ class MessageRecipient(models.Model):
     """
 
     pk = models.CompositePrimaryKey("user_id", "message_id")
-    # No index of its own: the primary key (user first) serves a user's rows.
-    # No constraint either: an audience is fixed at send time and may name a
-    # user deleted before their chunk runs; that chunk's rows must still commit
-    # (Django's delete of a user removes the rows it finds).
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="recipient_rows")
 
     def __str__(self) -> str:
@@ -643,20 +651,13 @@ class Notification(models.Model):
         return NotificationStatus.SENT.value
 
 
-class NotificationRecipient(models.Model):
+class NotificationRecipient(Recipient):
     """A user a notification was fanned out to: the fill's index of a user's
     notifications, written by each fan-out chunk before its Redis write (as
     ``MessageRecipient``). Notifications are pushed to every subscriber, so
     Redis holds an entry per recipient already; this is its durable twin."""
 
     pk = models.CompositePrimaryKey("user_id", "notification_id")
-    # No index of its own: the primary key (user first) serves a user's rows.
-    # No constraint either: an audience is fixed at send time and may name a
-    # user deleted before their chunk runs; that chunk's rows must still commit
-    # (Django's delete of a user removes the rows it finds).
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="recipient_rows")
 
     def __str__(self) -> str:
