@@ -140,7 +140,8 @@ def build_world() -> World:
 def _table_json(model: Any) -> str:
     """A select of one label parameter and the model's rows (its watched columns) as JSON, in key order."""
     quote = connection.ops.quote_name
-    rows = f"json_agg(t ORDER BY t.{quote(model._meta.pk.column)})::text"
+    order = ", ".join(f"t.{quote(f.column)}" for f in model._meta.pk_fields)  # a composite key's columns too
+    rows = f"json_agg(t ORDER BY {order})::text"
     picked = ", ".join(quote(f.column) for f in _watched_fields(model))
     return f"SELECT %s, (SELECT coalesce({rows}, '') FROM (SELECT {picked} FROM {quote(model._meta.db_table)}) t)"  # noqa: S608
 
@@ -155,7 +156,8 @@ _BOOKKEEPING = {"accounts.ApiToken": frozenset({"last_used_at"})}
 
 def _watched_fields(model: Any) -> list[Any]:
     skipped = _BOOKKEEPING.get(model._meta.label, frozenset())
-    return [f for f in model._meta.concrete_fields if f.name not in skipped]
+    # A composite primary key is a field without a column of its own (its columns are fields too).
+    return [f for f in model._meta.concrete_fields if f.name not in skipped and f.column]
 
 
 def db_state() -> dict[str, Any]:
