@@ -1064,17 +1064,39 @@ def inbox_mark_many(*, user_id: int, members: Sequence[str], read: bool, now_ms:
     return int(done)
 
 
+def _fast_told(user_id: int, now_ms: int, op: InboxOp, *, reason: str) -> Any | None:
+    """A write op in one round trip on a single Redis when the user is settled:
+    the script and the live update go in one pipeline (the open pages are told
+    before the script's answer is known: a version bumped for nothing costs a
+    refresh, no more). None when the fast path does not apply or did not
+    answer; the caller then plans."""
+    call = _fast_call(user_id, now_ms, op)
+    if call is None:
+        return None
+    live_calls = live.changed_calls(user_ids=[user_id], reason=reason)
+    pipe = get_redis().pipeline(transaction=False)
+    call.queue(pipe)
+    for live_keys, live_args in live_calls:
+        live.SCRIPT.queue(pipe, live_keys, live_args)
+    replies = pipe.execute(raise_on_error=False)
+    for (live_keys, live_args), reply in zip(live_calls, replies[-len(live_calls) :], strict=True):
+        try:
+            live.SCRIPT.settle(reply, live_keys, live_args)
+        except RedisError:
+            logger.warning("live update for user %s not published", user_id, exc_info=True)
+    result = call.settle(replies[0])
+    return None if _unanswered(result) else result
+
+
 def inbox_set_read(*, user_id: int, ref: str, read: bool, now_ms: int, member: str | None = None) -> bool:
     """Mark the item read or unread. ``member``: the item's member when the
     caller knows it (a mark looked the item up first): the one-round-trip
     path then applies when nothing waits to be settled or merged."""
     if member is not None:
-        fast = _fast(user_id, now_ms, MarkOp(member=member, read=read, hour=hour_of(now_ms)))
+        op = MarkOp(member=member, read=read, hour=hour_of(now_ms))
+        fast = _fast_told(user_id, now_ms, op, reason=_mark_reason(read))
         if fast is not None:
-            # A fast-path call recorded a first read itself.
-            if int(fast):
-                live.inbox_changed(user_ids=[user_id], reason=_mark_reason(read))
-            return bool(int(fast))
+            return bool(int(fast))  # a fast-path call recorded a first read itself
     plan = _plan(user_id, now_ms, ref)
     if plan.detail is None:
         return False
@@ -1111,24 +1133,9 @@ def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score
     Otherwise plan, run, then count the first reads and tell.
     """
     op = ReadAllOp(category=category or "", time_max=max_score, hour=hour_of(now_ms))
-    call = _fast_call(user_id, now_ms, op)
-    if call is not None:
-        live_calls = live.changed_calls(user_ids=[user_id], reason="read_all")
-        pipe = get_redis().pipeline(transaction=False)
-        call.queue(pipe)
-        # Told before the script's answer is known: a version bumped for
-        # nothing costs a refresh, no more.
-        for live_keys, live_args in live_calls:
-            live.SCRIPT.queue(pipe, live_keys, live_args)
-        replies = pipe.execute(raise_on_error=False)
-        for (live_keys, live_args), reply in zip(live_calls, replies[-len(live_calls) :], strict=True):
-            try:
-                live.SCRIPT.settle(reply, live_keys, live_args)
-            except RedisError:
-                logger.warning("live update for user %s not published", user_id, exc_info=True)
-        result = call.settle(replies[0])
-        if not _unanswered(result):
-            return int(result[0])
+    result = _fast_told(user_id, now_ms, op, reason="read_all")
+    if result is not None:
+        return int(result[0])
     plan = _plan(user_id, now_ms)
     marked, first, first_maps = _run(user_id, now_ms, op, plan)
     if marked:
