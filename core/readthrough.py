@@ -218,11 +218,19 @@ def _refresh_or_stale(key: str, load: Loader, policy: Policy, entry: Entry) -> A
     other one is served the stale value meanwhile."""
     token = secrets.token_hex(8)
     try:
-        if not readmodel.cache_fill_lock(key=key, token=token, lease_ms=_lease_ms()):
-            return entry.value
+        # The entry is read again with the lock, as on a miss: the request that
+        # refreshed it may have stored and released between our read and our
+        # lock, and this one would refresh it a second time.
+        taken, raw = readmodel.cache_fill_lock_and_look(key=key, token=token, lease_ms=_lease_ms())
     except RedisError:
         return entry.value
-    return _load_and_store(key, load, policy, token=token, seen=entry.raw)
+    if not taken:
+        return entry.value
+    current = parse(raw)
+    if current.fresh():
+        _unlock_quietly(key, token)
+        return current.value
+    return _load_and_store(key, load, policy, token=token, seen=raw)
 
 
 def _fill_on_miss(key: str, load: Loader, policy: Policy, entry: Entry) -> Any:

@@ -247,6 +247,28 @@ def test_the_request_that_finds_an_entry_stale_refreshes_it(redis: Any, django_a
     assert not redis.exists(keys.fill_lock(entry_of(key)))  # released
 
 
+def test_a_request_that_locks_after_another_refreshed_serves_the_fresh_value(
+    redis: Any, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    """A request read the entry stale; before it takes the fill lock, another
+    request refreshes the entry and releases the lock. The entry is looked at
+    again with the lock, so this one serves the fresh value without a query."""
+    user = UserFactory()
+    key = token_for(user)
+    _stale_entry(redis, entry_of(key), {"id": "old"})
+    real = readmodel.cache_fill_lock_and_look
+
+    def after_another_refresh(**kwargs: Any) -> Any:
+        body, _ttl = readthrough.encode({"id": user.pk}, readthrough.auth_policy(), readthrough._now_ms())
+        redis.set(entry_of(key), body, px=60_000)
+        return real(**kwargs)
+
+    monkeypatch.setattr(readmodel, "cache_fill_lock_and_look", after_another_refresh)
+    with django_assert_num_queries(0):
+        assert token_owner(key) == {"id": user.pk}
+    assert not redis.exists(keys.fill_lock(entry_of(key)))  # released
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_on_a_stale_entry_refresh_it_once() -> None:
     user = UserFactory()
