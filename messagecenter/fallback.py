@@ -47,11 +47,10 @@ from messagecenter.models import (
     InboxSeen,
     Message,
     MessageStatus,
-    MutePeriod,
     Notification,
     UserGroupMembership,
 )
-from messagecenter.mutes import Mutes
+from messagecenter.mutes import Mutes, user_mutes
 from messagecenter.readmodel import InboxEntry, listing, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page, PageRow
@@ -363,9 +362,7 @@ def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
     hidden.discard(keep or "")
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
-    mutes = Mutes.of(
-        MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
-    )
+    mutes = user_mutes(user_id=user_id)
     # mc_item_state_unique serves this lookup by user.
     states = {
         ref: (archived, until)

@@ -55,10 +55,9 @@ from messagecenter.models import (
     InboxSeen,
     Message,
     MessageStatus,
-    MutePeriod,
     Notification,
 )
-from messagecenter.mutes import Mutes
+from messagecenter.mutes import Mutes, user_mutes
 from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel.scripts import fill_checked, idle_ms
@@ -282,9 +281,7 @@ def _restore(user_id: int, now: datetime) -> None:
     # An inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS; parked items do not count.
     parked = list(InboxItemState.objects.filter(user_id=user_id).values_list("user_id", "item_id"))
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) + len(parked)
-    mutes = Mutes.of(
-        MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
-    )
+    mutes = user_mutes(user_id=user_id)
     # Oldest first, as they arrived (a grouped item joins the row of the items before it).
     entries = sorted(_addressed(user_id, now, want, mutes), key=lambda e: (e.score, e.ref))
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)

@@ -48,7 +48,6 @@ from messagecenter.models import (
     UserGroupMembership,
     UserPreferences,
 )
-from messagecenter.mutes import Mutes
 from messagecenter.quiet import quiet_hours_of
 from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.readmodel import inbox, listing, ms_to_datetime, to_ms
@@ -595,12 +594,6 @@ def preferences_get(*, user_id: int) -> Preferences:
         quiet_hours=quiet.as_dict() if quiet is not None else None,
         language=language or None,
     )
-
-
-def user_mutes(*, user_id: int) -> Mutes:
-    """All of the user's mute periods, past and open (mc_muteperiod_user_idx)."""
-    rows = MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
-    return Mutes.of(rows)
 
 
 def muted_among(
