@@ -83,11 +83,11 @@ coverage: setup-dev
 # mypy runs twice: the tests and the bench import scripts/ as a package
 # (scripts.pg_replica_pair) while the first run checks its files as top-level
 # modules, and one run cannot hold both names for one file.
-VULTURE_PATHS := core audit insight accounts webhooks live notices messagecenter config compat/notifications scripts bench tests vulture_whitelist.py
+VULTURE_PATHS := core durability audit insight accounts webhooks live notices messagecenter config compat/notifications scripts bench tests vulture_whitelist.py
 lint: setup-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy core audit insight accounts webhooks live notices messagecenter config scripts compat/notifications
+	$(PY) -m mypy core durability audit insight accounts webhooks live notices messagecenter config scripts compat/notifications
 	$(PY) -m mypy tests bench
 	PYTHONPATH=compat $(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
@@ -152,7 +152,7 @@ bench-scale: setup-dev
 	$(PY) -m bench.scale $(SCALE_ARGS)
 
 # The rebuild time (bench/rebuild_time.py, not in CI): users and a little state
-# made in the bench's PostgreSQL, then core.rebuild.rebuild() timed on an empty
+# made in the bench's PostgreSQL, then durability.rebuild.rebuild() timed on an empty
 # private redis-server (stopped by its PID); writes bench/REBUILD.md. Larger:
 # REBUILD_ARGS="--users 200000".
 REBUILD_ARGS ?=

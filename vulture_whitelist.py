@@ -10,7 +10,7 @@ auto_schema
 # signature (callers may name accepted_media_type and renderer_context).
 accepted_media_type
 renderer_context
-# core/projection.py: BaseDatabaseWrapper is used in a quoted annotation, which vulture does not read.
+# durability/projection.py: BaseDatabaseWrapper is used in a quoted annotation, which vulture does not read.
 BaseDatabaseWrapper
 # messagecenter/webpush.py: modified_ns is part of the lru_cache key (the key
 # file is read again when it changes), not read in the body.

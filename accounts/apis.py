@@ -21,7 +21,7 @@ from accounts.selectors import user_platforms
 from accounts.services import user_set_platforms
 from accounts.tokens import TokenAuth, token_issue, token_revoke, tokens_of
 from audit.trail import audit_api
-from core.api.exceptions import NotFound, TooManyAttempts
+from core.api.errors import NotFound, TooManyAttempts
 from core.api.fields import OffsetDateTimeField, StrictCharField, StrictInputSerializer
 from core.api.openapi import ERRORS
 from core.api.permissions import IsOperator

@@ -4,7 +4,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from accounts.models import Platform
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 
 ALL_PLATFORMS: tuple[str, ...] = tuple(Platform.values)
 

@@ -12,7 +12,7 @@ from audit.selectors import audit_list
 from audit.trail import audit_csv
 from core.api.fields import OffsetDateTimeField
 from core.api.openapi import ERRORS, example, filter_parameter, list_parameters, page_serializer
-from core.api.pages import list_response
+from core.api.pagination import list_response
 from core.api.params import parse_text, parse_time
 from core.api.permissions import IsOperator
 

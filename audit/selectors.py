@@ -3,7 +3,7 @@
 from datetime import datetime
 
 from audit.models import AuditEntry
-from core.api.cursors import KeysetPage, keyset_page
+from core.api.pagination import KeysetPage, keyset_page
 from core.api.params import page_scope
 
 

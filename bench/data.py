@@ -264,7 +264,7 @@ def reset_items() -> None:
     """No messages, bulletins or notifications, and every month's slot counter
     back to 0: each run's bitmaps start where a fresh month's would, so the
     bytes it reports do not grow with the number of earlier runs this month."""
-    from core.models import OutboxEntry
+    from durability.models import OutboxEntry
     from messagecenter.models import (
         Bulletin,
         InboxReadMonth,

@@ -4,7 +4,7 @@ Creates ``--users`` users in PostgreSQL in bulk and a small, realistic amount
 of state through the project's services (push messages to every user and to a
 group, a message to everyone, bulletins, announcements, read marks and
 their committed read state), then empties a private redis-server and
-times ``core.rebuild.rebuild()`` filling it from PostgreSQL: the wall clock and
+times ``durability.rebuild.rebuild()`` filling it from PostgreSQL: the wall clock and
 each stage the rebuild reports. Writes bench/REBUILD.md with the time per
 million users, a linear extrapolation of this run. The private Redis is
 stopped by its PID whatever happens; the machine's shared Redis is not touched.
@@ -32,7 +32,7 @@ class _Timer:
     """Progress that remembers how long each stage of the rebuild took."""
 
     def __init__(self) -> None:
-        from core.progress import Progress
+        from durability.progress import Progress
 
         self.progress = Progress(sys.stdout, tty=False)
         self.stages: list[tuple[str, int, float]] = []
@@ -125,8 +125,8 @@ def main() -> int:
         django.setup()
         from django.core.management import call_command
 
-        from core import rebuild
         from core.redis import get_redis
+        from durability import rebuild
 
         call_command("migrate", verbosity=0)
         print(f"== creating {args.users:,} users and their state in PostgreSQL", flush=True)

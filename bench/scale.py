@@ -514,7 +514,7 @@ def report(
         f"| fill time per million users at this mix | {filled['seconds'] / args.users * 1e6:,.0f} s |",
         "",
         "The fan-out rate is what one Celery worker process sustains on this machine (the same service call a "
-        "delivery task makes), with Redis on the same 2 cores. A rebuild from PostgreSQL (core/rebuild.py) was not "
+        "delivery task makes), with Redis on the same 2 cores. A rebuild from PostgreSQL (durability/rebuild.py) was not "
         "timed: this run writes no PostgreSQL rows; the fill time per million users is the stand-in.",
         "",
     ]

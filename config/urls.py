@@ -10,7 +10,7 @@ import messagecenter.urls
 import notices.urls
 import webhooks.urls
 from core import views as core_views
-from core.apis import HealthApi
+from durability.apis import HealthApi
 from insight import views as activity_views
 from insight.apis import MetricsApi
 

@@ -87,7 +87,7 @@ def reset_breakers() -> None:
 class Traffic:
     """Running totals of what this process's breaker connections did."""
 
-    # Connection failures: core.healing looks at Redis's generation marker
+    # Connection failures: durability.healing looks at Redis's generation marker
     # afresh after any (a Redis that failed may come back empty).
     failures: int = 0
 
@@ -139,7 +139,7 @@ class RedisPoolExhausted(RedisConnectionError):
     """Every connection of this process's pool stayed busy for the pool's
     timeout: Redis is reachable but this process is overloaded. A
     ConnectionError, so the read model falls back as for any Redis failure;
-    where nothing catches it the request answers 503 (core.api.exceptions)."""
+    where nothing catches it the request answers 503 (core.api.errors)."""
 
 
 class BoundedConnectionPool(BlockingConnectionPool):

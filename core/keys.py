@@ -66,12 +66,6 @@ def health_probe() -> str:
     return key("healthz")
 
 
-def readmodel_generation() -> str:
-    """string: the generation number of the last full rebuild that filled this Redis
-    (core/healing.py; PostgreSQL keeps the same number). Missing: Redis lost its data."""
-    return key("readmodel", "generation")
-
-
 # --- tags and fills the apps' key names share -----------------------------------
 # Global keys of the inbox and the live due-queue carry this tag, so the global
 # Lua scripts can change several of them atomically (one cluster slot).

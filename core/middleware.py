@@ -13,8 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.template.loader import render_to_string
 
-from core.api.exception_handler import error_body, unavailable_body
-from core.api.exceptions import is_unavailable
+from core.api.errors import error_body, is_unavailable, unavailable_body
 
 logger = logging.getLogger(__name__)
 

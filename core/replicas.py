@@ -45,13 +45,12 @@ import psycopg
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.db import Error as DatabaseError
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from core import keys
-from core.api.exceptions import is_database_outage
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +66,23 @@ LAG_SQL = (
     "SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0"
     " ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END"
 )
+
+
+# PostgreSQL unreachable or the connection gone, as Django wraps it and as psycopg raises it.
+_OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def is_database_outage(exc: BaseException | None) -> bool:
+    """True for errors meaning PostgreSQL cannot be reached or the connection
+    died (as opposed to a query bug): Django's wrapped ones and psycopg's own,
+    which escape Django's wrapper when they come from the pool or a connect."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, _OUTAGE_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def replica_databases(urls: list[str], *, primary: dict[str, Any], timeout: float) -> dict[str, dict[str, Any]]:

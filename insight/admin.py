@@ -11,10 +11,10 @@ from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from audit.trail import AuditedAdminMixin, audit_admin, object_type_of
-from core.models import RedisCheckRun
-from core.tasks import check_redis_task
+from durability.models import RedisCheckRun
+from durability.tasks import check_redis_task
 
-RUN_PERMISSION = "core.add_redischeckrun"
+RUN_PERMISSION = "durability.add_redischeckrun"
 
 
 @admin.register(RedisCheckRun)
@@ -23,7 +23,7 @@ class RedisCheckRunAdmin(AuditedAdminMixin, admin.ModelAdmin):
     ``add`` permission, which holding it never turns into an add form here; queuing
     it is audited (a repair rewrites the read model)."""
 
-    change_list_template = "admin/core/redischeckrun/change_list.html"
+    change_list_template = "admin/durability/redischeckrun/change_list.html"
     list_display = ("started_at", "repair", "drift_count", "repaired_count", "error_summary")
     list_filter = ("repair",)
     date_hierarchy = "started_at"
@@ -72,7 +72,7 @@ class RedisCheckRunAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.run_view)
-        return [path("run/", view, name="core_redischeckrun_run"), *super().get_urls()]
+        return [path("run/", view, name="durability_redischeckrun_run"), *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         context = {"can_run_check": request.user.has_perm(RUN_PERMISSION), **(extra_context or {})}
@@ -96,4 +96,4 @@ class RedisCheckRunAdmin(AuditedAdminMixin, admin.ModelAdmin):
         else:
             what = "Check with repair" if repair else "Check"
             self.message_user(request, f"{what} queued: its run appears in this list when it ends.", messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:core_redischeckrun_changelist"))
+        return HttpResponseRedirect(reverse("admin:durability_redischeckrun_changelist"))

@@ -10,7 +10,7 @@ class InsightConfig(AppConfig):
     verbose_name = "Insight"
 
     def ready(self) -> None:
-        from core import healing, rebuild
+        from durability import healing, rebuild
         from insight import activity
 
         # A rebuilt Redis has no activity bits of today: mark users again.

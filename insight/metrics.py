@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from core import breaker
-from core.models import OutboxEntry
+from durability.models import OutboxEntry
 
 REQUEST_LATENCY = Histogram(
     "messagecenter_http_request_duration_seconds",

@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from audit.trail import AuditedAdminMixin, audit_admin
-from core.api.exceptions import ApplicationError
+from core.api.errors import ApplicationError
 from core.html import sanitize_html
 from insight.reports import bar_chart, rate_chart
 from messagecenter import insight, manage_selectors, selectors, services

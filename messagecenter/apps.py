@@ -9,8 +9,9 @@ class MessagecenterConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the rebuild, demo data).
-        from core import demo, drift, outbox, rebuild
+        from core import demo
         from core.api import translations
+        from durability import drift, outbox, rebuild
         from insight import activity, metrics
         from messagecenter import demo as messagecenter_demo
         from messagecenter import drift as messagecenter_drift

@@ -1,4 +1,4 @@
-"""Drift checks of the message centre's read model (registered with ``core.drift``).
+"""Drift checks of the message centre's read model (registered with ``durability.drift``).
 
 Each area reads PostgreSQL first and Redis second (through
 ``messagecenter/readmodel/drift.py``), so a change committed between the two
@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
-from core.drift import DriftCheck, Finding
+from durability.drift import DriftCheck, Finding
 from messagecenter import fallback, projection
 from messagecenter import keys as mc_keys
 from messagecenter.fill import filled_among, inbox_forget

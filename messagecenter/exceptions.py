@@ -1,6 +1,6 @@
 """Errors of the message centre, in the core family (rendered by the API's one handler)."""
 
-from core.api.exceptions import ApplicationError
+from core.api.errors import ApplicationError
 
 
 class InboxUnavailable(ApplicationError):
@@ -8,7 +8,7 @@ class InboxUnavailable(ApplicationError):
 
     Inbox reads and marks do not raise it any more: reads answer from
     PostgreSQL (``messagecenter.fallback``) and marks wait in the outbox
-    (``core.outbox``). Read statistics (first reads per hour, ever-read
+    (``durability.outbox``). Read statistics (first reads per hour, ever-read
     bitmaps) live in Redis alone, so those answer 503 rather than guess.
     """
 

@@ -4,7 +4,7 @@ Redis keeps what users share (bulletins, item details, the pull index,
 subscriber sets: the rebuild restores those, ``services.rebuild``) and each
 user's own part (inbox zsets, read bit-sets, groups, hidden, parked items,
 answers) as a cache of PostgreSQL. The state hash's ``fill`` field names the
-read model generation (``core.healing``) the user was filled for; a user
+read model generation (``durability.healing``) the user was filled for; a user
 without it (Redis lost its data, came back older, or never held this user)
 is filled here: what is left of it is dropped (a stale copy is not
 trusted), then it is written again in the order a restore needs:
@@ -39,10 +39,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from core import healing, keys, outbox
+from core import keys
 from core import readmodel as core_readmodel
 from core.bitmaps import bitmap_deserialize
 from core.redis import get_redis
+from durability import healing, outbox
 from messagecenter import keys as mc_keys
 from messagecenter import projection
 from messagecenter.items import ENTRY_FIELDS, entry_of_row

@@ -10,7 +10,7 @@ from django.contrib.admin.widgets import AutocompleteSelectMultiple
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from core.api.exceptions import ApplicationError
+from core.api.errors import ApplicationError
 from core.api.translations import translations_validate
 from messagecenter import selectors
 from messagecenter.models import CATEGORIES, Bulletin, Message, NotificationRule, UserGroup

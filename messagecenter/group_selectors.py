@@ -9,9 +9,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing
-from core.api.cursors import decode_cursor, encode_cursor
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
+from core.api.pagination import decode_cursor, encode_cursor
+from durability import healing
 from messagecenter import fallback
 from messagecenter.fill import inbox_served
 from messagecenter.readmodel import grouping, inbox, to_ms

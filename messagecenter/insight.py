@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core.api.exceptions import Conflict
+from core.api.errors import Conflict
 from insight import activity
 from insight.reports import TimelinePoint, timeline, unread_scan, user_batches
 from messagecenter import read_events, selectors

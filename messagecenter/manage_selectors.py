@@ -1,5 +1,5 @@
 """Operators' read-back (``GET /api/v1/manage/...``): every list is newest first by
-(created_at, id) with a keyset cursor (``core.api.cursors.keyset_page``), bound to
+(created_at, id) with a keyset cursor (``core.api.pagination.keyset_page``), bound to
 the list and its filters. These are PostgreSQL reads: operators see the truth,
 not the read model; only a message's read count comes from Redis."""
 
@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Count, Model, Q, QuerySet
 
-from core.api.cursors import KeysetPage, keyset_page
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
+from core.api.pagination import KeysetPage, keyset_page
 from core.api.params import page_scope
 from messagecenter import insight
 from messagecenter.channel_selectors import ChannelCounts, channel_counts

@@ -10,7 +10,7 @@ sets and users' mute periods are written to Redis only by the functions here. Tw
   as they are;
 - *after commit* (``user_groups_changed``, ``bulletin_changed``, ...): what
   the model signals' receivers (``messagecenter.signals``, one line each) and
-  the services call. They go through ``core.projection.project``: one run per
+  the services call. They go through ``durability.projection.project``: one run per
   projection and key per transaction, after commit, and into the outbox if
   Redis fails then.
 
@@ -20,7 +20,7 @@ ids (taken when it is called), so the run at commit writes them without
 reloading. The receiver's own requests of that transaction (the insert, the
 groups added) coalesce with it into that one run, and a later change in the
 same transaction (a save, groups changed) asks again without facts: the last
-request decides, so the run then reloads (see ``core.projection``).
+request decides, so the run then reloads (see ``durability.projection``).
 
 Membership changes reach Redis right after commit however they are made: the
 group services (bulk inserts, which send no signals, call
@@ -39,7 +39,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from core import projection
+from durability import projection
 from live import transport as live
 from messagecenter.items import bulletin_detail, bulletin_entry, message_entry, notification_entry
 from messagecenter.items import message_detail as build_message_detail
@@ -364,7 +364,7 @@ def _bulletin_viewers(entries: Sequence[InboxEntry], user_ids: Sequence[int]) ->
     return {ref: set().union(*(members.get(g, set()) for g in groups)) for ref, groups in groups_of.items()}
 
 
-# --- runners: what core.projection calls with the keys of one transaction -------------
+# --- runners: what durability.projection calls with the keys of one transaction -------------
 
 
 def _run_user_groups(keys: list[Any], facts: Mapping[Any, Any]) -> None:

@@ -3,7 +3,7 @@
 The inbox selectors run no SQL while Redis answers: everything they need
 (items, read state, counts, the user's groups) is in Redis, kept in step
 after commit. When Redis fails, or answers without its read model (lost
-data being rebuilt, ``core.healing``), they answer from PostgreSQL instead
+data being rebuilt, ``durability.healing``), they answer from PostgreSQL instead
 (``messagecenter.fallback``: same items, order, cursors and counts; read
 state as committed: every acknowledged mark), slower, and say so.
 """
@@ -24,12 +24,12 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing
-from core.api.cursors import decode_cursor, encode_cursor
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
 from core.api.fields import TimeField
 from core.api.lookups import Whole
+from core.api.pagination import decode_cursor, encode_cursor
 from core.api.translations import localized
+from durability import healing
 from messagecenter import fallback
 from messagecenter.channel_prefs import channels_view
 from messagecenter.fill import inbox_served

@@ -4,7 +4,7 @@ Connected in ``MessagecenterConfig.ready()``. Each one is an adapter that asks
 ``messagecenter.projection`` for a run after commit; the projection coalesces
 the requests of one transaction (a service's own request included) into one
 run per key. Saves that change nothing the read model shows are skipped: the
-values as loaded are kept by ``core.projection.LoadedValues`` (by instance
+values as loaded are kept by ``durability.projection.LoadedValues`` (by instance
 identity, not on the instance). A new message or notification is delivered by
 its task, enqueued by its service, not from here.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models.signals import m2m_changed, post_delete, post_init, post_save, pre_delete, pre_save
 
-from core.projection import LoadedValues
+from durability.projection import LoadedValues
 from messagecenter import projection
 from messagecenter.models import (
     Bulletin,

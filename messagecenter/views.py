@@ -24,9 +24,10 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.api.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed, is_database_outage
+from core.api.errors import ApplicationError, Conflict, NotFound, ValidationFailed
 from core.api.params import parse_limit
 from core.api.translations import reader_language
+from core.replicas import is_database_outage
 from messagecenter import channel_prefs, channel_selectors, selectors, services
 from messagecenter.exceptions import InboxUnavailable
 from messagecenter.labels import CATEGORY_LABELS, group_actors_line

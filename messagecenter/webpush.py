@@ -53,7 +53,7 @@ from django.conf import settings
 from py_vapid import Vapid02
 from pywebpush import WebPusher, WebPushException
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from webhooks import services as webhooks
 
 # The order of P-256 (a private scalar lies in [1, n - 1]).

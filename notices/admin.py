@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString, mark_safe
 from accounts.platforms import ALL_PLATFORMS
 from accounts.selectors import platform_user_counts
 from audit.trail import AuditedAdminMixin
-from core.api.exceptions import ApplicationError
+from core.api.errors import ApplicationError
 from core.api.translations import translations_validate
 from core.html import sanitize_html
 from insight.reports import rate_chart

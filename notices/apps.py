@@ -9,7 +9,8 @@ class NoticesConfig(AppConfig):
     def ready(self) -> None:
         # Core names no app: this app hands it what it contributes (outbox
         # handlers, drift checks, the rebuild, demo data).
-        from core import demo, drift, outbox, rebuild
+        from core import demo
+        from durability import drift, outbox, rebuild
         from insight import activity
         from notices import apis, insight, projection, services, signals  # noqa: F401  (signals: connects receivers)
         from notices import demo as notices_demo

@@ -1,4 +1,4 @@
-"""Drift check of the announcement indexes (registered with ``core.drift``).
+"""Drift check of the announcement indexes (registered with ``durability.drift``).
 
 Every built chunk of a platform holds the same index: the platform's
 announcements PostgreSQL has not seen expire (publish ms in the index zset,
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from django.utils import timezone
 
 from accounts.platforms import ALL_PLATFORMS
-from core.drift import DriftCheck, Finding
+from durability.drift import DriftCheck, Finding
 from notices import keys as notice_keys
 from notices import projection, readmodel
 from notices.models import Announcement

@@ -1,6 +1,6 @@
 """Errors of announcements, in the core family (rendered by the API's one handler)."""
 
-from core.api.exceptions import ApplicationError
+from core.api.errors import ApplicationError
 
 
 class ReadStateUnavailable(ApplicationError):

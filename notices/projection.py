@@ -14,7 +14,7 @@ are written only from here. Two ways in:
 - *after commit*: ``announcement_changed``, ``platform_row_added`` and
   ``platform_row_removed`` (the receivers in ``notices.signals``, one line
   each) and ``announcement_created`` (the service) go through
-  ``core.projection.project``: one run per platform per transaction, after
+  ``durability.projection.project``: one run per platform per transaction, after
   commit, and into the outbox if Redis fails then.
 
 Keys are ``(platform, announcement id, dropped)``; the run of one platform
@@ -25,14 +25,15 @@ the platform revision this process saw before the commit, the fence of
 rebuilding. The receivers' requests for the rows it inserted coalesce with
 it; any later change of the announcement in the same transaction asks again
 without facts, and the run rebuilds (the last request decides, see
-``core.projection``).
+``durability.projection``).
 """
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core import projection, readthrough
+from core import readthrough
+from durability import projection
 from live import transport as live
 from notices import keys as notice_keys
 from notices import readmodel

@@ -42,11 +42,11 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from accounts.platforms import ALL_PLATFORMS
-from core import healing
-from core.api.exceptions import LimitExceeded
+from core.api.errors import LimitExceeded
 from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis, is_cluster
+from durability import healing
 from insight.reports import HOUR_MS, READ_HOURS_TTL_SECONDS, hours_from_hashes
 from live.transport import inbox_changed
 from notices import keys as notice_keys

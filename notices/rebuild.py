@@ -7,7 +7,7 @@ their platform last changed.
 """
 
 from accounts.platforms import ALL_PLATFORMS
-from core.progress import SILENT, Progress
+from durability.progress import SILENT, Progress
 from notices import readmodel
 from notices.models import AnnouncementPlatform
 from notices.read_rows import announcement_readers_all

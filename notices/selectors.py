@@ -7,7 +7,7 @@ list shows of each announcement (``AnnouncementSummary``) comes from its
 read-through entry in Redis, filled from PostgreSQL by primary key and
 replaced by a tombstone after any change of those fields (``notices.projection``),
 so a warm list page costs no SQL. With Redis down (or its read model
-lost and being rebuilt, ``core.healing``), lists and details
+lost and being rebuilt, ``durability.healing``), lists and details
 fall back to PostgreSQL: read flags come from the committed
 ``AnnouncementRead`` rows, which hold every acknowledged mark.
 
@@ -27,11 +27,12 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from accounts.selectors import platform_user_counts, user_platforms
-from core import healing, readthrough
-from core.api.cursors import KeysetPage, decode_cursor, encode_cursor, keyset_page
-from core.api.exceptions import NotFound, ValidationFailed
+from core import readthrough
+from core.api.errors import NotFound, ValidationFailed
+from core.api.pagination import KeysetPage, decode_cursor, encode_cursor, keyset_page
 from core.api.params import page_scope
 from core.api.translations import localized
+from durability import healing
 from notices import keys as notice_keys
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable

@@ -23,10 +23,10 @@ from redis.exceptions import RedisError
 
 from accounts.platforms import clean_platforms
 from accounts.selectors import user_platforms
-from core import outbox
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
 from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize
+from durability import outbox
 from notices import projection, readmodel
 from notices.models import MAX_ID, Announcement, AnnouncementPlatform
 from notices.read_rows import announcement_reads_set

@@ -3,7 +3,7 @@
 Only ``publish_at``, ``expire_at`` and the platform rows shape the indexes;
 the list's cached summary holds the title, summary, publish time and pin.
 A save that changes none of those (the body alone) skips Redis entirely (the
-values as loaded are kept by ``core.projection.LoadedValues``, by instance
+values as loaded are kept by ``durability.projection.LoadedValues``, by instance
 identity). Each receiver asks ``notices.projection`` for a run after commit,
 which reads PostgreSQL afresh: a rolled-back change never reaches Redis and
 the requests of one transaction become one run per platform.
@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models.signals import post_delete, post_init, post_save
 from django.dispatch import receiver
 
-from core.projection import LoadedValues
+from durability.projection import LoadedValues
 from notices import projection
 from notices.models import Announcement, AnnouncementPlatform
 

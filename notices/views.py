@@ -4,7 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
 from core.api.params import parse_limit
 from notices import selectors, services
 from notices.exceptions import ReadStateUnavailable

@@ -206,6 +206,17 @@ def _string(node: ast.expr | None, constants: dict[str, str]) -> str | None:
     return None
 
 
+def _known_reason(name: str, owner: ast.expr, *, write: bool) -> str | None:
+    """Why a listed library internal is named here, or None."""
+    if name in KNOWN:
+        return f".{name}: {KNOWN[name]}"
+    if name in KNOWN_ON and any(word in _last_name(owner).lower() for word in KNOWN_ON[name]):
+        return f".{name} of {_last_name(owner)}: a server's private response cycle"
+    if write and name in KNOWN_WRITES:
+        return f".{name} written: {KNOWN_WRITES[name]}"
+    return None
+
+
 class Checker(ast.NodeVisitor):
     def __init__(self, path: str, tree: ast.Module) -> None:
         self.path = path
@@ -303,23 +314,23 @@ class Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _attribute(self, node: ast.AST, name: str, owner: ast.expr, *, write: bool) -> None:
-        owner_name = _last_name(owner).lower()
-        if name in KNOWN:
-            self.hit(node, "known", name, f".{name}: {KNOWN[name]}")
-        elif name in KNOWN_ON and any(word in owner_name for word in KNOWN_ON[name]):
-            self.hit(node, "known", name, f".{name} of {_last_name(owner)}: a server's private response cycle")
-        elif write and name in KNOWN_WRITES:
-            self.hit(node, "known", name, f".{name} written: {KNOWN_WRITES[name]}")
+        self._known_or_private(node, name, owner, write=write)
+        if write and not (isinstance(owner, ast.Name) and owner.id in {"self", "cls"}):
+            root = _root_name(owner)
+            if root is not None and self.imported.get(root) and self._is_code(owner):
+                self.hit(node, "monkeypatch", name, f".{name} of {self.imported[root]} assigned: patches a library")
+
+    def _known_or_private(self, node: ast.AST, name: str, owner: ast.expr, *, write: bool) -> None:
+        """The first rule the attribute breaks: a listed internal, a private write, or a library's own."""
+        known = _known_reason(name, owner, write=write)
+        if known is not None:
+            self.hit(node, "known", name, known)
         elif write and _is_private(name) and not (isinstance(owner, ast.Name) and owner.id in {"self", "cls"}):
             self.hit(node, "private-write", name, f".{name} written on an object that is not self")
         elif isinstance(owner, ast.Name) and owner.id == "self" and _is_private(name) and self.class_stack:
             base = next((b for b in self.class_stack[-1] if hasattr(b, name)), None)
             if base is not None:
                 self.hit(node, "library-private", name, f"self.{name} is {base.__module__}.{base.__qualname__}'s own")
-        if write and not (isinstance(owner, ast.Name) and owner.id in {"self", "cls"}):
-            root = _root_name(owner)
-            if root is not None and self.imported.get(root) and self._is_code(owner):
-                self.hit(node, "monkeypatch", name, f".{name} of {self.imported[root]} assigned: patches a library")
 
     def _is_code(self, node: ast.expr) -> bool:
         """Whether a library expression names code (a module, class or function), not a
@@ -352,20 +363,25 @@ class Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         callee = _last_name(node.func)
         if callee in ATTRIBUTE_CALLS and len(node.args) >= 2:
-            name = _string(node.args[1], self.constants)
-            if name is not None:
-                write = callee in {"setattr", "delattr"}
-                self._attribute(node, name, node.args[0], write=write)
-                target = node.args[0]
-                if (
-                    not write
-                    and _is_private(name)
-                    and not (isinstance(target, ast.Name) and target.id in {"self", "cls"})
-                ):
-                    # What SLF001 cannot see: the same read, spelled as a string.
-                    self.hit(
-                        node, "private-read", name, f"{callee}(..., {name!r}) reads another object's private member"
-                    )
+            self._attribute_call(node, callee)
+        self._patch_call(node, callee)
+        if self.path in ENTRY_POINTS and callee not in HANDLER_WRAPPERS and self._wraps_handler(node):
+            self.hit(node, "route", callee, f"{callee}() is handed Django's handler: nothing but WhiteNoise wraps it")
+        self.generic_visit(node)
+
+    def _attribute_call(self, node: ast.Call, callee: str) -> None:
+        """``getattr(obj, "name")`` and its kin: the attribute rules, spelled as a call."""
+        name = _string(node.args[1], self.constants)
+        if name is None:
+            return
+        write = callee in {"setattr", "delattr"}
+        self._attribute(node, name, node.args[0], write=write)
+        target = node.args[0]
+        if not write and _is_private(name) and not (isinstance(target, ast.Name) and target.id in {"self", "cls"}):
+            # What SLF001 cannot see: the same read, spelled as a string.
+            self.hit(node, "private-read", name, f"{callee}(..., {name!r}) reads another object's private member")
+
+    def _patch_call(self, node: ast.Call, callee: str) -> None:
         root = _root_name(node.func)
         if callee in {"patch", "setattr", "setitem", "delattr"} and isinstance(node.func, ast.Attribute):
             patched = _last_name(node.func.value)
@@ -373,9 +389,6 @@ class Checker(ast.NodeVisitor):
                 self.hit(node, "monkeypatch", callee, f"{patched}.{callee}(): no patching in product code")
         elif callee == "patch" and self.imported.get("patch", "").startswith(("unittest.mock", "mock")):
             self.hit(node, "monkeypatch", "patch", "patch(): no patching in product code")
-        if self.path in ENTRY_POINTS and callee not in HANDLER_WRAPPERS and self._wraps_handler(node):
-            self.hit(node, "route", callee, f"{callee}() is handed Django's handler: nothing but WhiteNoise wraps it")
-        self.generic_visit(node)
 
     # --- paths before Django's resolver ---------------------------------------------------
 

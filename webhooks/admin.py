@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from audit.trail import AuditedAdminMixin
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from webhooks import services as webhooks
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from audit.trail import audit_api
 from core.api.fields import StrictBooleanField, StrictCharField, StrictInputSerializer
 from core.api.openapi import ERRORS, cursor_parameter, limit_parameter
-from core.api.pages import list_response
+from core.api.pagination import list_response
 from core.api.permissions import IsOperator
 from webhooks import services as webhooks
 from webhooks.models import WebhookEndpoint

@@ -52,8 +52,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from standardwebhooks.webhooks import Webhook
 
-from core.api.cursors import KeysetPage, keyset_page
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
+from core.api.pagination import KeysetPage, keyset_page
 from insight import metrics
 from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint
 
@@ -230,7 +230,7 @@ def _lease_end(now: datetime | None = None) -> datetime:
 
 
 def webhook_endpoint_list(*, limit: int, cursor: str | None) -> KeysetPage[WebhookEndpoint]:
-    """Endpoints newest first, a keyset page (``core.api.cursors.keyset_page``)."""
+    """Endpoints newest first, a keyset page (``core.api.pagination.keyset_page``)."""
     return keyset_page(WebhookEndpoint.objects.all(), limit=limit, cursor=cursor, scope="manage-webhooks")
 
 

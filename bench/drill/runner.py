@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from accounts.tokens import token_issue
 from bench.drill import stack
 from bench.drill.load import Load, Reader, call, wait_until
-from core import keys
+from durability.keys import readmodel_generation
 from messagecenter import fallback
 from messagecenter import keys as mc_keys
 from messagecenter.models import FanoutChunk, Message, MessageStatus, PendingDelivery
@@ -568,13 +568,13 @@ class Drill:
 
         def inject(row: Row) -> float:
             time.sleep(5)
-            node = cluster.master_of(keys.readmodel_generation())
+            node = cluster.master_of(readmodel_generation())
             node.kill()
             killed = time.monotonic()
 
             def promoted() -> bool:
                 try:
-                    return cluster.master_of(keys.readmodel_generation()).port != node.port
+                    return cluster.master_of(readmodel_generation()).port != node.port
                 except (RedisError, OSError, RuntimeError):
                     return False
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models.signals import post_delete, post_init, post_save
 
-from core.projection import LoadedValues
+from durability.projection import LoadedValues
 from notifications import services
 from notifications.models import Notification
 from notifications.signals import marks_changed, notify

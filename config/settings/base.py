@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "core",
+    "durability",
     "audit",
     "insight",
     "accounts",
@@ -306,7 +307,7 @@ MESSAGECENTER_DELIVERY_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_
 MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS: float = env.float("MESSAGECENTER_DELIVERY_RUN_LEASE_SECONDS", default=15.0)
 # How often beat replays the outbox of read-model writes that failed while Redis was down.
 MESSAGECENTER_OUTBOX_REPLAY_SECONDS: float = env.float("MESSAGECENTER_OUTBOX_REPLAY_SECONDS", default=10.0)
-# Self-healing read model (core/healing.py): each process checks Redis's
+# Self-healing read model (durability/healing.py): each process checks Redis's
 # generation marker at most this often and, when it is missing or stale,
 # serves reads from PostgreSQL while one process rebuilds Redis.
 MESSAGECENTER_SELF_HEALING: bool = env.bool("MESSAGECENTER_SELF_HEALING", default=True)
@@ -448,8 +449,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["core.api.parsers.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "core.api.exception_handler.envelope_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["core.api.params.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "core.views.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "core.api.openapi.AutoSchema",
     # DRF's own throttles, counting in Django's cache (Redis); while Redis is
     # down the cache fails open (IGNORE_EXCEPTIONS above) and so do they.
@@ -478,7 +479,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    # Every <id:...> path parameter: the spelling core.api.converters.IdConverter
+    # Every <id:...> path parameter: the spelling core.api.fields.IdConverter
     # accepts (core.api.fields.ID_PATTERN; a test holds the two equal).
     "PATH_CONVERTER_OVERRIDES": {
         "id": {"type": "string", "pattern": "^[1-9][0-9]{0,18}$", "description": "An id as the API returned it."}

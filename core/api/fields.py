@@ -1,4 +1,4 @@
-"""Serializer fields every API of the project shares."""
+"""Serializer fields every API of the project shares, and the URL converter of ids in paths."""
 
 import re
 from collections.abc import Mapping
@@ -219,3 +219,23 @@ class TranslationsField(serializers.Field):
 
     def to_representation(self, value: Any) -> Any:
         return dict(value or {})
+
+
+class IdConverter:
+    """Matches the id spelling responses use; anything else matches no route.
+
+    A path that does not name an id can name no resource, so it is the 404 any
+    absent resource gets (never a hint that the route exists). Past the bigint
+    bound no row can exist: refusing here keeps the value out of queries too.
+    """
+
+    regex = ID_PATTERN
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number > MAX_ROW_ID:
+            raise ValueError(value)
+        return number
+
+    def to_url(self, value: int | str) -> str:
+        return str(value)

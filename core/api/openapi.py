@@ -132,7 +132,7 @@ class AutoSchema(_AutoSchema):
             # core.middleware.RequestSizeLimitMiddleware refuses any oversize API body.
             responses["413"] = self.error_response(_DESCRIPTIONS[413])
         if "400" not in responses and "<id:" in (path_regex or ""):
-            # core.apis.MalformedIdApi: a malformed id in the path is a 400 whatever the method.
+            # core.urls.MalformedIdApi: a malformed id in the path is a 400 whatever the method.
             responses["400"] = self.error_response("Bad input (a malformed id in the path)")
         if "503" not in responses:
             responses["503"] = self.error_response(_DESCRIPTIONS[503])

@@ -1,4 +1,4 @@
-"""Parsing of common query parameters, with the API's error rules."""
+"""Reading a request's input with the API's error rules: common query parameters and the JSON body."""
 
 import hashlib
 import json
@@ -8,8 +8,10 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.api.fields import TimeField, id_value
 
 
@@ -91,3 +93,33 @@ def page_scope(name: str, filters: Mapping[str, Any]) -> str:
     quietly paging a different result."""
     canonical = json.dumps({key: filters[key] for key in sorted(filters)}, default=str, sort_keys=True)
     return f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    # Iterative walk: a deeply nested document must not hit the recursion limit.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+class StrictJSONParser(JSONParser):
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            # json gives up on deep nesting ("[[[[...") with RecursionError, not ValueError.
+            raise ParseError("JSON parse error - the body is nested too deeply.") from exc
+        if _has_lone_surrogate(data):
+            raise ParseError("JSON parse error - the body holds a lone surrogate (\\ud800-\\udfff), which is not text.")
+        return data

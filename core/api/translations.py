@@ -19,7 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.utils import translation
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.html import sanitize_html
 
 FIELDS = {"title": 200, "summary": 300, "body_html": 100_000}

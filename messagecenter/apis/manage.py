@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.trail import audit_api
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.api.fields import (
     IdField,
     OffsetDateTimeField,
@@ -26,7 +26,7 @@ from core.api.fields import (
     user_id_field,
 )
 from core.api.openapi import ERRORS, list_parameters, page_serializer
-from core.api.pages import list_response
+from core.api.pagination import list_response
 from core.api.params import parse_choice, parse_id, parse_limit, parse_text, parse_time
 from core.api.permissions import IsOperator
 from messagecenter import manage_selectors, services

@@ -27,7 +27,7 @@ from core.api.fields import (
     user_id_field,
 )
 from core.api.openapi import ERRORS, page_serializer
-from core.api.pages import list_response
+from core.api.pagination import list_response
 from core.api.params import parse_choice, parse_id, parse_text, parse_time
 from core.api.permissions import IsOperator
 from messagecenter import manage_selectors, services

@@ -23,9 +23,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.trail import audit_api
-from core.api.cursors import decode_cursor, encode_cursor
 from core.api.fields import StrictCharField, StrictInputSerializer
 from core.api.openapi import ERRORS, cursor_parameter, example, limit_parameter
+from core.api.pagination import decode_cursor, encode_cursor
 from core.api.params import parse_choice, parse_limit
 from core.api.permissions import IsOperator
 from messagecenter import insight, services

@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from core import healing, keys
+from core import keys
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster
+from durability import healing
 from live import keys as live_keys
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel import readcache

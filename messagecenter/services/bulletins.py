@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.api.translations import translations_validate
 from core.html import sanitize_html
 from messagecenter import projection

@@ -34,7 +34,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.api.translations import reader_language
 from insight.metrics import EMAIL_FAILURES
 from messagecenter.emails import absolute_url, email_items

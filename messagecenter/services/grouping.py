@@ -21,8 +21,8 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import outbox
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
+from durability import outbox
 from messagecenter import fallback
 from messagecenter.fill import inbox_forget, inbox_forget_holding
 from messagecenter.models import InboxGroupEnd, InboxHidden

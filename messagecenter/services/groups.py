@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from messagecenter import projection
 from messagecenter.models import Bulletin, UserGroup, UserGroupMembership
 

@@ -11,7 +11,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.api.exceptions import Conflict
+from core.api.errors import Conflict
 from messagecenter.models import Message, MessageSendKey
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)

@@ -13,8 +13,8 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core import healing, outbox
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
+from durability import healing, outbox
 from messagecenter import fallback, read_events
 from messagecenter.fill import fill_awaited, inbox_served, mark_applied
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
@@ -80,8 +80,8 @@ def inbox_publish_pull(
 # state (``messagecenter.services.read_state``), and only then applied to Redis
 # (``transaction.on_commit``). When Redis is down, being rebuilt, or still has
 # older marks of the user waiting, the Redis half waits in the outbox
-# (``core.outbox``, topics and payloads of ``messagecenter.fallback``) and
-# ``core.outbox.replay`` applies it through the same calls. Reads that fall
+# (``durability.outbox``, topics and payloads of ``messagecenter.fallback``) and
+# ``durability.outbox.replay`` applies it through the same calls. Reads that fall
 # back to PostgreSQL meanwhile see the committed state, and a Redis that
 # loses its data gets every acknowledged mark back from the rebuild.
 
@@ -148,9 +148,9 @@ def _settle_soon(user_id: int) -> None:
     """The mark waits in the outbox behind a rebuild or a fill of its user. Both
     drain the outbox when they end, but the one ending may not see an entry
     committed a moment before: the rebuild's last drain can run before this
-    process notices it ended (``core.healing`` answers from a look up to a
+    process notices it ended (``durability.healing`` answers from a look up to a
     second old), and a fill in another process may trust that process's
-    memory of an empty outbox (``core.outbox``). The user would see the mark
+    memory of an empty outbox (``durability.outbox``). The user would see the mark
     undone until the periodic replay. So the marking request looks again: once
     the rebuild is over and no fill of the user runs (waiting a little for one),
     it drains the user's entries itself, and the user reads their own mark next.

@@ -31,8 +31,8 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import healing
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
+from durability import healing
 from messagecenter import fallback, projection
 from messagecenter.fill import inbox_served
 from messagecenter.models import InboxHidden, InboxItemState

@@ -18,7 +18,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 from redis.exceptions import RedisError
 
-from core.api.exceptions import LimitExceeded, ValidationFailed
+from core.api.errors import LimitExceeded, ValidationFailed
 from core.api.lookups import Whole
 from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize

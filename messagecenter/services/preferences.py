@@ -19,7 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from core.api.exceptions import NotFound, PermissionDenied, ValidationFailed
+from core.api.errors import NotFound, PermissionDenied, ValidationFailed
 from messagecenter import channel_prefs, projection
 from messagecenter.languages import user_language_changed
 from messagecenter.models import CATEGORIES, EmailDigest, MessageType, MutePeriod, Subscription, UserPreferences

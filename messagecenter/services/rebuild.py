@@ -12,7 +12,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from core.progress import SILENT, Progress
+from durability.progress import SILENT, Progress
 from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus

@@ -9,7 +9,7 @@ users, so a later read of the original does not take anyone out of it.
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from core.api.exceptions import Conflict
+from core.api.errors import Conflict
 from messagecenter import insight
 from messagecenter.models import Bulletin, Category, Message
 from messagecenter.services.messages import message_send

@@ -18,7 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.api.exceptions import Conflict, ValidationFailed
+from core.api.errors import Conflict, ValidationFailed
 from messagecenter import projection
 from messagecenter.models import MessageResponse
 from messagecenter.selectors import inbox_item_get

@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.template import Context, Engine, TemplateSyntaxError
 from django.utils import timezone
 
-from core.api.exceptions import ApplicationError, ValidationFailed
+from core.api.errors import ApplicationError, ValidationFailed
 from core.html import html_to_text, sanitize_html
 from messagecenter.models import Notification, NotificationRule, RuleMatch, RuleRun
 from messagecenter.services.notifications import notification_send, notification_withdraw

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 from pyroaring import BitMap
 
-from core.api.exceptions import Conflict, LimitExceeded, ValidationFailed
+from core.api.errors import Conflict, LimitExceeded, ValidationFailed
 from core.api.lookups import Whole
 from core.api.translations import translations_validate
 from core.html import sanitize_html, summarize

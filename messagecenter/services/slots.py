@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.db import connections, router
 
-from core.api.exceptions import LimitExceeded
+from core.api.errors import LimitExceeded
 from messagecenter.models import ItemSlotMonth
 
 MAX_BIT_OFFSET = 2**32 - 1  # Redis refuses SETBIT beyond this

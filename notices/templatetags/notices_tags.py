@@ -6,8 +6,8 @@ from django import template
 from django.db import DatabaseError
 from django.utils.safestring import SafeString, mark_safe
 
-from core.api.exceptions import is_database_outage
 from core.html import sanitize_html
+from core.replicas import is_database_outage
 from notices.selectors import announcement_pinned_unread
 
 register = template.Library()

@@ -21,7 +21,7 @@ from accounts.tokens import token_issue
 from audit.models import AuditEntry
 from audit.services import AUDIT_MASK, audit_record
 from audit.trail import AuditedAdminMixin
-from core.models import RedisCheckRun
+from durability.models import RedisCheckRun
 from insight import admin as core_admin
 from messagecenter.models import Bulletin
 from tests.factories import UserFactory
@@ -72,15 +72,15 @@ def test_every_admin_that_can_write_is_audited(operator: Any) -> None:
 
 
 def test_redis_check_run_view_is_audited(admin_client: Client, operator: Any) -> None:
-    response = admin_client.post("/admin/core/redischeckrun/run/", {"repair": "1"})
+    response = admin_client.post("/admin/durability/redischeckrun/run/", {"repair": "1"})
     assert response.status_code == 302
     assert RedisCheckRun.objects.get().repair is True  # the (eager) check ran
     [entry] = _entries()
-    assert (entry.action, entry.object_type, entry.object_id) == ("check_redis", "core.redischeckrun", "")
+    assert (entry.action, entry.object_type, entry.object_id) == ("check_redis", "durability.redischeckrun", "")
     assert (entry.source, entry.actor_name, entry.path) == (
         "admin",
         operator.username,
-        "/admin/core/redischeckrun/run/",
+        "/admin/durability/redischeckrun/run/",
     )
     assert entry.changes == {"repair": True}
 
@@ -92,7 +92,7 @@ def test_redis_check_run_refused_by_the_broker_records_nothing(
         raise BrokerError("broker down")
 
     monkeypatch.setattr(core_admin.check_redis_task, "delay", refuse)
-    response = admin_client.post("/admin/core/redischeckrun/run/", {"repair": "0"}, follow=True)
+    response = admin_client.post("/admin/durability/redischeckrun/run/", {"repair": "0"}, follow=True)
     assert "Could not queue the check: broker down" in response.content.decode()
     assert not AuditEntry.objects.exists()
     assert not RedisCheckRun.objects.exists()

@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import AsyncClient, Client
 
 from config import asgi as asgi_config
-from core import outbox
+from durability import outbox
 from live import transport as live
 from notices.services import announcement_create
 from tests.asgi_calls import get_scope, sent_by, unsigned

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit import services as core_services
 from audit.models import AuditEntry
-from core.api.exceptions import Conflict
+from core.api.errors import Conflict
 from messagecenter import services
 from messagecenter.apis import manage as manage_apis
 from messagecenter.models import Bulletin, Message, UserGroup

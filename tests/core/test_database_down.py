@@ -20,8 +20,8 @@ from django.db import OperationalError, connections
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
-from core import outbox
 from core.views import server_error
+from durability import outbox
 from tests.conftest import client_for
 from tests.security.seed import World, build_world, item_id, warm_up
 
@@ -128,7 +128,7 @@ def test_api_calls_needing_postgres_are_503_with_the_envelope(world: World, clie
     with postgres_down():
         for who, method, path, body in NEEDS_POSTGRES:
             # Inbox marks skip PostgreSQL while this process recently saw no
-            # pending marks (core.outbox); forgetting that makes them ask.
+            # pending marks (durability.outbox); forgetting that makes them ask.
             outbox.forget_local_state()
             client = getattr(clients, who)
             resolved = path(world)

@@ -7,8 +7,8 @@ from redis.cluster import key_slot
 
 from accounts import keys as account_keys
 from core import keys
-from core.api.cursors import decode_cursor, encode_cursor
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
+from core.api.pagination import decode_cursor, encode_cursor
 from core.api.params import parse_limit, parse_time
 from core.html import sanitize_html, summarize
 

@@ -168,7 +168,7 @@ def test_the_repository_passes_the_checker(capsys: pytest.CaptureFixture[str]) -
     status, out = run_checker(ROOT, capsys)
     assert (status, out.strip()) == (
         0,
-        "check_imports: core, audit, insight, accounts, webhooks, live, notices, messagecenter clean",
+        "check_imports: core, durability, audit, insight, accounts, webhooks, live, notices, messagecenter clean",
     )
 
 

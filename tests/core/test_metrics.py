@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from core import breaker
 from core.breaker import BreakerConnection, reset_breakers
-from core.models import OutboxEntry
+from durability.models import OutboxEntry
 from insight import metrics
 from messagecenter import live, services
 from messagecenter.models import PendingDelivery

@@ -9,8 +9,7 @@ import pytest
 from django.conf import settings
 from django.urls import resolve
 
-from core.api.converters import IdConverter
-from core.api.fields import ID_PATTERN, MAX_ROW_ID, MAX_USER_ID
+from core.api.fields import ID_PATTERN, MAX_ROW_ID, MAX_USER_ID, IdConverter
 
 pytestmark = pytest.mark.django_db
 

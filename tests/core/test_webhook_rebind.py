@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from tests.conftest import assert_error
 from webhooks import services as webhooks
 from webhooks.models import WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint

@@ -25,8 +25,8 @@ from django.test import override_settings
 
 from config.settings.base import _redis_cache
 from config.settings.test import try_lock
-from core import healing, outbox
 from core.breaker import reset_breakers
+from durability import healing, outbox
 from notices import readmodel as notices_readmodel
 from tests.conftest import note_deselection
 

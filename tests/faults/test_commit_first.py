@@ -17,7 +17,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from core import healing, outbox, rebuild
+from durability import healing, outbox, rebuild
 from messagecenter import services as mc_services
 from messagecenter.models import InboxReadMonth, InboxSeen, Message
 from messagecenter.selectors import inbox_list

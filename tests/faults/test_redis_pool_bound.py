@@ -23,10 +23,9 @@ from django.contrib.auth import get_user_model
 from django.http import HttpResponse
 from django.test import RequestFactory
 
-from core.api.exception_handler import envelope_exception_handler
 from core.breaker import BoundedConnectionPool, RedisPoolExhausted, SharedPoolFactory
 from core.middleware import DatabaseUnavailableMiddleware
-from core.views import server_error
+from core.views import envelope_exception_handler, server_error
 from messagecenter.services import messages as message_services
 from tests.core.test_asgi_connections import uvicorn_server
 from tests.faults.conftest import RedisServer

@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from core import outbox
 from core.breaker import reset_breakers
-from core.models import OutboxEntry
+from durability import outbox
+from durability.models import OutboxEntry
 from messagecenter import services as mc_services
 from messagecenter.models import Message
 from notices import keys as notice_keys

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core import healing, keys, outbox, rebuild
 from core.breaker import reset_breakers
-from core.models import OutboxEntry, ReadModelState
+from durability import healing, outbox, rebuild
+from durability.keys import readmodel_generation
+from durability.models import OutboxEntry, ReadModelState
 from messagecenter import services as mc_services
 from messagecenter.models import Message
 from messagecenter.selectors import inbox_list
@@ -65,7 +66,7 @@ def _flags(client: Any) -> dict[int, bool]:
 
 
 def _marker(server: RedisServer) -> bytes | None:
-    value: bytes | None = server.client().get(keys.readmodel_generation())
+    value: bytes | None = server.client().get(readmodel_generation())
     return value
 
 

@@ -14,9 +14,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from core import healing, keys, rebuild
+from core import keys
 from core import readmodel as core_readmodel
-from core.models import OutboxEntry
+from durability import healing, rebuild
+from durability.models import OutboxEntry
 from messagecenter import drift, fill
 from messagecenter import keys as mc_keys
 from messagecenter import services as mc_services

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 from redis.cluster import RedisCluster
 
 from core import keys
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from core.redis import get_redis, keyspace_flush
 from messagecenter import fallback, services
 from messagecenter import keys as mc_keys

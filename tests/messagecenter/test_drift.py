@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core.drift import Finding, check_run, drift_checks
 from core.redis import get_redis
+from durability.drift import Finding, check_run, drift_checks
 from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import message_entry

@@ -15,7 +15,7 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.models import OutboxEntry
+from durability.models import OutboxEntry
 from messagecenter import fallback, services
 from messagecenter.models import (
     Message,

@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 from redis.exceptions import RedisError
 
-from core import healing
+from durability import healing
 from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.fill import inbox_warm
@@ -277,7 +277,7 @@ def test_bulk_actions_act_for_the_whole_group(operator: Any, recipient: Any, clo
 def test_grouped_items_out_of_the_list_are_no_drift_and_stay_out(
     operator: Any, recipient: Any, clock: Any, settings: Any
 ) -> None:
-    from core.drift import drift_checks
+    from durability.drift import drift_checks
     from messagecenter.items import message_entry
     from messagecenter.readmodel import publish
 
@@ -466,7 +466,7 @@ def test_a_row_acted_on_with_redis_down_ends_its_group_in_postgresql(
     """Redis fails when the group should end: PostgreSQL decides it (the end,
     and for a delete the older items' deletes), reads agree meanwhile, and the
     outbox gives Redis its half once it is back."""
-    from core import outbox
+    from durability import outbox
 
     client = client_for(recipient)
     refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])

@@ -13,9 +13,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import core.lua
-from core import outbox
-from core.models import OutboxEntry
-from core.rebuild import rebuild
+from durability import outbox
+from durability.models import OutboxEntry
+from durability.rebuild import rebuild
 from messagecenter import selectors
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import inbox as readmodel_inbox

@@ -60,10 +60,10 @@ from hypothesis.stateful import (
 )
 from redis.exceptions import RedisError
 
-from core import healing
-from core.api.exceptions import Conflict, NotFound, ValidationFailed
-from core.models import OutboxEntry
+from core.api.errors import Conflict, NotFound, ValidationFailed
 from core.redis import get_redis, keyspace_flush
+from durability import healing
+from durability.models import OutboxEntry
 from messagecenter import fallback, group_selectors, selectors, services
 from messagecenter import keys as mc_keys
 from messagecenter.items import bulletin_entry, message_entry

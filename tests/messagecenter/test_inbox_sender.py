@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import healing
-from core.drift import check_run, drift_checks
 from core.redis import get_redis
+from durability import healing
+from durability.drift import check_run, drift_checks
 from messagecenter import keys as mc_keys
 from messagecenter import services
 from tests.conftest import client_for

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core.rebuild import rebuild
+from durability.rebuild import rebuild
 from messagecenter import selectors, services
 from messagecenter.fill import inbox_fill
 from messagecenter.models import Message, MessageResponse

@@ -32,7 +32,7 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 import core.redis
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from core.lua import SCRIPTS, LuaScript
 from messagecenter import keys as mc_keys
 from messagecenter import selectors, services

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import outbox
+from durability import outbox
 from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import bulletin_entry

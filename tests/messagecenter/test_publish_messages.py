@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
 from messagecenter.models import ItemSlotMonth, Message, MessageImage, MessageStatus, PendingDelivery

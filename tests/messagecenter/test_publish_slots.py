@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from core.api.exceptions import LimitExceeded
+from core.api.errors import LimitExceeded
 from messagecenter.models import ItemSlotMonth
 from messagecenter.services import slots
 from messagecenter.services.slots import MAX_BIT_OFFSET, slot_allocate

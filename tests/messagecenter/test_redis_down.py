@@ -13,8 +13,8 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core import outbox
-from core.models import OutboxEntry
+from durability import outbox
+from durability.models import OutboxEntry
 from messagecenter import services
 from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox as readmodel_inbox

@@ -18,9 +18,9 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 from time_machine import TimeMachineFixture
 
-from core import healing
-from core.drift import check_run
 from core.redis import get_redis
+from durability import healing
+from durability.drift import check_run
 from messagecenter import selectors, services
 from messagecenter.models import (
     FanoutChunk,

@@ -10,7 +10,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from messagecenter import services, tasks
 from messagecenter.models import Notification, NotificationRule, RuleMatch, RuleRun, StockLevel
 from messagecenter.selectors import inbox_list

@@ -204,7 +204,7 @@ def test_withdraw_removes_from_every_inbox(replenish: Any, recipient: Any, other
 
 
 def test_bad_inputs_change_nothing(replenish: Any, recipient: Any, clock: Any) -> None:
-    from core.api.exceptions import ApplicationError
+    from core.api.errors import ApplicationError
 
     services.subscription_create(message_type="replenish", scope="WH1", user_id=recipient.pk)
     for kwargs in (

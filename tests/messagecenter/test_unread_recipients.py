@@ -14,7 +14,7 @@ from django.utils import timezone
 from pyroaring import BitMap
 
 from audit.models import AuditEntry
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from messagecenter import insight, services
 from messagecenter.models import Message, MessageStatus, PendingDelivery
 from tests.conftest import assert_error, client_for

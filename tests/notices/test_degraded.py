@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import outbox
-from core.models import OutboxEntry
 from core.redis import keyspace_flush
+from durability import outbox
+from durability.models import OutboxEntry
 from notices import keys as notice_keys
 from notices import readmodel
 from tests.conftest import assert_error

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from core.drift import check_run, drift_checks
 from core.redis import get_redis
+from durability.drift import check_run, drift_checks
 from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core.models import OutboxEntry
 from core.redis import is_cluster
+from durability.models import OutboxEntry
 from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement
@@ -186,7 +186,7 @@ def test_redis_failing_after_the_commit_goes_to_the_outbox(redis: Any) -> None:
     entry = OutboxEntry.objects.get(topic="notices.platform_sync")
     assert entry.payload == {"platform": "user", "drop_ids": []}
     assert second.pk not in readmodel.drift_chunk_indexes(platform="user")[0][0]
-    from core import outbox
+    from durability import outbox
 
     assert outbox.replay() == 1
     assert second.pk in readmodel.drift_chunk_indexes(platform="user")[0][0]

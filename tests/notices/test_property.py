@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from notices.models import Announcement
 from notices.selectors import announcement_counts, announcement_list
 from notices.services import announcement_delete, announcement_mark_read, announcement_mark_unread

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from core.redis import keyspace_flush
 from notices import keys as notice_keys
 from notices import readmodel

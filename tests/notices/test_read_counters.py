@@ -14,7 +14,7 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from core.lua import LuaScript
 from notices import keys as notice_keys
 from notices import readmodel

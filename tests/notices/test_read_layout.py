@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from core import healing, keys, rebuild
 from core.bitmaps import bitmap_to_redis
 from core.redis import get_redis, keyspace_flush
+from durability import healing, rebuild
+from durability.keys import readmodel_generation
 from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform, AnnouncementRead
@@ -322,7 +323,7 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, s
         readmodel.read_bits(platform="user", announcement_id=created[0], user_ids=[users[5].pk])
     with pytest.raises(readmodel.LayoutMismatch):
         readmodel.read_count(platform="user", user_id=users[5].pk, now=T0)
-    assert redis.get(keys.readmodel_generation()) is None  # every process now answers from PostgreSQL
+    assert redis.get(readmodel_generation()) is None  # every process now answers from PostgreSQL
 
     call_command("rebuild_redis", "--quiet", stdout=StringIO())
     assert redis.get(notice_keys.layout()) == readmodel.layout().encode() == b"%d:4" % readmodel.LAYOUT_FORMAT

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from core.api.exceptions import NotFound, ValidationFailed
+from core.api.errors import NotFound, ValidationFailed
 from core.redis import keyspace_flush
 from notices import keys as notice_keys
 from notices import readmodel

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
-from core.api.exceptions import LimitExceeded, NotFound, ValidationFailed
+from core.api.errors import LimitExceeded, NotFound, ValidationFailed
 from notices import keys as notice_keys
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import outbox
-from core.models import OutboxEntry
 from core.readthrough import parse
+from durability import outbox
+from durability.models import OutboxEntry
 from notices import keys as notice_keys
 from notices.selectors import AnnouncementSummary, announcement_summaries
 from notices.services import announcement_delete, announcement_update

@@ -19,7 +19,7 @@ from django.urls import get_resolver
 
 from accounts.models import UserPlatform
 from audit.models import AuditEntry
-from core.apis import MalformedIdApi
+from core.urls import MalformedIdApi
 from messagecenter.models import (
     Bulletin,
     Message,

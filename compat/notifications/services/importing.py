@@ -27,7 +27,7 @@ from django.core.management.color import no_style
 from django.db import connections, router, transaction
 from django.utils.dateparse import parse_datetime
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from notifications.models import Notification
 from notifications.services.inbox import inbox_deliver
 from notifications.sources import Source, SourceError

@@ -45,7 +45,7 @@ from django.utils import timezone
 from django.utils.html import escape, linebreaks
 from django.utils.translation import gettext
 
-from core.api.exceptions import LimitExceeded, NotFound, ValidationFailed
+from core.api.errors import LimitExceeded, NotFound, ValidationFailed
 from messagecenter.models import InboxHidden, InboxItemState, Message, MessageStatus
 from messagecenter.selectors import inbox_list, muted_among
 from messagecenter.services import (

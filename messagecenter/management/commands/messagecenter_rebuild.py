@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.progress import SILENT, Progress
+from durability.progress import SILENT, Progress
 from messagecenter.fill import inbox_warm
 from messagecenter.services.rebuild import inbox_rebuild
 

@@ -34,7 +34,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from insight import metrics
 from messagecenter import channel_prefs
 from messagecenter.emails import absolute_url, email_items

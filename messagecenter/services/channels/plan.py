@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
 from messagecenter.models import ItemChannels, PushSubscription
 from messagecenter.services.channels.recipients import ChannelItem, channel_item
 from messagecenter.services.delivery import delivery_add

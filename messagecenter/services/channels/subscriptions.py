@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.api.exceptions import NotFound
+from core.api.errors import NotFound
 from messagecenter.models import PushSubscription
 from messagecenter.webpush import endpoint_check, keys_check
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from core.progress import SILENT, Progress
+from durability.progress import SILENT, Progress
 from notices.rebuild import announcements_rebuild
 
 

@@ -1,4 +1,4 @@
-"""REST adapters of the core app: token, platforms, health."""
+"""REST adapter of the durability app: ``/healthz``."""
 
 from typing import Any
 
@@ -12,9 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core import healing, readmodel
-from core.api.exceptions import NotFound, ValidationFailed
-from core.api.permissions import IsOperator
+from core import readmodel
+from durability import healing
 
 
 def health_status() -> tuple[dict[str, Any], int]:
@@ -87,28 +86,3 @@ class HealthApi(APIView):
         body, code = health_status()
         headers = {"Retry-After": str(int(settings.DATABASE_RETRY_AFTER_SECONDS))} if code == 503 else None
         return Response(body, status=code, headers=headers)
-
-
-class MalformedIdApi(APIView):
-    """``<resource>/<not an id>/``: the id routes match only well-formed ids.
-
-    Whatever the method, a malformed id is a 400 that names the problem (the
-    client sent something that was never an id). Digits past any row's range
-    are an id no row can have: 404. The permission check runs first, so the
-    answer says nothing to whoever may not use the route; the user-facing
-    routes pass their own ``permission_classes`` to ``as_view``.
-    """
-
-    permission_classes = [IsOperator]
-    schema = None  # not an operation of its own: the id routes document the paths
-
-    def _refuse(self, request: Request, raw: str, *args: Any, **kwargs: Any) -> Response:
-        if raw.isascii() and raw.isdigit() and not raw.startswith("0"):
-            raise NotFound("No such object.")
-        raise ValidationFailed(
-            "The id in the path is malformed: an id is a positive integer.",
-            code="invalid_id",
-            fields={"id": ["Must be a positive integer."]},
-        )
-
-    get = post = put = patch = delete = _refuse

@@ -1,4 +1,4 @@
-"""core.projection: one run per projection and key per transaction, after
+"""durability.projection: one run per projection and key per transaction, after
 commit; facts of the last request; savepoints rolled back never run; a run
 Redis refuses goes to the outbox under the projection's topic."""
 
@@ -9,8 +9,8 @@ import pytest
 from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import outbox, projection
-from core.models import OutboxEntry
+from durability import outbox, projection
+from durability.models import OutboxEntry
 from messagecenter.models import UserGroup
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core import readmodel
-from core.models import RedisCheckRun
+from durability.models import RedisCheckRun
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """``manage.py rebuild_redis``: restore every Redis structure from PostgreSQL.
 
 Idempotent and safe while the site serves: each app's rebuild (registered
-with ``core.rebuild.register_rebuild``) writes what PostgreSQL holds now, and
+with ``durability.rebuild.register_rebuild``) writes what PostgreSQL holds now, and
 restores read state (announcement read bitmaps, inbox read bitmaps, unseen
 watermarks) from the committed rows only where Redis has none, so a mark
 made meanwhile is never undone; the outbox is applied on top. It ends by writing a new read-model generation, and holds
-the same lock as the automatic rebuild (``core.healing``), waiting for one in
+the same lock as the automatic rebuild (``durability.healing``), waiting for one in
 progress. Batched, with a progress bar on a terminal and one line per stage otherwise.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from core import rebuild
-from core.progress import SILENT, Progress
+from durability import rebuild
+from durability.progress import SILENT, Progress
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""core.healing on the suite's Redis (a real one, or the embedded
+"""durability.healing on the suite's Redis (a real one, or the embedded
 fakeredis): the generation marker, the rebuild registry and lock, a stale
 replica. The faults themselves (a
 private redis-server flushed or restarted) are in tests/faults/test_self_healing.py."""
@@ -11,10 +11,11 @@ import pytest
 from django.db.models import F
 from django.test import override_settings
 
-from core import healing, keys, outbox, rebuild
-from core.apis import health_status
-from core.models import ReadModelState
 from core.redis import get_redis, keyspace_flush
+from durability import healing, outbox, rebuild
+from durability.apis import health_status
+from durability.keys import readmodel_generation
+from durability.models import ReadModelState
 from insight import activity
 from messagecenter import services as mc_services
 from messagecenter.models import Message
@@ -50,7 +51,7 @@ def test_apps_register_their_rebuild_steps_in_order() -> None:
 
 
 def test_off_means_ready_without_a_look_at_redis() -> None:
-    get_redis().delete(keys.readmodel_generation())
+    get_redis().delete(readmodel_generation())
     assert healing.check(fresh=True) is True
     assert health_status()[0] == {"status": "ok", "database": "ok", "redis": "ok"}
 
@@ -80,7 +81,7 @@ def test_a_flushed_redis_is_rebuilt_by_the_process_that_notices(
     assert time.monotonic() - started < 5
     assert healing.check(fresh=True) is True
     assert ReadModelState.objects.get().generation == 2
-    assert int(get_redis().get(keys.readmodel_generation())) == 2
+    assert int(get_redis().get(readmodel_generation())) == 2
     page = inbox_list(user=recipient)
     assert page.degraded is False
     assert [(item.id, item.read) for item in page.results] == [(ref, True)]
@@ -93,7 +94,7 @@ def test_a_stale_replica_is_told_by_its_older_generation(healing_on: None, opera
     keyspace_flush()
     rebuild.rebuild()  # generation 2 after a loss
     assert ReadModelState.objects.get().generation == 2
-    get_redis().set(keys.readmodel_generation(), 1)  # what a replica synced before that loss holds
+    get_redis().set(readmodel_generation(), 1)  # what a replica synced before that loss holds
     healing.forget()
     with pytest.raises(healing.ReadModelNotReady):
         healing.require_ready()
@@ -116,7 +117,7 @@ def test_marks_wait_in_the_outbox_while_the_read_model_is_not_ready(
 ) -> None:
     ref = _message(operator, recipient)
     rebuild.rebuild()
-    get_redis().delete(keys.readmodel_generation())
+    get_redis().delete(readmodel_generation())
     healing.forget()
     healing._healer["next"] = time.monotonic() + 60  # no healer: the state stays "not ready"
     try:
@@ -145,7 +146,7 @@ def test_a_rebuild_by_another_process_makes_this_one_mark_users_active_again(hea
     # one: Redis holds a generation this process has not seen.
     keyspace_flush()
     ReadModelState.objects.filter(pk=1).update(generation=F("generation") + 1)
-    get_redis().set(keys.readmodel_generation(), ReadModelState.objects.get(pk=1).generation)
+    get_redis().set(readmodel_generation(), ReadModelState.objects.get(pk=1).generation)
     assert healing.check(fresh=True) is True
     assert activity.record_active(user_id=recipient.pk) is True  # the new Redis gets today's bit
     activity.forget_marked()

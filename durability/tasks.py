@@ -3,8 +3,8 @@
 from celery import shared_task
 from django.conf import settings
 
-from core import outbox
-from core.drift import check_run
+from durability import outbox
+from durability.drift import check_run
 
 
 @shared_task(name="core.outbox_replay")

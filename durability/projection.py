@@ -48,7 +48,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from redis.exceptions import RedisError
 
-from core import outbox
+from durability import outbox
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ _projections: dict[str, _Projection] = {}
 def register(name: str, runner: Runner, *, topic: str, payloads: Payloads) -> None:
     """Name a projection: ``runner(keys, facts)`` writes the read model for
     ``keys``; when Redis fails, ``payloads(keys, facts)`` are recorded under the
-    outbox ``topic``, whose handler the app registers with ``core.outbox``."""
+    outbox ``topic``, whose handler the app registers with ``durability.outbox``."""
     _projections[name] = _Projection(runner=runner, topic=topic, payloads=payloads)
 
 

@@ -1,18 +1,23 @@
-"""Opaque, signed paging cursors.
+"""Paging: opaque, signed cursors and the one adapter shape of the read-back lists.
 
 A cursor is a small dict (for the inbox: the last score seen and how many
 items at that score were already returned: paging by max score plus offset,
-so items arriving meanwhile never make a page repeat or skip), signed so that a forged or garbled cursor is a clear 400.
+so items arriving meanwhile never make a page repeat or skip), signed so that
+a forged or garbled cursor is a clear 400.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.core import signing
 from django.db.models import Model, Q, QuerySet
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from core.api.exceptions import ValidationFailed
+from core.api.errors import ValidationFailed
+from core.api.params import parse_limit
 
 _SALT = "messagecenter.cursor"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -83,3 +88,14 @@ def keyset_page(
         micros = (moment - _EPOCH) // timedelta(microseconds=1)
         next_cursor = encode_cursor({"t": micros, "i": last.pk}, scope=scope)
     return KeysetPage(items=items, next_cursor=next_cursor)
+
+
+def list_response(
+    request: Request, select: Callable[..., KeysetPage[Any]], serialize: Callable[[list[Any]], Any], **filters: Any
+) -> Response:
+    """``limit`` and ``cursor`` from the query string, the list's own filters
+    (parsed by the caller), one selector call, and the page as every list
+    answers it: ``{"results": [...], "next_cursor": str | null}``."""
+    params = request.query_params
+    page = select(limit=parse_limit(params.get("limit")), cursor=params.get("cursor"), **filters)
+    return Response({"results": serialize(page.items), "next_cursor": page.next_cursor})

@@ -2,8 +2,8 @@
 
 from django import template
 
-from core.drift import check_run_last
-from core.models import RedisCheckRun
+from durability.drift import check_run_last
+from durability.models import RedisCheckRun
 
 register = template.Library()
 

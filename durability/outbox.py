@@ -10,14 +10,14 @@ sets a bit to a given value).
 Two kinds of entries:
 
 - projections of committed data that Redis refused at commit
-  (``notices.platform_sync``, ``messagecenter.mirror``; see ``core.projection``),
+  (``notices.platform_sync``, ``messagecenter.mirror``; see ``durability.projection``),
   with no user;
 - the Redis half of marks a user made while Redis was down (``inbox.*``,
   ``notices.read``), with ``user_id`` set. The mark itself is committed in
   PostgreSQL before it is acknowledged (degraded reads and the rebuild read
   it there); the entry only brings Redis up to date.
 
-Replay waits while the read model is being rebuilt (``core.healing``): the
+Replay waits while the read model is being rebuilt (``durability.healing``): the
 rebuild restores the committed state itself.
 
 Replay runs from Celery beat (``core.outbox_replay`` every
@@ -38,8 +38,8 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from redis.exceptions import RedisError
 
-from core import healing
-from core.models import OutboxEntry
+from durability import healing
+from durability.models import OutboxEntry
 
 logger = logging.getLogger(__name__)
 

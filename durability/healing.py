@@ -4,7 +4,7 @@ Redis is a read model of PostgreSQL. When it loses its data (a crash without
 persistence, FLUSHALL, a failover to an empty replica) or comes back with an
 older copy (a failover to a stale replica), nothing fails: Redis simply
 answers "nothing here". So a full rebuild ends by writing a generation
-number to Redis (``keys.readmodel_generation``) after recording it in
+number to Redis (``durability.keys.readmodel_generation``) after recording it in
 PostgreSQL (``ReadModelState``):
 
 - **Detection.** ``ready()`` reads the marker at most every
@@ -21,7 +21,7 @@ PostgreSQL (``ReadModelState``):
   double-checked with a fresh read of the marker (``confirm_ready``), so the
   moments between a loss and its detection give no false 404.
 - **Rebuild.** The process that notices starts a thread (``heal_soon``) that
-  runs ``core.rebuild`` (connected in ``CoreConfig.ready``): it takes a
+  runs ``durability.rebuild`` (connected in ``CoreConfig.ready``): it takes a
   PostgreSQL advisory lock (Redis may be what was lost, and the Celery broker
   with it), so one rebuild runs however many processes notice; the others
   keep serving from PostgreSQL. It runs every app's registered step
@@ -49,9 +49,10 @@ from django.db import connection
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from core import breaker, keys
-from core.models import ReadModelState
+from core import breaker
 from core.redis import get_redis
+from durability.keys import readmodel_generation
+from durability.models import ReadModelState
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def stored_generation() -> int:
 
 def marker() -> int | None:
     """The generation Redis holds (None: lost). Raises RedisError when Redis does not answer."""
-    raw = get_redis().get(keys.readmodel_generation())
+    raw = get_redis().get(readmodel_generation())
     return None if raw is None else int(raw)
 
 
@@ -171,7 +172,7 @@ def invalidate() -> None:
     """Drop the generation marker: every process then treats the read model as lost
     (answers from PostgreSQL) and one rebuilds it. For an app that finds its part of
     Redis in a shape this code cannot read (the announcements' read-state layout)."""
-    get_redis().delete(keys.readmodel_generation())
+    get_redis().delete(readmodel_generation())
     _state["checked_at"] = -1e18  # this process looks at once
 
 
@@ -186,7 +187,7 @@ def forget() -> None:
 
 @dataclass
 class _Hooks:
-    # Set from CoreConfig.ready(): the rebuild (core.rebuild) and the outbox
+    # Set from CoreConfig.ready(): the rebuild (durability.rebuild) and the outbox
     # build on this module, so it reaches them through these, not imports.
     heal: Callable[[], object] | None = None
     on_ready: list[Callable[[], None]] = field(default_factory=list)

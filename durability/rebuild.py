@@ -4,8 +4,8 @@ Each app registers the step that restores its part (``register_rebuild`` in
 ``AppConfig.ready``); ``rebuild`` runs them all under one lock (every
 acknowledged write is committed in PostgreSQL, so the steps restore it), then
 applies the outbox on top, and only then writes the new
-generation that ``core.healing`` looks for. ``manage.py rebuild_redis`` and
-the healer thread of ``core.healing`` both come here.
+generation that ``durability.healing`` looks for. ``manage.py rebuild_redis`` and
+the healer thread of ``durability.healing`` both come here.
 """
 
 import logging
@@ -19,10 +19,11 @@ from types import TracebackType
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core import healing, keys, outbox
-from core.models import ReadModelState
-from core.progress import SILENT, Progress, Stage
 from core.redis import get_redis
+from durability import healing, outbox
+from durability.keys import readmodel_generation
+from durability.models import ReadModelState
+from durability.progress import SILENT, Progress, Stage
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
                     finished_at=timezone.now(),
                     last_seconds=time.monotonic() - started,
                 )
-            get_redis().set(keys.readmodel_generation(), generation)
+            get_redis().set(readmodel_generation(), generation)
             healing.adopt(generation)
             # Marks queued between the last drain and the marker: applied now
             # (beat would within seconds too).
@@ -222,6 +223,6 @@ class _RecordedProgress(Progress):
 
 
 def heal() -> None:
-    """The healer thread's work (``core.healing``): rebuild unless another process does,
+    """The healer thread's work (``durability.healing``): rebuild unless another process does,
     or already did."""
     rebuild(wait=False, only_if_needed=True)

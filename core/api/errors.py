@@ -3,12 +3,10 @@ handler renders them as the API's error envelope, pages as form errors."""
 
 from typing import Any
 
-import psycopg
-from django.db import InterfaceError, OperationalError
+from django.utils.translation import gettext, gettext_noop
 
 from core.breaker import RedisPoolExhausted
-
-_OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+from core.replicas import is_database_outage
 
 
 class ApplicationError(Exception):
@@ -72,19 +70,6 @@ class LimitExceeded(ApplicationError):
     code = "out_of_range"
 
 
-def is_database_outage(exc: BaseException | None) -> bool:
-    """True for errors meaning PostgreSQL cannot be reached or the connection
-    died (as opposed to a query bug): Django's wrapped ones and psycopg's own,
-    which escape Django's wrapper when they come from the pool or a connect."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, _OUTAGE_ERRORS):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def is_unavailable(exc: BaseException | None) -> bool:
     """True for errors that answer 503 (the request was fine, the service is
     not, a retry may work): a PostgreSQL outage, or no Redis connection free
@@ -98,3 +83,34 @@ def is_unavailable(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+# Messages the domain raises with a fixed text: catalogued here so that the
+# handler can answer them in the request's language (LocaleMiddleware picks it
+# from the language cookie or Accept-Language; English otherwise). Messages
+# built with values inside stay English; DRF's own messages come translated.
+TRANSLATED_MESSAGES = (
+    gettext_noop("No such item in your inbox."),
+    gettext_noop("Announcement not found."),
+    gettext_noop("The cursor is not valid."),
+    gettext_noop("The cursor belongs to another listing."),
+    gettext_noop("limit must be a positive integer."),
+    gettext_noop("Unknown category."),
+    gettext_noop("Invalid input."),
+    gettext_noop("The request body is too large."),
+    gettext_noop("The service is briefly unavailable; please retry shortly."),
+    gettext_noop("This item has no actions."),
+    gettext_noop("You already answered this item."),
+)
+
+
+def error_body(code: str, message: str, fields: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        error["fields"] = fields
+    return {"error": error}
+
+
+def unavailable_body() -> dict[str, Any]:
+    """The 503 envelope of a PostgreSQL outage (the API's handler and the middleware)."""
+    return error_body("service_unavailable", gettext("The service is briefly unavailable; please retry shortly."))

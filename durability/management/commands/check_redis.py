@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.drift import AreaResult, CheckResult, UnknownArea, check_run, drift_checks
+from durability.drift import AreaResult, CheckResult, UnknownArea, check_run, drift_checks
 
 EXIT_DRIFT = 1
 EXIT_REDIS_DOWN = 2

@@ -1,10 +1,13 @@
+"""The durability app's tables. They were core's and kept their names (``core_*``)
+when the app took them over: the move changed Django's state, not the database."""
+
 from django.db import models
 
 
 class OutboxEntry(models.Model):
     """A read-model write that could not reach Redis after PostgreSQL committed.
 
-    Replayed in id order (``core.outbox``) once Redis answers again; every
+    Replayed in id order (``durability.outbox``) once Redis answers again; every
     handler is idempotent, so a replay that dies half-way is simply run again.
     The Redis half of a user's marks carries ``user_id`` (the mark itself is
     committed already): a user's later marks queue behind it.
@@ -18,6 +21,7 @@ class OutboxEntry(models.Model):
     last_error = models.TextField(blank=True)
 
     class Meta:
+        db_table = "core_outboxentry"
         ordering = ["id"]
         indexes = [
             # A user's mark: are older writes of theirs still waiting for Redis?
@@ -41,6 +45,7 @@ class RedisCheckRun(models.Model):
     error = models.TextField(blank=True)
 
     class Meta:
+        db_table = "core_redischeckrun"
         ordering = ["-started_at", "-id"]
         indexes = [
             # The admin's "last result" and the run history, newest first.
@@ -52,10 +57,10 @@ class RedisCheckRun(models.Model):
 
 
 class ReadModelState(models.Model):
-    """The one row (pk 1) describing the Redis read model as a whole (``core.healing``).
+    """The one row (pk 1) describing the Redis read model as a whole (``durability.healing``).
 
     ``generation`` moves on at the end of every full rebuild; the same number
-    goes into Redis (``keys.readmodel_generation``), so a Redis without it
+    goes into Redis (``durability.keys.readmodel_generation``), so a Redis without it
     (lost data) or with another one (a stale replica) is told apart from the
     one PostgreSQL last filled. The other fields show a rebuild's progress.
     """
@@ -69,6 +74,9 @@ class ReadModelState(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     last_seconds = models.FloatField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+
+    class Meta:
+        db_table = "core_readmodelstate"
 
     def __str__(self) -> str:
         return f"read model generation {self.generation}"

@@ -13,9 +13,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from core import outbox
-from core.models import OutboxEntry
-from core.tasks import outbox_replay_task
+from durability import outbox
+from durability.models import OutboxEntry
+from durability.tasks import outbox_replay_task
 from messagecenter import services as mc_services
 from messagecenter.readmodel import inbox as inbox_readmodel
 from notices import readmodel
@@ -208,7 +208,7 @@ def test_a_mark_queues_behind_pending_marks_that_cannot_be_replayed(recipient: A
     a = announce(["user"], publish_at=timezone.now() - timedelta(hours=1))
     with mock.patch("notices.readmodel.get_redis", side_effect=RedisConnectionError("down")):
         announcement_mark_read(user=recipient, announcement_id=a.pk)
-    with mock.patch("core.outbox.replay", return_value=0):  # another replay holds them
+    with mock.patch("durability.outbox.replay", return_value=0):  # another replay holds them
         assert announcement_mark_unread(user=recipient, announcement_id=a.pk) is True
     reads = [e.payload["read"] for e in outbox.pending_user_marks(user_id=recipient.pk, topics=["notices.read"])]
     assert reads == [True, False]

@@ -17,11 +17,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import core.redis
-from core import drift
-from core.drift import DriftCheck, Finding, check_run
-from core.models import RedisCheckRun
 from core.redis import get_redis
-from core.tasks import check_redis_task
+from durability import drift
+from durability.drift import DriftCheck, Finding, check_run
+from durability.models import RedisCheckRun
+from durability.tasks import check_redis_task
 from messagecenter import keys as mc_keys
 from messagecenter import services
 from messagecenter.items import message_entry
@@ -243,7 +243,7 @@ def test_admin_index_shows_the_last_result(operator: Any, recipient: Any, world:
     check_run(repair=False)
     page = client.get("/admin/").content.decode()
     latest = RedisCheckRun.objects.get()
-    assert f'href="/admin/core/redischeckrun/{latest.pk}/change/"' in page
+    assert f'href="/admin/durability/redischeckrun/{latest.pk}/change/"' in page
     assert "redis-check-clean" in page
     assert "Messagecenter" in page or "messagecenter" in page  # the app list is still there
     lose_a_push(world, recipient)
@@ -263,29 +263,29 @@ def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: An
     lost = lose_a_push(world, recipient)
     result = check_run(repair=False)
     client = admin_client(operator)
-    listing = client.get("/admin/core/redischeckrun/")
+    listing = client.get("/admin/durability/redischeckrun/")
     assert listing.status_code == 200
     assert "Run check now" in listing.content.decode()
-    detail = client.get(f"/admin/core/redischeckrun/{result.run.pk}/change/")
+    detail = client.get(f"/admin/durability/redischeckrun/{result.run.pk}/change/")
     assert detail.status_code == 200
     body = detail.content.decode()
     assert '<table class="redis-check-findings">' in body
     assert f"<code>{mc_keys.inbox(recipient.pk)}</code>" in body
     assert escape(lost) in body
-    assert client.get("/admin/core/redischeckrun/add/").status_code == 403
+    assert client.get("/admin/durability/redischeckrun/add/").status_code == 403
 
 
 def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recipient: Any, world: Any) -> None:
     lose_a_push(world, recipient)
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
-    assert client.get("/admin/core/redischeckrun/run/").status_code == 405
-    assert client.post("/admin/core/redischeckrun/run/", {"repair": "1"}).status_code == 403  # no CSRF token
-    listing = client.get("/admin/core/redischeckrun/")
+    assert client.get("/admin/durability/redischeckrun/run/").status_code == 405
+    assert client.post("/admin/durability/redischeckrun/run/", {"repair": "1"}).status_code == 403  # no CSRF token
+    listing = client.get("/admin/durability/redischeckrun/")
     token = listing.cookies["csrftoken"].value
-    response = client.post("/admin/core/redischeckrun/run/", {"repair": "1", "csrfmiddlewaretoken": token})
+    response = client.post("/admin/durability/redischeckrun/run/", {"repair": "1", "csrfmiddlewaretoken": token})
     assert response.status_code == 302
-    assert response["Location"] == "/admin/core/redischeckrun/"
+    assert response["Location"] == "/admin/durability/redischeckrun/"
     recorded = RedisCheckRun.objects.get()
     assert (recorded.repair, recorded.drift_count, recorded.repaired_count) == (True, 1, 1)
     assert get_redis().zscore(mc_keys.inbox(recipient.pk), message_entry(world["message"]).member) is not None
@@ -295,15 +295,15 @@ def test_admin_run_now_refused_without_the_add_permission(db: None) -> None:
     viewer = StaffFactory()
     viewer.user_permissions.add(Permission.objects.get(codename="view_redischeckrun"))
     client = admin_client(viewer)
-    listing = client.get("/admin/core/redischeckrun/")
+    listing = client.get("/admin/durability/redischeckrun/")
     assert listing.status_code == 200
     assert "Run check now" not in listing.content.decode()
-    assert client.post("/admin/core/redischeckrun/run/", {"repair": "0"}).status_code == 403
+    assert client.post("/admin/durability/redischeckrun/run/", {"repair": "0"}).status_code == 403
     assert not RedisCheckRun.objects.exists()
     viewer.user_permissions.add(Permission.objects.get(codename="add_redischeckrun"))
     viewer = type(viewer).objects.get(pk=viewer.pk)  # fresh permission cache
     client = admin_client(viewer)
-    assert client.post("/admin/core/redischeckrun/run/", {"repair": "0"}).status_code == 302
+    assert client.post("/admin/durability/redischeckrun/run/", {"repair": "0"}).status_code == 302
     assert RedisCheckRun.objects.get().repair is False
 
 
