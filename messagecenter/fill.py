@@ -378,7 +378,7 @@ def _addressed(user_id: int, now: datetime, want: int, mutes: Mutes) -> list[Inb
     )
     for row in messages:
         entry = entry_of_row("m", row)
-        if not mutes.hides(category=entry.category, time_ms=entry.score):
+        if mutes.empty or not mutes.hides(category=entry.category, time_ms=entry.score):
             found.append(entry)
     notifications = (
         Notification.objects.filter(
@@ -389,6 +389,6 @@ def _addressed(user_id: int, now: datetime, want: int, mutes: Mutes) -> list[Inb
     )
     for type_id, *fields in notifications:
         entry = entry_of_row("n", fields)
-        if not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id):
+        if mutes.empty or not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id):
             found.append(entry)
     return found

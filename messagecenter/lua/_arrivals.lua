@@ -11,12 +11,12 @@
 -- (its months were read before the fan-out) waits for a call that passes them,
 -- behind the others.
 local ARRIVALS_LEFT = false
--- Placing a member takes about three times what removing one does (its
--- category zset, push and read bits, counter and two unread zsets, one by
--- one, against a removal's few variadic commands): each arrival counts as
--- that many members of the call's budget, so a call stays as short as the
--- other steps' (at least one arrival a call, so a step of 1 still ends).
-local ARRIVAL_COST = 3
+-- Placing a member costs about what removing one does: both go as a few
+-- variadic commands per batch (place_many, remove_live), plus the bits one
+-- by one. Each arrival counts as that many members of the call's budget, so
+-- a call stays as short as the other steps' (at least one arrival a call, so
+-- a step of 1 still ends).
+local ARRIVAL_COST = 1
 local function settle_arrivals()
   local budget = take(STEP)
   local n = 0
@@ -36,14 +36,13 @@ local function settle_arrivals()
     if rows[i + 1] ~= "inf" then first_time = first_time + 1 end
   end
   local times = call("ZMSCORE", all_key, unpack(members))
-  local placed, waiting = 0, {}
+  local placing, waiting = {}, {}
   for i, member in ipairs(members) do
     local time = times[i]
     local ref, cat, month, off = parse(member)
     if time and ref and category_keys[cat] then
       if READ[month] then
-        place(member, cat, month, off, time)
-        placed = placed + 1
+        placing[#placing + 1] = {member, cat, month, off, time}
       else
         -- Back behind every other arrival (+inf): a step that pops only
         -- these has nothing left that this call could place.
@@ -52,6 +51,8 @@ local function settle_arrivals()
       end
     end
   end
+  place_many(placing)
+  local placed = #placing
   if #waiting > 0 then call("ZADD", arrivals_key, unpack(waiting)) end
   if (got == n or #waiting > 0) and call("EXISTS", arrivals_key) == 1 then
     -- The unread walk waits while any arrival is left. Another call only

@@ -80,6 +80,53 @@ local function place(member, cat, month, off, time)
   end
 end
 
+-- place() for many members at once (a fan-out's arrivals): the category
+-- zsets, the unread zsets and the counters take each batch in one variadic
+-- command; only the bits go member by member (their form may change on the
+-- way). items: {member, cat, month, off, time} each, members distinct.
+local function place_many(items)
+  local by_cat = {}
+  for _, item in ipairs(items) do
+    local list = by_cat[item[2]]
+    if not list then
+      list = {}
+      by_cat[item[2]] = list
+    end
+    list[#list + 1] = item
+  end
+  for cat, list in pairs(by_cat) do
+    local members, scored = {}, {}
+    for n, item in ipairs(list) do
+      members[n] = item[1]
+      scored[#scored + 1] = item[5]
+      scored[#scored + 1] = item[1]
+    end
+    local held = call("ZMSCORE", category_keys[cat], unpack(members))
+    call("ZADD", category_keys[cat], unpack(scored))
+    local unread = {}
+    for n, item in ipairs(list) do
+      local member, month, off, time = item[1], item[3], item[4], item[5]
+      if held[n] then
+        -- As in place(): evicted with its removal pending, still counted.
+        call("SREM", evicted_key, member)
+        if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
+        bits_set(PUSH[month], off, 1)
+      else
+        bits_set(PUSH[month], off, 1)
+        if bits_get(READ[month], off) == 0 then
+          unread[#unread + 1] = time
+          unread[#unread + 1] = member
+        end
+      end
+    end
+    if #unread > 0 then
+      call("HINCRBY", counters_key, cat, #unread / 2)
+      call("ZADD", unread_all_key, unpack(unread))
+      call("ZADD", unread_keys[cat], unpack(unread))
+    end
+  end
+end
+
 -- Put one item into the inbox named by the keys above: NX, so running a
 -- merge twice changes nothing; hidden refs stay out; the unread counter
 -- moves only when the read bit is 0. Time, offset and expiry go to Redis as

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 MONTH = 202611
 T0 = 1_795_000_000_000  # ms, in November 2026
 # What placing an arrival counts for in a call's step (_arrivals.lua).
-ARRIVAL_COST = 3
+ARRIVAL_COST = 1
 
 
 def _entry(i: int, *, category: str = "system", expire_ms: int = 0, score: int | None = None) -> InboxEntry:
@@ -624,12 +624,12 @@ def test_arrivals_over_the_cap_are_trimmed_before_any_is_placed(redis: Any, sett
         _deliver(_entry(i, category=CATEGORY_ORDER[i % 4]), uid)
     settings.MESSAGECENTER_INBOX_MAX_ITEMS = 10
     seen = _settle_calls(redis, uid, max_items=10, step=6, now_ms=T0 + 100)
-    # 6 trimmed a call down to the cap, then 2 placed a call (an arrival counts
+    # 6 trimmed a call down to the cap, then 6 placed a call (an arrival counts
     # as ARRIVAL_COST members of the step; the call that ends the trim places
-    # one with what is left).
-    assert [s["all"] for s in seen] == [30, 24, 18, 12, 10, 10, 10, 10, 10, 10]
-    assert [s["categories"] for s in seen] == [0, 0, 0, 0, 1, 3, 5, 7, 9, 10]
-    assert [s["arrivals"] for s in seen] == [30, 24, 18, 12, 9, 7, 5, 3, 1, 0]
+    # four with what is left).
+    assert [s["all"] for s in seen] == [30, 24, 18, 12, 10, 10]
+    assert [s["categories"] for s in seen] == [0, 0, 0, 0, 4, 10]
+    assert [s["arrivals"] for s in seen] == [30, 24, 18, 12, 6, 0]
     page = _page(uid, T0 + 100, limit=50)
     assert [row.ref for row in page.rows] == [f"m{100_000 + i}" for i in range(29, 19, -1)]
     assert page.counts.unread == 10
