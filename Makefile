@@ -92,7 +92,7 @@ lint: setup-dev
 	PYTHONPATH=compat $(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_imports.py
 	$(PY) scripts/check_private.py
-	$(PY) -m vulture $(VULTURE_PATHS) --min-confidence 80 --exclude '*/migrations/*'
+	$(PY) -m vulture $(VULTURE_PATHS) --min-confidence 80 --exclude '*/migrations/*,*/.venv-incumbent/*'
 	$(PY) scripts/check_complexity.py
 
 # The documentation site (Material for MkDocs, mkdocs.yml) from docs/ into

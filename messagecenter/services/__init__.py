@@ -43,6 +43,7 @@ from messagecenter.services.messages import (
 from messagecenter.services.notifications import (
     message_type_create,
     notification_deliver,
+    notification_details_free,
     notification_fanout_chunk,
     notification_rebuild,
     notification_send,
@@ -109,6 +110,7 @@ __all__ = [
     "message_type_create",
     "notification_cancel_or_withdraw",
     "notification_deliver",
+    "notification_details_free",
     "notification_fanout_chunk",
     "notification_rebuild",
     "notification_schedule",

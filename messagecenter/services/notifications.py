@@ -334,16 +334,24 @@ def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
     visited, removed = notifications_rm.notifications_sweep(
         now_ms=to_ms(now), batch=SWEEP_USERS_BATCH, limit=SWEEP_ITEMS_LIMIT
     )
+    freed = notification_details_free(now=now)
+    return {"users": visited, "removed": removed, "details_freed": freed}
+
+
+def notification_details_free(*, now: datetime | None = None, grouped_only: bool = False) -> int:
+    """Drop the stored-once details of notifications expired by ``now`` and
+    re-form the groups whose rows they were; returns how many. ``grouped_only``:
+    only notifications with a group key (the frequent job)."""
+    now = now or timezone.now()
     freed = 0
     while True:
         # mc_notification_expire_idx serves this (partial on details_freed = false).
-        batch = list(
-            Notification.objects.filter(details_freed=False, expire_at__lte=now)
-            .order_by("expire_at")
-            .values_list("pk", flat=True)[:SWEEP_DETAILS_BATCH]
-        )
+        rows = Notification.objects.filter(details_freed=False, expire_at__lte=now)
+        if grouped_only:
+            rows = rows.exclude(group_key="")
+        batch = list(rows.order_by("expire_at").values_list("pk", flat=True)[:SWEEP_DETAILS_BATCH])
         if not batch:
-            break
+            return freed
         publish.pull_expired_drop(pull_members=[], refs=[f"n{pk}" for pk in batch], audience_chunks={})
         Notification.objects.filter(pk__in=batch).update(details_freed=True)
         freed += len(batch)
@@ -352,7 +360,6 @@ def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
             Notification.objects.filter(pk__in=batch).exclude(group_key="").only("group_key", "audience_bitmap")
         ):
             group_item_removed(group_key=grouped.group_key, audience=grouped.audience)
-    return {"users": visited, "removed": removed, "details_freed": freed}
 
 
 def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:

@@ -12,9 +12,9 @@ from redis.exceptions import RedisError
 
 from durability import healing
 from messagecenter import keys as mc_keys
-from messagecenter import services
+from messagecenter import services, tasks
 from messagecenter.fill import inbox_warm
-from messagecenter.models import InboxGroupEnd, InboxHidden, Message
+from messagecenter.models import InboxGroupEnd, InboxHidden, Message, MessageStatus
 from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
@@ -638,3 +638,52 @@ def test_a_deleted_grouped_item_stays_out_of_its_keys_listing_after_a_refill(
     inbox_rebuild()
     inbox_warm(user_ids=[recipient.pk])
     assert _agree(client, refs) == before
+
+
+def test_the_frequent_grouped_expiry_job_reforms_a_message_group_and_leaves_plain_items(
+    operator: Any, recipient: Any, clock: Any
+) -> None:
+    """The grouped part of the expiry jobs (beat, every few seconds) re-forms a
+    group whose row expired; an expired message without a group waits for the
+    full cleanup (reads hide it by time meanwhile)."""
+    client = client_for(recipient)
+    plain = send(operator, to={"users": [recipient]}, title="Plain", expire_at=clock.now + timedelta(minutes=5))
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    clock.advance(minutes=6)
+    assert tasks.grouped_expired_task() == {"messages": 1, "notifications": 0}
+    plain.refresh_from_db()
+    assert plain.status == MessageStatus.DELIVERED  # left to the full cleanup
+    seen = _agree(client, refs)
+    assert [(r[0], r[3]) for r in seen[0]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
+    assert services.message_cleanup_expired() == 1  # the plain one, at the next full cleanup
+
+
+def test_the_frequent_grouped_expiry_job_reforms_a_notification_group(
+    operator_client: Any, recipient: Any, clock: Any
+) -> None:
+    assert (
+        operator_client.post(
+            "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
+        ).status_code
+        == 201
+    )
+    sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
+    assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
+    sent = []
+    for actor, ttl in (("Ann", 3600), ("Ben", 3600), ("Cat", 60)):
+        clock.advance(seconds=1)
+        body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
+        answer = operator_client.post(
+            "/api/v1/manage/notifications/",
+            {**body, "group_key": "pr:1", "actor": actor, "ttl_seconds": ttl},
+            format="json",
+        )
+        assert answer.status_code == 202, answer.content
+        sent.append(str(answer.json()["id"]))
+    client = client_for(recipient)
+    assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
+    clock.advance(minutes=2)
+    assert tasks.grouped_expired_task() == {"messages": 0, "notifications": 1}
+    rows = client.get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["group"]) for r in rows] == [(f"n{sent[1]}", GROUP_OF(2, ["Ben", "Ann"], key="pr:1"))]
