@@ -87,7 +87,7 @@ def reset_breakers() -> None:
 class Traffic:
     """Running totals of what this process's breaker connections did."""
 
-    # Connection failures: durability.healing looks at Redis's generation marker
+    # Connection failures: the read model's healer looks at Redis's generation marker
     # afresh after any (a Redis that failed may come back empty).
     failures: int = 0
 

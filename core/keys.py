@@ -1,10 +1,8 @@
 """The base of every Redis key name (the prefix, ``key()``, the per-user hash tag, the
 shared global tag) and core's own keys. Each app names its keys in its own ``keys``
-module (``accounts/keys.py``, ``live/keys.py``, ``messagecenter/keys.py``, ...), built on ``key()``.
+module, built on ``key()`` (docs/ARCHITECTURE.md lists them all).
 
-Names keep the shapes the design started from (``notice:<platform>:<id>``,
-``bulletin:update:time``, ...; see docs/ARCHITECTURE.md), preceded by
-``settings.MESSAGECENTER_KEY_PREFIX``. Keys that one Lua script touches share
+Every name is preceded by the configured key prefix. Keys that one Lua script touches share
 a hash tag (the part in braces) so that they map to one slot on Redis Cluster;
 the tests check that with ``redis.cluster.key_slot``.
 Each function documents the type of the key it names.

@@ -563,10 +563,9 @@ def test_a_removed_broadcast_leaves_its_group_which_re_forms_from_the_rest(
         assert seen[2:4] == (1, 1)
 
 
-@pytest.mark.parametrize("removal", ["withdrawn", "expired"])
-def test_a_removed_notification_leaves_its_group(
-    operator_client: Any, recipient: Any, clock: Any, removal: str
-) -> None:
+def _reviews_grouped(operator_client: Any, recipient: Any, clock: Any) -> list[str]:
+    """Three grouped notifications (key "pr:1") from Ann, Ben and Cat a second
+    apart, to the recipient's subscription; Cat's lives a minute. Their ids."""
     assert (
         operator_client.post(
             "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
@@ -586,6 +585,14 @@ def test_a_removed_notification_leaves_its_group(
         )
         assert answer.status_code == 202, answer.content
         sent.append(str(answer.json()["id"]))
+    return sent
+
+
+@pytest.mark.parametrize("removal", ["withdrawn", "expired"])
+def test_a_removed_notification_leaves_its_group(
+    operator_client: Any, recipient: Any, clock: Any, removal: str
+) -> None:
+    sent = _reviews_grouped(operator_client, recipient, clock)
     client = client_for(recipient)
     assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
     if removal == "withdrawn":
@@ -662,25 +669,7 @@ def test_the_frequent_grouped_expiry_job_reforms_a_message_group_and_leaves_plai
 def test_the_frequent_grouped_expiry_job_reforms_a_notification_group(
     operator_client: Any, recipient: Any, clock: Any
 ) -> None:
-    assert (
-        operator_client.post(
-            "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
-        ).status_code
-        == 201
-    )
-    sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
-    assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
-    sent = []
-    for actor, ttl in (("Ann", 3600), ("Ben", 3600), ("Cat", 60)):
-        clock.advance(seconds=1)
-        body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
-        answer = operator_client.post(
-            "/api/v1/manage/notifications/",
-            {**body, "group_key": "pr:1", "actor": actor, "ttl_seconds": ttl},
-            format="json",
-        )
-        assert answer.status_code == 202, answer.content
-        sent.append(str(answer.json()["id"]))
+    sent = _reviews_grouped(operator_client, recipient, clock)
     client = client_for(recipient)
     assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
     clock.advance(minutes=2)
