@@ -489,3 +489,29 @@ def test_counts_with_announcements_take_one_round_trip(operator: Any, recipient:
     assert counts["unread"] == 3
     assert counts["by_category"]["announcement"] == 3
     assert Announcement.objects.count() == 4
+
+
+def test_a_bounded_read_all_marks_up_to_its_bound_and_leaves_newer_unread_items(
+    operator: Any, recipient: Any, clock: Any
+) -> None:
+    """The Redis half of a committed "read all" is bounded by the time it was
+    asked: with nothing unread past the bound the bit operations mark it all;
+    an item that arrived past the bound stays unread (the walk)."""
+    for i in range(3):
+        clock.advance(seconds=1)
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    _page(recipient)
+    bound = int(clock.now.timestamp() * 1000)
+    assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=bound, max_score=bound) == 3
+    assert _page(recipient)[1] == 0
+    clock.advance(seconds=1)
+    send(operator, to={"users": [recipient]}, title="T3")
+    send(operator, to={"users": [recipient]}, title="T4")
+    _page(recipient)
+    assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=bound, max_score=bound) == 0
+    rows, unread, _unseen = _page(recipient)
+    assert unread == 2
+    assert sorted(t for _i, read, t in rows if not read) == ["T3", "T4"]
+    later = int(clock.now.timestamp() * 1000)
+    assert inbox.inbox_read_all(user_id=recipient.pk, category=None, now_ms=later, max_score=later) == 2
+    assert _page(recipient)[1] == 0
