@@ -42,16 +42,47 @@ local function group_newer(score, member, head_score, head)
   return group_sorts_after(group_ref(member), group_ref(head))
 end
 
-local function group_actors(actors, actor)
-  -- Newest first, distinct, at most three: the new actor leads, an older
-  -- mention of it goes.
-  local out = {}
-  if actor ~= "" then out[1] = actor end
-  for _, name in ipairs(actors) do
-    if #out >= GROUP_ACTORS then break end
-    if name ~= actor then out[#out + 1] = name end
+-- The newest three distinct actors, each kept with the time and member of
+-- its newest item (meta.seen: {actor, time, member} each, newest first), so
+-- an item that joins out of order (a merge on read brings an older item after
+-- newer ones) takes its place by time, as PostgreSQL orders them; meta.actors
+-- is their names. An entry of a group written before the times were kept
+-- has no time ("+inf"): it stays ahead of every item that joins later.
+local function group_seen_newer(score, member, entry)
+  if entry[2] == "+inf" then return false end
+  return group_newer(score, member, entry[2], entry[3])
+end
+
+local function group_seen_add(meta, actor, score, member)
+  if actor == "" then return end
+  local seen = meta.seen
+  if type(seen) ~= "table" then
+    seen = {}
+    if type(meta.actors) == "table" then
+      for i, name in ipairs(meta.actors) do seen[i] = {name, "+inf", ""} end
+    end
   end
-  return out
+  local others = {}
+  for _, entry in ipairs(seen) do
+    if entry[1] ~= actor then
+      others[#others + 1] = entry
+    elseif not group_seen_newer(score, member, entry) then
+      return  -- the actor is there with a newer item already
+    end
+  end
+  local new, out = {actor, score, member}, {}
+  for _, entry in ipairs(others) do
+    if new and group_seen_newer(score, member, entry) then
+      out[#out + 1] = new
+      new = nil
+    end
+    out[#out + 1] = entry
+  end
+  if new then out[#out + 1] = new end
+  local names = {}
+  for i = #out, GROUP_ACTORS + 1, -1 do out[i] = nil end
+  for i, entry in ipairs(out) do names[i] = entry[1] end
+  meta.seen, meta.actors = out, names
 end
 
 -- The item joins its group (or starts one). Returns the member that leaves
@@ -85,28 +116,21 @@ local function group_join(groups_key, open_key, members_key, ends_key, closed_ke
     if raw then meta = cjson.decode(raw) end
   end
   if not meta then
-    meta = {key = gkey, count = 1, actors = group_actors({}, actor), start = tonumber(score)}
+    meta = {key = gkey, count = 1, actors = {}, start = tonumber(score)}
+    group_seen_add(meta, actor, score, member)
     redis.call("HSET", slot_key, field, member)
     redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))
     return nil
   end
   meta.count = meta.count + 1
-  local actors = meta.actors
-  if type(actors) ~= "table" then actors = {} end
   if tonumber(score) < meta.start then meta.start = tonumber(score) end
+  group_seen_add(meta, actor, score, member)
   local head_score = redis.call("ZSCORE", members_key, head)
   if head_score and not group_newer(score, member, head_score, head) then
-    -- Older than the row: it counts, the row stays (its actors are newer).
-    if actor ~= "" and #actors < GROUP_ACTORS then
-      local known = false
-      for _, name in ipairs(actors) do if name == actor then known = true end end
-      if not known then actors[#actors + 1] = actor end
-    end
-    meta.actors = actors
+    -- Older than the row: it counts, the row stays.
     redis.call("HSET", groups_key, group_ref(head), cjson.encode(meta))
     return member
   end
-  meta.actors = group_actors(actors, actor)
   redis.call("HDEL", groups_key, group_ref(head))
   redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))
   redis.call("HSET", slot_key, field, member)

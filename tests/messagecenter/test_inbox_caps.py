@@ -19,6 +19,7 @@ import pytest
 from messagecenter import fallback, services
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel import InboxEntry, inbox, publish, scripts, to_ms
+from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.readmodel.entries import CATEGORY_ORDER, parse_member
 from messagecenter.readmodel.inbox import AGAIN, Page
 from tests.factories import UserFactory
@@ -693,3 +694,20 @@ def test_a_fill_keeps_the_newest_items_up_to_the_cap(
     truth = fallback.inbox_page(user_id=recipient.pk, now=timezone.now() + timedelta(seconds=2), **whole_inbox(20))
     assert after == [row.ref for row in truth.rows] == [notified.ref, sent[4], sent[3], sent[2], sent[1]]
     assert redis.zscore(mc_keys.user_notifications(recipient.pk), notification_entry(notified).member) is not None
+
+
+def test_a_group_names_its_newest_actors_by_time_whatever_order_items_join(redis: Any) -> None:
+    """Items of one key delivered out of time order (a merge on read brings an
+    older item after newer ones): the row's actors are the three newest
+    distinct ones by the items' times, as PostgreSQL computes them."""
+    uid = UserFactory().pk
+    # (offset, time, actor), in the order they are delivered.
+    arrivals = [(1, 50, "Dan"), (2, 40, "Cat"), (3, 30, "Ann"), (4, 45, "Ben"), (5, 10, "Eve"), (6, 35, "Dan")]
+    for i, at, actor in arrivals:
+        entry = InboxEntry(f"m{100_000 + i}", "system", MONTH, i, T0 + at, 0, "k", actor)
+        _deliver(entry, uid)
+    page = _page(uid, T0 + 100)
+    assert [row.ref for row in page.rows] == ["m100001"]
+    groups = readmodel_grouping.groups_of(user_id=uid, refs=["m100001"])
+    # By time: Dan 50, Ben 45, Cat 40, Dan 35, Ann 30, Eve 10.
+    assert groups["m100001"] == {"key": "k", "count": 6, "actors": ["Dan", "Ben", "Cat"]}
