@@ -170,15 +170,16 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
     entry = placed[1]
-    with transaction.atomic():
-        read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
-        # The member lets the Redis half take the one-round-trip path.
-        payload = {"ref": ref, "read": read, "at_ms": to_ms(now), "member": entry.member}
-        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
-        # Reading a grouped row ends its group (once Redis has the mark); a row
-        # is its group's newest item, so an item without a key ends none.
-        if read and entry.group_key:
-            transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
+    # One row's compare and set, committed by itself (no transaction: two
+    # statements, not four); the hooks below then run at once, after it.
+    read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
+    # The member lets the Redis half take the one-round-trip path.
+    payload = {"ref": ref, "read": read, "at_ms": to_ms(now), "member": entry.member}
+    redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
+    # Reading a grouped row ends its group (once Redis has the mark); a row
+    # is its group's newest item, so an item without a key ends none.
+    if read and entry.group_key:
+        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
     return True
 
 
