@@ -72,17 +72,22 @@ LAG_SQL = (
 _OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
+def caused_by(exc: BaseException | None, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an error it was raised from (or while handling) is one of ``kinds``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, kinds):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def is_database_outage(exc: BaseException | None) -> bool:
     """True for errors meaning PostgreSQL cannot be reached or the connection
     died (as opposed to a query bug): Django's wrapped ones and psycopg's own,
     which escape Django's wrapper when they come from the pool or a connect."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, _OUTAGE_ERRORS):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return caused_by(exc, _OUTAGE_ERRORS)
 
 
 def replica_databases(urls: list[str], *, primary: dict[str, Any], timeout: float) -> dict[str, dict[str, Any]]:

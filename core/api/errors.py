@@ -6,7 +6,7 @@ from typing import Any
 from django.utils.translation import gettext, gettext_noop
 
 from core.breaker import RedisPoolExhausted
-from core.replicas import is_database_outage
+from core.replicas import caused_by, is_database_outage
 
 
 class ApplicationError(Exception):
@@ -74,15 +74,7 @@ def is_unavailable(exc: BaseException | None) -> bool:
     """True for errors that answer 503 (the request was fine, the service is
     not, a retry may work): a PostgreSQL outage, or no Redis connection free
     in this process's bounded pool within its timeout (an overload)."""
-    if is_database_outage(exc):
-        return True
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, RedisPoolExhausted):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return is_database_outage(exc) or caused_by(exc, (RedisPoolExhausted,))
 
 
 # Messages the domain raises with a fixed text: catalogued here so that the

@@ -1,6 +1,7 @@
 -- Grouped items (preamble of deliver.lua and group_merge.lua): one
 -- recipient's groups of a key, kept in keys of the recipient's hash tag:
---   groups hash   ref of a group's row -> its JSON {key, count, actors, start}
+--   groups hash   ref of a group's row -> its JSON {key, count, seen, start} (seen:
+--                 the newest three distinct actors, {actor, time, member} each)
 --   open hash     group key -> the member of its open group's row
 --   closed hash   "<end>|<row ref then>|<group key>" ("<end>|<group key>" for
 --                 a bare end) -> the member of an ended group's row
@@ -45,9 +46,10 @@ end
 -- The newest three distinct actors, each kept with the time and member of
 -- its newest item (meta.seen: {actor, time, member} each, newest first), so
 -- an item that joins out of order (a merge on read brings an older item after
--- newer ones) takes its place by time, as PostgreSQL orders them; meta.actors
--- is their names. An entry of a group written before the times were kept
--- has no time ("+inf"): it stays ahead of every item that joins later.
+-- newer ones) takes its place by time, as PostgreSQL orders them. Readers take
+-- the names from it (readmodel.grouping). A group written before the times
+-- were kept has only meta.actors, names without times ("+inf"): they stay
+-- ahead of every item that joins later, and the names go into meta.seen.
 local function group_seen_newer(score, member, entry)
   if entry[2] == "+inf" then return false end
   return group_newer(score, member, entry[2], entry[3])
@@ -79,10 +81,8 @@ local function group_seen_add(meta, actor, score, member)
     out[#out + 1] = entry
   end
   if new then out[#out + 1] = new end
-  local names = {}
   for i = #out, GROUP_ACTORS + 1, -1 do out[i] = nil end
-  for i, entry in ipairs(out) do names[i] = entry[1] end
-  meta.seen, meta.actors = out, names
+  meta.seen, meta.actors = out, nil
 end
 
 -- The item joins its group (or starts one). Returns the member that leaves
@@ -116,7 +116,7 @@ local function group_join(groups_key, open_key, members_key, ends_key, closed_ke
     if raw then meta = cjson.decode(raw) end
   end
   if not meta then
-    meta = {key = gkey, count = 1, actors = {}, start = tonumber(score)}
+    meta = {key = gkey, count = 1, seen = {}, start = tonumber(score)}
     group_seen_add(meta, actor, score, member)
     redis.call("HSET", slot_key, field, member)
     redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))

@@ -63,14 +63,18 @@ end
 -- A member of all takes its other places: its category zset, its push bit
 -- and, when its read bit is 0, the unread zsets and counter (its category's
 -- zset and its month's bitmaps looked up in category_keys, PUSH and READ).
+-- A member still in its category zset: a fan-out evicted it and the rest of
+-- its removal is pending (caps on write): it is still counted, so it is only
+-- back in all (and moved to this time), not counted again.
+local function place_evicted(member, cat, month, off, time)
+  call("SREM", evicted_key, member)
+  if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
+  bits_set(PUSH[month], off, 1)
+end
+
 local function place(member, cat, month, off, time)
   if call("ZADD", category_keys[cat], time, member) == 0 then
-    -- Still in its category zset: a fan-out evicted it and the rest of its
-    -- removal is pending (caps on write): it is still counted, so it is only
-    -- back in all (and moved to this time), not counted again.
-    call("SREM", evicted_key, member)
-    if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
-    bits_set(PUSH[month], off, 1)
+    place_evicted(member, cat, month, off, time)
     return
   end
   bits_set(PUSH[month], off, 1)
@@ -107,10 +111,7 @@ local function place_many(items)
     for n, item in ipairs(list) do
       local member, month, off, time = item[1], item[3], item[4], item[5]
       if held[n] then
-        -- As in place(): evicted with its removal pending, still counted.
-        call("SREM", evicted_key, member)
-        if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
-        bits_set(PUSH[month], off, 1)
+        place_evicted(member, cat, month, off, time)
       else
         bits_set(PUSH[month], off, 1)
         if bits_get(READ[month], off) == 0 then

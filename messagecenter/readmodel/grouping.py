@@ -29,8 +29,11 @@ def _parsed(raw: bytes) -> dict[str, Any]:
     # Parsed once per distinct JSON: a polled page reads the same groups again
     # and again (callers never mutate the dict).
     meta = json.loads(raw)
+    # The newest distinct actors, each with its newest item's time (_group.lua);
+    # a group written before the times were kept names them alone ("actors").
     # cjson writes an empty Lua table as an object.
-    actors = meta.get("actors")
+    seen = meta.get("seen")
+    actors = [entry[0] for entry in seen] if isinstance(seen, list) else meta.get("actors")
     return {
         "key": str(meta["key"]),
         "count": int(meta["count"]),

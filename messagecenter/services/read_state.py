@@ -84,20 +84,20 @@ _CAS_SQL = "UPDATE {table} SET read = %s, ever = %s, updated_at = %s WHERE id = 
 
 def _execute(sql: str, params: Sequence[Any], **names: str) -> list[tuple[Any, ...]]:
     """``sql`` with the table's quoted name (and ``names``) filled in, run with ``params``."""
-    connection = connections[router.db_for_write(InboxReadMonth)]
-    table = connection.ops.quote_name(InboxReadMonth._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(sql.format(table=table, **names), params)
-        return list(cursor.fetchall()) if cursor.description else []
+    return _run(sql, params, names)[0]
 
 
 def _execute_count(sql: str, params: Sequence[Any]) -> int:
     """``sql`` (a write) with the table's quoted name filled in; how many rows it changed."""
+    return _run(sql, params, {})[1]
+
+
+def _run(sql: str, params: Sequence[Any], names: dict[str, str]) -> tuple[list[tuple[Any, ...]], int]:
     connection = connections[router.db_for_write(InboxReadMonth)]
     table = connection.ops.quote_name(InboxReadMonth._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(sql.format(table=table), params)
-        return int(cursor.rowcount)
+        cursor.execute(sql.format(table=table, **names), params)
+        return (list(cursor.fetchall()) if cursor.description else []), int(cursor.rowcount)
 
 
 def _month_rows(user_id: int, months: list[int], now: datetime) -> list[tuple[int, int, bytes, bytes]]:
