@@ -7,13 +7,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from pyroaring import BitMap
 
 from messagecenter import services
 from messagecenter.models import InboxReadMonth, InboxSeen
 from messagecenter.readmodel import InboxEntry, inbox, to_ms
+from messagecenter.services import read_state
 from messagecenter.services.read_state import read_marks_commit, seen_commit
 from notices.models import AnnouncementRead
 from notices.services import announcement_mark_read, announcement_mark_unread
@@ -62,6 +63,37 @@ def test_read_all_commits_exactly_the_unread_items_of_its_category(
     # Nothing to read is nothing to write; nobody else gets a row.
     assert services.inbox_mark_all_read(user=other_recipient) == 0
     assert not InboxReadMonth.objects.filter(user=other_recipient).exists()
+
+
+def test_a_read_all_over_two_months_commits_both_or_neither(
+    operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    november = send(operator, to={"users": [recipient]}, title="november")
+    clock.advance(days=10)  # into December: the next item's bit lives in another month's row
+    december = send(operator, to={"users": [recipient]}, title="december")
+    assert november.slot_month != december.slot_month
+    for item in (november, december):  # both month rows exist, nothing read
+        services.inbox_mark_read(user=recipient, item_id=item.ref)
+        services.inbox_mark_unread(user=recipient, item_id=item.ref)
+    real_update = read_state._row_update
+    calls: list[int] = []
+
+    def second_fails(*args: Any, **kwargs: Any) -> int:
+        calls.append(1)
+        if len(calls) == 2:
+            raise DatabaseError("the second month's write fails")
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(read_state, "_row_update", second_fails)
+    with pytest.raises(DatabaseError):
+        services.inbox_mark_all_read(user=recipient)
+    # The first month's write rolled back with the second's; Redis never heard.
+    assert all(not read for read in (_bits(recipient, m.slot_month)[0] for m in (november, december)))
+    assert _read_in_redis(recipient, november.ref, clock) is False
+    monkeypatch.setattr(read_state, "_row_update", real_update)
+    assert services.inbox_mark_all_read(user=recipient) == 2
+    assert _bits(recipient, november.slot_month)[0] == BitMap([november.slot_offset])
+    assert _bits(recipient, december.slot_month)[0] == BitMap([december.slot_offset])
 
 
 def test_a_broadcast_costs_no_row_until_the_user_acts(operator: Any, recipient: Any, other_recipient: Any) -> None:
