@@ -21,14 +21,15 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
   decides it).
 
 Every call runs a small, fixed number of queries whatever the inbox holds:
-candidates of each kind are scanned newest first in one query, bounded by
-``MESSAGECENTER_FALLBACK_SCAN_LIMIT`` rows (only the columns needed), and the
-audience bitmaps are tested in Python; details are loaded only for the rows
-returned.
+the user's own rows in one statement (``messagecenter.user_rows``, as the
+fill reads them) and their item states; candidates of each kind scanned
+newest first in one query, bounded by ``MESSAGECENTER_FALLBACK_SCAN_LIMIT``
+rows (only the columns needed), the audience bitmaps tested in Python;
+details loaded only for the rows returned.
 """
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,20 +41,16 @@ from core.bitmaps import bitmap_deserialize
 from messagecenter.items import bulletin_detail, message_detail, notification_detail
 from messagecenter.models import (
     Bulletin,
-    InboxGroupEnd,
-    InboxHidden,
     InboxItemState,
-    InboxReadMonth,
-    InboxSeen,
     Message,
     MessageStatus,
     Notification,
-    UserGroupMembership,
 )
-from messagecenter.mutes import Mutes, user_mutes
+from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, listing, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page, PageRow
+from messagecenter.user_rows import user_rows
 
 logger = logging.getLogger(__name__)
 
@@ -160,13 +157,12 @@ class _Groups:
     out: set[str] = field(default_factory=set)  # grouped items that are not their group's row
 
     @classmethod
-    def of(cls, entries: Iterable[InboxEntry], ends: Iterable[tuple[str, int, str]]) -> "_Groups":
-        cuts: dict[str, list[tuple[int, str]]] = {}
-        for key, until, row_ref in ends:
-            cuts.setdefault(key, []).append((until, row_ref))
+    def of(cls, entries: Iterable[InboxEntry], ends: Mapping[str, Sequence[tuple[int, str]]]) -> "_Groups":
+        """``ends``: group key -> (until ms, row ref) of the user's ended groups."""
         # The ends zset's order: time, then member ("<time>|<row ref>|").
-        for times in cuts.values():
-            times.sort(key=lambda end: (end[0], end[1] + "|" if end[1] else ""))
+        cuts = {
+            key: sorted(times, key=lambda end: (end[0], end[1] + "|" if end[1] else "")) for key, times in ends.items()
+        }
         slots: dict[tuple[str, int | None, str], list[InboxEntry]] = {}
         for entry in entries:
             if not entry.group_key:
@@ -230,9 +226,11 @@ def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes:
     return found
 
 
-def _bulletins(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
+def _bulletins(
+    groups: list[int], now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int
+) -> list[InboxEntry]:
+    """``groups``: the ids of the user's groups."""
     found: list[InboxEntry] = []
-    groups = UserGroupMembership.objects.filter(user_id=user_id).values("group_id")
     # A display time within the current ms counts as passed (the Redis rule is in ms).
     rows = (
         Bulletin.objects.filter(display_time__lt=now + _ONE_MS)
@@ -358,11 +356,12 @@ def _placed(
 def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
     """``keep``: a ref just hidden that is read as if it were not."""
     now_ms = to_ms(now)
-    hidden = set(InboxHidden.objects.filter(user_id=user_id).values_list("item_id", flat=True))
+    own = user_rows(user_id)
+    hidden = set(own.hidden)
     hidden.discard(keep or "")
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
-    mutes = user_mutes(user_id=user_id)
+    mutes = own.mutes
     # mc_item_state_unique serves this lookup by user.
     states = {
         ref: (archived, until)
@@ -373,31 +372,18 @@ def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
     scan = want + len(states)  # parked items do not count towards the list's size
     candidates = [
         *_messages(user_id, now, now_ms, hidden, mutes, scan),
-        *_bulletins(user_id, now, now_ms, hidden, mutes, scan),
+        *_bulletins(own.group_ids, now, now_ms, hidden, mutes, scan),
         *_notifications(user_id, now, now_ms, hidden, mutes, scan),
     ]
-    groups = _Groups()
-    if any(entry.group_key for entry in candidates):
-        # mc_group_end_row_unique serves this lookup by user.
-        ends = InboxGroupEnd.objects.filter(user_id=user_id).values_list("group_key", "until_ms", "row_ref")
-        groups = _Groups.of(candidates, ends)
+    groups = _Groups.of(candidates, own.ends)
     # A newer item of its group is the row of an item in groups.out.
     items, archived, snoozed = _placed([e for e in candidates if e.ref not in groups.out], states, now_ms)
     # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
     items = sorted(items, key=_sort_key, reverse=True)[:want]
     archived.sort(key=_sort_key, reverse=True)
-
-    shown = [*items, *archived]
-    # mc_inboxreadmonth_unique serves this lookup by user and month.
-    bits = {
-        month: bitmap_deserialize(raw)
-        for month, raw in InboxReadMonth.objects.filter(
-            user_id=user_id, month__in={entry.month for entry in shown}
-        ).values_list("month", "read")
-    }
-    read = {entry.ref for entry in shown if entry.offset in bits.get(entry.month, ())}
-    seen_ms = InboxSeen.objects.filter(user_id=user_id).values_list("seen_ms", flat=True).first() or 0
-    return _Inbox(items=items, read=read, seen_ms=int(seen_ms), archived=archived, snoozed=snoozed, groups=groups)
+    bits = {month: bitmap_deserialize(read) for month, (read, _ever) in own.months.items()}
+    read = {entry.ref for entry in (*items, *archived) if entry.offset in bits.get(entry.month, ())}
+    return _Inbox(items=items, read=read, seen_ms=own.seen_ms or 0, archived=archived, snoozed=snoozed, groups=groups)
 
 
 def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -32,14 +32,11 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 from django.utils import timezone
 
 from core import keys
@@ -53,15 +50,9 @@ from messagecenter.items import ENTRY_FIELDS, entry_of_row
 from messagecenter.models import (
     DeliveryMode,
     InboxGroupEnd,
-    InboxHidden,
-    InboxItemState,
-    InboxReadMonth,
-    InboxSeen,
     Message,
     MessageStatus,
-    MutePeriod,
     Notification,
-    UserGroupMembership,
 )
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
@@ -76,6 +67,7 @@ from messagecenter.readmodel.user_part import (
     user_part_filled,
     users_filled,
 )
+from messagecenter.user_rows import UserRows, user_rows
 
 T = TypeVar("T")
 
@@ -272,69 +264,14 @@ def inbox_warm(*, user_ids: list[int]) -> int:
     return sum(1 for user_id in user_ids if inbox_fill(user_id=user_id))
 
 
-@dataclass
-class _UserRows:
-    """What PostgreSQL keeps of one user's own state, besides their items."""
-
-    months: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # month -> (read, ever) bit-sets
-    seen_ms: int | None = None
-    group_ids: list[int] = field(default_factory=list)
-    parked: list[str] = field(default_factory=list)  # archived or snoozed refs
-    mute_rows: list[tuple[str, int | None, int, int | None]] = field(default_factory=list)
-    hidden: list[str] = field(default_factory=list)
-    ends: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # group key -> (until ms, row ref)
-
-
-@cache
-def _rows_sql() -> str:
-    """One statement for the user's rows of seven tables (one round trip instead
-    of seven), each branch on the table's index by user. The columns are
-    (kind, text, number, number, number, bytes, bytes, text); a branch fills
-    the ones it has and leaves the rest NULL."""
-    n = "CAST(NULL AS BIGINT)"  # typed: PostgreSQL would take a bare NULL of the first branch for text
-    branches = [
-        ("r", InboxReadMonth, f"NULL, month, {n}, {n}, read, ever, NULL"),
-        ("s", InboxSeen, f"NULL, seen_ms, {n}, {n}, NULL, NULL, NULL"),
-        ("g", UserGroupMembership, f"NULL, group_id, {n}, {n}, NULL, NULL, NULL"),
-        ("p", InboxItemState, f"item_id, {n}, {n}, {n}, NULL, NULL, NULL"),
-        ("m", MutePeriod, "category, message_type_id, start_ms, end_ms, NULL, NULL, NULL"),
-        ("h", InboxHidden, f"item_id, {n}, {n}, {n}, NULL, NULL, NULL"),
-        ("e", InboxGroupEnd, f"group_key, until_ms, {n}, {n}, NULL, NULL, row_ref"),
-    ]
-    return " UNION ALL ".join(
-        f"SELECT '{kind}', {columns} FROM {model._meta.db_table} WHERE user_id = %s"  # noqa: S608 (our own names)
-        for kind, model, columns in branches
-    )
-
-
-def _user_rows(user_id: int) -> _UserRows:
-    rows = _UserRows()
-    with connection.cursor() as cursor:
-        cursor.execute(_rows_sql(), [user_id] * 7)
-        for kind, text, a, b, c, read, ever, text2 in cursor.fetchall():
-            if kind == "r":
-                rows.months[int(a)] = (bytes(read), bytes(ever))
-            elif kind == "s":
-                rows.seen_ms = int(a)
-            elif kind == "g":
-                rows.group_ids.append(int(a))
-            elif kind in "ph":
-                (rows.parked if kind == "p" else rows.hidden).append(str(text))
-            elif kind == "m":
-                rows.mute_rows.append((text, a, int(b), c))
-            else:
-                rows.ends.setdefault(str(text), []).append((int(a), str(text2)))
-    return rows
-
-
 def _restore(user_id: int, now: datetime) -> None:
     now_ms = to_ms(now)
-    rows = _user_rows(user_id)
+    rows = user_rows(user_id)
     _read_state_restore(user_id, rows)
     projection.user_groups_write(
         groups={user_id: rows.group_ids}, parked_bulletins=[(user_id, r) for r in rows.parked if r[:1] == "b"]
     )
-    mutes = Mutes.of(rows.mute_rows)
+    mutes = rows.mutes
     projection.user_mutes_write(mutes_by_user={user_id: mutes})
     for ref in rows.hidden:
         publish.user_hidden_add(user_id=user_id, ref=ref, now_ms=now_ms)
@@ -350,7 +287,7 @@ def _restore(user_id: int, now: datetime) -> None:
     responses_rm.responses_put(user_id=user_id, responses={f"m{m}": (a, to_ms(at)) for m, a, at in answers})
 
 
-def _read_state_restore(user_id: int, rows: _UserRows) -> None:
+def _read_state_restore(user_id: int, rows: UserRows) -> None:
     """The user's committed read bit-sets and watermark, where Redis has none
     (SET NX, HSETNX: a mark already in Redis stays)."""
     state = read_state_rm.UserReadState()

@@ -27,8 +27,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from messagecenter.models import MutePeriod
-
 Period = tuple[int, int | None]
 
 
@@ -96,10 +94,3 @@ def _periods(raw: Iterable[Any]) -> tuple[Period, ...]:
 
 
 NO_MUTES = Mutes()
-
-
-def user_mutes(*, user_id: int) -> Mutes:
-    """All of the user's mute periods, past and open (mc_muteperiod_user_idx):
-    what a fill and the PostgreSQL inbox hold the user's items to."""
-    rows = MutePeriod.objects.filter(user_id=user_id).values_list("category", "message_type_id", "start_ms", "end_ms")
-    return Mutes.of(rows)

@@ -2,8 +2,8 @@
 item source (messages, bulletins, later subscription notifications) uses."""
 
 import logging
-from contextlib import nullcontext
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
