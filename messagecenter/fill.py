@@ -65,6 +65,7 @@ from messagecenter.readmodel.user_part import (
     removal_version,
     user_part_drop,
     user_part_filled,
+    user_part_own_put,
     users_filled,
 )
 from messagecenter.user_rows import UserRows, user_rows
@@ -120,11 +121,14 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
     with _user_locked(user_id) as locked:
         if not locked:
             return False
-        _drop(user_id)
         # A removal's Redis half follows its commit: every removal up to this
         # version is already out of what PostgreSQL answers below.
         settled = removal_version()
-        _restore(user_id, now or timezone.now())
+        rows = user_rows(user_id)
+        # Whatever Redis holds of the user goes (the keys of the groups
+        # PostgreSQL knows ended included): a stale copy is never trusted.
+        user_part_drop(user_id=user_id, group_keys=rows.ends)
+        _restore(user_id, rows, now or timezone.now())
         user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=settled)
     # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
     outbox.settle_user(user_id=user_id)
@@ -264,19 +268,17 @@ def inbox_warm(*, user_ids: list[int]) -> int:
     return sum(1 for user_id in user_ids if inbox_fill(user_id=user_id))
 
 
-def _restore(user_id: int, now: datetime) -> None:
+def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     now_ms = to_ms(now)
-    rows = user_rows(user_id)
     _read_state_restore(user_id, rows)
-    projection.user_groups_write(
-        groups={user_id: rows.group_ids}, parked_bulletins=[(user_id, r) for r in rows.parked if r[:1] == "b"]
-    )
     mutes = rows.mutes
-    projection.user_mutes_write(mutes_by_user={user_id: mutes})
-    for ref in rows.hidden:
-        publish.user_hidden_add(user_id=user_id, ref=ref, now_ms=now_ms)
-    for key, times in rows.ends.items():
-        grouping.group_ends_put(user_id=user_id, group_key=key, ends=times)
+    user_part_own_put(
+        user_id=user_id,
+        group_ids=rows.group_ids,
+        mutes="" if mutes.empty else mutes.dumps(),
+        hidden=rows.hidden,
+        ends=rows.ends,
+    )
     # An inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS; parked items do not count.
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) + len(rows.parked)
     # Oldest first, as they arrived (a grouped item joins the row of the items before it).

@@ -116,20 +116,14 @@ def user_groups(user_ids: Iterable[int]) -> None:
         .order_by("user_id")
         .values_list("user_id", "item_id")
     )
-    user_groups_write(groups=groups, parked_bulletins=parked)
-
-
-def user_groups_write(*, groups: Mapping[int, list[int]], parked_bulletins: Sequence[tuple[int, str]]) -> None:
-    """``user_groups`` with the rows read already: each user's group ids, and
-    the (user, bulletin ref) pairs of their archived and snoozed bulletins."""
     now = timezone.now()
-    entries = item_entries({ref for _user, ref in parked_bulletins}, now)
+    entries = item_entries({ref for _user, ref in parked}, now)
     parked_by_user: dict[int, list[str]] = {}
-    for user_id, ref in parked_bulletins:
+    for user_id, ref in parked:
         if (entry := entries[ref]) is not None:
             parked_by_user.setdefault(user_id, []).append(entry.member)
     publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(now), parked_by_user=parked_by_user)
-    item_places(parked_bulletins, entries=entries)
+    item_places(parked, entries=entries)
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:
@@ -142,12 +136,8 @@ def user_mutes(user_ids: Iterable[int]) -> None:
         "user_id", "category", "message_type_id", "start_ms", "end_ms"
     ):
         rows[user_id].append((category, type_id, start_ms, end_ms))
-    user_mutes_write(mutes_by_user={u: Mutes.of(r) for u, r in rows.items()})
-
-
-def user_mutes_write(*, mutes_by_user: Mapping[int, Mutes]) -> None:
-    """``user_mutes`` with the periods read already."""
-    publish.user_mutes_replace(mutes_by_user={u: "" if m.empty else m.dumps() for u, m in mutes_by_user.items()})
+    mutes = {u: Mutes.of(r) for u, r in rows.items()}
+    publish.user_mutes_replace(mutes_by_user={u: "" if m.empty else m.dumps() for u, m in mutes.items()})
 
 
 def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: bool = True) -> bool:

@@ -96,12 +96,6 @@ def group_end_member(until_ms: int, row_ref: str) -> str:
     return f"{until_ms}|{row_ref}|" if row_ref else str(until_ms)
 
 
-def group_ends_put(*, user_id: int, group_key: str, ends: Sequence[tuple[int, str]]) -> None:
-    """Mirror ended groups (time, row ref) from PostgreSQL (the rebuild, before items arrive)."""
-    if ends:
-        get_redis().zadd(mc_keys.inbox_group_ends(user_id, group_key), {group_end_member(e, ref): e for e, ref in ends})
-
-
 @dataclass(frozen=True)
 class GroupItems:
     members: list[tuple[str, int]]  # (member, score), newest first

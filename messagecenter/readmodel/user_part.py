@@ -2,11 +2,12 @@
 the user's part of the read model before it is filled again, and mark it filled."""
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from core.redis import get_redis
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel.entries import CATEGORY_ORDER
+from messagecenter.readmodel.grouping import group_end_member
 
 
 def user_part_drop(*, user_id: int, group_keys: Iterable[str]) -> None:
@@ -34,6 +35,34 @@ def user_part_drop(*, user_id: int, group_keys: Iterable[str]) -> None:
     client.unlink(*names)
 
 
+def user_part_own_put(
+    *,
+    user_id: int,
+    group_ids: Sequence[int],
+    mutes: str,
+    hidden: Sequence[str],
+    ends: Mapping[str, Sequence[tuple[int, str]]],
+) -> None:
+    """Write the user's own rows into a part just dropped, in one round trip
+    (the user's keys share one slot): the ids of their groups, their mute
+    periods (``Mutes.dumps``; "" = none), the refs they hid (no merge brings
+    them in) and their ended groups (group key -> (until ms, row ref)). The
+    paths that change one of these in a filled part go through the inbox
+    scripts; a part just dropped holds nothing they would have to move."""
+    if not (group_ids or mutes or hidden or ends):
+        return
+    pipe = get_redis().pipeline(transaction=False)
+    if group_ids:
+        pipe.sadd(mc_keys.user_groups(user_id), *group_ids)
+    if mutes:
+        pipe.set(mc_keys.user_mutes(user_id), mutes)
+    if hidden:
+        pipe.sadd(mc_keys.inbox_hidden(user_id), *hidden)
+    for group_key, times in ends.items():
+        pipe.zadd(mc_keys.inbox_group_ends(user_id, group_key), {group_end_member(e, ref): e for e, ref in times})
+    pipe.execute()
+
+
 def removal_version() -> int:
     """The removal log's version now (0 when it has none)."""
     return int(get_redis().get(mc_keys.removed_version()) or 0)
@@ -51,8 +80,8 @@ def user_part_filled(*, user_id: int, generation: str, idle_ms: int, settled: in
     pipe.hset(state, mapping={"fill": generation, "settled": settled})
     if generation:
         pipe.pexpire(state, idle_ms)
+    pipe.sadd(mc_keys.filled_users(), user_id)
     pipe.execute()
-    get_redis().sadd(mc_keys.filled_users(), user_id)
 
 
 def filled_users_scan(*, cursor: int, count: int) -> tuple[int, list[int]]:
