@@ -27,7 +27,6 @@ from messagecenter.readmodel.scripts import (
     DELIVER_SCRIPT,
     FILL_ITEMS_SCRIPT,
     DropPrefixOp,
-    hide_ref_call,
     inbox_call,
     run_inbox_calls,
 )
@@ -322,9 +321,10 @@ def user_mutes_replace(*, mutes_by_user: Mapping[int, str]) -> None:
     pipe.execute()
 
 
-def user_hidden_add(*, user_id: int, ref: str, now_ms: int) -> None:
-    """Rebuild path: record a hidden ref even when the item is not merged."""
-    hide_ref_call(user_id=user_id, ref=ref)()
+def user_hidden_add(*, user_id: int, refs: Sequence[str]) -> None:
+    """Record hidden refs, merged or not: no later merge brings them in."""
+    if refs:
+        get_redis().sadd(mc_keys.inbox_hidden(user_id), *refs)
 
 
 def pull_expired_drop(*, pull_members: list[str], refs: list[str], audience_chunks: dict[str, list[int]]) -> None:

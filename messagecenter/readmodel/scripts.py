@@ -76,7 +76,6 @@ SWEEP_SCRIPT = _script("sweep.lua")
 # A fan-out only adds: its script needs none of the inbox helpers, only the grouping.
 DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua", preambles=("../lua/_group.lua",))
 FILL_ITEMS_SCRIPT = LuaScript(__file__, "../lua/fill_items.lua")
-HIDE_REF_SCRIPT = LuaScript(__file__, "../lua/hide_ref.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
 SNOOZE_SCRIPT = _script("snooze.lua", *PARK)
@@ -97,7 +96,7 @@ INBOX_SCRIPTS = (
     SNOOZE_SCRIPT,
     BULK_MARK_SCRIPT,
 )
-LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT, HIDE_REF_SCRIPT])
+LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT])
 
 
 def inbox_keys(user_id: int) -> list[str]:
@@ -475,11 +474,6 @@ def inbox_call(op: InboxOp, *, user_id: int, now_ms: int, months: Sequence[str],
         args.append("0")
     args.append(_fill_check() if _checked_user.get() == user_id else "")
     return InboxCall(op.script, list(names), args, user_id)
-
-
-def hide_ref_call(*, user_id: int, ref: str) -> InboxCall:
-    """hide_ref.lua: the ref is hidden even if it is not (yet) merged."""
-    return InboxCall(HIDE_REF_SCRIPT, [mc_keys.inbox_hidden(user_id)], [ref])
 
 
 def run_inbox_calls(calls: Sequence[InboxCall]) -> list[Any]:

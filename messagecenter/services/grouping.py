@@ -169,8 +169,7 @@ def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
     if not refs:
         return
     InboxHidden.objects.bulk_create([InboxHidden(user_id=user_id, item_id=r) for r in refs], ignore_conflicts=True)
-    for r in refs:
-        publish.user_hidden_add(user_id=user_id, ref=r, now_ms=now_ms)
+    publish.user_hidden_add(user_id=user_id, refs=refs)
 
 
 def group_rows_acted(*, user_id: int, refs: list[str], action: str, now_ms: int) -> None:

@@ -86,7 +86,7 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
     """The positions after the left-out key (months, push, read, version) are the right ones."""
     hider, reader, plain = (UserFactory() for _ in range(3))
     entry = _entry()
-    publish.user_hidden_add(user_id=hider.pk, ref=entry.ref, now_ms=0)
+    publish.user_hidden_add(user_id=hider.pk, refs=[entry.ref])
     redis.setbit(mc_keys.read_bitmap(reader.pk, MONTH), entry.offset, 1)
     assert publish.inbox_deliver(entry=entry, user_ids=[hider.pk, reader.pk, plain.pk], now_ms=1) == 2
     assert inbox.inbox_counts(user_id=hider.pk, now_ms=2).unread_by_category["system"] == 0

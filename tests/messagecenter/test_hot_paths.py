@@ -72,7 +72,7 @@ def test_batched_fanout_matches_one_inbox_at_a_time(monkeypatch: pytest.MonkeyPa
     users = [UserFactory() for _ in range(5)]
     hider, reader = users[1], users[2]
     entry = _entry()
-    publish.user_hidden_add(user_id=hider.pk, ref=entry.ref, now_ms=0)
+    publish.user_hidden_add(user_id=hider.pk, refs=[entry.ref])
     redis.setbit(mc_keys.read_bitmap(reader.pk, MONTH), entry.offset, 1)  # e.g. restored read state
 
     gained = publish.inbox_deliver(entry=entry, user_ids=[u.pk for u in users], now_ms=1)

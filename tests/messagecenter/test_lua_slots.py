@@ -177,7 +177,7 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     assert services.notification_sweep()["removed"] == 1
 
     # A Redis loss: the committed read state goes back first (restore.lua),
-    # then hidden refs (hide_ref) and everything else.
+    # then everything else.
     flush_redis()
     inbox_rebuild()
     inbox_warm(user_ids=[alice.pk, bob.pk, carol.pk])  # each user's part: dropped, then filled
