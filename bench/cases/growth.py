@@ -172,11 +172,16 @@ def _script_histogram() -> ScriptHistogram:
     server's clock (no network, no client scheduling) and cumulative.
     Reading it changes no setting of the shared Redis."""
     reply = get_redis().execute_command("LATENCY", "HISTOGRAM", "evalsha", "eval")
-    merged: ScriptHistogram = {}
-    for stats in reply.values():
-        for bound, calls in stats[b"histogram_usec"].items():
-            merged[int(bound)] = merged.get(int(bound), 0) + int(calls)
-    return merged
+    commands = [{int(b): int(c) for b, c in stats[b"histogram_usec"].items()} for stats in reply.values()]
+
+    def at_most(histogram: ScriptHistogram, bound: int) -> int:
+        # Each command's buckets stop at its slowest call: past it, all its calls.
+        return max((calls for b, calls in histogram.items() if b <= bound), default=0)
+
+    # Summed bound by bound over both commands' buckets (one slow EVAL long ago
+    # has a bucket EVALSHA lacks), so the sum stays cumulative.
+    bounds = sorted({b for histogram in commands for b in histogram})
+    return {bound: sum(at_most(h, bound) for h in commands) for bound in bounds}
 
 
 def _server_bound(before: ScriptHistogram, after: ScriptHistogram) -> tuple[float, str]:
