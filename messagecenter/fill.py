@@ -275,7 +275,7 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     user_part_own_put(
         user_id=user_id,
         group_ids=rows.group_ids,
-        mutes="" if mutes.empty else mutes.dumps(),
+        mutes=mutes.dumps(),
         hidden=rows.hidden,
         ends=rows.ends,
     )

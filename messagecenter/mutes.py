@@ -51,6 +51,9 @@ class Mutes:
         return message_type_id is not None and _within(self.types.get(int(message_type_id), ()), time_ms)
 
     def dumps(self) -> str:
+        """The JSON Redis keeps; "" for no mutes (Redis then keeps no key)."""
+        if self.empty:
+            return ""
         return json.dumps(
             {
                 "c": {c: [list(p) for p in periods] for c, periods in sorted(self.categories.items())},

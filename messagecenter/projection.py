@@ -137,7 +137,7 @@ def user_mutes(user_ids: Iterable[int]) -> None:
     ):
         rows[user_id].append((category, type_id, start_ms, end_ms))
     mutes = {u: Mutes.of(r) for u, r in rows.items()}
-    publish.user_mutes_replace(mutes_by_user={u: "" if m.empty else m.dumps() for u, m in mutes.items()})
+    publish.user_mutes_replace(mutes_by_user={u: m.dumps() for u, m in mutes.items()})
 
 
 def _bulletin_put(bulletin_id: int, state: BulletinState, *, edit: bool, tell: bool = True) -> bool:

@@ -3,7 +3,6 @@ item source (messages, bulletins, later subscription notifications) uses."""
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -171,8 +170,7 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
     entry = placed[1]
-    # One row's compare and set, committed by itself (no transaction: two
-    # statements, not four); the hooks below then run at once, after it.
+    # Committed before the hooks below are registered, so they run at once, after it.
     read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
     # The member lets the Redis half take the one-round-trip path.
     payload = {"ref": ref, "read": read, "at_ms": to_ms(now), "member": entry.member}
@@ -222,15 +220,11 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
     user_id = int(user.pk)
     unread = _unread(user_id, category, now)
     if unread:
-        # Items of one month are one row's compare and set, atomic by itself:
-        # no transaction (two statements, not four). Rows of several months
-        # commit together, so a failure leaves none of them half read.
-        months = {entry.month for entry in unread}
-        with transaction.atomic() if len(months) > 1 else nullcontext():
-            read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
-            payload = {"category": category or "", "at_ms": to_ms(now)}
-            redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
-            transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
+        # Committed before its hooks are registered, so they run at once, after it.
+        read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
+        payload = {"category": category or "", "at_ms": to_ms(now)}
+        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
+        transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
     return len(unread)
 
 

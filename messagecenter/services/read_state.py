@@ -18,6 +18,7 @@ so every acknowledged mark is back before any item lands in the user's inbox.
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -33,9 +34,13 @@ BATCH = 1000
 
 def read_marks_commit(*, user_id: int, entries: Iterable[InboxEntry], read: bool, now: datetime) -> int:
     """Set (``read``) or clear the read bits of these items in the user's month rows;
-    a read sets the ever-read bit too. Runs in the caller's transaction, or
-    alone in autocommit (each row's write is one statement); returns how many
-    month rows it wrote (a row that already says so is not written)."""
+    a read sets the ever-read bit too. Returns how many month rows it wrote (a
+    row that already says so is not written).
+
+    One month row's write is one compare and set, atomic by itself, so items
+    of one month need no transaction (two statements, not four). Rows of
+    several months commit together (or within the caller's transaction), so a
+    failure leaves none of them half written."""
     by_month: dict[int, BitMap] = defaultdict(BitMap)
     for entry in entries:
         by_month[int(entry.month)].add(int(entry.offset))
@@ -44,8 +49,9 @@ def read_marks_commit(*, user_id: int, entries: Iterable[InboxEntry], read: bool
     # Adapted as the ORM adapts it (SQLite keeps datetimes as text).
     stamp = connections[router.db_for_write(InboxReadMonth)].ops.adapt_datetimefield_value(now)
     written = 0
-    for pk, month, raw_read, raw_ever in _month_rows(user_id, sorted(by_month), now):
-        written += _row_update(pk, raw_read, raw_ever, by_month[month], read=read, stamp=stamp)
+    with transaction.atomic(savepoint=False) if len(by_month) > 1 else nullcontext():
+        for pk, month, raw_read, raw_ever in _month_rows(user_id, sorted(by_month), now):
+            written += _row_update(pk, raw_read, raw_ever, by_month[month], read=read, stamp=stamp)
     return written
 
 
