@@ -285,8 +285,7 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     entries = sorted(_addressed(user_id, now, want, mutes), key=lambda e: (e.score, e.ref))
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
     projection.item_places([(user_id, ref) for ref in rows.parked])
-    answers = projection.live_responses(now).filter(user_id=user_id).values_list("message_id", "action", "at")
-    responses_rm.responses_put(user_id=user_id, responses={f"m{m}": (a, to_ms(at)) for m, a, at in answers})
+    responses_rm.responses_put(user_id=user_id, responses=projection.live_answers(now, user_id=user_id))
 
 
 def _read_state_restore(user_id: int, rows: UserRows) -> None:

@@ -163,10 +163,11 @@ def inbox_pages(user_id: int) -> str:
     return key("inbox", user_tag(user_id), "pages")
 
 
-def inbox_responses(user_id: int) -> str:
-    """hash: message ref -> "<action id>|<ms>", the user's answers to items' actions (mirror of
-    PostgreSQL's responses): a page shows them without SQL."""
-    return key("inbox", user_tag(user_id), "responses")
+def inbox_answers(user_id: int) -> str:
+    """zset: message ref -> at ms x 4 + the chosen action's index, the user's answers to items'
+    actions (mirror of PostgreSQL's responses; messagecenter/readmodel/responses.py): a page
+    shows them without SQL."""
+    return key("inbox", user_tag(user_id), "answers")
 
 
 def inbox_scratch(user_id: int) -> str:
@@ -187,7 +188,7 @@ def user_part(
         inbox_unread(user_id),
         *(inbox_unread(user_id, c) for c in categories),
         *(inbox_hidden(user_id), inbox_archived(user_id), inbox_snoozed(user_id), inbox_expiry(user_id)),
-        *(inbox_months(user_id), inbox_state(user_id), inbox_pages(user_id), inbox_responses(user_id)),
+        *(inbox_months(user_id), inbox_state(user_id), inbox_pages(user_id), inbox_answers(user_id)),
         *(inbox_groups(user_id), inbox_groups_open(user_id), inbox_groups_closed(user_id)),
         *(user_groups(user_id), user_mutes(user_id), user_notifications(user_id), bulletin_access_time(user_id)),
     ]

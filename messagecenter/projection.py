@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from durability import projection
@@ -411,7 +410,7 @@ def _run_responses(keys: list[Any], facts: Mapping[Any, Any]) -> None:
 
 def responses(pairs: Sequence[tuple[int, int]]) -> None:
     """Mirror the answers of these (user, message) pairs into each user's
-    responses hash (reloaded: the row is the truth). The answer to a message
+    answer set (reloaded: the row is the truth). The answer to a message
     no longer in any inbox (retracted, expired) leaves the hash: it would only
     take room there, and the operator reads answers from PostgreSQL."""
     by_user: dict[int, set[int]] = {}
@@ -419,17 +418,26 @@ def responses(pairs: Sequence[tuple[int, int]]) -> None:
         by_user.setdefault(int(user_id), set()).add(int(message_id))
     now = timezone.now()
     for user_id, message_ids in by_user.items():
-        rows = live_responses(now).filter(user_id=user_id, message_id__in=sorted(message_ids))
-        found = {f"m{m}": (a, to_ms(at)) for m, a, at in rows.values_list("message_id", "action", "at")}
+        found = live_answers(now, user_id=user_id, message_ids=sorted(message_ids))
         responses_rm.responses_put(user_id=user_id, responses=found)
         responses_rm.responses_drop(user_id=user_id, refs=[f"m{m}" for m in message_ids if f"m{m}" not in found])
 
 
-def live_responses(now: datetime) -> "QuerySet[MessageResponse]":
-    """The answers to messages still in inboxes (delivered, not expired by ``now``)."""
-    return MessageResponse.objects.filter(
-        message__status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED]
+def live_answers(
+    now: datetime, *, user_id: int, message_ids: Sequence[int] | None = None
+) -> dict[str, tuple[int, int]]:
+    """The user's answers to messages still in inboxes (delivered, not expired
+    by ``now``; all of them, or of these messages) as Redis keeps them:
+    ``{ref: (index of the action among the message's, at ms)}``."""
+    rows = MessageResponse.objects.filter(
+        user_id=user_id, message__status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED]
     ).exclude(message__expire_at__lte=now)
+    if message_ids is not None:
+        rows = rows.filter(message_id__in=message_ids)
+    return {
+        f"m{m}": (responses_rm.action_index(actions, action), to_ms(at))
+        for m, action, at, actions in rows.values_list("message_id", "action", "at", "message__actions")
+    }
 
 
 # A run Redis refused is kept in the outbox under ``messagecenter.mirror``, one
@@ -559,6 +567,6 @@ def responses_changed(user_id: int, message_ids: Iterable[int]) -> None:
 
 def messages_answered_removed(message_ids: Iterable[int]) -> None:
     """These messages left every inbox (retracted, expired): their answers leave
-    the answerers' responses hashes."""
+    the answerers' answer sets."""
     pairs = MessageResponse.objects.filter(message_id__in=list(message_ids)).values_list("user_id", "message_id")
     projection.project(RESPONSES, [(int(u), int(m)) for u, m in pairs])

@@ -144,9 +144,10 @@ def _response(action: str, at_ms: int) -> dict[str, str]:
 def _answers(user_id: int, rows: Sequence[PageRow], *, degraded: bool, read: bool) -> dict[str, dict[str, str]]:
     """The user's answers to the actions of these rows, by ref. ``read``: the
     rows carry them (page.lua's fast path read them with the page); else one
-    HMGET of the user's responses hash when a row has actions, nothing
-    otherwise (PostgreSQL when Redis is down)."""
-    refs = [row.ref for row in rows if row.detail.get("actions")]
+    ZMSCORE of the user's answers when a row has actions, nothing otherwise
+    (PostgreSQL when Redis is down)."""
+    actions = {row.ref: row.detail["actions"] for row in rows if row.detail.get("actions")}
+    refs = list(actions)
     if not refs:
         return {}
     found: dict[str, tuple[str, int]] = {}
@@ -156,7 +157,7 @@ def _answers(user_id: int, rows: Sequence[PageRow], *, degraded: bool, read: boo
         try:
             if degraded:
                 raise RedisError("the page came from PostgreSQL")
-            found = responses_rm.responses_get(user_id=user_id, refs=refs)
+            found = responses_rm.responses_get(user_id=user_id, actions=actions)
         except RedisError:
             rows_pg = MessageResponse.objects.filter(user_id=user_id, message_id__in=[int(ref[1:]) for ref in refs])
             # Whole milliseconds, as Redis keeps them: both paths show the same time.
@@ -177,8 +178,8 @@ def grouped_items(
     """The page's items in the reader's language, each grouped row with its
     group and each item with actions with the reader's answer. Groups and
     answers are read with the page (page.lua's fast path) or else by one
-    HMGET each of the rows that need them (none when no row has a group key,
-    or actions), so a page costs the same whatever the number or size of the
+    lookup each (HMGET, ZMSCORE) of the rows that need them (none when no row
+    has a group key, or actions), so a page costs the same whatever the number or size of the
     groups."""
     grouped = [row.ref for row in rows if with_groups and row.group is None and row.detail.get("group_key")]
     groups: dict[str, dict[str, Any]] = {row.ref: row.group for row in rows if with_groups and row.group is not None}

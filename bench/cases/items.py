@@ -5,7 +5,7 @@ actions (half of them answered), each next to the plain page measured in the
 same run. Translations ride in the item's one detail JSON and the language
 is picked when rendering, so the first should cost about what the plain page
 costs (target: within 1.2x). The answers are read by the page's own script
-(the rows that offer actions, in the user's responses hash) and shown as
+(the rows that offer actions, in the user's answers set) and shown as
 parsed once, so the second is held to the same target and to the one round
 trip of a plain page."""
 
@@ -54,7 +54,7 @@ def _fill(user_id: int, *, base: int, shape: str) -> None:
         item_detail_put(ref=entry.ref, detail=detail)
         inbox_deliver(entry=entry, user_ids=[user_id], now_ms=START_MS + ITEMS * 1000)
     if shape == "actions":
-        answered = {f"m{base + i}": ("approve", START_MS + i * 1000) for i in range(0, ITEMS, 2)}
+        answered = {f"m{base + i}": (0, START_MS + i * 1000) for i in range(0, ITEMS, 2)}  # "approve"
         responses_put(user_id=user_id, responses=answered)
 
 

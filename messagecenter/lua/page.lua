@@ -15,10 +15,10 @@
 pages_key, live_version_key = KEYS[12], KEYS[13]
 -- The rows' groups (ref -> JSON of a grouped row's group; core.keys.mc_inbox_groups).
 local groups_key = KEYS[14]
--- The reader's answers (ref -> "<action id>|<ms>"; mc_keys.inbox_responses):
+-- The reader's answers (ref -> at ms x 4 + action index; mc_keys.inbox_answers):
 -- read here, with the tag, so a page with actions costs no second round
 -- trip and its rendering is kept under the tag its answers were read at.
-local responses_key = KEYS[15]
+local answers_key = KEYS[15]
 local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
@@ -79,8 +79,7 @@ end
 -- (readmodel.entries.dumps), and inside a JSON string a quote is escaped,
 -- so `"actions":` is found only as that key: a plain find tells, without
 -- decoding the JSON (a pattern find costs several times more). Rows without
--- actions then cost no lookup in a hash that may hold hundreds of answers
--- (a listpack: each lookup walks it).
+-- actions then cost no lookup (in a set still compact, each lookup walks it).
 local function page_answers(refs, details)
   local asked, at = {}, {}
   for i, raw in ipairs(details) do
@@ -92,7 +91,7 @@ local function page_answers(refs, details)
   local answers = {}
   for i = 1, #refs do answers[i] = false end
   if #asked > 0 then
-    local found = call("HMGET", responses_key, unpack(asked))
+    local found = call("ZMSCORE", answers_key, unpack(asked))
     for j, value in ipairs(found) do answers[at[j]] = value end
   end
   return answers

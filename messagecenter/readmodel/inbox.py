@@ -646,14 +646,15 @@ def _page_of(result: list[Any]) -> Page:
     for ref, score, read, raw, group, answer in zip(refs, scores, reads, details, groups, answers, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
             continue
+        detail = _detail(raw)
         rows.append(
             PageRow(
                 ref=ref,
                 score=_int(score),
                 read=bool(int(read)),
-                detail=_detail(raw),
+                detail=detail,
                 group=grouping.group_of(group),
-                response=responses.response_of(answer),
+                response=None if answer is None else responses.response_of(answer, detail.get("actions") or ()),
             )
         )
     more, pos_score, pos_skip = position

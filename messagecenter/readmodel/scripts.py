@@ -226,13 +226,13 @@ class PageOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        # The groups and responses hashes: the fast path answers the page's
+        # The groups hash and the answers set: the fast path answers the page's
         # rows' groups and the reader's answers too (all of the user's slot).
         return (
             mc_keys.inbox_pages(user_id),
             live_keys.user_version(user_id),
             mc_keys.inbox_groups(user_id),
-            mc_keys.inbox_responses(user_id),
+            mc_keys.inbox_answers(user_id),
         )
 
     def own_args(self) -> list[Any]:

@@ -4,7 +4,7 @@ A message may offer one to three actions; each recipient answers once. The
 answer is a ``MessageResponse`` row (PostgreSQL is the truth, the unique
 (message, user) constraint decides a race between two answers), committed
 before the API answers; after commit ``projection.responses_changed`` records
-it in the user's responses hash in Redis, so an inbox page shows it without
+it in the user's answer set in Redis, so an inbox page shows it without
 SQL. Answering marks the item read.
 """
 

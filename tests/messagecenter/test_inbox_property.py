@@ -679,7 +679,7 @@ class InboxMachine(RuleBasedStateMachine):
 
     @invariant()
     def answers_and_languages_agree(self) -> None:
-        """The inbox's answers (Redis's responses hashes) are PostgreSQL's rows and
+        """The inbox's answers (Redis's answer sets) are PostgreSQL's rows and
         the model's; a Chinese reader sees each message's translated title (the
         original where it has none), the same on both paths (the details compared above)."""
         answered = {
