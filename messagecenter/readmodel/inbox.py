@@ -964,16 +964,24 @@ class Placed:
 
 
 def inbox_place(*, user_id: int, ref: str, now_ms: int) -> Placed | None:
-    """The item wherever it is in this user's inbox, else None (never tells why)."""
-    plan = _plan(user_id, now_ms, ref)
-    if plan.detail is None:
-        _run(user_id, now_ms, CountsOp(), plan)  # settle and merge only
+    """The item wherever it is in this user's inbox, else None (never tells why).
+
+    One round trip when the user is settled (the script reads the detail
+    itself); else the plan reads the detail with the markers, then the script."""
+    result = _fast(user_id, now_ms, GetOp(member="", ref=ref))
+    if result is not None:
+        detail = _detail(result[3]) if result else None
+    else:
+        plan = _plan(user_id, now_ms, ref)
+        detail = plan.detail
+        if detail is None:
+            _run(user_id, now_ms, CountsOp(), plan)  # settle and merge only
+            return None
+        result = _run(user_id, now_ms, GetOp(member=detail["member"]), plan)
+    if not result or detail is None:
         return None
-    result = _run(user_id, now_ms, GetOp(member=plan.detail["member"]), plan)
-    if not result:
-        return None
-    score, read, place = result
-    return Placed(place.decode(), PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=plan.detail))
+    score, read, place, _ = result
+    return Placed(place.decode(), PageRow(ref=ref, score=_int(score), read=bool(int(read)), detail=detail))
 
 
 def inbox_get(*, user_id: int, ref: str, now_ms: int) -> PageRow | None:

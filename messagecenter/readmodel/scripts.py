@@ -265,10 +265,11 @@ class CountsOp(InboxOp):
 @dataclass(frozen=True)
 class GetOp(InboxOp):
     script: ClassVar[LuaScript] = GET_SCRIPT
-    member: str
+    member: str  # "" on the fast path: the script finds it in the detail of ``ref``
+    ref: str = ""
 
     def own_args(self) -> list[Any]:
-        return [self.member]
+        return [self.member, self.ref]
 
 
 @dataclass(frozen=True)
