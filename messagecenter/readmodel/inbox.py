@@ -1165,7 +1165,22 @@ def inbox_seen(*, user_id: int, now_ms: int) -> None:
 
 def inbox_unread_members(*, user_id: int, category: str | None, now_ms: int) -> list[str]:
     """Members of the live unread items (of the category) placed at or before
-    ``now_ms``: what a "read all" now would mark (settled and merged first)."""
-    _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
+    ``now_ms``: what a "read all" now would mark (settled and merged first).
+
+    One round trip on a single Redis when the user is settled: the fast
+    path's settling script and the range in one pipeline (the range runs
+    after the script; its answer is used only if the script answered)."""
     key = mc_keys.inbox_unread(user_id, category or "")
+    call = _fast_call(user_id, now_ms, CountsOp())
+    if call is not None:
+        pipe = get_redis().pipeline(transaction=False)
+        call.queue(pipe)
+        pipe.zrangebyscore(key, "-inf", now_ms)
+        settled, members = pipe.execute(raise_on_error=False)
+        # An error (a script Redis no longer holds) leaves the range unsettled: plan.
+        if not isinstance(settled, Exception) and not _unanswered(call.settle(settled)):
+            if isinstance(members, Exception):
+                raise members
+            return [m.decode() for m in members]
+    _run(user_id, now_ms, CountsOp(), _plan(user_id, now_ms))
     return [m.decode() for m in get_redis().zrangebyscore(key, "-inf", now_ms)]
