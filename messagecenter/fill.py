@@ -58,6 +58,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel import responses as responses_rm
+from messagecenter.readmodel.inbox import months_hint_forget
 from messagecenter.readmodel.scripts import fill_checked, idle_ms
 from messagecenter.readmodel.user_part import (
     filled_users_forget,
@@ -130,6 +131,7 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
         user_part_drop(user_id=user_id, group_keys=rows.ends)
         _restore(user_id, rows, now or timezone.now())
         user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=settled)
+        months_hint_forget(user_id)
     # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
     outbox.settle_user(user_id=user_id)
     return True

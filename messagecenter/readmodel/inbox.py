@@ -452,6 +452,14 @@ def _settled(user_id: int, now_ms: int, op: InboxOp, months: Sequence[str], resu
     return result
 
 
+def months_hint_forget(user_id: int) -> None:
+    """Forget the user's months hint: their part was just filled again, and until
+    its first read merges what users share (bulletins, pull items: a fill
+    leaves that to the read) the fast path would only answer STALE, a round
+    trip for nothing."""
+    _months_hint.pop(user_id, None)
+
+
 def _hinted(user_id: int, plan: _Plan) -> list[str]:
     """The plan's months, sorted, kept as the user's months hint."""
     months = sorted(plan.months)

@@ -57,5 +57,10 @@ def read_state_restore(*, users: Mapping[int, UserReadState]) -> int:
         return sum(int(RESTORE_SCRIPT(script_keys, args)) for script_keys, args in calls)
     pipe = get_redis().pipeline(transaction=False)
     for script_keys, args in calls:
-        RESTORE_SCRIPT(script_keys, args, client=pipe)
-    return sum(int(reply) for reply in pipe.execute())
+        RESTORE_SCRIPT.queue(pipe, script_keys, args)  # bare EVALSHAs: no SCRIPT EXISTS first
+    replies = pipe.execute(raise_on_error=False)
+    # A refused call (NOSCRIPT) wrote nothing and runs again; restore.lua only fills what is missing.
+    return sum(
+        int(RESTORE_SCRIPT.settle(reply, script_keys, args))
+        for (script_keys, args), reply in zip(calls, replies, strict=True)
+    )

@@ -489,5 +489,7 @@ def run_inbox_calls(calls: Sequence[InboxCall]) -> list[Any]:
         return [call() for call in calls]
     pipe = get_redis().pipeline(transaction=False)
     for call in calls:
+        # Through redis-py's Script: SCRIPT EXISTS (and LOAD) first, so no call
+        # is refused while a later one, which may rely on its settling, runs.
         call.script(call.keys, call.args, client=pipe)
     return [call.answer(reply) for call, reply in zip(calls, pipe.execute(), strict=True)]

@@ -11,19 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.client
 from django.test import override_settings
 from redis.crc import key_slot
 
 from core.redis import get_redis, is_cluster
 from live import keys as live_keys
 from live import transport as live_transport
+from messagecenter import fill, services
 from messagecenter import keys as mc_keys
-from messagecenter import services
 from messagecenter.models import Message
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
 from messagecenter.selectors import inbox_counts, inbox_list
 from tests.conftest import round_trips
 from tests.factories import UserFactory
+from tests.fixtures.readmodel import script_cache_flush
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -242,6 +244,55 @@ def test_a_settled_inbox_answers_in_one_round_trip(operator: Any, recipient: Any
         counts = inbox.inbox_counts(user_id=recipient.pk, now_ms=int(time.time() * 1000))
     assert trips[0] == 1
     assert counts.unread == 2
+
+
+@SINGLE_REDIS
+@pytest.mark.usefixtures("fresh_hints")
+def test_a_fill_and_the_first_read_after_it_take_no_round_trip_for_nothing(
+    operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fill drops the user's part and leaves the merge of what users share to
+    the first read, so that read plans: the months hint the process held is
+    forgotten (a fast call would only answer STALE). The fill itself: the
+    lock, the removal version, the drop (its key names, then UNLINK), the read
+    state, the items, the filled mark and the unlock, each one round trip
+    (no SCRIPT EXISTS before a pipeline of scripts: redis-py sends it on the
+    pipeline's connection, which the round trip count does not see)."""
+    for i in range(3):
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
+    assert fill.inbox_fill(user_id=recipient.pk)  # its scripts loaded (a flushed cache costs a reload)
+    before = _page(recipient)
+    assert recipient.pk in inbox._months_hint
+
+    def script_exists(_pipe: Any) -> None:
+        raise AssertionError("a pipeline sent SCRIPT EXISTS first")
+
+    monkeypatch.setattr(redis.client.Pipeline, "load_scripts", script_exists)
+    with round_trips() as trips:
+        assert fill.inbox_fill(user_id=recipient.pk)
+    assert trips[0] == 8
+    assert recipient.pk not in inbox._months_hint
+    with round_trips() as trips:
+        again = _page(recipient)
+    assert trips[0] == 4  # the plan's reads (two), its script, the details
+    assert again == before
+
+
+@SINGLE_REDIS
+def test_a_fill_after_the_script_cache_was_flushed_restores_the_read_state(
+    operator: Any, recipient: Any, redis: Any
+) -> None:
+    """The fill's read state calls go as bare EVALSHAs: refused with NOSCRIPT
+    (a restarted Redis), each runs again, loaded; nothing is lost."""
+    for i in range(2):
+        send(operator, to={"users": [recipient]}, title=f"T{i}")
+    services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
+    before = _page(recipient)
+    script_cache_flush(redis)
+    assert fill.inbox_fill(user_id=recipient.pk)
+    assert _page(recipient) == before
+    assert [read for _id, read, _title in before[0]] == [True, False]
 
 
 @SINGLE_REDIS
