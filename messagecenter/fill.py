@@ -46,13 +46,8 @@ from core.redis import get_redis
 from durability import healing, outbox
 from messagecenter import keys as mc_keys
 from messagecenter import projection
-from messagecenter.items import ENTRY_FIELDS, entry_of_row
 from messagecenter.models import (
-    DeliveryMode,
     InboxGroupEnd,
-    Message,
-    MessageStatus,
-    Notification,
 )
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
@@ -69,7 +64,7 @@ from messagecenter.readmodel.user_part import (
     user_part_own_put,
     users_filled,
 )
-from messagecenter.user_rows import UserRows, user_rows
+from messagecenter.user_rows import UserItems, UserRows, user_items, user_rows
 
 T = TypeVar("T")
 
@@ -284,10 +279,11 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     # An inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS; parked items do not count.
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) + len(rows.parked)
     # Oldest first, as they arrived (a grouped item joins the row of the items before it).
-    entries = sorted(_addressed(user_id, now, want, mutes), key=lambda e: (e.score, e.ref))
+    items = user_items(user_id, now=now, want=want)
+    entries = sorted(_unmuted(items, mutes), key=lambda e: (e.score, e.ref))
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
     projection.item_places([(user_id, ref) for ref in rows.parked])
-    responses_rm.responses_put(user_id=user_id, responses=projection.live_answers(now, user_id=user_id))
+    responses_rm.responses_put(user_id=user_id, responses=items.answers)
 
 
 def _read_state_restore(user_id: int, rows: UserRows) -> None:
@@ -300,35 +296,13 @@ def _read_state_restore(user_id: int, rows: UserRows) -> None:
     read_state_rm.read_state_restore(users={user_id: state})
 
 
-def _addressed(user_id: int, now: datetime, want: int, mutes: Mutes) -> list[InboxEntry]:
-    """The live push messages and notifications fanned out to the user (their
-    recipient rows) that the user had not muted then, newest of each kind
-    first, at most ``want`` of each. One query per kind, on the user's own
-    rows: the cost follows the user's items, not everyone's."""
-    found: list[InboxEntry] = []
-    messages = (
-        Message.objects.filter(
-            recipient_rows__user_id=user_id,
-            delivery=DeliveryMode.PUSH,
-            status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED],
-        )
-        .exclude(expire_at__lte=now)
-        .order_by("-created_at", "-id")
-        .values_list(*ENTRY_FIELDS)[:want]
-    )
-    for row in messages:
-        entry = entry_of_row("m", row)
-        if mutes.empty or not mutes.hides(category=entry.category, time_ms=entry.score):
-            found.append(entry)
-    notifications = (
-        Notification.objects.filter(
-            recipient_rows__user_id=user_id, withdrawn=False, scheduled=False, expire_at__gt=now
-        )
-        .order_by("-created_at", "-id")
-        .values_list("message_type_id", *ENTRY_FIELDS)[:want]
-    )
-    for type_id, *fields in notifications:
-        entry = entry_of_row("n", fields)
-        if mutes.empty or not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id):
-            found.append(entry)
-    return found
+def _unmuted(items: UserItems, mutes: Mutes) -> list[InboxEntry]:
+    """The live pushed messages and notifications fanned out to the user (their
+    recipient rows) that the user had not muted then."""
+    if mutes.empty:
+        return [entry for entry, _type_id in items.entries]
+    return [
+        entry
+        for entry, type_id in items.entries
+        if not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id)
+    ]
