@@ -532,7 +532,32 @@ def _answer(user_id: int, now_ms: int, op: InboxOp, planned: InboxOp | None = No
     result = _fast_planned(user_id, now_ms, op, plan)
     if result is not None:
         return result, True
+    if plan.merge is not None and not is_cluster():
+        result = _merged_then_fast(user_id, now_ms, op, plan)
+        if result is not None:
+            return result, True
+        plan = _plan(user_id, now_ms)  # the merge has run (or part of it): plan afresh
     return _run(user_id, now_ms, planned or op, plan), False
+
+
+def _merged_then_fast(user_id: int, now_ms: int, op: InboxOp, plan: _Plan) -> Any | None:
+    """On a single Redis, the plan's settle and merge and then the op by the fast
+    path, in one pipeline: the merge leaves the inbox level, so the fast call
+    answers with what only it brings (a page's details, the rendering's tag),
+    where the planned script's answer would need another round trip for the
+    details. None when the fast call did not answer (the merge left members
+    for later, a script had to be loaded, or the inbox changed in between)."""
+    months = _hinted(user_id, plan)
+    merge = inbox_call(CountsOp(), user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge)
+    fast = _fast_call_on(user_id, now_ms, op, months)
+    pipe = get_redis().pipeline(transaction=False)
+    merge.queue(pipe)
+    fast.queue(pipe)
+    merged, answered = pipe.execute(raise_on_error=False)
+    if merge.settle(merged) == AGAIN or isinstance(answered, Exception):
+        return None  # the merge (rerun if it was refused) is done or continues in the plan's steps
+    result = fast.settle(answered)
+    return None if _unanswered(result) else result
 
 
 def _read(user_id: int, now_ms: int, op: InboxOp) -> Any:
