@@ -10,6 +10,7 @@ this module only sends its commands.
 """
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from core import keys
 from core.lua import LuaScript
@@ -46,6 +47,13 @@ def cache_entries_get(*, entry_keys: Sequence[str]) -> list[bytes | None]:
 def cache_fill_lock(*, key: str, token: str, lease_ms: int) -> bool:
     """Take the entry's fill lock for ``lease_ms`` (SET NX PX): True when taken."""
     return bool(get_redis().set(keys.fill_lock(key), token, nx=True, px=lease_ms))
+
+
+def cache_fill_lock_queue(pipe: Any, *, key: str, token: str, lease_ms: int) -> None:
+    """Queue ``cache_fill_lock``'s SET NX PX on a caller's pipeline (its reply
+    says whether the lock was taken): a filler that reads other keys first
+    takes the lock in the same round trip."""
+    pipe.set(keys.fill_lock(key), token, nx=True, px=lease_ms)
 
 
 def cache_fill_lock_and_look(*, key: str, token: str, lease_ms: int) -> tuple[bool, bytes | None]:

@@ -58,8 +58,8 @@ from messagecenter.readmodel.scripts import fill_checked, idle_ms
 from messagecenter.readmodel.user_part import (
     filled_users_forget,
     filled_users_scan,
-    removal_version,
     user_part_drop,
+    user_part_fill_start,
     user_part_filled,
     user_part_own_put,
     users_filled,
@@ -114,19 +114,26 @@ def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
 def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
     """Fill this user's part of the read model from PostgreSQL for the current
     generation; False when another process holds the user's fill."""
-    with _user_locked(user_id) as locked:
-        if not locked:
-            return False
-        # A removal's Redis half follows its commit: every removal up to this
-        # version is already out of what PostgreSQL answers below.
-        settled = removal_version()
+    state = mc_keys.inbox_state(user_id)
+    token = secrets.token_hex(8)
+    # The lock, the removal log's version and the names of the keys Redis holds
+    # of the user: one round trip. A removal's Redis half follows its commit:
+    # every removal up to this version is already out of what PostgreSQL answers below.
+    start = user_part_fill_start(user_id=user_id, token=token, lease_ms=FILL_LEASE_MS)
+    if start is None:
+        return False
+    try:
         rows = user_rows(user_id)
         # Whatever Redis holds of the user goes (the keys of the groups
         # PostgreSQL knows ended included): a stale copy is never trusted.
-        user_part_drop(user_id=user_id, group_keys=rows.ends)
+        user_part_drop(user_id=user_id, group_keys=rows.ends, held=start)
         _restore(user_id, rows, now or timezone.now())
-        user_part_filled(user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=settled)
+        user_part_filled(
+            user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=start.removal_version
+        )
         months_hint_forget(user_id)
+    finally:
+        core_readmodel.cache_fill_unlock(key=state, token=token)
     # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
     outbox.settle_user(user_id=user_id)
     return True

@@ -3,36 +3,71 @@ the user's part of the read model before it is filled again, and mark it filled.
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from core.readmodel import cache_fill_lock_queue
 from core.redis import get_redis
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.grouping import group_end_member
 
 
-def user_part_drop(*, user_id: int, group_keys: Iterable[str]) -> None:
-    """Delete every key of the user's part: whatever a stale copy of Redis, or the
-    deliveries since a loss, left there is filled again from PostgreSQL. The
-    months and the open and listed groups' keys are read from Redis (a stale
-    copy may know some that PostgreSQL no longer does) and added to
-    ``group_keys``, which names those of the ended groups (PostgreSQL's ends)."""
-    client = get_redis()
-    pipe = client.pipeline(transaction=False)
+@dataclass(frozen=True)
+class FillStart:
+    """What a fill learns with its lock: the removal log's version and the key
+    names of the user's part that Redis holds (months, groups)."""
+
+    removal_version: int
+    months: list[str]
+    group_keys: set[str]
+
+
+def user_part_fill_start(*, user_id: int, token: str, lease_ms: int) -> FillStart | None:
+    """Take the user's fill lock (the state hash's) and, in the same round trip,
+    read the removal log's version and the names of what Redis holds of the
+    user's part (a stale copy may know months and groups PostgreSQL no longer
+    does); None, having read nothing of use, when another process holds the lock."""
+    pipe = get_redis().pipeline(transaction=False)
+    cache_fill_lock_queue(pipe, key=mc_keys.inbox_state(user_id), token=token, lease_ms=lease_ms)
+    pipe.get(mc_keys.removed_version())
     pipe.smembers(mc_keys.inbox_months(user_id))
     pipe.hkeys(mc_keys.inbox_groups_open(user_id))
     pipe.hvals(mc_keys.inbox_groups(user_id))
-    months, opened, rows = pipe.execute()
-    keys = set(group_keys)
-    keys.update(k.decode() for k in opened)
-    for raw in rows:
-        group = json.loads(raw)
-        if isinstance(group, dict) and isinstance(group.get("key"), str):
-            keys.add(group["key"])
+    locked, version, months, opened, rows = pipe.execute()
+    if not locked:
+        return None
+    return FillStart(int(version or 0), sorted(m.decode() for m in months), _group_keys(opened, rows))
+
+
+def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart | None = None) -> None:
+    """Delete every key of the user's part: whatever a stale copy of Redis, or the
+    deliveries since a loss, left there is filled again from PostgreSQL.
+    ``group_keys`` names those of the ended groups (PostgreSQL's ends); the
+    months and the open and listed groups' keys are those ``held`` read (a
+    fill read them with its lock), else read here."""
+    client = get_redis()
+    if held is None:
+        pipe = client.pipeline(transaction=False)
+        pipe.smembers(mc_keys.inbox_months(user_id))
+        pipe.hkeys(mc_keys.inbox_groups_open(user_id))
+        pipe.hvals(mc_keys.inbox_groups(user_id))
+        months, opened, rows = pipe.execute()
+        held = FillStart(0, sorted(m.decode() for m in months), _group_keys(opened, rows))
     names = mc_keys.user_part(
-        user_id, categories=CATEGORY_ORDER, months=sorted(m.decode() for m in months), group_keys=sorted(keys)
+        user_id, categories=CATEGORY_ORDER, months=held.months, group_keys=sorted({*group_keys, *held.group_keys})
     )
     # One slot (the user's tag): one command, freed in the background.
     client.unlink(*names)
+
+
+def _group_keys(opened: Iterable[bytes], rows: Iterable[bytes]) -> set[str]:
+    """The group keys named by the open groups' hash and the rows' groups."""
+    found = {k.decode() for k in opened}
+    for raw in rows:
+        group = json.loads(raw)
+        if isinstance(group, dict) and isinstance(group.get("key"), str):
+            found.add(group["key"])
+    return found
 
 
 def user_part_own_put(
@@ -61,11 +96,6 @@ def user_part_own_put(
     for group_key, times in ends.items():
         pipe.zadd(mc_keys.inbox_group_ends(user_id, group_key), {group_end_member(e, ref): e for e, ref in times})
     pipe.execute()
-
-
-def removal_version() -> int:
-    """The removal log's version now (0 when it has none)."""
-    return int(get_redis().get(mc_keys.removed_version()) or 0)
 
 
 def user_part_filled(*, user_id: int, generation: str, idle_ms: int, settled: int) -> None:
