@@ -111,11 +111,7 @@ def inbox_changed(*, user_ids: Iterable[int], reason: str) -> None:
             for script_keys, args in calls:
                 SCRIPT(script_keys, args, client=client)
             return
-        pipe = client.pipeline(transaction=False)
-        for script_keys, args in calls:
-            SCRIPT.queue(pipe, script_keys, args)  # bare EVALSHAs: no SCRIPT EXISTS round trip first
-        for (script_keys, args), reply in zip(calls, pipe.execute(raise_on_error=False), strict=True):
-            SCRIPT.settle(reply, script_keys, args)
+        SCRIPT.stream(calls, client=client)  # one connection, no SCRIPT EXISTS round trip first
     except RedisError:
         logger.warning("live update for %d user(s) not published", len(calls), exc_info=True)
 

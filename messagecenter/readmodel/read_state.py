@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap
 
 from core.lua import LuaScript
-from core.redis import get_redis, is_cluster
+from core.redis import is_cluster
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel import bits
 from messagecenter.readmodel.entries import CATEGORY_ORDER
@@ -55,12 +55,5 @@ def read_state_restore(*, users: Mapping[int, UserReadState]) -> int:
     if is_cluster():
         # redis-py's ClusterPipeline refuses EVALSHA: one call per user (per slot).
         return sum(int(RESTORE_SCRIPT(script_keys, args)) for script_keys, args in calls)
-    pipe = get_redis().pipeline(transaction=False)
-    for script_keys, args in calls:
-        RESTORE_SCRIPT.queue(pipe, script_keys, args)  # bare EVALSHAs: no SCRIPT EXISTS first
-    replies = pipe.execute(raise_on_error=False)
-    # A refused call (NOSCRIPT) wrote nothing and runs again; restore.lua only fills what is missing.
-    return sum(
-        int(RESTORE_SCRIPT.settle(reply, script_keys, args))
-        for (script_keys, args), reply in zip(calls, replies, strict=True)
-    )
+    # One connection, no SCRIPT EXISTS first; calls refused with NOSCRIPT run again, in order.
+    return sum(int(reply) for reply in RESTORE_SCRIPT.stream(calls))

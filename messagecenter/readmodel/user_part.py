@@ -4,6 +4,7 @@ the user's part of the read model before it is filled again, and mark it filled.
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.readmodel import cache_fill_lock_queue
 from core.redis import get_redis
@@ -30,13 +31,11 @@ def user_part_fill_start(*, user_id: int, token: str, lease_ms: int) -> FillStar
     pipe = get_redis().pipeline(transaction=False)
     cache_fill_lock_queue(pipe, key=mc_keys.inbox_state(user_id), token=token, lease_ms=lease_ms)
     pipe.get(mc_keys.removed_version())
-    pipe.smembers(mc_keys.inbox_months(user_id))
-    pipe.hkeys(mc_keys.inbox_groups_open(user_id))
-    pipe.hvals(mc_keys.inbox_groups(user_id))
-    locked, version, months, opened, rows = pipe.execute()
+    _names_queue(pipe, user_id)
+    locked, version, *names = pipe.execute()
     if not locked:
         return None
-    return FillStart(int(version or 0), sorted(m.decode() for m in months), _group_keys(opened, rows))
+    return _held(int(version or 0), *names)
 
 
 def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart | None = None) -> None:
@@ -48,11 +47,8 @@ def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart |
     client = get_redis()
     if held is None:
         pipe = client.pipeline(transaction=False)
-        pipe.smembers(mc_keys.inbox_months(user_id))
-        pipe.hkeys(mc_keys.inbox_groups_open(user_id))
-        pipe.hvals(mc_keys.inbox_groups(user_id))
-        months, opened, rows = pipe.execute()
-        held = FillStart(0, sorted(m.decode() for m in months), _group_keys(opened, rows))
+        _names_queue(pipe, user_id)
+        held = _held(0, *pipe.execute())
     names = mc_keys.user_part(
         user_id, categories=CATEGORY_ORDER, months=held.months, group_keys=sorted({*group_keys, *held.group_keys})
     )
@@ -60,14 +56,21 @@ def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart |
     client.unlink(*names)
 
 
-def _group_keys(opened: Iterable[bytes], rows: Iterable[bytes]) -> set[str]:
-    """The group keys named by the open groups' hash and the rows' groups."""
-    found = {k.decode() for k in opened}
+def _names_queue(pipe: Any, user_id: int) -> None:
+    """Queue the reads of the names Redis holds of the user's part: its months,
+    the open groups' keys and the rows' groups (``_held`` reads the replies)."""
+    pipe.smembers(mc_keys.inbox_months(user_id))
+    pipe.hkeys(mc_keys.inbox_groups_open(user_id))
+    pipe.hvals(mc_keys.inbox_groups(user_id))
+
+
+def _held(version: int, months: Iterable[bytes], opened: Iterable[bytes], rows: Iterable[bytes]) -> FillStart:
+    group_keys = {k.decode() for k in opened}
     for raw in rows:
         group = json.loads(raw)
         if isinstance(group, dict) and isinstance(group.get("key"), str):
-            found.add(group["key"])
-    return found
+            group_keys.add(group["key"])
+    return FillStart(version, sorted(m.decode() for m in months), group_keys)
 
 
 def user_part_own_put(
