@@ -54,7 +54,7 @@ from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import months_hint_forget
-from messagecenter.readmodel.scripts import fill_checked, idle_ms
+from messagecenter.readmodel.scripts import GroupRowExpired, fill_checked, idle_ms
 from messagecenter.readmodel.user_part import (
     filled_users_forget,
     filled_users_scan,
@@ -82,7 +82,9 @@ def inbox_served(user_id: int, read: Callable[[], T]) -> T:
     """``read`` (a user-facing read of this user's inbox in Redis), with the user's
     part of the read model filled first when it is missing. Raises
     ``healing.UserNotFilled`` (a RedisError: the caller answers from PostgreSQL)
-    when another process is filling this user right now."""
+    when another process is filling this user right now. A group whose row
+    expired is re-formed the same way: the read answers ``GroupRowExpired``
+    (a ``UserNotFilled``) and the user is filled again."""
     with fill_checked(user_id):
         try:
             return read()
@@ -98,7 +100,8 @@ def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
     """Apply a committed mark's Redis half to this user's read model.
 
     Nothing to apply when the user is not filled and no fill runs: the next
-    fill reads the committed mark from PostgreSQL. Raises
+    fill reads the committed mark from PostgreSQL. Nor when a group's row has
+    expired: the user's part is dropped (filled at once with healing off). Raises
     ``healing.UserNotFilled`` while a fill of the user runs (it may have read
     PostgreSQL before the commit): the caller keeps the mark in the outbox,
     which the fill drains once it is done.
@@ -106,6 +109,11 @@ def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
     try:
         with fill_checked(user_id):
             apply()
+    except GroupRowExpired:
+        # Nothing applied: the part goes (or, with healing off, is filled now)
+        # and the next read fills it from PostgreSQL, the mark included.
+        if not inbox_forget(user_ids=[user_id]) and fill_running(user_id):
+            raise
     except healing.UserNotFilled:
         if fill_running(user_id):
             raise

@@ -8,8 +8,8 @@
 -- 11 bulletin access time; then the script's own `own_keys` keys (named at
 -- its top); on the fast path the 7 global keys below; then n read bitmaps, n
 -- push bitmaps and, `with_ever`, n ever-read bitmaps, one per month; last the
--- unread zsets (all, then CATEGORIES order), the evicted set, the arrivals,
--- the archived and snoozed zsets.
+-- groups hash, the unread zsets (all, then CATEGORIES order), the evicted set,
+-- the arrivals, the archived and snoozed zsets.
 -- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
 -- months, then the mode and, except for "0", the most members one settling
 -- step removes (STEP, _state.lua): "0" run as is, "1" + the planned settle and
@@ -25,26 +25,51 @@
 -- (MORE), open_inbox returns false too and the script answers "AGAIN" before
 -- its own work (NOT_OPEN names the answer): the caller repeats the call in
 -- mode "3" until the inbox is settled, so every answer is an exact one.
--- The last ARGV is "<generation>:<idle ms>": the generation the user's part
--- of the read model must be filled for, and how long it stays without a
--- checked call ("" = unchecked: the fill's own writes, background jobs, or
--- healing off). The state hash's "fill" field names the generation it was
+-- The last ARGV is "<generation>:<idle ms>" on a checked call (a user-facing
+-- read or mark): the generation the user's part of the read model must be
+-- filled for ("" with healing off), and how long it stays without a checked
+-- call; "" on an unchecked one (the fill's own writes, background jobs). The state hash's "fill" field names the generation it was
 -- filled for; any other value (nothing after a loss or an idle expiry, an
 -- older one on a stale replica) answers "UNFILLED" having changed nothing, and
 -- the caller fills the user from PostgreSQL (messagecenter/fill.py). A filled
 -- user's state hash lives on for the idle time from each checked call.
+-- A checked settling call that finds the row of a group of several items
+-- expired answers "REGROUP" having changed nothing (group_row_expired); an
+-- unchecked one removes the row, and the grouped expiry job (beat, every few
+-- seconds) drops the user's part soon after.
 local NOT_OPEN = "STALE"
+
+-- Whether a listed row of a group of several items has expired. Its removal
+-- would hide the rest of its group, whose next row Redis cannot name (the
+-- items' details and expiry times live in another slot); PostgreSQL re-forms
+-- the group, so the caller fills the user again from it. One command when
+-- nothing is due.
+local function group_row_expired()
+  local due = call("ZRANGEBYSCORE", expiry_key, "-inf", NOW, "LIMIT", 0, STEP)
+  if #due == 0 then return false end
+  local refs = {}
+  for i, member in ipairs(due) do refs[i] = string.match(member, "^[^|]*") end
+  local groups = call("HMGET", groups_key, unpack(refs))
+  for i, member in ipairs(due) do
+    if groups[i] and cjson.decode(groups[i]).count > 1 and call("ZSCORE", all_key, member) then return true end
+  end
+  return false
+end
+
 local function open_inbox(own_keys, own_args, with_ever)
   all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
-  local checked = ARGV[#ARGV]
-  if checked ~= "" then
-    local generation, idle = string.match(checked, "^(.*):(%d+)$")
-    if redis.call("HGET", state_key, "fill") ~= generation then
-      NOT_OPEN = "UNFILLED"
-      return false
+  local checked = ARGV[#ARGV] ~= ""
+  if checked then
+    local generation, idle = string.match(ARGV[#ARGV], "^(.*):(%d+)$")
+    -- (no generation: healing is off, every user's part counts as filled and stays)
+    if generation ~= "" then
+      if redis.call("HGET", state_key, "fill") ~= generation then
+        NOT_OPEN = "UNFILLED"
+        return false
+      end
+      redis.call("PEXPIRE", state_key, idle)
     end
-    redis.call("PEXPIRE", state_key, idle)
   end
   for i, cat in ipairs(CATEGORIES) do category_keys[cat] = KEYS[1 + i] end
   local arg_pos = own_args + 1  -- walks ARGV past what has been read
@@ -71,7 +96,8 @@ local function open_inbox(own_keys, own_args, with_ever)
   -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
   archived_key, snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
   -- unread zsets, the evicted set and the arrivals: just before those.
-  unread_all_key, evicted_key, arrivals_key = KEYS[#KEYS - 8], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+  groups_key, unread_all_key = KEYS[#KEYS - 9], KEYS[#KEYS - 8]
+  evicted_key, arrivals_key = KEYS[#KEYS - 3], KEYS[#KEYS - 2]
   for i, cat in ipairs(CATEGORIES) do unread_keys[cat] = KEYS[#KEYS - 8 + i] end
   if mode == "2" then
     FAST = true
@@ -80,6 +106,10 @@ local function open_inbox(own_keys, own_args, with_ever)
     detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
     pending_key = KEYS[global_base + 7]
     if not level() then return false end
+  end
+  if checked and mode ~= "0" and group_row_expired() then
+    NOT_OPEN = "REGROUP"
+    return false
   end
   if mode == "1" then
     settle_and_merge(arg_pos)  -- (expiry and the trim included)

@@ -39,6 +39,8 @@ local evicted_key = nil
 -- recipient, and a user who never reads never pays for the rest. zset,
 -- score = the item's time (+inf: waiting for a call that passes its month).
 local arrivals_key = nil
+-- The rows' groups (ref of a grouped row -> JSON of its group; mc_keys.inbox_groups).
+local groups_key = nil
 local unread_keys = {}  -- category -> its unread zset
 
 local function unread_add(member, cat, time)

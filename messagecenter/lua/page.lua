@@ -13,17 +13,15 @@
 -- holds a current one).
 
 pages_key, live_version_key = KEYS[12], KEYS[13]
--- The rows' groups (ref -> JSON of a grouped row's group; core.keys.mc_inbox_groups).
-local groups_key = KEYS[14]
 -- The reader's answers (ref -> at ms x 4 + action index; mc_keys.inbox_answers):
 -- read here, with the tag, so a page with actions costs no second round
 -- trip and its rendering is kept under the tag its answers were read at.
-local answers_key = KEYS[15]
+local answers_key = KEYS[14]
 local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
 local field = ARGV[7]
-if not open_inbox(4, 7, false) then return NOT_OPEN end
+if not open_inbox(3, 7, false) then return NOT_OPEN end
 
 local cache = nil
 if FAST and field ~= "" then

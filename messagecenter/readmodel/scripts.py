@@ -226,14 +226,9 @@ class PageOp(InboxOp):
 
     @staticmethod
     def own_keys(user_id: int) -> tuple[str, ...]:
-        # The groups hash and the answers set: the fast path answers the page's
-        # rows' groups and the reader's answers too (all of the user's slot).
-        return (
-            mc_keys.inbox_pages(user_id),
-            live_keys.user_version(user_id),
-            mc_keys.inbox_groups(user_id),
-            mc_keys.inbox_answers(user_id),
-        )
+        # The answers set: the fast path answers the reader's answers to the
+        # page's rows too (the groups hash, which every call names, their groups).
+        return (mc_keys.inbox_pages(user_id), live_keys.user_version(user_id), mc_keys.inbox_answers(user_id))
 
     def own_args(self) -> list[Any]:
         return [
@@ -386,15 +381,22 @@ class BulkMarkOp(InboxOp):
 # The user whose calls check that their part of the read model is filled
 # (``fill_checked``): only the user-facing reads and marks of that user. The
 # fill's own writes, fan-outs and background jobs run unchecked, so they never
-# meet an "UNFILLED" answer.
+# meet an "UNFILLED" or "REGROUP" answer.
 _checked_user: ContextVar[int | None] = ContextVar("inbox_checked_user", default=None)
 UNFILLED = b"UNFILLED"
+REGROUP = b"REGROUP"
+
+
+class GroupRowExpired(healing.UserNotFilled):
+    """A checked call met the expired row of a group of several items: Redis cannot
+    name the group's next row (the items' details live in another slot), so the
+    user's part is filled again from PostgreSQL, where the group re-forms."""
 
 
 def _fill_check() -> str:
-    """A checked call's last argument: "<generation>:<idle ms>" ("" with healing off)."""
-    generation = healing.user_generation()
-    return f"{generation}:{idle_ms()}" if generation else ""
+    """A checked call's last argument: "<generation>:<idle ms>" (no generation with
+    healing off: the part counts as filled and does not expire)."""
+    return f"{healing.user_generation()}:{idle_ms()}"
 
 
 def idle_ms() -> int:
@@ -435,9 +437,11 @@ class InboxCall:
         return self.answer(self.script.settle(reply, self.keys, self.args))
 
     def answer(self, result: Any) -> Any:
-        """The script's answer; "UNFILLED" (a checked call only) raised as such."""
+        """The script's answer; "UNFILLED" and "REGROUP" (checked calls only) raised as such."""
         if result == UNFILLED:
             raise healing.UserNotFilled(self.user_id)
+        if result == REGROUP:
+            raise GroupRowExpired(self.user_id)
         return result
 
 
@@ -452,8 +456,9 @@ def _call_keys(_prefix: str, kind: str, user_id: int, months: tuple[str, ...], f
     names += [mc_keys.push_bitmap(user_id, m) for m in months]
     if op.ever:
         names += [mc_keys.read_ever_bitmap(user_id, m) for m in months]
-    # Last, whatever the script (open_inbox takes them from the end): the unread zsets (all, then
-    # each category), the evicted set, the arrivals, the archived and snoozed zsets.
+    # Last, whatever the script (open_inbox takes them from the end): the groups hash, the unread
+    # zsets (all, then each category), the evicted set, the arrivals, the archived and snoozed zsets.
+    names.append(mc_keys.inbox_groups(user_id))
     names += unread_keys(user_id)
     names += [mc_keys.inbox_evicted(user_id), mc_keys.inbox_arrivals(user_id)]
     names += [mc_keys.inbox_archived(user_id), mc_keys.inbox_snoozed(user_id)]

@@ -23,6 +23,7 @@ from messagecenter import keys as mc_keys
 from messagecenter import services as mc_services
 from messagecenter.fill import inbox_fill
 from messagecenter.models import Message
+from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel.scripts import idle_ms
 from messagecenter.readmodel.user_part import user_part_filled
 from messagecenter.selectors import inbox_list
@@ -253,3 +254,33 @@ def test_an_idle_user_leaves_redis_and_comes_back_on_their_next_read(world: dict
 
     assert _seen(client) == before
     assert server.client().sismember(mc_keys.filled_users(), user.pk)
+
+
+def test_a_group_whose_row_expired_is_filled_again_by_the_next_read_or_mark(
+    healing_on: RedisServer, operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row of a group expires; no expiry job runs. A committed mark's Redis
+    half that meets it changes nothing and drops the user's part; the next read
+    fills the user from PostgreSQL, where the group re-forms around its newest
+    item left; a "read all" then reads it whole."""
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    user = UserFactory()
+    plain = _send(operator, [user.pk], "plain")
+    grouped = []
+    for actor in ["Ann", "Ben", "Cat"]:
+        now += timedelta(seconds=1)
+        extra = {"expire_at": now + timedelta(minutes=5)} if actor == "Cat" else {}
+        grouped.append(_send(operator, [user.pk], actor, group_key="order:9", actor=actor, **extra))
+    assert rebuild.rebuild() is not None
+    client = client_for(user)
+    assert _seen(client) == ([(grouped[2], False, 3), (plain, False, None)], [], 2)
+
+    now += timedelta(minutes=6)
+    at_ms = int(now.timestamp() * 1000)
+    fill.mark_applied(user.pk, lambda: inbox_rm.inbox_read_all(user_id=user.pk, category=None, now_ms=at_ms))
+    assert healing_on.client().hget(mc_keys.inbox_state(user.pk), "fill") is None  # the part went
+    assert _seen(client) == ([(grouped[1], False, 2), (plain, False, None)], [], 2)
+    assert not inbox_list(user=user, limit=50).degraded
+    assert client.post("/api/v1/inbox/read-all/").status_code == 200
+    assert _seen(client) == ([(grouped[1], True, 2), (plain, True, None)], [], 0)

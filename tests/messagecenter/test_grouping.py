@@ -623,6 +623,43 @@ def test_an_expired_row_gives_way_to_the_rest_of_its_group_once_swept(
 
 
 @pytest.mark.parametrize("threshold", [1000, 1], ids=["pushed", "merged on read"])
+def test_an_expired_row_gives_way_at_once_before_any_job_runs(
+    operator: Any, recipient: Any, clock: Any, settings: Any, threshold: int
+) -> None:
+    """The moment a group's row expires, the next read shows the newest item
+    left as the row, counted without it, on both paths: no sweep has run, and
+    a page, the counts and a single item all agree."""
+    settings.MESSAGECENTER_PUSH_THRESHOLD = threshold
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    assert _agree(client, refs)[0][0][3] == GROUP_OF(3, ["Cat", "Ben", "Ann"])
+    clock.advance(minutes=6)
+    assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
+    seen = _agree(client, refs)
+    assert [(r[0], r[3]) for r in seen[0]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
+    assert seen[2:4] == (1, 1)
+    assert client.get(f"/api/v1/inbox/{refs[1]}/").status_code == 200
+    assert client.get(f"/api/v1/inbox/{refs[2]}/").status_code == 404
+
+
+def test_a_read_all_right_after_a_rows_expiry_reads_the_re_formed_group(
+    operator: Any, recipient: Any, clock: Any
+) -> None:
+    """A "read all" that meets an expired row (its Redis half changes nothing)
+    fills the user again at once: the re-formed group reads as read."""
+    client = client_for(recipient)
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    assert _agree(client, refs)[2:4] == (1, 1)
+    clock.advance(minutes=6)
+    assert client.post("/api/v1/inbox/read-all/").status_code == 200
+    seen = _agree(client, refs)
+    assert [(r[0], r[1], r[3]) for r in seen[0]] == [(refs[1], True, GROUP_OF(2, ["Ben", "Ann"]))]
+    assert seen[2:4] == (0, 0)
+
+
+@pytest.mark.parametrize("threshold", [1000, 1], ids=["pushed", "merged on read"])
 def test_a_deleted_grouped_item_stays_out_of_its_keys_listing_after_a_refill(
     operator: Any, recipient: Any, other_recipient: Any, clock: Any, settings: Any, threshold: int
 ) -> None:
