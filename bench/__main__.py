@@ -6,6 +6,7 @@ ratio to the baseline measured in the same run) and writes bench/RESULTS.md.
 """
 
 import argparse
+import gc
 import os
 import platform
 import sys
@@ -134,6 +135,9 @@ def main() -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    # As a server process does once the app is loaded (config/wsgi.py, asgi.py):
+    # what it holds now is out of the collector's sight.
+    gc.freeze()
 
     from bench.harness import GrowthRow, Row, growth_table, split_rows, table
     from core.redis import get_redis

@@ -6,6 +6,7 @@ messages, which Django's handler refuses: at shutdown it closes the process's
 live hub, so the streams' Redis subscription ends cleanly.
 """
 
+import gc
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -16,6 +17,9 @@ from core.replicas import check_replicas_reachable
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django_application = get_asgi_application()
+# As config/wsgi.py: what the process holds now lives as long as it does, and
+# a full collection no longer walks it.
+gc.freeze()
 
 # Imported once Django is set up (the line above).
 from live.transport import hub_close  # noqa: E402

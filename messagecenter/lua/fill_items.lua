@@ -1,57 +1,81 @@
--- A user's fill: many items (none grouped) into one inbox in one call.
+-- A user's fill: many items (none grouped) into one inbox in one call, each
+-- placed at once (the shared inbox preambles come first; the fill restored
+-- the read state before, so each item lands read or unread as PostgreSQL
+-- says, and the user's first read has no arrivals to place).
 --
--- KEYS (one user, one hash tag; mc_keys.deliver_keys of one user with the
--- notification zset): 1 all zset, 2 hidden set, 3 arrivals zset,
--- 4 expiry zset, 5 months set, 6 live version, 7 evicted set, 8 the user's
--- notification zset (the expiry sweep's index).
--- ARGV: 1 now ms, 2 the most items an inbox keeps (0 = no cap), then six
--- per item: member, ref, month, score, expire ms (0 = never), "1" for a
--- notification.
+-- Own KEYS: 12 the user's notification zset (the expiry sweep's index),
+-- 13 the live version. Own ARGV: 1 the most items an inbox keeps (0 = no
+-- cap), 2 the items, a line each: "<member> <time ms> <expire ms, 0 = never>
+-- <1 for a notification, else 0>". The months passed are the items' months.
 -- Returns how many items the inbox gained.
 --
--- What deliver.lua does for one recipient per item, for a batch of items of
--- one recipient: an item arrives (all, arrivals, expiry, months) unless it
--- expired, is hidden or is there already; the user's next inbox script places
--- it. The cap is kept once at the end of the call, oldest first, as deliver.lua
--- keeps it per arrival: a fill adds only arrivals, so an evicted one leaves all,
--- the arrivals and the expiry zset, and a placed one waits in the evicted set.
+-- An item is inserted (all, its category zset, its push bit, the unread
+-- zsets and counter when unread, the expiry zset, the months set) unless it
+-- expired, is hidden or is there already. The cap is kept at the end of the
+-- call as a fan-out keeps it: the oldest leave whole, or, of a month this
+-- call did not pass, leave all for the evicted set the next read settles.
 -- The version moves once; nobody is told (the user is the one reading).
 
-local all_key, hidden_key, arrivals_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local months_key, version_key, evicted_key, notifications_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local now, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-local call = redis.call
-local FIELDS, FIRST = 6, 3
-if (#ARGV - FIRST + 1) % FIELDS ~= 0 then
-  return redis.error_reply("fill_items.lua: ARGV do not fit six per item")
-end
+local notifications_key, version_key = KEYS[12], KEYS[13]
+local cap, items = tonumber(ARGV[1]), ARGV[2]
+if not open_inbox(2, 2, false) then return NOT_OPEN end
 
-local gained = 0
-for i = FIRST, #ARGV, FIELDS do
-  local member, ref, month, score, expire_ms = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+-- The items still live, then those neither hidden nor there already: a few
+-- variadic commands for the whole call; place_many puts them in their places.
+local live, refs = {}, {}
+for member, time, expire_ms, notification in string.gmatch(items, "(%S+) (%d+) (%d+) ([01])\n") do
   local expire = tonumber(expire_ms)
-  if ARGV[i + 5] == "1" then call("ZADD", notifications_key, "NX", expire_ms, member) end
-  if (expire == 0 or expire > now) and call("SISMEMBER", hidden_key, ref) == 0
-      and call("ZADD", all_key, "NX", score, member) == 1 then
-    call("ZADD", arrivals_key, score, member)
-    if expire > 0 then call("ZADD", expiry_key, expire_ms, member) end
-    call("SADD", months_key, month)
-    gained = gained + 1
+  if notification == "1" then call("ZADD", notifications_key, "NX", expire_ms, member) end
+  local ref, cat, month, off = parse(member)
+  if (expire == 0 or expire > NOW) and ref and category_keys[cat] and READ[month] then
+    live[#live + 1] = {member, cat, month, off, time, expire_ms}
+    refs[#refs + 1] = ref
   end
+end
+local placing, scored, expiring, months = {}, {}, {}, {}
+if #live > 0 then
+  local hidden = call("SMISMEMBER", hidden_key, unpack(refs))
+  local members = {}
+  for i, item in ipairs(live) do members[i] = item[1] end
+  local held = call("ZMSCORE", all_key, unpack(members))
+  for i, item in ipairs(live) do
+    if hidden[i] == 0 and not held[i] then
+      placing[#placing + 1] = item
+      scored[#scored + 1] = item[5]
+      scored[#scored + 1] = item[1]
+      if item[6] ~= "0" then
+        expiring[#expiring + 1] = item[6]
+        expiring[#expiring + 1] = item[1]
+      end
+      months[item[3]] = true
+    end
+  end
+end
+local gained = #placing
+if gained > 0 then
+  call("ZADD", all_key, unpack(scored))
+  if #expiring > 0 then call("ZADD", expiry_key, unpack(expiring)) end
+  for month in pairs(months) do call("SADD", months_key, month) end
+  place_many(placing)
 end
 
 if cap > 0 then
   local over = call("ZCARD", all_key) - cap
   if over > 0 then
+    local live = {}
     for _, oldest in ipairs(call("ZRANGE", all_key, 0, over - 1)) do
-      call("ZREM", all_key, oldest)
-      if call("ZREM", arrivals_key, oldest) == 1 then
-        call("ZREM", expiry_key, oldest)
+      if removable(oldest) then
+        live[#live + 1] = oldest
       else
+        call("ZREM", all_key, oldest)
         call("SADD", evicted_key, oldest)
       end
     end
+    remove_live(live)
   end
 end
-if gained > 0 then call("INCR", version_key) end
+if gained > 0 then
+  touch()
+  call("INCR", version_key)
+end
 return gained

@@ -75,7 +75,7 @@ DROP_PREFIX_SCRIPT = _script("drop_prefix.lua")
 SWEEP_SCRIPT = _script("sweep.lua")
 # A fan-out only adds: its script needs none of the inbox helpers, only the grouping.
 DELIVER_SCRIPT = LuaScript(__file__, "../lua/deliver.lua", preambles=("../lua/_group.lua",))
-FILL_ITEMS_SCRIPT = LuaScript(__file__, "../lua/fill_items.lua")
+FILL_ITEMS_SCRIPT = _script("fill_items.lua")
 ARCHIVE_SCRIPT = _script("archive.lua", *PARK)
 UNARCHIVE_SCRIPT = _script("unarchive.lua", *PARK)
 SNOOZE_SCRIPT = _script("snooze.lua", *PARK)
@@ -95,6 +95,7 @@ INBOX_SCRIPTS = (
     UNARCHIVE_SCRIPT,
     SNOOZE_SCRIPT,
     BULK_MARK_SCRIPT,
+    FILL_ITEMS_SCRIPT,
 )
 LuaScript.load_together([*INBOX_SCRIPTS, DELIVER_SCRIPT])
 
@@ -376,6 +377,23 @@ class BulkMarkOp(InboxOp):
 
     def own_args(self) -> list[Any]:
         return [1 if self.read else 0, ",".join(self.members)]
+
+
+@dataclass(frozen=True)
+class FillItemsOp(InboxOp):
+    """fill_items.lua: a fill's items placed at once, ``items`` a line each
+    ("<member> <time ms> <expire ms> <1 for a notification, else 0>")."""
+
+    script: ClassVar[LuaScript] = FILL_ITEMS_SCRIPT
+    cap: int
+    items: str
+
+    @staticmethod
+    def own_keys(user_id: int) -> tuple[str, ...]:
+        return (mc_keys.user_notifications(user_id), live_keys.user_version(user_id))
+
+    def own_args(self) -> list[Any]:
+        return [self.cap, self.items]
 
 
 # The user whose calls check that their part of the read model is filled

@@ -666,8 +666,8 @@ def test_a_fill_keeps_the_newest_items_up_to_the_cap(
 ) -> None:
     """A user filled from PostgreSQL with more live items than an inbox keeps
     gets the newest of them, without the hidden and the expired ones, as
-    PostgreSQL computes it; the notifications among them are in the expiry
-    sweep's index."""
+    PostgreSQL computes it, each placed by the fill (counted, in the unread
+    index); the notifications among them are in the expiry sweep's index."""
     from django.utils import timezone
 
     from messagecenter.fill import inbox_fill
@@ -690,6 +690,9 @@ def test_a_fill_keeps_the_newest_items_up_to_the_cap(
 
     user_part_drop(user_id=recipient.pk, group_keys=())
     assert inbox_fill(user_id=recipient.pk)
+    # Placed by the fill itself: nothing waits for the first read to place it.
+    assert redis.exists(mc_keys.inbox_arrivals(recipient.pk)) == 0
+    assert_unread_index(redis, recipient.pk)
     after = [row.ref for row in _page(recipient.pk, now).rows]
     truth = fallback.inbox_page(user_id=recipient.pk, now=timezone.now() + timedelta(seconds=2), **whole_inbox(20))
     assert after == [row.ref for row in truth.rows] == [notified.ref, sent[4], sent[3], sent[2], sent[1]]
