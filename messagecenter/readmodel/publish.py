@@ -27,6 +27,7 @@ from messagecenter.readmodel.scripts import (
     DELIVER_SCRIPT,
     DropPrefixOp,
     FillItemsOp,
+    InboxCall,
     inbox_call,
     run_inbox_calls,
 )
@@ -224,6 +225,17 @@ def _deliver_args(entry: InboxEntry, *, now_ms: int, notification: bool, head: s
 FILL_BATCH = 150
 
 
+def fill_item_calls(*, user_id: int, entries: Sequence[InboxEntry], now_ms: int) -> Iterator[InboxCall]:
+    """fill_items.lua's calls that put these items (none grouped) into one user's
+    inbox, ``FILL_BATCH`` a call, in their order (the bench times each one)."""
+    cap = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
+    for start in range(0, len(entries), FILL_BATCH):
+        batch = entries[start : start + FILL_BATCH]
+        lines = "".join(f"{e.member} {e.score} {e.expire_ms} {'1' if e.ref.startswith('n') else '0'}\n" for e in batch)
+        months = sorted({str(e.month) for e in batch})
+        yield inbox_call(FillItemsOp(cap=cap, items=lines), user_id=user_id, now_ms=now_ms, months=months)
+
+
 def inbox_deliver_each(*, user_id: int, entries: Sequence[InboxEntry], now_ms: int) -> None:
     """Push these items into one user's inbox (a user's fill): the items without
     a group in calls of ``FILL_BATCH`` (fill_items.lua: each placed at once, read
@@ -231,12 +243,8 @@ def inbox_deliver_each(*, user_id: int, entries: Sequence[InboxEntry], now_ms: i
     order, since each joins the row of its key's items before it.
     Notifications are told by their ref ("n")."""
     plain = [entry for entry in entries if not entry.group_key]
-    cap = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
-    for start in range(0, len(plain), FILL_BATCH):
-        batch = plain[start : start + FILL_BATCH]
-        lines = "".join(f"{e.member} {e.score} {e.expire_ms} {'1' if e.ref.startswith('n') else '0'}\n" for e in batch)
-        months = sorted({str(e.month) for e in batch})
-        inbox_call(FillItemsOp(cap=cap, items=lines), user_id=user_id, now_ms=now_ms, months=months)()
+    for call in fill_item_calls(user_id=user_id, entries=plain, now_ms=now_ms):
+        call()
     _deliver_in_order(user_id, [entry for entry in entries if entry.group_key], now_ms)
     if any(entry.ref.startswith("n") for entry in entries):
         get_redis().sadd(mc_keys.notification_holders(), user_id)

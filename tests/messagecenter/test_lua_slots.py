@@ -436,6 +436,7 @@ def test_each_inbox_call_object_lays_out_what_its_script_opens() -> None:
         scripts.UnarchiveOp(member="m1|system|202611|1", score=5, expire_ms=0),
         scripts.SnoozeOp(member="m1|system|202611|1", score=5, expire_ms=0),
         scripts.BulkMarkOp(members=("m1|system|202611|1", "m2|system|202611|2"), read=True),
+        scripts.FillItemsOp(cap=10, items="m1|system|202611|1 5 0 0\n"),
     ]
     assert {id(op.script) for op in ops} == {id(s) for s in scripts.INBOX_SCRIPTS}
     for op in ops:
