@@ -28,11 +28,12 @@
 -- The last ARGV is "<generation>:<idle ms>" on a checked call (a user-facing
 -- read or mark): the generation the user's part of the read model must be
 -- filled for ("" with healing off), and how long it stays without a checked
--- call; "" on an unchecked one (the fill's own writes, background jobs). The state hash's "fill" field names the generation it was
--- filled for; any other value (nothing after a loss or an idle expiry, an
--- older one on a stale replica) answers "UNFILLED" having changed nothing, and
--- the caller fills the user from PostgreSQL (messagecenter/fill.py). A filled
--- user's state hash lives on for the idle time from each checked call.
+-- call; "" on an unchecked one (the fill's own writes, background jobs). The
+-- state hash's "fill" field names the generation it was filled for; any
+-- other value (nothing after a loss or an idle expiry, an older one on a
+-- stale replica) answers "UNFILLED" having changed nothing, and the caller
+-- fills the user from PostgreSQL (messagecenter/fill.py). A filled user's
+-- state hash lives on for the idle time from each checked call.
 -- A checked settling call that finds the row of a group of several items
 -- expired answers "REGROUP" having changed nothing (group_row_expired); an
 -- unchecked one removes the row, and the grouped expiry job (beat, every few
