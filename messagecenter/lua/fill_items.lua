@@ -12,8 +12,8 @@
 -- An item is inserted (all, its category zset, its push bit, the unread
 -- zsets and counter when unread, the expiry zset, the months set) unless it
 -- expired, is hidden or is there already. The cap is kept at the end of the
--- call as a fan-out keeps it: the oldest leave whole, or, of a month this
--- call did not pass, leave all for the evicted set the next read settles.
+-- call by the settling's trim: the oldest leave whole (one of a month this
+-- call did not pass waits for the next read's trim, which passes them all).
 -- The version moves once; nobody is told (the user is the one reading).
 
 local notifications_key, version_key = KEYS[12], KEYS[13]
@@ -59,21 +59,8 @@ if gained > 0 then
   place_many(placing)
 end
 
-if cap > 0 then
-  local over = call("ZCARD", all_key) - cap
-  if over > 0 then
-    local live = {}
-    for _, oldest in ipairs(call("ZRANGE", all_key, 0, over - 1)) do
-      if removable(oldest) then
-        live[#live + 1] = oldest
-      else
-        call("ZREM", all_key, oldest)
-        call("SADD", evicted_key, oldest)
-      end
-    end
-    remove_live(live)
-  end
-end
+-- The cap: the oldest leave whole, as a read's settling trims them (_settle.lua).
+if cap > 0 then trim(cap) end
 if gained > 0 then
   touch()
   call("INCR", version_key)
