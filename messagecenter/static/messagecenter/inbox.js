@@ -383,7 +383,9 @@
       event.preventDefault();
       var button = event.submitter || form.querySelector("button");
       var id = button.value;
-      mc.api("POST", itemPath(row, "respond"), { action: id }).then(function (answer) {
+      // An answer marks the item read: it counts as one of the reader's marks,
+      // so a poll woken on the way does not put back the unread flag.
+      marking(mc.api("POST", itemPath(row, "respond"), { action: id })).then(function (answer) {
         item.response = answer.data;
         item.read = true;
         setRead(row, true);
