@@ -96,8 +96,9 @@ def inbox_state(user_id: int) -> str:
 
 
 def inbox_groups(user_id: int) -> str:
-    """hash: ref of a grouped item's row -> JSON ``{key, count, actors, start}`` of its group
-    (the row's count, its last three distinct actors, the time of the group's first item)."""
+    """hash: ref of a grouped item's row -> JSON ``{key, count, seen, start, exp}`` of its group
+    (the row's count, its last three distinct actors, the time of the group's first item,
+    the earliest expiry among its items)."""
     return key("inbox", user_tag(user_id), "groups")
 
 

@@ -46,19 +46,6 @@ def cleanup_expired_task() -> int:
     return services.message_cleanup_expired()
 
 
-@shared_task(name="messagecenter.grouped_expired", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
-def grouped_expired_task() -> dict[str, int]:
-    """Periodic (Celery beat, every MESSAGECENTER_GROUPED_EXPIRY_SECONDS): the expired
-    grouped items' part of the expiry jobs. A read re-forms a group whose row
-    expired itself; this brings the count of a group whose older item expired,
-    and the parts of users who do not read, up to date within seconds rather than
-    at the next full sweep."""
-    return {
-        "messages": services.message_cleanup_expired(grouped_only=True),
-        "notifications": services.notification_details_free(grouped_only=True),
-    }
-
-
 @shared_task(name="messagecenter.retention_purge", autoretry_for=(RedisError,), retry_backoff=True, max_retries=3)
 def retention_purge_task() -> dict[str, int]:
     """Periodic (Celery beat): purge items past retention from PostgreSQL, in short batches."""

@@ -327,21 +327,12 @@ MESSAGECENTER_CHECK_REPAIR: bool = env.bool("MESSAGECENTER_CHECK_REPAIR", defaul
 MESSAGECENTER_RETENTION_DAYS: float = env.float("MESSAGECENTER_RETENTION_DAYS", default=30.0)
 MESSAGECENTER_RETENTION_SECONDS: float = env.float("MESSAGECENTER_RETENTION_SECONDS", default=60 * 60.0)
 MESSAGECENTER_RETENTION_BATCH: int = env.int("MESSAGECENTER_RETENTION_BATCH", default=200)
-# How often beat looks for grouped items that expired (their groups re-form).
-MESSAGECENTER_GROUPED_EXPIRY_SECONDS: float = env.float("MESSAGECENTER_GROUPED_EXPIRY_SECONDS", default=5.0)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # Prunes expired announcements from the platform indexes and rebuilds them
     # from PostgreSQL (correctness never waits for it: reads filter by time).
     "notices-rebuild": {"task": "notices.rebuild_all", "schedule": 60 * 60},
     # Frees the details of expired messages (inboxes already hide them at expire_at).
     "messagecenter-cleanup-expired": {"task": "messagecenter.cleanup_expired", "schedule": 10 * 60},
-    # The same for grouped messages and notifications, often: until it runs, an
-    # expired group row hides the older items of its group (cheap: the
-    # (status, expire_at) and details_freed indexes, only what expired since).
-    "messagecenter-grouped-expired": {
-        "task": "messagecenter.grouped_expired",
-        "schedule": MESSAGECENTER_GROUPED_EXPIRY_SECONDS,
-    },
     # Rows of items long expired leave PostgreSQL (and the read model with them).
     "messagecenter-retention-purge": {
         "task": "messagecenter.retention_purge",

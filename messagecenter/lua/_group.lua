@@ -1,7 +1,9 @@
 -- Grouped items (preamble of deliver.lua and group_merge.lua): one
 -- recipient's groups of a key, kept in keys of the recipient's hash tag:
---   groups hash   ref of a group's row -> its JSON {key, count, seen, start} (seen:
---                 the newest three distinct actors, {actor, time, member} each)
+--   groups hash   ref of a group's row -> its JSON {key, count, seen, start, exp}
+--                 (seen: the newest three distinct actors, {actor, time, member}
+--                 each; exp: the earliest expiry among its items, absent when
+--                 none expires)
 --   open hash     group key -> the member of its open group's row
 --   closed hash   "<end>|<row ref then>|<group key>" ("<end>|<group key>" for
 --                 a bare end) -> the member of an ended group's row
@@ -85,10 +87,17 @@ local function group_seen_add(meta, actor, score, member)
   meta.seen, meta.actors = out, nil
 end
 
--- The item joins its group (or starts one). Returns the member that leaves
--- the list: the old row when the new item is newer, the new item itself
--- when it is older than the row, nil when it is the row.
-local function group_join(groups_key, open_key, members_key, ends_key, closed_key, gkey, member, score, actor)
+-- The group's earliest expiry: once passed, its count and actors are stale,
+-- and a read that meets it has the user filled again from PostgreSQL (page.lua).
+local function group_expiry_add(meta, expire)
+  if expire > 0 and (meta.exp == nil or expire < meta.exp) then meta.exp = expire end
+end
+
+-- The item joins its group (or starts one); expire is its expiry (ms, 0 =
+-- never). Returns the member that leaves the list: the old row when the new
+-- item is newer, the new item itself when it is older than the row, nil when
+-- it is the row.
+local function group_join(groups_key, open_key, members_key, ends_key, closed_key, gkey, member, score, actor, expire)
   -- The hash and field that hold the row of the group an item at this time belongs to.
   local slot_key, field = open_key, gkey
   -- Groups that ended at the item's own time first (their members sort as
@@ -118,6 +127,7 @@ local function group_join(groups_key, open_key, members_key, ends_key, closed_ke
   if not meta then
     meta = {key = gkey, count = 1, seen = {}, start = tonumber(score)}
     group_seen_add(meta, actor, score, member)
+    group_expiry_add(meta, expire)
     redis.call("HSET", slot_key, field, member)
     redis.call("HSET", groups_key, group_ref(member), cjson.encode(meta))
     return nil
@@ -125,6 +135,7 @@ local function group_join(groups_key, open_key, members_key, ends_key, closed_ke
   meta.count = meta.count + 1
   if tonumber(score) < meta.start then meta.start = tonumber(score) end
   group_seen_add(meta, actor, score, member)
+  group_expiry_add(meta, expire)
   local head_score = redis.call("ZSCORE", members_key, head)
   if head_score and not group_newer(score, member, head_score, head) then
     -- Older than the row: it counts, the row stays.

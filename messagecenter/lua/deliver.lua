@@ -130,7 +130,7 @@ for i = 0, recipients - 1 do
       -- list goes the way the cap's evictions go (the next read settles it).
       local group = base + stride - GROUP_KEYS
       local gone = group_join(KEYS[group + 1], KEYS[group + 2], KEYS[group + 4], KEYS[group + 5], KEYS[group + 3],
-                              gkey, member, score, actor)
+                              gkey, member, score, actor, expire)
       if gone then evict(gone) end
     end
     if cap > 0 then keep_cap() end  -- caps on write

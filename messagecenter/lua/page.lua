@@ -95,15 +95,32 @@ local function page_answers(refs, details)
   return answers
 end
 
-if FAST then
-  local refs = {}
+-- The rows' groups. A group's "exp" is the earliest expiry among its items
+-- (_group.lua): once passed, an item of a group of several is gone and the
+-- row's count and actors with it. Redis cannot name what is left (the
+-- items' details live in another slot), so a user-facing read answers
+-- "REGROUP" and the caller fills the user again from PostgreSQL, where the
+-- group re-forms; a kept rendering of the page is valid only until then.
+local checked = ARGV[#ARGV] ~= ""
+local refs, groups = {}, {}
+if #members > 0 and (FAST or checked) then
   for i, member in ipairs(members) do refs[i] = parse(member) end
+  groups = call("HMGET", groups_key, unpack(refs))
+  for _, raw in ipairs(groups) do
+    if raw then
+      local group = cjson.decode(raw)
+      if group.exp and group.count > 1 then
+        if checked and group.exp <= NOW then return "REGROUP" end
+        if cache and (cache[2] == "" or group.exp < tonumber(cache[2])) then cache[2] = tostring(group.exp) end
+      end
+    end
+  end
+end
+if FAST then
   local details = {}
-  local groups = {}
   local answers = {}
   if #refs > 0 then
     details = call("HMGET", detail_key, unpack(refs))
-    groups = call("HMGET", groups_key, unpack(refs))
     answers = page_answers(refs, details)
   end
   return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups, answers}

@@ -161,9 +161,9 @@ def _joins(
         detail = json.loads(raw) if raw is not None else {}
         group_key = detail.get("group_key") or ""
         if group_key:
-            member, score, _expire = candidates[i]
+            member, score, expire = candidates[i]
             script_keys += [mc_keys.inbox_group(user_id, group_key), mc_keys.inbox_group_ends(user_id, group_key)]
-            args += [group_key, member, score, detail.get("actor") or ""]
+            args += [group_key, member, score, detail.get("actor") or "", expire]
     return script_keys, args
 
 

@@ -501,13 +501,11 @@ def message_retract(*, message: Message, actor: AbstractBaseUser | None = None) 
     return True
 
 
-def message_cleanup_expired(*, now: datetime | None = None, batch: int = 500, grouped_only: bool = False) -> int:
+def message_cleanup_expired(*, now: datetime | None = None, batch: int = 500) -> int:
     """Free Redis of messages whose expiry has passed (a periodic task).
 
     Inboxes hide them exactly at expire_at already; this drops what is
     stored once (pull entries, details, audience bitmaps). Returns how many.
-    ``grouped_only``: only messages with a group key (the frequent job: an
-    expired row hides its group's older items until it has run).
     """
     now = now or timezone.now()
     size = int(settings.MESSAGECENTER_BITMAP_CHUNK_USERS)
@@ -515,8 +513,6 @@ def message_cleanup_expired(*, now: datetime | None = None, batch: int = 500, gr
     expired_rows = Message.objects.filter(
         status__in=[MessageStatus.DELIVERED, MessageStatus.DELIVERING], expire_at__lte=now
     )
-    if grouped_only:
-        expired_rows = expired_rows.exclude(group_key="")
     expired = list(expired_rows.order_by("expire_at")[:batch])
     pull_members, refs, chunks = [], [], {}
     for message in expired:

@@ -338,17 +338,14 @@ def notification_sweep(*, now: datetime | None = None) -> dict[str, int]:
     return {"users": visited, "removed": removed, "details_freed": freed}
 
 
-def notification_details_free(*, now: datetime | None = None, grouped_only: bool = False) -> int:
+def notification_details_free(*, now: datetime | None = None) -> int:
     """Drop the stored-once details of notifications expired by ``now`` and
-    re-form the groups whose rows they were; returns how many. ``grouped_only``:
-    only notifications with a group key (the frequent job)."""
+    re-form the groups whose rows they were; returns how many."""
     now = now or timezone.now()
     freed = 0
     while True:
         # mc_notification_expire_idx serves this (partial on details_freed = false).
         rows = Notification.objects.filter(details_freed=False, expire_at__lte=now)
-        if grouped_only:
-            rows = rows.exclude(group_key="")
         batch = list(rows.order_by("expire_at").values_list("pk", flat=True)[:SWEEP_DETAILS_BATCH])
         if not batch:
             return freed

@@ -12,9 +12,9 @@ from redis.exceptions import RedisError
 
 from durability import healing
 from messagecenter import keys as mc_keys
-from messagecenter import services, tasks
+from messagecenter import services
 from messagecenter.fill import inbox_warm
-from messagecenter.models import InboxGroupEnd, InboxHidden, Message, MessageStatus
+from messagecenter.models import InboxGroupEnd, InboxHidden, Message
 from messagecenter.readmodel import grouping as readmodel_grouping
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
@@ -684,32 +684,58 @@ def test_a_deleted_grouped_item_stays_out_of_its_keys_listing_after_a_refill(
     assert _agree(client, refs) == before
 
 
-def test_the_frequent_grouped_expiry_job_reforms_a_message_group_and_leaves_plain_items(
-    operator: Any, recipient: Any, clock: Any
+@pytest.mark.parametrize("threshold", [1000, 1], ids=["pushed", "merged on read"])
+def test_an_older_item_expiring_shows_in_its_groups_count_at_the_next_read(
+    operator: Any, recipient: Any, clock: Any, settings: Any, threshold: int
 ) -> None:
-    """The grouped part of the expiry jobs (beat, every few seconds) re-forms a
-    group whose row expired; an expired message without a group waits for the
-    full cleanup (reads hide it by time meanwhile)."""
+    """An older item of a group expires (not the row): the very next page
+    counts the group without it and drops it from the actors, though no job
+    has run; a page rendered and kept before the expiry is not served past it,
+    and PostgreSQL agrees."""
+    settings.MESSAGECENTER_PUSH_THRESHOLD = threshold
     client = client_for(recipient)
-    plain = send(operator, to={"users": [recipient]}, title="Plain", expire_at=clock.now + timedelta(minutes=5))
-    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
-    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    refs = _grouped(operator, recipient, clock, ["Ann"], expire_at=clock.now + timedelta(minutes=5))
+    refs += _grouped(operator, recipient, clock, ["Ben", "Cat"])
+    assert _agree(client, refs)[0][0][3] == GROUP_OF(3, ["Cat", "Ben", "Ann"])
+    assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3  # kept rendering
     clock.advance(minutes=6)
-    assert tasks.grouped_expired_task() == {"messages": 1, "notifications": 0}
-    plain.refresh_from_db()
-    assert plain.status == MessageStatus.DELIVERED  # left to the full cleanup
+    rows = client.get("/api/v1/inbox/").json()["results"]
+    assert [(r["id"], r["group"]) for r in rows] == [(refs[2], GROUP_OF(2, ["Cat", "Ben"]))]
     seen = _agree(client, refs)
-    assert [(r[0], r[3]) for r in seen[0]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
-    assert services.message_cleanup_expired() == 1  # the plain one, at the next full cleanup
+    assert seen[2:4] == (1, 1)
+    assert seen[4]["order:42"][0] == [(refs[2], False), (refs[1], False)]
+    assert client.get(f"/api/v1/inbox/{refs[0]}/").status_code == 404
+    # Nothing is left for a job to re-form: the full cleanup only frees the item.
+    assert services.message_cleanup_expired() == 1
+    assert _agree(client, refs) == seen
 
 
-def test_the_frequent_grouped_expiry_job_reforms_a_notification_group(
+def test_an_older_notification_expiring_shows_in_its_groups_count_at_the_next_read(
     operator_client: Any, recipient: Any, clock: Any
 ) -> None:
-    sent = _reviews_grouped(operator_client, recipient, clock)
+    assert (
+        operator_client.post(
+            "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
+        ).status_code
+        == 201
+    )
+    sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
+    assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
+    sent = []
+    for actor, ttl in (("Ann", 60), ("Ben", 3600), ("Cat", 3600)):
+        clock.advance(seconds=1)
+        body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
+        answer = operator_client.post(
+            "/api/v1/manage/notifications/",
+            {**body, "group_key": "pr:1", "actor": actor, "ttl_seconds": ttl},
+            format="json",
+        )
+        assert answer.status_code == 202, answer.content
+        sent.append(str(answer.json()["id"]))
     client = client_for(recipient)
     assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
     clock.advance(minutes=2)
-    assert tasks.grouped_expired_task() == {"messages": 0, "notifications": 1}
     rows = client.get("/api/v1/inbox/").json()["results"]
-    assert [(r["id"], r["group"]) for r in rows] == [(f"n{sent[1]}", GROUP_OF(2, ["Ben", "Ann"], key="pr:1"))]
+    assert [(r["id"], r["group"]) for r in rows] == [(f"n{sent[2]}", GROUP_OF(2, ["Cat", "Ben"], key="pr:1"))]
+    with _redis_down():
+        assert client.get("/api/v1/inbox/").json()["results"] == rows
