@@ -54,6 +54,7 @@ from py_vapid import Vapid02
 from pywebpush import WebPusher, WebPushException
 
 from core.api.errors import ValidationFailed
+from core.local_cache import LocalCache
 from webhooks import services as webhooks
 
 # The order of P-256 (a private scalar lies in [1, n - 1]).
@@ -140,8 +141,9 @@ class VapidKey:
         return hashlib.sha256(self.public_raw).hexdigest()[:16]
 
 
-_key_lock = threading.Lock()
-_key_cache: dict[str, VapidKey] = {}
+_key_lock = threading.Lock()  # one process derives or loads the key once
+# The key pair of the configuration in use (a new one replaces it).
+_keys: LocalCache[str, VapidKey] = LocalCache("vapid keys", maxsize=1)
 
 
 def vapid_key() -> VapidKey:
@@ -149,11 +151,10 @@ def vapid_key() -> VapidKey:
     text = _configured_key_text()
     cache_key = hashlib.sha256(f"{text}|{settings.SECRET_KEY}".encode()).hexdigest()
     with _key_lock:
-        key = _key_cache.get(cache_key)
+        key = _keys.get(cache_key)
         if key is None:
             key = VapidKey(_load_key(text), derived=False) if text else VapidKey(_derived_key(), derived=True)
-            _key_cache.clear()
-            _key_cache[cache_key] = key
+            _keys[cache_key] = key
         return key
 
 
@@ -167,8 +168,8 @@ def public_key_of(private_text: str) -> str:
     return VapidKey(_load_key(private_text), derived=False).public_key
 
 
-_jwt_lock = threading.Lock()
-_jwt_cache: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
+# (key, push service, subject) -> (reuse until, headers).
+_jwts: LocalCache[tuple[str, str, str], tuple[float, dict[str, str]]] = LocalCache("vapid jwts", maxsize=1000)
 
 
 def _vapid_headers(origin: str) -> dict[str, str]:
@@ -178,15 +179,11 @@ def _vapid_headers(origin: str) -> dict[str, str]:
     subject = str(settings.MESSAGECENTER_VAPID_SUBJECT)
     cache_key = (key.fingerprint, origin, subject)
     now = time.time()
-    with _jwt_lock:
-        held = _jwt_cache.get(cache_key)
-        if held is not None and held[0] > now:
-            return held[1]
+    held = _jwts.get(cache_key)
+    if held is not None and held[0] > now:
+        return held[1]
     headers = Vapid02(private_key=key.private).sign({"aud": origin, "sub": subject, "exp": int(now) + _JWT_LIFETIME})
-    with _jwt_lock:
-        if len(_jwt_cache) > 1000:
-            _jwt_cache.clear()
-        _jwt_cache[cache_key] = (now + _JWT_REUSE, dict(headers))
+    _jwts[cache_key] = (now + _JWT_REUSE, dict(headers))
     return dict(headers)
 
 

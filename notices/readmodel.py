@@ -44,6 +44,7 @@ from redis.exceptions import RedisError
 from accounts.platforms import ALL_PLATFORMS
 from core.api.errors import LimitExceeded
 from core.bitmaps import bitmap_from_redis, bitmap_split, bitmap_to_redis
+from core.local_cache import LocalCache
 from core.lua import LuaScript
 from core.redis import RedisClient, get_redis, is_cluster
 from durability import healing
@@ -90,10 +91,10 @@ _HOUR_MS = HOUR_MS
 # lifetime, renewed on every read, frees them after a delete without a sweep.
 _READ_HOURS_TTL_SECONDS = READ_HOURS_TTL_SECONDS
 
-# (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS. Safe
-# to share between threads: entries are replaced whole, and a stale entry is
-# caught by the token check inside the script.
-_ids_cache: dict[tuple[str, int], "ChunkIndex"] = {}
+# (platform, chunk) -> (token, ids): the ids whose bitmaps go into KEYS.
+# Entries are replaced whole, and a stale entry is caught by the token check
+# inside the script.
+ids_cache: "LocalCache[tuple[str, int], ChunkIndex]" = LocalCache("announcement id lists", maxsize=4096)
 
 Entry = tuple[int, int, int | None]  # (announcement id, publish ms, expire ms or None)
 
@@ -230,12 +231,6 @@ def user_id_of(user: Any) -> int:
     return int(user.pk)
 
 
-def clear_local_cache() -> None:
-    _ids_cache.clear()
-    _revisions.clear()
-    _layout_seen.clear()
-
-
 # --- Layout ----------------------------------------------------------------------------
 # Bit offsets are user ids within a chunk, and counter blocks have a format:
 # read state written under another chunk size (a changed setting) or format
@@ -245,7 +240,8 @@ def clear_local_cache() -> None:
 # every process answers from PostgreSQL while the rebuild (which lays the
 # state out anew, see ``layout_adopt``) restores the marks from PostgreSQL.
 
-_layout_seen: dict[str, str] = {}  # "held": the layout this process found Redis holding
+# "held": the layout this process found Redis holding
+_layout_seen: LocalCache[str, str] = LocalCache("announcement layout seen", maxsize=1)
 
 
 def layout() -> str:
@@ -342,7 +338,7 @@ def layout_adopt() -> bool:  # noqa: C901  the layout switch's steps read best i
         pipe.expire(target, _READ_HOURS_TTL_SECONDS)
     pipe.set(notice_keys.layout(), want)
     pipe.execute()
-    _ids_cache.clear()
+    ids_cache.clear()
     _layout_seen["held"] = want
     logger.warning("announcement read state cleared for layout %s; the rebuild restores it", want)
     return True
@@ -387,7 +383,7 @@ def _write_chunk(
         # (mark.lua moves no counter until the chunk has its time).
         build = _restore_chunk(client, platform=platform, chunk=chunk, entries=entries)
         _sync(client, platform=platform, chunk=chunk, rev=rev, token=token, entries=entries, drops=drops, build=build)
-    _ids_cache.pop((platform, chunk), None)
+    ids_cache.pop((platform, chunk), None)
 
 
 def _sync(
@@ -406,7 +402,7 @@ def _sync(
     the process's copy first, the index's own ids when that was not enough."""
     blocks = _block_keys(platform, chunk)
     ids = {pk for pk, _, _ in entries} | set(drops)
-    cached = _ids_cache.get((platform, chunk))
+    cached = ids_cache.get((platform, chunk))
     if cached is not None:
         ids |= set(cached.times)
     for _ in range(_ATTEMPTS):
@@ -454,7 +450,7 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
     pipe.smembers(notice_keys.chunks())
     rev_raw, _, _, chunks_raw = pipe.execute()
     rev = int(rev_raw)
-    _revisions[platform] = rev
+    revisions[platform] = rev
     entries = _platform_entries(platform)
     drops = list(drop_ids)
     for chunk in sorted({0} | {int(c) for c in chunks_raw}):
@@ -466,12 +462,12 @@ def platform_sync(*, platform: str, drop_ids: Iterable[int] = ()) -> None:
 # publish commits (platform_revision_seen), so whatever it holds was taken
 # before that commit; another process's revision since then only costs that
 # add its fast path.
-_revisions: dict[str, int] = {}
+revisions: LocalCache[str, int] = LocalCache("announcement revisions taken", maxsize=64)
 
 
 def platform_revision_seen(*, platform: str) -> int | None:
     """The last revision of ``platform`` this process took, or None (no Redis call)."""
-    return _revisions.get(platform)
+    return revisions.get(platform)
 
 
 def platform_add(*, platform: str, entry: Entry, seen: int | None) -> bool:
@@ -538,9 +534,9 @@ def _add(*, platform: str, entry: Entry, seen: int, now_ms: int) -> bool:
         replies = _ADD_CHUNK.stream(calls, client=client)
     added = all(bool(int(reply)) for reply in replies)
     for chunk in chunks:
-        _ids_cache.pop((platform, chunk), None)
+        ids_cache.pop((platform, chunk), None)
     if added:
-        _revisions[platform] = rev
+        revisions[platform] = rev
     return added
 
 
@@ -635,7 +631,7 @@ class ChunkIndex:
 
 
 def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkIndex:
-    cached = _ids_cache.get((platform, chunk))
+    cached = ids_cache.get((platform, chunk))
     if cached is not None:
         return cached
     for _ in range(_ATTEMPTS):
@@ -646,7 +642,7 @@ def _chunk_index(client: RedisClient, *, platform: str, chunk: int) -> ChunkInde
                 for i in range(1, len(snapshot), 3)
             )
             index = ChunkIndex.build(snapshot[0].decode(), entries)
-            _ids_cache[(platform, chunk)] = index
+            ids_cache[(platform, chunk)] = index
             return index
         _build_chunk(client, platform=platform, chunk=chunk)
     raise IndexUnsettled(f"announcement index of {platform}/{chunk} could not be built")
@@ -667,7 +663,7 @@ def _read_bits(
         client=client,
     )
     if reply == -1:
-        _ids_cache.pop((platform, chunk), None)
+        ids_cache.pop((platform, chunk), None)
         return None
     bits = reply.decode() if isinstance(reply, bytes) else str(reply)
     return [bit == "1" for bit in bits]
@@ -782,7 +778,7 @@ def read_count_settle(call: CountCall, reply: Any) -> tuple[int, int]:
             if reply == -3 or reply == -2:
                 # A chunk without a time (built before read counters): count it now.
                 _build_chunk(client, platform=call.platform, chunk=call.chunk)
-            _ids_cache.pop((call.platform, call.chunk), None)
+            ids_cache.pop((call.platform, call.chunk), None)
             call = read_count_call(platform=call.platform, user_id=call.user_id, now=from_ms(call.now_ms))
             reply = COUNT_SCRIPT(keys=call.keys, args=call.args(), client=client)
             continue

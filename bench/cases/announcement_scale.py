@@ -19,6 +19,7 @@ from django.utils import timezone
 from accounts.services import user_set_platforms
 from bench import data
 from bench.harness import Row
+from core.local_cache import local_caches_clear
 from core.redis import get_redis
 from notices import readmodel
 from notices.models import Announcement, AnnouncementPlatform
@@ -52,7 +53,7 @@ def _drop_notice_keys(prefix: str) -> None:
     client = get_redis()
     for key in list(client.scan_iter(match=f"{prefix}notice:*", count=1000)):
         client.delete(key)
-    readmodel.clear_local_cache()
+    local_caches_clear()
 
 
 def _median_ms(samples: list[float]) -> float:

@@ -37,6 +37,7 @@ from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
 
 from core import keys
+from core.local_cache import LocalCache
 from core.lua import LuaScript
 from core.redis import get_redis, is_cluster, round_trip
 from insight.reports import hour_of
@@ -415,10 +416,8 @@ def _plan(user_id: int, now_ms: int, ref: str | None = None) -> _Plan:
 
 
 # user id -> months (``yyyymm``) of the user's bitmaps, as last planned: the
-# fast path passes those bitmaps. Only a hint (the script checks it), so a
-# plain bounded dict shared by threads is enough.
-_months_hint: dict[int, tuple[str, ...]] = {}
-MONTHS_HINT_USERS = 100_000
+# fast path passes those bitmaps. Only a hint: the script checks it.
+months_hints: LocalCache[int, tuple[str, ...]] = LocalCache("inbox months hints", maxsize=100_000)
 STALE = b"STALE"
 # A script's answer when settling left members for its next call (bounded
 # steps, _inbox.lua): the op has not run; ``_settled`` calls again.
@@ -457,15 +456,13 @@ def months_hint_forget(user_id: int) -> None:
     its first read merges what users share (bulletins, pull items: a fill
     leaves that to the read) the fast path would only answer STALE, a round
     trip for nothing."""
-    _months_hint.pop(user_id, None)
+    months_hints.pop(user_id)
 
 
 def _hinted(user_id: int, plan: _Plan) -> list[str]:
     """The plan's months, sorted, kept as the user's months hint."""
     months = sorted(plan.months)
-    if len(_months_hint) >= MONTHS_HINT_USERS:
-        _months_hint.clear()
-    _months_hint[user_id] = tuple(months)
+    months_hints[user_id] = tuple(months)
     return months
 
 
@@ -498,7 +495,7 @@ def _fast_call(user_id: int, now_ms: int, op: InboxOp) -> InboxCall | None:
     a hint out of date makes the script answer STALE. The script changes
     nothing when it answers STALE, so a write op (read_all) is safe here too.
     """
-    months = _months_hint.get(user_id)
+    months = months_hints.get(user_id)
     if months is None or is_cluster():
         return None
     return _fast_call_on(user_id, now_ms, op, months)
@@ -831,7 +828,7 @@ def inbox_listing(
         top="+inf" if max_score is None else max_score,
         bottom="-inf" if since_ms is None else f"({since_ms}",
         # The months the settling read above left as the hint.
-        months=_months_hint.get(user_id, ()),
+        months=months_hints.get(user_id, ()),
         category=category,
         archived=archived,
         unread_only=unread_only,
@@ -874,20 +871,17 @@ COUNTS_FIELD = "counts"
 # (user id, field) of what this process stored in the read cache or was
 # served from it lately: only those are checked without the script first (a
 # poll), so what is not cached costs one round trip (the script), not two.
-# Only a hint, like _months_hint.
-_cache_hint: set[tuple[int, str]] = set()
-CACHE_HINT_ENTRIES = 100_000
+# Only a hint, like the months hints.
+cache_hints: LocalCache[tuple[int, str], bool] = LocalCache("read cache hints", maxsize=100_000)
 
 
 def _cache_hint_add(user_id: int, field: str) -> None:
-    if len(_cache_hint) >= CACHE_HINT_ENTRIES:
-        _cache_hint.clear()
-    _cache_hint.add((user_id, field))
+    cache_hints[(user_id, field)] = True
 
 
 def _cache_checkable(user_id: int, field: str) -> bool:
     # Single Redis only: the values the check reads live in two cluster slots.
-    return (user_id, field) in _cache_hint and not is_cluster()
+    return (user_id, field) in cache_hints and not is_cluster()
 
 
 @lru_cache(maxsize=8192)
@@ -901,7 +895,7 @@ def _cache_checked(user_id: int, field: str, exec_reply: list[Any], now_ms: int)
     stops being so (readcache.checked: the rule _cache.lua follows too)."""
     checked = readcache.checked(exec_reply, now_ms)
     if isinstance(checked, readcache.Missing):
-        _cache_hint.discard((user_id, field))
+        cache_hints.pop((user_id, field))
         return None
     return checked
 
@@ -1029,8 +1023,7 @@ _PLACE_OPS = {LIVE: UnarchiveOp, ARCHIVED: ArchiveOp, SNOOZED: SnoozeOp}
 def _run_batch(user_id: int, now_ms: int, ops: Sequence[InboxOp], plan: _Plan) -> list[Any]:
     """Several ops of one user in one pipeline: the first settles and merges
     as planned, the others run as they are (nothing is left to settle)."""
-    months = sorted(plan.months)
-    _months_hint[user_id] = tuple(months)
+    months = _hinted(user_id, plan)
     calls = [
         inbox_call(op, user_id=user_id, now_ms=now_ms, months=months, mode=plan.merge if i == 0 else None)
         for i, op in enumerate(ops)

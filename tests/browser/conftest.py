@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from notices import readmodel as notices_readmodel
+from core.local_cache import local_caches_clear
 
 CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -60,9 +60,9 @@ def browser(_orm_beside_playwright: None) -> Iterator[Any]:
 @pytest.fixture(autouse=True)
 def _fresh_notice_cache() -> Iterator[None]:
     # Redis is flushed around each test: start with a cold id-list cache too.
-    notices_readmodel.clear_local_cache()
+    local_caches_clear()
     yield
-    notices_readmodel.clear_local_cache()
+    local_caches_clear()
 
 
 @pytest.fixture

@@ -21,11 +21,11 @@ from redis.cluster import RedisCluster, key_slot
 from redis.retry import Retry
 
 import core.lua
+from core.local_cache import local_caches_clear
 from core.redis import get_redis
 from insight import activity, readmodel
 from insight import keys as insight_keys
 from messagecenter import services as mc_services
-from notices import readmodel as notices_readmodel
 from notices.services import announcement_mark_read
 from tests.conftest import client_for, flush_redis
 from tests.factories import UserFactory
@@ -168,7 +168,7 @@ def test_keys_of_one_bitop_share_a_slot() -> None:
 
 @override_settings(MESSAGECENTER_BITMAP_CHUNK_USERS=4)
 def test_readers_of_an_announcement_over_time(operator: Any) -> None:
-    notices_readmodel.clear_local_cache()
+    local_caches_clear()
     readers = [UserFactory() for _ in range(5)]
     others = [UserFactory() for _ in range(2)]
     now = datetime.now(UTC)

@@ -26,8 +26,8 @@ from django.test import override_settings
 from config.settings.base import _redis_cache
 from config.settings.test import try_lock
 from core.breaker import reset_breakers
+from core.local_cache import local_caches_clear
 from durability import healing, outbox
-from notices import readmodel as notices_readmodel
 from tests.conftest import note_deselection
 
 BASE_PORT = 6390
@@ -182,12 +182,12 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     try:
         with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(server.url)}):
             reset_breakers()
-            notices_readmodel.clear_local_cache()  # id lists of the suite's Redis mean nothing here
+            local_caches_clear()  # id lists of the suite's Redis mean nothing here
             yield server
     finally:
         server.close()
         reset_breakers()
-        notices_readmodel.clear_local_cache()
+        local_caches_clear()
 
 
 # Detection is at most one check interval (1 s) away; the rebuild of a few rows takes well under a second.

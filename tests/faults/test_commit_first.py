@@ -17,11 +17,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from core.local_cache import local_caches_clear
 from durability import healing, outbox, rebuild
 from messagecenter import services as mc_services
 from messagecenter.models import InboxReadMonth, InboxSeen, Message
 from messagecenter.selectors import inbox_list
-from notices import readmodel as notices_readmodel
 from notices.models import AnnouncementRead
 from tests.conftest import client_for
 from tests.faults.conftest import RedisServer, wait_healer
@@ -126,7 +126,7 @@ def test_acknowledged_writes_survive_a_kill_and_a_flushall_at_once(
     monkeypatch.undo()
     healing.forget()
     outbox.forget_local_state()
-    notices_readmodel.clear_local_cache()
+    local_caches_clear()
 
     assert _state(user) == expected  # the first read: PostgreSQL while Redis is rebuilt
     wait_healer()

@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.breaker import reset_breakers
+from core.local_cache import local_caches_clear
 from durability import outbox
 from durability.models import OutboxEntry
 from messagecenter import services as mc_services
@@ -142,7 +143,7 @@ def test_announcement_changes_while_down_reach_redis_after_the_restart(
     assert raw.zscore(index, int(created["id"])) is None  # Redis came back with the old index
     assert outbox.replay() >= 1
     assert raw.zscore(index, int(created["id"])) is not None
-    readmodel.clear_local_cache()
+    local_caches_clear()
     assert set(user.flags()) == {kept.pk, int(created["id"])}
 
 

@@ -34,7 +34,7 @@ from rest_framework.test import APIClient
 
 from config.settings.base import _redis_cache
 from core.breaker import reset_breakers
-from notices import readmodel as notices_readmodel
+from core.local_cache import local_caches_clear
 from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.fixtures.throttles import throttle_rates
@@ -68,10 +68,10 @@ def dead_cache(request: pytest.FixtureRequest) -> Iterator[str]:
     # Django drops its cache handlers on a CACHES change: the new alias is used at once.
     with override_settings(CACHES={**settings.CACHES, "default": _redis_cache(url)}):
         reset_breakers()
-        notices_readmodel.clear_local_cache()
+        local_caches_clear()
         yield request.param
     reset_breakers()
-    notices_readmodel.clear_local_cache()
+    local_caches_clear()
 
 
 def timed(call: Any, *args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ import redis.client
 from django.test import override_settings
 from redis.crc import key_slot
 
+from core.local_cache import local_caches_clear
 from core.redis import get_redis, is_cluster
 from live import keys as live_keys
 from live import transport as live_transport
@@ -217,9 +218,9 @@ def test_fanout_on_a_real_cluster(redis_cluster_url: str) -> None:
 
 @pytest.fixture
 def fresh_hints() -> Iterator[None]:
-    inbox._months_hint.clear()
+    local_caches_clear()
     yield
-    inbox._months_hint.clear()
+    local_caches_clear()
 
 
 def _page(user: Any) -> tuple[list[tuple[str, bool, str]], int, int]:
@@ -264,7 +265,7 @@ def test_a_fill_and_the_first_read_after_it_take_no_round_trip_for_nothing(
     services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
     assert fill.inbox_fill(user_id=recipient.pk)  # its scripts loaded (a flushed cache costs a reload)
     before = _page(recipient)
-    assert recipient.pk in inbox._months_hint
+    assert recipient.pk in inbox.months_hints
 
     def script_exists(_pipe: Any) -> None:
         raise AssertionError("a pipeline sent SCRIPT EXISTS first")
@@ -273,7 +274,7 @@ def test_a_fill_and_the_first_read_after_it_take_no_round_trip_for_nothing(
     with round_trips() as trips:
         assert fill.inbox_fill(user_id=recipient.pk)
     assert trips[0] == 6
-    assert recipient.pk not in inbox._months_hint
+    assert recipient.pk not in inbox.months_hints
     with round_trips() as trips:
         again = _page(recipient)
     # The plan's reads (two), then its settle and merge and the fast page in one pipeline.
@@ -309,15 +310,15 @@ def test_a_level_inbox_this_process_has_no_hint_of_takes_the_fast_path_after_pla
         send(operator, to={"users": [recipient]}, title=f"T{i}")
     services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
     before = _page(recipient)
-    inbox._months_hint.clear()  # a process that has not seen the user yet (after a restart)
+    local_caches_clear()  # a process that has not seen the user yet (after a restart)
     with round_trips() as trips:
         again = _page(recipient)
     # The plan's reads, then the fast path's call, which brings the details
     # along (the planned path's script would need a third for them).
     assert trips[0] == 2
     assert again == before
-    assert inbox._months_hint[recipient.pk] == (str(MONTH),)
-    inbox._months_hint.clear()
+    assert inbox.months_hints[recipient.pk] == (str(MONTH),)
+    local_caches_clear()
     with round_trips() as trips:
         counts = inbox.inbox_counts(user_id=recipient.pk, now_ms=int(clock.now.timestamp() * 1000))
     assert trips[0] == 2
@@ -326,7 +327,7 @@ def test_a_level_inbox_this_process_has_no_hint_of_takes_the_fast_path_after_pla
     # Something to merge (a message to everyone): the plan merges, then the fast path reads.
     clock.advance(seconds=1)
     send(operator, to={"everyone": True}, title="pull")
-    inbox._months_hint.clear()
+    local_caches_clear()
     with round_trips() as trips:
         rows, unread, _unseen = _page(recipient)
     # The plan's reads (the pull log in a second), then its merge and the fast
@@ -381,13 +382,13 @@ def test_the_fast_path_steps_aside_when_anything_moved(
 def test_a_new_month_makes_the_hint_stale(operator: Any, recipient: Any, clock: Any) -> None:
     send(operator, to={"users": [recipient]}, title="November")
     services.inbox_mark_read(user=recipient, item_id=inbox_list(user=recipient).results[0].id)
-    assert inbox._months_hint[recipient.pk] == (str(MONTH),)
+    assert inbox.months_hints[recipient.pk] == (str(MONTH),)
     clock.advance(days=15)  # December: the item's bits live in another month's bitmaps
     send(operator, to={"users": [recipient]}, title="December")
     rows, unread, _unseen = _page(recipient)
     assert [(t, r) for _i, r, t in rows] == [("December", False), ("November", True)]
     assert unread == 1
-    assert inbox._months_hint[recipient.pk] == (str(MONTH), str(MONTH + 1))
+    assert inbox.months_hints[recipient.pk] == (str(MONTH), str(MONTH + 1))
 
 
 @pytest.mark.usefixtures("fresh_hints")
@@ -426,7 +427,7 @@ def test_fast_and_planned_answers_agree(
         }
         args.update(query)
         fast = inbox.inbox_page(user_id=recipient.pk, now_ms=now_ms, **args)
-        inbox._months_hint.clear()
+        local_caches_clear()
         with monkeypatch.context() as patched:
             # The planned path's own script, not the fast path a level inbox takes after planning.
             patched.setattr(inbox, "_fast_planned", lambda *_args: None)

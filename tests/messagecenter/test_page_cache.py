@@ -107,7 +107,7 @@ def test_a_polled_page_is_checked_without_the_script(
     # A process that never served the page lets the script check it: it is
     # served as stored too, in as many round trips (the request's others are
     # the session's user and the throttle's history).
-    inbox_readmodel._cache_hint.clear()
+    inbox_readmodel.cache_hints.clear()
     scripts_before = scripts[0]
     with round_trips() as script_trips:
         assert _get(client) == stored
@@ -253,14 +253,14 @@ def _fresh_counts(user: Any) -> dict[str, Any]:
     """The counts computed by the script, as a process without a hint would
     (the hint is put back as it was: the API's next read checks as before)."""
     hint = (user.pk, inbox_readmodel.COUNTS_FIELD)
-    held = hint in inbox_readmodel._cache_hint
-    inbox_readmodel._cache_hint.discard(hint)
+    held = hint in inbox_readmodel.cache_hints
+    inbox_readmodel.cache_hints.pop(hint)
     try:
         return selectors.inbox_counts(user=user)
     finally:
-        inbox_readmodel._cache_hint.discard(hint)
+        inbox_readmodel.cache_hints.pop(hint)
         if held:
-            inbox_readmodel._cache_hint.add(hint)
+            inbox_readmodel.cache_hints[hint] = True
 
 
 def test_polled_counts_are_checked_without_the_inbox_script(
@@ -279,7 +279,7 @@ def test_polled_counts_are_checked_without_the_inbox_script(
     assert polled == stored == _fresh_counts(recipient)
     assert polled["by_category"]["system"] == polled["by_category"]["promotion"] == 1
     # Without the hint the script answers, in as many round trips.
-    inbox_readmodel._cache_hint.clear()
+    inbox_readmodel.cache_hints.clear()
     with round_trips() as script_trips:
         assert _counts(client) == stored
     assert scripts[0] == before + 2  # + 1: _fresh_counts above

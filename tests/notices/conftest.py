@@ -1,10 +1,7 @@
 """Helpers for the announcement tests: a fixed clock and short-hand creators."""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import pytest
 
 from accounts.services import user_set_platforms
 from notices import readmodel
@@ -15,15 +12,6 @@ from notices.services import announcement_create
 # time (indexes leave out announcements already expired when they are built).
 T0 = datetime(2100, 1, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_process_cache() -> Iterator[None]:
-    # Redis is flushed around each test; start each with a cold id-list cache
-    # too, as a new process would (stale entries would be caught anyway).
-    readmodel.clear_local_cache()
-    yield
-    readmodel.clear_local_cache()
 
 
 def announce(

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from core.local_cache import local_caches_clear
 from core.redis import is_cluster
 from durability.models import OutboxEntry
 from notices import keys as notice_keys
@@ -101,7 +102,7 @@ def test_indexes_after_random_operations_equal_a_full_rebuild(seed: int, redis: 
     for _ in range(25):
         roll = rng.random()
         if roll < 0.1:
-            readmodel.clear_local_cache()  # the next publish comes from another process
+            local_caches_clear()  # the next publish comes from another process
         if roll < 0.65 or not live:
             publish_at = rng.choice([T0, now - HOUR, now + HOUR, T0 - 3 * HOUR])
             expire_at = rng.choice([None, publish_at + HOUR, publish_at + 2 * HOUR])
@@ -127,7 +128,7 @@ def test_an_add_prunes_expired_entries_as_a_rebuild_does(redis: Any) -> None:
     with mock.patch("notices.readmodel.timezone.now", return_value=now + timedelta(seconds=20)):
         later = readmodel.to_ms(now + HOUR)
         assert readmodel.platform_add(
-            platform="user", entry=(soon.pk + 1000, later, None), seen=readmodel._revisions["user"]
+            platform="user", entry=(soon.pk + 1000, later, None), seen=readmodel.revisions["user"]
         )
     assert set(readmodel.drift_chunk_indexes(platform="user")[0][0]) == {soon.pk + 1000}
 
@@ -163,7 +164,7 @@ def test_an_older_rebuild_in_flight_is_refused_after_an_add(redis: Any) -> None:
     old_rev = int(redis.incr(notice_keys.revision("user")))
     old_snapshot = readmodel._platform_entries("user")
     readmodel._write_chunk(redis, platform="user", chunk=0, rev=old_rev, entries=old_snapshot, drop_ids=())
-    readmodel._revisions["user"] = old_rev
+    readmodel.revisions["user"] = old_rev
     second = announce(["user"])
     # ...and a slower rebuild of the same revision writes only now: refused.
     readmodel._write_chunk(redis, platform="user", chunk=0, rev=old_rev, entries=old_snapshot, drop_ids=())

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.api.errors import ValidationFailed
+from core.local_cache import local_caches_clear
 from core.redis import keyspace_flush
 from notices import keys as notice_keys
 from notices import readmodel
@@ -75,7 +76,7 @@ def test_a_chunk_never_built_is_restored_before_its_index_opens(
     a = announce(["user"])
     announcement_mark_read(user=other_recipient, announcement_id=a.pk, now=T0)
     keyspace_flush()
-    readmodel.clear_local_cache()
+    local_caches_clear()
     b = announce(["user"])  # the first sync after the loss builds the chunk
     assert redis.exists(notice_keys.meta("user", 0))
     assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[other_recipient.pk]) == [True]
@@ -90,7 +91,7 @@ def test_the_sync_drops_bitmaps_on_a_chunk_never_built(redis: Any, recipient: An
     announcement_mark_read(user=recipient, announcement_id=a.pk, now=T0)
     keyspace_flush()
     redis.set(notice_keys.bitmap("user", 0, a.pk), b"\xff")  # left over without an index
-    readmodel.clear_local_cache()
+    local_caches_clear()
     pk = a.pk
     a.delete()
     assert not redis.exists(notice_keys.bitmap("user", 0, pk))

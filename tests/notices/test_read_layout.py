@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from core.bitmaps import bitmap_to_redis
+from core.local_cache import local_caches_clear
 from core.redis import get_redis, keyspace_flush
 from durability import healing, rebuild
 from durability.keys import readmodel_generation
@@ -110,7 +111,7 @@ def test_marks_in_any_order_make_the_window_python_writes(offsets: list[int]) ->
     # mark.lua moves the window's start to each new lowest reader: the string
     # is the one window_to_redis makes of the same readers (restores, rebuilds).
     keyspace_flush()
-    readmodel.clear_local_cache()
+    local_caches_clear()
     Announcement.objects.all().delete()
     [pk] = _bulk_announce(1)
     base = 2**15  # chunk 1
@@ -229,7 +230,7 @@ LAYOUT_ACTIONS = st.lists(
 @given(actions=LAYOUT_ACTIONS)
 def test_counts_stay_exact_across_widths_and_rebuilds(actions: list[tuple[Any, ...]]) -> None:
     keyspace_flush()
-    readmodel.clear_local_cache()
+    local_caches_clear()
     Announcement.objects.all().delete()
     users = [on_platforms(UserFactory(), "user") for _ in range(4)]
     created = sorted(_bulk_announce(40))
@@ -237,7 +238,7 @@ def test_counts_stay_exact_across_widths_and_rebuilds(actions: list[tuple[Any, .
     for action in actions:
         if action[0] == "rebuild":
             keyspace_flush()
-            readmodel.clear_local_cache()
+            local_caches_clear()
             call_command("notices_rebuild", "--quiet", stdout=StringIO())
             continue
         kind, who, start, span = action
@@ -275,11 +276,11 @@ def test_read_state_refilled_after_a_flush_keeps_its_layout(redis: Any) -> None:
     on_platforms(user, "user")
     created = _bulk_announce(2)
     keyspace_flush()
-    readmodel._ids_cache.clear()
+    readmodel.ids_cache.clear()
     readmodel.platform_sync(platform="user")
     announcement_mark_read(user=user, announcement_id=created[0], now=T0)
     assert redis.get(notice_keys.layout()) == readmodel.layout().encode()
-    readmodel.clear_local_cache()  # another process
+    local_caches_clear()  # another process
     assert announcement_counts(user=user, now=T0) == {"read": 1, "unread": 1}
 
 
@@ -318,7 +319,7 @@ def test_a_changed_chunk_size_is_rebuilt_from_postgres_not_misread(redis: Any, s
     # Smaller chunks: the users now sit in several of them, at other offsets.
     settings.MESSAGECENTER_NOTICE_CHUNK_USERS = 4
     assert len({readmodel.user_slot(u.pk)[0] for u in users}) >= 3
-    readmodel.clear_local_cache()
+    local_caches_clear()
     with pytest.raises(readmodel.LayoutMismatch):
         readmodel.read_bits(platform="user", announcement_id=created[0], user_ids=[users[5].pk])
     with pytest.raises(readmodel.LayoutMismatch):
@@ -342,7 +343,7 @@ def test_read_state_from_before_layouts_were_recorded_is_rebuilt(redis: Any) -> 
     created = _bulk_announce(4)
     marked = _marks(users, created)
     redis.delete(notice_keys.layout())  # as the previous version left Redis
-    readmodel.clear_local_cache()
+    local_caches_clear()
     with pytest.raises(readmodel.LayoutMismatch):
         readmodel.read_count(platform="user", user_id=users[0].pk, now=T0)
     call_command("rebuild_redis", "--quiet", stdout=StringIO())

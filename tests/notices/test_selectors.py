@@ -138,10 +138,10 @@ def test_a_change_made_elsewhere_is_seen_at_once(recipient: Any, redis: Any) -> 
     announce(["user"])
     assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 2}
     # Another process deletes one: this process's cached id list is stale now.
-    cached = dict(readmodel._ids_cache)
+    cached = readmodel.ids_cache.copy()
     announcement_delete(announcement=a)
-    assert readmodel._ids_cache != cached
-    readmodel._ids_cache.update(cached)
+    assert readmodel.ids_cache.copy() != cached
+    readmodel.ids_cache.update(cached)
     assert announcement_counts(user=recipient, now=T0) == {"read": 0, "unread": 1}
 
 
@@ -151,11 +151,11 @@ def test_an_announcement_published_elsewhere_opens_at_once(recipient: Any) -> No
     live) must still notice the copy is stale rather than answer 404."""
     a = announce(["user"])
     assert announcement_get(user=recipient, announcement_id=a.pk, now=T0).announcement == a
-    cached = dict(readmodel._ids_cache)
+    cached = readmodel.ids_cache.copy()
     b = announce(["user"], title="Published elsewhere")
-    readmodel._ids_cache.update(cached)  # what the other process's publish leaves here
+    readmodel.ids_cache.update(cached)  # what the other process's publish leaves here
     assert announcement_get(user=recipient, announcement_id=b.pk, now=T0).announcement == b
-    readmodel._ids_cache.update(cached)
+    readmodel.ids_cache.update(cached)
     assert ids(announcement_list(user=recipient, now=T0, limit=1)) == [b.pk]
 
 
