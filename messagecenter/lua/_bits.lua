@@ -58,14 +58,15 @@ local function bits_dense(key, count, off)
   return bytes >= math.floor(top / 8) + 1
 end
 
--- A bitmap about to grow to hold `off` goes back to a set when the set would
--- be the smaller (a month dense at first, sparse later: the first items of a
--- month have low offsets for everyone). Bounded: only a bitmap of at most
--- 4 * BITS_SET_MAX bytes is looked at (a bigger one was dense when it grew).
-local function bits_sparse_again(key, off)
+-- A bitmap about to grow to hold `off` (and `adding` bits in all, 1 when
+-- nil) goes back to a set when the set would be the smaller (a month dense
+-- at first, sparse later: the first items of a month have low offsets for
+-- everyone). Bounded: only a bitmap of at most 4 * BITS_SET_MAX bytes is
+-- looked at (a bigger one was dense when it grew).
+local function bits_sparse_again(key, off, adding)
   local len = redis.call("STRLEN", key)
   if len > 4 * BITS_SET_MAX then return false end
-  local count = redis.call("BITCOUNT", key) + 1
+  local count = redis.call("BITCOUNT", key) + (adding or 1)
   if count > BITS_SET_MAX or 4 * count >= math.floor(off / 8) + 1 then return false end
   local data, offsets = redis.call("GET", key), {}
   for i = 1, #data do

@@ -86,19 +86,15 @@ local function place(member, cat, month, off, time)
   end
 end
 
--- place() for many members at once (a fan-out's arrivals): the category
--- zsets, the unread zsets and the counters take each batch in one variadic
--- command; only the bits go member by member (their form may change on the
--- way). items: {member, cat, month, off, time} each, members distinct.
+-- place() for many members at once (a fan-out's arrivals, a fill): the
+-- category zsets, the unread zsets and the counters take each batch in one
+-- variadic command, each month's bits one more (_bits_many.lua).
+-- items: {member, cat, month, off, time} each, members distinct.
 local function place_many(items)
   local by_cat = {}
   for _, item in ipairs(items) do
-    local list = by_cat[item[2]]
-    if not list then
-      list = {}
-      by_cat[item[2]] = list
-    end
-    list[#list + 1] = item
+    by_cat[item[2]] = by_cat[item[2]] or {}
+    table.insert(by_cat[item[2]], item)
   end
   for cat, list in pairs(by_cat) do
     local members, scored = {}, {}
@@ -109,16 +105,23 @@ local function place_many(items)
     end
     local held = call("ZMSCORE", category_keys[cat], unpack(members))
     call("ZADD", category_keys[cat], unpack(scored))
-    local unread = {}
+    local by_month = {}  -- month -> the items new to the category, and their offsets
     for n, item in ipairs(list) do
-      local member, month, off, time = item[1], item[3], item[4], item[5]
       if held[n] then
-        place_evicted(member, cat, month, off, time)
+        place_evicted(item[1], cat, item[3], item[4], item[5])
       else
-        bits_set(PUSH[month], off, 1)
-        if bits_get(READ[month], off) == 0 then
-          unread[#unread + 1] = time
-          unread[#unread + 1] = member
+        by_month[item[3]] = by_month[item[3]] or {{}, {}}
+        table.insert(by_month[item[3]][1], item)
+        table.insert(by_month[item[3]][2], item[4])
+      end
+    end
+    local unread = {}
+    for month, fresh in pairs(by_month) do
+      bits_set_many(PUSH[month], fresh[2])
+      for i, bit in ipairs(bits_get_many(READ[month], fresh[2])) do
+        if bit == 0 then
+          unread[#unread + 1] = fresh[1][i][5]
+          unread[#unread + 1] = fresh[1][i][1]
         end
       end
     end

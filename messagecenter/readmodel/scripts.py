@@ -1,5 +1,5 @@
 """One user's inbox scripts (messagecenter/lua/, each run with the shared
-preambles ``_bits.lua``, ``_item.lua``, ``_state.lua``, ``_batch.lua``,
+preambles ``_bits.lua``, ``_bits_many.lua``, ``_item.lua``, ``_state.lua``, ``_batch.lua``,
 ``_arrivals.lua``, ``_steps.lua``, ``_settle.lua``, ``_merge.lua`` and
 ``_inbox.lua`` first) and the typed calls that build their KEYS and ARGV, so
 no caller counts positions.
@@ -39,7 +39,7 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER
 # inbox's opening, the read cache (page and counts only). Each script runs as one chunk, so a helper is defined
 # before the helpers that call it: this order.
 BITS = "../lua/_bits.lua"
-ITEM = (BITS, "../lua/_item.lua")
+ITEM = (BITS, "../lua/_bits_many.lua", "../lua/_item.lua")
 INBOX = (
     *ITEM,
     "../lua/_state.lua",

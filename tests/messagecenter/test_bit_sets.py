@@ -266,3 +266,47 @@ def test_python_readers_take_either_form(redis: Any) -> None:
     assert bits.encode(BitMap(range(40))) == ("b", b"\xff" * 5)
     assert bits.encode(BitMap()) == ("b", b"")
     redis.delete(*names)
+
+
+def _fill(user_id: int, offsets: list[int]) -> list[InboxEntry]:
+    """One fill_items.lua call putting an item per offset into the user's inbox."""
+    entries = [
+        InboxEntry(ref=f"m{9000 + o}", category="system", month=MONTH, offset=o, score=SCORE + o, expire_ms=0)
+        for o in offsets
+    ]
+    for entry in entries:
+        publish.item_detail_put(ref=entry.ref, detail={"title": entry.ref, "category": "system"})
+    (call,) = publish.fill_item_calls(user_id=user_id, entries=entries, now_ms=SCORE)
+    assert call() == len(entries)
+    return entries
+
+
+@pytest.mark.parametrize("read_form", ["set", "string"])
+def test_a_fill_sets_a_batch_of_bits_in_every_form(redis: Any, read_form: str) -> None:
+    """A fill places its items a batch at a time (_bits_many.lua): the push key
+    starts as a set, becomes a bitmap once dense, and a batch far past a small
+    bitmap's end turns it back into a set; the read bits come from either form.
+    Every item lands read or unread as its read bit says."""
+    user = UserFactory()
+    push, read_key, _ever = _bit_keys(user.pk, MONTH)
+    read = {5, 40, 41} if read_form == "set" else set(range(0, 200, 3))
+    if read_form == "set":
+        redis.sadd(read_key, *read)
+    else:
+        for offset in read:
+            redis.setbit(read_key, offset, 1)
+    assert redis.type(read_key) == read_form.encode()
+    entries = _fill(user.pk, [5, 700])
+    assert redis.type(push) == b"set"  # 2 offsets: 8 bytes against a bitmap of 88
+    entries += _fill(user.pk, list(range(0, 5)) + list(range(6, 60)))
+    assert redis.type(push) == b"string"  # 60 dense offsets: their bitmap is the smaller
+    assert {o for o in range(800) if redis.getbit(push, o)} == {e.offset for e in entries}
+    entries += _fill(user.pk, list(range(60, 120)))
+    assert redis.type(push) == b"string"  # inside the bitmap: one BITFIELD
+    entries += _fill(user.pk, [900_000, 900_008])
+    assert redis.type(push) == b"set"  # 123 offsets in a set beat a 112 KB bitmap
+    assert {int(o) for o in redis.smembers(push)} == {e.offset for e in entries}
+    flags = _read_flags(user.pk)
+    assert flags == {e.ref: e.offset in read for e in entries}
+    unread = sum(not read for read in flags.values())
+    assert inbox.inbox_counts(user_id=user.pk, now_ms=NOW).unread == unread

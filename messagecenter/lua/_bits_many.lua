@@ -1,0 +1,44 @@
+-- Many bits of one key at once (placing a batch of items: a fill, a read's
+-- arrivals), after _bits.lua: one command for the batch where the per-bit
+-- helpers send one or more per bit, in whichever form the key is. The form
+-- rules are _bits.lua's, checked once for the batch with its highest offset.
+
+-- The bits at these offsets, 0 or 1 each, in order.
+local function bits_get_many(key, offs)
+  local form = bits_form(key)
+  if form == "set" then return redis.call("SMISMEMBER", key, unpack(offs)) end
+  if form == "string" then
+    local args = {}
+    for _, off in ipairs(offs) do
+      args[#args + 1], args[#args + 2], args[#args + 3] = "GET", "u1", off
+    end
+    return redis.call("BITFIELD", key, unpack(args))
+  end
+  local zeros = {}
+  for i = 1, #offs do zeros[i] = 0 end
+  return zeros
+end
+
+-- Sets the bits at these offsets to 1 (what they held is not answered).
+local function bits_set_many(key, offs)
+  if #offs == 0 then return end
+  local top = 0
+  for _, off in ipairs(offs) do
+    if tonumber(off) > top then top = tonumber(off) end
+  end
+  local form = bits_form(key)
+  if form == "string" then
+    -- Growing past its end, the bitmap may be bigger than the set it holds.
+    if top < 8 * redis.call("STRLEN", key) or not bits_sparse_again(key, top, #offs) then
+      local args = {}
+      for _, off in ipairs(offs) do
+        args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = "SET", "u1", off, 1
+      end
+      redis.call("BITFIELD", key, unpack(args))
+      return
+    end
+  end
+  redis.call("SADD", key, unpack(offs))
+  BITS_FORM[key] = "set"
+  if bits_dense(key, redis.call("SCARD", key), top) then bits_to_bitmap(key) end
+end
