@@ -8,10 +8,9 @@ class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Accounts"
 
-    def ready(self) -> None:
-        from accounts import demo as accounts_demo
-        from accounts import signals, tasks  # noqa: F401  (register)
-        from core import demo
+    # The operator and the users, seeded first (INSTALLED_APPS order): the
+    # other apps' demo items address them (core.contributions).
+    demo_seed = "accounts.demo.seed"
 
-        # The operator and the users come first (INSTALLED_APPS order): the apps' items address them.
-        demo.register(self.label, accounts_demo.seed)
+    def ready(self) -> None:
+        from accounts import signals, tasks  # noqa: F401  (register)

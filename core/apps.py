@@ -9,6 +9,7 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.urls import register_converter
 
+        from core import contributions  # noqa: F401  (registers its system check)
         from core.api import lookups  # noqa: F401  (registers)
         from core.api.fields import IdConverter
 

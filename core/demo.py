@@ -1,23 +1,19 @@
-"""Demo data: the registry of each app's demo loader (accounts registers the users first).
+"""Demo data: each app's demo loader, found through the app registry.
 
-Each app registers a ``seed(stdout)`` from ``AppConfig.ready()``;
-``manage.py seed_demo`` runs them in registration order (INSTALLED_APPS
-order, so users exist before the items addressed to them).
+An app with demo data names its ``seed(stdout)`` on its AppConfig
+(``demo_seed``; ``core.contributions``); ``manage.py seed_demo`` runs them in
+INSTALLED_APPS order, so the accounts' users exist before the items
+addressed to them.
 """
 
 from collections.abc import Callable
 from typing import TextIO
 
+from core.contributions import contributed
+
 Seed = Callable[[TextIO], None]
-
-# app label -> its seed, in registration order.
-_seeds: dict[str, Seed] = {}
-
-
-def register(app: str, seed: Seed) -> None:
-    _seeds[app] = seed
 
 
 def demo_seeds() -> list[Seed]:
-    """Every registered demo loader, in registration order."""
-    return list(_seeds.values())
+    """Every app's demo loader, in INSTALLED_APPS order."""
+    return contributed("demo_seed")

@@ -1,8 +1,8 @@
 """Drift between PostgreSQL (the truth) and the Redis read model: find it, mend it.
 
-Each app declares its checks (``DriftCheck``) and registers them from its
-``AppConfig.ready()`` (``register``): core names no app. ``check_run`` runs
-them in registration order (the order of INSTALLED_APPS), optionally repairs what
+Each app declares its checks (``DriftCheck``) and names them on its
+AppConfig (``drift_checks``; ``core.contributions``): core names no app.
+``check_run`` runs them in INSTALLED_APPS order, optionally repairs what
 each found, checks again and records a ``RedisCheckRun``. A repair re-runs
 the idempotent mirror or sync of exactly the things that drifted, never a
 flush, so it is safe while the site serves. ``manage.py check_redis``, the
@@ -23,6 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core import readmodel
+from core.contributions import contributed_each
 from durability.models import RedisCheckRun
 
 logger = logging.getLogger(__name__)
@@ -73,22 +74,10 @@ class UnknownArea(ValueError):
     pass
 
 
-# area -> check, filled by the apps' AppConfig.ready() (``register``).
-_checks: dict[str, DriftCheck] = {}
-
-
-def register(*checks: DriftCheck) -> None:
-    """Add an app's checks; they run after those registered before them.
-
-    Registering an area again replaces its check (a reloaded app stays one entry).
-    """
-    for check in checks:
-        _checks[check.area] = check
-
-
 def drift_checks() -> dict[str, DriftCheck]:
-    """Every registered check by area, in running order."""
-    return dict(_checks)
+    """Every app's checks (their AppConfig's ``drift_checks``) by area, in running
+    order: INSTALLED_APPS order, each app's in its own order."""
+    return {check.area: check for check in contributed_each("drift_checks")}
 
 
 @dataclass

@@ -24,8 +24,8 @@ PostgreSQL (``ReadModelState``):
   runs ``durability.rebuild`` (connected in ``CoreConfig.ready``): it takes a
   PostgreSQL advisory lock (Redis may be what was lost, and the Celery broker
   with it), so one rebuild runs however many processes notice; the others
-  keep serving from PostgreSQL. It runs every app's registered step
-  (``register_rebuild`` in ``AppConfig.ready``), then
+  keep serving from PostgreSQL. It runs every app's step (its AppConfig's
+  ``rebuild_step``, ``core.contributions``), then
   the outbox, and only then writes the new generation. The embedded
   (SQLite, one process) setup uses a lock in the process instead.
 - **Per user.** The steps restore only what users share (bulletins, item

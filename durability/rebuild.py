@@ -1,7 +1,7 @@
 """The full rebuild of the read model from PostgreSQL, run by a healing process or by hand.
 
-Each app registers the step that restores its part (``register_rebuild`` in
-``AppConfig.ready``); ``rebuild`` runs them all under one lock (every
+Each app names the step that restores its part on its AppConfig
+(``rebuild_step``, a ``RebuildStep``; ``core.contributions``); ``rebuild`` runs them all under one lock (every
 acknowledged write is committed in PostgreSQL, so the steps restore it), then
 applies the outbox on top, and only then writes the new
 generation that ``durability.healing`` looks for. ``manage.py rebuild_redis`` and
@@ -19,6 +19,7 @@ from types import TracebackType
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.contributions import contributed
 from core.redis import get_redis
 from durability import healing, outbox
 from durability.keys import readmodel_generation
@@ -36,31 +37,21 @@ PROGRESS_SECONDS = 0.5
 
 # --- The rebuild steps of the apps ------------------------------------------------------
 
-RebuildStep = Callable[[Progress], dict[str, int] | None]
-
 
 @dataclass(frozen=True)
-class _Step:
+class RebuildStep:
+    """An app's step of the rebuild: ``run(progress)`` restores the app's part of
+    the read model from PostgreSQL, idempotent and safe while serving, and
+    answers what it touched. Lower ``order`` runs first."""
+
     name: str
     order: int
-    run: RebuildStep
+    run: Callable[[Progress], dict[str, int] | None]
 
 
-_steps: dict[str, _Step] = {}
-
-
-def register_rebuild(name: str, step: RebuildStep, *, order: int = 100) -> None:
-    """Name a function (``step(progress)``) that rebuilds an app's part of the read model
-    from PostgreSQL; idempotent and safe while serving. Lower ``order`` runs first."""
-    _steps[name] = _Step(name, order, step)
-
-
-def unregister_rebuild(name: str) -> None:
-    _steps.pop(name, None)
-
-
-def registered_steps() -> list[str]:
-    return [step.name for step in sorted(_steps.values(), key=lambda s: (s.order, s.name))]
+def rebuild_steps() -> list[RebuildStep]:
+    """The apps' steps (their AppConfig's ``rebuild_step``), in running order."""
+    return sorted(contributed("rebuild_step"), key=lambda step: (step.order, step.name))
 
 
 # --- The rebuild ---------------------------------------------------------------------------
@@ -131,7 +122,7 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
         recorded = _RecordedProgress(progress)
         try:
             results: dict[str, dict[str, int] | None] = {}
-            for step in sorted(_steps.values(), key=lambda s: (s.order, s.name)):
+            for step in rebuild_steps():
                 results[step.name] = step.run(recorded)
             pending = _drain_outbox(recorded)
             with transaction.atomic():

@@ -15,8 +15,9 @@ BITOP AND of that day and the day N days later over that day's BITCOUNT.
 Each is summed over the chunks; the keys of one BITOP share their chunk's
 hash tag (core/keys.py says why per chunk).
 
-Readers of an item over time: an app registers a ``ReaderSource`` for each
-kind of item it owns (core knows no app). Per day it gives the item's first
+Readers of an item over time: an app names a ``ReaderSource`` for each
+kind of item it owns on its AppConfig (``reader_sources``;
+``core.contributions``: core knows no app). Per day it gives the item's first
 reads (from the app's per-hour counters) and, when the app keeps a reader
 bitmap of the item, how many of its readers were active that day: the
 intersection of the reader bitmap with the day's bitmap. The reader bitmaps
@@ -38,6 +39,7 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core.bitmaps import bitmap_from_redis
+from core.contributions import contributed_each
 from insight import readmodel
 
 logger = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ def retention(
     return [Retention(day=day, active=active[i], kept=kept[i]) for i, day in enumerate(listed)]
 
 
-# --- readers of items (apps register their kinds) --------------------------------------------
+# --- readers of items (the apps name their kinds) --------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -217,20 +219,13 @@ class ReaderSource:
     readers: Callable[[int], BitMap | None]
 
 
-_sources: dict[str, ReaderSource] = {}
-
-
-def register_reader_source(source: ReaderSource) -> None:
-    """Called from an app's ``AppConfig.ready()``."""
-    _sources[source.kind] = source
-
-
 def reader_sources() -> list[ReaderSource]:
-    return sorted(_sources.values(), key=lambda source: source.kind)
+    """Every app's kinds of item (their AppConfig's ``reader_sources``), by kind."""
+    return sorted(contributed_each("reader_sources"), key=lambda source: source.kind)
 
 
 def reader_source(kind: str) -> ReaderSource | None:
-    return _sources.get(kind)
+    return next((source for source in reader_sources() if source.kind == kind), None)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ Two kinds of metric:
   memory.
 - Read at scrape time from PostgreSQL and this process (outbox depth,
   pending deliveries and the age of the oldest, pending webhooks, the Redis
-  breaker): ``StateCollector``. The apps register what only they can count
-  (``register_state``), since ``core`` knows no app.
+  breaker): ``StateCollector``. The apps name what only they can count on
+  their AppConfig (``gauges``, a sequence of ``State``; ``core.contributions``),
+  since ``core`` knows no app.
 
 Labels stay few: the URL pattern (never the path with its ids), the method
 and the status class.
@@ -34,6 +35,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from core import breaker
+from core.contributions import contributed_each
 from durability.models import OutboxEntry
 
 REQUEST_LATENCY = Histogram(
@@ -102,18 +104,11 @@ class RequestMetricsMiddleware:
 
 @dataclass(frozen=True)
 class State:
+    """A gauge read at every scrape (``read`` returns its value now)."""
+
     name: str
     documentation: str
     read: Callable[[], float]
-
-
-_states: list[State] = []
-
-
-def register_state(name: str, documentation: str, read: Callable[[], float]) -> None:
-    """An app's gauge read at every scrape (``read`` returns its value now)."""
-    if all(state.name != name for state in _states):
-        _states.append(State(name, documentation, read))
 
 
 class StateCollector(Collector):
@@ -130,7 +125,7 @@ class StateCollector(Collector):
                 lambda: float(OutboxEntry.objects.count()),
             ),
         ]
-        for state in [*base, *_states]:
+        for state in [*base, *contributed_each("gauges")]:
             family = GaugeMetricFamily(state.name, state.documentation)
             family.add_metric([], state.read())
             yield family

@@ -274,3 +274,18 @@ def bulletin_first_reads(bulletin_id: int) -> dict[datetime, int]:
 
 def bulletin_readers(bulletin_id: int) -> BitMap | None:
     return _readers_of(Bulletin.objects.filter(pk=bulletin_id).first())
+
+
+# The kinds of item whose readers the activity pages show (the app's AppConfig names them).
+READER_SOURCES = (
+    activity.ReaderSource(
+        kind="message", label="Message", exists=message_exists, first_reads=message_first_reads, readers=message_readers
+    ),
+    activity.ReaderSource(
+        kind="bulletin",
+        label="Bulletin",
+        exists=bulletin_exists,
+        first_reads=bulletin_first_reads,
+        readers=bulletin_readers,
+    ),
+)

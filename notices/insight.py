@@ -12,6 +12,7 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from accounts.models import Platform, UserPlatform
+from insight import activity
 from insight.reports import TimelinePoint, UserBatch, timeline, unread_scan, user_batches
 from notices import readmodel
 from notices.exceptions import ReadStateUnavailable
@@ -101,3 +102,15 @@ def announcement_non_readers(
     found, cursor, stopped = unread_scan(with_bits(), after_id=int(after_id), limit=limit, scan_limit=_SCAN_LIMIT)
     more = stopped and users.filter(pk__gt=cursor).exists()
     return NonReadersPage(platform=platform, users=found, next_after=cursor if more else None)
+
+
+# The kind of item whose readers the activity pages show (the app's AppConfig names it).
+READER_SOURCES = (
+    activity.ReaderSource(
+        kind="announcement",
+        label="Announcement",
+        exists=announcement_exists,
+        first_reads=announcement_first_reads,
+        readers=announcement_readers,
+    ),
+)

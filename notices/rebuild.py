@@ -8,6 +8,7 @@ their platform last changed.
 
 from accounts.platforms import ALL_PLATFORMS
 from durability.progress import SILENT, Progress
+from durability.rebuild import RebuildStep
 from notices import readmodel
 from notices.models import AnnouncementPlatform
 from notices.read_rows import announcement_readers_all
@@ -38,3 +39,7 @@ def announcements_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
             readmodel.platform_sync(platform=platform)
             stage.advance()
     return {"read_state": restored, "platforms": len(ALL_PLATFORMS), "relaid": int(relaid)}
+
+
+# The first step of the rebuild (notices' AppConfig names it).
+REBUILD_STEP = RebuildStep("notices", 10, lambda progress: announcements_rebuild(progress=progress))

@@ -8,16 +8,9 @@ class WebhooksConfig(AppConfig):
     name = "webhooks"
     verbose_name = "Webhooks"
 
+    # Read at every scrape of /metrics (core.contributions).
+    gauges = "webhooks.selectors.GAUGES"
+
     def ready(self) -> None:
         # tasks: registers the Celery tasks, which the services send by name.
-        from insight import metrics
-        from webhooks import selectors, tasks  # noqa: F401
-
-        metrics.register_state(
-            "messagecenter_webhook_pending", "Webhook deliveries not finished yet.", selectors.pending_count
-        )
-        metrics.register_state(
-            "messagecenter_webhook_oldest_pending_age_seconds",
-            "Age of the oldest unfinished webhook delivery.",
-            selectors.oldest_pending_age,
-        )
+        from webhooks import tasks  # noqa: F401

@@ -2,6 +2,7 @@
 
 from django.utils import timezone
 
+from insight.metrics import State
 from webhooks.models import WebhookDelivery
 
 
@@ -14,3 +15,14 @@ def oldest_pending_age() -> float:
         WebhookDelivery.objects.filter(status="pending").order_by("created_at").values_list("created_at", flat=True)[:1]
     )
     return max((timezone.now() - oldest[0]).total_seconds(), 0.0) if oldest else 0.0
+
+
+# Read at every scrape of /metrics (the app's AppConfig names them).
+GAUGES = (
+    State("messagecenter_webhook_pending", "Webhook deliveries not finished yet.", pending_count),
+    State(
+        "messagecenter_webhook_oldest_pending_age_seconds",
+        "Age of the oldest unfinished webhook delivery.",
+        oldest_pending_age,
+    ),
+)

@@ -7,8 +7,9 @@ item's one JSON detail, so a page costs the same whatever the number of
 languages; the language is picked when the item is rendered, field by field,
 falling back to the original.
 
-The reader's language: their ``language`` preference (an app registers how to
-find it, ``preferred_language_source``), else the request's (``LocaleMiddleware``:
+The reader's language: their ``language`` preference (the app keeping
+preferences names how to find it on its AppConfig, ``preferred_language``;
+``core.contributions``), else the request's (``LocaleMiddleware``:
 the language cookie, else ``Accept-Language``), else ``LANGUAGE_CODE``.
 """
 
@@ -20,6 +21,7 @@ from django.http import HttpRequest
 from django.utils import translation
 
 from core.api.errors import ValidationFailed
+from core.contributions import contributed
 from core.html import sanitize_html
 
 FIELDS = {"title": 200, "summary": 300, "body_html": 100_000}
@@ -71,19 +73,12 @@ def localized(
     return {name: chosen.get(name) or original.get(name, "") for name in TRANSLATED}
 
 
-PreferenceSource = Callable[[int], str | None]
-_preference_source: list[PreferenceSource] = []
-
-
-def preferred_language_source(source: PreferenceSource) -> None:
-    """Register how a user's chosen language is found (the app keeping preferences, at ready())."""
-    _preference_source[:] = [source]
-
-
 def reader_language(request: HttpRequest | None, user_id: int | None = None) -> str:
     """The reader's language code: their preference, else the request's, else the default."""
-    if user_id is not None and _preference_source:
-        chosen = _preference_source[0](user_id)
+    # The app installed last that names a source (user id -> code or None) decides.
+    sources: list[Callable[[int], str | None]] = contributed("preferred_language")
+    if user_id is not None and sources:
+        chosen = sources[-1](user_id)
         if chosen and chosen in language_codes():
             return chosen
     if request is not None:

@@ -52,7 +52,8 @@ from redis.exceptions import RedisError
 
 from core.breaker import CircuitBreaker
 from core.redis import get_redis
-from messagecenter.models import PendingDelivery
+from insight.metrics import State
+from messagecenter.models import PendingDelivery, PushDelivery
 from webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
@@ -481,3 +482,23 @@ def delivery_oldest_age_seconds() -> float:
     """Seconds since the oldest waiting row was written (0 when none): the fan-out lag."""
     oldest = PendingDelivery.objects.order_by("created_at").values_list("created_at", flat=True)[:1]
     return max((timezone.now() - oldest[0]).total_seconds(), 0.0) if oldest else 0.0
+
+
+# Read at every scrape of /metrics (the app's AppConfig names them).
+GAUGES = (
+    State(
+        "messagecenter_pending_deliveries",
+        "Deliveries and fan-out chunks committed and not yet in Redis.",
+        lambda: float(delivery_depth()),
+    ),
+    State(
+        "messagecenter_push_retries_pending",
+        "Web pushes that failed and wait for another attempt.",
+        lambda: float(PushDelivery.objects.filter(status="pending").count()),
+    ),
+    State(
+        "messagecenter_fanout_lag_seconds",
+        "Age of the oldest pending delivery (0 when none): how far fan-out is behind.",
+        delivery_oldest_age_seconds,
+    ),
+)

@@ -13,6 +13,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from durability.progress import SILENT, Progress
+from durability.rebuild import RebuildStep
 from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus
@@ -65,3 +66,7 @@ def _messages_rebuild(*, progress: Progress, now: datetime) -> int:
             messages += 1
             stage.advance()
     return messages
+
+
+# The rebuild's step of this app, after the announcements' (its AppConfig names it).
+REBUILD_STEP = RebuildStep("messagecenter", 20, lambda progress: inbox_rebuild(progress=progress))

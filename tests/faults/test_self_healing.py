@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.utils import timezone
@@ -70,6 +71,12 @@ def _marker(server: RedisServer) -> bytes | None:
     return value
 
 
+def _with_step(step: Any) -> Any:
+    """The apps' rebuild steps and this one after them."""
+    steps = rebuild.rebuild_steps()
+    return mock.patch.object(rebuild, "rebuild_steps", return_value=[*steps, step])
+
+
 @pytest.fixture
 def slow_rebuild() -> Iterator[None]:
     """A rebuild that lasts a second or so, as on a real install (a few rows take
@@ -79,11 +86,8 @@ def slow_rebuild() -> Iterator[None]:
         time.sleep(1.5)
         return {}
 
-    rebuild.register_rebuild("test-slow", step, order=999)
-    try:
+    with _with_step(rebuild.RebuildStep("test-slow", 999, step)):
         yield
-    finally:
-        rebuild.unregister_rebuild("test-slow")
 
 
 @pytest.mark.usefixtures("slow_rebuild")
@@ -216,8 +220,7 @@ def test_two_threads_that_notice_at_once_run_one_rebuild(healing_on: RedisServer
         time.sleep(0.5)  # long enough for the other thread to try the lock meanwhile
         return {}
 
-    rebuild.register_rebuild("test-slow", slow_step, order=999)
-    try:
+    with _with_step(rebuild.RebuildStep("test-slow", 999, slow_step)):
         healing_on.client().flushall()
         results: list[Any] = []
         barrier = threading.Barrier(2)
@@ -236,8 +239,6 @@ def test_two_threads_that_notice_at_once_run_one_rebuild(healing_on: RedisServer
             thread.start()
         for thread in threads:
             thread.join(30)
-    finally:
-        rebuild.unregister_rebuild("test-slow")
     assert len(runs) == 1
     assert sorted(result is None for result in results) == [False, True]
     assert _marker(healing_on) is not None

@@ -1,6 +1,6 @@
 """Loads the demo data: the operator, users, groups and one of every kind of item.
 
-Each app contributes the demo loader it registered (``core.demo.register``); running
+Each app contributes its demo loader (its AppConfig's ``demo_seed``); running
 the command twice changes nothing the second time.
 """
 

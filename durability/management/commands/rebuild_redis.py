@@ -1,7 +1,7 @@
 """``manage.py rebuild_redis``: restore every Redis structure from PostgreSQL.
 
-Idempotent and safe while the site serves: each app's rebuild (registered
-with ``durability.rebuild.register_rebuild``) writes what PostgreSQL holds now, and
+Idempotent and safe while the site serves: each app's rebuild step (its
+AppConfig's ``rebuild_step``, a ``durability.rebuild.RebuildStep``) writes what PostgreSQL holds now, and
 restores read state (announcement read bitmaps, inbox read bitmaps, unseen
 watermarks) from the committed rows only where Redis has none, so a mark
 made meanwhile is never undone; the outbox is applied on top. It ends by writing a new read-model generation, and holds
