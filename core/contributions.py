@@ -9,8 +9,9 @@ as a class attribute naming the object by its dotted path::
         demo_seed = "notices.demo.seed"
         rebuild_step = "notices.rebuild.REBUILD_STEP"
 
-and the layer that uses them asks ``contributed("rebuild_step")`` for every
-app's, in INSTALLED_APPS order (so the accounts' demo users come before the
+(or a tuple of paths, for an app whose contributions of a kind live in
+several modules) and the layer that uses them asks
+``contributed("rebuild_step")`` for every app's, in INSTALLED_APPS order (so the accounts' demo users come before the
 items addressed to them). There is nothing to call from ``ready()`` and no
 registry of our own: the app registry is the list, the attribute the entry.
 
@@ -35,15 +36,22 @@ KINDS = {
     "reader_sources": "a sequence of insight.activity.ReaderSource",
     "gauges": "a sequence of insight.metrics.State, gauges read at every scrape",
     "preferred_language": "a function user -> language code or None (core.api.translations)",
+    "projections": "a mapping name -> durability.projection.Projection",
+    "outbox_handlers": "a mapping topic -> handler(payload, user_id) (durability.outbox)",
 }
+
+
+def _paths(config: Any, kind: str) -> tuple[str, ...]:
+    named = getattr(config, kind, None) or ()
+    return (named,) if isinstance(named, str) else tuple(named)
 
 
 @cache
 def contributed(kind: str) -> list[Any]:
-    """Every installed app's contribution of this kind, in INSTALLED_APPS order."""
+    """Every installed app's contributions of this kind, in INSTALLED_APPS order."""
     if kind not in KINDS:
         raise ValueError(f"Unknown contribution {kind!r}; choose from {', '.join(KINDS)}.")
-    return [import_string(path) for config in apps.get_app_configs() if (path := getattr(config, kind, None))]
+    return [import_string(path) for config in apps.get_app_configs() for path in _paths(config, kind)]
 
 
 def contributed_each(kind: str) -> list[Any]:
@@ -54,24 +62,35 @@ def contributed_each(kind: str) -> list[Any]:
     return items
 
 
+@cache
+def contributed_by_name(kind: str) -> dict[str, Any]:
+    """The contributions of a kind whose entries are mappings, merged (a name
+    twice is an error: two apps would fight over it)."""
+    merged: dict[str, Any] = {}
+    for mapping in contributed(kind):
+        for name, value in mapping.items():
+            if name in merged:
+                raise ValueError(f"{kind}: {name!r} is contributed twice.")
+            merged[name] = value
+    return merged
+
+
 @checks.register()
 def contributions_import(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Every contribution's path imports (``core.E001`` when one does not)."""
     errors: list[checks.CheckMessage] = []
     for config in apps.get_app_configs():
         for kind in KINDS:
-            path = getattr(config, kind, None)
-            if not path:
-                continue
-            try:
-                import_string(path)
-            except ImportError as exc:
-                errors.append(
-                    checks.Error(
-                        f"{config.name}: {kind} = {path!r} does not import: {exc}",
-                        hint=f"{kind} names {KINDS[kind]}.",
-                        obj=config,
-                        id="core.E001",
+            for path in _paths(config, kind):
+                try:
+                    import_string(path)
+                except ImportError as exc:
+                    errors.append(
+                        checks.Error(
+                            f"{config.name}: {kind} = {path!r} does not import: {exc}",
+                            hint=f"{kind} names {KINDS[kind]}.",
+                            obj=config,
+                            id="core.E001",
+                        )
                     )
-                )
     return errors

@@ -26,8 +26,8 @@ circuit breaker closes again: a request would pay for everybody's backlog. The
 one exception is a mark of a user who still has pending marks (``settle_user``):
 it must not overtake them, so that request replays first (or queues behind them).
 
-Handlers are registered per topic by the app that owns the write
-(``register`` in ``AppConfig.ready``).
+Handlers are named per topic by the app that owns the write (a mapping its
+AppConfig names as ``outbox_handlers``; ``core.contributions``).
 """
 
 import logging
@@ -38,6 +38,7 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from redis.exceptions import RedisError
 
+from core.contributions import contributed_by_name
 from durability import healing
 from durability.models import OutboxEntry
 
@@ -52,16 +53,10 @@ POISON_ATTEMPTS = 5
 PARKED_PREFIX = "parked: "
 BATCH_SIZE = 100
 
-_handlers: dict[str, Handler] = {}
 
-
-def register(topic: str, handler: Handler) -> None:
-    """Name the function that applies entries of ``topic`` (``handler(payload, user_id)``)."""
-    _handlers[topic] = handler
-
-
-def registered_topics() -> list[str]:
-    return sorted(_handlers)
+def handlers() -> dict[str, Handler]:
+    """Every app's handlers by topic (their AppConfig's ``outbox_handlers``)."""
+    return contributed_by_name("outbox_handlers")
 
 
 # --- Is there anything pending? (process-local, cheap) -----------------------
@@ -115,7 +110,7 @@ def enqueue(*, topic: str, payload: dict[str, Any], user_id: int | None = None) 
     Called from ``on_commit`` callbacks (autocommit: the insert is its own
     transaction) and from mark services (inside theirs, if any).
     """
-    if topic not in _handlers:
+    if topic not in handlers():
         # A typo here would only show at replay time, long after the request.
         raise ValueError(f"No outbox handler registered for topic {topic!r}.")
     entry = OutboxEntry.objects.create(topic=topic, payload=payload, user_id=user_id)
@@ -205,7 +200,7 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
             if not batch:
                 return applied
             for entry in batch:
-                handler = _handlers.get(entry.topic)
+                handler = handlers().get(entry.topic)
                 try:
                     if handler is None:
                         raise LookupError(f"no handler for topic {entry.topic!r}")

@@ -1,7 +1,8 @@
 """Projections: read-model writes of committed changes, run once per transaction.
 
-An app names each of its projections and registers a runner for it
-(``register`` in ``AppConfig.ready``): ``runner(keys, facts)`` writes Redis
+An app names each of its projections with a runner for it (a mapping name ->
+``Projection`` its AppConfig names as ``projections``; ``core.contributions``):
+``runner(keys, facts)`` writes Redis
 for those keys (ids, or small JSON values such as an inbox entry to remove),
 reloading from PostgreSQL what it needs, idempotently. Core knows no app:
 it only schedules, coalesces and keeps failures.
@@ -48,6 +49,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from redis.exceptions import RedisError
 
+from core.contributions import contributed_by_name
 from durability import outbox
 
 logger = logging.getLogger(__name__)
@@ -57,24 +59,19 @@ Payloads = Callable[[list[Any], Mapping[Any, Any]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
-class _Projection:
+class Projection:
+    """``runner(keys, facts)`` writes the read model for ``keys``; when Redis
+    fails, ``payloads(keys, facts)`` are recorded under the outbox ``topic``,
+    whose handler the app names too (``durability.outbox``)."""
+
     runner: Runner
-    topic: str  # the outbox topic of a run that Redis refused
-    payloads: Payloads  # what that topic's handler (registered by the app) needs to run it again
+    topic: str
+    payloads: Payloads
 
 
-_projections: dict[str, _Projection] = {}
-
-
-def register(name: str, runner: Runner, *, topic: str, payloads: Payloads) -> None:
-    """Name a projection: ``runner(keys, facts)`` writes the read model for
-    ``keys``; when Redis fails, ``payloads(keys, facts)`` are recorded under the
-    outbox ``topic``, whose handler the app registers with ``durability.outbox``."""
-    _projections[name] = _Projection(runner=runner, topic=topic, payloads=payloads)
-
-
-def registered() -> list[str]:
-    return sorted(_projections)
+def projections() -> dict[str, Projection]:
+    """Every app's projections by name."""
+    return contributed_by_name("projections")
 
 
 def freeze(value: Any) -> Hashable:
@@ -86,7 +83,7 @@ def freeze(value: Any) -> Hashable:
 
 def run(name: str, keys: list[Any], facts: Mapping[Any, Any] | None = None) -> None:
     """Run projection ``name`` now; if Redis fails, keep it in the outbox."""
-    projection = _projections[name]
+    projection = projections()[name]
     given = facts or {}
     try:
         projection.runner(keys, given)
@@ -170,7 +167,7 @@ def project(
     """Run projection ``name`` for ``keys`` after commit, once per transaction
     and key (see the module docstring); ``facts`` by key, when the caller knows
     a key's whole committed state."""
-    if name not in _projections:
+    if name not in projections():
         # A typo would otherwise show only at commit, or at replay.
         raise ValueError(f"No projection registered as {name!r}.")
     frozen = tuple(dict.fromkeys(freeze(k) for k in keys))

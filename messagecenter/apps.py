@@ -13,22 +13,18 @@ class MessagecenterConfig(AppConfig):
     reader_sources = "messagecenter.insight.READER_SOURCES"
     gauges = "messagecenter.services.delivery.GAUGES"
     preferred_language = "messagecenter.languages.user_language"
+    projections = "messagecenter.projection.PROJECTIONS"
+    outbox_handlers = ("messagecenter.projection.OUTBOX_HANDLERS", "messagecenter.services.inbox.OUTBOX_HANDLERS")
 
     def ready(self) -> None:
-        from durability import outbox
-
         # tasks: registers the Celery tasks, which the services send by name
         # (the tasks import the services; the services do not import them back).
-        from messagecenter import live_api, projection, signals, tasks  # noqa: F401
-        from messagecenter.services import delivery, inbox, messages, notifications
+        from messagecenter import live_api, signals, tasks  # noqa: F401
+        from messagecenter.services import delivery, messages, notifications
         from messagecenter.services.channels import plan as channels_plan
         from messagecenter.services.channels import push as channels_push
 
-        projection.register()
         signals.connect()
-        outbox.register(projection.MIRROR_TOPIC, projection.replay_mirror)
-        for topic, handler in inbox.OUTBOX_HANDLERS.items():
-            outbox.register(topic, handler)
         for task, (job, chunked) in {**messages.DELIVERY_JOBS, **notifications.DELIVERY_JOBS}.items():
             delivery.register(task, job, chunked=chunked)
         delivery.register(channels_plan.PUSH_CHUNK_TASK, channels_push.channel_push_chunk_job, chunked=True)

@@ -500,10 +500,12 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
         raise LookupError(f"unknown mirror {name!r}")
 
 
-def register() -> None:
-    """Name the projections to core (``MessagecenterConfig.ready``)."""
-    for name, runner in RUNNERS.items():
-        projection.register(name, runner, topic=MIRROR_TOPIC, payloads=PAYLOADS[name])
+# The app's projections and the outbox handler of their failed runs (its AppConfig names both).
+PROJECTIONS = {
+    name: projection.Projection(runner=runner, topic=MIRROR_TOPIC, payloads=PAYLOADS[name])
+    for name, runner in RUNNERS.items()
+}
+OUTBOX_HANDLERS = {MIRROR_TOPIC: replay_mirror}
 
 
 # --- after commit: what receivers and services ask for -----------------------------------

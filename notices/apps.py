@@ -11,12 +11,8 @@ class NoticesConfig(AppConfig):
     rebuild_step = "notices.rebuild.REBUILD_STEP"
     drift_checks = "notices.drift.CHECKS"
     reader_sources = "notices.insight.READER_SOURCES"
+    projections = "notices.projection.PROJECTIONS"
+    outbox_handlers = ("notices.projection.OUTBOX_HANDLERS", "notices.services.OUTBOX_HANDLERS")
 
     def ready(self) -> None:
-        from durability import outbox
-        from notices import apis, projection, services, signals  # noqa: F401  (signals: connects receivers)
-
-        projection.register()
-        outbox.register(projection.PLATFORM_SYNC_TOPIC, projection.replay_platform_sync)
-        outbox.register(projection.SUMMARY_TOPIC, projection.replay_summary_drop)
-        outbox.register(services.READ_TOPIC, services.replay_mark)
+        from notices import apis, signals  # noqa: F401  (signals: connects receivers)

@@ -113,10 +113,12 @@ def replay_summary_drop(payload: dict[str, Any], user_id: int | None) -> None:
     _drop_summaries(list(payload["ids"]), {})
 
 
-def register() -> None:
-    """Name the projections to core (``NoticesConfig.ready``)."""
-    projection.register(PLATFORMS, _run_platforms, topic=PLATFORM_SYNC_TOPIC, payloads=_payloads)
-    projection.register(SUMMARIES, _drop_summaries, topic=SUMMARY_TOPIC, payloads=_summary_payloads)
+# The app's projections and the outbox handlers of their failed runs (its AppConfig names both).
+PROJECTIONS = {
+    PLATFORMS: projection.Projection(runner=_run_platforms, topic=PLATFORM_SYNC_TOPIC, payloads=_payloads),
+    SUMMARIES: projection.Projection(runner=_drop_summaries, topic=SUMMARY_TOPIC, payloads=_summary_payloads),
+}
+OUTBOX_HANDLERS = {PLATFORM_SYNC_TOPIC: replay_platform_sync, SUMMARY_TOPIC: replay_summary_drop}
 
 
 # --- after commit -------------------------------------------------------------------------

@@ -273,3 +273,7 @@ def announcement_mark_unread(
 ) -> bool:
     """Mark unread for ``user`` in every platform of theirs it targets; True if it was read."""
     return _mark(user=user, announcement_id=announcement_id, read=False, now=now)
+
+
+# The outbox handler of the marks whose Redis half waited (the app's AppConfig names it).
+OUTBOX_HANDLERS = {READ_TOPIC: replay_mark}

@@ -5,7 +5,8 @@ from typing import Any
 import pytest
 from django.apps import apps
 
-from core.contributions import contributed, contributed_each, contributions_import
+from core import contributions
+from core.contributions import contributed, contributed_by_name, contributed_each, contributions_import
 from core.demo import demo_seeds
 from durability.drift import drift_checks
 from insight.activity import reader_sources
@@ -33,3 +34,12 @@ def test_a_path_that_does_not_import_fails_the_system_check(monkeypatch: Any) ->
     (error,) = contributions_import()
     assert error.id == "core.E001"
     assert "notices: demo_seed = 'notices.demo.no_such_seed'" in error.msg
+
+
+def test_mappings_merge_and_a_name_given_twice_is_refused(monkeypatch: Any) -> None:
+    topics = contributed_by_name("outbox_handlers")
+    assert {"notices.read", "notices.platform_sync", "messagecenter.mirror", "inbox.read"} <= set(topics)
+    twice = [{"a.topic": print}, {"a.topic": print}]
+    monkeypatch.setattr(contributions, "contributed", lambda kind: twice)
+    with pytest.raises(ValueError, match=r"'a\.topic' is contributed twice"):
+        contributed_by_name.__wrapped__("outbox_handlers")

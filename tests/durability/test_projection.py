@@ -2,8 +2,9 @@
 commit; facts of the last request; savepoints rolled back never run; a run
 Redis refuses goes to the outbox under the projection's topic."""
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import transaction
@@ -35,11 +36,16 @@ class Rollback(Exception):
 
 
 @pytest.fixture
-def runs() -> Runs:
+def runs() -> Iterator[Runs]:
     recorded = Runs()
-    projection.register(NAME, recorded, topic=TOPIC, payloads=lambda keys, facts: [{"keys": [list(k) for k in keys]}])
-    outbox.register(TOPIC, lambda payload, user_id: None)
-    return recorded
+    test_projection = projection.Projection(
+        runner=recorded, topic=TOPIC, payloads=lambda keys, facts: [{"keys": [list(k) for k in keys]}]
+    )
+    with (
+        mock.patch.object(projection, "projections", return_value={**projection.projections(), NAME: test_projection}),
+        mock.patch.object(outbox, "handlers", return_value={**outbox.handlers(), TOPIC: lambda payload, user_id: None}),
+    ):
+        yield recorded
 
 
 def test_outside_a_transaction_it_runs_at_once(runs: Runs) -> None:
