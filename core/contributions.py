@@ -1,17 +1,18 @@
 """What the apps contribute to the layers below them, found through Django's app registry.
 
 Core and the lower apps name no app above them. An app that contributes to
-them (its demo data, its step of the rebuild, its drift checks, the readers
-of its items, its gauges, the reader's language) says so on its AppConfig,
-as a class attribute naming the object by its dotted path::
+them (its projections and outbox handlers, its demo data, its step of the
+rebuild, its drift checks, the readers of its items, its gauges, the
+reader's language) says so on its AppConfig, as a class attribute naming
+the object by its dotted path (or a tuple of paths, where an app keeps them
+in several modules)::
 
     class NoticesConfig(AppConfig):
         demo_seed = "notices.demo.seed"
         rebuild_step = "notices.rebuild.REBUILD_STEP"
 
-(or a tuple of paths, for an app whose contributions of a kind live in
-several modules) and the layer that uses them asks
-``contributed("rebuild_step")`` for every app's, in INSTALLED_APPS order (so the accounts' demo users come before the
+and the layer that uses them asks ``contributed("rebuild_step")`` for every
+app's, in INSTALLED_APPS order (so the accounts' demo users come before the
 items addressed to them). There is nothing to call from ``ready()`` and no
 registry of our own: the app registry is the list, the attribute the entry.
 

@@ -1,22 +1,45 @@
--- Many bits of one key at once (placing a batch of items: a fill, a read's
--- arrivals), after _bits.lua: one command for the batch where the per-bit
--- helpers send one or more per bit, in whichever form the key is. The form
--- rules are _bits.lua's, checked once for the batch with its highest offset.
+-- Many bits of one key at once (settling, placing a batch of items: a fill,
+-- a read's arrivals), after _bits.lua: one command for the batch where the
+-- per-bit helpers send one or more per bit, in whichever form the key is.
+-- The form rules are _bits.lua's, checked once for the batch (with its
+-- highest offset when it sets bits).
 
--- The bits at these offsets, 0 or 1 each, in order.
+-- The bits at these offsets (0 or 1 each, in order) in one command.
 local function bits_get_many(key, offs)
   local form = bits_form(key)
-  if form == "set" then return redis.call("SMISMEMBER", key, unpack(offs)) end
-  if form == "string" then
-    local args = {}
+  if #offs > 0 and form == "set" then return redis.call("SMISMEMBER", key, unpack(offs)) end
+  if #offs > 0 and form == "string" then
+    local ops = {}
     for _, off in ipairs(offs) do
-      args[#args + 1], args[#args + 2], args[#args + 3] = "GET", "u1", off
+      ops[#ops + 1] = "GET"
+      ops[#ops + 1] = "u1"
+      ops[#ops + 1] = off
     end
-    return redis.call("BITFIELD", key, unpack(args))
+    return redis.call("BITFIELD", key, unpack(ops))
   end
   local zeros = {}
   for i = 1, #offs do zeros[i] = 0 end
   return zeros
+end
+
+-- The bits at these offsets go to 0 in one command (past a bitmap's end they
+-- already are: BITFIELD SET there would grow the string).
+local function bits_clear_many(key, offs)
+  local form = bits_form(key)
+  if #offs > 0 and form == "set" then
+    redis.call("SREM", key, unpack(offs))
+  elseif #offs > 0 and form == "string" then
+    local limit, ops = 8 * redis.call("STRLEN", key), {}
+    for _, off in ipairs(offs) do
+      if off < limit then
+        ops[#ops + 1] = "SET"
+        ops[#ops + 1] = "u1"
+        ops[#ops + 1] = off
+        ops[#ops + 1] = 0
+      end
+    end
+    if #ops > 0 then redis.call("BITFIELD", key, unpack(ops)) end
+  end
 end
 
 -- Sets the bits at these offsets to 1 (what they held is not answered).

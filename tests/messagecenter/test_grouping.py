@@ -563,9 +563,12 @@ def test_a_removed_broadcast_leaves_its_group_which_re_forms_from_the_rest(
         assert seen[2:4] == (1, 1)
 
 
-def _reviews_grouped(operator_client: Any, recipient: Any, clock: Any) -> list[str]:
+def _reviews_grouped(
+    operator_client: Any, recipient: Any, clock: Any, lives: tuple[int, int, int] = (3600, 3600, 60)
+) -> list[str]:
     """Three grouped notifications (key "pr:1") from Ann, Ben and Cat a second
-    apart, to the recipient's subscription; Cat's lives a minute. Their ids."""
+    apart, to the recipient's subscription, living ``lives`` seconds each (Cat's
+    a minute unless told). Their ids."""
     assert (
         operator_client.post(
             "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
@@ -575,7 +578,7 @@ def _reviews_grouped(operator_client: Any, recipient: Any, clock: Any) -> list[s
     sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
     assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
     sent = []
-    for actor, ttl in (("Ann", 3600), ("Ben", 3600), ("Cat", 60)):
+    for actor, ttl in zip(("Ann", "Ben", "Cat"), lives, strict=True):
         clock.advance(seconds=1)
         body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
         answer = operator_client.post(
@@ -713,25 +716,7 @@ def test_an_older_item_expiring_shows_in_its_groups_count_at_the_next_read(
 def test_an_older_notification_expiring_shows_in_its_groups_count_at_the_next_read(
     operator_client: Any, recipient: Any, clock: Any
 ) -> None:
-    assert (
-        operator_client.post(
-            "/api/v1/manage/message-types/", {"code": "review", "name": "Review"}, format="json"
-        ).status_code
-        == 201
-    )
-    sub = {"message_type": "review", "scope": "PR1", "user": recipient.pk}
-    assert operator_client.post("/api/v1/manage/subscriptions/", sub, format="json").status_code == 201
-    sent = []
-    for actor, ttl in (("Ann", 60), ("Ben", 3600), ("Cat", 3600)):
-        clock.advance(seconds=1)
-        body = {"message_type": "review", "scope": "PR1", "title": f"{actor} reviewed", "body_html": "<p>x</p>"}
-        answer = operator_client.post(
-            "/api/v1/manage/notifications/",
-            {**body, "group_key": "pr:1", "actor": actor, "ttl_seconds": ttl},
-            format="json",
-        )
-        assert answer.status_code == 202, answer.content
-        sent.append(str(answer.json()["id"]))
+    sent = _reviews_grouped(operator_client, recipient, clock, lives=(60, 3600, 3600))
     client = client_for(recipient)
     assert client.get("/api/v1/inbox/").json()["results"][0]["group"]["count"] == 3
     clock.advance(minutes=2)
