@@ -7,10 +7,11 @@
 -- (already returned); only items newer than since_time when given. New items
 -- have later times, so they never shift a page a client is walking.
 -- Returns {members, times, read bits, {more, next time_max, next skip},
--- counts} and on the fast path also the page's details, {tag, valid
--- until} to store the rendering under, the rows' groups and the reader's
--- answers to the rows' actions (or {"HIT", rendering} when the read cache
--- holds a current one).
+-- counts, details, {tag, valid until} to store the rendering under, the
+-- rows' groups, the reader's answers to the rows' actions}, or {"HIT",
+-- rendering} when the read cache holds a current one. The details, the tag
+-- and the answers come on the fast path only (false otherwise: the details
+-- live in another cluster slot); the groups, in the user's slot, always.
 
 pages_key, live_version_key = KEYS[12], KEYS[13]
 -- The reader's answers (ref -> at ms x 4 + action index; mc_keys.inbox_answers):
@@ -103,7 +104,7 @@ end
 -- group re-forms; a kept rendering of the page is valid only until then.
 local checked = ARGV[#ARGV] ~= ""
 local refs, groups = {}, {}
-if #members > 0 and (FAST or checked) then
+if #members > 0 then
   for i, member in ipairs(members) do refs[i] = parse(member) end
   groups = call("HMGET", groups_key, unpack(refs))
   for _, raw in ipairs(groups) do
@@ -127,4 +128,4 @@ if FAST then
   end
   return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups, answers}
 end
-return {members, times, reads, {more, pos_raw, pos_skip}, counts()}
+return {members, times, reads, {more, pos_raw, pos_skip}, counts(), false, false, groups}

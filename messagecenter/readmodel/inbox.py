@@ -603,7 +603,7 @@ class Page:
     next_position: tuple[int, int] | None  # (max score, items at it already returned)
     counts: Counts
     cache_tag: tuple[str, str] | None = None  # (tag, valid until ms) to store a rendering under
-    groups_read: bool = field(default=False, compare=False)  # the rows carry their groups (the fast path)
+    groups_read: bool = field(default=False, compare=False)  # the rows carry their groups (Redis answered the page)
     responses_read: bool = field(default=False, compare=False)  # and the reader's answers (the fast path)
 
 
@@ -664,14 +664,16 @@ def inbox_page(
 
 
 def _page_of(result: list[Any]) -> Page:
-    """A page from page.lua's reply (the planned path's reply carries no
-    details: they are read here)."""
-    members, scores, reads, position, counts, *fetched = result
+    """A page from page.lua's reply (the planned path's reply carries the
+    groups but no details, which live in another cluster slot: they are read
+    here, and the answers by the selector)."""
+    members, scores, reads, position, counts, details_read, cache_raw, groups, *answered = result
     refs = [m.decode().split("|", 1)[0] for m in members]
-    details: list[Any] = fetched[0] if fetched else get_redis().hmget(mc_keys.item_detail(), refs) if refs else []
-    cache = fetched[1] if len(fetched) > 1 and fetched[1] else None
-    groups: list[Any] = fetched[2] if len(fetched) > 2 else [None] * len(refs)
-    answers: list[Any] = fetched[3] if len(fetched) > 3 else [None] * len(refs)
+    details: list[Any] = (
+        details_read if details_read is not None else get_redis().hmget(mc_keys.item_detail(), refs) if refs else []
+    )
+    cache = cache_raw or None
+    answers: list[Any] = answered[0] if answered else [None] * len(refs)
     rows = []
     for ref, score, read, raw, group, answer in zip(refs, scores, reads, details, groups, answers, strict=True):
         if raw is None:  # removed a moment ago; the next read settles it
@@ -694,8 +696,8 @@ def _page_of(result: list[Any]) -> Page:
         next_position=next_position,
         counts=_counts(counts),
         cache_tag=(cache[0].decode(), cache[1].decode()) if cache else None,
-        groups_read=len(fetched) > 2,
-        responses_read=len(fetched) > 3,
+        groups_read=True,
+        responses_read=bool(answered),
     )
 
 

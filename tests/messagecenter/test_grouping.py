@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 from redis.exceptions import RedisError
 
+from core.local_cache import local_caches_clear
 from durability import healing
 from messagecenter import keys as mc_keys
 from messagecenter import services
@@ -92,6 +93,19 @@ def test_items_of_one_key_share_a_row(operator: Any, recipient: Any, clock: Any)
     assert page["unread_count"] == 2  # rows, not items
     counts = client.get("/api/v1/inbox/counts/").json()
     assert (counts["unread"], counts["by_category"]["interaction"], counts["by_category"]["system"]) == (2, 1, 1)
+
+
+def test_a_page_reads_its_rows_groups_in_its_own_call_on_either_path(operator: Any, recipient: Any, clock: Any) -> None:
+    """The fast path and the planned one (a process without the user's months
+    hint, and every read on a cluster) both bring the rows' groups with the
+    page: the selector never looks them up again."""
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    client = client_for(recipient)
+    with mock.patch.object(readmodel_grouping, "groups_of", side_effect=AssertionError("a second lookup")):
+        local_caches_clear()
+        for _ in range(2):  # planned (no months hint), then the fast path the first read left the hint for
+            page = client.get("/api/v1/inbox/").json()
+            assert [(r["id"], r["group"]) for r in page["results"]] == [(refs[1], GROUP_OF(2, ["Ben", "Ann"]))]
 
 
 def ids_of(page: dict[str, Any]) -> list[str]:
