@@ -2,9 +2,9 @@
 -- before _steps.lua and _settle.lua): settling many members in a few
 -- commands (one per category or month, each naming many members) instead of
 -- several commands per member (their bits many at a time, _bits_many.lua).
--- A step holds at most STEP members and STEP
--- is capped (inbox.SETTLE_STEP_MAX), so the variadic commands' arguments stay
--- within what Lua can unpack.
+-- A step holds at most STEP members and STEP is capped
+-- (inbox.SETTLE_STEP_MAX), so the variadic commands' arguments stay within
+-- what Lua can unpack.
 
 -- Members grouped by a part of their layout: part(ref, cat, month, off)
 -- names the group (nil: the member is left out); name -> list of members.

@@ -4,19 +4,24 @@
 -- The form rules are _bits.lua's, checked once for the batch (with its
 -- highest offset when it sets bits).
 
+-- One BITFIELD over a bitmap: GET each offset's bit (value nil), or SET
+-- each to value. Answers BITFIELD's reply, a number per offset.
+local function bitfield(key, offs, value)
+  local ops = {}
+  for _, off in ipairs(offs) do
+    ops[#ops + 1] = value and "SET" or "GET"
+    ops[#ops + 1] = "u1"
+    ops[#ops + 1] = off
+    if value then ops[#ops + 1] = value end
+  end
+  return redis.call("BITFIELD", key, unpack(ops))
+end
+
 -- The bits at these offsets (0 or 1 each, in order) in one command.
 local function bits_get_many(key, offs)
   local form = bits_form(key)
   if #offs > 0 and form == "set" then return redis.call("SMISMEMBER", key, unpack(offs)) end
-  if #offs > 0 and form == "string" then
-    local ops = {}
-    for _, off in ipairs(offs) do
-      ops[#ops + 1] = "GET"
-      ops[#ops + 1] = "u1"
-      ops[#ops + 1] = off
-    end
-    return redis.call("BITFIELD", key, unpack(ops))
-  end
+  if #offs > 0 and form == "string" then return bitfield(key, offs) end
   local zeros = {}
   for i = 1, #offs do zeros[i] = 0 end
   return zeros
@@ -29,16 +34,11 @@ local function bits_clear_many(key, offs)
   if #offs > 0 and form == "set" then
     redis.call("SREM", key, unpack(offs))
   elseif #offs > 0 and form == "string" then
-    local limit, ops = 8 * redis.call("STRLEN", key), {}
+    local limit, inside = 8 * redis.call("STRLEN", key), {}
     for _, off in ipairs(offs) do
-      if off < limit then
-        ops[#ops + 1] = "SET"
-        ops[#ops + 1] = "u1"
-        ops[#ops + 1] = off
-        ops[#ops + 1] = 0
-      end
+      if off < limit then inside[#inside + 1] = off end
     end
-    if #ops > 0 then redis.call("BITFIELD", key, unpack(ops)) end
+    if #inside > 0 then bitfield(key, inside, 0) end
   end
 end
 
@@ -49,15 +49,10 @@ local function bits_set_many(key, offs)
   for _, off in ipairs(offs) do
     if tonumber(off) > top then top = tonumber(off) end
   end
-  local form = bits_form(key)
-  if form == "string" then
+  if bits_form(key) == "string" then
     -- Growing past its end, the bitmap may be bigger than the set it holds.
     if top < 8 * redis.call("STRLEN", key) or not bits_sparse_again(key, top, #offs) then
-      local args = {}
-      for _, off in ipairs(offs) do
-        args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = "SET", "u1", off, 1
-      end
-      redis.call("BITFIELD", key, unpack(args))
+      bitfield(key, offs, 1)
       return
     end
   end
