@@ -35,9 +35,11 @@
 -- fills the user from PostgreSQL (messagecenter/fill.py). A filled user's
 -- state hash lives on for the idle time from each checked call.
 -- A checked settling call that finds the row of a group of several items
--- expired answers "REGROUP" having changed nothing (group_row_expired); an
--- unchecked one removes the row, and the grouped expiry job (beat, every few
--- seconds) drops the user's part soon after.
+-- expired answers "REGROUP" having changed nothing (group_row_expired); so
+-- does one whose settling meets such a row that a delivery keeping the cap
+-- evicted (settle_evicted), after settling it: either way the caller fills
+-- the user again. An unchecked call removes the row; the full cleanup's drop
+-- of the user's part mends that.
 local NOT_OPEN = "STALE"
 
 -- Whether a listed row of a group of several items has expired. Its removal
@@ -61,6 +63,7 @@ local function open_inbox(own_keys, own_args, with_ever)
   all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
   local checked = ARGV[#ARGV] ~= ""
+  CHECKED = checked
   if checked then
     local generation, idle = string.match(ARGV[#ARGV], "^(.*):(%d+)$")
     -- (no generation: healing is off, every user's part counts as filled and stays)
@@ -123,6 +126,10 @@ local function open_inbox(own_keys, own_args, with_ever)
     -- zsets last, so a trim's members are never walked.
     settle_arrivals()
     backfill_unread()
+  end
+  if REGROUP then
+    NOT_OPEN = "REGROUP"
+    return false
   end
   if MORE then
     NOT_OPEN = "AGAIN"

@@ -12,6 +12,9 @@ local NOW, NOW_ARG, FAST, TOUCHED = 0, "0", false, false
 -- were left for the next call (open_inbox then answers "AGAIN" and the
 -- caller calls again); EXPIRY_LEFT when expired members were (trim waits).
 local STEP, MORE, BUDGET, EXPIRY_LEFT = 200, false, 200, false
+-- CHECKED on a user-facing call (open_inbox); REGROUP when its settling met
+-- a group that PostgreSQL must re-form (settle_evicted).
+local CHECKED, REGROUP = false, false
 
 -- Up to n of the call's budget (0 when it is spent): a step asks before it
 -- walks, and a step that got less than it needed sets MORE.

@@ -108,6 +108,23 @@ end
 -- a call. A member back in all since stays; one still in its category zset
 -- leaves it, the unread zsets and its counter (by the unread zsets, which
 -- hold exactly its read bit), its push bit and its expiry entry.
+-- Whether one of these evicted members is the row of a group of several
+-- items of which one expired. A delivery keeping the cap evicts expired
+-- members first without the group keys at hand (deliver.lua), so such a
+-- row can leave while the rest of its group stays out of the list; a
+-- checked call then answers "REGROUP" and PostgreSQL re-forms the group.
+local function expired_group_among(members)
+  local refs = {}
+  for i, member in ipairs(members) do refs[i] = string.match(member, "^[^|]*") end
+  for _, raw in ipairs(call("HMGET", groups_key, unpack(refs))) do
+    if raw then
+      local meta = cjson.decode(raw)
+      if meta.count > 1 and meta.exp and meta.exp <= NOW then return true end
+    end
+  end
+  return false
+end
+
 local function settle_evicted()
   if not evicted_key then return end
   local n = take(STEP)
@@ -124,6 +141,7 @@ local function settle_evicted()
   for i, member in ipairs(popped) do
     if not back[i] then gone[#gone + 1] = member end
   end
+  if CHECKED and #gone > 0 and expired_group_among(gone) then REGROUP = true end
   drop_rest(gone, true)
 end
 -- <<< caps on write <<<

@@ -738,3 +738,22 @@ def test_an_older_notification_expiring_shows_in_its_groups_count_at_the_next_re
     assert [(r["id"], r["group"]) for r in rows] == [(f"n{sent[2]}", GROUP_OF(2, ["Cat", "Ben"], key="pr:1"))]
     with _redis_down():
         assert client.get("/api/v1/inbox/").json()["results"] == rows
+
+
+def test_an_expired_row_a_delivery_evicts_gives_way_at_the_next_read(
+    operator: Any, recipient: Any, clock: Any, settings: Any
+) -> None:
+    """An inbox at its cap gets an item after a group's row expired: the
+    delivery evicts that row to keep the cap (no read has settled it yet). The
+    next read still shows the rest of the group re-formed (the cap counts
+    items, so of Ann's and Ben's only Ben's is kept), on both paths."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 2
+    client = client_for(recipient)
+    plain = [f"m{send(operator, to={'users': [recipient]}, title='Plain').pk}"]
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben"])
+    refs += _grouped(operator, recipient, clock, ["Cat"], expire_at=clock.now + timedelta(minutes=5, seconds=1))
+    assert [r[0] for r in _agree(client, plain + refs)[0]] == [refs[2], plain[0]]
+    clock.advance(minutes=6)
+    plain.append(f"m{send(operator, to={'users': [recipient]}, title='Plain').pk}")
+    seen = _agree(client, plain + refs)
+    assert [(r[0], r[3]) for r in seen[0]] == [(plain[1], None), (refs[1], GROUP_OF(1, ["Ben"]))]
