@@ -1,6 +1,6 @@
--- Restore one user's read state from its PostgreSQL snapshot (the rebuild, or
--- the snapshot job finding a Redis that lost its data). Every key carries the
--- user's hash tag, so this runs on one Redis Cluster slot.
+-- Restore one user's committed read state from PostgreSQL (the user's fill,
+-- before the items come back, so each lands read or unread as committed).
+-- Every key carries the user's hash tag, so this runs on one Redis Cluster slot.
 --
 -- KEYS: 1 all-items zset, 2 unread counters hash, 3 state hash, then n read
 -- bitmaps and n ever-read bitmaps, one per month listed in ARGV, last the
