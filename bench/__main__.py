@@ -151,11 +151,6 @@ def main() -> int:
         if args.only and not any(part in name for part in args.only):
             continue
         module = import_module(name)
-        # What earlier cases left in this process (their data, their garbage)
-        # is out of the collector's sight too: each case's collections cost
-        # what a server process's would, not a pass over every case before it.
-        gc.collect()
-        gc.freeze()
         print(f"== {name} ({users:,} users)", flush=True)
         case_started = time.perf_counter()
         case_rows, case_growth = split_rows(module.run(users=users, quick=args.quick))
