@@ -105,9 +105,8 @@ end
 -- <<< unread zsets <<<
 
 -- >>> caps on write: the rest of a fan-out's evictions (_item.lua), a step
--- a call. A member back in all since stays; one still in its category zset
--- leaves it, the unread zsets and its counter (by the unread zsets, which
--- hold exactly its read bit), its push bit and its expiry entry.
+-- a call.
+
 -- Whether one of these evicted members is the row of a group of several
 -- items of which one expired. A delivery keeping the cap evicts expired
 -- members first without the group keys at hand (deliver.lua), so such a
@@ -125,6 +124,9 @@ local function expired_group_among(members)
   return false
 end
 
+-- A member back in all since stays; one still in its category zset leaves
+-- it, the unread zsets and its counter (by the unread zsets, which hold
+-- exactly its read bit), its push bit and its expiry entry.
 local function settle_evicted()
   if not evicted_key then return end
   local n = take(STEP)
