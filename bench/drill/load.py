@@ -3,6 +3,7 @@ marking items read, and an operator publishing now and then, all over HTTP
 from threads of the drill process. Every answer is counted; every write
 answered 2xx is remembered so the drill can look for it after each fault."""
 
+import http.client
 import json
 import random
 import re
@@ -18,7 +19,8 @@ TIMEOUT = 10.0
 
 
 def call(base: str, token: str | None, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One request; (status, JSON or None). A socket error or a timeout is status 0."""
+    """One request; (status, JSON or None). A socket error, a timeout or an
+    answer cut off (a server killed while sending its body) is status 0."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Token {token}"
@@ -30,7 +32,7 @@ def call(base: str, token: str | None, method: str, path: str, body: Any = None)
             return int(response.status), json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:
         return int(exc.code), None
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return 0, None
 
 
