@@ -12,22 +12,23 @@
 --                   that a far offset would make bigger than the set goes
 --                   back to a set (bits_sparse_again).
 -- A missing key reads as all zeros in both forms. The form is asked once per
--- key per call (TYPE) and kept in BITS_FORM.
+-- key per call (TYPE) and kept in the call's `forms` table (key -> "set" |
+-- "string" | "none"), which every helper takes first: an inbox script passes
+-- its inbox's (ib.forms), any other script a table of its own.
 
 local BITS_SET_MAX = 512  -- Redis's default set-max-intset-entries
-local BITS_FORM = {}  -- key -> "set" | "string" | "none"
 
-local function bits_form(key)
-  local form = BITS_FORM[key]
+local function bits_form(forms, key)
+  local form = forms[key]
   if not form then
     form = redis.call("TYPE", key)["ok"]
-    BITS_FORM[key] = form
+    forms[key] = form
   end
   return form
 end
 
-local function bits_get(key, off)
-  local form = bits_form(key)
+local function bits_get(forms, key, off)
+  local form = bits_form(forms, key)
   if form == "set" then return redis.call("SISMEMBER", key, off) end
   if form == "string" then return redis.call("GETBIT", key, off) end
   return 0
@@ -35,13 +36,13 @@ end
 
 -- The set becomes a bitmap holding the same offsets (the set holds at most
 -- BITS_SET_MAX of them).
-local function bits_to_bitmap(key)
-  if bits_form(key) == "set" then
+local function bits_to_bitmap(forms, key)
+  if bits_form(forms, key) == "set" then
     local offsets = redis.call("SMEMBERS", key)
     redis.call("DEL", key)
     for _, o in ipairs(offsets) do redis.call("SETBIT", key, o, 1) end
   end
-  BITS_FORM[key] = "string"
+  forms[key] = "string"
 end
 
 -- Is a set of `count` offsets, `off` among them, at least as big as their
@@ -63,7 +64,7 @@ end
 -- at first, sparse later: the first items of a month have low offsets for
 -- everyone). Bounded: only a bitmap of at most 4 * BITS_SET_MAX bytes is
 -- looked at (a bigger one was dense when it grew).
-local function bits_sparse_again(key, off, adding)
+local function bits_sparse_again(forms, key, off, adding)
   local len = redis.call("STRLEN", key)
   if len > 4 * BITS_SET_MAX then return false end
   local count = redis.call("BITCOUNT", key) + (adding or 1)
@@ -81,18 +82,18 @@ local function bits_sparse_again(key, off, adding)
   end
   redis.call("DEL", key)
   if #offsets > 0 then redis.call("SADD", key, unpack(offsets)) end
-  BITS_FORM[key] = "set"
+  forms[key] = "set"
   return true
 end
 
 -- SETBIT in either form: returns the bit's old value (0 or 1).
-local function bits_set(key, off, want)
-  local form = bits_form(key)
+local function bits_set(forms, key, off, want)
+  local form = bits_form(forms, key)
   if form == "string" then
     -- Past the bitmap's end: a 0 is already there; a 1 may make a set smaller.
     if tonumber(off) < 8 * redis.call("STRLEN", key) then return redis.call("SETBIT", key, off, want) end
     if tonumber(want) == 0 then return 0 end
-    if not bits_sparse_again(key, off) then return redis.call("SETBIT", key, off, 1) end
+    if not bits_sparse_again(forms, key, off) then return redis.call("SETBIT", key, off, 1) end
     form = "set"
   end
   if tonumber(want) == 0 then
@@ -101,14 +102,14 @@ local function bits_set(key, off, want)
     return 0
   end
   if redis.call("SADD", key, off) == 0 then return 1 end
-  BITS_FORM[key] = "set"
-  if bits_dense(key, redis.call("SCARD", key), off) then bits_to_bitmap(key) end
+  forms[key] = "set"
+  if bits_dense(key, redis.call("SCARD", key), off) then bits_to_bitmap(forms, key) end
   return 0
 end
 
 -- The offsets set in `key`'s set form (nil when it is a bitmap).
-local function bits_members(key)
-  local form = bits_form(key)
+local function bits_members(forms, key)
+  local form = bits_form(forms, key)
   if form == "string" then return nil end
   if form == "set" then return redis.call("SMEMBERS", key) end
   return {}
@@ -116,12 +117,12 @@ end
 
 -- dst |= src, keeping the compact form: a set source is added offset by
 -- offset (at most BITS_SET_MAX), a bitmap source turns dst into a bitmap.
-local function bits_or(dst, src)
-  local offsets = bits_members(src)
+local function bits_or(forms, dst, src)
+  local offsets = bits_members(forms, src)
   if offsets then
-    for _, o in ipairs(offsets) do bits_set(dst, o, 1) end
+    for _, o in ipairs(offsets) do bits_set(forms, dst, o, 1) end
     return
   end
-  bits_to_bitmap(dst)
+  bits_to_bitmap(forms, dst)
   redis.call("BITOP", "OR", dst, dst, src)
 end

@@ -18,8 +18,8 @@ local function bitfield(key, offs, value)
 end
 
 -- The bits at these offsets (0 or 1 each, in order) in one command.
-local function bits_get_many(key, offs)
-  local form = bits_form(key)
+local function bits_get_many(forms, key, offs)
+  local form = bits_form(forms, key)
   if #offs > 0 and form == "set" then return redis.call("SMISMEMBER", key, unpack(offs)) end
   if #offs > 0 and form == "string" then return bitfield(key, offs) end
   local zeros = {}
@@ -29,8 +29,8 @@ end
 
 -- The bits at these offsets go to 0 in one command (past a bitmap's end they
 -- already are: BITFIELD SET there would grow the string).
-local function bits_clear_many(key, offs)
-  local form = bits_form(key)
+local function bits_clear_many(forms, key, offs)
+  local form = bits_form(forms, key)
   if #offs > 0 and form == "set" then
     redis.call("SREM", key, unpack(offs))
   elseif #offs > 0 and form == "string" then
@@ -43,20 +43,20 @@ local function bits_clear_many(key, offs)
 end
 
 -- Sets the bits at these offsets to 1 (what they held is not answered).
-local function bits_set_many(key, offs)
+local function bits_set_many(forms, key, offs)
   if #offs == 0 then return end
   local top = 0
   for _, off in ipairs(offs) do
     if tonumber(off) > top then top = tonumber(off) end
   end
-  if bits_form(key) == "string" then
+  if bits_form(forms, key) == "string" then
     -- Growing past its end, the bitmap may be bigger than the set it holds.
-    if top < 8 * redis.call("STRLEN", key) or not bits_sparse_again(key, top, #offs) then
+    if top < 8 * redis.call("STRLEN", key) or not bits_sparse_again(forms, key, top, #offs) then
       bitfield(key, offs, 1)
       return
     end
   end
   redis.call("SADD", key, unpack(offs))
-  BITS_FORM[key] = "set"
-  if bits_dense(key, redis.call("SCARD", key), top) then bits_to_bitmap(key) end
+  forms[key] = "set"
+  if bits_dense(key, redis.call("SCARD", key), top) then bits_to_bitmap(forms, key) end
 end

@@ -12,18 +12,18 @@
 -- the arrivals, the archived and snoozed zsets.
 -- ARGV: the script's own `own_args` arguments, then now (ms), n, the n
 -- months, then the mode and, except for "0", the most members one settling
--- step removes (STEP, _state.lua): "0" run as is, "1" + the planned settle and
+-- step removes (ib.step, _state.lua): "0" run as is, "1" + the planned settle and
 -- merge's arguments, "3" + the most items kept: settle only (what is left
 -- after an "AGAIN"), "2" + the most items kept: the fast path (single Redis only:
 -- the global keys live in another cluster slot), which checks atomically what
 -- the caller's planning would have checked (nothing to settle or merge, every
--- month of the user passed), then settles expiry. False when that check
--- fails: the script then answers "STALE" having changed nothing, and the
+-- month of the user passed), then settles expiry. When that check
+-- fails, the script answers "STALE" having changed nothing, and the
 -- caller plans (the slower, cluster-safe route).
 -- Settling is bounded (caps on write): every step of one call shares a
--- budget of STEP members; when a step left members for later
--- (MORE), open_inbox returns false too and the script answers "AGAIN" before
--- its own work (NOT_OPEN names the answer): the caller repeats the call in
+-- budget of ib.step members; when a step left members for later
+-- (ib.more), the inbox is not opened either and the script answers "AGAIN"
+-- before its own work (ib.not_open names the answer): the caller repeats the call in
 -- mode "3" until the inbox is settled, so every answer is an exact one.
 -- The last ARGV is "<generation>:<idle ms>" on a checked call (a user-facing
 -- read or mark): the generation the user's part of the read model must be
@@ -40,45 +40,44 @@
 -- evicted (settle_evicted), after settling it: either way the caller fills
 -- the user again. An unchecked call removes the row; the full cleanup's drop
 -- of the user's part mends that.
-local NOT_OPEN = "STALE"
 
 -- Whether a listed row of a group of several items has expired. Its removal
 -- would hide the rest of its group, whose next row Redis cannot name (the
 -- items' details and expiry times live in another slot); PostgreSQL re-forms
 -- the group, so the caller fills the user again from it. One command when
 -- nothing is due.
-local function group_row_expired()
-  local due = call("ZRANGEBYSCORE", expiry_key, "-inf", NOW, "LIMIT", 0, STEP)
+local function group_row_expired(ib)
+  local due = call("ZRANGEBYSCORE", ib.expiry_key, "-inf", ib.now, "LIMIT", 0, ib.step)
   if #due == 0 then return false end
   local refs = {}
   for i, member in ipairs(due) do refs[i] = string.match(member, "^[^|]*") end
-  local groups = call("HMGET", groups_key, unpack(refs))
+  local groups = call("HMGET", ib.groups_key, unpack(refs))
   for i, member in ipairs(due) do
-    if groups[i] and cjson.decode(groups[i]).count > 1 and call("ZSCORE", all_key, member) then return true end
+    if groups[i] and cjson.decode(groups[i]).count > 1 and call("ZSCORE", ib.all_key, member) then return true end
   end
   return false
 end
 
-local function open_inbox(own_keys, own_args, with_ever)
-  all_key, counters_key, hidden_key, expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
-  months_key, state_key, access_key = KEYS[9], KEYS[10], KEYS[11]
+local function open_inbox_into(ib, own_keys, own_args, with_ever)
+  ib.all_key, ib.counters_key, ib.hidden_key, ib.expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
+  ib.months_key, ib.state_key, ib.access_key = KEYS[9], KEYS[10], KEYS[11]
   local checked = ARGV[#ARGV] ~= ""
-  CHECKED = checked
+  ib.checked = checked
   if checked then
     local generation, idle = string.match(ARGV[#ARGV], "^(.*):(%d+)$")
     -- (no generation: healing is off, every user's part counts as filled and stays)
     if generation ~= "" then
-      if redis.call("HGET", state_key, "fill") ~= generation then
-        NOT_OPEN = "UNFILLED"
+      if redis.call("HGET", ib.state_key, "fill") ~= generation then
+        ib.not_open = "UNFILLED"
         return false
       end
-      redis.call("PEXPIRE", state_key, idle)
+      redis.call("PEXPIRE", ib.state_key, idle)
     end
   end
-  for i, cat in ipairs(CATEGORIES) do category_keys[cat] = KEYS[1 + i] end
+  for i, cat in ipairs(CATEGORIES) do ib.category_keys[cat] = KEYS[1 + i] end
   local arg_pos = own_args + 1  -- walks ARGV past what has been read
-  NOW_ARG = ARGV[arg_pos]
-  NOW = tonumber(NOW_ARG)
+  ib.now_arg = ARGV[arg_pos]
+  ib.now = tonumber(ib.now_arg)
   local month_count = tonumber(ARGV[arg_pos + 1])
   local mode = ARGV[arg_pos + 2 + month_count]
   local global_base = 11 + own_keys  -- the fast path's global keys follow the script's own
@@ -86,54 +85,63 @@ local function open_inbox(own_keys, own_args, with_ever)
   if mode == "2" then bitmap_base = global_base + 7 end
   for i = 1, month_count do
     local month = ARGV[arg_pos + 1 + i]
-    MONTHS[i] = month
-    READ[month] = KEYS[bitmap_base + i]
-    PUSH[month] = KEYS[bitmap_base + month_count + i]
-    if with_ever then EVER[month] = KEYS[bitmap_base + 2 * month_count + i] end
+    ib.months[i] = month
+    ib.read[month] = KEYS[bitmap_base + i]
+    ib.push[month] = KEYS[bitmap_base + month_count + i]
+    if with_ever then ib.ever[month] = KEYS[bitmap_base + 2 * month_count + i] end
   end
   arg_pos = arg_pos + 3 + month_count
   if mode ~= "0" then
-    STEP = tonumber(ARGV[arg_pos])
-    BUDGET = STEP
+    ib.step = tonumber(ARGV[arg_pos])
+    ib.budget = ib.step
     arg_pos = arg_pos + 1
   end
   -- archive and snooze: the archived and snoozed zsets close KEYS (after the bitmaps).
-  archived_key, snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
+  ib.archived_key, ib.snoozed_key = KEYS[#KEYS - 1], KEYS[#KEYS]
   -- unread zsets, the evicted set and the arrivals: just before those.
-  groups_key, unread_all_key = KEYS[#KEYS - 9], KEYS[#KEYS - 8]
-  evicted_key, arrivals_key = KEYS[#KEYS - 3], KEYS[#KEYS - 2]
-  for i, cat in ipairs(CATEGORIES) do unread_keys[cat] = KEYS[#KEYS - 8 + i] end
+  ib.groups_key, ib.unread_all_key = KEYS[#KEYS - 9], KEYS[#KEYS - 8]
+  ib.evicted_key, ib.arrivals_key = KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+  for i, cat in ipairs(CATEGORIES) do ib.unread_keys[cat] = KEYS[#KEYS - 8 + i] end
   if mode == "2" then
-    FAST = true
-    removal_version_key, pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]
-    bulletin_update_key, bulletin_config_key = KEYS[global_base + 3], KEYS[global_base + 4]
-    detail_key, detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
-    pending_key = KEYS[global_base + 7]
-    if not level() then return false end
+    ib.fast = true
+    ib.removal_version_key, ib.pull_sequence_key = KEYS[global_base + 1], KEYS[global_base + 2]
+    ib.bulletin_update_key, ib.bulletin_config_key = KEYS[global_base + 3], KEYS[global_base + 4]
+    ib.detail_key, ib.detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
+    ib.pending_key = KEYS[global_base + 7]
+    if not level(ib) then return false end
   end
-  if checked and mode ~= "0" and group_row_expired() then
-    NOT_OPEN = "REGROUP"
+  if checked and mode ~= "0" and group_row_expired(ib) then
+    ib.not_open = "REGROUP"
     return false
   end
   if mode == "1" then
-    settle_and_merge(arg_pos)  -- (expiry and the trim included)
+    settle_and_merge(ib, arg_pos)  -- (expiry and the trim included)
   elseif mode == "2" or mode == "3" then
-    settle_expired()
-    trim(tonumber(ARGV[arg_pos]))
+    settle_expired(ib)
+    trim(ib, tonumber(ARGV[arg_pos]))
   end
   if mode ~= "0" then
     -- Arrivals after the trim (what it takes is never placed), the unread
     -- zsets last, so a trim's members are never walked.
-    settle_arrivals()
-    backfill_unread()
+    settle_arrivals(ib)
+    backfill_unread(ib)
   end
-  if REGROUP then
-    NOT_OPEN = "REGROUP"
+  if ib.regroup then
+    ib.not_open = "REGROUP"
     return false
   end
-  if MORE then
-    NOT_OPEN = "AGAIN"
+  if ib.more then
+    ib.not_open = "AGAIN"
     return false
   end
   return true
+end
+
+-- The call's inbox, opened: settled and merged as the caller asked, or with
+-- not_open set to the answer the script returns at once ("STALE" when the
+-- fast path's check fails).
+local function open_inbox(own_keys, own_args, with_ever)
+  local ib = inbox_state()
+  if not open_inbox_into(ib, own_keys, own_args, with_ever) then ib.not_open = ib.not_open or "STALE" end
+  return ib
 end

@@ -1,4 +1,4 @@
--- Shared by the per-user inbox scripts and deliver.lua: core.lua prepends
+-- Shared by the per-user inbox scripts: core/lua.py prepends
 -- this file to each of them (LuaScript(..., preambles=...)), so the item's
 -- layout and its insertion exist once. It defines names only; each script
 -- names its own keys (_inbox.lua's open_inbox for the inbox scripts).
@@ -19,43 +19,39 @@
 
 local call = redis.call
 local CATEGORIES = {"system", "promotion", "transaction", "interaction"}
--- The user's keys (open_inbox sets them; deliver.lua sets them per recipient).
-local all_key, counters_key, hidden_key, expiry_key, months_key = nil, nil, nil, nil, nil
-local state_key, access_key = nil, nil
-local category_keys = {}
+-- Every helper that touches the inbox takes the call's inbox `ib` first:
+-- its keys by name and the call's state (open_inbox builds it, _inbox.lua),
+-- never a name shared by the whole chunk.
 -- >>> unread zsets: same members and scores as all / the category zsets,
 -- holding exactly the live members whose read bit is 0 (an unread-only page
--- is a plain range of one; each read-bit change below has its step here).
-local unread_all_key = nil
+-- is a plain range of one; each read-bit change below has its step here):
+-- ib.unread_all_key, and ib.unread_keys by category.
 -- Caps on write: members a fan-out took out of all (over the cap, or
 -- expired) whose category zset, unread zsets, counter, push bit and expiry
 -- entry the next inbox script settles (settle_evicted, _steps.lua): the
--- fan-out holds none of those keys.
-local evicted_key = nil
+-- fan-out holds none of those keys: ib.evicted_key.
 -- Arrivals: members a fan-out put in all (with their expiry entry and month)
 -- whose other places (category zset, push bit, unread zsets and counter) the
 -- next inbox script gives them (settle_arrivals, _arrivals.lua; present(),
 -- _state.lua, for one member at once): a fan-out writes a few keys per
 -- recipient, and a user who never reads never pays for the rest. zset,
--- score = the item's time (+inf: waiting for a call that passes its month).
-local arrivals_key = nil
--- The rows' groups (ref of a grouped row -> JSON of its group; mc_keys.inbox_groups).
-local groups_key = nil
-local unread_keys = {}  -- category -> its unread zset
+-- score = the item's time (+inf: waiting for a call that passes its month):
+-- ib.arrivals_key. The rows' groups (ref of a grouped row -> JSON of its
+-- group; mc_keys.inbox_groups): ib.groups_key.
 
-local function unread_add(member, cat, time)
-  call("ZADD", unread_all_key, time, member)
-  call("ZADD", unread_keys[cat], time, member)
+local function unread_add(ib, member, cat, time)
+  call("ZADD", ib.unread_all_key, time, member)
+  call("ZADD", ib.unread_keys[cat], time, member)
 end
 
 -- The member leaves the unread zsets: 1 if it was unread (in them).
-local function unread_drop(member, cat)
-  call("ZREM", unread_keys[cat], member)
-  return call("ZREM", unread_all_key, member)
+local function unread_drop(ib, member, cat)
+  call("ZREM", ib.unread_keys[cat], member)
+  return call("ZREM", ib.unread_all_key, member)
 end
 -- <<< unread zsets <<<
--- By month (yyyymm): the read, push and ever-read bitmaps passed.
-local READ, PUSH, EVER, MONTHS = {}, {}, {}, {}
+-- By month (yyyymm): the read, push and ever-read bitmaps passed are
+-- ib.read, ib.push and ib.ever; ib.months lists the months in ARGV's order.
 
 local function parse(member)
   local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
@@ -64,25 +60,25 @@ end
 
 -- A member of all takes its other places: its category zset, its push bit
 -- and, when its read bit is 0, the unread zsets and counter (its category's
--- zset and its month's bitmaps looked up in category_keys, PUSH and READ).
+-- zset and its month's bitmaps looked up in ib.category_keys, ib.push and ib.read).
 -- A member still in its category zset: a fan-out evicted it and the rest of
 -- its removal is pending (caps on write): it is still counted, so it is only
 -- back in all (and moved to this time), not counted again.
-local function place_evicted(member, cat, month, off, time)
-  call("SREM", evicted_key, member)
-  if call("ZSCORE", unread_all_key, member) then unread_add(member, cat, time) end
-  bits_set(PUSH[month], off, 1)
+local function place_evicted(ib, member, cat, month, off, time)
+  call("SREM", ib.evicted_key, member)
+  if call("ZSCORE", ib.unread_all_key, member) then unread_add(ib, member, cat, time) end
+  bits_set(ib.forms, ib.push[month], off, 1)
 end
 
-local function place(member, cat, month, off, time)
-  if call("ZADD", category_keys[cat], time, member) == 0 then
-    place_evicted(member, cat, month, off, time)
+local function place(ib, member, cat, month, off, time)
+  if call("ZADD", ib.category_keys[cat], time, member) == 0 then
+    place_evicted(ib, member, cat, month, off, time)
     return
   end
-  bits_set(PUSH[month], off, 1)
-  if bits_get(READ[month], off) == 0 then
-    call("HINCRBY", counters_key, cat, "1")
-    unread_add(member, cat, time)
+  bits_set(ib.forms, ib.push[month], off, 1)
+  if bits_get(ib.forms, ib.read[month], off) == 0 then
+    call("HINCRBY", ib.counters_key, cat, "1")
+    unread_add(ib, member, cat, time)
   end
 end
 
@@ -90,7 +86,7 @@ end
 -- category zsets, the unread zsets and the counters take each batch in one
 -- variadic command, each month's bits one more (_bits_many.lua).
 -- items: {member, cat, month, off, time} each, members distinct.
-local function place_many(items)
+local function place_many(ib, items)
   local by_cat = {}
   for _, item in ipairs(items) do
     by_cat[item[2]] = by_cat[item[2]] or {}
@@ -103,12 +99,12 @@ local function place_many(items)
       scored[#scored + 1] = item[5]
       scored[#scored + 1] = item[1]
     end
-    local held = call("ZMSCORE", category_keys[cat], unpack(members))
-    call("ZADD", category_keys[cat], unpack(scored))
+    local held = call("ZMSCORE", ib.category_keys[cat], unpack(members))
+    call("ZADD", ib.category_keys[cat], unpack(scored))
     local by_month = {}  -- month -> the items new to the category, and their offsets
     for n, item in ipairs(list) do
       if held[n] then
-        place_evicted(item[1], cat, item[3], item[4], item[5])
+        place_evicted(ib, item[1], cat, item[3], item[4], item[5])
       else
         by_month[item[3]] = by_month[item[3]] or {{}, {}}
         table.insert(by_month[item[3]][1], item)
@@ -117,8 +113,8 @@ local function place_many(items)
     end
     local unread = {}
     for month, fresh in pairs(by_month) do
-      bits_set_many(PUSH[month], fresh[2])
-      for i, bit in ipairs(bits_get_many(READ[month], fresh[2])) do
+      bits_set_many(ib.forms, ib.push[month], fresh[2])
+      for i, bit in ipairs(bits_get_many(ib.forms, ib.read[month], fresh[2])) do
         if bit == 0 then
           unread[#unread + 1] = fresh[1][i][5]
           unread[#unread + 1] = fresh[1][i][1]
@@ -126,9 +122,9 @@ local function place_many(items)
       end
     end
     if #unread > 0 then
-      call("HINCRBY", counters_key, cat, #unread / 2)
-      call("ZADD", unread_all_key, unpack(unread))
-      call("ZADD", unread_keys[cat], unpack(unread))
+      call("HINCRBY", ib.counters_key, cat, #unread / 2)
+      call("ZADD", ib.unread_all_key, unpack(unread))
+      call("ZADD", ib.unread_keys[cat], unpack(unread))
     end
   end
 end
@@ -138,11 +134,11 @@ end
 -- moves only when the read bit is 0. Time, offset and expiry go to Redis as
 -- given. True if added. (A fan-out adds to all alone and leaves the rest to
 -- place(), on the user's next read: deliver.lua.)
-local function insert(member, ref, cat, month, off, time, expire_ms, expiring)
-  if call("SISMEMBER", hidden_key, ref) == 1 then return false end
-  if call("ZADD", all_key, "NX", time, member) == 0 then return false end
-  if expiring then call("ZADD", expiry_key, expire_ms, member) end
-  call("SADD", months_key, month)
-  place(member, cat, month, off, time)
+local function insert(ib, member, ref, cat, month, off, time, expire_ms, expiring)
+  if call("SISMEMBER", ib.hidden_key, ref) == 1 then return false end
+  if call("ZADD", ib.all_key, "NX", time, member) == 0 then return false end
+  if expiring then call("ZADD", ib.expiry_key, expire_ms, member) end
+  call("SADD", ib.months_key, month)
+  place(ib, member, cat, month, off, time)
   return true
 end

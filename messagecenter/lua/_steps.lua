@@ -1,7 +1,7 @@
 -- Shared by the per-user inbox scripts (after _item.lua, _state.lua and
 -- _batch.lua, before _settle.lua): the bounded settling steps that need no
--- removal, all of one call sharing its budget of STEP members (take,
--- _state.lua) and setting MORE when some are left (open_inbox then answers
+-- removal, all of one call sharing its budget of ib.step members (take,
+-- _state.lua) and setting ib.more when some are left (open_inbox then answers
 -- "AGAIN" and the caller calls again).
 
 -- >>> unread zsets: an inbox written before them (or one the drift check
@@ -20,41 +20,41 @@
 -- first read has nothing to walk (a 10,000-item inbox would take a hundred
 -- calls). An inbox written before them has none while its counters count
 -- unread items; the drift check forgets "uz" only when the sizes disagree.
-local function unread_index_agrees()
-  local counters = call("HMGET", counters_key, unpack(CATEGORIES))
+local function unread_index_agrees(ib)
+  local counters = call("HMGET", ib.counters_key, unpack(CATEGORIES))
   local total = 0
   for i, cat in ipairs(CATEGORIES) do
     local counted = tonumber(counters[i] or "0")
-    if call("ZCARD", unread_keys[cat]) ~= counted then return false end
+    if call("ZCARD", ib.unread_keys[cat]) ~= counted then return false end
     total = total + counted
   end
-  return call("ZCARD", unread_all_key) == total
+  return call("ZCARD", ib.unread_all_key) == total
 end
 
-local function backfill_unread()
-  if ARRIVALS_LEFT then return end
-  local walked = call("HGET", state_key, "uz")
+local function backfill_unread(ib)
+  if ib.arrivals_left then return end
+  local walked = call("HGET", ib.state_key, "uz")
   if walked == "done" then return end
-  if not walked and unread_index_agrees() then
-    call("HSET", state_key, "uz", "done")
+  if not walked and unread_index_agrees(ib) then
+    call("HSET", ib.state_key, "uz", "done")
     return
   end
   if not walked then
     -- UNLINK: a large zset is freed off the main thread, not within this call.
-    call("UNLINK", counters_key, unread_all_key)
-    for _, cat in ipairs(CATEGORIES) do call("UNLINK", unread_keys[cat]) end
+    call("UNLINK", ib.counters_key, ib.unread_all_key)
+    for _, cat in ipairs(CATEGORIES) do call("UNLINK", ib.unread_keys[cat]) end
     walked = "top"
-    call("HSET", state_key, "uz", walked)
-    touch()
+    call("HSET", ib.state_key, "uz", walked)
+    touch(ib)
   end
-  local n = take(STEP)
+  local n = take(ib, ib.step)
   if n == 0 then
-    MORE = true
+    ib.more = true
     return
   end
   local high = "+inf"
   if walked ~= "top" then high = "(" .. walked end
-  local rows = call("ZREVRANGEBYSCORE", all_key, high, "-inf", "WITHSCORES", "LIMIT", 0, n)
+  local rows = call("ZREVRANGEBYSCORE", ib.all_key, high, "-inf", "WITHSCORES", "LIMIT", 0, n)
   local last = rows[#rows]
   local members, scores = {}, {}
   for i = 1, #rows, 2 do
@@ -63,24 +63,24 @@ local function backfill_unread()
   end
   if last and #rows >= 2 * n then
     -- The rest of the last score's ties, so that the next call starts below it.
-    for _, tie in ipairs(call("ZRANGEBYSCORE", all_key, last, last)) do
+    for _, tie in ipairs(call("ZRANGEBYSCORE", ib.all_key, last, last)) do
       if not scores[tie] then
         members[#members + 1] = tie
         scores[tie] = last
       end
     end
   end
-  BUDGET = BUDGET + math.max(0, n - #members)
+  ib.budget = ib.budget + math.max(0, n - #members)
   -- Unread (read bit 0) members by category, their bits read month by month.
   local unread = {}
-  for month, list in pairs(group(members, function(_, cat, m) return unread_keys[cat] and READ[m] and m end)) do
-    local bits = bits_get_many(READ[month], offsets(list))
+  for month, list in pairs(group(members, function(_, cat, m) return ib.unread_keys[cat] and ib.read[m] and m end)) do
+    local bits = bits_get_many(ib.forms, ib.read[month], offsets(list))
     for i, member in ipairs(list) do
       if bits[i] == 0 then unread[#unread + 1] = member end
     end
   end
   local all_pairs = {}
-  for cat, list in pairs(group(unread, category_of)) do
+  for cat, list in pairs(group(unread, category_of(ib))) do
     local pairs_ = {}
     for _, member in ipairs(list) do
       pairs_[#pairs_ + 1] = scores[member]
@@ -90,17 +90,17 @@ local function backfill_unread()
     end
     -- Counted once: a member already there (delivered or merged since the
     -- walk began) is in both unread zsets and counted already.
-    local added = call("ZADD", unread_keys[cat], unpack(pairs_))
-    if added > 0 then call("HINCRBY", counters_key, cat, added) end
+    local added = call("ZADD", ib.unread_keys[cat], unpack(pairs_))
+    if added > 0 then call("HINCRBY", ib.counters_key, cat, added) end
   end
-  if #all_pairs > 0 then call("ZADD", unread_all_key, unpack(all_pairs)) end
+  if #all_pairs > 0 then call("ZADD", ib.unread_all_key, unpack(all_pairs)) end
   if last and #rows >= 2 * n then
-    call("HSET", state_key, "uz", last)
-    MORE = true
+    call("HSET", ib.state_key, "uz", last)
+    ib.more = true
   else
-    call("HSET", state_key, "uz", "done")
+    call("HSET", ib.state_key, "uz", "done")
   end
-  touch()
+  touch(ib)
 end
 -- <<< unread zsets <<<
 
@@ -112,13 +112,13 @@ end
 -- members first without the group keys at hand (deliver.lua), so such a
 -- row can leave while the rest of its group stays out of the list; a
 -- checked call then answers "REGROUP" and PostgreSQL re-forms the group.
-local function expired_group_among(members)
+local function expired_group_among(ib, members)
   local refs = {}
   for i, member in ipairs(members) do refs[i] = string.match(member, "^[^|]*") end
-  for _, raw in ipairs(call("HMGET", groups_key, unpack(refs))) do
+  for _, raw in ipairs(call("HMGET", ib.groups_key, unpack(refs))) do
     if raw then
       local meta = cjson.decode(raw)
-      if meta.count > 1 and meta.exp and meta.exp <= NOW then return true end
+      if meta.count > 1 and meta.exp and meta.exp <= ib.now then return true end
     end
   end
   return false
@@ -127,23 +127,23 @@ end
 -- A member back in all since stays; one still in its category zset leaves
 -- it, the unread zsets and its counter (by the unread zsets, which hold
 -- exactly its read bit), its push bit and its expiry entry.
-local function settle_evicted()
-  if not evicted_key then return end
-  local n = take(STEP)
+local function settle_evicted(ib)
+  if not ib.evicted_key then return end
+  local n = take(ib, ib.step)
   if n == 0 then
-    if call("EXISTS", evicted_key) == 1 then MORE = true end
+    if call("EXISTS", ib.evicted_key) == 1 then ib.more = true end
     return
   end
-  local popped = call("SPOP", evicted_key, n)
-  BUDGET = BUDGET + (n - #popped)
-  if #popped == n and call("EXISTS", evicted_key) == 1 then MORE = true end
+  local popped = call("SPOP", ib.evicted_key, n)
+  ib.budget = ib.budget + (n - #popped)
+  if #popped == n and call("EXISTS", ib.evicted_key) == 1 then ib.more = true end
   if #popped == 0 then return end
-  local back = call("ZMSCORE", all_key, unpack(popped))
+  local back = call("ZMSCORE", ib.all_key, unpack(popped))
   local gone = {}
   for i, member in ipairs(popped) do
     if not back[i] then gone[#gone + 1] = member end
   end
-  if CHECKED and #gone > 0 and expired_group_among(gone) then REGROUP = true end
-  drop_rest(gone, true)
+  if ib.checked and #gone > 0 and expired_group_among(ib, gone) then ib.regroup = true end
+  drop_rest(ib, gone, true)
 end
 -- <<< caps on write <<<

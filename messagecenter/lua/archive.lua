@@ -4,10 +4,11 @@
 -- Returns 1 if the item is archived now, 0 if it is not in this inbox.
 
 local member, score, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not open_inbox(0, 3, false) then return NOT_OPEN end
+local ib = open_inbox(0, 3, false)
+if ib.not_open then return ib.not_open end
 
-if tonumber(call("ZSCORE", archived_key, member) or "-1") == tonumber(score) then return 1 end
-if not park_anywhere(member, expire) then return 0 end
-call("ZADD", archived_key, score, member)
-touch()
+if tonumber(call("ZSCORE", ib.archived_key, member) or "-1") == tonumber(score) then return 1 end
+if not park_anywhere(ib, member, expire) then return 0 end
+call("ZADD", ib.archived_key, score, member)
+touch(ib)
 return 1

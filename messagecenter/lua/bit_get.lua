@@ -2,4 +2,4 @@
 -- bit-set in either of its forms (_bits.lua): one reply per key, where a
 -- GETBIT and a SISMEMBER sent blind cost two commands and a WRONGTYPE
 -- refusal for the form the key is not in.
-return bits_get(KEYS[1], tonumber(ARGV[1]))
+return bits_get({}, KEYS[1], tonumber(ARGV[1]))

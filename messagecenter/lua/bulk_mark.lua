@@ -7,22 +7,24 @@
 -- {marked, refs read for the first time}.
 
 local want, listed = tonumber(ARGV[1]), ARGV[2]
-if not open_inbox(0, 2, true) then return NOT_OPEN end
+local ib = open_inbox(0, 2, true)
+if ib.not_open then return ib.not_open end
 
 local done, first = 0, {}
 for member in string.gmatch(listed, "[^,]+") do
-  local where = place(member)
+  local where = place(ib, member)
   if where == "live" or where == "archived" then
     local ref, cat, month, off = parse(member)
-    local old = bits_set(READ[month], off, want)
+    local old = bits_set(ib.forms, ib.read[month], off, want)
     if old ~= want then
-      touch()
+      touch(ib)
       if where == "live" then
-        call("HINCRBY", counters_key, cat, want == 1 and -1 or 1)
-        if want == 1 then unread_drop(member, cat) else unread_add(member, cat, call("ZSCORE", all_key, member)) end
+        call("HINCRBY", ib.counters_key, cat, want == 1 and -1 or 1)
+        if want == 1 then unread_drop(ib, member, cat)
+        else unread_add(ib, member, cat, call("ZSCORE", ib.all_key, member)) end
       end
     end
-    if want == 1 and old == 0 and first_read(month, off) then first[#first + 1] = ref end
+    if want == 1 and old == 0 and first_read(ib, month, off) then first[#first + 1] = ref end
     done = done + 1
   end
 end

@@ -5,17 +5,18 @@
 -- cache as "<name>,<n>,...|<unseen>" (rewritten only when they or their tag
 -- changed). Returns {flat counters, unseen}.
 
-pages_key, live_version_key = KEYS[12], KEYS[13]
 local lifetime = ARGV[1]
-if not open_inbox(2, 1, false) then return NOT_OPEN end
+local ib = open_inbox(2, 1, false)
+if ib.not_open then return ib.not_open end
+ib.pages_key, ib.live_version_key = KEYS[12], KEYS[13]
 
-local result = counts()
-if FAST and lifetime ~= "" then
-  local tag = cache_tag()
+local result = counts(ib)
+if ib.fast and lifetime ~= "" then
+  local tag = cache_tag(ib)
   local value = table.concat(result[1], ",") .. "|" .. result[2]
-  if cache_held("counts", tag) ~= value then
-    call("HSET", pages_key, "counts", value, "counts#", tag .. CACHE_UNTIL .. cache_until())
-    call("EXPIRE", pages_key, lifetime)
+  if cache_held(ib, "counts", tag) ~= value then
+    call("HSET", ib.pages_key, "counts", value, "counts#", tag .. CACHE_UNTIL .. cache_until(ib))
+    call("EXPIRE", ib.pages_key, lifetime)
   end
 end
 return result

@@ -52,8 +52,6 @@ end
 local MONTHS, VERSION, EVICTED = 4 + EXPIRY_KEYS, 5 + EXPIRY_KEYS, 6 + EXPIRY_KEYS
 local NOTIF = 7 + EXPIRY_KEYS
 local call = redis.call
--- The recipient's keys at hand (set per recipient below).
-local all_key, hidden_key, arrivals_key, expiry_key, months_key, evicted_key = nil, nil, nil, nil, nil, nil
 
 -- >>> caps on write: an inbox over the cap after an arrival loses its oldest
 -- members here, at most EVICT_MAX per arrival (an inbox filled before caps
@@ -72,25 +70,26 @@ local EVICT_MAX = 2
 -- call carries up to a batch of recipients (a step each would make a call
 -- of a hundred recipients remove thousands of members).
 local expired_max = math.min(step, EVICT_MAX)
-local function evict(gone)
-  if call("ZREM", all_key, gone) == 0 then return end
-  if call("ZREM", arrivals_key, gone) == 1 then
-    if EXPIRY_KEYS == 1 then call("ZREM", expiry_key, gone) end
+-- r: the recipient's keys (bound in the loop below).
+local function evict(r, gone)
+  if call("ZREM", r.all_key, gone) == 0 then return end
+  if call("ZREM", r.arrivals_key, gone) == 1 then
+    if EXPIRY_KEYS == 1 then call("ZREM", r.expiry_key, gone) end
   else
-    call("SADD", evicted_key, gone)
+    call("SADD", r.evicted_key, gone)
   end
 end
 
-local function keep_cap()
-  local over = call("ZCARD", all_key) - cap
+local function keep_cap(r)
+  local over = call("ZCARD", r.all_key) - cap
   if over <= 0 then return end
   if EXPIRY_KEYS == 1 then
-    local due = call("ZRANGEBYSCORE", expiry_key, "-inf", now, "LIMIT", 0, expired_max)
+    local due = call("ZRANGEBYSCORE", r.expiry_key, "-inf", now, "LIMIT", 0, expired_max)
     for _, gone in ipairs(due) do
       -- A parked member's entry stays: its removal needs the parked zsets (the next read).
-      if call("ZSCORE", all_key, gone) then
-        evict(gone)
-        call("ZREM", expiry_key, gone)
+      if call("ZSCORE", r.all_key, gone) then
+        evict(r, gone)
+        call("ZREM", r.expiry_key, gone)
         over = over - 1
       end
     end
@@ -98,7 +97,7 @@ local function keep_cap()
   end
   if over > EVICT_MAX then over = EVICT_MAX end
   if over > 0 then
-    for _, oldest in ipairs(call("ZRANGE", all_key, 0, over - 1)) do evict(oldest) end
+    for _, oldest in ipairs(call("ZRANGE", r.all_key, 0, over - 1)) do evict(r, oldest) end
   end
 end
 -- <<< caps on write <<<
@@ -118,22 +117,23 @@ for i = 0, recipients - 1 do
     -- The sweep's index (score = expiry); NX like the inbox itself.
     call("ZADD", KEYS[base + NOTIF], "NX", expire_ms, member)
   end
-  all_key, hidden_key, arrivals_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
-  if EXPIRY_KEYS == 1 then expiry_key = KEYS[base + 4] end
-  months_key, evicted_key = KEYS[base + MONTHS], KEYS[base + EVICTED]
-  if live and call("SISMEMBER", hidden_key, ref) == 0 and call("ZADD", all_key, "NX", score, member) == 1 then
-    call("ZADD", arrivals_key, score, member)
-    if expire > 0 then call("ZADD", expiry_key, expire_ms, member) end
-    call("SADD", months_key, month)
+  local r = {}  -- this recipient's keys
+  r.all_key, r.hidden_key, r.arrivals_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
+  if EXPIRY_KEYS == 1 then r.expiry_key = KEYS[base + 4] end
+  r.months_key, r.evicted_key = KEYS[base + MONTHS], KEYS[base + EVICTED]
+  if live and call("SISMEMBER", r.hidden_key, ref) == 0 and call("ZADD", r.all_key, "NX", score, member) == 1 then
+    call("ZADD", r.arrivals_key, score, member)
+    if expire > 0 then call("ZADD", r.expiry_key, expire_ms, member) end
+    call("SADD", r.months_key, month)
     if GROUP_KEYS > 0 then
       -- The group's row becomes the newest item; the item that leaves the
       -- list goes the way the cap's evictions go (the next read settles it).
       local group = base + stride - GROUP_KEYS
       local gone = group_join(KEYS[group + 1], KEYS[group + 2], KEYS[group + 4], KEYS[group + 5], KEYS[group + 3],
                               gkey, member, score, actor, expire)
-      if gone then evict(gone) end
+      if gone then evict(r, gone) end
     end
-    if cap > 0 then keep_cap() end  -- caps on write
+    if cap > 0 then keep_cap(r) end  -- caps on write
     local version = call("INCR", KEYS[base + VERSION])
     if listening and listening[2 * i + 2] > 0 then
       call("PUBLISH", ARGV[CHANNELS + 1 + i], head .. version .. tail)

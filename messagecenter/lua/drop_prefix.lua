@@ -9,17 +9,18 @@
 -- in the bitmaps and survive. Returns how many items left.
 
 local prefix, parked = ARGV[1], ARGV[2]
-if not open_inbox(0, 2, false) then return NOT_OPEN end
+local ib = open_inbox(0, 2, false)
+if ib.not_open then return ib.not_open end
 
 local function ours(member) return string.sub(member, 1, #prefix) == prefix end
 
 local dropped = 0
-for _, member in ipairs(call("ZRANGE", all_key, 0, -1)) do
-  if ours(member) then dropped = dropped + remove(member) end
+for _, member in ipairs(call("ZRANGE", ib.all_key, 0, -1)) do
+  if ours(member) then dropped = dropped + remove(ib, member) end
 end
 for member in string.gmatch(parked, "[^,]+") do
-  if ours(member) then dropped = dropped + unpark_removed(member) end
+  if ours(member) then dropped = dropped + unpark_removed(ib, member) end
 end
-call("DEL", access_key)
-call("HDEL", state_key, "bd")  -- the bulletin display marker: no bulletin merged any more
+call("DEL", ib.access_key)
+call("HDEL", ib.state_key, "bd")  -- the bulletin display marker: no bulletin merged any more
 return dropped

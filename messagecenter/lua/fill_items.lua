@@ -18,7 +18,8 @@
 
 local notifications_key, version_key = KEYS[12], KEYS[13]
 local cap, items = tonumber(ARGV[1]), ARGV[2]
-if not open_inbox(2, 2, false) then return NOT_OPEN end
+local ib = open_inbox(2, 2, false)
+if ib.not_open then return ib.not_open end
 
 -- The items still live, then those neither hidden nor there already: a few
 -- variadic commands for the whole call; place_many puts them in their places.
@@ -27,17 +28,17 @@ for member, time, expire_ms, notification in string.gmatch(items, "(%S+) (%d+) (
   local expire = tonumber(expire_ms)
   if notification == "1" then call("ZADD", notifications_key, "NX", expire_ms, member) end
   local ref, cat, month, off = parse(member)
-  if (expire == 0 or expire > NOW) and ref and category_keys[cat] and READ[month] then
+  if (expire == 0 or expire > ib.now) and ref and ib.category_keys[cat] and ib.read[month] then
     live[#live + 1] = {member, cat, month, off, time, expire_ms}
     refs[#refs + 1] = ref
   end
 end
 local placing, scored, expiring, months = {}, {}, {}, {}
 if #live > 0 then
-  local hidden = call("SMISMEMBER", hidden_key, unpack(refs))
+  local hidden = call("SMISMEMBER", ib.hidden_key, unpack(refs))
   local members = {}
   for i, item in ipairs(live) do members[i] = item[1] end
-  local held = call("ZMSCORE", all_key, unpack(members))
+  local held = call("ZMSCORE", ib.all_key, unpack(members))
   for i, item in ipairs(live) do
     if hidden[i] == 0 and not held[i] then
       placing[#placing + 1] = item
@@ -53,16 +54,16 @@ if #live > 0 then
 end
 local gained = #placing
 if gained > 0 then
-  call("ZADD", all_key, unpack(scored))
-  if #expiring > 0 then call("ZADD", expiry_key, unpack(expiring)) end
-  for month in pairs(months) do call("SADD", months_key, month) end
-  place_many(placing)
+  call("ZADD", ib.all_key, unpack(scored))
+  if #expiring > 0 then call("ZADD", ib.expiry_key, unpack(expiring)) end
+  for month in pairs(months) do call("SADD", ib.months_key, month) end
+  place_many(ib, placing)
 end
 
 -- The cap: the oldest leave whole, as a read's settling trims them (_settle.lua).
-if cap > 0 then trim(cap) end
+if cap > 0 then trim(ib, cap) end
 if gained > 0 then
-  touch()
+  touch(ib)
   call("INCR", version_key)
 end
 return gained

@@ -7,21 +7,22 @@
 -- the detail comes back with the answer (false when the member was given).
 
 local member, ref = ARGV[1], ARGV[2]
-if not open_inbox(0, 2, false) then return NOT_OPEN end
+local ib = open_inbox(0, 2, false)
+if ib.not_open then return ib.not_open end
 
 local detail = false
 if member == "" then
-  detail = call("HGET", detail_key, ref)
+  detail = call("HGET", ib.detail_key, ref)
   if not detail then return false end
   -- Decoded, not matched: a notification's own data may hold a "member" key.
   member = cjson.decode(detail).member
   if type(member) ~= "string" then return false end
 end
 local _, _, month, off = parse(member)
-if present(member) then return {call("ZSCORE", all_key, member), read_bit(month, off), "live", detail} end
+if present(ib, member) then return {call("ZSCORE", ib.all_key, member), read_bit(ib, month, off), "live", detail} end
 -- Parked items (archive and snooze) answer with their place too.
-local archived = call("ZSCORE", archived_key, member)
-if archived and READ[month] then return {archived, read_bit(month, off), "archived", detail} end
-local wake = call("ZSCORE", snoozed_key, member)
-if wake and READ[month] then return {wake, read_bit(month, off), "snoozed", detail} end
+local archived = call("ZSCORE", ib.archived_key, member)
+if archived and ib.read[month] then return {archived, read_bit(ib, month, off), "archived", detail} end
+local wake = call("ZSCORE", ib.snoozed_key, member)
+if wake and ib.read[month] then return {wake, read_bit(ib, month, off), "snoozed", detail} end
 return false

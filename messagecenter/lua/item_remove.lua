@@ -4,8 +4,8 @@
 -- ("" for push items).
 
 local detail_key, pull_key = KEYS[1], KEYS[2]
-removed_key, removed_version_key = KEYS[3], KEYS[4]
+local removed_key, removed_version_key = KEYS[3], KEYS[4]
 redis.call("HDEL", detail_key, ARGV[1])
 if ARGV[3] ~= "" then redis.call("ZREM", pull_key, ARGV[3]) end
-mark_removed(ARGV[2])
+mark_removed(removed_key, removed_version_key, ARGV[2])
 return 1

@@ -8,23 +8,25 @@
 -- nothing left to send.
 
 local member, want, hour = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-if not open_inbox(0, 3, true) then return NOT_OPEN end
+local ib = open_inbox(0, 3, true)
+if ib.not_open then return ib.not_open end
 
-local live = present(member)
+local live = present(ib, member)
 -- An archived item keeps its flag (it is in no count); a snoozed one is away.
-if not live and not call("ZSCORE", archived_key, member) then return 0 end
+if not live and not call("ZSCORE", ib.archived_key, member) then return 0 end
 local _, cat, month, off = parse(member)
-if not READ[month] then return 0 end
-local old = bits_set(READ[month], off, want)
+if not ib.read[month] then return 0 end
+local old = bits_set(ib.forms, ib.read[month], off, want)
 if old ~= want then
-  touch()
+  touch(ib)
   if live then
-    call("HINCRBY", counters_key, cat, want == 1 and -1 or 1)
-    if want == 1 then unread_drop(member, cat) else unread_add(member, cat, call("ZSCORE", all_key, member)) end
+    call("HINCRBY", ib.counters_key, cat, want == 1 and -1 or 1)
+    if want == 1 then unread_drop(ib, member, cat)
+    else unread_add(ib, member, cat, call("ZSCORE", ib.all_key, member)) end
   end
 end
-if want == 1 and old == 0 and first_read(month, off) then
-  if not FAST then return 2 end
-  call("RPUSH", pending_key, hour .. "|" .. parse(member))
+if want == 1 and old == 0 and first_read(ib, month, off) then
+  if not ib.fast then return 2 end
+  call("RPUSH", ib.pending_key, hour .. "|" .. parse(member))
 end
 return 1

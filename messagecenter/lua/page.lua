@@ -13,7 +13,6 @@
 -- and the answers come on the fast path only (false otherwise: the details
 -- live in another cluster slot); the groups, in the user's slot, always.
 
-pages_key, live_version_key = KEYS[12], KEYS[13]
 -- The reader's answers (ref -> at ms x 4 + action index; mc_keys.inbox_answers):
 -- read here, with the tag, so a page with actions costs no second round
 -- trip and its rendering is kept under the tag its answers were read at.
@@ -22,22 +21,24 @@ local category, time_max, skip = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, unread_only, since_time = tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 -- A field naming the query ("" = none): the read cache keeps its rendering.
 local field = ARGV[7]
-if not open_inbox(3, 7, false) then return NOT_OPEN end
+local ib = open_inbox(3, 7, false)
+if ib.not_open then return ib.not_open end
+ib.pages_key, ib.live_version_key = KEYS[12], KEYS[13]
 
 local cache = nil
-if FAST and field ~= "" then
-  local tag = cache_tag()
-  local held = cache_held(field, tag)
+if ib.fast and field ~= "" then
+  local tag = cache_tag(ib)
+  local held = cache_held(ib, field, tag)
   if held then return {"HIT", held} end
-  cache = {tag, cache_until()}
+  cache = {tag, cache_until(ib)}
 end
-local key = all_key
-if category ~= "" then key = category_keys[category] end
+local key = ib.all_key
+if category ~= "" then key = ib.category_keys[category] end
 -- An unread-only page ranges over the unread zset, which holds exactly the
 -- unread members: it costs what a plain page costs, whatever is read.
 if unread_only then
-  key = unread_all_key
-  if category ~= "" then key = unread_keys[category] end
+  key = ib.unread_all_key
+  if category ~= "" then key = ib.unread_keys[category] end
 end
 -- The next page's position: the last time returned and how many items at it
 -- were returned.
@@ -69,7 +70,7 @@ end
 if unread_only then
   for i = 1, #members do reads[i] = 0 end
 elseif #members > 0 then
-  local unread = call("ZMSCORE", unread_all_key, unpack(members))
+  local unread = call("ZMSCORE", ib.unread_all_key, unpack(members))
   for i = 1, #members do reads[i] = unread[i] and 0 or 1 end
 end
 -- The reader's answers to the rows that offer actions, aligned with refs
@@ -106,7 +107,7 @@ local checked = ARGV[#ARGV] ~= ""
 local refs, groups = {}, {}
 if #members > 0 then
   for i, member in ipairs(members) do refs[i] = parse(member) end
-  groups = call("HMGET", groups_key, unpack(refs))
+  groups = call("HMGET", ib.groups_key, unpack(refs))
   for _, raw in ipairs(groups) do
     -- A plain find first: most groups never expire, and decoding every
     -- group's JSON cost a page a tenth more. (A group of one expires with
@@ -114,18 +115,18 @@ if #members > 0 then
     local at = raw and string.find(raw, '"exp":', 1, true)
     if at then
       local exp = tonumber(string.match(raw, "^%d+", at + 6))
-      if checked and exp <= NOW and cjson.decode(raw).count > 1 then return "REGROUP" end
+      if checked and exp <= ib.now and cjson.decode(raw).count > 1 then return "REGROUP" end
       if cache and (cache[2] == "" or exp < tonumber(cache[2])) then cache[2] = tostring(exp) end
     end
   end
 end
-if FAST then
+if ib.fast then
   local details = {}
   local answers = {}
   if #refs > 0 then
-    details = call("HMGET", detail_key, unpack(refs))
+    details = call("HMGET", ib.detail_key, unpack(refs))
     answers = page_answers(refs, details)
   end
-  return {members, times, reads, {more, pos_raw, pos_skip}, counts(), details, cache or {}, groups, answers}
+  return {members, times, reads, {more, pos_raw, pos_skip}, counts(ib), details, cache or {}, groups, answers}
 end
-return {members, times, reads, {more, pos_raw, pos_skip}, counts(), false, false, groups}
+return {members, times, reads, {more, pos_raw, pos_skip}, counts(ib), false, false, groups}

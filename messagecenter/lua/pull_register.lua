@@ -6,9 +6,9 @@
 -- Registering twice is a no-op (0, and nobody is told again); else the
 -- item's sequence number.
 
-detail_key, detail_version_key = KEYS[1], KEYS[2]
+local detail_key, detail_version_key = KEYS[1], KEYS[2]
 local pull_key, sequence_key = KEYS[3], KEYS[4]
-detail_put(ARGV[1], ARGV[2])
+detail_put(detail_key, detail_version_key, ARGV[1], ARGV[2])
 if redis.call("ZSCORE", pull_key, ARGV[3]) then return 0 end
 local seq = redis.call("INCR", sequence_key)
 redis.call("ZADD", pull_key, seq, ARGV[3])

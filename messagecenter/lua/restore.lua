@@ -23,6 +23,7 @@ local month_count = tonumber(ARGV[1])
 local restored = {}
 local any = false
 local written = 0
+local forms = {}  -- the bit-sets' forms (_bits.lua)
 local form_base = 2 + 3 * month_count
 
 -- One bit-set where its key is missing; true if written.
@@ -58,7 +59,7 @@ for i = 1, 4 do unread_by_cat[ARGV[form_base + 2 * month_count + i]] = KEYS[#KEY
 if any then
   for _, member in ipairs(redis.call("ZRANGE", unread_all, 0, -1)) do
     local ref, cat, month, off = string.match(member, "^([^|]+)|([^|]+)|([^|]+)|([^|]+)$")
-    if ref and restored[month] and bits_get(restored[month], tonumber(off)) == 1 then
+    if ref and restored[month] and bits_get(forms, restored[month], tonumber(off)) == 1 then
       redis.call("HINCRBY", KEYS[2], cat, -1)
       redis.call("ZREM", unread_all, member)
       if unread_by_cat[cat] then redis.call("ZREM", unread_by_cat[cat], member) end

@@ -5,11 +5,12 @@
 -- Returns 1 if the item is snoozed now, 0 if it is not in this inbox.
 
 local member, wake, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not open_inbox(0, 3, false) then return NOT_OPEN end
+local ib = open_inbox(0, 3, false)
+if ib.not_open then return ib.not_open end
 
-if not park_anywhere(member, expire) then return 0 end
+if not park_anywhere(ib, member, expire) then return 0 end
 local _, _, month, off = parse(member)
-bits_set(READ[month], off, 0)
-call("ZADD", snoozed_key, wake, member)
-touch()
+bits_set(ib.forms, ib.read[month], off, 0)
+call("ZADD", ib.snoozed_key, wake, member)
+touch(ib)
 return 1

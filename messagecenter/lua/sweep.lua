@@ -6,14 +6,15 @@
 
 local notifications_key = KEYS[12]
 local limit = tonumber(ARGV[1])
-if not open_inbox(1, 1, false) then return NOT_OPEN end
+local ib = open_inbox(1, 1, false)
+if ib.not_open then return ib.not_open end
 
-local rows = call("ZRANGEBYSCORE", notifications_key, "-inf", NOW, "LIMIT", 0, limit)
+local rows = call("ZRANGEBYSCORE", notifications_key, "-inf", ib.now, "LIMIT", 0, limit)
 local removed = 0
-for _, member in ipairs(rows) do removed = removed + remove(member) end
+for _, member in ipairs(rows) do removed = removed + remove(ib, member) end
 local more = 0
 if #rows < limit then
-  call("ZREMRANGEBYSCORE", notifications_key, "-inf", NOW)
+  call("ZREMRANGEBYSCORE", notifications_key, "-inf", ib.now)
 else
   call("ZREM", notifications_key, unpack(rows))
   more = 1

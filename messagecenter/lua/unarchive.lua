@@ -7,9 +7,10 @@
 -- Returns 1 if the item is in the list now, 0 if it is not in this inbox.
 
 local member, score, expire = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not open_inbox(0, 3, false) then return NOT_OPEN end
+local ib = open_inbox(0, 3, false)
+if ib.not_open then return ib.not_open end
 
-local where = place(member)
+local where = place(ib, member)
 local ref, cat, month, off = parse(member)
 if where == "live" then
   -- In the list already, maybe elsewhere: a rebuild delivers and merges
@@ -17,14 +18,14 @@ if where == "live" then
   -- has woken puts the item at its wake time. PostgreSQL's score wins; an
   -- unread member joins the unread zsets at it (counted only if it was not
   -- there: an unread index still being walked may not have reached it).
-  if tonumber(call("ZSCORE", all_key, member)) == tonumber(score) then return 1 end
-  call("ZADD", all_key, score, member)
-  call("ZADD", category_keys[cat], score, member)
-  if bits_get(READ[month], off) == 0 then
-    if not call("ZSCORE", unread_keys[cat], member) then call("HINCRBY", counters_key, cat, 1) end
-    unread_add(member, cat, score)
+  if tonumber(call("ZSCORE", ib.all_key, member)) == tonumber(score) then return 1 end
+  call("ZADD", ib.all_key, score, member)
+  call("ZADD", ib.category_keys[cat], score, member)
+  if bits_get(ib.forms, ib.read[month], off) == 0 then
+    if not call("ZSCORE", ib.unread_keys[cat], member) then call("HINCRBY", ib.counters_key, cat, 1) end
+    unread_add(ib, member, cat, score)
   end
-  touch()
+  touch(ib)
   return 1
 end
 if where == nil then
@@ -34,20 +35,20 @@ if where == nil then
   -- from that parking; the projection only calls this for an item the user
   -- has not deleted, so the ref is free again. A bulletin not displayed yet
   -- waits for the merge at its display time.
-  if not category_keys[cat] or not READ[month] or (expire > 0 and expire <= NOW) then return 0 end
-  if call("SREM", hidden_key, ref) == 1 then touch() end
-  if tonumber(score) > NOW then return 0 end
-  if not insert(member, ref, cat, month, off, score, expire, expire > 0) then return 0 end
-  touch()
+  if not ib.category_keys[cat] or not ib.read[month] or (expire > 0 and expire <= ib.now) then return 0 end
+  if call("SREM", ib.hidden_key, ref) == 1 then touch(ib) end
+  if tonumber(score) > ib.now then return 0 end
+  if not insert(ib, member, ref, cat, month, off, score, expire, expire > 0) then return 0 end
+  touch(ib)
   return 1
 end
-if where == "archived" then call("ZREM", archived_key, member) else call("ZREM", snoozed_key, member) end
-call("SREM", hidden_key, ref)
-if (expire > 0 and expire <= NOW) or tonumber(score) > NOW then
-  call("ZREM", expiry_key, member)
-  touch()
+if where == "archived" then call("ZREM", ib.archived_key, member) else call("ZREM", ib.snoozed_key, member) end
+call("SREM", ib.hidden_key, ref)
+if (expire > 0 and expire <= ib.now) or tonumber(score) > ib.now then
+  call("ZREM", ib.expiry_key, member)
+  touch(ib)
   return 0
 end
-insert(member, ref, cat, month, off, score, expire, expire > 0)
-touch()
+insert(ib, member, ref, cat, month, off, score, expire, expire > 0)
+touch(ib)
 return 1

@@ -2,10 +2,10 @@
 and a typed call object per script that names its KEYS and ARGV, so no
 caller counts positions.
 
-Their shared helpers live once in preambles, each naming its own keys: an
-item's detail (``_detail.lua``), removals from every inbox
-(``_removals.lua``), bulletin configs (``_bulletins.lua``). A script runs
-only the preambles whose keys it binds. Every key comes from core.keys and
+Their shared helpers live once in preambles, each taking the keys it touches
+from the script: an item's detail (``_detail.lua``), removals from every
+inbox (``_removals.lua``), bulletin configs (``_bulletins.lua``). A script
+runs only the preambles it calls. Every key comes from core.keys and
 carries the global hash tag: each call runs on one Redis Cluster slot.
 """
 

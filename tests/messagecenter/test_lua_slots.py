@@ -331,7 +331,8 @@ def _key_expression_ok(expr: str, assignments: list[tuple[str, str]], depth: int
     such key expressions (_item.lua's READ/PUSH by month)."""
     if KEYS_EXPR.match(expr) or expr == UNCALLED:
         return True
-    name = re.match(r"^([A-Za-z_]\w*)(\[.*\])?$", expr)
+    # A name may be a field of a table the helpers pass along (ib.all_key, ib.read[month]).
+    name = re.match(r"^([A-Za-z_][\w.]*)(\[.*\])?$", expr)
     if not name or depth > 5:
         return False  # a concatenation, a call, ...
     base, indexed = name.group(1), name.group(2) is not None
@@ -400,6 +401,10 @@ def test_lua_scripts_take_every_key_from_KEYS() -> None:
         ('local function f(key) redis.call("GET", key) end\nf(KEYS[1])', True),
         ('local function f(key) redis.call("GET", key) end\nf(KEYS[1])\nf(ARGV[1])', False),
         ('local function f(k, key) redis.call("GET", key) end\nlocal function g(key) f(1, key) end\ng(KEYS[2])', True),
+        ('local ib = {}\nib.k = KEYS[1]\nredis.call("GET", ib.k)', True),
+        ('local ib = {read = {}}\nib.read[m] = KEYS[2]\nredis.call("GETBIT", ib.read[m], 1)', True),
+        ('local ib = {}\nib.k = ARGV[1]\nredis.call("GET", ib.k)', False),
+        ('local ib = {}\nredis.call("GET", ib.k)', False),
     ],
 )
 def test_the_static_check_tells_keys_from_built_names(snippet: str, ok: bool) -> None:
