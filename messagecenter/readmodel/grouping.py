@@ -126,6 +126,19 @@ def group_items(*, user_id: int, group_key: str, max_score: int | None, skip: in
     return GroupItems(members=members, more=more, open_since=open_since, details=list(details))
 
 
+def _position(score: int, ref: str) -> tuple[int, bytes]:
+    """Where an item sorts in the list: by time, then equal times by member
+    bytewise, as a sorted set orders them (``_group.lua``'s order)."""
+    return score, f"{ref}|".encode()
+
+
+def _end_position(end: bytes, score: float) -> tuple[int, bytes]:
+    """Where an end of the ends zset sorts: at its row's position; a bare end
+    (no row) past every item of its time, all of which are its group's."""
+    row = end.decode().split("|")[1] if b"|" in end else ""
+    return (int(score), f"{row}|".encode()) if row else (int(score), b"\xff")
+
+
 def group_forget(*, user_id: int, ref: str) -> list[str]:
     """Drop the group whose row is ``ref`` (the user deleted the row): its
     items leave the key's list; returns their refs (empty: not a group's row)."""
@@ -135,11 +148,21 @@ def group_forget(*, user_id: int, ref: str) -> list[str]:
         return []
     meta = json.loads(raw)
     key = mc_keys.inbox_group(user_id, str(meta["key"]))
-    # The group's items: from its first item's time up to its row's (later
-    # items of the key are later groups').
-    found = [(m.decode(), int(t)) for m, t in redis.zrangebyscore(key, int(meta["start"]), "+inf", withscores=True)]
+    start = int(meta["start"])
+    found = [(m.decode(), int(t)) for m, t in redis.zrangebyscore(key, start, "+inf", withscores=True)]
     row_time = next((t for m, t in found if m.split("|", 1)[0] == ref), None)
-    members = [m for m, t in found if row_time is not None and t <= row_time]
+    members: list[str] = []
+    if row_time is not None:
+        # The group's items: past the last end of an earlier group of the key
+        # (items at the same time as the row may be theirs) up to its row
+        # (later items are later groups').
+        row = _position(row_time, ref)
+        ends = redis.zrangebyscore(
+            mc_keys.inbox_group_ends(user_id, str(meta["key"])), start, row_time, withscores=True
+        )
+        cuts = [p for p in (_end_position(end, score) for end, score in ends) if p < row]
+        after = max(cuts, default=(start - 1, b""))
+        members = [m for m, t in found if after < _position(t, m.split("|", 1)[0]) <= row]
     if members:
         redis.zrem(key, *members)
     redis.hdel(mc_keys.inbox_groups(user_id), ref)
