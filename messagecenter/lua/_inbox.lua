@@ -58,7 +58,10 @@ local function group_row_expired(ib)
   return false
 end
 
-local function open_inbox_into(ib, own_keys, own_args, with_ever)
+-- The call's inbox (inbox_state), opened: settled and merged as the caller
+-- asked, or with not_open set to the answer the script returns at once.
+local function open_inbox(own_keys, own_args, with_ever)
+  local ib = inbox_state()
   ib.all_key, ib.counters_key, ib.hidden_key, ib.expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   ib.months_key, ib.state_key, ib.access_key = KEYS[9], KEYS[10], KEYS[11]
   local checked = ARGV[#ARGV] ~= ""
@@ -69,7 +72,7 @@ local function open_inbox_into(ib, own_keys, own_args, with_ever)
     if generation ~= "" then
       if redis.call("HGET", ib.state_key, "fill") ~= generation then
         ib.not_open = "UNFILLED"
-        return false
+        return ib
       end
       redis.call("PEXPIRE", ib.state_key, idle)
     end
@@ -108,11 +111,14 @@ local function open_inbox_into(ib, own_keys, own_args, with_ever)
     ib.bulletin_update_key, ib.bulletin_config_key = KEYS[global_base + 3], KEYS[global_base + 4]
     ib.detail_key, ib.detail_version_key = KEYS[global_base + 5], KEYS[global_base + 6]
     ib.pending_key = KEYS[global_base + 7]
-    if not level(ib) then return false end
+    if not level(ib) then
+      ib.not_open = "STALE"
+      return ib
+    end
   end
   if checked and mode ~= "0" and group_row_expired(ib) then
     ib.not_open = "REGROUP"
-    return false
+    return ib
   end
   if mode == "1" then
     settle_and_merge(ib, arg_pos)  -- (expiry and the trim included)
@@ -128,20 +134,8 @@ local function open_inbox_into(ib, own_keys, own_args, with_ever)
   end
   if ib.regroup then
     ib.not_open = "REGROUP"
-    return false
-  end
-  if ib.more then
+  elseif ib.more then
     ib.not_open = "AGAIN"
-    return false
   end
-  return true
-end
-
--- The call's inbox, opened: settled and merged as the caller asked, or with
--- not_open set to the answer the script returns at once ("STALE" when the
--- fast path's check fails).
-local function open_inbox(own_keys, own_args, with_ever)
-  local ib = inbox_state()
-  if not open_inbox_into(ib, own_keys, own_args, with_ever) then ib.not_open = ib.not_open or "STALE" end
   return ib
 end
