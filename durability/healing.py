@@ -17,7 +17,7 @@ PostgreSQL (``ReadModelState``):
   be back empty.
 - **Serving meanwhile.** Callers treat "not ready" like Redis being down
   (``require_ready`` raises ``ReadModelNotReady``, a RedisError): reads answer
-  from PostgreSQL, marks are kept in the outbox. A 404 computed from Redis is
+  from PostgreSQL, marks are committed and leave an outbox entry. A 404 computed from Redis is
   double-checked with a fresh read of the marker (``confirm_ready``), so the
   moments between a loss and its detection give no false 404.
 - **Rebuild.** The process that notices starts a thread (``heal_soon``) that

@@ -9,8 +9,8 @@ class OutboxEntry(models.Model):
 
     Replayed in id order (``durability.outbox``) once Redis answers again; every
     handler is idempotent, so a replay that dies half-way is simply run again.
-    The Redis half of a user's marks carries ``user_id`` (the mark itself is
-    committed already): a user's later marks queue behind it.
+    What a user's write left for Redis carries ``user_id`` (the write itself
+    is committed already): the user's later writes queue behind it.
     """
 
     topic = models.CharField(max_length=64)

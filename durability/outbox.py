@@ -12,10 +12,12 @@ Two kinds of entries:
 - projections of committed data that Redis refused at commit
   (``notices.platform_sync``, ``messagecenter.mirror``; see ``durability.projection``),
   with no user;
-- the Redis half of marks a user made while Redis was down (``inbox.*``,
-  ``notices.read``), with ``user_id`` set. The mark itself is committed in
-  PostgreSQL before it is acknowledged (degraded reads and the rebuild read
-  it there); the entry only brings Redis up to date.
+- what a user's write that missed Redis leaves for it, with ``user_id`` set:
+  ``inbox.stale`` (the user's cached part of the inbox is dropped, to be
+  filled again from PostgreSQL) and ``notices.read`` (an announcement mark,
+  whose bits live in keys every reader of the platform shares). The write
+  itself is committed in PostgreSQL before it is acknowledged (degraded
+  reads and the fills read it there); the entry only brings Redis up to date.
 
 Replay waits while the read model is being rebuilt (``durability.healing``): the
 rebuild restores the committed state itself.
@@ -23,8 +25,9 @@ rebuild restores the committed state itself.
 Replay runs from Celery beat (``core.outbox_replay`` every
 ``MESSAGECENTER_OUTBOX_REPLAY_SECONDS``) and at the end of a rebuild. Requests do not replay when the
 circuit breaker closes again: a request would pay for everybody's backlog. The
-one exception is a mark of a user who still has pending marks (``settle_user``):
-it must not overtake them, so that request replays first (or queues behind them).
+one exception is a write of a user who still has pending entries
+(``settle_user``): it must not overtake them, so that request replays the
+user's own first (or queues behind them).
 
 Handlers are named per topic by the app that owns the write (a mapping its
 AppConfig names as ``outbox_handlers``; ``core.contributions``).
@@ -89,7 +92,7 @@ def _may_have_user_marks() -> bool:
 
 def known_settled() -> bool:
     """Whether this process knows, without asking PostgreSQL, that no user's
-    mark waits in the outbox (its last look found none, recently, and it has
+    write waits in the outbox (its last look found none, recently, and it has
     queued none since): a mark may then go straight to Redis. False when
     ``settle_user`` would have to look."""
     return not _local["enqueued"] and time.monotonic() < float(_local["empty_until"])
@@ -147,14 +150,17 @@ def user_has_pending(*, user_id: int) -> bool:
 # --- Replaying -------------------------------------------------------------------
 
 
-def _lock_batch(size: int, failed: set[int]) -> list[OutboxEntry] | None:
-    """The next entries to apply, locked; None when another replay holds older ones.
+def _lock_batch(size: int, failed: set[int], user_id: int | None) -> list[OutboxEntry] | None:
+    """The next entries to apply (of the user, when given), locked; None when
+    another replay holds older ones.
 
     ``skip_locked`` keeps two replays from applying one entry at once. Alone it
     would let the second replay jump ahead to later entries; so a replay only
     proceeds when the oldest pending entry is in its own batch.
     """
     queryset = _pending().exclude(pk__in=failed).order_by("id")
+    if user_id is not None:
+        queryset = queryset.filter(user_id=user_id)
     if not connection.features.has_select_for_update_skip_locked:
         return list(queryset[:size])  # SQLite: one writer at a time anyway
     batch = list(queryset.select_for_update(skip_locked=True)[:size])
@@ -174,8 +180,9 @@ def _record_failure(entry: OutboxEntry, exc: Exception, *, poison: bool) -> None
     entry.save(update_fields=["attempts", "last_error"])
 
 
-def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
-    """Apply up to ``limit`` pending entries in id order; returns how many were applied.
+def replay(*, limit: int = 500, while_rebuilding: bool = False, user_id: int | None = None) -> int:
+    """Apply up to ``limit`` pending entries (``user_id``: that user's only) in
+    id order; returns how many were applied.
 
     Does nothing while the read model is lost or being rebuilt (the rebuild
     replays at its end, ``while_rebuilding``).
@@ -196,7 +203,7 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
     failed: set[int] = set()
     while applied < limit:
         with transaction.atomic():
-            batch = _lock_batch(min(BATCH_SIZE, limit - applied), failed)
+            batch = _lock_batch(min(BATCH_SIZE, limit - applied), failed, user_id)
             if not batch:
                 return applied
             for entry in batch:
@@ -222,16 +229,19 @@ def replay(*, limit: int = 500, while_rebuilding: bool = False) -> int:
 
 
 def settle_user(*, user_id: int) -> bool:
-    """Before a mark goes straight to Redis: True when none of the user's marks is pending.
+    """Before a user's write goes straight to Redis: True when none of the
+    user's entries is pending.
 
-    If some are, replay first (they are older than the mark about to be made);
-    False means they are still pending (Redis failed again, or another replay
-    holds them) and the caller must queue its mark behind them. Raises
+    If some are, replay them first (they are older than the write about to be
+    made), the user's only: a request pays for its own user's backlog, never
+    for everybody's. False means they are still pending (Redis failed again,
+    or another replay holds them) and the caller must record its write behind
+    them. Raises
     ``healing.ReadModelNotReady`` (a RedisError) while the read model is lost
     or being rebuilt: the caller queues the mark as when Redis is down.
     """
     healing.require_ready()
     if not _may_have_user_marks() or not user_has_pending(user_id=user_id):
         return True
-    replay()
+    replay(user_id=user_id)
     return not user_has_pending(user_id=user_id)

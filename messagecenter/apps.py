@@ -14,7 +14,7 @@ class MessagecenterConfig(AppConfig):
     gauges = "messagecenter.services.delivery.GAUGES"
     preferred_language = "messagecenter.languages.user_language"
     projections = "messagecenter.projection.PROJECTIONS"
-    outbox_handlers = ("messagecenter.projection.OUTBOX_HANDLERS", "messagecenter.services.inbox.OUTBOX_HANDLERS")
+    outbox_handlers = ("messagecenter.projection.OUTBOX_HANDLERS", "messagecenter.fill.OUTBOX_HANDLERS")
 
     def ready(self) -> None:
         # tasks: registers the Celery tasks, which the services send by name

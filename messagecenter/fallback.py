@@ -54,20 +54,6 @@ from messagecenter.user_rows import user_rows
 
 logger = logging.getLogger(__name__)
 
-# Outbox topics of the marks whose Redis half waits for Redis (a contract
-# with the outbox's writer and its replay): payloads
-#   inbox.read      {"ref": str, "read": bool, "at_ms": int}
-#   inbox.read_all  {"category": str ("" = all), "at_ms": int}
-#   inbox.seen      {"at_ms": int}
-#   inbox.hide      {"ref": str, "at_ms": int}   (an InboxHidden row exists too)
-TOPIC_READ = "inbox.read"
-TOPIC_READ_ALL = "inbox.read_all"
-TOPIC_SEEN = "inbox.seen"
-TOPIC_HIDE = "inbox.hide"
-#   inbox.group_end {"ref": str, "delete": bool}  (the group's InboxGroupEnd row exists;
-#                   for a delete, InboxHidden rows and inbox.hide entries for its older items)
-TOPIC_GROUP_END = "inbox.group_end"
-
 # Candidate rows scanned per kind (newest first) when no setting says otherwise.
 SCAN_LIMIT_DEFAULT = 5000
 MAX_REF_LENGTH = 40

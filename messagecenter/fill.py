@@ -16,8 +16,9 @@ trusted), then it is written again in the order a restore needs:
   as many as an inbox keeps (pull messages and bulletins come in on read,
   by the merge, as for anyone);
 - archived and snoozed items, then answers to actions;
-- last the ``fill`` mark (no call checks it before), then the user's marks
-  that waited in the outbox meanwhile.
+- last the ``fill`` mark (no call checks it before); then, if a write of
+  the user met the fill and may have missed it, the part goes again
+  (``part_stale``) for the next read to fill.
 
 Single flight: one fill per user at a time (the state hash's fill lock, with
 a lease); a read that finds another fill running answers from PostgreSQL
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -103,8 +104,8 @@ def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
     fill reads the committed mark from PostgreSQL. Nor when a group's row has
     expired: the user's part is dropped (filled at once with healing off). Raises
     ``healing.UserNotFilled`` while a fill of the user runs (it may have read
-    PostgreSQL before the commit): the caller keeps the mark in the outbox,
-    which the fill drains once it is done.
+    PostgreSQL before the commit): the caller records the part stale
+    (``part_stale``), which the fill applies once it is done.
     """
     try:
         with fill_checked(user_id):
@@ -117,6 +118,36 @@ def mark_applied(user_id: int, apply: Callable[[], object]) -> None:
     except healing.UserNotFilled:
         if fill_running(user_id):
             raise
+
+
+# The outbox topic of a user's part that missed a committed write (payload {}).
+STALE_TOPIC = "inbox.stale"
+
+
+def part_stale(user_id: int) -> None:
+    """A write of this user committed, but Redis could not take its half now
+    (down, being rebuilt, or a fill of the user running that may have read
+    PostgreSQL before the commit). What Redis holds of the user is stale from
+    here: the outbox drops it once Redis answers (``part_stale_replay``), and
+    the user's next read fills it from PostgreSQL, which has the write. One
+    entry per write, never skipped because the user has one pending: that one
+    may be dropping the part right now, before this write's commit."""
+    outbox.enqueue_after_failure(topic=STALE_TOPIC, payload={}, user_id=user_id)
+
+
+def part_stale_replay(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``inbox.stale``: drop the user's part. A fill running
+    now may have read PostgreSQL before the write, so this waits for it (and
+    raises ``UserNotFilled``, a RedisError the replay retries, when it does
+    not end in time); a fill that starts after this look read it after."""
+    if user_id is None:
+        raise ValueError("a stale part needs a user")
+    if not fill_awaited(int(user_id)):
+        raise healing.UserNotFilled(int(user_id))
+    inbox_forget(user_ids=[int(user_id)])
+
+
+OUTBOX_HANDLERS = {STALE_TOPIC: part_stale_replay}
 
 
 def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
@@ -142,8 +173,12 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
         months_hint_forget(user_id)
     finally:
         core_readmodel.cache_fill_unlock(key=state, token=token)
-    # Marks that met the unfilled user while this ran wait in the outbox: now they apply.
-    outbox.settle_user(user_id=user_id)
+    if healing.user_generation():
+        # A write that met this fill may have committed after it read PostgreSQL:
+        # its outbox entry drops what was just filled, and the next read fills
+        # again. (With healing off no write meets a fill, every user counting as
+        # filled, and the entry's own replay fills this way.)
+        outbox.settle_user(user_id=user_id)
     return True
 
 

@@ -1163,7 +1163,7 @@ def inbox_hide(*, user_id: int, ref: str, now_ms: int) -> bool:
 
 def inbox_read_all(*, user_id: int, category: str | None, now_ms: int, max_score: int | None = None) -> int:
     """Mark every live item (of the category) read; with ``max_score`` only
-    items scored at or below it (the replay of a mark accepted while Redis was down).
+    items scored at or below it (those the user saw when the mark committed).
 
     One round trip on a single Redis when the user is settled: the script (it
     queues the first reads itself) and the live update go in one pipeline.

@@ -22,11 +22,10 @@ from pyroaring import BitMap
 from redis.exceptions import RedisError
 
 from core.api.errors import ValidationFailed
-from durability import outbox
 from messagecenter import fallback
-from messagecenter.fill import inbox_forget, inbox_forget_holding
+from messagecenter.fill import inbox_forget, inbox_forget_holding, part_stale
 from messagecenter.models import InboxGroupEnd, InboxHidden
-from messagecenter.readmodel import grouping, publish, to_ms
+from messagecenter.readmodel import grouping, publish
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ def group_fields_clean(*, group_key: Any = "", actor: Any = "") -> tuple[str, st
 # a new one) and, for a delete, to delete the older items too. Redis decides
 # while it answers (group_close.lua); when it is down PostgreSQL decides the
 # same way (``fallback``'s groups), the end is committed all the same, and
-# the outbox takes Redis's half for when it is back.
+# the user's part in Redis is recorded stale, to be dropped once it is back.
 
 
 def _ended(user_id: int, ends: list[tuple[str, int, str]]) -> None:
@@ -97,9 +96,9 @@ def _ended(user_id: int, ends: list[tuple[str, int, str]]) -> None:
     )
 
 
-def _ended_without_redis(user_id: int, ref: str, *, delete: bool, now_ms: int) -> None:
+def _ended_without_redis(user_id: int, ref: str, *, delete: bool) -> None:
     """Redis is down: end the row's group (and for a delete, delete its older
-    items) as PostgreSQL has it, and queue Redis's half."""
+    items) as PostgreSQL has it; the user's part in Redis is stale from here."""
     logger.warning("redis unavailable; group of %s ended from PostgreSQL for user %s", ref, user_id)
     # A deleted row is hidden already: its group is read as it was before.
     found = fallback.group_of_row(user_id=user_id, ref=ref, now=timezone.now(), deleted=delete)
@@ -111,30 +110,15 @@ def _ended_without_redis(user_id: int, ref: str, *, delete: bool, now_ms: int) -
     older = [r for r in refs if r != ref] if delete else []
     if older:
         InboxHidden.objects.bulk_create([InboxHidden(user_id=user_id, item_id=r) for r in older], ignore_conflicts=True)
-    for r in older:
-        outbox.enqueue_after_failure(topic=fallback.TOPIC_HIDE, payload={"ref": r, "at_ms": now_ms}, user_id=user_id)
-    outbox.enqueue_after_failure(
-        topic=fallback.TOPIC_GROUP_END, payload={"ref": ref, "delete": delete}, user_id=user_id
-    )
+    part_stale(user_id)
 
 
-def replay_group_end(payload: dict[str, Any], user_id: int | None) -> None:
-    """The outbox's Redis half of an end decided while Redis was down
-    (PostgreSQL has the end and the hides already)."""
-    if user_id is None:
-        raise ValueError("a group end needs a user")
-    ref = str(payload["ref"])
-    grouping.group_close(user_id=int(user_id), ref=ref)
-    if payload.get("delete"):
-        grouping.group_forget(user_id=int(user_id), ref=ref)
-
-
-def group_row_read(*, user_id: int, ref: str, now_ms: int | None = None) -> None:
+def group_row_read(*, user_id: int, ref: str) -> None:
     """The row was marked read (or archived, or snoozed): its group ends."""
     try:
         ended = grouping.group_close(user_id=user_id, ref=ref)
     except RedisError:
-        _ended_without_redis(user_id, ref, delete=False, now_ms=now_ms or to_ms(timezone.now()))
+        _ended_without_redis(user_id, ref, delete=False)
         return
     if ended is not None:
         _ended(user_id, [(*ended, ref)])
@@ -147,14 +131,12 @@ def groups_all_read(*, user_id: int, category: str | None) -> None:
     except RedisError:
         logger.warning("redis unavailable; groups of user %s ended from PostgreSQL", user_id)
         ended = fallback.groups_open(user_id=user_id, category=category, now=timezone.now())
-        for _key, _until, ref in ended:
-            outbox.enqueue_after_failure(
-                topic=fallback.TOPIC_GROUP_END, payload={"ref": ref, "delete": False}, user_id=user_id
-            )
+        if ended:
+            part_stale(user_id)
     _ended(user_id, ended)
 
 
-def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
+def group_row_deleted(*, user_id: int, ref: str) -> None:
     """The row was deleted: its group ends, and the group's older items are
     deleted too (a row each in PostgreSQL, as for any delete, so a rebuild
     keeps them out)."""
@@ -162,7 +144,7 @@ def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
         ended = grouping.group_close(user_id=user_id, ref=ref)
         refs = [r for r in grouping.group_forget(user_id=user_id, ref=ref) if r != ref]
     except RedisError:
-        _ended_without_redis(user_id, ref, delete=True, now_ms=now_ms)
+        _ended_without_redis(user_id, ref, delete=True)
         return
     if ended is not None:
         _ended(user_id, [(*ended, ref)])
@@ -172,11 +154,11 @@ def group_row_deleted(*, user_id: int, ref: str, now_ms: int) -> None:
     publish.user_hidden_add(user_id=user_id, refs=refs)
 
 
-def group_rows_acted(*, user_id: int, refs: list[str], action: str, now_ms: int) -> None:
+def group_rows_acted(*, user_id: int, refs: list[str], action: str) -> None:
     """A bulk action on rows: read and archive end their groups, delete
     deletes them (a row without a group changes nothing here)."""
     for ref in refs:
         if action == "delete":
-            group_row_deleted(user_id=user_id, ref=ref, now_ms=now_ms)
+            group_row_deleted(user_id=user_id, ref=ref)
         elif action in ("read", "archive"):
-            group_row_read(user_id=user_id, ref=ref, now_ms=now_ms)
+            group_row_read(user_id=user_id, ref=ref)

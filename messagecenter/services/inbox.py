@@ -16,11 +16,11 @@ from redis.exceptions import RedisError
 from core.api.errors import NotFound, ValidationFailed
 from durability import healing, outbox
 from messagecenter import fallback, read_events
-from messagecenter.fill import fill_awaited, inbox_served, mark_applied
+from messagecenter.fill import fill_awaited, inbox_served, mark_applied, part_stale
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
-from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read, replay_group_end
+from messagecenter.services.grouping import group_row_deleted, group_row_read, groups_all_read
 from messagecenter.services.read_state import read_marks_commit, seen_commit
 
 logger = logging.getLogger(__name__)
@@ -78,16 +78,15 @@ def inbox_publish_pull(
 # PostgreSQL first: a mark is checked against the inbox (Redis when it answers,
 # else PostgreSQL: ``messagecenter.fallback``), committed to the user's read
 # state (``messagecenter.services.read_state``), and only then applied to Redis
-# (``transaction.on_commit``). When Redis is down, being rebuilt, or still has
-# older marks of the user waiting, the Redis half waits in the outbox
-# (``durability.outbox``, topics and payloads of ``messagecenter.fallback``) and
-# ``durability.outbox.replay`` applies it through the same calls. Reads that fall
-# back to PostgreSQL meanwhile see the committed state, and a Redis that
-# loses its data gets every acknowledged mark back from the rebuild.
+# (``transaction.on_commit``). When Redis cannot take it then (down, being
+# rebuilt, a fill of the user running), the user's part is recorded stale in
+# the outbox (``fill.part_stale``): dropped once Redis answers, and filled
+# from PostgreSQL, which has the mark, on the user's next read. Reads that
+# fall back to PostgreSQL meanwhile see the committed state.
 
 
 def _direct(user_id: int) -> bool:
-    """May a write go straight to Redis? (False: queue it behind the user's older ones.)"""
+    """May a write go straight to Redis? (False: the user's part waits to be dropped.)"""
     return outbox.settle_user(user_id=user_id)
 
 
@@ -110,56 +109,44 @@ def _placed(user_id: int, ref: str, now: datetime) -> tuple[str, InboxEntry] | N
     return fallback.inbox_place(user_id=user_id, ref=ref, now=now)
 
 
-def redis_after_commit(
-    *, user_id: int, marks: list[tuple[str, dict[str, Any]]], at_once: Callable[[], object] | None = None
-) -> None:
-    """Once the transaction commits, apply these (topic, payload) writes to Redis in
-    order (``at_once``: one call doing all of them), or keep them in the outbox
-    (Redis down, or the user's older writes pending)."""
+def redis_after_commit(*, user_id: int, apply: Callable[[], object]) -> None:
+    """Once the transaction commits, run ``apply`` (the write's Redis half) on the
+    user's part, or record the part stale when Redis cannot take it now."""
 
-    def apply() -> None:
-        pending = list(marks)
-        waiting = False  # behind a rebuild, a fill of the user, or the user's older marks
+    def after() -> None:
         try:
-            if not _direct(user_id):
-                waiting = True
-            else:
-                if at_once is not None:
-                    mark_applied(user_id, at_once)
-                    pending = []
-                while pending:
-                    topic, payload = pending[0]
-                    OUTBOX_HANDLERS[topic](payload, user_id)
-                    pending.pop(0)
-        except healing.ReadModelNotReady:
-            waiting = True
-        except RedisError:
-            logger.warning("redis unavailable; queueing %d inbox write(s) of user %s", len(pending), user_id)
-        for topic, payload in pending:
-            # Committed already: Redis must follow later, not lose it.
-            outbox.enqueue_after_failure(topic=topic, payload=payload, user_id=user_id)
-        if waiting:
+            # The user's older writes that missed Redis drop the part first.
+            if _direct(user_id):
+                mark_applied(user_id, apply)
+                return
+            part_stale(user_id)
+        except healing.ReadModelNotReady:  # behind a rebuild or a fill of the user
+            part_stale(user_id)
             _settle_soon(user_id)
+        except RedisError:
+            logger.warning("redis unavailable; the inbox part of user %s waits to be dropped", user_id)
+            part_stale(user_id)
 
-    transaction.on_commit(apply)
+    transaction.on_commit(after)
 
 
 def _settle_soon(user_id: int) -> None:
-    """The mark waits in the outbox behind a rebuild or a fill of its user. Both
-    drain the outbox when they end, but the one ending may not see an entry
-    committed a moment before: the rebuild's last drain can run before this
-    process notices it ended (``durability.healing`` answers from a look up to a
-    second old), and a fill in another process may trust that process's
-    memory of an empty outbox (``durability.outbox``). The user would see the mark
-    undone until the periodic replay. So the marking request looks again: once
-    the rebuild is over and no fill of the user runs (waiting a little for one),
-    it drains the user's entries itself, and the user reads their own mark next.
-    Both sides write before they look, so one of them sees the other."""
+    """The user's part waits to be dropped behind a rebuild or a fill of the
+    user. Both settle the outbox when they end, but the one ending may not see
+    an entry committed a moment before: the rebuild's last replay can run
+    before this process notices it ended (``durability.healing`` answers from
+    a look up to a second old), and a fill in another process may trust that
+    process's memory of an empty outbox (``durability.outbox``). The user
+    would see the mark undone until the periodic replay. So the marking
+    request looks again: once the rebuild is over and no fill of the user runs
+    (waiting a little for one), it settles the user's entries itself, and the
+    user reads their own mark next. Both sides write before they look, so one
+    of them sees the other."""
     try:
         if healing.check(fresh=True) and fill_awaited(user_id):
             outbox.settle_user(user_id=user_id)
     except RedisError:
-        logger.warning("redis unavailable; the marks of user %s wait for the outbox's replay", user_id)
+        logger.warning("redis unavailable; the inbox part of user %s waits for the outbox's replay", user_id)
 
 
 def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime | None) -> bool:
@@ -173,12 +160,15 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     # Committed before the hooks below are registered, so they run at once, after it.
     read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
     # The member lets the Redis half take the one-round-trip path.
-    payload = {"ref": ref, "read": read, "at_ms": to_ms(now), "member": entry.member}
-    redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ, payload)])
+    now_ms = to_ms(now)
+    redis_after_commit(
+        user_id=user_id,
+        apply=lambda: inbox.inbox_set_read(user_id=user_id, ref=ref, read=read, now_ms=now_ms, member=entry.member),
+    )
     # Reading a grouped row ends its group (once Redis has the mark); a row
     # is its group's newest item, so an item without a key ends none.
     if read and entry.group_key:
-        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
+        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
     return True
 
 
@@ -222,8 +212,12 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
     if unread:
         # Committed before its hooks are registered, so they run at once, after it.
         read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
-        payload = {"category": category or "", "at_ms": to_ms(now)}
-        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_READ_ALL, payload)])
+        # Only the items placed by now (``max_score``): one arriving meanwhile stays unread.
+        now_ms = to_ms(now)
+        redis_after_commit(
+            user_id=user_id,
+            apply=lambda: inbox.inbox_read_all(user_id=user_id, category=category, now_ms=now_ms, max_score=now_ms),
+        )
         transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
     return len(unread)
 
@@ -234,7 +228,8 @@ def inbox_mark_seen(*, user: AbstractBaseUser, now: datetime | None = None) -> N
     user_id = int(user.pk)
     with transaction.atomic():
         seen_commit(user_id=user_id, seen_ms=to_ms(now), now=now)
-        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_SEEN, {"at_ms": to_ms(now)})])
+        now_ms = to_ms(now)
+        redis_after_commit(user_id=user_id, apply=lambda: inbox.inbox_seen(user_id=user_id, now_ms=now_ms))
 
 
 def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = None) -> bool:
@@ -252,70 +247,11 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
     with transaction.atomic():
         InboxHidden.objects.get_or_create(user_id=user_id, item_id=ref)
         InboxItemState.objects.filter(user_id=user_id, item_id=ref).delete()  # deleted wherever it was
-        redis_after_commit(user_id=user_id, marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": to_ms(now)})])
+        now_ms = to_ms(now)
+        redis_after_commit(user_id=user_id, apply=lambda: inbox.inbox_hide(user_id=user_id, ref=ref, now_ms=now_ms))
         # Deleting a grouped row deletes its group (after the row's own hide).
-        transaction.on_commit(lambda: group_row_deleted(user_id=user_id, ref=ref, now_ms=to_ms(now)))
+        transaction.on_commit(lambda: group_row_deleted(user_id=user_id, ref=ref))
     return True
-
-
-# --- Outbox handlers (idempotent: each sets a state, none toggles) -----------------
-
-
-def _user(user_id: int | None) -> int:
-    if user_id is None:
-        raise ValueError("an inbox mark needs a user")
-    return int(user_id)
-
-
-def replay_read(payload: dict[str, Any], user_id: int | None) -> None:
-    # An item gone since (expired, withdrawn) makes this a no-op, as the mark would have been.
-    member = payload.get("member")  # absent from entries queued before it was recorded
-    inbox.inbox_set_read(
-        user_id=_user(user_id),
-        ref=str(payload["ref"]),
-        read=bool(payload["read"]),
-        now_ms=int(payload["at_ms"]),
-        member=str(member) if member else None,
-    )
-
-
-def replay_read_all(payload: dict[str, Any], user_id: int | None) -> None:
-    # Only what the user saw as unread then (the fallback's contract): items
-    # delivered between the mark and this replay stay unread.
-    at_ms = int(payload["at_ms"])
-    inbox.inbox_read_all(
-        user_id=_user(user_id), category=str(payload["category"]) or None, now_ms=at_ms, max_score=at_ms
-    )
-
-
-def replay_seen(payload: dict[str, Any], user_id: int | None) -> None:
-    inbox.inbox_seen(user_id=_user(user_id), now_ms=int(payload["at_ms"]))
-
-
-def replay_hide(payload: dict[str, Any], user_id: int | None) -> None:
-    inbox.inbox_hide(user_id=_user(user_id), ref=str(payload["ref"]), now_ms=int(payload["at_ms"]))
-
-
-def _filled_only(handler: Callable[[dict[str, Any], int | None], None]) -> Callable[[dict[str, Any], int | None], None]:
-    """The handler, applied only to a filled user (``messagecenter.fill.mark_applied``)."""
-
-    def apply(payload: dict[str, Any], user_id: int | None) -> None:
-        mark_applied(_user(user_id), lambda: handler(payload, user_id))
-
-    return apply
-
-
-# The Redis half of each mark, at commit and in the outbox's replay.
-OUTBOX_HANDLERS = {
-    topic: _filled_only(handler)
-    for topic, handler in (
-        (fallback.TOPIC_READ, replay_read),
-        (fallback.TOPIC_READ_ALL, replay_read_all),
-        (fallback.TOPIC_SEEN, replay_seen),
-        (fallback.TOPIC_HIDE, replay_hide),
-        (fallback.TOPIC_GROUP_END, replay_group_end),
-    )
-}
 
 
 REMOVED_KEEP_DEFAULT = 100_000

@@ -89,7 +89,7 @@ def inbox_archive(*, user: AbstractBaseUser, item_id: str, now: datetime | None 
     place = _place(int(user.pk), ref, now)
     _archive(user_id=int(user.pk), places={ref: place}, now=now)
     # Archiving a grouped row ends its group, once the archive is committed and projected.
-    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref, now_ms=to_ms(now)))
+    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref))
 
 
 def _archive(*, user_id: int, places: dict[str, str], now: datetime) -> None:
@@ -138,7 +138,7 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
         # Snoozing a grouped row snoozes its group (its older items are out of
         # the list already) and ends it: an item of the key arriving while it
         # sleeps starts a new row instead of taking this one out of the snooze.
-        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref, now_ms=to_ms(now)))
+        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
 
 
 def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], now: datetime | None = None) -> int:
@@ -152,7 +152,7 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
     _bulk_apply(user_id=user_id, action=action, places=places, now=now)
     # The rows act for their groups, after the commit and the rows' own Redis writes.
     acted = list(places)
-    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action, now_ms=to_ms(now)))
+    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action))
     return len(places)
 
 
@@ -199,13 +199,11 @@ def _bulk_mark(*, user_id: int, refs: Sequence[str], read: bool, now: datetime) 
     entries = _entries(refs, now)
     with transaction.atomic():
         read_marks_commit(user_id=user_id, entries=entries, read=read, now=now)
-        marks = [(fallback.TOPIC_READ, {"ref": e.ref, "read": read, "at_ms": now_ms}) for e in entries]
         # One script call for all of them (bulk_mark.lua).
         members = [e.member for e in entries]
         redis_after_commit(
             user_id=user_id,
-            marks=marks,
-            at_once=lambda: inbox.inbox_mark_many(user_id=user_id, members=members, read=read, now_ms=now_ms),
+            apply=lambda: inbox.inbox_mark_many(user_id=user_id, members=members, read=read, now_ms=now_ms),
         )
 
 
@@ -218,11 +216,7 @@ def _bulk_hide(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
             [InboxHidden(user_id=user_id, item_id=ref) for ref in refs], ignore_conflicts=True
         )
         InboxItemState.objects.filter(user_id=user_id, item_id__in=refs).delete()
-        redis_after_commit(
-            user_id=user_id,
-            marks=[(fallback.TOPIC_HIDE, {"ref": ref, "at_ms": now_ms}) for ref in refs],
-            at_once=lambda: _hide_many(user_id=user_id, refs=refs, now_ms=now_ms),
-        )
+        redis_after_commit(user_id=user_id, apply=lambda: _hide_many(user_id=user_id, refs=refs, now_ms=now_ms))
 
 
 def _hide_many(*, user_id: int, refs: Sequence[str], now_ms: int) -> None:

@@ -38,7 +38,7 @@ def test_a_path_that_does_not_import_fails_the_system_check(monkeypatch: Any) ->
 
 def test_mappings_merge_and_a_name_given_twice_is_refused(monkeypatch: Any) -> None:
     topics = contributed_by_name("outbox_handlers")
-    assert {"notices.read", "notices.platform_sync", "messagecenter.mirror", "inbox.read"} <= set(topics)
+    assert {"notices.read", "notices.platform_sync", "messagecenter.mirror", "inbox.stale"} <= set(topics)
     twice = [{"a.topic": print}, {"a.topic": print}]
     monkeypatch.setattr(contributions, "contributed", lambda kind: twice)
     with pytest.raises(ValueError, match=r"'a\.topic' is contributed twice"):

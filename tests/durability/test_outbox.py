@@ -63,10 +63,7 @@ def test_every_contract_topic_has_a_handler() -> None:
         "notices.platform_sync",
         "notices.read",
         "messagecenter.mirror",
-        "inbox.read",
-        "inbox.read_all",
-        "inbox.seen",
-        "inbox.hide",
+        "inbox.stale",
     } <= set(outbox.handlers())
 
 

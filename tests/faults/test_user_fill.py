@@ -3,8 +3,8 @@ user's first read: after a private redis-server loses its data, the rebuild
 restores only what users share, and every user who comes back is filled from
 PostgreSQL (read marks, archived and hidden items, groups, answers) while
 those who do not come back cost Redis nothing. A read that meets another
-process's fill answers from PostgreSQL; a mark made meanwhile is applied once
-the fill is done."""
+process's fill answers from PostgreSQL; a mark made meanwhile, or one that
+Redis missed, drops the user's part and is read back by the next fill."""
 
 import threading
 from datetime import timedelta
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core import keys
 from core import readmodel as core_readmodel
@@ -133,7 +134,7 @@ def test_a_read_during_another_fill_answers_from_postgresql(world: dict[str, Any
     assert _seen(client) == before
 
 
-def test_a_mark_made_while_a_fill_outlasts_its_wait_is_applied_by_the_fill(
+def test_a_mark_made_while_a_fill_outlasts_its_wait_is_read_after_the_fill(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user, server, refs = world["users"][2], world["server"], world["refs"]
@@ -144,13 +145,15 @@ def test_a_mark_made_while_a_fill_outlasts_its_wait_is_applied_by_the_fill(
     monkeypatch.setattr(fill, "FILL_WAIT_SECONDS", 0.1)
 
     # Acknowledged while the user is being filled elsewhere, for longer than the
-    # mark waits: committed first, its Redis half waits in the outbox.
+    # mark waits: committed first, the user's part recorded stale.
     assert client.post(f"/api/v1/inbox/{refs[2]}/read/").status_code == 204
-    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 1
+    assert list(OutboxEntry.objects.filter(user_id=user.pk).values_list("topic", flat=True)) == ["inbox.stale"]
 
     core_readmodel.cache_fill_unlock(key=state, token="other")
+    # This fill may have read PostgreSQL before the mark: its end drops what it filled.
     assert inbox_fill(user_id=user.pk)
     assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    assert fill.filled_among([user.pk]) == set()
     page = inbox_list(user=user, limit=50)
     assert not page.degraded
     assert {item.id: item.read for item in page.results}[refs[2]] is True
@@ -158,9 +161,10 @@ def test_a_mark_made_while_a_fill_outlasts_its_wait_is_applied_by_the_fill(
 
 def test_a_mark_made_while_a_fill_runs_is_read_back_at_once(world: dict[str, Any]) -> None:
     """The fill ran in another process that read PostgreSQL before the mark
-    committed and drained the outbox before the mark's entry was there: the
-    marking request waits for that fill to end and applies its mark itself, so
-    the user's next read shows it (not the periodic replay, a minute later)."""
+    committed and settled the outbox before the mark's entry was there: the
+    marking request waits for that fill to end and drops the part itself, so
+    the user's next read fills it with the mark (not after the periodic
+    replay, a minute later)."""
     user, server, refs = world["users"][2], world["server"], world["refs"]
     client = client_for(user)
     _lose_and_rebuild(server)
@@ -182,6 +186,40 @@ def test_a_mark_made_while_a_fill_runs_is_read_back_at_once(world: dict[str, Any
     page = inbox_list(user=user, limit=50)
     assert not page.degraded
     assert {item.id: item.read for item in page.results}[refs[2]] is True
+
+
+def test_a_mark_redis_missed_drops_the_users_part_before_the_users_next_write(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis keeps its data but misses a committed mark (it refused the call):
+    the user's part is recorded stale, and the user's next write drops it
+    first (the user's own entries only), so the next read fills both marks
+    from PostgreSQL instead of showing the first one undone."""
+    user, other, refs = world["users"][2], world["users"][1], world["refs"]
+    client = client_for(user)
+    now_ms = int(timezone.now().timestamp() * 1000)
+    assert {row[0]: row[1] for row in _seen(client)[0]}[refs[0]] is False
+    assert fill.filled_among([user.pk]) == {user.pk}
+
+    def refused(**_kwargs: Any) -> bool:
+        raise RedisConnectionError("refused")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(inbox_rm, "inbox_set_read", refused)
+        assert client.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    assert list(OutboxEntry.objects.filter(user_id=user.pk).values_list("topic", flat=True)) == ["inbox.stale"]
+    fill.part_stale(other.pk)  # another user's entry, left to the periodic replay
+    row = inbox_rm.inbox_get(user_id=user.pk, ref=refs[0], now_ms=now_ms)
+    assert row is not None
+    assert row.read is False  # Redis's copy missed the mark
+
+    assert client.post(f"/api/v1/inbox/{refs[1]}/read/").status_code == 204
+    assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
+    assert OutboxEntry.objects.filter(user_id=other.pk).count() == 1
+    assert fill.filled_among([user.pk]) == set()  # dropped, the second mark with it
+    read = {row[0]: row[1] for row in _seen(client)[0]}
+    assert (read[refs[0]], read[refs[1]]) == (True, True)
+    assert fill.filled_among([user.pk]) == {user.pk}
 
 
 def test_a_mark_of_a_user_nobody_fills_needs_no_redis(world: dict[str, Any]) -> None:

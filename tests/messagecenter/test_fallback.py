@@ -143,7 +143,7 @@ def test_marks_made_while_redis_is_down_show_at_once(
     assert services.inbox_mark_all_read(user=recipient, category="transaction") == 1
     services.inbox_mark_seen(user=recipient)
     services.inbox_hide(user=recipient, item_id=refs["bulletin"])
-    # Committed in PostgreSQL; only their Redis half waits in the outbox.
+    # Committed in PostgreSQL; each left the user's part in Redis stale.
     assert OutboxEntry.objects.filter(user_id=recipient.pk).count() == 5
 
     client = client_for(recipient)

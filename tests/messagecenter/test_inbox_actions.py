@@ -8,21 +8,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import redis as redis_lib
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-import core.lua
 from durability import outbox
 from durability.models import OutboxEntry
 from durability.rebuild import rebuild
 from messagecenter import selectors
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import inbox as readmodel_inbox
-from messagecenter.readmodel import publish, scripts
 from notices.services import announcement_create
 from tests.conftest import assert_error, client_for, flush_redis
 from tests.factories import UserFactory
+from tests.fixtures.readmodel import redis_refused
 from tests.messagecenter.conftest import ids, send, whole_inbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,12 +36,8 @@ def _three(operator: Any, recipient: Any, clock: Any) -> list[str]:
 @contextmanager
 def _redis_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The read model's Redis refuses every connection (nothing listens on port 1)."""
-    dead = redis_lib.Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0)
-    )
     with monkeypatch.context() as down:
-        for module in (core.lua, scripts, readmodel_inbox, publish):
-            down.setattr(module, "get_redis", lambda: dead)
+        redis_refused(down)
         yield
 
 

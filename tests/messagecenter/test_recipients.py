@@ -78,8 +78,10 @@ def test_a_fill_reads_the_users_rows_not_every_audience(operator: Any, recipient
     # No audience is read, and other users' items add no query.
     assert not [sql for sql in after if "audience_bitmap" in sql]
     assert len(after) == len(before)
-    # The user's own rows, their items and answers, the outbox's "pending?".
-    assert len(after) == 3, after
+    # The user's own rows, their items and answers. (With self-healing on, as
+    # in production, the outbox's "pending?" for the user follows: a write that
+    # met the fill may have left the part stale.)
+    assert len(after) == 2, after
     page = inbox_list(user=recipient, limit=50)
     assert {row.id for row in page.results} == {*mine, noted.ref}
 

@@ -1,8 +1,7 @@
-"""With Redis down: inbox calls answer from PostgreSQL, marks are accepted into
-the outbox and replayed later, committed writes are kept (the mirror waits in
+"""With Redis down: inbox calls answer from PostgreSQL, marks are accepted
+(the user's part in Redis is recorded stale, dropped once Redis is back), committed writes are kept (the mirror waits in
 the outbox, and the rebuild restores it)."""
 
-import json
 from io import StringIO
 from typing import Any
 
@@ -19,6 +18,7 @@ from messagecenter import services
 from messagecenter.models import Bulletin
 from messagecenter.readmodel import inbox as readmodel_inbox
 from tests.conftest import assert_error, client_for
+from tests.fixtures.readmodel import redis_refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,18 +43,12 @@ def test_inbox_marks_are_accepted_and_replayed(recipient: Any, clock: Any, redis
     client = client_for(recipient)
     assert [(i["id"], i["read"]) for i in client.get("/api/v1/inbox/").json()["results"]] == [(ref, False)]
 
-    import core.lua
-    from messagecenter.readmodel import inbox, publish, scripts
-
-    dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    for module in (core.lua, scripts, inbox, publish):
-        redis_down.setattr(module, "get_redis", lambda: dead)
+    redis_refused(redis_down)
     response = client.post(f"/api/v1/inbox/{ref}/read/")
     assert (response.status_code, response.content) == (204, b"")
-    # The mark is committed in PostgreSQL, pending for Redis, and shown at once.
+    # The mark is committed in PostgreSQL, the user's part recorded stale, and the mark shown at once.
     pending = OutboxEntry.objects.get(user_id=recipient.pk)
-    assert (pending.topic, pending.attempts) == ("inbox.read", 0)
-    assert ref in json.dumps(pending.payload)
+    assert (pending.topic, pending.payload, pending.attempts) == ("inbox.stale", {}, 0)
     listed = client.get("/api/v1/inbox/").json()
     assert [(i["id"], i["read"]) for i in listed["results"]] == [(ref, True)]
     assert listed["unread_count"] == 0
@@ -68,19 +62,23 @@ def test_inbox_marks_are_accepted_and_replayed(recipient: Any, clock: Any, redis
     assert (response.status_code, response.content) == (204, b"")
     assert client.get("/api/v1/inbox/counts/").json()["unseen"] == 0
     topics = list(OutboxEntry.objects.filter(user_id=recipient.pk).values_list("topic", flat=True))
-    # (The first "read all" found nothing unread: nothing to commit, nothing for Redis.)
-    assert topics == ["inbox.read", "inbox.read", "inbox.read_all", "inbox.seen"]
+    # One entry per write that missed Redis. (The first "read all" found
+    # nothing unread: nothing to commit, nothing for Redis.)
+    assert topics == ["inbox.stale"] * 4
     # Nothing reached Redis meanwhile: its copy of the item is still unread.
     redis_down.undo()
-    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=int(clock.now.timestamp() * 1000))
+    now_ms = int(clock.now.timestamp() * 1000)
+    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=now_ms)
     assert row is not None
     assert row.read is False
 
     assert outbox.replay() == 4
-    assert not OutboxEntry.objects.exists()  # every pending mark applied
-    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=int(clock.now.timestamp() * 1000))
+    assert not OutboxEntry.objects.exists()
+    # The stale part was dropped and (self-healing off here: no fill on read)
+    # filled again at once from PostgreSQL, marks and all.
+    row = readmodel_inbox.inbox_get(user_id=recipient.pk, ref=ref, now_ms=now_ms)
     assert row is not None
-    assert row.read is True  # the mark reached Redis itself
+    assert row.read is True
     body = client.get("/api/v1/inbox/").json()
     assert [(i["id"], i["read"]) for i in body["results"]] == [(ref, True)]
     assert (body["unread_count"], body["unseen_count"]) == (0, 0)
@@ -161,3 +159,22 @@ def test_replayed_read_all_leaves_items_that_arrived_later_unread(
     flags = {i["id"]: i["read"] for i in client.get("/api/v1/inbox/").json()["results"]}
     assert flags == {first.ref: True, later.ref: False}
     assert client.get("/api/v1/inbox/counts/").json()["unread"] == 1
+
+
+def test_entries_of_the_per_write_topics_become_stale_parts(recipient: Any) -> None:
+    """An outbox left by an earlier version (one entry per mark's Redis half)
+    is carried over by the migration: each user's entry now drops that user's
+    part, and entries of other topics are left as they were."""
+    import importlib
+
+    from django.apps import apps
+
+    old = ["inbox.read", "inbox.read_all", "inbox.seen", "inbox.hide", "inbox.group_end"]
+    for topic in old:
+        OutboxEntry.objects.create(topic=topic, payload={"ref": "m1", "at_ms": 1}, user_id=recipient.pk)
+    mirror = OutboxEntry.objects.create(topic="messagecenter.mirror", payload={"name": "bulletin", "args": [1]})
+    importlib.import_module("messagecenter.migrations.0021_outbox_stale_parts")._stale(apps, None)
+    stale = OutboxEntry.objects.exclude(pk=mirror.pk)
+    assert list(stale.values_list("topic", "payload", "user_id")) == [("inbox.stale", {}, recipient.pk)] * len(old)
+    mirror.refresh_from_db()
+    assert (mirror.topic, mirror.payload) == ("messagecenter.mirror", {"name": "bulletin", "args": [1]})
