@@ -29,6 +29,7 @@ mark made while the user is not filled is committed in PostgreSQL and read
 back by the user's next fill (``mark_applied``).
 """
 
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +39,9 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from core import keys
 from core import readmodel as core_readmodel
@@ -55,7 +58,7 @@ from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import months_hint_forget
-from messagecenter.readmodel.scripts import GroupRowExpired, fill_checked, idle_ms
+from messagecenter.readmodel.scripts import WRITE_GRACE_MS, GroupRowExpired, fill_checked, idle_ms
 from messagecenter.readmodel.user_part import (
     filled_users_forget,
     filled_users_scan,
@@ -63,9 +66,13 @@ from messagecenter.readmodel.user_part import (
     user_part_fill_start,
     user_part_filled,
     user_part_own_put,
+    user_part_write_begin,
+    user_part_write_end,
     users_filled,
 )
 from messagecenter.user_rows import UserItems, UserRows, user_items, user_rows
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -161,14 +168,24 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
     start = user_part_fill_start(user_id=user_id, token=token, lease_ms=FILL_LEASE_MS)
     if start is None:
         return False
+    now = now or timezone.now()
+    # The writes in flight when this read PostgreSQL may commit after it: their
+    # notes stay (a dead writer's then has the user filled again). One past
+    # its grace already belongs to a writer that died before this fill began,
+    # whose commit, if any, this fill reads.
+    writes = {t: at for t, at in start.writes.items() if at + WRITE_GRACE_MS > to_ms(now)}
     try:
         rows = user_rows(user_id)
         # Whatever Redis holds of the user goes (the keys of the groups
         # PostgreSQL knows ended included): a stale copy is never trusted.
         user_part_drop(user_id=user_id, group_keys=rows.ends, held=start)
-        _restore(user_id, rows, now or timezone.now())
+        _restore(user_id, rows, now)
         user_part_filled(
-            user_id=user_id, generation=healing.user_generation(), idle_ms=idle_ms(), settled=start.removal_version
+            user_id=user_id,
+            generation=healing.user_generation(),
+            idle_ms=idle_ms(),
+            settled=start.removal_version,
+            writes=writes,
         )
         months_hint_forget(user_id)
     finally:
@@ -180,6 +197,46 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
         # filled, and the entry's own replay fills this way.)
         outbox.settle_user(user_id=user_id)
     return True
+
+
+@contextmanager
+def part_writing(user_id: int) -> Iterator[None]:
+    """Around a write of the user that commits in PostgreSQL and then changes
+    the user's part in Redis (marks, archive, preferences, ...): the write is
+    noted in the user's state hash before the block and the note goes after
+    the block's commit and its Redis halves (``transaction.on_commit`` callbacks
+    registered in the block run first). A process that dies between the
+    commit and the Redis half leaves the note, and the user's first checked
+    call after ``WRITE_GRACE_MS`` fills the part again from PostgreSQL. Nothing
+    is noted with self-healing off (no call checks), nor when Redis refuses
+    the note: the Redis half then fails too and records the part stale."""
+    token = _write_begin(user_id) if healing.user_generation() else None
+    try:
+        yield
+    except BaseException:
+        if token is not None:
+            _write_end(user_id, token)
+        raise
+    if token is not None:
+        transaction.on_commit(lambda: _write_end(user_id, token))
+
+
+def _write_begin(user_id: int) -> str | None:
+    token = secrets.token_hex(6)
+    try:
+        user_part_write_begin(user_id=user_id, token=token, now_ms=to_ms(timezone.now()), idle_ms=idle_ms())
+    except RedisError:
+        return None
+    return token
+
+
+def _write_end(user_id: int, token: str) -> None:
+    try:
+        user_part_write_end(user_id=user_id, token=token)
+    except RedisError:
+        # The note stays: past its grace the user is filled again, which costs
+        # a fill and loses nothing.
+        logger.warning("redis unavailable; the write note of user %s stays", user_id)
 
 
 @contextmanager

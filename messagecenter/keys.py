@@ -91,7 +91,8 @@ def inbox_state(user_id: int) -> str:
     """hash: ``seen`` watermark (a time on ``inbox``'s score axis, ms), ``settled`` removal
     version, ``pull`` sequence, ``bd`` bulletin display marker (display time, ms, of the latest
     bulletin merged into the inbox: a due bulletin displayed later still needs merging), ``rev``
-    (moves with any change to the user's keys)."""
+    (moves with any change to the user's keys), ``fill`` (the generation the part was filled
+    for), ``w`` and ``w:<token>`` (the user's writes in flight: how many, and each one's start, ms)."""
     return key("inbox", user_tag(user_id), "state")
 
 

@@ -7,15 +7,17 @@
 -- names and order, the separators: CACHE_TAG, CACHE_JOIN and CACHE_UNTIL,
 -- prepended to these scripts) and checks it without a script on a poll.
 -- Here each name's value is one the script read: the user's rev, the live
--- version, and what level() compared. Valid until: the earliest expiry in
--- the inbox or the next bulletin display time, whichever comes first (time
--- moves them then, no write does). While the tag is unchanged and that time
+-- version, how many of the user's writes are in flight, and what level()
+-- compared. Valid until: the earliest expiry in
+-- the inbox, the next bulletin display time or the grace of a write in
+-- flight, whichever comes first (time moves them then, no write does). While the tag is unchanged and that time
 -- has not come, a stored value is what a computation now would give. The
 -- script binds the cache's keys: ib.pages_key, ib.live_version_key.
 
 local function cache_tag(ib)
   local values = {live = call("GET", ib.live_version_key) or "0"}
   if ib.touched then values.rev = call("HGET", ib.state_key, "rev") or "0" end
+  values.writing = ib.writing or call("HGET", ib.state_key, "w") or "0"
   local parts = {}
   for i, name in ipairs(CACHE_TAG) do parts[i] = values[name] or ib.levels[name] end
   return table.concat(parts, CACHE_JOIN)
@@ -28,6 +30,8 @@ local function cache_until(ib)
   local after_now = "(" .. ib.now_arg
   local shows = call("ZRANGEBYSCORE", ib.bulletin_config_key, after_now, "+inf", "WITHSCORES", "LIMIT", 0, 1)
   if #shows == 2 and (until_ == "" or tonumber(shows[2]) < tonumber(until_)) then until_ = shows[2] end
+  -- A write in flight past its grace makes the next checked call fill the user.
+  if ib.write_due and (until_ == "" or ib.write_due < tonumber(until_)) then until_ = tostring(ib.write_due) end
   return until_
 end
 

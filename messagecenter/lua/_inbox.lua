@@ -25,15 +25,21 @@
 -- (ib.more), the inbox is not opened either and the script answers "AGAIN"
 -- before its own work (ib.not_open names the answer): the caller repeats the call in
 -- mode "3" until the inbox is settled, so every answer is an exact one.
--- The last ARGV is "<generation>:<idle ms>" on a checked call (a user-facing
--- read or mark): the generation the user's part of the read model must be
--- filled for ("" with healing off), and how long it stays without a checked
--- call; "" on an unchecked one (the fill's own writes, background jobs). The
--- state hash's "fill" field names the generation it was filled for; any
--- other value (nothing after a loss or an idle expiry, an older one on a
--- stale replica) answers "UNFILLED" having changed nothing, and the caller
--- fills the user from PostgreSQL (messagecenter/fill.py). A filled user's
--- state hash lives on for the idle time from each checked call.
+-- The last ARGV is "<generation>:<idle ms>:<grace ms>" on a checked call (a
+-- user-facing read or mark): the generation the user's part of the read
+-- model must be filled for ("" with healing off), how long it stays without
+-- a checked call, and how long a write of the user may be in flight; "" on
+-- an unchecked one (the fill's own writes, background jobs). The state
+-- hash's "fill" field names the generation it was filled for; any other
+-- value (nothing after a loss or an idle expiry, an older one on a stale
+-- replica) answers "UNFILLED" having changed nothing, and the caller fills
+-- the user from PostgreSQL (messagecenter/fill.py). So does a write of the
+-- user in flight for longer than the grace: each write notes itself in the
+-- state hash before its commit ("w:<token>" = its start, "w" = how many)
+-- and goes once its Redis half is done, so one still there after the grace
+-- belongs to a process that died between the two, and Redis may lack what
+-- PostgreSQL committed. A filled user's state hash lives on for the idle
+-- time from each checked call.
 -- A checked settling call that finds the row of a group of several items
 -- expired answers "REGROUP" having changed nothing (group_row_expired); so
 -- does one whose settling meets such a row that a delivery keeping the cap
@@ -64,13 +70,18 @@ local function open_inbox(own_keys, own_args, with_ever)
   local ib = inbox_state()
   ib.all_key, ib.counters_key, ib.hidden_key, ib.expiry_key = KEYS[1], KEYS[6], KEYS[7], KEYS[8]
   ib.months_key, ib.state_key, ib.access_key = KEYS[9], KEYS[10], KEYS[11]
+  local arg_pos = own_args + 1  -- walks ARGV past what has been read
+  ib.now_arg = ARGV[arg_pos]
+  ib.now = tonumber(ib.now_arg)
   local checked = ARGV[#ARGV] ~= ""
   ib.checked = checked
   if checked then
-    local generation, idle = string.match(ARGV[#ARGV], "^(.*):(%d+)$")
+    local generation, idle, grace = string.match(ARGV[#ARGV], "^(.*):(%d+):(%d+)$")
     -- (no generation: healing is off, every user's part counts as filled and stays)
     if generation ~= "" then
-      if redis.call("HGET", ib.state_key, "fill") ~= generation then
+      local state = redis.call("HMGET", ib.state_key, "fill", "w")
+      ib.writing = state[2] or "0"
+      if state[1] ~= generation or (state[2] and write_dead(ib, tonumber(grace))) then
         ib.not_open = "UNFILLED"
         return ib
       end
@@ -78,9 +89,6 @@ local function open_inbox(own_keys, own_args, with_ever)
     end
   end
   for i, cat in ipairs(CATEGORIES) do ib.category_keys[cat] = KEYS[1 + i] end
-  local arg_pos = own_args + 1  -- walks ARGV past what has been read
-  ib.now_arg = ARGV[arg_pos]
-  ib.now = tonumber(ib.now_arg)
   local month_count = tonumber(ARGV[arg_pos + 1])
   local mode = ARGV[arg_pos + 2 + month_count]
   local global_base = 11 + own_keys  -- the fast path's global keys follow the script's own

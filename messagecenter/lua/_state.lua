@@ -31,8 +31,28 @@ local function inbox_state()
     regroup = false,  -- settling met a group that PostgreSQL must re-form (settle_evicted)
     next_wake = "", next_expiry = "",  -- the earliest wake and expiry still ahead ("" = none)
     levels = {},  -- what level() read that the read cache's tag needs too
+    writing = false,  -- the state hash's count of the user's writes in flight, when read ("0": none)
+    write_due = false,  -- when the oldest of those is taken for dead (ms), if any
     not_open = nil,  -- why the inbox could not be opened: the script's answer
   }
+end
+
+-- Whether a write of the user noted in the state hash has been in flight
+-- for longer than the grace; sets ib.write_due to when the oldest one is
+-- (a read cache entry is current only until then). Runs only while the
+-- count says some are, so a user nobody writes for pays one HMGET field.
+local function write_dead(ib, grace)
+  local flat = redis.call("HGETALL", ib.state_key)
+  local oldest = nil
+  for i = 1, #flat, 2 do
+    if string.sub(flat[i], 1, 2) == "w:" then
+      local started = tonumber(flat[i + 1])
+      if oldest == nil or started < oldest then oldest = started end
+    end
+  end
+  if oldest == nil then return false end
+  ib.write_due = oldest + grace
+  return ib.now >= ib.write_due
 end
 
 -- Up to n of the call's budget (0 when it is spent): a step asks before it

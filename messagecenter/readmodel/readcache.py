@@ -34,11 +34,13 @@ class TagPart:
 
 
 # The tag: every value a first page or the counts depend on. The user's rev
-# (moves with any change to their keys), the live version deliveries bump,
-# the item details' version edits bump, then what level() compares to know
-# nothing needs settling or merging.
+# (moves with any change to their keys), how many of the user's writes are in
+# flight (one that outlives its grace has the user filled again), the live
+# version deliveries bump, the item details' version edits bump, then what
+# level() compares to know nothing needs settling or merging.
 TAG = (
     TagPart("rev", mc_keys.inbox_state, "rev"),
+    TagPart("writing", mc_keys.inbox_state, "w"),
     TagPart("live", live_keys.user_version),
     TagPart("details", lambda _user: mc_keys.item_detail_version()),
     TagPart("removed", lambda _user: mc_keys.removed_version()),

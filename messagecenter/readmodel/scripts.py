@@ -411,10 +411,18 @@ class GroupRowExpired(healing.UserNotFilled):
     user's part is filled again from PostgreSQL, where the group re-forms."""
 
 
+# How long a write of a user may be in flight, from its note in the state hash
+# to its Redis half (fill.part_writing), before a checked call takes its
+# process for dead: far longer than a request takes to commit and reach
+# Redis, and the longest a user can see Redis lack a write that a dying
+# process committed.
+WRITE_GRACE_MS = 5_000
+
+
 def _fill_check() -> str:
-    """A checked call's last argument: "<generation>:<idle ms>" (no generation with
-    healing off: the part counts as filled and does not expire)."""
-    return f"{healing.user_generation()}:{idle_ms()}"
+    """A checked call's last argument: "<generation>:<idle ms>:<grace ms>" (no
+    generation with healing off: the part counts as filled and does not expire)."""
+    return f"{healing.user_generation()}:{idle_ms()}:{WRITE_GRACE_MS}"
 
 
 def idle_ms() -> int:

@@ -6,21 +6,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.lua import LuaScript
 from core.readmodel import cache_fill_lock_queue
 from core.redis import get_redis
 from messagecenter import keys as mc_keys
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.grouping import group_end_member
 
+WRITE_BEGIN_SCRIPT = LuaScript(__file__, "../lua/write_begin.lua")
+WRITE_END_SCRIPT = LuaScript(__file__, "../lua/write_end.lua")
+WRITE_NOTE = b"w:"  # a write in flight's field in the state hash: "w:<token>" = its start (ms)
+
 
 @dataclass(frozen=True)
 class FillStart:
-    """What a fill learns with its lock: the removal log's version and the key
-    names of the user's part that Redis holds (months, groups)."""
+    """What a fill learns with its lock: the removal log's version, the key
+    names of the user's part that Redis holds (months, groups) and the user's
+    writes in flight (token -> start, ms)."""
 
     removal_version: int
     months: list[str]
     group_keys: set[str]
+    writes: dict[str, int]
 
 
 def user_part_fill_start(*, user_id: int, token: str, lease_ms: int) -> FillStart | None:
@@ -31,11 +38,13 @@ def user_part_fill_start(*, user_id: int, token: str, lease_ms: int) -> FillStar
     pipe = get_redis().pipeline(transaction=False)
     cache_fill_lock_queue(pipe, key=mc_keys.inbox_state(user_id), token=token, lease_ms=lease_ms)
     pipe.get(mc_keys.removed_version())
+    pipe.hgetall(mc_keys.inbox_state(user_id))
     _names_queue(pipe, user_id)
-    locked, version, *names = pipe.execute()
+    locked, version, state, *names = pipe.execute()
     if not locked:
         return None
-    return _held(int(version or 0), *names)
+    writes = {f[len(WRITE_NOTE) :].decode(): int(v) for f, v in state.items() if f.startswith(WRITE_NOTE)}
+    return _held(int(version or 0), writes, *names)
 
 
 def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart | None = None) -> None:
@@ -48,7 +57,7 @@ def user_part_drop(*, user_id: int, group_keys: Iterable[str], held: FillStart |
     if held is None:
         pipe = client.pipeline(transaction=False)
         _names_queue(pipe, user_id)
-        held = _held(0, *pipe.execute())
+        held = _held(0, {}, *pipe.execute())
     names = mc_keys.user_part(
         user_id, categories=CATEGORY_ORDER, months=held.months, group_keys=sorted({*group_keys, *held.group_keys})
     )
@@ -64,13 +73,15 @@ def _names_queue(pipe: Any, user_id: int) -> None:
     pipe.hvals(mc_keys.inbox_groups(user_id))
 
 
-def _held(version: int, months: Iterable[bytes], opened: Iterable[bytes], rows: Iterable[bytes]) -> FillStart:
+def _held(
+    version: int, writes: dict[str, int], months: Iterable[bytes], opened: Iterable[bytes], rows: Iterable[bytes]
+) -> FillStart:
     group_keys = {k.decode() for k in opened}
     for raw in rows:
         group = json.loads(raw)
         if isinstance(group, dict) and isinstance(group.get("key"), str):
             group_keys.add(group["key"])
-    return FillStart(version, sorted(m.decode() for m in months), group_keys)
+    return FillStart(version, sorted(m.decode() for m in months), group_keys, writes)
 
 
 def user_part_own_put(
@@ -101,16 +112,24 @@ def user_part_own_put(
     pipe.execute()
 
 
-def user_part_filled(*, user_id: int, generation: str, idle_ms: int, settled: int) -> None:
+def user_part_filled(
+    *, user_id: int, generation: str, idle_ms: int, settled: int, writes: Mapping[str, int] | None = None
+) -> None:
     """Mark the user's part filled for this generation (the checked calls then run),
     settled up to removal ``settled`` (the version before PostgreSQL was read:
     every removal up to it had committed, so the fill left its item out, and
     the user's first read settles only the removals since instead of checking
     every item against its detail), its state hash to expire after ``idle_ms``
-    without one, and the user among those the idle job looks at."""
+    without one, and the user among those the idle job looks at. ``writes``:
+    the user's writes in flight to note again (token -> start, ms; the drop
+    took their notes), which may commit after the fill read PostgreSQL."""
     state = mc_keys.inbox_state(user_id)
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(state, mapping={"fill": generation, "settled": settled})
+    fields: dict[str, Any] = {"fill": generation, "settled": settled}
+    if writes:
+        fields.update({f"{WRITE_NOTE.decode()}{token}": start for token, start in writes.items()})
+        fields["w"] = len(writes)
+    pipe.hset(state, mapping=fields)
     if generation:
         pipe.pexpire(state, idle_ms)
     pipe.sadd(mc_keys.filled_users(), user_id)
@@ -135,3 +154,13 @@ def users_filled(*, user_ids: list[int], generation: str) -> set[int]:
         pipe.hget(mc_keys.inbox_state(user_id), "fill")
     wanted = generation.encode()
     return {user_id for user_id, held in zip(user_ids, pipe.execute(), strict=True) if held == wanted}
+
+
+def user_part_write_begin(*, user_id: int, token: str, now_ms: int, idle_ms: int) -> None:
+    """Note a write of the user in flight (write_begin.lua): before its commit."""
+    WRITE_BEGIN_SCRIPT([mc_keys.inbox_state(user_id)], [token, now_ms, idle_ms])
+
+
+def user_part_write_end(*, user_id: int, token: str) -> None:
+    """The write is done (write_end.lua): after its Redis half."""
+    WRITE_END_SCRIPT([mc_keys.inbox_state(user_id)], [token])

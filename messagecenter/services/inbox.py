@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from core.api.errors import NotFound, ValidationFailed
 from durability import healing, outbox
 from messagecenter import fallback, read_events
-from messagecenter.fill import fill_awaited, inbox_served, mark_applied, part_stale
+from messagecenter.fill import fill_awaited, inbox_served, mark_applied, part_stale, part_writing
 from messagecenter.models import CATEGORIES, InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, publish, to_ms
 from messagecenter.selectors import muted_among
@@ -157,18 +157,19 @@ def _set_read(*, user: AbstractBaseUser, item_id: str, read: bool, now: datetime
     if placed is None or placed[0] == inbox.SNOOZED:  # a snoozed item is away until it wakes
         raise NotFound("No such item in your inbox.")
     entry = placed[1]
-    # Committed before the hooks below are registered, so they run at once, after it.
-    read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
-    # The member lets the Redis half take the one-round-trip path.
     now_ms = to_ms(now)
-    redis_after_commit(
-        user_id=user_id,
-        apply=lambda: inbox.inbox_set_read(user_id=user_id, ref=ref, read=read, now_ms=now_ms, member=entry.member),
-    )
-    # Reading a grouped row ends its group (once Redis has the mark); a row
-    # is its group's newest item, so an item without a key ends none.
-    if read and entry.group_key:
-        transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
+    with part_writing(user_id):
+        # Committed before the hooks below are registered, so they run at once, after it.
+        read_marks_commit(user_id=user_id, entries=[entry], read=read, now=now)
+        # The member lets the Redis half take the one-round-trip path.
+        redis_after_commit(
+            user_id=user_id,
+            apply=lambda: inbox.inbox_set_read(user_id=user_id, ref=ref, read=read, now_ms=now_ms, member=entry.member),
+        )
+        # Reading a grouped row ends its group (once Redis has the mark); a row
+        # is its group's newest item, so an item without a key ends none.
+        if read and entry.group_key:
+            transaction.on_commit(lambda: group_row_read(user_id=user_id, ref=ref))
     return True
 
 
@@ -210,15 +211,16 @@ def inbox_mark_all_read(*, user: AbstractBaseUser, category: str | None = None, 
     user_id = int(user.pk)
     unread = _unread(user_id, category, now)
     if unread:
-        # Committed before its hooks are registered, so they run at once, after it.
-        read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
-        # Only the items placed by now (``max_score``): one arriving meanwhile stays unread.
         now_ms = to_ms(now)
-        redis_after_commit(
-            user_id=user_id,
-            apply=lambda: inbox.inbox_read_all(user_id=user_id, category=category, now_ms=now_ms, max_score=now_ms),
-        )
-        transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
+        with part_writing(user_id):
+            # Committed before its hooks are registered, so they run at once, after it.
+            read_marks_commit(user_id=user_id, entries=unread, read=True, now=now)
+            # Only the items placed by now (``max_score``): one arriving meanwhile stays unread.
+            redis_after_commit(
+                user_id=user_id,
+                apply=lambda: inbox.inbox_read_all(user_id=user_id, category=category, now_ms=now_ms, max_score=now_ms),
+            )
+            transaction.on_commit(lambda: groups_all_read(user_id=user_id, category=category))
     return len(unread)
 
 
@@ -226,9 +228,9 @@ def inbox_mark_seen(*, user: AbstractBaseUser, now: datetime | None = None) -> N
     """Move the unseen watermark: unseen_count is 0 until something newer arrives."""
     now = now or timezone.now()
     user_id = int(user.pk)
-    with transaction.atomic():
-        seen_commit(user_id=user_id, seen_ms=to_ms(now), now=now)
-        now_ms = to_ms(now)
+    now_ms = to_ms(now)
+    with part_writing(user_id), transaction.atomic():
+        seen_commit(user_id=user_id, seen_ms=now_ms, now=now)
         redis_after_commit(user_id=user_id, apply=lambda: inbox.inbox_seen(user_id=user_id, now_ms=now_ms))
 
 
@@ -236,18 +238,18 @@ def inbox_hide(*, user: AbstractBaseUser, item_id: str, now: datetime | None = N
     """Delete an item from this user's inbox only.
 
     PostgreSQL keeps a row per hide (a user's own action, so cheap), committed
-    before the answer, so a rebuild of Redis keeps it hidden; Redis follows
-    after commit (or the outbox replays it).
+    before the answer, so a fill of the user keeps it hidden; Redis follows
+    after commit (or the user's part is recorded stale).
     """
     ref = _ref(item_id)
     now = now or timezone.now()
     user_id = int(user.pk)
     if _placed(user_id, ref, now) is None:  # archived and snoozed items are in the inbox too
         raise NotFound("No such item in your inbox.")
-    with transaction.atomic():
+    now_ms = to_ms(now)
+    with part_writing(user_id), transaction.atomic():
         InboxHidden.objects.get_or_create(user_id=user_id, item_id=ref)
         InboxItemState.objects.filter(user_id=user_id, item_id=ref).delete()  # deleted wherever it was
-        now_ms = to_ms(now)
         redis_after_commit(user_id=user_id, apply=lambda: inbox.inbox_hide(user_id=user_id, ref=ref, now_ms=now_ms))
         # Deleting a grouped row deletes its group (after the row's own hide).
         transaction.on_commit(lambda: group_row_deleted(user_id=user_id, ref=ref))

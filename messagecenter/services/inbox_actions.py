@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from core.api.errors import NotFound, ValidationFailed
 from durability import healing
 from messagecenter import fallback, projection
-from messagecenter.fill import inbox_served
+from messagecenter.fill import inbox_served, part_writing
 from messagecenter.models import InboxHidden, InboxItemState
 from messagecenter.readmodel import InboxEntry, inbox, to_ms
 from messagecenter.services.grouping import group_row_read, group_rows_acted
@@ -87,9 +87,10 @@ def inbox_archive(*, user: AbstractBaseUser, item_id: str, now: datetime | None 
     now = now or timezone.now()
     ref = _ref(item_id)
     place = _place(int(user.pk), ref, now)
-    _archive(user_id=int(user.pk), places={ref: place}, now=now)
-    # Archiving a grouped row ends its group, once the archive is committed and projected.
-    transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref))
+    with part_writing(int(user.pk)):
+        _archive(user_id=int(user.pk), places={ref: place}, now=now)
+        # Archiving a grouped row ends its group, once the archive is committed and projected.
+        transaction.on_commit(lambda: group_row_read(user_id=int(user.pk), ref=ref))
 
 
 def _archive(*, user_id: int, places: dict[str, str], now: datetime) -> None:
@@ -108,7 +109,8 @@ def inbox_unarchive(*, user: AbstractBaseUser, item_id: str, now: datetime | Non
     ref = _ref(item_id)
     place = _place(int(user.pk), ref, now)
     if place == inbox.ARCHIVED:
-        _unarchive(user_id=int(user.pk), refs=[ref], now=now)
+        with part_writing(int(user.pk)):
+            _unarchive(user_id=int(user.pk), refs=[ref], now=now)
 
 
 def _unarchive(*, user_id: int, refs: Sequence[str], now: datetime) -> None:
@@ -131,7 +133,7 @@ def inbox_snooze(*, user: AbstractBaseUser, item_id: str, until: datetime, now: 
     ref = _ref(item_id)
     user_id = int(user.pk)
     _place(user_id, ref, now)
-    with transaction.atomic():
+    with part_writing(user_id), transaction.atomic():
         _state_put(user_id=user_id, refs=[ref], now=now, archived=False, snoozed_until=until, snoozed_at=now)
         # The snooze leaves the item unread (snooze.lua clears the bit in Redis).
         read_marks_commit(user_id=user_id, entries=_entries([ref], now), read=False, now=now)
@@ -149,10 +151,13 @@ def inbox_bulk(*, user: AbstractBaseUser, action: str, item_ids: Sequence[str], 
     user_id = int(user.pk)
     refs = [r for r in dict.fromkeys(item_ids) if r and len(r) <= MAX_ITEM_ID_LENGTH and "|" not in r]
     places = _places(user_id, refs, now) if refs else {}
-    _bulk_apply(user_id=user_id, action=action, places=places, now=now)
-    # The rows act for their groups, after the commit and the rows' own Redis writes.
-    acted = list(places)
-    transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action))
+    if not places:
+        return 0
+    with part_writing(user_id):
+        _bulk_apply(user_id=user_id, action=action, places=places, now=now)
+        # The rows act for their groups, after the commit and the rows' own Redis writes.
+        acted = list(places)
+        transaction.on_commit(lambda: group_rows_acted(user_id=user_id, refs=acted, action=action))
     return len(places)
 
 

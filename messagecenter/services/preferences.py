@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from core.api.errors import NotFound, PermissionDenied, ValidationFailed
 from messagecenter import channel_prefs, projection
+from messagecenter.fill import part_writing
 from messagecenter.languages import user_language_changed
 from messagecenter.models import CATEGORIES, EmailDigest, MessageType, MutePeriod, Subscription, UserPreferences
 from messagecenter.quiet import parse_hhmm, zone_of
@@ -84,7 +85,7 @@ def preferences_update(
         language=UNCHANGED if isinstance(language, Unchanged) else _language(language),
     )
     now_ms = to_ms(now or timezone.now())
-    with transaction.atomic():
+    with part_writing(user_id), transaction.atomic():
         # The preferences row is the user's lock: two updates of one user run one after the other.
         prefs, _created = UserPreferences.objects.get_or_create(user_id=user_id)
         prefs = UserPreferences.objects.select_for_update().get(pk=prefs.pk)

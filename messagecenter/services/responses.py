@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from core.api.errors import Conflict, ValidationFailed
 from messagecenter import projection
+from messagecenter.fill import part_writing
 from messagecenter.models import MessageResponse
 from messagecenter.selectors import inbox_item_get
 from messagecenter.services.inbox import inbox_mark_read
@@ -83,7 +84,7 @@ def message_respond(*, user: AbstractBaseUser, item_id: str, action: str, now: d
     # Whole milliseconds: the time Redis keeps (and pages show) is the row's.
     at = at.replace(microsecond=at.microsecond // 1000 * 1000)
     try:
-        with transaction.atomic():
+        with part_writing(int(user.pk)), transaction.atomic():
             MessageResponse.objects.create(message_id=message_id, user_id=user.pk, action=action, at=at)
             webhooks.webhook_emit(
                 event="message.responded",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -25,7 +26,7 @@ from messagecenter import services as mc_services
 from messagecenter.fill import inbox_fill
 from messagecenter.models import Message
 from messagecenter.readmodel import inbox as inbox_rm
-from messagecenter.readmodel.scripts import idle_ms
+from messagecenter.readmodel.scripts import WRITE_GRACE_MS, idle_ms
 from messagecenter.readmodel.user_part import user_part_filled
 from messagecenter.selectors import inbox_list
 from messagecenter.services.inbox_actions import inbox_archive
@@ -220,6 +221,72 @@ def test_a_mark_redis_missed_drops_the_users_part_before_the_users_next_write(
     read = {row[0]: row[1] for row in _seen(client)[0]}
     assert (read[refs[0]], read[refs[1]]) == (True, True)
     assert fill.filled_among([user.pk]) == {user.pk}
+
+
+def _notes(server: RedisServer, user_id: int) -> dict[bytes, bytes]:
+    """The user's writes in flight as the state hash notes them (their count under "w")."""
+    state = server.client().hgetall(mc_keys.inbox_state(user_id))
+    return {field: value for field, value in state.items() if field == b"w" or field.startswith(b"w:")}
+
+
+def test_a_finished_write_leaves_no_note(world: dict[str, Any]) -> None:
+    user, server, refs = world["users"][2], world["server"], world["refs"]
+    client = client_for(user)
+    _seen(client)  # filled
+    assert client.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    assert client.post("/api/v1/inbox/read-all/").status_code == 200
+    assert client.put("/api/v1/me/preferences/", {"muted_categories": ["system"]}, format="json").status_code == 200
+    assert _notes(server, user.pk) == {}
+    # Nor does one that changed nothing (an unknown item: nothing committed).
+    assert client.post("/api/v1/inbox/m999999/read/").status_code == 404
+    assert _notes(server, user.pk) == {}
+
+
+def test_a_write_whose_process_died_before_redis_is_read_back_after_the_grace(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process commits the mark and dies before its Redis half: Redis
+    keeps the user's part without the mark, but the note the write left in
+    the user's state hash outlives it. Within the grace the writer may still
+    be at work, so Redis answers as it is; past it the next read fills the
+    user again from PostgreSQL, which has the mark."""
+    user, server, refs = world["users"][2], world["server"], world["refs"]
+    client = client_for(user)
+
+    def read_flags() -> dict[str, bool]:
+        return {row[0]: row[1] for row in _seen(client)[0]}
+
+    assert read_flags()[refs[0]] is False
+    dropped: list[Any] = []
+    with monkeypatch.context() as dying:
+        dying.setattr(transaction, "on_commit", lambda func, *_a, **_k: dropped.append(func))
+        mc_services.inbox_mark_read(user=user, item_id=refs[0])
+    assert dropped  # the Redis half and the note's end never ran
+    notes = _notes(server, user.pk)
+    assert notes.pop(b"w") == b"1"
+    assert len(notes) == 1
+
+    assert read_flags()[refs[0]] is False  # within the grace
+    later = timezone.now() + timedelta(milliseconds=WRITE_GRACE_MS + 1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert read_flags()[refs[0]] is True
+    assert _notes(server, user.pk) == {}  # the fill did not carry a dead writer's note over
+    assert not inbox_list(user=user, limit=50).degraded
+
+
+def test_a_fill_carries_the_notes_of_writes_in_flight_over(world: dict[str, Any]) -> None:
+    """A write noted before a fill may commit after the fill read PostgreSQL:
+    its note survives the fill's drop, and goes when the write ends."""
+    user, server = world["users"][2], world["server"]
+    token = fill._write_begin(user.pk)
+    assert token is not None
+    assert inbox_fill(user_id=user.pk)
+    notes = _notes(server, user.pk)
+    assert notes == {b"w": b"1", f"w:{token}".encode(): notes[f"w:{token}".encode()]}
+    fill._write_end(user.pk, token)
+    assert _notes(server, user.pk) == {}
+    fill._write_end(user.pk, token)  # a second end moves nothing
+    assert _notes(server, user.pk) == {}
 
 
 def test_a_mark_of_a_user_nobody_fills_needs_no_redis(world: dict[str, Any]) -> None:
