@@ -214,8 +214,14 @@ def _targets_for(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int
 
 
 def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read: bool, now: datetime | None) -> bool:
-    """PostgreSQL first: the rows change and commit, then Redis follows (the
-    outbox keeps the mark when Redis is down, or the user's older marks wait there)."""
+    """PostgreSQL first: the rows change and commit, then Redis follows.
+
+    The mark's Redis half is an outbox entry committed with the rows, which
+    the request then applies with any older one of the user (in order): a
+    process that dies after the commit, or a Redis that refuses, leaves the
+    entry for the outbox's replay. The read bits live in keys every reader of
+    the platform shares, so no fill of the user would bring them back.
+    """
     now = now or timezone.now()
     announcement_id = int(announcement_id)
     targets = _targets_for(user=user, announcement_id=announcement_id, now=now)
@@ -223,19 +229,16 @@ def _mark(*, user: AbstractBaseUser | AnonymousUser, announcement_id: int, read:
     payload = _payload(announcement_id, targets, read, now)
     with transaction.atomic():
         changed = announcement_reads_set(user_id=user_id, announcement_id=announcement_id, platforms=targets, read=read)
-        transaction.on_commit(lambda: _mark_redis(user_id=user_id, payload=payload))
+        outbox.enqueue(topic=READ_TOPIC, payload=payload, user_id=user_id)
+        transaction.on_commit(lambda: _mark_redis(user_id=user_id))
     return changed
 
 
-def _mark_redis(*, user_id: int, payload: dict[str, Any]) -> None:
+def _mark_redis(*, user_id: int) -> None:
     try:
-        # A mark must not overtake the user's marks still waiting in the outbox.
-        if outbox.settle_user(user_id=user_id):
-            replay_mark(payload, user_id)
-            return
+        outbox.settle_user(user_id=user_id)
     except RedisError:
-        logger.warning("redis unavailable; queueing an announcement mark of user %s", user_id)
-    outbox.enqueue_after_failure(topic=READ_TOPIC, payload=payload, user_id=user_id)
+        logger.warning("redis unavailable; an announcement mark of user %s waits in the outbox", user_id)
 
 
 def _payload(announcement_id: int, targets: list[str], read: bool, now: datetime) -> dict[str, Any]:

@@ -212,6 +212,27 @@ def test_a_mark_queues_behind_pending_marks_that_cannot_be_replayed(recipient: A
     assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[recipient.pk]) == [False]
 
 
+def test_an_announcement_mark_whose_process_died_after_its_commit_reaches_redis(
+    recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark's Redis half is an entry committed with its rows: a process
+    that dies right after the commit (no after-commit callback runs) leaves
+    it for the replay, while Redis kept its data and still says unread."""
+    a = announce(["user"], publish_at=timezone.now() - timedelta(hours=1))
+    dropped: list[Any] = []
+    with monkeypatch.context() as dying:
+        dying.setattr(transaction, "on_commit", lambda func, *_a, **_k: dropped.append(func))
+        assert announcement_mark_read(user=recipient, announcement_id=a.pk) is True
+    assert dropped
+    assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[recipient.pk]) == [False]
+    assert outbox.replay() == 1
+    assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[recipient.pk]) == [True]
+    # A mark whose request lives applies its own entry at once.
+    assert announcement_mark_unread(user=recipient, announcement_id=a.pk) is True
+    assert not OutboxEntry.objects.exists()
+    assert readmodel.read_bits(platform="user", announcement_id=a.pk, user_ids=[recipient.pk]) == [False]
+
+
 def test_a_failed_inbox_mirror_is_recorded_and_replayed(recipient: Any) -> None:
     with mock.patch("messagecenter.readmodel.publish.bulletin_put", side_effect=RedisConnectionError("down")):
         bulletin = mc_services.bulletin_create(title="kept", body_html="<p>b</p>", display_time=timezone.now())
