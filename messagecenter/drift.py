@@ -11,20 +11,17 @@ subscriber sets call the same idempotent functions of
 
 import functools
 import json
-import random
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
 from durability.drift import DriftCheck, Finding
-from messagecenter import fallback, projection
 from messagecenter import keys as mc_keys
-from messagecenter.fill import filled_among, inbox_forget
+from messagecenter import projection
 from messagecenter.items import (
     bulletin_detail,
     bulletin_entry,
@@ -43,7 +40,6 @@ from messagecenter.models import (
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
-from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.services.delivery import delivery_pending, delivery_relay
 
 BATCH = 1000
@@ -380,84 +376,7 @@ def subscribers_repair(findings: Sequence[Finding]) -> None:
         projection.subscribers(type_id, scope)
 
 
-# --- users' parts -------------------------------------------------------------------
-
-
-def _sample(values: Sequence[int], size: int) -> list[int]:
-    if len(values) <= size:
-        return [int(v) for v in values]
-    # A fresh random sample each run: over many runs every user gets looked at.
-    return sorted(int(v) for v in random.Random().sample(list(values), size))  # noqa: S311 - sampling, not security
-
-
-# The rows of a user's first page compared: what the inbox opens on.
-USER_PAGE = 50
-
-
-def users_find() -> list[Finding]:
-    """For a sample of the users whose part Redis holds: their first page (items,
-    order, read flags) and their unread counts in Redis equal what PostgreSQL
-    computes for them (``messagecenter.fallback``, the computation the inbox
-    property test holds the Redis path to). Memberships, hidden items, pushes,
-    read marks and the unread index all show there when they drift.
-
-    Sampled: ``MESSAGECENTER_CHECK_USER_SAMPLE`` users a run, a fresh sample
-    each run, so over many runs every user gets looked at.
-    """
-    ids = list(get_user_model().objects.values_list("pk", flat=True))
-    sample = sorted(filled_among(_sample(ids, int(settings.MESSAGECENTER_CHECK_USER_SAMPLE))))
-    now = timezone.now()
-    findings: list[Finding] = []
-    for user_id in sample:
-        problems = _user_differs(user_id, now)
-        if problems:
-            findings.append(Finding(area="users", key=mc_keys.inbox(user_id), detail=problems, fix=user_id))
-    return findings
-
-
-def _user_differs(user_id: int, now: datetime) -> str:
-    """How the user's first page and counts in Redis differ from PostgreSQL's ("" when they agree)."""
-    page: dict[str, Any] = {
-        "category": None,
-        "max_score": None,
-        "skip": 0,
-        "limit": USER_PAGE,
-        "unread_only": False,
-        "since_ms": None,
-    }
-    held = inbox_rm.inbox_page(user_id=user_id, now_ms=to_ms(now), **page)
-    truth = fallback.inbox_page(user_id=user_id, now=now, **page)
-    if not isinstance(held, inbox_rm.Page):  # a cached rendering: nothing to compare
-        return ""
-    problems = []
-    rows, want = dict((r.ref, r.read) for r in held.rows), dict((r.ref, r.read) for r in truth.rows)
-    if list(rows.items()) != list(want.items()):
-        problems.append(f"first page: {_rows_differ(rows, want)} differs from PostgreSQL's")
-    if held.counts.unread_by_category != truth.counts.unread_by_category:
-        problems.append(
-            f"unread {held.counts.unread_by_category} in Redis, {truth.counts.unread_by_category} in PostgreSQL"
-        )
-    if held.counts.unseen != truth.counts.unseen:
-        problems.append(f"unseen {held.counts.unseen} in Redis, {truth.counts.unseen} in PostgreSQL")
-    return "; ".join(problems)
-
-
-def _rows_differ(rows: dict[str, bool], want: dict[str, bool]) -> str:
-    """What differs between a page's (ref -> read) in Redis and in PostgreSQL, in words."""
-    parts = []
-    if missing := [ref for ref in want if ref not in rows]:
-        parts.append(f"missing {_ids(missing)}")
-    if extra := [ref for ref in rows if ref not in want]:
-        parts.append(f"extra {_ids(extra)}")
-    if flags := [ref for ref, read in rows.items() if ref in want and want[ref] != read]:
-        parts.append(f"read flag of {_ids(flags)}")
-    return ", ".join(parts or ["order"])
-
-
-def users_repair(findings: Sequence[Finding]) -> None:
-    """Drop each drifted user's part: their next read fills it from PostgreSQL
-    (filled here at once when healing is off)."""
-    inbox_forget(user_ids=sorted({int(f.fix) for f in findings}))
+# --- deliveries ---------------------------------------------------------------------
 
 
 def deliveries_find() -> list[Finding]:
@@ -500,10 +419,4 @@ CHECKS = [
         _run_fixes,
     ),
     DriftCheck("subscribers", "subscriber sets per (message type, scope)", subscribers_find, subscribers_repair),
-    DriftCheck(
-        "users",
-        "a sample of users' first pages and unread counts in Redis against PostgreSQL's",
-        users_find,
-        users_repair,
-    ),
 ]

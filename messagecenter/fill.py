@@ -275,17 +275,6 @@ def fill_awaited(user_id: int) -> bool:
     return True
 
 
-def filled_among(user_ids: list[int]) -> set[int]:
-    """The users whose part of the read model Redis holds now (all of them when
-    healing is off: every user counts as filled). The drift checks compare only
-    these: an unfilled user has nothing in Redis to drift, and mending it would
-    fill Redis with users who are not there."""
-    generation = healing.user_generation()
-    if not generation:
-        return set(user_ids)
-    return users_filled(user_ids=user_ids, generation=generation)
-
-
 def inbox_idle_drop(*, batch: int = 500) -> int:
     """Drop what is left of the parts of users no longer filled (their state hash
     expired after MESSAGECENTER_USER_IDLE_SECONDS without a read, or Redis

@@ -539,10 +539,6 @@ MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAY
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
-# check_redis's users check: users (among those Redis holds) whose first page
-# and counts are compared with PostgreSQL's per run; a full check would cost
-# a PostgreSQL computation of every user's inbox.
-MESSAGECENTER_CHECK_USER_SAMPLE: int = env.int("MESSAGECENTER_CHECK_USER_SAMPLE", default=100)
 # With Redis down the inbox answers from PostgreSQL: newest rows of each item
 # kind scanned per request (messages, bulletins, notifications).
 MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LIMIT", default=5000)

@@ -24,7 +24,7 @@ from durability.models import RedisCheckRun
 from durability.tasks import check_redis_task
 from messagecenter import keys as mc_keys
 from messagecenter import services
-from messagecenter.items import message_entry
+from messagecenter.models import Subscription
 from tests.conftest import flush_redis
 from tests.factories import StaffFactory
 from tests.messagecenter.conftest import make_group, send
@@ -38,7 +38,6 @@ AREAS = [
     "bulletins",
     "item_details",
     "subscribers",
-    "users",
 ]
 
 
@@ -63,12 +62,14 @@ def world(operator: Any, recipient: Any, other_recipient: Any) -> dict[str, Any]
     return {"group": group, "bulletin": bulletin, "message": message, "notification": notification}
 
 
-def lose_a_push(world: dict[str, Any], user: Any) -> str:
-    """Redis loses the user's copy of the world's message (PostgreSQL still has
-    it): the users check finds their first page short of it. Returns the detail."""
-    message = world["message"]
-    get_redis().zrem(mc_keys.inbox(user.pk), message_entry(message).member)
-    return f"first page: missing {message.ref} differs from PostgreSQL's"
+def lose_a_subscriber(world: dict[str, Any]) -> tuple[str, str, str]:
+    """Redis loses the group's subscription to the world's message type
+    (PostgreSQL still has it): the subscribers check finds the set short of
+    it. Returns the set's key, the member and the finding's detail."""
+    subscription = Subscription.objects.get()
+    key = mc_keys.subscribers(subscription.message_type_id, subscription.scope)
+    get_redis().srem(key, subscription.subscriber)
+    return key, subscription.subscriber, f"missing {subscription.subscriber}"
 
 
 def change_a_detail(world: dict[str, Any]) -> None:
@@ -104,24 +105,24 @@ def test_empty_project_is_clean(db: None) -> None:
     assert run()[0] == 0
 
 
-def test_drift_reported_exit_1_then_repaired_then_clean(world: Any, recipient: Any) -> None:
-    lost = lose_a_push(world, recipient)
+def test_drift_reported_exit_1_then_repaired_then_clean(world: Any) -> None:
+    key, _member, lost = lose_a_subscriber(world)
     change_a_detail(world)
     code, out, _ = run()
     assert code == 1
-    assert "users: 1 drifted" in out
-    assert f"  - {mc_keys.inbox(recipient.pk)}: {lost}" in out
+    assert "subscribers: 1 drifted" in out
+    assert f"  - {key}: {lost}" in out
     assert f"  - {mc_keys.item_detail()} [{world['message'].ref}]: detail differs from PostgreSQL" in out
     assert "bulletins: ok" in out
     assert "2 drift remaining" in out
     assert "--repair" in out
     first = RedisCheckRun.objects.get()
     assert (first.drift_count, first.repaired_count) == (2, 0)
-    assert {(f["area"], f["repaired"]) for f in first.findings} == {("users", False), ("item_details", False)}
+    assert {(f["area"], f["repaired"]) for f in first.findings} == {("subscribers", False), ("item_details", False)}
 
     code, out, _ = run("--repair")
     assert code == 0
-    assert "users: 1 drifted, 1 repaired, 0 remaining" in out
+    assert "subscribers: 1 drifted, 1 repaired, 0 remaining" in out
     assert "(repaired)" in out
     assert "2 drifted, all repaired" in out
     mended = RedisCheckRun.objects.order_by("-pk").first()
@@ -144,17 +145,16 @@ def test_flushed_redis_is_drift_everywhere_and_repair_restores_it(world: Any, re
         "bulletins",
         "item_details",
         "subscribers",
-        "users",
     }
     assert run()[0] == 0
 
 
-def test_area_option_restricts_the_check(world: Any, recipient: Any) -> None:
-    lose_a_push(world, recipient)
-    code, out, _ = run("--area", "subscribers", "--area", "bulletins")
+def test_area_option_restricts_the_check(world: Any) -> None:
+    lose_a_subscriber(world)
+    code, out, _ = run("--area", "item_details", "--area", "bulletins")
     assert code == 0
-    assert out.splitlines()[:2] == ["bulletins: ok", "subscribers: ok"]
-    assert run("--area", "users")[0] == 1
+    assert out.splitlines()[:2] == ["bulletins: ok", "item_details: ok"]
+    assert run("--area", "subscribers")[0] == 1
 
 
 def test_unknown_area_is_a_command_error(db: None) -> None:
@@ -214,8 +214,8 @@ def test_beat_schedule_runs_the_task(settings: Any) -> None:
     assert settings.MESSAGECENTER_CHECK_SECONDS == 15 * 60
 
 
-def test_task_stores_a_run_and_repairs_by_setting(world: Any, recipient: Any, settings: Any) -> None:
-    lose_a_push(world, recipient)
+def test_task_stores_a_run_and_repairs_by_setting(world: Any, settings: Any) -> None:
+    lose_a_subscriber(world)
     settings.MESSAGECENTER_CHECK_REPAIR = False
     outcome = check_redis_task.delay().get()
     assert (outcome["drift"], outcome["repaired"], outcome["error"]) == (1, 0, "")
@@ -246,7 +246,7 @@ def test_admin_index_shows_the_last_result(operator: Any, recipient: Any, world:
     assert f'href="/admin/durability/redischeckrun/{latest.pk}/change/"' in page
     assert "redis-check-clean" in page
     assert "Messagecenter" in page or "messagecenter" in page  # the app list is still there
-    lose_a_push(world, recipient)
+    lose_a_subscriber(world)
     change_a_detail(world)
     check_run(repair=True)
     page = client.get("/admin/").content.decode()
@@ -259,8 +259,8 @@ def test_admin_index_panel_needs_the_view_permission(db: None) -> None:
     assert "redis-check-panel" not in page
 
 
-def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: Any, world: Any) -> None:
-    lost = lose_a_push(world, recipient)
+def test_admin_run_page_renders_findings_as_a_table(operator: Any, world: Any) -> None:
+    key, _member, lost = lose_a_subscriber(world)
     result = check_run(repair=False)
     client = admin_client(operator)
     listing = client.get("/admin/durability/redischeckrun/")
@@ -270,13 +270,13 @@ def test_admin_run_page_renders_findings_as_a_table(operator: Any, recipient: An
     assert detail.status_code == 200
     body = detail.content.decode()
     assert '<table class="redis-check-findings">' in body
-    assert f"<code>{mc_keys.inbox(recipient.pk)}</code>" in body
+    assert f"<code>{key}</code>" in body
     assert escape(lost) in body
     assert client.get("/admin/durability/redischeckrun/add/").status_code == 403
 
 
-def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recipient: Any, world: Any) -> None:
-    lose_a_push(world, recipient)
+def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, world: Any) -> None:
+    key, member, _lost = lose_a_subscriber(world)
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     assert client.get("/admin/durability/redischeckrun/run/").status_code == 405
@@ -288,7 +288,7 @@ def test_admin_run_now_posts_with_csrf_and_needs_permission(operator: Any, recip
     assert response["Location"] == "/admin/durability/redischeckrun/"
     recorded = RedisCheckRun.objects.get()
     assert (recorded.repair, recorded.drift_count, recorded.repaired_count) == (True, 1, 1)
-    assert get_redis().zscore(mc_keys.inbox(recipient.pk), message_entry(world["message"]).member) is not None
+    assert get_redis().sismember(key, member)
 
 
 def test_admin_run_now_refused_without_the_add_permission(db: None) -> None:

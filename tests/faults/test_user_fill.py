@@ -20,14 +20,14 @@ from core import keys
 from core import readmodel as core_readmodel
 from durability import healing, rebuild
 from durability.models import OutboxEntry
-from messagecenter import drift, fill
+from messagecenter import fill
 from messagecenter import keys as mc_keys
 from messagecenter import services as mc_services
 from messagecenter.fill import inbox_fill
 from messagecenter.models import Message
 from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel.scripts import WRITE_GRACE_MS, idle_ms
-from messagecenter.readmodel.user_part import user_part_filled
+from messagecenter.readmodel.user_part import user_part_filled, users_filled
 from messagecenter.selectors import inbox_list
 from messagecenter.services.inbox_actions import inbox_archive
 from messagecenter.user_rows import user_rows
@@ -55,6 +55,11 @@ def _seen(client: Any) -> tuple[Any, ...]:
     assert counts.status_code == 200
     rows = [(r["id"], r["read"], (r.get("group") or {}).get("count")) for r in page.json()["results"]]
     return rows, [r["id"] for r in archived.json()["results"]], counts.json()["unread"]
+
+
+def _filled(user: Any) -> bool:
+    """Whether Redis holds the user's part, filled for the current generation."""
+    return bool(users_filled(user_ids=[user.pk], generation=healing.user_generation()))
 
 
 def _user_keys(server: RedisServer, user_id: int) -> list[bytes]:
@@ -154,7 +159,7 @@ def test_a_mark_made_while_a_fill_outlasts_its_wait_is_read_after_the_fill(
     # This fill may have read PostgreSQL before the mark: its end drops what it filled.
     assert inbox_fill(user_id=user.pk)
     assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
-    assert fill.filled_among([user.pk]) == set()
+    assert not _filled(user)
     page = inbox_list(user=user, limit=50)
     assert not page.degraded
     assert {item.id: item.read for item in page.results}[refs[2]] is True
@@ -200,7 +205,7 @@ def test_a_mark_redis_missed_drops_the_users_part_before_the_users_next_write(
     client = client_for(user)
     now_ms = int(timezone.now().timestamp() * 1000)
     assert {row[0]: row[1] for row in _seen(client)[0]}[refs[0]] is False
-    assert fill.filled_among([user.pk]) == {user.pk}
+    assert _filled(user)
 
     def refused(**_kwargs: Any) -> bool:
         raise RedisConnectionError("refused")
@@ -217,10 +222,10 @@ def test_a_mark_redis_missed_drops_the_users_part_before_the_users_next_write(
     assert client.post(f"/api/v1/inbox/{refs[1]}/read/").status_code == 204
     assert OutboxEntry.objects.filter(user_id=user.pk).count() == 0
     assert OutboxEntry.objects.filter(user_id=other.pk).count() == 1
-    assert fill.filled_among([user.pk]) == set()  # dropped, the second mark with it
+    assert not _filled(user)  # dropped, the second mark with it
     read = {row[0]: row[1] for row in _seen(client)[0]}
     assert (read[refs[0]], read[refs[1]]) == (True, True)
-    assert fill.filled_among([user.pk]) == {user.pk}
+    assert _filled(user)
 
 
 def _notes(server: RedisServer, user_id: int) -> dict[bytes, bytes]:
@@ -318,23 +323,6 @@ def test_a_user_filled_for_an_older_generation_is_filled_again(world: dict[str, 
     assert _seen(client) == before
     assert server.client().hget(state, "fill") == str(healing.user_generation()).encode()
     assert dict((r[0], r[1]) for r in _seen(client)[0])[refs[0]] is True
-
-
-def test_the_drift_check_leaves_users_who_did_not_come_back_alone(world: dict[str, Any]) -> None:
-    """A user who is not filled has nothing in Redis to drift: the check of users'
-    parts skips them (mending them would fill Redis with users who are not there)."""
-    user, server, refs = world["users"][1], world["server"], world["refs"]
-    mc_services.inbox_hide(user=user, item_id=refs[2])
-    assert drift.users_find() == []
-    _lose_and_rebuild(server)
-    assert drift.users_find() == []
-    assert not _user_keys(server, user.pk)
-
-    assert refs[2] not in [row[0] for row in _seen(client_for(user))[0]]  # filled, the hide with it
-    assert drift.users_find() == []
-    newest = server.client().zrange(mc_keys.inbox(user.pk), -1, -1)[0]
-    server.client().zrem(mc_keys.inbox(user.pk), newest)  # drift in a filled user's part is found
-    assert [f.fix for f in drift.users_find()] == [user.pk]
 
 
 def test_an_idle_user_leaves_redis_and_comes_back_on_their_next_read(world: dict[str, Any]) -> None:

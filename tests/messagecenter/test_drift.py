@@ -14,12 +14,8 @@ from core.redis import get_redis
 from durability.drift import Finding, check_run, drift_checks
 from messagecenter import keys as mc_keys
 from messagecenter import services
-from messagecenter.items import message_entry
-from messagecenter.models import InboxHidden, Message, Subscription
-from messagecenter.readmodel import inbox as inbox_rm
-from messagecenter.readmodel import publish, to_ms
+from messagecenter.models import Message, Subscription
 from messagecenter.selectors import inbox_list
-from tests.factories import UserFactory
 from tests.messagecenter.conftest import make_group, send
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,88 +214,3 @@ def test_subscriber_sets_missing_member_and_stale_set(recipient: Any, other_reci
     }
     assert not redis.exists(mc_keys.subscribers(mtype.pk, "WH:9"))
     assert Subscription.objects.count() == 2
-
-
-# --- users' parts --------------------------------------------------------------
-
-
-def _one_finding(user: Any) -> Finding:
-    [finding] = find("users")
-    assert (finding.key, finding.fix) == (mc_keys.inbox(user.pk), user.pk)
-    return finding
-
-
-def test_a_push_missing_from_a_users_page_is_found_and_refilled(
-    operator: Any, recipient: Any, other_recipient: Any, settings: Any
-) -> None:
-    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
-    message = send(operator, to={"users": [recipient, other_recipient]})
-    assert message.delivery == "push"
-    assert find("users") == []
-    redis = get_redis()
-    member = redis.zrange(mc_keys.inbox(recipient.pk), 0, -1)[0]
-    redis.zrem(mc_keys.inbox(recipient.pk), member)
-    assert refs(recipient) == []
-    assert _one_finding(recipient).detail.startswith(f"first page: missing {message.ref} differs")
-    repair_and_recheck("users")
-    assert refs(recipient) == [message.ref]
-
-
-def test_a_lost_membership_shows_as_a_missing_bulletin(recipient: Any, other_recipient: Any) -> None:
-    group = make_group("vip", recipient, other_recipient)
-    bulletin = services.bulletin_create(title="B", body_html="", display_time=timezone.now(), group_ids=[group.pk])
-    get_redis().delete(mc_keys.user_groups(recipient.pk))  # before the first read merges the bulletin
-    assert f"missing b{bulletin.pk}" in _one_finding(recipient).detail
-    repair_and_recheck("users")
-    assert refs(recipient) == [f"b{bulletin.pk}"]
-    assert get_redis().smembers(mc_keys.user_groups(recipient.pk)) == {str(group.pk).encode()}
-
-
-def test_a_read_mark_lost_in_redis_is_found(operator: Any, recipient: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
-    message = send(operator, to={"users": [recipient]})
-    services.inbox_mark_read(user=recipient, item_id=message.ref)
-    assert find("users") == []
-    # Redis lost the mark (PostgreSQL keeps it): the item shows unread there.
-    inbox_rm.inbox_set_read(user_id=recipient.pk, ref=message.ref, read=False, now_ms=to_ms(timezone.now()))
-    assert [item.read for item in inbox_list(user=recipient).results] == [False]
-    assert f"read flag of {message.ref}" in _one_finding(recipient).detail
-    repair_and_recheck("users")
-    assert [item.read for item in inbox_list(user=recipient).results] == [True]
-
-
-def test_unread_counters_out_of_step_are_found(operator: Any, recipient: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
-    send(operator, to={"users": [recipient]})
-    assert refs(recipient)  # placed: the counters hold it
-    get_redis().hincrby(mc_keys.inbox_counters(recipient.pk), "system", 2)
-    assert _one_finding(recipient).detail.startswith("unread {")
-    repair_and_recheck("users")
-    assert inbox_list(user=recipient).unread_count == 1
-
-
-def test_a_hidden_item_back_in_redis_is_found(operator: Any, recipient: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
-    message = send(operator, to={"users": [recipient]})
-    services.inbox_hide(user=recipient, item_id=message.ref)
-    assert InboxHidden.objects.filter(user=recipient, item_id=message.ref).exists()
-    assert find("users") == []
-    get_redis().srem(mc_keys.inbox_hidden(recipient.pk), message.ref)
-    publish.inbox_deliver(entry=message_entry(message), user_ids=[recipient.pk], now_ms=to_ms(timezone.now()))
-    assert refs(recipient) == [message.ref]
-    assert f"extra {message.ref}" in _one_finding(recipient).detail
-    repair_and_recheck("users")
-    assert refs(recipient) == []
-    assert get_redis().sismember(mc_keys.inbox_hidden(recipient.pk), message.ref)
-
-
-def test_the_users_check_samples_users(operator: Any, settings: Any) -> None:
-    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
-    settings.MESSAGECENTER_CHECK_USER_SAMPLE = 3
-    users = [operator, *(UserFactory() for _ in range(6))]  # every user: all of them drift
-    send(operator, to={"users": users})
-    for user in users:
-        get_redis().delete(mc_keys.inbox(user.pk))
-    found = find("users")
-    assert len(found) == 3
-    assert {f.fix for f in found} <= {u.pk for u in users}
