@@ -119,13 +119,15 @@ def redis_after_commit(*, user_id: int, apply: Callable[[], object]) -> None:
             if _direct(user_id):
                 mark_applied(user_id, apply)
                 return
-            part_stale(user_id)
-        except healing.ReadModelNotReady:  # behind a rebuild or a fill of the user
-            part_stale(user_id)
-            _settle_soon(user_id)
+        except healing.ReadModelNotReady:
+            pass  # behind a rebuild or a fill of the user
         except RedisError:
             logger.warning("redis unavailable; the inbox part of user %s waits to be dropped", user_id)
             part_stale(user_id)
+            return
+        # Behind a rebuild, a fill of the user, or the user's entries another replay holds.
+        part_stale(user_id)
+        _settle_soon(user_id)
 
     transaction.on_commit(after)
 

@@ -17,7 +17,7 @@ def test_each_kind_lists_the_apps_contributions_in_installed_order() -> None:
     assert [seed.__module__ for seed in seeds] == ["accounts.demo", "notices.demo", "messagecenter.demo"]
     assert [source.kind for source in reader_sources()] == ["announcement", "bulletin", "message"]
     areas = list(drift_checks())
-    assert areas.index("announcements") < areas.index("users")  # notices before messagecenter
+    assert areas.index("announcements") < areas.index("subscribers")  # notices before messagecenter
     gauges = [state.name for state in contributed_each("gauges")]
     assert "messagecenter_webhook_pending" in gauges
     assert "messagecenter_pending_deliveries" in gauges
