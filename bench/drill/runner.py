@@ -332,6 +332,23 @@ class Drill:
         row.notes.append("every app process SIGKILLed and Redis flushed at once; restore counted from the restart")
         return time.monotonic()
 
+    def app_killed(self, row: Row) -> float:
+        """SIGKILL every app process (web server, worker, beat) while the load
+        acts, Redis keeping its data, then start the app again. A write whose
+        process died between its commit and its Redis half is in PostgreSQL
+        and missing from the user's part in Redis: the note it left in the
+        user's state hash outlives it, and the user's reads after the note's
+        grace fill the part again, the write with it."""
+        time.sleep(3)
+        for process in self.app:
+            process.signal_group(signal.SIGKILL)
+        for process in self.app:
+            process.kill()  # reaped
+        for process in self.app:
+            process.start()
+        row.notes.append("every app process SIGKILLed, Redis kept; restore counted from the restart")
+        return time.monotonic()
+
     def few_return(self, row: Row) -> float:
         """Every user has read their inbox once (a push to the crowd, then each of
         them reads), then every app process is SIGKILLed and Redis flushed, the
@@ -525,6 +542,7 @@ class Drill:
             ("none (steady load, 10 s)", self.baseline(10), False),
             ("FLUSHALL", self.flushall, False),
             ("app SIGKILL (web, worker, beat) + FLUSHALL at once, restarted", self.app_killed_and_flushed, False),
+            ("app SIGKILL (web, worker, beat), Redis kept, restarted", self.app_killed, False),
             (f"Redis stopped {outage:.0f} s, restarted empty", self.redis_stopped(outage), False),
             (f"redis-server SIGSTOP {freeze:.0f} s, SIGCONT", self.redis_frozen(freeze), False),
             ("Celery worker SIGKILL mid fan-out (5,000 recipients)", self.worker_killed, False),
