@@ -8,11 +8,12 @@
 -- prepended to these scripts) and checks it without a script on a poll.
 -- Here each name's value is one the script read: the user's rev, the live
 -- version, how many of the user's writes are in flight, and what level()
--- compared. Valid until: the earliest expiry in
--- the inbox, the next bulletin display time or the grace of a write in
--- flight, whichever comes first (time moves them then, no write does). While the tag is unchanged and that time
--- has not come, a stored value is what a computation now would give. The
--- script binds the cache's keys: ib.pages_key, ib.live_version_key.
+-- compared. Valid until: the earliest expiry in the inbox, the next
+-- bulletin display time or the end of the grace of a write in flight,
+-- whichever comes first (time moves them then, no write does). While the
+-- tag is unchanged and that time has not come, a stored value is what a
+-- computation now would give. The script binds the cache's keys:
+-- ib.pages_key, ib.live_version_key.
 
 local function cache_tag(ib)
   local values = {live = call("GET", ib.live_version_key) or "0"}

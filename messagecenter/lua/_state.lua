@@ -42,7 +42,7 @@ end
 -- (a read cache entry is current only until then). Runs only while the
 -- count says some are, so a user nobody writes for pays one HMGET field.
 local function write_dead(ib, grace)
-  local flat = redis.call("HGETALL", ib.state_key)
+  local flat = call("HGETALL", ib.state_key)
   local oldest = nil
   for i = 1, #flat, 2 do
     if string.sub(flat[i], 1, 2) == "w:" then
