@@ -64,14 +64,16 @@ def handlers() -> dict[str, Handler]:
 
 # --- Is there anything pending? (process-local, cheap) -----------------------
 #
-# Every mark asks "does this user have pending marks?" before writing Redis.
-# Asking PostgreSQL on every mark would add a query to the hot write path for
-# a state that is almost always "no". So each process remembers two things:
-# that it enqueued something itself (then it always asks), and, for a couple
-# of seconds, that a query found no pending user marks at all. Another
-# process's enqueue can go unnoticed for at most that long; it only enqueues
-# while Redis fails, and this process then fails on the same Redis too (and
-# queues behind it), so the window only matters while Redis flaps.
+# Every user write asks "does this user have pending entries?" before writing
+# Redis. Asking PostgreSQL on every write would add a query to the hot write
+# path for a state that is almost always "no". So each process remembers two
+# things: that it enqueued something itself (then it asks, until a look finds
+# nothing pending), and, for a couple of seconds, that a query found no
+# pending user entries at all. Another process's enqueue can go unnoticed for
+# at most that long. An inbox write enqueues only while Redis fails, and this
+# process then fails on the same Redis too (and queues behind it); an
+# announcement mark enqueues always but applies its own entry at once; so the
+# window only matters while Redis flaps.
 EMPTY_CACHE_SECONDS = 2.0
 _local: dict[str, float | bool] = {"enqueued": False, "empty_until": 0.0}
 
@@ -80,7 +82,7 @@ def _pending() -> Any:
     return OutboxEntry.objects.exclude(last_error__startswith=PARKED_PREFIX)
 
 
-def _may_have_user_marks() -> bool:
+def _may_have_user_entries() -> bool:
     if known_settled():
         return False
     if _pending().filter(user_id__isnull=False).exists():
@@ -241,7 +243,7 @@ def settle_user(*, user_id: int) -> bool:
     or being rebuilt: the caller queues the mark as when Redis is down.
     """
     healing.require_ready()
-    if not _may_have_user_marks() or not user_has_pending(user_id=user_id):
+    if not _may_have_user_entries() or not user_has_pending(user_id=user_id):
         return True
     replay(user_id=user_id)
     return not user_has_pending(user_id=user_id)

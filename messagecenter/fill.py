@@ -169,11 +169,12 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
     if start is None:
         return False
     now = now or timezone.now()
+    cutoff = to_ms(now) - WRITE_GRACE_MS
     # The writes in flight when this read PostgreSQL may commit after it: their
     # notes stay (a dead writer's then has the user filled again). One past
     # its grace already belongs to a writer that died before this fill began,
     # whose commit, if any, this fill reads.
-    writes = {t: at for t, at in start.writes.items() if at + WRITE_GRACE_MS > to_ms(now)}
+    writes = {token: at for token, at in start.writes.items() if at > cutoff}
     try:
         rows = user_rows(user_id)
         # Whatever Redis holds of the user goes (the keys of the groups

@@ -321,32 +321,28 @@ class Drill:
         """SIGKILL every app process (web server, worker, beat) and FLUSHALL Redis at
         the same moment, then start the app again: every write answered 2xx before
         must be there from each reader's first read (PostgreSQL had it before the answer)."""
-        time.sleep(3)
-        for process in self.app:
-            process.signal_group(signal.SIGKILL)
-        self.redis.client().flushall()
-        for process in self.app:
-            process.kill()  # reaped
-        for process in self.app:
-            process.start()
-        row.notes.append("every app process SIGKILLed and Redis flushed at once; restore counted from the restart")
-        return time.monotonic()
+        return self._app_killed(row, flush=True)
 
     def app_killed(self, row: Row) -> float:
-        """SIGKILL every app process (web server, worker, beat) while the load
-        acts, Redis keeping its data, then start the app again. A write whose
-        process died between its commit and its Redis half is in PostgreSQL
-        and missing from the user's part in Redis: the note it left in the
-        user's state hash outlives it, and the user's reads after the note's
-        grace fill the part again, the write with it."""
+        """SIGKILL every app process while the load acts, Redis keeping its data,
+        then start the app again. A write whose process died between its commit
+        and its Redis half is in PostgreSQL and missing from the user's part in
+        Redis: the note it left in the user's state hash outlives it, and the
+        user's reads after the note's grace fill the part again, the write with it."""
+        return self._app_killed(row, flush=False)
+
+    def _app_killed(self, row: Row, *, flush: bool) -> float:
         time.sleep(3)
         for process in self.app:
             process.signal_group(signal.SIGKILL)
+        if flush:
+            self.redis.client().flushall()
         for process in self.app:
             process.kill()  # reaped
         for process in self.app:
             process.start()
-        row.notes.append("every app process SIGKILLed, Redis kept; restore counted from the restart")
+        redis = "Redis flushed at once" if flush else "Redis kept"
+        row.notes.append(f"every app process SIGKILLed, {redis}; restore counted from the restart")
         return time.monotonic()
 
     def few_return(self, row: Row) -> float:

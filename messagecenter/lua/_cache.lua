@@ -18,7 +18,9 @@
 local function cache_tag(ib)
   local values = {live = call("GET", ib.live_version_key) or "0"}
   if ib.touched then values.rev = call("HGET", ib.state_key, "rev") or "0" end
-  values.writing = ib.writing or call("HGET", ib.state_key, "w") or "0"
+  -- Read by open_inbox on a checked call. Otherwise nothing is noted (healing
+  -- is off) or the call is not a user's: "0" then at worst misses a poll.
+  values.writing = ib.writing or "0"
   local parts = {}
   for i, name in ipairs(CACHE_TAG) do parts[i] = values[name] or ib.levels[name] end
   return table.concat(parts, CACHE_JOIN)
