@@ -56,11 +56,6 @@ from durability.models import ReadModelState
 
 logger = logging.getLogger(__name__)
 
-# pg_advisory_lock key of the rebuild: any bigint unique to this purpose.
-LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
-# How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
-PROGRESS_SECONDS = 0.5
-
 
 class ReadModelNotReady(RedisError):
     """Redis answers but the read model is lost or being rebuilt: use PostgreSQL."""

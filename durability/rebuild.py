@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
 # How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
 PROGRESS_SECONDS = 0.5
-# Journal marks applied per query (keyset paging).
 
 
 # --- The rebuild steps of the apps ------------------------------------------------------

@@ -2,9 +2,11 @@
 
 Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
 
-- the user's items are the live messages, bulletins and notifications that
-  address them (the audiences as the send-time bitmaps, the everyone flag, or
-  the groups of a bulletin), minus the refs they hid and the items that
+- the user's items are the messages and notifications pushed to them, read
+  as a fill reads them (``messagecenter.user_rows``: their recipient rows),
+  and the live pull messages and bulletins that address them (the send-time
+  audience bitmap or the everyone flag; the groups of a bulletin), which the
+  Redis path merges on read; minus the refs they hid and the items that
   arrived while they muted them (``messagecenter.mutes``), newest
   ``MESSAGECENTER_INBOX_MAX_ITEMS``; order, category and bitmap slot come from
   the same ``messagecenter.items`` entries, so ties break the way Redis breaks
@@ -21,11 +23,11 @@ Same answers as the Redis path (``messagecenter.readmodel.inbox``), slower:
   decides it).
 
 Every call runs a small, fixed number of queries whatever the inbox holds:
-the user's own rows in one statement (``messagecenter.user_rows``, as the
-fill reads them) and their item states; candidates of each kind scanned
-newest first in one query, bounded by ``MESSAGECENTER_FALLBACK_SCAN_LIMIT``
-rows (only the columns needed), the audience bitmaps tested in Python;
-details loaded only for the rows returned.
+the user's own rows (their item states among them) and the items pushed to
+them, two statements as the fill reads them (``messagecenter.user_rows``); pull
+messages and bulletins scanned newest first, one query each, bounded by
+``MESSAGECENTER_FALLBACK_SCAN_LIMIT`` rows (only the columns needed), the
+audience bitmaps tested in Python; details loaded only for the rows returned.
 """
 
 import logging
@@ -41,7 +43,7 @@ from core.bitmaps import bitmap_deserialize
 from messagecenter.items import bulletin_detail, message_detail, notification_detail
 from messagecenter.models import (
     Bulletin,
-    InboxItemState,
+    DeliveryMode,
     Message,
     MessageStatus,
     Notification,
@@ -50,7 +52,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, listing, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page, PageRow
-from messagecenter.user_rows import user_rows
+from messagecenter.user_rows import user_items, user_rows
 
 logger = logging.getLogger(__name__)
 
@@ -175,13 +177,16 @@ class _Groups:
         return next((g for g in self.by_key.get(key, ()) if not g.ended), None)
 
 
-def _messages(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
+def _pulled(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int) -> list[InboxEntry]:
+    """The live pull messages that address the user (everyone, or the send-time
+    audience bitmap), newest first: what the Redis path merges on read."""
     found: list[InboxEntry] = []
     rows = (
-        Message.objects.filter(status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED])
+        Message.objects.filter(delivery=DeliveryMode.PULL)
+        .filter(status__in=[MessageStatus.DELIVERING, MessageStatus.DELIVERED])
         # A superset of the live rows (both sides truncate to ms in Redis); _live decides.
         .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
-        # mc_message_created_idx serves this newest-first scan.
+        # mc_message_pull_idx serves this newest-first scan.
         .order_by("-created_at", "-id")
         .values_list(
             "id",
@@ -243,41 +248,6 @@ def _bulletins(
     return found
 
 
-def _notifications(
-    user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: Mutes, want: int
-) -> list[InboxEntry]:
-    found: list[InboxEntry] = []
-    rows = (
-        Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now)
-        # mc_notification_created_idx serves this newest-first scan.
-        .order_by("-created_at", "-id")
-        .values_list(
-            "id",
-            "category",
-            "message_type_id",
-            "created_at",
-            "expire_at",
-            "audience_bitmap",
-            "slot_month",
-            "slot_offset",
-            "group_key",
-            "actor",
-        )
-    )[: _scan_limit()]
-    rows_seen = _RowsSeen(want)
-    for pk, category, type_id, created_at, expire_at, audience, month, offset, key, actor in rows.iterator():
-        expire_ms = to_ms(expire_at)
-        ref = f"n{pk}"
-        if not _live(expire_ms, now_ms) or ref in hidden or user_id not in bitmap_deserialize(audience):
-            continue
-        if mutes.hides(category=category, time_ms=to_ms(created_at), message_type_id=type_id):
-            continue
-        found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms, key, actor))
-        if rows_seen.enough(key):
-            break
-    return found
-
-
 @dataclass(frozen=True)
 class _Inbox:
     """One user's live items (newest first) with their read state."""
@@ -317,22 +287,22 @@ class _Inbox:
 
 
 def _placed(
-    candidates: Iterable[InboxEntry], states: dict[str, tuple[bool, datetime | None]], now_ms: int
+    candidates: Iterable[InboxEntry], places: Mapping[str, tuple[bool, int | None]], now_ms: int
 ) -> tuple[list[InboxEntry], list[InboxEntry], dict[str, InboxEntry]]:
     """The items listed, archived and snoozed, as their state rows say."""
     items: list[InboxEntry] = []
     archived: list[InboxEntry] = []
     snoozed: dict[str, InboxEntry] = {}
     for entry in candidates:
-        if entry.ref not in states:
+        if entry.ref not in places:
             items.append(entry)
             continue
-        is_archived, until = states[entry.ref]
+        is_archived, until_ms = places[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
-        placed = replace(entry, score=to_ms(until)) if until is not None else entry
+        placed = replace(entry, score=until_ms) if until_ms is not None else entry
         if is_archived:
             archived.append(placed)
-        elif until is not None and placed.score > now_ms:
+        elif until_ms is not None and placed.score > now_ms:
             snoozed[entry.ref] = placed
         else:
             items.append(placed)
@@ -348,22 +318,19 @@ def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS)
     # Items that arrived while the user muted them are not theirs (messagecenter.mutes).
     mutes = own.mutes
-    # mc_item_state_unique serves this lookup by user.
-    states = {
-        ref: (archived, until)
-        for ref, archived, until in InboxItemState.objects.filter(user_id=user_id)
-        .exclude(item_id__in=hidden)
-        .values_list("item_id", "archived", "snoozed_until")
-    }
-    scan = want + len(states)  # parked items do not count towards the list's size
+    places = {ref: place for ref, place in own.places.items() if ref not in hidden}
+    # Parked items do not count towards the list's size. The items pushed to
+    # the user are the ones a fill reads, by the same statement and bound.
+    pushed = user_items(user_id, now=now, want=want + len(own.parked))
+    scan = want + len(places)
     candidates = [
-        *_messages(user_id, now, now_ms, hidden, mutes, scan),
+        *pushed.kept(mutes=mutes, hidden=hidden),
+        *_pulled(user_id, now, now_ms, hidden, mutes, scan),
         *_bulletins(own.group_ids, now, now_ms, hidden, mutes, scan),
-        *_notifications(user_id, now, now_ms, hidden, mutes, scan),
     ]
     groups = _Groups.of(candidates, own.ends)
     # A newer item of its group is the row of an item in groups.out.
-    items, archived, snoozed = _placed([e for e in candidates if e.ref not in groups.out], states, now_ms)
+    items, archived, snoozed = _placed([e for e in candidates if e.ref not in groups.out], places, now_ms)
     # The Redis inbox keeps the newest MESSAGECENTER_INBOX_MAX_ITEMS.
     items = sorted(items, key=_sort_key, reverse=True)[:want]
     archived.sort(key=_sort_key, reverse=True)

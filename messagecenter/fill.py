@@ -53,8 +53,7 @@ from messagecenter import projection
 from messagecenter.models import (
     InboxGroupEnd,
 )
-from messagecenter.mutes import Mutes
-from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
+from messagecenter.readmodel import grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import months_hint_forget
@@ -70,7 +69,7 @@ from messagecenter.readmodel.user_part import (
     user_part_write_end,
     users_filled,
 )
-from messagecenter.user_rows import UserItems, UserRows, user_items, user_rows
+from messagecenter.user_rows import UserRows, user_items, user_rows
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +376,7 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     want = int(settings.MESSAGECENTER_INBOX_MAX_ITEMS) + len(rows.parked)
     # Oldest first, as they arrived (a grouped item joins the row of the items before it).
     items = user_items(user_id, now=now, want=want)
-    entries = sorted(_unmuted(items, mutes), key=lambda e: (e.score, e.ref))
+    entries = sorted(items.kept(mutes=mutes, hidden=set(rows.hidden)), key=lambda e: (e.score, e.ref))
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
     projection.item_places([(user_id, ref) for ref in rows.parked])
     responses_rm.responses_put(user_id=user_id, responses=items.answers)
@@ -391,15 +390,3 @@ def _read_state_restore(user_id: int, rows: UserRows) -> None:
         state.months[month] = (bitmap_deserialize(read), bitmap_deserialize(ever))
     state.seen_ms = rows.seen_ms
     read_state_rm.read_state_restore(users={user_id: state})
-
-
-def _unmuted(items: UserItems, mutes: Mutes) -> list[InboxEntry]:
-    """The live pushed messages and notifications fanned out to the user (their
-    recipient rows) that the user had not muted then."""
-    if mutes.empty:
-        return [entry for entry, _type_id in items.entries]
-    return [
-        entry
-        for entry, type_id in items.entries
-        if not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id)
-    ]

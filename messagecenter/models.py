@@ -173,6 +173,11 @@ class Message(models.Model):
             models.Index(fields=["send_at"], condition=models.Q(status="scheduled"), name="mc_message_scheduled_idx"),
             # Admin list (newest first) and rebuilds of pull items by time.
             models.Index(fields=["-created_at"], name="mc_message_created_idx"),
+            # The inbox served from PostgreSQL scans the pull messages newest
+            # first: without it that scan walks every pushed message too.
+            models.Index(
+                fields=["-created_at", "-id"], condition=models.Q(delivery="pull"), name="mc_message_pull_idx"
+            ),
             # Expiry clean-up and the admin status filter.
             models.Index(fields=["status", "expire_at"], name="mc_message_status_idx"),
             # Retention: the oldest item of a group key (ends older than it go).

@@ -1,9 +1,10 @@
-"""One user's own rows in PostgreSQL, besides their items, in one statement
-(and, for the fill, their items in another).
+"""One user's own rows in PostgreSQL, besides their items, in one statement,
+and the items pushed to them in another.
 
-Both ways of computing an inbox from PostgreSQL start here: the fill, which
-writes them to Redis (``messagecenter.fill``), and the inbox served from
-PostgreSQL while Redis is down (``messagecenter.fallback``). Seven small
+Both ways of computing an inbox from PostgreSQL read these two statements:
+the fill, which writes them to Redis (``messagecenter.fill``), and the inbox
+served from PostgreSQL while Redis is down (``messagecenter.fallback``), which
+places them itself. Seven small
 tables, each read by its index on the user, come back in one ``UNION ALL``
 (portable: PostgreSQL and SQLite), one round trip instead of seven.
 """
@@ -46,7 +47,8 @@ class UserRows:
     months: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # month -> (read, ever) bit-sets
     seen_ms: int | None = None
     group_ids: list[int] = field(default_factory=list)
-    parked: list[str] = field(default_factory=list)  # archived or snoozed refs
+    # Archived or snoozed refs -> (archived, snoozed until ms or None).
+    places: dict[str, tuple[bool, int | None]] = field(default_factory=dict)
     mute_rows: list[tuple[str, int | None, int, int | None]] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
     ends: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # group key -> (until ms, row ref)
@@ -55,17 +57,22 @@ class UserRows:
     def mutes(self) -> Mutes:
         return Mutes.of(self.mute_rows)
 
+    @property
+    def parked(self) -> list[str]:
+        return list(self.places)
+
 
 @cache
-def _rows_sql() -> str:
+def _rows_sql(vendor: str) -> str:
     """The columns are (kind, text, number, number, number, bytes, bytes,
     text); a branch fills the ones it has and leaves the rest NULL."""
     n = "CAST(NULL AS BIGINT)"  # typed: PostgreSQL would take a bare NULL of the first branch for text
+    until = _ms("snoozed_until", vendor)
     branches = [
         ("r", InboxReadMonth, f"NULL, month, {n}, {n}, read, ever, NULL"),
         ("s", InboxSeen, f"NULL, seen_ms, {n}, {n}, NULL, NULL, NULL"),
         ("g", UserGroupMembership, f"NULL, group_id, {n}, {n}, NULL, NULL, NULL"),
-        ("p", InboxItemState, f"item_id, {n}, {n}, {n}, NULL, NULL, NULL"),
+        ("p", InboxItemState, f"item_id, CASE WHEN archived THEN 1 ELSE 0 END, {until}, {n}, NULL, NULL, NULL"),
         ("m", MutePeriod, "category, message_type_id, start_ms, end_ms, NULL, NULL, NULL"),
         ("h", InboxHidden, f"item_id, {n}, {n}, {n}, NULL, NULL, NULL"),
         ("e", InboxGroupEnd, f"group_key, until_ms, {n}, {n}, NULL, NULL, row_ref"),
@@ -77,11 +84,11 @@ def _rows_sql() -> str:
 
 
 def user_rows(user_id: int) -> UserRows:
-    """The user's read months, watermark, memberships, parked and hidden
-    items, mute periods and ended groups."""
+    """The user's read months, watermark, memberships, parked items (where
+    they are) and hidden ones, mute periods and ended groups."""
     rows = UserRows()
     with connection.cursor() as cursor:
-        cursor.execute(_rows_sql(), [user_id] * 7)
+        cursor.execute(_rows_sql(connection.vendor), [user_id] * 7)
         for kind, text, a, b, c, read, ever, text2 in cursor.fetchall():
             if kind == "r":
                 rows.months[int(a)] = (bytes(read), bytes(ever))
@@ -89,8 +96,10 @@ def user_rows(user_id: int) -> UserRows:
                 rows.seen_ms = int(a)
             elif kind == "g":
                 rows.group_ids.append(int(a))
-            elif kind in "ph":
-                (rows.parked if kind == "p" else rows.hidden).append(str(text))
+            elif kind == "p":
+                rows.places[str(text)] = (bool(a), None if b is None else _ms_of(b))
+            elif kind == "h":
+                rows.hidden.append(str(text))
             elif kind == "m":
                 rows.mute_rows.append((text, a, int(b), c))
             else:
@@ -100,12 +109,22 @@ def user_rows(user_id: int) -> UserRows:
 
 @dataclass
 class UserItems:
-    """The items a fill puts back: the user's live pushed messages and
+    """The items pushed to the user: their live pushed messages and
     notifications (with the notification's message type, else None), newest of
     each kind first, and the user's answers to live messages' actions."""
 
     entries: list[tuple[InboxEntry, int | None]] = field(default_factory=list)
     answers: dict[str, tuple[int, int]] = field(default_factory=dict)  # ref -> (action index, at ms)
+
+    def kept(self, *, mutes: Mutes, hidden: set[str]) -> list[InboxEntry]:
+        """The entries the user keeps: neither hidden nor arrived while the user
+        muted them (``messagecenter.mutes``), in the order read."""
+        return [
+            entry
+            for entry, type_id in self.entries
+            if entry.ref not in hidden
+            and (mutes.empty or not mutes.hides(category=entry.category, time_ms=entry.score, message_type_id=type_id))
+        ]
 
 
 def _ms(column: str, vendor: str) -> str:
@@ -150,14 +169,39 @@ def _items_sql(vendor: str) -> str:
 
 
 def user_items(user_id: int, *, now: datetime, want: int) -> UserItems:
-    """The user's live pushed messages and notifications (at most ``want`` of
-    each, newest first) and answers to live messages, in one statement: raw
-    SQL, where three querysets cost four times as much to build as to run."""
+    """The user's live pushed messages and notifications, newest first, enough
+    of each kind for ``want`` rows of the inbox, and answers to live messages.
+
+    An inbox's cap counts rows, and the items of one group key share rows:
+    counted once (a lower bound: ended groups make more rows), the newest
+    ``want`` items of a kind may make fewer rows than ``want``. Then the
+    statement runs again for twice as many, until a kind has its rows or
+    has no more items; an inbox with few groups is read once."""
+    limit = want
+    while True:
+        items = _user_items(user_id, now=now, limit=limit)
+        if all(_rows(items, kind) >= want or _count(items, kind) < limit for kind in "mn"):
+            return items
+        limit *= 2
+
+
+def _count(items: UserItems, kind: str) -> int:
+    return sum(1 for entry, _type in items.entries if entry.ref[0] == kind)
+
+
+def _rows(items: UserItems, kind: str) -> int:
+    entries = [entry for entry, _type in items.entries if entry.ref[0] == kind]
+    return sum(1 for entry in entries if not entry.group_key) + len({e.group_key for e in entries if e.group_key})
+
+
+def _user_items(user_id: int, *, now: datetime, limit: int) -> UserItems:
+    """At most ``limit`` of each kind, in one statement: raw SQL, where three
+    querysets cost four times as much to build as to run."""
     stamp = connection.ops.adapt_datetimefield_value(now)
     live = [MessageStatus.DELIVERING, MessageStatus.DELIVERED, stamp]
     params = [
-        *(user_id, DeliveryMode.PUSH, *live, want),
-        *(user_id, False, False, stamp, want),
+        *(user_id, DeliveryMode.PUSH, *live, limit),
+        *(user_id, False, False, stamp, limit),
         *(user_id, *live),
     ]
     items = UserItems()

@@ -539,8 +539,8 @@ MESSAGECENTER_ACTIVITY_KEEP_DAYS: int = env.int("MESSAGECENTER_ACTIVITY_KEEP_DAY
 MESSAGECENTER_REDIS_CLUSTER_URL: str = env("MESSAGECENTER_REDIS_CLUSTER_URL", default="")
 MESSAGECENTER_LIVE_STREAM_SECONDS: float = env.float("MESSAGECENTER_LIVE_STREAM_SECONDS", default=55.0)
 MESSAGECENTER_LIVE_HEARTBEAT_SECONDS: float = env.float("MESSAGECENTER_LIVE_HEARTBEAT_SECONDS", default=15.0)
-# With Redis down the inbox answers from PostgreSQL: newest rows of each item
-# kind scanned per request (messages, bulletins, notifications).
+# With Redis down the inbox answers from PostgreSQL: newest pull messages and
+# bulletins scanned per request (pushed items are read by the user's own rows).
 MESSAGECENTER_FALLBACK_SCAN_LIMIT: int = env.int("MESSAGECENTER_FALLBACK_SCAN_LIMIT", default=5000)
 # Items younger than this may still wait for their delivery task: check_redis skips them.
 MESSAGECENTER_CHECK_GRACE_SECONDS: float = env.float("MESSAGECENTER_CHECK_GRACE_SECONDS", default=60.0)

@@ -18,6 +18,7 @@ from redis.retry import Retry
 from durability.models import OutboxEntry
 from messagecenter import fallback, services
 from messagecenter.models import (
+    DeliveryMode,
     Message,
 )
 from tests.conftest import assert_error, client_for
@@ -305,13 +306,33 @@ def test_fallback_keeps_the_newest_max_items(
     assert_error(client.get(f"/api/v1/inbox/{sent[0]}/"), 404, "not_found")
 
 
-def test_fallback_scan_is_bounded(operator: Any, recipient: Any, clock: Any, settings: Any) -> None:
+def test_fallback_scan_of_pull_messages_is_bounded(operator: Any, recipient: Any, clock: Any, settings: Any) -> None:
     settings.MESSAGECENTER_FALLBACK_SCAN_LIMIT = 2
     for i in range(4):
         clock.advance(seconds=1)
-        send(operator, to={"users": [recipient]}, title=f"i{i}")
+        send(operator, to={"everyone": True}, title=f"i{i}")
+    assert set(Message.objects.values_list("delivery", flat=True)) == {DeliveryMode.PULL}
     refs = [e.ref for e in fallback.inbox_unread_entries(user_id=recipient.pk, category=None, now=clock.now)]
     assert refs == [m.ref for m in Message.objects.order_by("-created_at")[:2]]
+
+
+def test_fallback_finds_pushed_items_by_their_recipient_rows_whatever_else_was_sent(
+    operator: Any, recipient: Any, other_recipient: Any, clock: Any, settings: Any, take_redis_down: Callable[[], None]
+) -> None:
+    """The scan bound is for pull messages and bulletins: the items pushed to the
+    user are read by the user's own rows, so other users' newer items hide none."""
+    settings.MESSAGECENTER_FALLBACK_SCAN_LIMIT = 2
+    mine = send(operator, to={"users": [recipient]}, title="mine")
+    for i in range(3):
+        clock.advance(seconds=1)
+        send(operator, to={"users": [other_recipient]}, title=f"theirs {i}")
+    assert Message.objects.get(pk=mine.pk).delivery == DeliveryMode.PUSH
+    client = client_for(recipient)
+    up = client.get("/api/v1/inbox/").json()
+    take_redis_down()
+    down = client.get("/api/v1/inbox/").json()
+    assert [i["id"] for i in down["results"]] == [mine.ref]
+    assert down == up
 
 
 def test_item_expiry_and_retraction_from_postgres(

@@ -17,6 +17,7 @@ from messagecenter import services
 from messagecenter.fill import inbox_warm
 from messagecenter.models import InboxGroupEnd, InboxHidden, Message
 from messagecenter.readmodel import grouping as readmodel_grouping
+from messagecenter.readmodel.user_part import user_part_drop
 from messagecenter.services.rebuild import inbox_rebuild
 from tests.conftest import assert_error, client_for
 from tests.messagecenter.conftest import ids, send
@@ -755,3 +756,22 @@ def test_an_expired_row_a_delivery_evicts_gives_way_at_the_next_read(
     plain.append(f"m{send(operator, to={'users': [recipient]}, title='Plain').pk}")
     seen = _agree(client, plain + refs)
     assert [(r[0], r[3]) for r in seen[0]] == [(plain[1], None), (refs[1], GROUP_OF(1, ["Ben"]))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fill_at_the_cap_reads_as_many_items_as_the_groups_rows_need(
+    operator: Any, recipient: Any, clock: Any, settings: Any
+) -> None:
+    """The cap counts rows, and a group's items share one: at a cap of 2 the
+    deliveries keep three grouped items and a plain one. A fill reading only
+    the newest 2 items would bring back one row of two items; it reads on
+    until it has the rows, so after a drop the inbox is the one delivered."""
+    settings.MESSAGECENTER_INBOX_MAX_ITEMS = 2
+    client = client_for(recipient)
+    plain = f"m{send(operator, to={'users': [recipient]}, title='Plain').pk}"
+    refs = _grouped(operator, recipient, clock, ["Ann", "Ben", "Cat"])
+    delivered = _agree(client, [plain, *refs])
+    assert [(r[0], r[3] and r[3]["count"]) for r in delivered[0]] == [(refs[2], 3), (plain, None)]
+    user_part_drop(user_id=int(recipient.pk), group_keys=())
+    assert inbox_warm(user_ids=[int(recipient.pk)]) == 1
+    assert _agree(client, [plain, *refs]) == delivered
