@@ -9,6 +9,7 @@ class DurabilityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "durability"
     verbose_name = "Read model durability"
+    outbox_handlers = "durability.projection.OUTBOX_HANDLERS"
 
     def ready(self) -> None:
         from durability import healing, outbox, rebuild

@@ -6,7 +6,9 @@ AppConfig (``drift_checks``; ``core.contributions``): core names no app.
 each found, checks again and records a ``RedisCheckRun``. A repair re-runs
 the idempotent mirror or sync of exactly the things that drifted, never a
 flush, so it is safe while the site serves. ``manage.py check_redis``, the
-beat job ``core.check_redis`` and the admin's "Run check now" all come here.
+admin's "Run check now" (the task ``core.check_redis``) and the replay of a
+projection whose process died with more keys than its record holds
+(``durability.projection``) all come here.
 
 An item written while a check runs may show as drift once (the check read
 PostgreSQL before the mirror landed); the repair of such an item is a no-op

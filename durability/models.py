@@ -17,6 +17,9 @@ class OutboxEntry(models.Model):
     payload = models.JSONField(default=dict)
     user_id = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Not replayed before this time (None: at once): an entry a process writes
+    # in its transaction and deletes itself after its commit, unless it died.
+    due_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 

@@ -7,11 +7,14 @@ deleted only after its handler succeeded, so a replay that dies half-way is
 simply run again (every handler is idempotent: it re-reads PostgreSQL or
 sets a bit to a given value).
 
-Two kinds of entries:
+Three kinds of entries:
 
 - projections of committed data that Redis refused at commit
   (``notices.platform_sync``, ``messagecenter.mirror``; see ``durability.projection``),
   with no user;
+- projections a transaction asked for, written inside it and deleted by its
+  process once they ran (``durability.unrun``, due only after a grace): what
+  is left was lost with a process that died between its commit and its runs;
 - what a user's write that missed Redis leaves for it, with ``user_id`` set:
   ``inbox.stale`` (the user's cached part of the inbox is dropped, to be
   filled again from PostgreSQL) and ``notices.read`` (an announcement mark,
@@ -36,9 +39,11 @@ AppConfig names as ``outbox_handlers``; ``core.contributions``).
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core.contributions import contributed_by_name
@@ -109,18 +114,27 @@ def forget_local_state() -> None:
 # --- Writing -------------------------------------------------------------------
 
 
-def enqueue(*, topic: str, payload: dict[str, Any], user_id: int | None = None) -> OutboxEntry:
-    """Record a write for Redis that must not be lost.
+def enqueue(
+    *, topic: str, payload: dict[str, Any], user_id: int | None = None, due_at: datetime | None = None
+) -> OutboxEntry:
+    """Record a write for Redis that must not be lost (``due_at``: not replayed before).
 
     Called from ``on_commit`` callbacks (autocommit: the insert is its own
-    transaction) and from mark services (inside theirs, if any).
+    transaction) and from services inside their transactions.
     """
     if topic not in handlers():
         # A typo here would only show at replay time, long after the request.
         raise ValueError(f"No outbox handler registered for topic {topic!r}.")
-    entry = OutboxEntry.objects.create(topic=topic, payload=payload, user_id=user_id)
+    entry = OutboxEntry.objects.create(topic=topic, payload=payload, user_id=user_id, due_at=due_at)
     _local["enqueued"] = True
     return entry
+
+
+def discard(pk: int) -> None:
+    """Delete one entry its writer no longer needs: one statement (a queryset's
+    delete wraps its own in a transaction, two round trips more)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {OutboxEntry._meta.db_table} WHERE id = %s", [pk])  # noqa: S608 (our own name)
 
 
 def enqueue_after_failure(*, topic: str, payload: dict[str, Any], user_id: int | None = None) -> None:
@@ -160,7 +174,7 @@ def _lock_batch(size: int, failed: set[int], user_id: int | None) -> list[Outbox
     would let the second replay jump ahead to later entries; so a replay only
     proceeds when the oldest pending entry is in its own batch.
     """
-    queryset = _pending().exclude(pk__in=failed).order_by("id")
+    queryset = _pending().exclude(pk__in=failed).exclude(due_at__gt=timezone.now()).order_by("id")
     if user_id is not None:
         queryset = queryset.filter(user_id=user_id)
     if not connection.features.has_select_for_update_skip_locked:

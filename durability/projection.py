@@ -36,23 +36,49 @@ which an idempotent runner allows). A request of the same projection as the
 request just before it, under the same savepoints and with no other callback
 registered in between, joins it: a cascade deleting 1,000 rows (one signal
 each) is one request and one callback.
+
+A process that dies after the commit and before the runs. The runs would be
+lost with it, and what users share (bulletins, details, subscriber sets,
+announcement indexes, users' memberships) has no user's next read to heal
+it. So the first request of a projection that names a drift ``area`` writes
+an outbox entry inside the transaction (``durability.unrun``, with the
+request's keys), and the batch deletes it once the projection's last
+request ran after the commit. A later request with other keys marks it
+incomplete, one UPDATE per transaction at most, so a cascade costs no row
+per signal. The entry commits with the change or not at all; it is due
+only after ``UNRUN_GRACE``, so the replay finds only those whose process
+died: it runs their keys again and, for an incomplete one, checks and
+mends the projection's whole area. A savepoint that rolls back takes its
+requests' writes with it (the next request starts a new batch and entry);
+an entry left by a request rolled back that way only runs its keys again,
+which changes nothing.
 """
 
 import logging
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core.contributions import contributed_by_name
-from durability import outbox
+from durability import drift, outbox
+from durability.models import OutboxEntry
 
 logger = logging.getLogger(__name__)
+
+# The outbox topic of a transaction's requests of one projection (payload: the
+# projection's name, the keys of its first request, whether those are all).
+UNRUN_TOPIC = "durability.unrun"
+# How long after its write a record may wait for its own process to run the
+# projection and delete it: longer than any commit and its runs take.
+UNRUN_GRACE = timedelta(seconds=30)
 
 Runner = Callable[[list[Any], Mapping[Any, Any]], None]
 Payloads = Callable[[list[Any], Mapping[Any, Any]], list[dict[str, Any]]]
@@ -62,11 +88,18 @@ Payloads = Callable[[list[Any], Mapping[Any, Any]], list[dict[str, Any]]]
 class Projection:
     """``runner(keys, facts)`` writes the read model for ``keys``; when Redis
     fails, ``payloads(keys, facts)`` are recorded under the outbox ``topic``,
-    whose handler the app names too (``durability.outbox``)."""
+    whose handler the app names too (``durability.outbox``).
+
+    ``area`` names the drift check (``durability.drift``) that finds and mends
+    what runs of this projection write: a projection with one has its
+    requests recorded inside their transaction (see the module docstring).
+    None for a projection whose lost run something else covers (a user's
+    write, noted in the user's part; a cache whose entries expire)."""
 
     runner: Runner
     topic: str
     payloads: Payloads
+    area: str | None = None
 
 
 def projections() -> dict[str, Projection]:
@@ -106,11 +139,22 @@ class _Request:
 
 
 @dataclass(eq=False)
+class _Unrun:
+    """The outbox entry that records a projection's requests of one transaction."""
+
+    pk: int
+    keys: set[Any]
+    complete: bool = True
+
+
+@dataclass(eq=False)
 class _Batch:
     hooks: list[Any]  # the connection's list of pending on-commit callbacks it belongs to
     requests: list[_Request] = field(default_factory=list)
     last: dict[tuple[str, Any], _Request] = field(default_factory=dict)
     done: set[tuple[str, Any]] = field(default_factory=set)
+    last_of: dict[str, _Request] = field(default_factory=dict)  # each projection's last request
+    unrun: dict[str, _Unrun] = field(default_factory=dict)
 
     def add(self, request: _Request) -> bool:
         """Record a request; False when it joined the previous one (no callback of its own needed)."""
@@ -134,11 +178,44 @@ class _Batch:
                 self.last[(request.name, key)] = previous
             return False
         self.requests.append(request)
+        self.last_of[request.name] = request
         for key in request.keys:
             self.last[(request.name, key)] = request
         return True
 
+    def record(self, name: str, keys: tuple[Any, ...]) -> None:
+        """Record in this transaction that ``name`` must run for ``keys``: the
+        first request writes an entry with its keys, a later one with keys
+        the entry lacks marks it incomplete (once; a cascade of a thousand
+        rows costs one write, not a thousand)."""
+        unrun = self.unrun.get(name)
+        if unrun is None:
+            entry = outbox.enqueue(
+                topic=UNRUN_TOPIC,
+                payload={"name": name, "keys": list(keys), "complete": True},
+                due_at=timezone.now() + UNRUN_GRACE,
+            )
+            self.unrun[name] = _Unrun(pk=entry.pk, keys=set(keys))
+        elif unrun.complete and not unrun.keys.issuperset(keys):
+            unrun.complete = False
+            payload = {"name": name, "keys": list(unrun.keys), "complete": False}
+            OutboxEntry.objects.filter(pk=unrun.pk).update(payload=payload)
+
+    def settle(self, request: _Request) -> None:
+        """After the last request of its projection ran: its entry goes."""
+        unrun = self.unrun.get(request.name)
+        if unrun is None or self.last_of.get(request.name) is not request:
+            return
+        try:
+            outbox.discard(unrun.pk)
+        except DatabaseError:
+            logger.warning("could not delete the record of %s's run; it runs again later", request.name)
+
     def run(self, request: _Request) -> None:
+        self._run(request)
+        self.settle(request)
+
+    def _run(self, request: _Request) -> None:
         name = request.name
         if all((name, key) in self.done for key in request.keys):
             return
@@ -192,6 +269,28 @@ def project(
     )
     if batch.add(request):
         transaction.on_commit(request, using=using)
+    if projections()[name].area is not None:
+        batch.record(name, frozen)
+
+
+def replay_unrun(payload: dict[str, Any], user_id: int | None) -> None:
+    """Outbox handler of ``durability.unrun``: a transaction committed and its
+    process did not run (or could not record running) this projection. The
+    recorded keys run again, reloading; when the transaction asked for more
+    than its entry holds, the projection's drift area is checked and mended
+    as a whole."""
+    name = str(payload["name"])
+    projection = projections()[name]
+    keys = [freeze(key) for key in payload["keys"]]
+    if keys:
+        projection.runner(keys, {})
+    if not payload.get("complete", True) and projection.area is not None:
+        result = drift.check_run(repair=True, areas=[projection.area])
+        if result.error:
+            raise RedisError(result.error)  # the replay keeps the entry and tries again
+
+
+OUTBOX_HANDLERS = {UNRUN_TOPIC: replay_unrun}
 
 
 class LoadedValues:

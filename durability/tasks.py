@@ -1,7 +1,6 @@
 """Celery adapters of the core app."""
 
 from celery import shared_task
-from django.conf import settings
 
 from durability import outbox
 from durability.drift import check_run
@@ -18,14 +17,15 @@ def outbox_replay_task() -> int:
 
 
 @shared_task(name="core.check_redis")
-def check_redis_task(repair: bool | None = None) -> dict[str, int | str]:
-    """Periodic (Celery beat, every MESSAGECENTER_CHECK_SECONDS) and the admin's
-    "Run check now": compare the read model with PostgreSQL and record a run.
+def check_redis_task(repair: bool = False) -> dict[str, int | str]:
+    """The admin's "Run check now": compare the read model with PostgreSQL and
+    record a run (``repair``: mend what drifted, then check again).
 
-    ``repair`` None means MESSAGECENTER_CHECK_REPAIR. Idempotent: a repair only
-    re-runs mirrors. Redis being down ends in an error run, not a task failure.
+    Nothing runs it periodically: the projections whose process died after
+    their commit are replayed from their records (``durability.projection``).
+    Redis being down ends in an error run, not a task failure.
     """
-    result = check_run(repair=bool(settings.MESSAGECENTER_CHECK_REPAIR) if repair is None else repair)
+    result = check_run(repair=repair)
     return {
         "run": result.run.pk,
         "drift": result.drift_count,

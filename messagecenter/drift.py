@@ -22,6 +22,7 @@ from django.utils import timezone
 from durability.drift import DriftCheck, Finding
 from messagecenter import keys as mc_keys
 from messagecenter import projection
+from messagecenter.fill import held_users
 from messagecenter.items import (
     bulletin_detail,
     bulletin_entry,
@@ -37,6 +38,7 @@ from messagecenter.models import (
     MessageStatus,
     Notification,
     Subscription,
+    UserGroupMembership,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
@@ -376,6 +378,38 @@ def subscribers_repair(findings: Sequence[Finding]) -> None:
         projection.subscribers(type_id, scope)
 
 
+# --- memberships --------------------------------------------------------------------
+
+
+def memberships_find() -> list[Finding]:
+    """The group set of each user whose part Redis holds equals their membership rows."""
+    findings: list[Finding] = []
+    for user_ids in held_users(BATCH):
+        # PostgreSQL first: a change committed between the reads shows once and is mended by a no-op.
+        want: dict[int, set[int]] = {user_id: set() for user_id in user_ids}
+        # mc_membership_user_idx serves this lookup by user.
+        for user_id, group_id in UserGroupMembership.objects.filter(user_id__in=user_ids).values_list(
+            "user_id", "group_id"
+        ):
+            want[user_id].add(group_id)
+        for user_id, have in zip(user_ids, drift_rm.user_groups_get_many(user_ids=user_ids), strict=True):
+            if have != want[user_id]:
+                findings.append(
+                    Finding(
+                        area="memberships",
+                        key=mc_keys.user_groups(user_id),
+                        detail=f"holds groups [{_ids(sorted(have))}], PostgreSQL says [{_ids(sorted(want[user_id]))}]",
+                        fix=user_id,
+                    )
+                )
+    return findings
+
+
+def memberships_repair(findings: Sequence[Finding]) -> None:
+    for user_ids in _batches(sorted({int(f.fix) for f in findings})):
+        projection.user_groups(user_ids)
+
+
 # --- deliveries ---------------------------------------------------------------------
 
 
@@ -419,4 +453,5 @@ CHECKS = [
         _run_fixes,
     ),
     DriftCheck("subscribers", "subscriber sets per (message type, scope)", subscribers_find, subscribers_repair),
+    DriftCheck("memberships", "group sets of the users whose part Redis holds", memberships_find, memberships_repair),
 ]

@@ -330,14 +330,14 @@ def inbox_forget_holding(*, group_key: str, member: str, batch: int = 500) -> in
     parts Redis holds are looked at (every user when healing is off: each counts
     as filled). Returns how many users' parts were dropped or filled."""
     forgotten = 0
-    for user_ids in _held_users(batch):
+    for user_ids in held_users(batch):
         holders = grouping.group_holds(group_key=group_key, member=member, user_ids=user_ids)
         if holders:
             forgotten += inbox_forget(user_ids=sorted(holders))
     return forgotten
 
 
-def _held_users(batch: int) -> Iterator[list[int]]:
+def held_users(batch: int) -> Iterator[list[int]]:
     """The users whose part Redis may hold, a batch at a time."""
     if not healing.user_generation():
         users = get_user_model().objects.order_by("pk").values_list("pk", flat=True)

@@ -501,8 +501,20 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
 
 
 # The app's projections and the outbox handler of their failed runs (its AppConfig names both).
+# The drift area that finds and mends what each projection writes, for those
+# whose lost run (a process that died after its commit) no user's next read
+# heals: the users' own writes are noted in their parts instead (fill.part_writing).
+AREAS: dict[str, str] = {
+    USER_GROUPS: "memberships",
+    BULLETIN: "bulletins",
+    BULLETIN_REMOVED: "bulletins",
+    ITEM_REMOVED: "item_details",
+    MESSAGE_DETAIL: "item_details",
+    SUBSCRIBERS: "subscribers",
+}
+
 PROJECTIONS = {
-    name: projection.Projection(runner=runner, topic=MIRROR_TOPIC, payloads=PAYLOADS[name])
+    name: projection.Projection(runner=runner, topic=MIRROR_TOPIC, payloads=PAYLOADS[name], area=AREAS.get(name))
     for name, runner in RUNNERS.items()
 }
 OUTBOX_HANDLERS = {MIRROR_TOPIC: replay_mirror}

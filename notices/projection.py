@@ -115,7 +115,11 @@ def replay_summary_drop(payload: dict[str, Any], user_id: int | None) -> None:
 
 # The app's projections and the outbox handlers of their failed runs (its AppConfig names both).
 PROJECTIONS = {
-    PLATFORMS: projection.Projection(runner=_run_platforms, topic=PLATFORM_SYNC_TOPIC, payloads=_payloads),
+    # A lost run of the platforms' indexes is found and mended by their drift
+    # area; a summary a lost run did not drop expires with its entry.
+    PLATFORMS: projection.Projection(
+        runner=_run_platforms, topic=PLATFORM_SYNC_TOPIC, payloads=_payloads, area="announcements"
+    ),
     SUMMARIES: projection.Projection(runner=_drop_summaries, topic=SUMMARY_TOPIC, payloads=_summary_payloads),
 }
 OUTBOX_HANDLERS = {PLATFORM_SYNC_TOPIC: replay_platform_sync, SUMMARY_TOPIC: replay_summary_drop}

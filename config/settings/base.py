@@ -316,10 +316,6 @@ MESSAGECENTER_HEALING_CHECK_SECONDS: float = env.float("MESSAGECENTER_HEALING_CH
 # this long without a read or mark of theirs (their state hash expires; beat's
 # idle job then drops the rest), and is filled again on their next read.
 MESSAGECENTER_USER_IDLE_SECONDS: int = env.int("MESSAGECENTER_USER_IDLE_SECONDS", default=3 * 24 * 3600)
-# check_redis: how often beat compares the Redis read model with PostgreSQL, and
-# whether that run also mends the drift it finds (by re-running the mirrors).
-MESSAGECENTER_CHECK_SECONDS: float = env.float("MESSAGECENTER_CHECK_SECONDS", default=15 * 60.0)
-MESSAGECENTER_CHECK_REPAIR: bool = env.bool("MESSAGECENTER_CHECK_REPAIR", default=True)
 # Retention (messagecenter/services/retention.py): messages and notifications
 # whose expiry is more than this many days past leave PostgreSQL, with their
 # audiences, fan-out chunks, pending rows and hidden-item rows; beat runs the
@@ -360,8 +356,6 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     },
     # Users' parts of the read model whose state expired (idle) or was evicted: the rest dropped.
     "messagecenter-inbox-idle-drop": {"task": "messagecenter.inbox_idle_drop", "schedule": 15 * 60},
-    # Drift between PostgreSQL and the Redis read model: found, recorded, mended.
-    "core-check-redis": {"task": "core.check_redis", "schedule": MESSAGECENTER_CHECK_SECONDS},
 }
 
 # --- Auth, i18n, static -------------------------------------------------------

@@ -100,6 +100,14 @@ def subscribers_get_many(*, pairs: Sequence[tuple[int, str]]) -> list[set[str]]:
     return [{_text(m) for m in raw} for raw in pipe.execute()] if pairs else []
 
 
+def user_groups_get_many(*, user_ids: Sequence[int]) -> list[set[int]]:
+    """The group ids Redis holds for each user: one pipeline."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        pipe.smembers(mc_keys.user_groups(user_id))
+    return [{int(m) for m in raw} for raw in pipe.execute()] if user_ids else []
+
+
 def subscriber_set_pairs() -> set[tuple[int, str]]:
     """(type, scope) of every non-empty subscriber set in Redis, by SCAN (never KEYS)."""
     found: set[tuple[int, str]] = set()

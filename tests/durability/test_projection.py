@@ -3,20 +3,27 @@ commit; facts of the last request; savepoints rolled back never run; a run
 Redis refuses goes to the outbox under the projection's topic."""
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from durability import outbox, projection
+from durability import drift, outbox, projection
+from durability.drift import DriftCheck, Finding
 from durability.models import OutboxEntry
 from messagecenter.models import UserGroup
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 NAME = "test.projection"
+DURABLE = "test.durable"
+AREA = "test-area"
 TOPIC = "test.projection_failed"
 
 
@@ -35,6 +42,21 @@ class Rollback(Exception):
     pass
 
 
+class Area:
+    """A drift area of the durable test projection: counts its checks and repairs."""
+
+    def __init__(self) -> None:
+        self.checked = 0
+        self.repaired: list[list[Finding]] = []
+
+    def find(self) -> list[Finding]:
+        self.checked += 1
+        return [] if self.repaired else [Finding(area=AREA, key="k", detail="lost")]
+
+    def check(self) -> DriftCheck:
+        return DriftCheck(AREA, "the test's area", self.find, lambda found: self.repaired.append(list(found)))
+
+
 @pytest.fixture
 def runs() -> Iterator[Runs]:
     recorded = Runs()
@@ -46,6 +68,43 @@ def runs() -> Iterator[Runs]:
         mock.patch.object(outbox, "handlers", return_value={**outbox.handlers(), TOPIC: lambda payload, user_id: None}),
     ):
         yield recorded
+
+
+@pytest.fixture
+def durable(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runs, Area]]:
+    """A projection with a drift area (its requests recorded in their
+    transactions) beside a plain one (``NAME``), and that area."""
+    recorded, area = Runs(), Area()
+    payloads = lambda keys, facts: [{"keys": [list(k) for k in keys]}]  # noqa: E731
+    extra = {
+        DURABLE: projection.Projection(runner=recorded, topic=TOPIC, payloads=payloads, area=AREA),
+        NAME: projection.Projection(runner=Runs(), topic=TOPIC, payloads=payloads),
+    }
+    monkeypatch.setattr(drift, "drift_checks", lambda: {AREA: area.check()})
+    with (
+        mock.patch.object(projection, "projections", return_value={**projection.projections(), **extra}),
+        mock.patch.object(outbox, "handlers", return_value={**outbox.handlers(), TOPIC: lambda payload, user_id: None}),
+    ):
+        yield recorded, area
+
+
+@contextmanager
+def dying(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """The block's transaction commits and its process dies before any
+    after-commit callback runs: they are kept here, never called."""
+    dropped: list[Any] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(transaction, "on_commit", lambda func, *_a, **_k: dropped.append(func))
+        yield dropped
+
+
+def _later(monkeypatch: pytest.MonkeyPatch) -> None:
+    later = timezone.now() + projection.UNRUN_GRACE + timedelta(seconds=1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+
+
+def _unrun() -> list[dict[str, Any]]:
+    return list(OutboxEntry.objects.filter(topic=projection.UNRUN_TOPIC).values_list("payload", flat=True))
 
 
 def test_outside_a_transaction_it_runs_at_once(runs: Runs) -> None:
@@ -121,3 +180,102 @@ def test_redis_failing_at_commit_records_the_topic_of_the_projection(runs: Runs)
 def test_an_unknown_projection_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="No projection registered"):
         projection.project("no.such.projection", [1])
+
+
+# --- the record of a transaction's requests, for a process that dies after its commit ---
+
+
+def test_a_durable_projection_is_recorded_in_its_transaction_and_the_record_goes_after_its_run(
+    durable: tuple[Runs, Area],
+) -> None:
+    runs, _area = durable
+    with transaction.atomic():
+        projection.project(DURABLE, [1])
+        projection.project(NAME, [9])
+        projection.project(DURABLE, [1])
+        assert _unrun() == [{"name": DURABLE, "keys": [1], "complete": True}]
+    assert runs.calls == [([1], {})]
+    assert _unrun() == []
+    with transaction.atomic():
+        projection.project(NAME, [9])
+    assert _unrun() == []  # a projection without an area is not recorded
+
+
+def _rolled_back(keys: list[Any]) -> None:
+    try:
+        with transaction.atomic():
+            projection.project(DURABLE, keys)
+            raise Rollback
+    except Rollback:
+        pass
+
+
+def test_a_rolled_back_transaction_leaves_no_record(durable: tuple[Runs, Area]) -> None:
+    _rolled_back([1])
+    assert _unrun() == []
+    assert durable[0].calls == []
+
+
+def test_a_process_that_died_after_its_commit_has_its_keys_run_by_the_replay_after_the_grace(
+    durable: tuple[Runs, Area], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs, area = durable
+    with dying(monkeypatch) as dropped, transaction.atomic():
+        projection.project(DURABLE, [(1, "a")])
+        projection.project(DURABLE, [(1, "a")])
+    assert dropped
+    assert runs.calls == []
+    assert _unrun() == [{"name": DURABLE, "keys": [[1, "a"]], "complete": True}]
+    assert outbox.replay() == 0  # within the grace its own process may still run it
+    _later(monkeypatch)
+    assert outbox.replay() == 1
+    assert runs.calls == [([(1, "a")], {})]
+    assert _unrun() == []
+    assert area.checked == 0  # the record had every key: no check
+
+
+def test_a_record_missing_keys_has_the_replay_check_and_mend_the_whole_area(
+    durable: tuple[Runs, Area], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs, area = durable
+    with dying(monkeypatch), transaction.atomic():
+        projection.project(DURABLE, [1])
+        projection.project(NAME, [9])  # in between: the next request does not join the first
+        projection.project(DURABLE, [2])
+        projection.project(DURABLE, [1])
+    assert _unrun() == [{"name": DURABLE, "keys": [1], "complete": False}]
+    _later(monkeypatch)
+    assert outbox.replay() == 1
+    assert runs.calls == [([1], {})]
+    assert area.checked == 2  # found, then checked again after the repair
+    assert len(area.repaired) == 1
+    assert _unrun() == []
+
+
+def test_a_cascade_of_requests_writes_its_record_once_and_marks_it_once(durable: tuple[Runs, Area]) -> None:
+    """A thousand rows deleted in a cascade ask a thousand times, each with a
+    new key: the record is one INSERT and one UPDATE, not a row per signal."""
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        for key in range(1000):
+            projection.project(DURABLE, [key])
+        writes = [q["sql"] for q in queries.captured_queries if "core_outboxentry" in q["sql"]]
+    assert [sql.split()[0] for sql in writes] == ["INSERT", "UPDATE"]
+    assert durable[0].calls == [(list(range(1000)), {})]
+    assert _unrun() == []
+
+
+def test_a_run_redis_refuses_goes_to_its_topic_and_the_record_goes(durable: tuple[Runs, Area]) -> None:
+    runs, _area = durable
+    runs.fail = True
+    with transaction.atomic():
+        projection.project(DURABLE, [(3, "c")])
+    assert list(OutboxEntry.objects.values_list("topic", "payload")) == [(TOPIC, {"keys": [[3, "c"]]})]
+
+
+def test_a_savepoint_rolled_back_with_the_first_request_leaves_the_next_one_recorded(
+    durable: tuple[Runs, Area], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with dying(monkeypatch), transaction.atomic():
+        _rolled_back([1])
+        projection.project(DURABLE, [2])
+    assert _unrun() == [{"name": DURABLE, "keys": [2], "complete": True}]

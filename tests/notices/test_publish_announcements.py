@@ -55,10 +55,11 @@ def test_publish_has_no_savepoint_and_three_round_trips_on_a_built_chunk(
         second = announce(["user"], title="Second")
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s], statements
-    # BEGIN, two INSERTs, the webhook endpoints that take the event, COMMIT:
-    # the new entry is added after commit without reading the platform's
-    # entries again (readmodel.platform_add).
-    assert len(statements) == 5, statements
+    # BEGIN, two INSERTs, the projection's record, the webhook endpoints that
+    # take the event, COMMIT, then the record's DELETE: the new entry is added
+    # after commit without reading the platform's entries again
+    # (readmodel.platform_add).
+    assert len(statements) == 7, statements
     # The revision and the chunk set (one pipeline), then one script call for the one chunk.
     # The index (two), then the platform's live broadcast.
     assert trips[0] == 3
