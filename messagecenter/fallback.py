@@ -31,13 +31,13 @@ audience bitmaps tested in Python; details loaded only for the rows returned.
 """
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from core.bitmaps import bitmap_deserialize
 from messagecenter.items import bulletin_detail, message_detail, notification_detail
@@ -58,12 +58,25 @@ logger = logging.getLogger(__name__)
 
 # Candidate rows scanned per kind (newest first) when no setting says otherwise.
 SCAN_LIMIT_DEFAULT = 5000
+SCAN_PAGE = 200
 MAX_REF_LENGTH = 40
 _ONE_MS = timedelta(milliseconds=1)
 
 
 def _scan_limit() -> int:
     return int(getattr(settings, "MESSAGECENTER_FALLBACK_SCAN_LIMIT", SCAN_LIMIT_DEFAULT))
+
+
+def _scanned(rows: QuerySet[Any, Any]) -> Iterator[Any]:
+    """The rows of a newest-first scan, at most the scan limit, a page per
+    query: most scans stop within their first page, one round trip (a
+    server-side cursor costs three)."""
+    limit = _scan_limit()
+    for start in range(0, limit, SCAN_PAGE):
+        page = list(rows[start : min(start + SCAN_PAGE, limit)])
+        yield from page
+        if len(page) < SCAN_PAGE:
+            return
 
 
 def _live(expire_ms: int, now_ms: int) -> bool:
@@ -200,9 +213,9 @@ def _pulled(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: M
             "group_key",
             "actor",
         )
-    )[: _scan_limit()]
+    )
     rows_seen = _RowsSeen(want)
-    for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in rows.iterator():
+    for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in _scanned(rows):
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"m{pk}"
         if not _live(expire_ms, now_ms) or ref in hidden:
@@ -232,8 +245,8 @@ def _bulletins(
         # mc_bulletin_display_idx serves this newest-first scan.
         .order_by("-display_time", "-id")
         .values_list("id", "display_time", "expire_at", "slot_month", "slot_offset", "created_at")
-    )[: _scan_limit()]
-    for pk, display_time, expire_at, month, offset, created_at in rows.iterator():
+    )
+    for pk, display_time, expire_at, month, offset, created_at in _scanned(rows):
         score = to_ms(display_time)
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"b{pk}"

@@ -316,6 +316,20 @@ def test_fallback_scan_of_pull_messages_is_bounded(operator: Any, recipient: Any
     assert refs == [m.ref for m in Message.objects.order_by("-created_at")[:2]]
 
 
+def test_fallback_scan_reads_page_after_page_up_to_its_bound(
+    operator: Any, recipient: Any, clock: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fallback, "SCAN_PAGE", 2)
+    for i in range(5):
+        clock.advance(seconds=1)
+        send(operator, to={"everyone": True}, title=f"i{i}")
+    newest = [m.ref for m in Message.objects.order_by("-created_at")]
+    for bound, seen in ((5000, 5), (3, 3), (4, 4)):
+        settings.MESSAGECENTER_FALLBACK_SCAN_LIMIT = bound
+        refs = [e.ref for e in fallback.inbox_unread_entries(user_id=recipient.pk, category=None, now=clock.now)]
+        assert refs == newest[:seen]
+
+
 def test_fallback_finds_pushed_items_by_their_recipient_rows_whatever_else_was_sent(
     operator: Any, recipient: Any, other_recipient: Any, clock: Any, settings: Any, take_redis_down: Callable[[], None]
 ) -> None:
