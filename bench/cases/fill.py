@@ -110,20 +110,13 @@ def run(*, users: int, quick: bool) -> list[Row]:
                 first, warm = _first_read(reader)
                 firsts.append(first)
                 warms.append(warm)
-        cold, hot = Stats(firsts), Stats(warms)
         rows.append(
-            Row(
-                "first read",
+            _page_row(
                 f"a user's first page with their part not in Redis ({size:,} items): fill from PostgreSQL, then read",
-                cold.median,
-                "s",
                 "the same user's next page (filled, same run)",
-                hot.median,
-                p99=cold.p99,
-                baseline_p99=hot.p99,
-                at_most=target,
-                ceiling_on_p99=True,
-                note=f"{len(readers)} users x {rounds} rounds, each emptied before its read (after one untimed)",
+                (Stats(firsts), Stats(warms)),
+                target,
+                f"{len(readers)} users x {rounds} rounds, each emptied before its read (after one untimed)",
             )
         )
     rows += _fallback_rows(pool, rounds)
@@ -180,23 +173,32 @@ def _fallback_rows(pool: list[Any], rounds: int) -> list[Row]:
                 started = time.perf_counter()
                 inbox_list(user=reader, limit=20)
                 warms.append(time.perf_counter() - started)
-        cold, hot = Stats(seconds), Stats(warms)
         rows.append(
-            Row(
-                "first read",
+            _page_row(
                 f"a user's first page from PostgreSQL alone, as while Redis is down ({size:,} items)",
-                cold.median,
-                "s",
                 "the same user's page from Redis (filled, same run)",
-                hot.median,
-                p99=cold.p99,
-                baseline_p99=hot.p99,
-                at_most=target,
-                ceiling_on_p99=True,
-                note=(
-                    f"{len(readers)} users x {rounds} rounds; rows on a page: {sorted(shown)} ({min(size, 20)} expected); the"
-                    " largest inboxes' messages are the newest of all, so the smaller ones' lie deep in the tables"
-                ),
+                (Stats(seconds), Stats(warms)),
+                target,
+                f"{len(readers)} users x {rounds} rounds; rows on a page: {sorted(shown)} ({min(size, 20)} expected);"
+                " the largest inboxes' messages are the newest of all, so the smaller ones' lie deep in the tables",
             )
         )
     return rows
+
+
+def _page_row(measure: str, baseline: str, timed: tuple[Stats, Stats], target: float, note: str) -> Row:
+    """A page's row: ``timed`` is (the measured pages, the baseline's), the target on the p99."""
+    cold, hot = timed
+    return Row(
+        "first read",
+        measure,
+        cold.median,
+        "s",
+        baseline,
+        hot.median,
+        p99=cold.p99,
+        baseline_p99=hot.p99,
+        at_most=target,
+        ceiling_on_p99=True,
+        note=note,
+    )
