@@ -67,16 +67,24 @@ def _scan_limit() -> int:
     return int(getattr(settings, "MESSAGECENTER_FALLBACK_SCAN_LIMIT", SCAN_LIMIT_DEFAULT))
 
 
-def _scanned(rows: QuerySet[Any, Any]) -> Iterator[Any]:
-    """The rows of a newest-first scan, at most the scan limit, a page per
-    query: most scans stop within their first page, one round trip (a
-    server-side cursor costs three)."""
+def _scanned(rows: QuerySet[Any, Any], *, at: str, column: int) -> Iterator[Any]:
+    """The rows of a newest-first scan (ordered by ``at``, then id, both
+    descending; a row's id first and its ``at`` at ``column``), at most the
+    scan limit, a page per query: most scans stop within their first page,
+    one round trip (a server-side cursor costs three). Each page starts
+    after the last row of the one before, so rows written meanwhile neither
+    repeat nor hide others."""
     limit = _scan_limit()
-    for start in range(0, limit, SCAN_PAGE):
-        page = list(rows[start : min(start + SCAN_PAGE, limit)])
+    taken = 0
+    page_rows = rows
+    while taken < limit:
+        page = list(page_rows[: min(SCAN_PAGE, limit - taken)])
         yield from page
+        taken += len(page)
         if len(page) < SCAN_PAGE:
             return
+        last_at, last_id = page[-1][column], page[-1][0]
+        page_rows = rows.filter(Q(**{f"{at}__lt": last_at}) | Q(**{at: last_at, "id__lt": last_id}))
 
 
 def _live(expire_ms: int, now_ms: int) -> bool:
@@ -215,7 +223,9 @@ def _pulled(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: M
         )
     )
     rows_seen = _RowsSeen(want)
-    for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in _scanned(rows):
+    for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in _scanned(
+        rows, at="created_at", column=2
+    ):
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"m{pk}"
         if not _live(expire_ms, now_ms) or ref in hidden:
@@ -246,7 +256,7 @@ def _bulletins(
         .order_by("-display_time", "-id")
         .values_list("id", "display_time", "expire_at", "slot_month", "slot_offset", "created_at")
     )
-    for pk, display_time, expire_at, month, offset, created_at in _scanned(rows):
+    for pk, display_time, expire_at, month, offset, created_at in _scanned(rows, at="display_time", column=1):
         score = to_ms(display_time)
         expire_ms = to_ms(expire_at) if expire_at else 0
         ref = f"b{pk}"
