@@ -15,3 +15,9 @@ BaseDatabaseWrapper
 # messagecenter/webpush.py: modified_ns is part of the lru_cache key (the key
 # file is read again when it changes), not read in the body.
 modified_ns
+# durability/progress.py: a context manager's __exit__ keeps the protocol's
+# parameter names (exc_type, exc, traceback), whether or not it reads them.
+traceback
+# insight/apis.py, messagecenter/apis/unread.py: DRF calls perform_content_negotiation
+# with force= by keyword; these views choose their renderer themselves.
+force

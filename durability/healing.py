@@ -34,7 +34,7 @@ PostgreSQL (``ReadModelState``):
   (``user_generation``; ``UserNotFilled`` says it is missing): after a loss
   Redis grows back with the users who come back, not with everyone.
 
-``/healthz`` says ``"redis": "rebuilding"`` with the progress (``health``).
+``/healthz`` says ``"redis": "rebuilding"`` and since when (``health``).
 """
 
 import logging
@@ -240,18 +240,14 @@ def healer_thread() -> threading.Thread | None:
 
 
 def health() -> dict[str, Any] | None:
-    """None when the read model is ready; else what /healthz shows of the rebuild.
-    Raises RedisError when Redis does not answer."""
+    """None when the read model is ready; else what /healthz shows of the rebuild
+    (when it started, if it has). Raises RedisError when Redis does not answer."""
     if check(fresh=True):
         return None
     row = ReadModelState.objects.filter(pk=1).first()
-    if row is None or not row.rebuilding:
-        return {"stage": "starting", "done": 0, "total": 0, "started_at": None, "elapsed_seconds": 0.0}
-    elapsed = (timezone.now() - row.started_at).total_seconds() if row.started_at else 0.0
+    if row is None or not row.rebuilding or row.started_at is None:
+        return {"started_at": None, "elapsed_seconds": 0.0}
     return {
-        "stage": row.stage or "starting",
-        "done": row.done,
-        "total": row.total,
-        "started_at": row.started_at.isoformat() if row.started_at else None,
-        "elapsed_seconds": round(elapsed, 1),
+        "started_at": row.started_at.isoformat(),
+        "elapsed_seconds": round((timezone.now() - row.started_at).total_seconds(), 1),
     }

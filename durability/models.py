@@ -65,14 +65,13 @@ class ReadModelState(models.Model):
     ``generation`` moves on at the end of every full rebuild; the same number
     goes into Redis (``durability.keys.readmodel_generation``), so a Redis without it
     (lost data) or with another one (a stale replica) is told apart from the
-    one PostgreSQL last filled. The other fields show a rebuild's progress.
+    one PostgreSQL last filled. The other fields tell whether a rebuild runs,
+    since when, and how the last one ended. (It restores only what users
+    share, in well under a second for a large site: no progress is kept.)
     """
 
     generation = models.BigIntegerField(default=0)
     rebuilding = models.BooleanField(default=False)
-    stage = models.CharField(max_length=64, blank=True)
-    done = models.BigIntegerField(default=0)
-    total = models.BigIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_seconds = models.FloatField(null=True, blank=True)

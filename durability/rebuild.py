@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -24,14 +23,12 @@ from core.redis import get_redis
 from durability import healing, outbox
 from durability.keys import readmodel_generation
 from durability.models import ReadModelState
-from durability.progress import SILENT, Progress, Stage
+from durability.progress import SILENT, Progress
 
 logger = logging.getLogger(__name__)
 
 # pg_advisory_lock key of the rebuild: any bigint unique to this purpose.
 LOCK_KEY = 0x6D63_7265_6275_696C  # "mcrebuil"
-# How often the progress of a running rebuild is written to PostgreSQL (/healthz reads it).
-PROGRESS_SECONDS = 0.5
 
 
 # --- The rebuild steps of the apps ------------------------------------------------------
@@ -110,20 +107,16 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
             pk=1,
             defaults={
                 "rebuilding": True,
-                "stage": "",
-                "done": 0,
-                "total": 0,
                 "started_at": timezone.now(),
                 "finished_at": None,
                 "last_error": "",
             },
         )
-        recorded = _RecordedProgress(progress)
         try:
             results: dict[str, dict[str, int] | None] = {}
             for step in rebuild_steps():
-                results[step.name] = step.run(recorded)
-            pending = _drain_outbox(recorded)
+                results[step.name] = step.run(progress)
+            pending = _drain_outbox(progress)
             with transaction.atomic():
                 # A rebuild of an intact Redis keeps its number (running it
                 # twice changes nothing); one that refilled a lost or stale
@@ -132,7 +125,6 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
                 ReadModelState.objects.filter(pk=1).update(
                     generation=generation,
                     rebuilding=False,
-                    stage="",
                     finished_at=timezone.now(),
                     last_seconds=time.monotonic() - started,
                 )
@@ -164,52 +156,6 @@ def _drain_outbox(progress: Progress) -> int:
             if done == 0 or outbox.pending_count() == 0:
                 break
     return applied
-
-
-class _RecordedStage(Stage):
-    """A stage that also drives the caller's stage (``inner``) and is written down."""
-
-    def __init__(self, progress: "_RecordedProgress", name: str, total: int) -> None:
-        self.recorder = progress
-        self.inner = progress.inner.stage(name, total)
-        super().__init__(progress, name, total)
-        progress.record(self, force=True)
-
-    def advance(self, amount: int = 1) -> None:
-        super().advance(amount)
-        self.inner.advance(amount)
-        self.recorder.record(self)
-
-    def done(self) -> None:
-        super().done()
-        self.inner.done()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.done()
-        else:
-            self.inner.__exit__(exc_type, exc, traceback)
-
-
-class _RecordedProgress(Progress):
-    """Passes stages on to ``inner`` (a command's bar) and writes them to ``ReadModelState``."""
-
-    def __init__(self, inner: Progress) -> None:
-        super().__init__(None)
-        self.inner = inner
-        self._written_at = 0.0
-
-    def stage(self, name: str, total: int) -> Stage:
-        return _RecordedStage(self, name, total)
-
-    def record(self, stage: Stage, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._written_at < PROGRESS_SECONDS:
-            return
-        self._written_at = now
-        ReadModelState.objects.filter(pk=1).update(stage=stage.name[:64], done=stage.count, total=stage.total)
 
 
 def heal() -> None:
