@@ -130,6 +130,11 @@ def enqueue(
     return entry
 
 
+def payload_replace(pk: int, payload: dict[str, Any]) -> None:
+    """Give a pending entry a new payload (its writer learned more before its commit)."""
+    OutboxEntry.objects.filter(pk=pk).update(payload=payload)
+
+
 def discard(pk: int) -> None:
     """Delete one entry its writer no longer needs: one statement (a queryset's
     delete wraps its own in a transaction, two round trips more)."""

@@ -69,7 +69,6 @@ from redis.exceptions import RedisError
 
 from core.contributions import contributed_by_name
 from durability import drift, outbox
-from durability.models import OutboxEntry
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ class _Batch:
         elif unrun.complete and not unrun.keys.issuperset(keys):
             unrun.complete = False
             payload = {"name": name, "keys": list(unrun.keys), "complete": False}
-            OutboxEntry.objects.filter(pk=unrun.pk).update(payload=payload)
+            outbox.payload_replace(unrun.pk, payload)
 
     def settle(self, request: _Request) -> None:
         """After the last request of its projection ran: its entry goes."""

@@ -38,7 +38,6 @@ from messagecenter.models import (
     MessageStatus,
     Notification,
     Subscription,
-    UserGroupMembership,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import drift as drift_rm
@@ -386,14 +385,9 @@ def memberships_find() -> list[Finding]:
     findings: list[Finding] = []
     for user_ids in held_users(BATCH):
         # PostgreSQL first: a change committed between the reads shows once and is mended by a no-op.
-        want: dict[int, set[int]] = {user_id: set() for user_id in user_ids}
-        # mc_membership_user_idx serves this lookup by user.
-        for user_id, group_id in UserGroupMembership.objects.filter(user_id__in=user_ids).values_list(
-            "user_id", "group_id"
-        ):
-            want[user_id].add(group_id)
+        want = projection.user_group_ids(user_ids)
         for user_id, have in zip(user_ids, drift_rm.user_groups_get_many(user_ids=user_ids), strict=True):
-            if have != want[user_id]:
+            if have != set(want[user_id]):
                 findings.append(
                     Finding(
                         area="memberships",

@@ -52,7 +52,7 @@ from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, listing, to_ms
 from messagecenter.readmodel.entries import CATEGORY_ORDER
 from messagecenter.readmodel.inbox import ARCHIVED, LIVE, SNOOZED, Counts, Page, PageRow
-from messagecenter.user_rows import user_items, user_rows
+from messagecenter.user_rows import RowsSeen, user_items, user_rows
 
 logger = logging.getLogger(__name__)
 
@@ -95,25 +95,6 @@ def _live(expire_ms: int, now_ms: int) -> bool:
 def _sort_key(entry: InboxEntry) -> tuple[int, str]:
     # ZREVRANGEBYSCORE order: score descending, equal scores by member descending.
     return entry.score, entry.member
-
-
-class _RowsSeen:
-    """When a newest-first scan has found enough: ``want`` rows at least.
-    Items of one group key share rows, so a key counts once (a lower bound
-    of its rows): the scan may read further than the rows need, never less."""
-
-    def __init__(self, want: int) -> None:
-        self.want = want
-        self.rows = 0
-        self.keys: set[str] = set()
-
-    def enough(self, group_key: str) -> bool:
-        if not group_key:
-            self.rows += 1
-        elif group_key not in self.keys:
-            self.keys.add(group_key)
-            self.rows += 1
-        return self.rows >= self.want
 
 
 GROUP_ACTORS = 3
@@ -222,7 +203,7 @@ def _pulled(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: M
             "actor",
         )
     )
-    rows_seen = _RowsSeen(want)
+    rows_seen = RowsSeen()
     for pk, category, created_at, expire_at, everyone, audience, month, offset, key, actor in _scanned(
         rows, at="created_at", column=2
     ):
@@ -235,7 +216,7 @@ def _pulled(user_id: int, now: datetime, now_ms: int, hidden: set[str], mutes: M
         if mutes.hides(category=category, time_ms=to_ms(created_at)):
             continue
         found.append(InboxEntry(ref, category, month, offset, to_ms(created_at), expire_ms, key, actor))
-        if rows_seen.enough(key):  # older ones cannot make the newest `want` rows
+        if rows_seen.add(key) >= want:  # older ones cannot make the newest `want` rows
             break
     return found
 

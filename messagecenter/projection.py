@@ -98,15 +98,22 @@ def _entry_of(key: Sequence[Any]) -> InboxEntry:
 # --- now: idempotent writes from PostgreSQL's state ------------------------------------
 
 
+def user_group_ids(user_ids: Iterable[int]) -> dict[int, list[int]]:
+    """Each user's group ids, as their membership rows say (none: an empty list)."""
+    groups: dict[int, list[int]] = {int(u): [] for u in user_ids}
+    if groups:
+        # mc_membership_user_idx serves this lookup by user.
+        rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
+        for user_id, group_id in rows:
+            groups[user_id].append(group_id)
+    return groups
+
+
 def user_groups(user_ids: Iterable[int]) -> None:
     """Replace the users' group sets with their membership rows (none: an empty set)."""
-    groups: dict[int, list[int]] = {int(u): [] for u in user_ids}
+    groups = user_group_ids(user_ids)
     if not groups:
         return
-    # mc_membership_user_idx serves this lookup by user.
-    rows = UserGroupMembership.objects.filter(user_id__in=list(groups)).values_list("user_id", "group_id")
-    for user_id, group_id in rows:
-        groups[user_id].append(group_id)
     # The users' archived and snoozed bulletins (their rows; mc_item_state_unique
     # serves this lookup by user) leave with the rest, and those their groups
     # still show go back where the rows say.

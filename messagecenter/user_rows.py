@@ -180,18 +180,39 @@ def user_items(user_id: int, *, now: datetime, want: int) -> UserItems:
     limit = want
     while True:
         items = _user_items(user_id, now=now, limit=limit)
-        if all(_rows(items, kind) >= want or _count(items, kind) < limit for kind in "mn"):
+        if all(_enough(items, kind, want=want, limit=limit) for kind in "mn"):
             return items
         limit *= 2
 
 
-def _count(items: UserItems, kind: str) -> int:
-    return sum(1 for entry, _type in items.entries if entry.ref[0] == kind)
+class RowsSeen:
+    """How many inbox rows the entries added so far make, at least: an
+    ungrouped one makes its own, the items of one group key count once (a
+    lower bound: ended groups make more rows). A newest-first read that
+    has seen enough rows can stop."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.keys: set[str] = set()
+
+    def add(self, group_key: str) -> int:
+        """Count one more entry (its group key, "" for none); the rows so far."""
+        if not group_key:
+            self.rows += 1
+        elif group_key not in self.keys:
+            self.keys.add(group_key)
+            self.rows += 1
+        return self.rows
 
 
-def _rows(items: UserItems, kind: str) -> int:
-    entries = [entry for entry, _type in items.entries if entry.ref[0] == kind]
-    return sum(1 for entry in entries if not entry.group_key) + len({e.group_key for e in entries if e.group_key})
+def _enough(items: UserItems, kind: str, *, want: int, limit: int) -> bool:
+    """Whether the read has ``want`` rows of this kind, or all its items (fewer than ``limit``)."""
+    seen, count = RowsSeen(), 0
+    for entry, _type in items.entries:
+        if entry.ref[0] == kind:
+            count += 1
+            seen.add(entry.group_key)
+    return seen.rows >= want or count < limit
 
 
 def _user_items(user_id: int, *, now: datetime, limit: int) -> UserItems:
