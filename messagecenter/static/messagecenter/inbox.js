@@ -107,19 +107,37 @@
   function flagsAt() { return { marks: marks, calm: marksOut === 0 }; }
   function flagsHold(at) { return at.calm && marks === at.marks; }
 
-  function normalise(source, raw) {
+  // Rows the reader archived, snoozed or deleted here, each by the count of
+  // removals at that moment. An answer that set off before a removal may
+  // still list the row (the first page replacing the server's rows, a poll
+  // on its way): it is not shown again. An answer that set off after it is
+  // the server's word: a snooze that ended comes back. A delete waiting for
+  // its undo window hides its rows from every answer until it is sent.
+  var removals = 0;
+  var removedAt = {};
+  function removed(id, pending) {
+    removals += 1;
+    removedAt[id] = pending ? Infinity : removals;
+  }
+  function restored(id) { delete removedAt[id]; }
+  function outdated(item) { return removedAt[item.id] !== undefined && removedAt[item.id] > item.fetchedAt; }
+  // The row a handler was given may have been replaced since (the first page
+  // replaces the server's rows): act on the one the list shows.
+  function shown(row) { return document.getElementById(row.id) || row; }
+
+  function normalise(source, raw, fetchedAt) {
     if (source.name === "announcement") {
       return {
         id: "a" + raw.id, apiId: raw.id, source: "announcement", kind: "announcement", category: "announcement",
         title: raw.title, summary: raw.summary || "", time: raw.published_at, read: raw.read, pinned: raw.pinned,
-        sender: _("System")
+        sender: _("System"), fetchedAt: fetchedAt
       };
     }
     return {
       id: "i" + raw.id, apiId: raw.id, source: "inbox", kind: raw.kind, category: raw.category,
       title: raw.title, summary: raw.summary || "", time: raw.created_at, read: raw.read,
       sender: raw.sender || _("System"), actions: raw.actions || [], response: raw.response || null,
-      group: raw.group || null
+      group: raw.group || null, fetchedAt: fetchedAt
     };
   }
 
@@ -174,6 +192,7 @@
   }
 
   function wanted(item) {
+    if (outdated(item)) { return false; }
     if (kind && kind !== "announcement" && item.kind !== kind) { return false; }
     if (unreadOnly && item.read) { return false; }
     if (query && item.source === "announcement" && !matches(item)) { return false; }
@@ -183,10 +202,11 @@
   function fetchPage(source) {
     var params = new URLSearchParams(source.params);
     if (source.cursor) { params.set("cursor", source.cursor); }
+    var fetchedAt = removals;
     return mc.api("GET", source.base + "?" + params.toString()).then(function (answer) {
       var data = answer.data;
       data.results.forEach(function (raw) {
-        var item = normalise(source, raw);
+        var item = normalise(source, raw, fetchedAt);
         seen[item.id] = true;
         if (!source.newest || item.time > source.newest) { source.newest = item.time; }
         source.buffer.push(item);
@@ -462,6 +482,8 @@
   function removeRow(row) {
     // Archived or snoozed here: when it comes back (a snooze ends), it is news.
     delete seen[row.id];
+    removed(row.id);
+    row = shown(row);
     var next = row.nextElementSibling || row.previousElementSibling;
     row.remove();
     if (next && next.classList.contains("item")) { focusRow(next); }
@@ -522,11 +544,11 @@
       ? mc.api("DELETE", inboxApi + encodeURIComponent(entry.ids[0]) + "/", undefined, { keepalive: keepalive })
       : mc.api("POST", inboxApi + "bulk/", { action: "delete", ids: entry.ids }, { keepalive: keepalive });
     return request.then(function () {
-      entry.rows.forEach(function (r) { r.remove(); });
+      entry.rows.forEach(function (r) { removed(r.id); shown(r).remove(); });
       if (toast.getAttribute("data-entry") === String(entry.serial)) { toast.hidden = true; }
       refreshCounts();
     }, function (error) {
-      entry.rows.forEach(function (r) { r.hidden = false; });
+      entry.rows.forEach(function (r) { restored(r.id); shown(r).hidden = false; });
       fail(error);
     });
   }
@@ -537,6 +559,7 @@
     if (!selected.length) { return; }
     var after = selected[selected.length - 1].nextElementSibling;
     selected.forEach(function (r) {
+      removed(r.id, true);
       r.hidden = true;
       r.querySelector(".row-select").checked = false;
     });
@@ -563,8 +586,8 @@
     if (!entry) { return; }
     clearTimeout(entry.timer);
     pendingDeletes = pendingDeletes.filter(function (e) { return e !== entry; });
-    entry.rows.forEach(function (r) { r.hidden = false; });
-    focusRow(entry.rows[0]);
+    entry.rows.forEach(function (r) { restored(r.id); shown(r).hidden = false; });
+    focusRow(shown(entry.rows[0]));
     announce(_("Restored."));
     updateEmpty();
     updateSelection();
@@ -609,7 +632,12 @@
       marking(mc.api("POST", inboxApi + "bulk/", { action: action, ids: ids })).then(function (answer) {
         chosen.forEach(function (r) {
           r.querySelector(".row-select").checked = false;
-          if (action === "read" || action === "unread") { setRead(r, action === "read"); } else { r.remove(); }
+          if (action === "read" || action === "unread") {
+            setRead(shown(r), action === "read");
+          } else {
+            removed(r.id);
+            shown(r).remove();
+          }
         });
         var done = answer.data ? answer.data.done : ids.length;
         announce(mc.interpolate(mc.ngettext("%s item updated.", "%s items updated.", done), [mc.number(done)]));
@@ -779,6 +807,7 @@
     if (archived || !ready) { return Promise.resolve(); }
     var mine = generation;
     var marksAt = flagsAt();
+    var fetchedAt = removals;
     // Each source's first page: it holds whatever is new, whatever kind it is
     // (a snoozed item that woke up is there too, though created long ago), and
     // the current read flags of the rows it shares with the page.
@@ -792,7 +821,7 @@
       var fresh = [];
       answers.forEach(function (pair) {
         pair[1].forEach(function (raw) {
-          var item = normalise(pair[0], raw);
+          var item = normalise(pair[0], raw, fetchedAt);
           if (!pair[0].newest || item.time > pair[0].newest) { pair[0].newest = item.time; }
           var known = document.getElementById(item.id);
           if (known) {
