@@ -48,7 +48,16 @@ incomplete, one UPDATE per transaction at most, so a cascade costs no row
 per signal. The entry commits with the change or not at all; it is due
 only after ``UNRUN_GRACE``, so the replay finds only those whose process
 died: it runs their keys again and, for an incomplete one, checks and
-mends the projection's whole area. A savepoint that rolls back takes its
+mends the projection's whole area.
+
+Users' own parts are covered otherwise: a user's write notes itself in the
+user's part, and the user's next read fills the part again when the note
+outlives its grace. An operator's write to users' parts (a bulletin moved
+to show later frees their archived copies, a retraction drops answers) has
+no such note, so its caller asks for a record (``recorded=True``). A
+projection without an area has no check to mend a partial record, so its
+record keeps every key: such callers ask for all their keys at once, and a
+later request adds only what the record lacks (one UPDATE each). A savepoint that rolls back takes its
 requests' writes with it (the next request starts a new batch and entry);
 an entry left by a request rolled back that way only runs its keys again,
 which changes nothing.
@@ -182,11 +191,12 @@ class _Batch:
             self.last[(request.name, key)] = request
         return True
 
-    def record(self, name: str, keys: tuple[Any, ...]) -> None:
+    def record(self, name: str, keys: tuple[Any, ...], *, mended: bool) -> None:
         """Record in this transaction that ``name`` must run for ``keys``: the
-        first request writes an entry with its keys, a later one with keys
-        the entry lacks marks it incomplete (once; a cascade of a thousand
-        rows costs one write, not a thousand)."""
+        first request writes an entry with its keys. A later one with keys
+        the entry lacks marks it incomplete when an area ``mended`` it (once;
+        a cascade of a thousand rows costs one write, not a thousand), and
+        else adds them."""
         unrun = self.unrun.get(name)
         if unrun is None:
             entry = outbox.enqueue(
@@ -196,8 +206,11 @@ class _Batch:
             )
             self.unrun[name] = _Unrun(pk=entry.pk, keys=set(keys))
         elif unrun.complete and not unrun.keys.issuperset(keys):
-            unrun.complete = False
-            payload = {"name": name, "keys": list(unrun.keys), "complete": False}
+            if mended:
+                unrun.complete = False
+            else:
+                unrun.keys.update(keys)
+            payload = {"name": name, "keys": list(unrun.keys), "complete": unrun.complete}
             outbox.payload_replace(unrun.pk, payload)
 
     def settle(self, request: _Request) -> None:
@@ -238,11 +251,18 @@ _batches: "weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Batch]" = weakref.Wea
 
 
 def project(
-    name: str, keys: Iterable[Any], *, facts: Mapping[Any, Any] | None = None, using: str | None = None
+    name: str,
+    keys: Iterable[Any],
+    *,
+    facts: Mapping[Any, Any] | None = None,
+    using: str | None = None,
+    recorded: bool = False,
 ) -> None:
     """Run projection ``name`` for ``keys`` after commit, once per transaction
     and key (see the module docstring); ``facts`` by key, when the caller knows
-    a key's whole committed state."""
+    a key's whole committed state. ``recorded``: record the request in the
+    transaction though the projection has no area (an operator's write to
+    users' parts, which no note of theirs covers)."""
     if name not in projections():
         # A typo would otherwise show only at commit, or at replay.
         raise ValueError(f"No projection registered as {name!r}.")
@@ -268,8 +288,9 @@ def project(
     )
     if batch.add(request):
         transaction.on_commit(request, using=using)
-    if projections()[name].area is not None:
-        batch.record(name, frozen)
+    mended = projections()[name].area is not None
+    if mended or recorded:
+        batch.record(name, frozen, mended=mended)
 
 
 def replay_unrun(payload: dict[str, Any], user_id: int | None) -> None:

@@ -510,7 +510,9 @@ def replay_mirror(payload: dict[str, Any], user_id: int | None) -> None:
 # The app's projections and the outbox handler of their failed runs (its AppConfig names both).
 # The drift area that finds and mends what each projection writes, for those
 # whose lost run (a process that died after its commit) no user's next read
-# heals: the users' own writes are noted in their parts instead (fill.part_writing).
+# heals: the users' own writes are noted in their parts instead (fill.part_writing),
+# and an operator's write to users' parts asks for a record of its own
+# (``item_places_freed``, ``messages_answered_removed``, ``message_type_deleting``).
 AREAS: dict[str, str] = {
     USER_GROUPS: "memberships",
     BULLETIN: "bulletins",
@@ -581,6 +583,13 @@ def item_place_changed(user_id: int, refs: Iterable[str]) -> None:
     projection.project(ITEM_PLACE, [(int(user_id), str(r)) for r in refs])
 
 
+def item_places_freed(pairs: Iterable[tuple[int, str]]) -> None:
+    """An operator's change deleted these (user, ref) state rows (a bulletin
+    moved to show later): recorded in the transaction, as no note of the
+    users covers it, all pairs in one request."""
+    projection.project(ITEM_PLACE, [(int(u), str(r)) for u, r in pairs], recorded=True)
+
+
 def responses_changed(user_id: int, message_ids: Iterable[int]) -> None:
     """The user answered these messages' actions."""
     projection.project(RESPONSES, [(int(user_id), int(m)) for m in message_ids])
@@ -590,4 +599,13 @@ def messages_answered_removed(message_ids: Iterable[int]) -> None:
     """These messages left every inbox (retracted, expired): their answers leave
     the answerers' answer sets."""
     pairs = MessageResponse.objects.filter(message_id__in=list(message_ids)).values_list("user_id", "message_id")
-    projection.project(RESPONSES, [(int(u), int(m)) for u, m in pairs])
+    # An operator's change: recorded, as no note of the answerers covers it.
+    projection.project(RESPONSES, [(int(u), int(m)) for u, m in pairs], recorded=True)
+
+
+def message_type_deleting(message_type_id: int) -> None:
+    """Before a message type is deleted: its mute periods go in the cascade (a
+    signal per row, after this); the users who had them are asked for here,
+    all at once and recorded, as no note of theirs covers an operator's delete."""
+    user_ids = MutePeriod.objects.filter(message_type_id=message_type_id).values_list("user_id", flat=True)
+    projection.project(USER_MUTES, sorted({int(u) for u in user_ids}), recorded=True)

@@ -20,6 +20,7 @@ from messagecenter.models import (
     Message,
     MessageImage,
     MessageStatus,
+    MessageType,
     MutePeriod,
     Notification,
     Subscription,
@@ -174,6 +175,10 @@ def on_mute_period_deleted(sender: Any, instance: MutePeriod, **kwargs: Any) -> 
     projection.user_mutes_changed([instance.user_id])
 
 
+def on_message_type_pre_delete(sender: Any, instance: MessageType, **kwargs: Any) -> None:
+    projection.message_type_deleting(instance.pk)
+
+
 def connect() -> None:
     pre_save.connect(on_membership_saving, sender=UserGroupMembership, dispatch_uid="mc_membership_saving")
     post_save.connect(on_membership_saved, sender=UserGroupMembership, dispatch_uid="mc_membership_saved")
@@ -197,3 +202,4 @@ def connect() -> None:
     post_save.connect(on_notification_saved, sender=Notification, dispatch_uid="mc_notification_saved")
     post_delete.connect(on_notification_deleted, sender=Notification, dispatch_uid="mc_notification_deleted")
     post_delete.connect(on_mute_period_deleted, sender=MutePeriod, dispatch_uid="mc_mute_period_deleted")
+    pre_delete.connect(on_message_type_pre_delete, sender=MessageType, dispatch_uid="mc_message_type_pre_delete")

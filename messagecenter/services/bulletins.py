@@ -95,8 +95,7 @@ def _user_states_dropped(bulletin: Bulletin) -> None:
     rows = InboxItemState.objects.filter(item_id=bulletin.ref)
     user_ids = list(rows.values_list("user_id", flat=True))
     rows.delete()
-    for user_id in user_ids:
-        projection.item_place_changed(user_id, [bulletin.ref])
+    projection.item_places_freed([(user_id, bulletin.ref) for user_id in user_ids])
 
 
 def bulletin_update(

@@ -404,7 +404,9 @@ def test_archive_and_snooze_call_the_contract(open_page: Any, operator: Any, rec
     assert body == {"until": at.strftime("%Y-%m-%dT%H:%M:00.000Z")}  # 08:30 in Shanghai
 
 
-def test_a_poll_read_before_an_archive_does_not_bring_the_row_back(open_page: Any, operator: Any, recipient: Any) -> None:
+def test_a_poll_read_before_an_archive_does_not_bring_the_row_back(
+    open_page: Any, operator: Any, recipient: Any
+) -> None:
     # A poll (woken by a live event, say of the test's own sends) can be on
     # its way while the reader archives or snoozes a row. Its answer was read
     # before the action and still lists the row, which the page has removed:

@@ -279,3 +279,33 @@ def test_a_savepoint_rolled_back_with_the_first_request_leaves_the_next_one_reco
         _rolled_back([1])
         projection.project(DURABLE, [2])
     assert _unrun() == [{"name": DURABLE, "keys": [2], "complete": True}]
+
+
+def test_a_recorded_request_of_a_projection_without_an_area_keeps_every_key(
+    durable: tuple[Runs, Area], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's write to users' parts asks for a record though no area
+    could mend a partial one: a later request adds its keys (an UPDATE), an
+    unrecorded one (a user's own write, noted in the user's part) writes
+    nothing, and the replay runs every recorded key."""
+    _runs, area = durable
+    plain = projection.projections()[NAME].runner
+    assert isinstance(plain, Runs)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        projection.project(NAME, [1])
+    assert not [q for q in queries.captured_queries if "core_outboxentry" in q["sql"]]
+    with dying(monkeypatch), transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        projection.project(NAME, [1, 2], recorded=True)
+        projection.project(NAME, [2], recorded=True)  # nothing new: no write
+        projection.project(NAME, [3])
+        projection.project(NAME, [3, 4], recorded=True)
+    writes = [q["sql"].split()[0] for q in queries.captured_queries if "core_outboxentry" in q["sql"]]
+    assert writes == ["INSERT", "UPDATE"]
+    [record] = _unrun()
+    assert sorted(record["keys"]) == [1, 2, 3, 4]
+    assert record["complete"] is True
+    _later(monkeypatch)
+    plain.calls.clear()
+    assert outbox.replay() == 1
+    assert [sorted(keys) for keys, _facts in plain.calls] == [[1, 2, 3, 4]]
+    assert area.checked == 0

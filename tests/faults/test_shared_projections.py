@@ -17,14 +17,17 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from core.redis import get_redis
 from durability import outbox, rebuild
 from durability.models import OutboxEntry
 from durability.projection import UNRUN_GRACE, UNRUN_TOPIC
+from messagecenter import keys as mc_keys
 from messagecenter import services
-from messagecenter.models import UserGroupMembership
+from messagecenter.models import Message, UserGroupMembership
+from messagecenter.readmodel import responses as responses_rm
 from tests.conftest import client_for
 from tests.factories import UserFactory
-from tests.messagecenter.conftest import make_group
+from tests.messagecenter.conftest import Clock, make_group
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,6 +41,13 @@ def _dying(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def _titles(user: Any) -> list[str]:
     return [item["title"] for item in client_for(user).get("/api/v1/inbox/").json()["results"]]
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    now = Clock(timezone.now())
+    monkeypatch.setattr(timezone, "now", now)
+    return now
 
 
 def _after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,3 +102,73 @@ def test_memberships_a_dead_process_left_out_are_mended_by_their_area(
     assert outbox.replay() == 1
     assert _titles(recipient) == _titles(other_recipient) == ["Staff only"]
     assert _titles(bystander) == []
+
+
+# --- an operator's writes to users' own parts -----------------------------------------------
+
+
+def _records() -> dict[str, dict[str, Any]]:
+    payloads = OutboxEntry.objects.filter(topic=UNRUN_TOPIC).values_list("payload", flat=True)
+    return {payload["name"]: payload for payload in payloads}
+
+
+def test_a_bulletin_moved_later_by_a_dying_process_frees_the_archived_copies(
+    recipient: Any, other_recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moving a bulletin to show later drops what users did with its earlier
+    showing. No note of theirs covers the operator's write, so their item
+    places are recorded with it; without that, the users' parts kept the
+    bulletin archived after the new display time."""
+    bulletin = services.bulletin_create(title="Maintenance", body_html="x", display_time=clock.now)
+    for user in (recipient, other_recipient):
+        assert client_for(user).post(f"/api/v1/inbox/{bulletin.ref}/archive/").status_code == 204
+        assert _titles(user) == []
+    with _dying(monkeypatch):
+        services.bulletin_update(bulletin=bulletin, data={"display_time": clock.now + timedelta(minutes=5)})
+    record = _records()["messagecenter.item_place"]
+    assert sorted(map(tuple, record["keys"])) == sorted((u.pk, bulletin.ref) for u in (recipient, other_recipient))
+    assert record["complete"] is True
+    clock.advance(seconds=UNRUN_GRACE.total_seconds() + 1)
+    assert outbox.replay() == 2  # the bulletin's own record and the users' places
+    clock.advance(minutes=5)
+    assert _titles(recipient) == _titles(other_recipient) == ["Maintenance"]
+    assert not OutboxEntry.objects.exists()
+
+
+def test_answers_to_a_message_retracted_by_a_dying_process_leave_redis(
+    operator: Any, recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    actions = [{"id": "approve", "label": "Approve"}, {"id": "decline", "label": "Decline"}]
+    to = {"users": [recipient.pk]}
+    body = {"category": "system", "title": "Leave", "body_html": "x", "to": to, "actions": actions}
+    created = client_for(operator).post("/api/v1/manage/messages/", body, format="json")
+    message = Message.objects.get(pk=created.json()["id"])
+    answer = client_for(recipient).post(f"/api/v1/inbox/{message.ref}/respond/", {"action": "approve"}, format="json")
+    assert answer.status_code == 200
+    assert set(responses_rm.responses_get(user_id=recipient.pk, actions={message.ref: actions})) == {message.ref}
+    with _dying(monkeypatch):
+        services.message_retract(message=message, actor=operator)
+    assert _records()["messagecenter.responses"]["keys"] == [[recipient.pk, message.pk]]
+    clock.advance(seconds=UNRUN_GRACE.total_seconds() + 1)
+    assert outbox.replay() == 2  # the item's removal and the answers
+    assert responses_rm.responses_get(user_id=recipient.pk, actions={message.ref: actions}) == {}
+
+
+def test_mutes_of_a_message_type_deleted_by_a_dying_process_leave_redis(
+    recipient: Any, other_recipient: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cascade deletes a mute period per user, one signal each; the type's
+    own signal asks for all of them at once, so the record is complete."""
+    alert = services.message_type_create(code="alert", name="Alert", category="system", self_service=True)
+    for user in (recipient, other_recipient):
+        services.preferences_update(user=user, muted_categories=None, muted_message_types=["alert"])
+        assert get_redis().get(mc_keys.user_mutes(user.pk))
+    with _dying(monkeypatch):
+        alert.delete()
+    record = _records()["messagecenter.user_mutes"]
+    assert sorted(record["keys"]) == sorted([recipient.pk, other_recipient.pk])
+    assert record["complete"] is True
+    clock.advance(seconds=UNRUN_GRACE.total_seconds() + 1)
+    assert outbox.replay() >= 1
+    assert get_redis().get(mc_keys.user_mutes(recipient.pk)) is None
+    assert get_redis().get(mc_keys.user_mutes(other_recipient.pk)) is None
