@@ -5,6 +5,7 @@ rejects, or after a reshard breaks, scripts that build key names themselves),
 and callers pass keys that share one hash tag.
 """
 
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -21,6 +22,9 @@ from core.redis import RedisClient, get_redis, round_trip
 
 if HIREDIS_AVAILABLE:  # redis-py's own C packer (requirements.txt pins it)
     import hiredis
+
+# How long a stream sends without reading the replies waiting (``_send_all``).
+STREAM_READ_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -283,20 +287,35 @@ class LuaScript:
 
     @staticmethod
     def _send_all(client: RedisClient, commands: Iterable[bytes]) -> list[Any]:
-        """Send each packed command as it comes, then read every reply (error replies in place)."""
+        """Send each packed command as it comes, then read every reply (error replies in place).
+
+        The replies waiting are read first whenever a second has passed since
+        the last read: a connection with a ``health_check_interval`` sends a
+        PING before a command once that long has passed without a read, and
+        would take the first reply waiting for the PING's. A slow producer (a
+        rebuild loading each batch from PostgreSQL) or a long stream stays in
+        step that way, at one pause a second."""
         pool = client.connection_pool
         connection = pool.get_connection()
         replies: list[Any] = []
-        try:
-            count = 0
-            for command in commands:
-                connection.send_packed_command([command])
-                count += 1
+
+        def read(count: int) -> None:
             for _ in range(count):
                 try:
                     replies.append(connection.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
+
+        try:
+            waiting = 0
+            read_at = time.monotonic()
+            for command in commands:
+                if waiting and time.monotonic() - read_at >= STREAM_READ_SECONDS:
+                    read(waiting)
+                    waiting, read_at = 0, time.monotonic()
+                connection.send_packed_command([command])
+                waiting += 1
+            read(waiting)
         except BaseException:
             # Replies may be left unread: this connection cannot serve anyone else.
             connection.disconnect()
