@@ -1,13 +1,14 @@
 """The rebuild time: ``python -m bench.rebuild_time [--users N]`` (``make bench-rebuild``).
 
-Creates ``--users`` users in PostgreSQL in bulk and a small, realistic amount
-of state through the project's services (push messages to every user and to a
-group, a message to everyone, bulletins, announcements, read marks and
-their committed read state), then empties a private redis-server and
-times ``durability.rebuild.rebuild()`` filling it from PostgreSQL: the wall clock and
-each stage the rebuild reports. The rebuild restores only what users share,
-so its time does not grow with the users (each user's part is filled on
-their first read). Writes bench/REBUILD.md. The private Redis is stopped by
+Creates ``--users`` users in PostgreSQL in bulk and a realistic amount of
+state (push messages to every user and to a group, ``--items`` personal
+messages of one recipient each, a message to everyone, bulletins,
+announcements, read marks and their committed read state), then empties a
+private redis-server and times ``durability.rebuild.rebuild()`` filling it
+from PostgreSQL: the wall clock and each stage the rebuild reports. The
+rebuild restores only what users share, so its time does not grow with the
+users (each user's part is filled on their first read), but it does with the
+live items, whose details are shared. Writes bench/REBUILD.md. The private Redis is stopped by
 its PID whatever happens; the machine's shared Redis is not touched.
 """
 
@@ -58,7 +59,55 @@ class _Timer:
         self.progress.stage = stage  # type: ignore[method-assign]
 
 
-def create_state(users: int) -> dict[str, int]:
+def personal_messages(*, operator: Any, user_ids: list[int], count: int) -> int:
+    """``count`` push messages of one recipient each (the users in turn), as
+    stored and fanned out, written in bulk: the rows a rebuild reads (their
+    details are what users share; their entries wait for the users' fills)."""
+    from django.db import connection
+    from django.utils import timezone
+    from pyroaring import BitMap
+
+    from bench.data import _slots
+    from messagecenter.models import DeliveryMode, Message, MessageRecipient, MessageStatus
+
+    now = timezone.now()
+    month = now.year * 100 + now.month
+    first = _slots(month, count)
+    batch = 5_000
+    for start in range(0, count, batch):
+        rows = []
+        for i in range(start, min(count, start + batch)):
+            audience = BitMap([user_ids[i % len(user_ids)]]).serialize()
+            rows.append(
+                Message(
+                    category=("system", "transaction", "interaction")[i % 3],
+                    title=f"Your order {i} has shipped",
+                    summary="It arrives on Thursday",
+                    body_html="<p>Your parcel left the warehouse.</p>",
+                    sender=operator,
+                    created_at=now - timedelta(seconds=count - i),
+                    users_bitmap=audience,
+                    audience_bitmap=audience,
+                    audience_size=1,
+                    delivery=DeliveryMode.PUSH,
+                    status=MessageStatus.DELIVERED,
+                    fanout_total=1,
+                    slot_month=month,
+                    slot_offset=first + i,
+                )
+            )
+        created = Message.objects.bulk_create(rows)
+        MessageRecipient.objects.bulk_create(
+            MessageRecipient(user_id=user_ids[(start + j) % len(user_ids)], message_id=m.pk)
+            for j, m in enumerate(created)
+        )
+    with connection.cursor() as cursor:
+        for model in (Message, MessageRecipient):
+            cursor.execute(f"ANALYZE {model._meta.db_table}")
+    return count
+
+
+def create_state(users: int, items: int) -> dict[str, int]:
     """The PostgreSQL state the rebuild reads, made through the bulk paths and services."""
     from django.contrib.auth import get_user_model
     from django.utils import timezone
@@ -86,6 +135,7 @@ def create_state(users: int) -> dict[str, int]:
     refs = inbox_messages(
         operator=operator, audiences=[(MESSAGES_TO_GROUP, group_members), (MESSAGES_TO_ALL, everyone)]
     )
+    personal = personal_messages(operator=operator, user_ids=everyone, count=items)
     message_send(sender=operator, category="system", title="To everyone", body_html="<p>Hello all</p>", everyone=True)
     now = timezone.now()
     for i in range(2):
@@ -102,7 +152,8 @@ def create_state(users: int) -> dict[str, int]:
         "users": users,
         "group members": len(group_members),
         "bulk push messages": len(refs),
-        "inbox entries (push)": MESSAGES_TO_ALL * len(everyone) + MESSAGES_TO_GROUP * len(group_members),
+        "personal messages (one recipient each)": personal,
+        "inbox entries (push)": MESSAGES_TO_ALL * len(everyone) + MESSAGES_TO_GROUP * len(group_members) + personal,
         "readers": READERS,
     }
 
@@ -110,6 +161,7 @@ def create_state(users: int) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rebuild_time")
     parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--items", type=int, default=200_000, help="live personal messages (details to restore)")
     parser.add_argument("--port", type=int, default=6393, help="the private redis-server's port (else a free one)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "REBUILD.md"))
     args = parser.parse_args()
@@ -132,7 +184,7 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         print(f"== creating {args.users:,} users and their state in PostgreSQL", flush=True)
         created_at = time.perf_counter()
-        state = create_state(args.users)
+        state = create_state(args.users, args.items)
         create_seconds = time.perf_counter() - created_at
         client = get_redis()
         # The private Redis of this run only: emptied so the rebuild starts from nothing.
@@ -155,7 +207,7 @@ def main() -> int:
         "# Rebuild of the read model from PostgreSQL",
         "",
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit {_commit()}; `python -m bench.rebuild_time "
-        f"--users {args.users}`; Redis {version} (private, port {port}, emptied before the rebuild); "
+        f"--users {args.users} --items {args.items}`; Redis {version} (private, port {port}, emptied before the rebuild); "
         f"load average (1 min) {load[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} cores.",
         "",
         "## State in PostgreSQL",
@@ -192,7 +244,7 @@ def main() -> int:
         "The rebuild restores what users share (announcement indexes and read bits, bulletins, item details,"
         " the pull index, subscriber sets); each user's own part is filled from PostgreSQL on their first read"
         f" ({written / args.users:.1f} push entries a user here). Its time grows with the announcements' readers"
-        " and the live items, not with the users.",
+        " and the live items (each item's detail is restored), not with the users.",
         "",
     ]
     text = "\n".join(lines)

@@ -67,7 +67,8 @@ class ReadModelState(models.Model):
     (lost data) or with another one (a stale replica) is told apart from the
     one PostgreSQL last filled. The other fields tell whether a rebuild runs,
     since when, and how the last one ended. (It restores only what users
-    share, in well under a second for a large site: no progress is kept.)
+    share, whose time grows with the live items, not the users: /healthz
+    shows since when it runs, and no progress is kept.)
     """
 
     generation = models.BigIntegerField(default=0)

@@ -51,16 +51,17 @@ class GlobalOp(ABC):
 
 @dataclass(frozen=True)
 class ItemPut(GlobalOp):
+    """Items' details: (ref, detail JSON) pairs, one for a change, a batch for a rebuild."""
+
     script: ClassVar[LuaScript] = ITEM_PUT_SCRIPT
-    ref: str
-    detail_json: str
+    details: Sequence[tuple[str, str]]
 
     @staticmethod
     def keys() -> list[str]:
         return [mc_keys.item_detail(), mc_keys.item_detail_version()]
 
     def args(self) -> list[Any]:
-        return [self.ref, self.detail_json]
+        return [value for pair in self.details for value in pair]
 
 
 @dataclass(frozen=True)

@@ -367,8 +367,8 @@ def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
     pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
     for type_id, scope in pairs:
         projection.subscribers(type_id, scope)
-    count = 0
-    for notification in Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).iterator():
-        publish.item_detail_put(ref=notification_entry(notification).ref, detail=notification_detail(notification))
-        count += 1
+    live = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).defer("audience_bitmap")
+    count = publish.item_details_put(
+        (notification.ref, notification_detail(notification)) for notification in live.iterator(chunk_size=1000)
+    )
     return {"subscriptions": len(pairs), "notifications": count}

@@ -8,7 +8,9 @@ after a loss Redis grows back with the users who return, not with everyone;
 ``inbox_warm`` fills users ahead of that.
 """
 
+from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -16,7 +18,7 @@ from durability.progress import SILENT, Progress
 from durability.rebuild import RebuildStep
 from messagecenter import projection
 from messagecenter.items import message_detail, message_entry
-from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus
+from messagecenter.models import Bulletin, DeliveryMode, Message, MessageImage, MessageStatus
 from messagecenter.readmodel import publish
 from messagecenter.services.inbox import inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
@@ -48,24 +50,38 @@ def _messages_rebuild(*, progress: Progress, now: datetime) -> int:
     """Every message that reached its audience and has not expired: a pull
     message registered again, a push message's detail (its recipients get it
     back with their fills); returns how many."""
-    messages = 0
     # Scheduled and cancelled messages reached nobody: nothing of theirs is in Redis.
     live = (
         Message.objects.exclude(status__in=[MessageStatus.RETRACTED, MessageStatus.SCHEDULED, MessageStatus.CANCELLED])
         .exclude(expire_at__lte=now)
         .select_related("sender")
     )
+    pulled = live.filter(delivery=DeliveryMode.PULL)
+    # A push message's audience bitmaps are not needed here (its recipients
+    # are its rows), and can be large.
+    pushed = live.exclude(delivery=DeliveryMode.PULL).defer("users_bitmap", "audience_bitmap").order_by("pk")
     with progress.stage("messages", live.count()) as stage:
-        for message in live.iterator(chunk_size=BATCH):
+        for message in pulled.iterator(chunk_size=BATCH):
             entry = message_entry(message)
-            detail = message_detail(message)
-            if message.delivery == DeliveryMode.PULL:
-                inbox_publish_pull(entry=entry, detail=detail, audience=None if message.everyone else message.audience)
-            else:
-                publish.item_detail_put(ref=entry.ref, detail=detail)
-            messages += 1
+            inbox_publish_pull(
+                entry=entry, detail=message_detail(message), audience=None if message.everyone else message.audience
+            )
             stage.advance()
-    return messages
+
+        def details() -> Iterator[tuple[str, dict[str, Any]]]:
+            last = 0
+            while chunk := list(pushed.filter(pk__gt=last)[:BATCH]):
+                # The chunk's image files in one query (few messages have any).
+                images: dict[int, list[MessageImage]] = {}
+                for image in MessageImage.objects.filter(message_id__in=[m.pk for m in chunk]):
+                    images.setdefault(image.message_id, []).append(image)
+                for message in chunk:
+                    yield message.ref, message_detail(message, images.get(message.pk, []))
+                stage.advance(len(chunk))
+                last = chunk[-1].pk
+
+        publish.item_details_put(details())
+    return stage.count
 
 
 # The rebuild's step of this app, after the announcements' (its AppConfig names it).
