@@ -48,7 +48,10 @@ incomplete, one UPDATE per transaction at most, so a cascade costs no row
 per signal. The entry commits with the change or not at all; it is due
 only after ``UNRUN_GRACE``, so the replay finds only those whose process
 died: it runs their keys again and, for an incomplete one, checks and
-mends the projection's whole area.
+mends the projection's whole area. A savepoint that rolls back takes its
+requests' writes with it (the next request starts a new batch and entry);
+an entry left by a request rolled back that way only runs its keys again,
+which changes nothing.
 
 Users' own parts are covered otherwise: a user's write notes itself in the
 user's part, and the user's next read fills the part again when the note
@@ -57,10 +60,7 @@ to show later frees their archived copies, a retraction drops answers) has
 no such note, so its caller asks for a record (``recorded=True``). A
 projection without an area has no check to mend a partial record, so its
 record keeps every key: such callers ask for all their keys at once, and a
-later request adds only what the record lacks (one UPDATE each). A savepoint that rolls back takes its
-requests' writes with it (the next request starts a new batch and entry);
-an entry left by a request rolled back that way only runs its keys again,
-which changes nothing.
+later request adds only what the record lacks (one UPDATE each).
 """
 
 import logging
