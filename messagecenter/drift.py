@@ -26,7 +26,7 @@ from messagecenter.fill import held_users
 from messagecenter.items import (
     bulletin_detail,
     bulletin_entry,
-    message_detail,
+    details_of_messages,
     message_entry,
     notification_detail,
     notification_entry,
@@ -221,7 +221,6 @@ def _live_messages() -> Any:
         .filter(Q(expire_at__isnull=True) | Q(expire_at__gt=now))
         .defer("audience_bitmap", "users_bitmap")  # details never need the audience
         .select_related("sender")
-        .prefetch_related("image_files")
         .order_by("pk")
     )
 
@@ -232,21 +231,22 @@ def _live_notifications() -> Any:
     ).order_by("pk")
 
 
-def _detail_findings(items: Sequence[Any], build: Callable[[Any], dict[str, Any]]) -> list[Finding]:
-    stored = drift_rm.item_details_get(refs=[item.ref for item in items])
+def _detail_findings(details: dict[str, dict[str, Any]]) -> list[Finding]:
+    """``details``: ref -> the detail PostgreSQL implies."""
+    stored = drift_rm.item_details_get(refs=list(details))
     findings = []
-    for item in items:
-        want = _roundtrip(build(item))
-        have = stored.get(item.ref)
+    for ref, detail in details.items():
+        want = _roundtrip(detail)
+        have = stored.get(ref)
         if have == want:
             continue
         findings.append(
             Finding(
                 area="item_details",
                 key=mc_keys.item_detail(),
-                member=item.ref,
+                member=ref,
                 detail="detail missing" if have is None else "detail differs from PostgreSQL",
-                fix=functools.partial(publish.item_detail_put, ref=item.ref, detail=want),
+                fix=functools.partial(publish.item_detail_put, ref=ref, detail=want),
             )
         )
     return findings
@@ -299,10 +299,10 @@ def item_details_find() -> list[Finding]:
     findings: list[Finding] = []
     messages = list(_live_messages())
     for batch in _batches(messages, 500):
-        findings.extend(_detail_findings(batch, message_detail))
+        findings.extend(_detail_findings(details_of_messages(batch)))
     notifications = list(_live_notifications())
     for batch in _batches(notifications, 500):
-        findings.extend(_detail_findings(batch, notification_detail))
+        findings.extend(_detail_findings({n.ref: notification_detail(n) for n in batch}))
     live = {m.ref for m in messages} | {n.ref for n in notifications}
     refs = [r for r in drift_rm.item_detail_refs() if r[:1] in {"m", "n"} and r[1:].isdigit() and r not in live]
     for batch in _batches(refs):

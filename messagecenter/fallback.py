@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from core.bitmaps import bitmap_deserialize
-from messagecenter.items import bulletin_detail, message_detail, notification_detail
+from messagecenter.items import bulletin_detail, details_of_messages, notification_detail
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
@@ -351,8 +351,7 @@ def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
     details: dict[str, dict[str, Any]] = {}
     if ids["m"]:
         messages = Message.objects.filter(pk__in=ids["m"]).defer("audience_bitmap", "users_bitmap")
-        for message in messages.select_related("sender").prefetch_related("image_files"):
-            details[message.ref] = message_detail(message)
+        details.update(details_of_messages(list(messages.select_related("sender"))))
     if ids["b"]:
         for bulletin in Bulletin.objects.filter(pk__in=ids["b"]).select_related("created_by"):
             details[bulletin.ref] = bulletin_detail(bulletin)

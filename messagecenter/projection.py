@@ -40,8 +40,7 @@ from django.utils import timezone
 
 from durability import projection
 from live import transport as live
-from messagecenter.items import bulletin_detail, bulletin_entry, message_entry, notification_entry
-from messagecenter.items import message_detail as build_message_detail
+from messagecenter.items import bulletin_detail, bulletin_entry, details_of_messages, message_entry, notification_entry
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
@@ -230,10 +229,8 @@ def message_details(message_ids: Iterable[int]) -> None:
         )
         .defer("audience_bitmap", "users_bitmap")  # a detail never needs the audience
         .select_related("sender")
-        .prefetch_related("image_files")
     )
-    for message in live:
-        publish.item_detail_put(ref=message.ref, detail=build_message_detail(message))
+    publish.item_details_put(details_of_messages(list(live)).items())
 
 
 def items_purged(

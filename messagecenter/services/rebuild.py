@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from durability.progress import SILENT, Progress
 from durability.rebuild import RebuildStep
 from messagecenter import projection
-from messagecenter.items import message_detail, message_entry
-from messagecenter.models import Bulletin, DeliveryMode, Message, MessageImage, MessageStatus
+from messagecenter.items import details_of_messages, message_entry
+from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus
 from messagecenter.readmodel import publish
 from messagecenter.services.inbox import inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
@@ -59,29 +60,31 @@ def _messages_rebuild(*, progress: Progress, now: datetime) -> int:
     pulled = live.filter(delivery=DeliveryMode.PULL)
     # A push message's audience bitmaps are not needed here (its recipients
     # are its rows), and can be large.
-    pushed = live.exclude(delivery=DeliveryMode.PULL).defer("users_bitmap", "audience_bitmap").order_by("pk")
+    pushed = live.exclude(delivery=DeliveryMode.PULL).defer("users_bitmap", "audience_bitmap")
     with progress.stage("messages", live.count()) as stage:
-        for message in pulled.iterator(chunk_size=BATCH):
-            entry = message_entry(message)
-            inbox_publish_pull(
-                entry=entry, detail=message_detail(message), audience=None if message.everyone else message.audience
-            )
-            stage.advance()
+        for chunk in _chunks(pulled):
+            shown = details_of_messages(chunk)
+            for message in chunk:
+                audience = None if message.everyone else message.audience
+                inbox_publish_pull(entry=message_entry(message), detail=shown[message.ref], audience=audience)
+            stage.advance(len(chunk))
 
         def details() -> Iterator[tuple[str, dict[str, Any]]]:
-            last = 0
-            while chunk := list(pushed.filter(pk__gt=last)[:BATCH]):
-                # The chunk's image files in one query (few messages have any).
-                images: dict[int, list[MessageImage]] = {}
-                for image in MessageImage.objects.filter(message_id__in=[m.pk for m in chunk]):
-                    images.setdefault(image.message_id, []).append(image)
-                for message in chunk:
-                    yield message.ref, message_detail(message, images.get(message.pk, []))
+            for chunk in _chunks(pushed):
+                yield from details_of_messages(chunk).items()
                 stage.advance(len(chunk))
-                last = chunk[-1].pk
 
         publish.item_details_put(details())
     return stage.count
+
+
+def _chunks(messages: QuerySet[Message]) -> Iterator[list[Message]]:
+    """The messages BATCH at a time, in id order, a query per chunk (keyset:
+    messages written meanwhile neither repeat nor shift the chunks)."""
+    last = 0
+    while chunk := list(messages.filter(pk__gt=last).order_by("pk")[:BATCH]):
+        yield chunk
+        last = chunk[-1].pk
 
 
 # The rebuild's step of this app, after the announcements' (its AppConfig names it).

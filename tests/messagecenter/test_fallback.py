@@ -380,3 +380,52 @@ def test_a_backdated_bulletin_created_while_muted_is_hidden_on_both_paths(
     assert up["unread_count"] == 1
     take_redis_down()
     assert client.get("/api/v1/inbox/").json() == up
+
+
+def test_uploaded_images_read_the_same_from_postgres_redis_and_the_drift_check(
+    operator: Any, recipient: Any, clock: Any, settings: Any
+) -> None:
+    """A message's uploaded image files (read a query for all the messages a
+    page, a rebuild or a check builds) show in the fallback as in Redis, the
+    drift check finds the detail equal, and an edit's new detail keeps them."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from durability.drift import check_run
+    from messagecenter.models import Message
+    from messagecenter.readmodel import inbox as inbox_rm
+    from messagecenter.readmodel import to_ms
+    from messagecenter.readmodel.inbox import Page
+
+    uploads = [SimpleUploadedFile(f"{name}.png", b"\x89PNG\r\n", content_type="image/png") for name in "ab"]
+    pictured = services.message_send(
+        sender=operator,
+        category="system",
+        title="Pictures",
+        body_html="<p>x</p>",
+        images=["https://example.com/linked.png"],
+        image_files=uploads,
+        user_ids=[recipient.pk],
+    )
+    clock.advance(seconds=1)
+    send(operator, to={"users": [recipient]}, title="Plain")
+
+    def images() -> tuple[list[str], list[str]]:
+        now = clock.now
+        cached = inbox_rm.inbox_page(user_id=recipient.pk, now_ms=to_ms(now), **whole_inbox(20))
+        assert isinstance(cached, Page)
+        computed = fallback.inbox_page(user_id=recipient.pk, now=now, **whole_inbox(20))
+        assert [row.ref for row in cached.rows] == [row.ref for row in computed.rows]
+        assert [row.detail["images"] for row in cached.rows] == [row.detail["images"] for row in computed.rows]
+        return cached.rows[1].detail["images"], cached.rows[0].detail["images"]
+
+    shown, plain = images()
+    assert shown[0] == "https://example.com/linked.png"
+    assert [url.rsplit("/", 1)[-1][:1] for url in shown[1:]] == ["a", "b"]  # the uploads, in their order
+    assert plain == []
+    assert check_run(repair=False, areas=["item_details"]).drift_count == 0
+
+    message = Message.objects.get(pk=pictured.pk)
+    message.title = "Pictures, renamed"
+    message.save()
+    assert images()[0] == shown
+    assert check_run(repair=False, areas=["item_details"]).drift_count == 0
