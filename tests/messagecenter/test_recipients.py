@@ -46,6 +46,28 @@ def test_each_chunk_records_its_users_once(operator: Any, settings: Any) -> None
     }
 
 
+def test_recipient_rows_are_one_statement_that_keeps_the_rows_it_has(operator: Any, recipient: Any) -> None:
+    """One INSERT however many users; users already recorded stay as they are,
+    a user deleted since the send still gets a row (the chunk must commit),
+    and no user writes nothing."""
+    from messagecenter.services.recipients import recipients_add
+
+    message = send(operator, to={"users": [recipient]})
+    gone = 10**9  # no such user
+    users = [UserFactory().pk for _ in range(3)]
+    with CaptureQueriesContext(connection) as queries:
+        recipients_add(item=message, user_ids=[recipient.pk, *users, gone])
+    assert len(queries.captured_queries) == 1
+    assert set(MessageRecipient.objects.filter(message=message).values_list("user_id", flat=True)) == {
+        recipient.pk,
+        *users,
+        gone,
+    }
+    with CaptureQueriesContext(connection) as queries:
+        recipients_add(item=message, user_ids=[])
+    assert queries.captured_queries == []
+
+
 def test_a_pulled_message_has_no_row_per_user(operator: Any, settings: Any) -> None:
     settings.MESSAGECENTER_PUSH_THRESHOLD = 2
     users = [UserFactory() for _ in range(3)]
