@@ -32,7 +32,7 @@ audience bitmaps tested in Python; details loaded only for the rows returned.
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -303,7 +303,7 @@ def _placed(
             continue
         is_archived, until_ms = places[entry.ref]
         # A snooze that has woken keeps the item at its wake time.
-        placed = replace(entry, score=until_ms) if until_ms is not None else entry
+        placed = entry._replace(score=until_ms) if until_ms is not None else entry
         if is_archived:
             archived.append(placed)
         elif until_ms is not None and placed.score > now_ms:

@@ -1,9 +1,8 @@
 """How an inbox item is addressed in Redis, whatever its source."""
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 # The category zsets' order in every per-user inbox script's KEYS.
 CATEGORY_ORDER = ("system", "promotion", "transaction", "interaction")
@@ -17,13 +16,16 @@ def ms_to_datetime(value: float | int | str) -> datetime:
     return datetime.fromtimestamp(int(float(value)) / 1000, tz=UTC)
 
 
-@dataclass(frozen=True)
-class InboxEntry:
+class InboxEntry(NamedTuple):
     """One item as every inbox holds it.
 
     ``ref`` is the public id (``m12`` message, ``b3`` bulletin, ``n7`` for the
     next source); (month, offset) is its bit in the per-user push/read bitmaps; ``score``
     orders the inbox (creation or display time, ms); ``expire_ms`` 0 = never.
+
+    A named tuple: a fill or a PostgreSQL page builds one per item (10,000 for
+    a large inbox), and a tuple is built in a third of a frozen dataclass's
+    time (which sets each field through ``object.__setattr__``).
     """
 
     ref: str
