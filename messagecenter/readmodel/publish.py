@@ -2,6 +2,7 @@
 removals, push fan-out and the mirror of group memberships."""
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from django.conf import settings
@@ -51,14 +52,8 @@ def item_details_put(details: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
     a round trip per batch costs far less than loading the batch from
     PostgreSQL. Returns how many were written."""
     written = 0
-    batch: list[tuple[str, str]] = []
-    for ref, detail in details:
-        batch.append((ref, dumps(detail)))
-        if len(batch) == DETAILS_BATCH:
-            ItemPut(details=batch)()
-            written += len(batch)
-            batch = []
-    if batch:
+    pending = iter(details)
+    while batch := [(ref, dumps(detail)) for ref, detail in islice(pending, DETAILS_BATCH)]:
         ItemPut(details=batch)()
         written += len(batch)
     return written

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from django.db import connections, router
-from django.db.models import Field, Model
+from django.db.models import Field
 
 from messagecenter.models import Message, MessageRecipient, Notification, NotificationRecipient
 
@@ -32,8 +32,9 @@ def recipients_add(*, item: Message | Notification, user_ids: Sequence[int]) -> 
     """Record that the fan-out of ``item`` reached these users: one statement."""
     if not user_ids:
         return
-    model: type[Model] = MessageRecipient if isinstance(item, Message) else NotificationRecipient
-    item_field = "message" if isinstance(item, Message) else "notification"
+    model, item_field = (
+        (MessageRecipient, "message") if isinstance(item, Message) else (NotificationRecipient, "notification")
+    )
     connection = connections[router.db_for_write(model)]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(str(cast(Field, model._meta.get_field(name)).column)) for name in ("user", item_field))
