@@ -39,6 +39,11 @@ def key(*parts: object) -> str:
     return prefix() + ":".join(map(str, parts))
 
 
+def match_under(head: str) -> str:
+    """SCAN MATCH glob of every key name that starts with ``head`` (its glob characters escaped)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in head) + "*"
+
+
 def user_tag(user_id: int) -> str:
     """Hash tag shared by every per-user key, so one script can touch them all."""
     return f"{{u{int(user_id)}}}"

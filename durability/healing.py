@@ -2,19 +2,23 @@
 
 Redis is a read model of PostgreSQL. When it loses its data (a crash without
 persistence, FLUSHALL, a failover to an empty replica) or comes back with an
-older copy (a failover to a stale replica), nothing fails: Redis simply
-answers "nothing here". So a full rebuild ends by writing a generation
+older copy (a restart from its last dump, a failover to a replica that
+lagged), nothing fails: Redis simply answers "nothing here", or answers
+what was true a moment ago. So a full rebuild ends by writing a generation
 number to Redis (``durability.keys.readmodel_generation``) after recording it in
-PostgreSQL (``ReadModelState``):
+PostgreSQL (``ReadModelState``), with the identity of the server it wrote it
+on (``server_identity``: the run id of the Redis process, every primary's on
+a cluster). A copy carries the marker of the server it was copied from, so
+it shows as what it is: a restarted or promoted server has another run id.
 
 - **Detection.** ``ready()`` reads the marker at most every
-  ``MESSAGECENTER_HEALING_CHECK_SECONDS`` per process (one GET; the answer
-  is held in between, so a request pays nothing). The marker missing, or a
-  number other than PostgreSQL's, means the read model is lost or stale.
-  PostgreSQL is asked only when the marker shows a number this process has
-  not seen (after a rebuild, or on a stale replica). After any Redis
-  connection failure the next call looks afresh: a Redis that was down may
-  be back empty.
+  ``MESSAGECENTER_HEALING_CHECK_SECONDS`` per process (a GET and an INFO; the
+  answer is held in between, so a request pays nothing). The marker missing,
+  written on another server, or a number other than PostgreSQL's, means the
+  read model is lost or stale. PostgreSQL is asked only when the marker shows
+  a number this process has not seen (after a rebuild, or on a stale replica).
+  After any Redis connection failure the next call looks afresh: a Redis that
+  was down may be back empty, or back with an older copy.
 - **Serving meanwhile.** Callers treat "not ready" like Redis being down
   (``require_ready`` raises ``ReadModelNotReady``, a RedisError): reads answer
   from PostgreSQL, marks are committed and leave an outbox entry. A 404 computed from Redis is
@@ -26,7 +30,10 @@ PostgreSQL (``ReadModelState``):
   with it), so one rebuild runs however many processes notice; the others
   keep serving from PostgreSQL. It runs every app's step (its AppConfig's
   ``rebuild_step``, ``core.contributions``), then
-  the outbox, and only then writes the new generation. The embedded
+  the outbox, and only then writes the new generation. A copy is emptied
+  first (every key under the prefix): what it lacks the steps would add, but
+  what it holds that PostgreSQL no longer says (a mark undone, a bulletin
+  deleted, a token revoked since the copy) adding cannot take away. The embedded
   (SQLite, one process) setup uses a lock in the process instead.
 - **Per user.** The steps restore only what users share (bulletins, item
   details, indexes). Each user's own part of the read model is a cache,
@@ -47,10 +54,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
-from redis.exceptions import RedisError
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError, ResponseError
 
 from core import breaker
-from core.redis import get_redis
+from core.redis import get_redis, is_cluster
 from durability.keys import readmodel_generation
 from durability.models import ReadModelState
 
@@ -90,10 +98,51 @@ def stored_generation() -> int:
     return int(row or 0)
 
 
-def marker() -> int | None:
-    """The generation Redis holds (None: lost). Raises RedisError when Redis does not answer."""
+def server_identity() -> str:
+    """Which Redis process holds the read model: its run id, or every primary's on a
+    cluster. A restart or a failover changes it; "" where INFO is refused (the
+    embedded fakeredis, which a restart always empties, and managed services that
+    hide INFO, where a copy then goes unnoticed). Raises RedisError when Redis does
+    not answer."""
+    client = get_redis()
+    try:
+        if is_cluster():
+            found = client.info("server", target_nodes=RedisCluster.PRIMARIES)
+            return ",".join(sorted(str(info["run_id"]) for info in found.values()))
+        return str(client.info("server")["run_id"])
+    except ResponseError:
+        return ""
+
+
+def marker_value(generation: int) -> str:
+    """What a rebuild writes as the marker: its generation and the server it wrote it on."""
+    return f"{generation}@{server_identity()}"
+
+
+def _marker_read() -> tuple[str | None, int | None]:
+    """The marker as Redis holds it, and its generation when the server answering now wrote it."""
     raw = get_redis().get(readmodel_generation())
-    return None if raw is None else int(raw)
+    if raw is None:
+        return None, None
+    value = raw.decode()
+    generation, _, identity = value.partition("@")
+    if not generation.isdigit() or identity != server_identity():
+        return value, None
+    return value, int(generation)
+
+
+def marker() -> int | None:
+    """The generation Redis holds, if the server answering now is the one it was
+    written on (None: lost, or a copy). Raises RedisError when Redis does not answer."""
+    return _marker_read()[1]
+
+
+def copy_held() -> bool:
+    """Whether Redis holds a read model it was not rebuilt with: a marker written on
+    another server (a restart from a dump, a promoted replica) or by an older
+    rebuild. Its keys may say what PostgreSQL no longer does."""
+    value, generation = _marker_read()
+    return value is not None and (generation is None or generation != stored_generation())
 
 
 def check(*, fresh: bool = False) -> bool:

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.contributions import contributed
-from core.redis import get_redis
+from core.redis import get_redis, prefix_drop
 from durability import healing, outbox
 from durability.keys import readmodel_generation
 from durability.models import ReadModelState
@@ -102,6 +102,11 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
         intact = stored > 0 and healing.marker() == stored
         if only_if_needed and intact:
             return None
+        # A copy (a restart from a dump, a promoted replica) may hold what
+        # PostgreSQL has undone since; the steps only add, so it goes first.
+        # Every process answers from PostgreSQL meanwhile (not ready), and users'
+        # parts are filled again on their next read either way.
+        copy = not intact and healing.copy_held()
         started = time.monotonic()
         ReadModelState.objects.update_or_create(
             pk=1,
@@ -114,6 +119,10 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
         )
         try:
             results: dict[str, dict[str, int] | None] = {}
+            if copy:
+                with progress.stage("an older copy emptied", 1) as stage:
+                    results["copy"] = {"keys dropped": prefix_drop()}
+                    stage.advance()
             for step in rebuild_steps():
                 results[step.name] = step.run(progress)
             pending = _drain_outbox(progress)
@@ -128,7 +137,7 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
                     finished_at=timezone.now(),
                     last_seconds=time.monotonic() - started,
                 )
-            get_redis().set(readmodel_generation(), generation)
+            get_redis().set(readmodel_generation(), healing.marker_value(generation))
             healing.adopt(generation)
             # Marks queued between the last drain and the marker: applied now
             # (beat would within seconds too).

@@ -7,7 +7,7 @@ Lua script touches share a hash tag (one Redis Cluster slot)."""
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
-from core.keys import GLOBAL_TAG, USER_ID_FILL, key, user_tag
+from core.keys import GLOBAL_TAG, USER_ID_FILL, key, match_under, user_tag
 from live.keys import user_version as live_user_version
 
 # --- messagecenter (inbox, bulletins, messages) -------------------------------------
@@ -373,8 +373,7 @@ def subscribers(message_type_id: int, scope: str) -> str:
 def subscribers_match() -> str:
     """SCAN MATCH pattern (glob) of every ``subscribers`` set: the drift check walks them
     to find sets of a (type, scope) that PostgreSQL no longer has subscribers for."""
-    head = key("sub", "type", "")
-    return "".join("\\" + c if c in "*?[]\\" else c for c in head) + "*"
+    return match_under(key("sub", "type", ""))
 
 
 def subscribers_parse(name: str) -> tuple[int, str] | None:

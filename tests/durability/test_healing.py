@@ -11,6 +11,7 @@ import pytest
 from django.db.models import F
 from django.test import override_settings
 
+from core import keys
 from core.redis import get_redis, keyspace_flush
 from durability import healing, outbox, rebuild
 from durability.apis import health_status
@@ -81,7 +82,7 @@ def test_a_flushed_redis_is_rebuilt_by_the_process_that_notices(
     assert time.monotonic() - started < 5
     assert healing.check(fresh=True) is True
     assert ReadModelState.objects.get().generation == 2
-    assert int(get_redis().get(readmodel_generation())) == 2
+    assert healing.marker() == 2
     page = inbox_list(user=recipient)
     assert page.degraded is False
     assert [(item.id, item.read) for item in page.results] == [(ref, True)]
@@ -94,7 +95,7 @@ def test_a_stale_replica_is_told_by_its_older_generation(healing_on: None, opera
     keyspace_flush()
     rebuild.rebuild()  # generation 2 after a loss
     assert ReadModelState.objects.get().generation == 2
-    get_redis().set(readmodel_generation(), 1)  # what a replica synced before that loss holds
+    get_redis().set(readmodel_generation(), healing.marker_value(1))  # what a replica synced before that loss holds
     healing.forget()
     with pytest.raises(healing.ReadModelNotReady):
         healing.require_ready()
@@ -103,6 +104,32 @@ def test_a_stale_replica_is_told_by_its_older_generation(healing_on: None, opera
     thread.join(30)
     assert ReadModelState.objects.get().generation == 3
     assert healing.check(fresh=True) is True
+
+
+def test_a_rebuild_over_a_copy_empties_what_is_ours_first(healing_on: None, operator: Any, recipient: Any) -> None:
+    """A Redis holding an older copy (a marker of a generation PostgreSQL has moved
+    past) is emptied under the key prefix before the steps add: a key no step
+    writes is gone, another program's key in the same database is kept, and what
+    PostgreSQL says comes back."""
+    ref = _message(operator, recipient)
+    rebuild.rebuild()
+    ReadModelState.objects.filter(pk=1).update(generation=F("generation") + 1)  # a later rebuild, elsewhere
+    redis = get_redis()
+    stray, foreign = keys.key("left", "by", "the", "copy"), "another-program:key"
+    redis.set(stray, 1)
+    redis.set(foreign, 1)
+    try:
+        assert healing.copy_held() is True
+        result = rebuild.rebuild()
+        assert result is not None
+        assert (result.steps["copy"] or {}).get("keys dropped", 0) > 2
+        assert result.generation == 3
+        assert redis.get(stray) is None
+        assert redis.get(foreign) == b"1"
+        assert healing.copy_held() is False
+        assert [item.id for item in inbox_list(user=recipient).results] == [ref]
+    finally:
+        redis.delete(foreign)
 
 
 def test_a_rebuild_of_an_intact_redis_keeps_its_generation(healing_on: None) -> None:
@@ -146,7 +173,7 @@ def test_a_rebuild_by_another_process_makes_this_one_mark_users_active_again(hea
     # one: Redis holds a generation this process has not seen.
     keyspace_flush()
     ReadModelState.objects.filter(pk=1).update(generation=F("generation") + 1)
-    get_redis().set(readmodel_generation(), ReadModelState.objects.get(pk=1).generation)
+    get_redis().set(readmodel_generation(), healing.marker_value(ReadModelState.objects.get(pk=1).generation))
     assert healing.check(fresh=True) is True
     assert activity.record_active(user_id=recipient.pk) is True  # the new Redis gets today's bit
     activity.forget_marked()

@@ -118,9 +118,12 @@ class RedisServer:
             time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
-    def stop(self, *, keep_data: bool = False) -> None:
+    def stop(self, *, keep_data: bool = False, keep_snapshot: bool = False) -> None:
         """Kill it (the data is lost, as with a crash), or, ``keep_data``, shut it
-        down saving a dump the next ``start`` loads (a restart with persistence)."""
+        down saving a dump the next ``start`` loads (a restart with persistence).
+        ``keep_snapshot``: kill it, and the next ``start`` loads the dump an
+        earlier ``SAVE`` wrote (a crash with persistence: what came after the
+        snapshot is lost, as with a failover to a replica that lagged)."""
         assert self.process is not None, "not running"
         self.thaw()
         if keep_data:
@@ -128,7 +131,7 @@ class RedisServer:
         else:
             self.process.send_signal(signal.SIGKILL)
             dump = self.workdir / "dump.rdb"
-            if dump.exists():
+            if dump.exists() and not keep_snapshot:
                 os.remove(dump)
         self.process.wait(10)
         self.process = None

@@ -20,7 +20,7 @@ from durability import healing, outbox, rebuild
 from durability.keys import readmodel_generation
 from durability.models import OutboxEntry, ReadModelState
 from messagecenter import services as mc_services
-from messagecenter.models import Message
+from messagecenter.models import Bulletin, Message
 from messagecenter.selectors import inbox_list
 from notices import readmodel
 from notices.models import Announcement
@@ -142,7 +142,7 @@ def test_flushall_is_noticed_and_rebuilt_while_reads_stay_right(
     assert healed < HEALED_WITHIN_SECONDS
     # Served from Redis again, with what was done during the rebuild.
     assert _from_redis(recipient) == expected
-    assert int(_marker(healing_on) or 0) == generation + 1 == ReadModelState.objects.get().generation
+    assert healing.marker() == generation + 1 == ReadModelState.objects.get().generation
     assert not OutboxEntry.objects.exists()
     assert readmodel.read_bits(platform="user", announcement_id=announcement.pk, user_ids=[recipient.pk]) == [True]
 
@@ -208,6 +208,43 @@ def test_marks_made_just_before_a_flushall_survive(healing_on: RedisServer, oper
     assert _marker(healing_on) is not None
     assert _from_redis(recipient) == expected
     assert _flags(user) == {announcement.pk: True}
+
+
+def test_a_redis_back_from_an_older_snapshot_is_not_trusted(
+    healing_on: RedisServer, operator: Any, recipient: Any
+) -> None:
+    """A Redis that comes back with a copy older than the writes answered since
+    (a restart from its last dump, a failover to a replica that lagged) holds
+    the same generation marker as before: it is told by the server that answers
+    (another process), rebuilt (what users share is mended, deletions too) and
+    every user is filled again, so no acknowledged write is missing."""
+    refs, announcement = _world(operator, recipient)
+    _built()
+    user = client_for(recipient)
+    assert _inbox(user) == dict.fromkeys(refs, False)
+    assert _flags(user) == {announcement.pk: False}
+    generation = ReadModelState.objects.get().generation
+    healing_on.client().save()  # the snapshot the server comes back with
+
+    # Answered after the snapshot: a mark, an announcement read, a bulletin deleted.
+    assert user.post(f"/api/v1/inbox/{refs[0]}/read/").status_code == 204
+    assert user.post(f"/api/v1/announcements/{announcement.pk}/read/").status_code == 204
+    mc_services.bulletin_delete(bulletin=Bulletin.objects.get(pk=int(refs[3][1:])))
+    expected = {ref: ref == refs[0] for ref in refs[:3]}
+    assert _inbox(user) == expected
+
+    healing_on.stop(keep_snapshot=True)
+    healing_on.start()
+    reset_breakers()
+    assert _marker(healing_on) is not None  # the snapshot's marker: not a loss to the eye
+    assert healing.marker() is None  # but written on the server that ran before
+    healing.forget()  # as after the check interval
+    assert _inbox(user) == expected  # from PostgreSQL while the rebuild runs
+    wait_healer()
+    assert ReadModelState.objects.get().generation == generation + 1
+    assert _from_redis(recipient) == expected
+    assert _flags(user) == {announcement.pk: True}
+    assert not OutboxEntry.objects.exists()
 
 
 def test_two_threads_that_notice_at_once_run_one_rebuild(healing_on: RedisServer, operator: Any) -> None:
