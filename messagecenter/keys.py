@@ -7,7 +7,7 @@ Lua script touches share a hash tag (one Redis Cluster slot)."""
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
-from core.keys import GLOBAL_TAG, USER_ID_FILL, key, match_under, user_tag
+from core.keys import GLOBAL_TAG, USER_ID_FILL, fill_lock, key, match_under, user_tag
 from live.keys import user_version as live_user_version
 
 # --- messagecenter (inbox, bulletins, messages) -------------------------------------
@@ -207,7 +207,9 @@ def filled_users() -> str:
     return key("inbox", "filled", GLOBAL_TAG)
 
 
-def deliver_key_templates(*, notifications: bool = False, expiry: bool = True, group_key: str = "") -> list[str]:
+def deliver_key_templates(
+    *, notifications: bool = False, expiry: bool = True, group_key: str = "", checked: bool = False
+) -> list[str]:
     """One recipient's stride of ``deliver_keys`` with ``USER_ID_FILL`` for its id:
     the named functions' own names, for a stand-in id whose tag becomes the fill."""
     stand_in = 0
@@ -218,6 +220,8 @@ def deliver_key_templates(*, notifications: bool = False, expiry: bool = True, g
     namers += [inbox_months, live_user_version, inbox_evicted]
     if notifications:
         namers.append(user_notifications)
+    if checked:
+        namers += [inbox_state, lambda u: fill_lock(inbox_state(u))]
     if group_key:
         namers += [
             inbox_groups,
@@ -231,13 +235,19 @@ def deliver_key_templates(*, notifications: bool = False, expiry: bool = True, g
 
 
 def deliver_keys(
-    user_ids: Iterable[int], *, notifications: bool = False, expiry: bool = True, group_key: str = ""
+    user_ids: Iterable[int],
+    *,
+    notifications: bool = False,
+    expiry: bool = True,
+    group_key: str = "",
+    checked: bool = False,
 ) -> list[str]:
     """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
     recipient in its order: ``inbox``, ``inbox_hidden``, ``inbox_arrivals``,
     ``inbox_expiry`` (only with ``expiry``: an item that never expires leaves that zset
     alone), ``inbox_months``, ``live_user_version``, ``inbox_evicted`` and, with
-    ``notifications``, ``user_notifications``, and with a ``group_key`` the recipient's
+    ``notifications``, ``user_notifications``, with ``checked`` (only filled parts
+    are written) ``inbox_state`` and its fill lock, and with a ``group_key`` the recipient's
     ``inbox_groups``, ``inbox_groups_open``, ``inbox_groups_closed``, ``inbox_group``
     and ``inbox_group_ends``: the few keys an item's
     arrival writes (the recipient's next read places it: its category zset, bitmaps and counters).
@@ -248,7 +258,7 @@ def deliver_keys(
     Redis the fan-out packs the templates straight into the protocol instead:
     core.lua.pack_filled.)
     """
-    names = deliver_key_templates(notifications=notifications, expiry=expiry, group_key=group_key)
+    names = deliver_key_templates(notifications=notifications, expiry=expiry, group_key=group_key, checked=checked)
     # NUL occurs in no key name: one join, a replace per recipient, one split.
     template = "\x00".join(names)
     joined = "\x00".join(template.replace(USER_ID_FILL, str(int(u))) for u in user_ids)

@@ -348,9 +348,10 @@ class Drill:
     def few_return(self, row: Row) -> float:
         """Every user has read their inbox once (a push to the crowd, then each of
         them reads), then every app process is SIGKILLed and Redis flushed, the
-        app restarts and only a share of the users read again (RETURNING: the
-        readers and part of the crowd): MEMORY_WAIT later Redis holds what they
-        need, not everyone's part."""
+        app restarts, only a share of the users read again (RETURNING: the
+        readers and part of the crowd) and another push goes to the whole crowd:
+        MEMORY_WAIT later Redis holds what those who came back need, not
+        everyone's part (the push writes nothing for the others)."""
         assert self.load is not None
         message_id = self._crowd_push(row, "to the crowd, before the memory fault")
         wait_until(lambda: self.all_delivered([message_id]), timeout=SETTLE_TIMEOUT)
@@ -365,6 +366,9 @@ class Drill:
         took = wait_until(self.correct, timeout=SETTLE_TIMEOUT, step=0.2)
         restore = SETTLE_TIMEOUT if took is None else time.monotonic() - restarted
         returned = self._crowd_read(back)
+        after_id = self._crowd_push(row, "to the crowd, after the restart")
+        if wait_until(lambda: self.all_delivered([after_id]), timeout=SETTLE_TIMEOUT) is None:
+            row.notes.append("the push after the restart was not delivered within the settle time")
         time.sleep(max(0.0, MEMORY_WAIT - (time.monotonic() - restarted)))
         after = int(self.redis.client().info("memory")["used_memory"])
         row.memory_ratio = after / before
@@ -376,7 +380,7 @@ class Drill:
         row.notes.append("keys after, by kind: " + ", ".join(f"{kind} {count:,}" for kind, count in largest))
         row.notes.append(
             f"all {len(self.readers) + len(crowd):,} users read before the fault ({everyone:,} crowd reads "
-            f"answered 200), {len(self.readers) + len(back):,} came back ({returned:,}); Redis used_memory "
+            f"answered 200), {len(self.readers) + len(back):,} came back ({returned:,}), then a push to the crowd; Redis used_memory "
             f"{before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB {MEMORY_WAIT:.0f} s after the restart: "
             f"{row.memory_ratio:.2f}x"
         )

@@ -3,33 +3,28 @@
 -- KEYS: per recipient a fixed stride of keys (core.keys.mc_deliver_keys):
 --   +1 all-items zset, +2 hidden set, +3 arrivals zset, then, when the
 --   stride holds it (ARGV 12), the expiry zset; then the months set, the
---   live version, the evicted set, [the notification zset].
--- Each recipient's keys carry that recipient's hash tag. On a single Redis a
--- call carries a batch of recipients; on Redis Cluster every call carries the
--- keys of one slot only (the caller groups them), so it runs there too.
+--   live version, the evicted set, [the notification zset], [the state hash
+--   and its fill lock, with a generation].
+-- Each recipient's keys carry its hash tag; on Redis Cluster a call carries
+-- the keys of one slot only (the caller groups them).
 -- ARGV: 1 member, 2 ref, 3 month, 4 score, 5 expire ms (0 = never), 6 now ms,
--- 7 stride (6, + 1 with the expiry zset, + 1 to index a notification for
--- the sweep), 8 event head, 9 event tail ("" = no pub/sub), 10 the most
--- items an inbox keeps (0 = no cap here), 11 the settle step (expired
--- members a recipient loses per delivery: at most that and EVICT_MAX), 12
--- "1" when the stride holds the expiry zset (always, from publish.py: an
--- inbox over the cap loses expired members first), then one channel per
--- recipient when publishing; 13 the item's group key ("" = not grouped), 14
--- its actor. A grouped item's stride ends with the recipient's five group
--- keys (core.keys.mc_deliver_keys: groups, open and closed hashes, the key's
--- members and ends zsets).
--- Returns how many inboxes gained the item.
+-- 7 stride, 8 event head, 9 event tail ("" = no pub/sub), 10 the most items
+-- an inbox keeps (0 = no cap), 11 the settle step (expired members a
+-- recipient loses per delivery: at most that and EVICT_MAX), 12 "1" when the
+-- stride holds the expiry zset (always from publish.py: an inbox over the
+-- cap loses expired members first), 13 the group key ("" = not grouped), 14
+-- the actor, 15 the generation a part must be filled for to be written ("":
+-- every recipient's; docs/ARCHITECTURE.md, "Arrivals"), then one channel per
+-- recipient when publishing. A grouped item's stride ends with the
+-- recipient's five group keys (groups, open and closed hashes, the key's
+-- members and ends zsets). Returns how many inboxes gained the item.
 --
 -- Per recipient the item arrives: it joins all (NX, so a rerun changes
 -- nothing; hidden refs stay out), its expiry entry and month, and the
--- arrivals zset; the recipient's next inbox script gives it its other
--- places (category zset, push bit, unread zsets and counter: place() in
+-- arrivals zset; the recipient's next inbox script places it (place() in
 -- _item.lua, settle_arrivals in _arrivals.lua) before it reads anything. A
--- fan-out so writes a few keys per recipient, and a recipient who never
--- reads never pays for the rest. A recipient whose inbox changed gets its
--- live version bumped and, when asked, the event published on its channel
--- if anyone subscribes to it: the same event live.inbox_changed sends,
--- without a round trip per recipient.
+-- recipient whose inbox changed gets its live version bumped and, if anyone
+-- subscribes to its channel, the event live.inbox_changed sends.
 
 local member, ref, month = ARGV[1], ARGV[2], ARGV[3]
 -- Score and expiry go back to Redis as the strings they came in as: a Lua
@@ -39,32 +34,35 @@ local score, expire_ms = ARGV[4], ARGV[5]
 local expire, now, stride = tonumber(expire_ms), tonumber(ARGV[6]), tonumber(ARGV[7])
 local head, tail = ARGV[8], ARGV[9]
 local cap, step = tonumber(ARGV[10]), tonumber(ARGV[11])
-local CHANNELS = 14  -- ARGV before the channels
+local CHANNELS = 15  -- ARGV before the channels
 local gkey, actor = ARGV[13] or "", ARGV[14] or ""
+local generation = ARGV[15] or ""
 local GROUP_KEYS = gkey ~= "" and 5 or 0
+local CHECK_KEYS = generation ~= "" and 2 or 0
 local live = expire == 0 or expire > now
 -- How many expiry-zset keys each recipient's stride holds (1 or 0, as sent).
 local EXPIRY_KEYS = ARGV[12] == "1" and 1 or 0
-local notify = stride - 6 - EXPIRY_KEYS - GROUP_KEYS
+local notify = stride - 6 - EXPIRY_KEYS - GROUP_KEYS - CHECK_KEYS
 if (notify ~= 0 and notify ~= 1) or #KEYS % stride ~= 0 then
   return redis.error_reply("deliver.lua: KEYS do not fit the stride " .. stride)
 end
 local MONTHS, VERSION, EVICTED = 4 + EXPIRY_KEYS, 5 + EXPIRY_KEYS, 6 + EXPIRY_KEYS
 local NOTIF = 7 + EXPIRY_KEYS
+local STATE = 7 + EXPIRY_KEYS + notify  -- then the fill lock
 local call = redis.call
 
--- >>> caps on write: an inbox over the cap after an arrival loses its oldest
--- members here, at most EVICT_MAX per arrival (an inbox filled before caps
--- were kept on write shrinks a little with every delivery too), expired ones
--- first (at most EVICT_MAX too; when more may be due none is evicted: the
--- next read settles expiry, then the cap, so the inbox keeps exactly the
--- newest live items). An arrival not placed yet leaves all, the arrivals and
--- its expiry entry, which is all it holds; a placed member leaves all here,
--- and the rest of its removal (its category and unread zsets, counter, push
--- bit, expiry entry) waits in the evicted set for the next inbox script,
--- which settles it before answering (settle_evicted, _steps.lua). So a user
--- who gets items and never reads keeps all and the arrivals at the cap, and
--- the placed structures no bigger than at the last read.
+-- Whether the recipient's part takes the item: filled for the generation, or being filled.
+local function taken(base)
+  if CHECK_KEYS == 0 or call("HGET", KEYS[base + STATE], "fill") == generation then return true end
+  return call("EXISTS", KEYS[base + STATE + 1]) == 1
+end
+
+-- >>> caps on write (docs/ARCHITECTURE.md, "Caps on write, bounded settling"):
+-- an inbox over the cap after an arrival loses its oldest members here, at
+-- most EVICT_MAX per arrival, expired ones first (none when more may be due).
+-- An arrival not placed yet leaves all, the arrivals and its expiry entry; a
+-- placed member leaves all, the rest of its removal waits in the evicted set
+-- for the next inbox script (settle_evicted, _steps.lua).
 local EVICT_MAX = 2
 -- Expired members looked at per recipient per delivery: as few, since a
 -- call carries up to a batch of recipients (a step each would make a call
@@ -113,7 +111,13 @@ end
 local gained = 0
 for i = 0, recipients - 1 do
   local base = i * stride  -- this recipient's keys are KEYS[base + 1 ..]
-  if notify == 1 then
+  local listens = listening and listening[2 * i + 2] > 0
+  local takes = taken(base)
+  if not takes then
+    if live and listens then
+      call("PUBLISH", ARGV[CHANNELS + 1 + i], head .. call("INCR", KEYS[base + VERSION]) .. tail)
+    end
+  elseif notify == 1 then
     -- The sweep's index (score = expiry); NX like the inbox itself.
     call("ZADD", KEYS[base + NOTIF], "NX", expire_ms, member)
   end
@@ -121,7 +125,7 @@ for i = 0, recipients - 1 do
   r.all_key, r.hidden_key, r.arrivals_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
   if EXPIRY_KEYS == 1 then r.expiry_key = KEYS[base + 4] end
   r.months_key, r.evicted_key = KEYS[base + MONTHS], KEYS[base + EVICTED]
-  if live and call("SISMEMBER", r.hidden_key, ref) == 0 and call("ZADD", r.all_key, "NX", score, member) == 1 then
+  if live and takes and call("SISMEMBER", r.hidden_key, ref) == 0 and call("ZADD", r.all_key, "NX", score, member) == 1 then
     call("ZADD", r.arrivals_key, score, member)
     if expire > 0 then call("ZADD", r.expiry_key, expire_ms, member) end
     call("SADD", r.months_key, month)
@@ -135,7 +139,7 @@ for i = 0, recipients - 1 do
     end
     if cap > 0 then keep_cap(r) end  -- caps on write
     local version = call("INCR", KEYS[base + VERSION])
-    if listening and listening[2 * i + 2] > 0 then
+    if listens then
       call("PUBLISH", ARGV[CHANNELS + 1 + i], head .. version .. tail)
     end
     gained = gained + 1

@@ -164,8 +164,14 @@ def pull_audience_delete(*, ref: str, chunks: Iterable[int]) -> None:
 DELIVER_BATCH = 100
 
 
-def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, notification: bool = False) -> int:
+def inbox_deliver(
+    *, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, notification: bool = False, generation: str = ""
+) -> int:
     """Push one item into these users' inboxes; returns how many inboxes gained it.
+
+    ``generation``: write only the parts filled for it (or being filled), as a
+    fan-out does with healing on (deliver.lua says why); "" writes every
+    recipient's.
 
     Idempotent (ZADD NX); hidden refs stay out. The item arrives in each
     inbox (``all`` and the arrivals); the recipient's next read places it
@@ -187,7 +193,8 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     # The expiry zset goes with every delivery: an inbox over the cap loses its
     # expired members before its oldest live ones (caps on write, deliver.lua).
     expiry = True
-    args = _deliver_args(entry, now_ms=now_ms, notification=notification, head=head, tail=tail)
+    args = _deliver_args(entry, now_ms=now_ms, notification=notification, head=head, tail=tail, generation=generation)
+    checked = bool(generation)
     if is_cluster():
         # One call per slot, keys as strings (redis-py's cluster client routes them).
         by_slot: dict[int, list[int]] = {}
@@ -196,11 +203,13 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
         gained = 0
         for batch in by_slot.values():
             script_keys = mc_keys.deliver_keys(
-                batch, notifications=notification, expiry=expiry, group_key=entry.group_key
+                batch, notifications=notification, expiry=expiry, group_key=entry.group_key, checked=checked
             )
             gained += int(DELIVER_SCRIPT(script_keys, [*args, *live_keys.user_channels(batch)] if tail else args))
     else:
-        templates = mc_keys.deliver_key_templates(notifications=notification, expiry=expiry, group_key=entry.group_key)
+        templates = mc_keys.deliver_key_templates(
+            notifications=notification, expiry=expiry, group_key=entry.group_key, checked=checked
+        )
         channel = [live_keys.user_channel_template()]
 
         def calls() -> Iterator[tuple[Packed, list[Any]]]:
@@ -216,7 +225,9 @@ def inbox_deliver(*, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, no
     return gained
 
 
-def _deliver_args(entry: InboxEntry, *, now_ms: int, notification: bool, head: str, tail: str) -> list[Any]:
+def _deliver_args(
+    entry: InboxEntry, *, now_ms: int, notification: bool, head: str, tail: str, generation: str = ""
+) -> list[Any]:
     """deliver.lua's ARGV for one item (the expiry zset always in the stride)."""
     return [
         entry.member,
@@ -225,7 +236,8 @@ def _deliver_args(entry: InboxEntry, *, now_ms: int, notification: bool, head: s
         entry.score,
         entry.expire_ms,
         now_ms,
-        7 + int(notification) + (5 if entry.group_key else 0),  # the stride of KEYS per recipient
+        # The stride of KEYS per recipient.
+        7 + int(notification) + (2 if generation else 0) + (5 if entry.group_key else 0),
         head,
         tail,
         int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write
@@ -233,6 +245,7 @@ def _deliver_args(entry: InboxEntry, *, now_ms: int, notification: bool, head: s
         "1",  # the stride holds the expiry zset
         entry.group_key,  # "" = not grouped: no group keys in the stride
         entry.actor,
+        generation,  # "" = every recipient written: no state hash and lock in the stride
     ]
 
 

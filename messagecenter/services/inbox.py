@@ -49,7 +49,9 @@ def inbox_deliver(
     score, expiry) and, once, its ``detail`` (title, summary, body_html,
     images, link). Idempotent; hidden refs stay hidden, and users who muted
     the item's category at its time are skipped (``messagecenter.mutes``).
-    Returns how many inboxes gained the item.
+    With healing on only the users whose part Redis holds are written: the
+    others' fills read the item from the recipient rows the caller committed
+    first. Returns how many inboxes gained the item.
     """
     if detail is not None:
         publish.item_detail_put(ref=entry.ref, detail=detail)
@@ -57,7 +59,9 @@ def inbox_deliver(
     muted = muted_among(user_ids=wanted, category=entry.category, time_ms=entry.score)
     if muted:
         wanted = [u for u in wanted if u not in muted]
-    return publish.inbox_deliver(entry=entry, user_ids=wanted, now_ms=_now_ms(now))
+    return publish.inbox_deliver(
+        entry=entry, user_ids=wanted, now_ms=_now_ms(now), generation=healing.user_generation()
+    )
 
 
 def inbox_publish_pull(

@@ -27,6 +27,7 @@ from pyroaring import BitMap
 from core.api.errors import Conflict, LimitExceeded, ValidationFailed
 from core.api.translations import translations_validate
 from core.html import sanitize_html
+from durability import healing
 from messagecenter import projection
 from messagecenter.items import notification_detail, notification_entry
 from messagecenter.models import (
@@ -281,7 +282,11 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
     # The inboxes and each recipient's notification zset in the same script
     # calls (deliver.lua), then the holders index the sweep walks.
     publish.inbox_deliver(
-        entry=notification_entry(notification), user_ids=user_ids, now_ms=to_ms(now), notification=True
+        entry=notification_entry(notification),
+        user_ids=user_ids,
+        now_ms=to_ms(now),
+        notification=True,
+        generation=healing.user_generation(),
     )
     _undo_if_withdrawn(notification)
     return len(user_ids)

@@ -3,6 +3,7 @@ second): deliver.lua sends the expiry zset's key only for items that expire,
 eager Celery pushes the chunks of the message at hand in one transaction, and a
 chunk's bookkeeping is two plain statements."""
 
+import time
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from core.keys import fill_lock
+from live import keys as live_keys
 from live import transport as live_transport
 from messagecenter import keys as mc_keys
 from messagecenter import services, tasks
@@ -94,6 +97,56 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
     assert inbox.inbox_counts(user_id=plain.pk, now_ms=2).unread_by_category["system"] == 1
     assert redis.zscore(mc_keys.inbox(reader.pk), entry.member) == entry.score
     assert [live_transport.user_version(user_id=u.pk) for u in (hider, reader, plain)] == [0, 1, 1]
+
+
+@pytest.mark.parametrize("notification", [False, True], ids=["inbox", "notification"])
+def test_a_checked_delivery_writes_only_the_parts_filled_or_being_filled(redis: Any, notification: bool) -> None:
+    """With a generation, a recipient whose part Redis does not hold for it gets
+    no key at all (their fill reads the item from the recipient rows): one never
+    filled, one filled for an older generation. One filled for it, and one whose
+    fill runs (its lock held), are written as without the check."""
+    filled, filling, never, older = (UserFactory() for _ in range(4))
+    redis.hset(mc_keys.inbox_state(filled.pk), "fill", "7")
+    redis.set(fill_lock(mc_keys.inbox_state(filling.pk)), "a-token")
+    redis.hset(mc_keys.inbox_state(older.pk), "fill", "6")
+    entry = _entry(expire_ms=5_000)
+    ids_ = [u.pk for u in (filled, filling, never, older)]
+    assert publish.inbox_deliver(entry=entry, user_ids=ids_, now_ms=1, notification=notification, generation="7") == 2
+    for user in (filled, filling):
+        assert redis.zscore(mc_keys.inbox(user.pk), entry.member) == entry.score
+        assert redis.zscore(mc_keys.inbox_arrivals(user.pk), entry.member) == entry.score
+        assert redis.zscore(mc_keys.inbox_expiry(user.pk), entry.member) == 5_000
+        assert redis.exists(mc_keys.user_notifications(user.pk)) == int(notification)
+        assert live_transport.user_version(user_id=user.pk) == 1
+    for user in (never, older):
+        written = [
+            mc_keys.inbox(user.pk),
+            mc_keys.inbox_arrivals(user.pk),
+            mc_keys.inbox_expiry(user.pk),
+            mc_keys.inbox_months(user.pk),
+            mc_keys.inbox_evicted(user.pk),
+            mc_keys.user_notifications(user.pk),
+            live_keys.user_version(user.pk),
+        ]
+        assert redis.exists(*written) == 0
+    assert redis.exists(mc_keys.inbox_state(never.pk)) == 0
+    # Without a generation (healing off, a user's own fill) every recipient is written.
+    assert publish.inbox_deliver(entry=entry, user_ids=[never.pk], now_ms=1, notification=notification) == 1
+    assert redis.zscore(mc_keys.inbox(never.pk), entry.member) == entry.score
+
+
+@pytest.mark.not_on_cluster(reason="pub/sub events are a single-Redis feature")
+def test_a_page_that_listens_hears_of_a_push_its_unfilled_user_did_not_take(redis: Any) -> None:
+    """A recipient not filled gets no key of the inbox, but a page of theirs that
+    listens hears of the item (so it asks, and the asking fills the user)."""
+    listener = UserFactory()
+    with live_transport.subscribe(user_id=listener.pk) as pubsub:
+        assert publish.inbox_deliver(entry=_entry(), user_ids=[listener.pk], now_ms=1, generation="7") == 0
+        deadline, event = time.monotonic() + 2, None
+        while event is None and time.monotonic() < deadline:
+            event = live_transport.decode_event(pubsub.get_message(timeout=0.2))
+    assert event == {"v": 1, "reason": "deliver"}
+    assert redis.exists(mc_keys.inbox(listener.pk), mc_keys.inbox_arrivals(listener.pk)) == 0
 
 
 def test_the_script_refuses_keys_that_do_not_fit_the_stride(redis: Any) -> None:
