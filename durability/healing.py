@@ -126,9 +126,26 @@ def _marker_read() -> tuple[str | None, int | None]:
         return None, None
     value = raw.decode()
     generation, _, identity = value.partition("@")
-    if not generation.isdigit() or identity != server_identity():
+    now = server_identity()
+    if not generation.isdigit() or not identity_kept(identity, now):
         return value, None
+    if identity != now:
+        # A primary joined the cluster (its slots came with their keys): the
+        # marker names it too from now on, so its own failover is noticed.
+        get_redis().set(readmodel_generation(), f"{generation}@{now}")
     return value, int(generation)
+
+
+def identity_kept(written: str, now: str) -> bool:
+    """Whether the servers a marker was written on still hold the read model: the
+    same server, or on a cluster every primary it names still a primary (one
+    added since brought its slots' keys with it; one gone, failed over or
+    restarted may have held an older copy)."""
+    if written == now:
+        return True
+    if not written or not now:
+        return False
+    return set(written.split(",")) <= set(now.split(","))
 
 
 def marker() -> int | None:

@@ -4,6 +4,7 @@ replica. The faults themselves (a
 private redis-server flushed or restarted) are in tests/faults/test_self_healing.py."""
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.db.models import F
 from django.test import override_settings
 
 from core import keys
-from core.redis import get_redis, keyspace_flush
+from core.redis import get_redis, keyspace_flush, prefix_drop
 from durability import healing, outbox, rebuild
 from durability.apis import health_status
 from durability.keys import readmodel_generation
@@ -130,6 +131,46 @@ def test_a_rebuild_over_a_copy_empties_what_is_ours_first(healing_on: None, oper
         assert [item.id for item in inbox_list(user=recipient).results] == [ref]
     finally:
         redis.delete(foreign)
+
+
+def test_a_marker_holds_on_the_servers_it_was_written_on() -> None:
+    assert healing.identity_kept("a", "a")
+    assert healing.identity_kept("", "")  # INFO refused both times (fakeredis)
+    assert not healing.identity_kept("a", "b")  # restarted, or a replica promoted
+    assert not healing.identity_kept("", "a")  # a marker from before identities
+    # A cluster: a primary added keeps it, one replaced or gone does not.
+    assert healing.identity_kept("a,b,c", "a,b,c,d")
+    assert not healing.identity_kept("a,b,c", "a,b,x")
+    assert not healing.identity_kept("a,b,c", "a,b")
+
+
+@pytest.mark.cluster
+def test_on_a_real_cluster_the_marker_names_every_primary_and_a_copy_is_emptied(redis_cluster_url: str) -> None:
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    foreign = f"other-{uuid.uuid4().hex[:8]}"
+    with override_settings(MESSAGECENTER_REDIS_CLUSTER_URL=redis_cluster_url, MESSAGECENTER_KEY_PREFIX=prefix):
+        redis = get_redis()
+        primaries = healing.server_identity().split(",")
+        assert len(primaries) == 3
+        assert all(primaries)
+        # Written before a primary joined: still good, and from now on it names the newcomer too.
+        redis.set(readmodel_generation(), f"5@{','.join(primaries[:2])}")
+        assert healing.marker() == 5
+        assert redis.get(readmodel_generation()).decode() == f"5@{','.join(sorted(primaries))}"
+        # A primary it names is gone (failed over, restarted): a copy.
+        redis.set(readmodel_generation(), f"5@{','.join([*primaries[:2], 'gone'])}")
+        assert healing.marker() is None
+        # Emptying a copy takes every key under the prefix, in every slot, and no other.
+        ours = [keys.key("k", i, f"{{s{i}}}") for i in range(40)]
+        for name in ours:
+            redis.set(name, 1)
+        redis.set(foreign, 1)
+        try:
+            assert prefix_drop() == len(ours) + 1  # and the marker
+            assert not any(redis.exists(name) for name in ours)
+            assert redis.get(foreign) == b"1"
+        finally:
+            redis.delete(foreign)
 
 
 def test_a_rebuild_of_an_intact_redis_keeps_its_generation(healing_on: None) -> None:
