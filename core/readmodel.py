@@ -18,6 +18,12 @@ from core.redis import get_redis, is_cluster
 
 FILL_SCRIPT = LuaScript(__file__, "lua/cache_fill.lua")
 UNLOCK_SCRIPT = LuaScript(__file__, "lua/cache_unlock.lua")
+SWAP_SCRIPT = LuaScript(__file__, "lua/swap.lua")
+
+
+def value_swap(*, key: str, seen: str, value: str) -> bool:
+    """Set the string ``key`` to ``value`` if it still holds ``seen``; whether it did."""
+    return bool(SWAP_SCRIPT([key], [seen, value]))
 
 
 # --- read-through entries (the policy is core/readthrough.py) -------------------------

@@ -57,7 +57,7 @@ from django.utils import timezone
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
-from core import breaker
+from core import breaker, readmodel
 from core.redis import get_redis, is_cluster
 from durability.keys import readmodel_generation
 from durability.models import ReadModelState
@@ -131,8 +131,9 @@ def _marker_read() -> tuple[str | None, int | None]:
         return value, None
     if identity != now:
         # A primary joined the cluster (its slots came with their keys): the
-        # marker names it too from now on, so its own failover is noticed.
-        get_redis().set(readmodel_generation(), f"{generation}@{now}")
+        # marker names it too from now on, so its own failover is noticed
+        # (unless a rebuild wrote another marker since this read).
+        readmodel.value_swap(key=readmodel_generation(), seen=value, value=f"{generation}@{now}")
     return value, int(generation)
 
 
