@@ -38,7 +38,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from durability import projection
+from durability import healing, projection
 from live import transport as live
 from messagecenter.items import bulletin_detail, bulletin_entry, details_of_messages, message_entry, notification_entry
 from messagecenter.models import (
@@ -60,6 +60,7 @@ from messagecenter.readmodel import InboxEntry, publish, to_ms
 from messagecenter.readmodel import inbox as inbox_rm
 from messagecenter.readmodel import notifications as notifications_rm
 from messagecenter.readmodel import responses as responses_rm
+from messagecenter.readmodel.user_part import users_held
 
 USER_GROUPS = "messagecenter.user_groups"
 BULLETIN = "messagecenter.bulletin"
@@ -108,9 +109,21 @@ def user_group_ids(user_ids: Iterable[int]) -> dict[int, list[int]]:
     return groups
 
 
+def _held(user_ids: Iterable[int]) -> list[int]:
+    """The users whose part Redis holds or is filling (all of them with healing off).
+    A change of a part nobody holds is work and memory for nothing: the user's
+    next read fills it from PostgreSQL, which has the change."""
+    ids = [int(u) for u in user_ids]
+    generation = healing.user_generation()
+    if not generation or not ids:
+        return ids
+    return sorted(users_held(user_ids=ids, generation=generation))
+
+
 def user_groups(user_ids: Iterable[int]) -> None:
-    """Replace the users' group sets with their membership rows (none: an empty set)."""
-    groups = user_group_ids(user_ids)
+    """Replace the group sets of the users whose part Redis holds with their
+    membership rows (none: an empty set)."""
+    groups = user_group_ids(_held(user_ids))
     if not groups:
         return
     # The users' archived and snoozed bulletins (their rows; mc_item_state_unique
@@ -132,8 +145,9 @@ def user_groups(user_ids: Iterable[int]) -> None:
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:
-    """Replace the users' mute periods in Redis with their ``MutePeriod`` rows (none: no key)."""
-    rows: dict[int, list[tuple[str, int | None, int, int | None]]] = {int(u): [] for u in user_ids}
+    """Replace the mute periods of the users whose part Redis holds with their
+    ``MutePeriod`` rows (none: no key)."""
+    rows: dict[int, list[tuple[str, int | None, int, int | None]]] = {u: [] for u in _held(user_ids)}
     if not rows:
         return
     # mc_muteperiod_user_idx serves this lookup by user.

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.keys import fill_lock
 from core.lua import LuaScript
 from core.readmodel import cache_fill_lock_queue
 from core.redis import get_redis
@@ -154,6 +155,20 @@ def users_filled(*, user_ids: list[int], generation: str) -> set[int]:
         pipe.hget(mc_keys.inbox_state(user_id), "fill")
     wanted = generation.encode()
     return {user_id for user_id, held in zip(user_ids, pipe.execute(), strict=True) if held == wanted}
+
+
+def users_held(*, user_ids: list[int], generation: str) -> set[int]:
+    """Those of the users whose part is filled for this generation or being filled
+    (its fill lock held): the parts a background write still has to reach, as
+    deliver.lua decides for a fan-out (one pipeline)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for user_id in user_ids:
+        state = mc_keys.inbox_state(user_id)
+        pipe.hget(state, "fill")
+        pipe.exists(fill_lock(state))
+    replies = pipe.execute()
+    wanted = generation.encode()
+    return {user_id for i, user_id in enumerate(user_ids) if replies[2 * i] == wanted or replies[2 * i + 1]}
 
 
 def user_part_write_begin(*, user_id: int, token: str, now_ms: int, idle_ms: int) -> None:

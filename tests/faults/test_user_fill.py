@@ -34,6 +34,7 @@ from messagecenter.user_rows import user_rows
 from tests.conftest import client_for
 from tests.factories import UserFactory
 from tests.faults.conftest import RedisServer, wait_healer
+from tests.messagecenter.conftest import make_group
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_server]
 
@@ -148,6 +149,25 @@ def test_a_push_to_users_who_are_not_back_writes_nothing_of_theirs(world: dict[s
     assert _seen(away)[0][0][0] == ref  # filled now, from PostgreSQL
     assert _members(server, users[1].pk, ref)
     assert not inbox_list(user=users[1], limit=50).degraded
+
+
+def test_a_membership_change_of_users_who_are_not_back_writes_nothing_of_theirs(world: dict[str, Any]) -> None:
+    """The group sets of the users whose part Redis holds follow a membership
+    change; the others get no key (their fill reads the rows), and a bulletin to
+    the group reaches both."""
+    users, server = world["users"], world["server"]
+    back, away = client_for(users[0]), client_for(users[1])
+    _lose_and_rebuild(server)
+    _seen(back)
+    group = make_group("joined after the loss", users[0], users[1])
+    assert server.client().smembers(mc_keys.user_groups(users[0].pk)) == {str(group.pk).encode()}
+    assert not _user_keys(server, users[1].pk)
+    bulletin = mc_services.bulletin_create(
+        title="to the group", body_html="<p>b</p>", display_time=timezone.now(), group_ids=[group.pk]
+    )
+    assert _seen(back)[0][0][0] == f"b{bulletin.pk}"
+    assert _seen(away)[0][0][0] == f"b{bulletin.pk}"  # filled now, with the membership
+    assert server.client().smembers(mc_keys.user_groups(users[1].pk)) == {str(group.pk).encode()}
 
 
 def test_a_read_during_another_fill_answers_from_postgresql(world: dict[str, Any]) -> None:
