@@ -226,12 +226,6 @@ def user_generation() -> str:
     is filled again."""
     if not enabled():
         return ""
-    if _state["generation"] is None:
-        # A process that has not looked yet (a worker before its first fan-out).
-        try:
-            check()
-        except RedisError:
-            pass  # Redis does not answer: nothing of the user's part is written or read now
     generation = _state["generation"]
     return "" if generation is None else str(generation)
 

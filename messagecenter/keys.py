@@ -208,7 +208,7 @@ def filled_users() -> str:
 
 
 def deliver_key_templates(
-    *, notifications: bool = False, expiry: bool = True, group_key: str = "", checked: bool = False
+    *, notifications: bool = False, expiry: bool = True, group_key: str = "", held_only: bool = False
 ) -> list[str]:
     """One recipient's stride of ``deliver_keys`` with ``USER_ID_FILL`` for its id:
     the named functions' own names, for a stand-in id whose tag becomes the fill."""
@@ -220,7 +220,7 @@ def deliver_key_templates(
     namers += [inbox_months, live_user_version, inbox_evicted]
     if notifications:
         namers.append(user_notifications)
-    if checked:
+    if held_only:
         namers += [inbox_state, lambda u: fill_lock(inbox_state(u))]
     if group_key:
         namers += [
@@ -240,14 +240,14 @@ def deliver_keys(
     notifications: bool = False,
     expiry: bool = True,
     group_key: str = "",
-    checked: bool = False,
+    held_only: bool = False,
 ) -> list[str]:
     """The KEYS of messagecenter/lua/deliver.lua for these recipients, one stride per
     recipient in its order: ``inbox``, ``inbox_hidden``, ``inbox_arrivals``,
     ``inbox_expiry`` (only with ``expiry``: an item that never expires leaves that zset
     alone), ``inbox_months``, ``live_user_version``, ``inbox_evicted`` and, with
-    ``notifications``, ``user_notifications``, with ``checked`` (only filled parts
-    are written) ``inbox_state`` and its fill lock, and with a ``group_key`` the recipient's
+    ``notifications``, ``user_notifications``, with ``held_only`` (only the parts
+    Redis holds are written) ``inbox_state`` and its fill lock, and with a ``group_key`` the recipient's
     ``inbox_groups``, ``inbox_groups_open``, ``inbox_groups_closed``, ``inbox_group``
     and ``inbox_group_ends``: the few keys an item's
     arrival writes (the recipient's next read places it: its category zset, bitmaps and counters).
@@ -258,7 +258,7 @@ def deliver_keys(
     Redis the fan-out packs the templates straight into the protocol instead:
     core.lua.pack_filled.)
     """
-    names = deliver_key_templates(notifications=notifications, expiry=expiry, group_key=group_key, checked=checked)
+    names = deliver_key_templates(notifications=notifications, expiry=expiry, group_key=group_key, held_only=held_only)
     # NUL occurs in no key name: one join, a replace per recipient, one split.
     template = "\x00".join(names)
     joined = "\x00".join(template.replace(USER_ID_FILL, str(int(u))) for u in user_ids)

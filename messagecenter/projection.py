@@ -114,10 +114,9 @@ def _held(user_ids: Iterable[int]) -> list[int]:
     A change of a part nobody holds is work and memory for nothing: the user's
     next read fills it from PostgreSQL, which has the change."""
     ids = [int(u) for u in user_ids]
-    generation = healing.user_generation()
-    if not generation or not ids:
+    if not healing.enabled() or not ids:
         return ids
-    return sorted(users_held(user_ids=ids, generation=generation))
+    return sorted(users_held(user_ids=ids))
 
 
 def user_groups(user_ids: Iterable[int]) -> None:

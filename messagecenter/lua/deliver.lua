@@ -4,7 +4,7 @@
 --   +1 all-items zset, +2 hidden set, +3 arrivals zset, then, when the
 --   stride holds it (ARGV 12), the expiry zset; then the months set, the
 --   live version, the evicted set, [the notification zset], [the state hash
---   and its fill lock, with a generation].
+--   and its fill lock, when only held parts are written].
 -- Each recipient's keys carry its hash tag; on Redis Cluster a call carries
 -- the keys of one slot only (the caller groups them).
 -- ARGV: 1 member, 2 ref, 3 month, 4 score, 5 expire ms (0 = never), 6 now ms,
@@ -13,8 +13,8 @@
 -- recipient loses per delivery: at most that and EVICT_MAX), 12 "1" when the
 -- stride holds the expiry zset (always from publish.py: an inbox over the
 -- cap loses expired members first), 13 the group key ("" = not grouped), 14
--- the actor, 15 the generation a part must be filled for to be written ("":
--- every recipient's; docs/ARCHITECTURE.md, "Arrivals"), then one channel per
+-- the actor, 15 "1" to write only the parts Redis holds ("": every
+-- recipient's; docs/ARCHITECTURE.md, "Arrivals"), then one channel per
 -- recipient when publishing. A grouped item's stride ends with the
 -- recipient's five group keys (groups, open and closed hashes, the key's
 -- members and ends zsets). Returns how many inboxes gained the item.
@@ -36,9 +36,8 @@ local head, tail = ARGV[8], ARGV[9]
 local cap, step = tonumber(ARGV[10]), tonumber(ARGV[11])
 local CHANNELS = 15  -- ARGV before the channels
 local gkey, actor = ARGV[13] or "", ARGV[14] or ""
-local generation = ARGV[15] or ""
 local GROUP_KEYS = gkey ~= "" and 5 or 0
-local CHECK_KEYS = generation ~= "" and 2 or 0
+local CHECK_KEYS = ARGV[15] == "1" and 2 or 0
 local live = expire == 0 or expire > now
 -- How many expiry-zset keys each recipient's stride holds (1 or 0, as sent).
 local EXPIRY_KEYS = ARGV[12] == "1" and 1 or 0
@@ -51,9 +50,10 @@ local NOTIF = 7 + EXPIRY_KEYS
 local STATE = 7 + EXPIRY_KEYS + notify  -- then the fill lock
 local call = redis.call
 
--- Whether the recipient's part takes the item: filled for the generation, or being filled.
+-- Whether the recipient's part takes the item: Redis holds it (filled, for
+-- whichever generation), or it is being filled.
 local function taken(base)
-  if CHECK_KEYS == 0 or call("HGET", KEYS[base + STATE], "fill") == generation then return true end
+  if CHECK_KEYS == 0 or call("HEXISTS", KEYS[base + STATE], "fill") == 1 then return true end
   return call("EXISTS", KEYS[base + STATE + 1]) == 1
 end
 

@@ -165,13 +165,13 @@ DELIVER_BATCH = 100
 
 
 def inbox_deliver(
-    *, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, notification: bool = False, generation: str = ""
+    *, entry: InboxEntry, user_ids: Iterable[int], now_ms: int, notification: bool = False, held_only: bool = False
 ) -> int:
     """Push one item into these users' inboxes; returns how many inboxes gained it.
 
-    ``generation``: write only the parts filled for it (or being filled), as a
-    fan-out does with healing on (deliver.lua says why); "" writes every
-    recipient's.
+    ``held_only``: write only the parts Redis holds (filled, or being filled),
+    as a fan-out does with healing on (docs/ARCHITECTURE.md, "Arrivals"); else
+    every recipient's.
 
     Idempotent (ZADD NX); hidden refs stay out. The item arrives in each
     inbox (``all`` and the arrivals); the recipient's next read places it
@@ -193,8 +193,7 @@ def inbox_deliver(
     # The expiry zset goes with every delivery: an inbox over the cap loses its
     # expired members before its oldest live ones (caps on write, deliver.lua).
     expiry = True
-    args = _deliver_args(entry, now_ms=now_ms, notification=notification, head=head, tail=tail, generation=generation)
-    checked = bool(generation)
+    args = _deliver_args(entry, now_ms=now_ms, notification=notification, head=head, tail=tail, held_only=held_only)
     if is_cluster():
         # One call per slot, keys as strings (redis-py's cluster client routes them).
         by_slot: dict[int, list[int]] = {}
@@ -203,12 +202,12 @@ def inbox_deliver(
         gained = 0
         for batch in by_slot.values():
             script_keys = mc_keys.deliver_keys(
-                batch, notifications=notification, expiry=expiry, group_key=entry.group_key, checked=checked
+                batch, notifications=notification, expiry=expiry, group_key=entry.group_key, held_only=held_only
             )
             gained += int(DELIVER_SCRIPT(script_keys, [*args, *live_keys.user_channels(batch)] if tail else args))
     else:
         templates = mc_keys.deliver_key_templates(
-            notifications=notification, expiry=expiry, group_key=entry.group_key, checked=checked
+            notifications=notification, expiry=expiry, group_key=entry.group_key, held_only=held_only
         )
         channel = [live_keys.user_channel_template()]
 
@@ -226,7 +225,7 @@ def inbox_deliver(
 
 
 def _deliver_args(
-    entry: InboxEntry, *, now_ms: int, notification: bool, head: str, tail: str, generation: str = ""
+    entry: InboxEntry, *, now_ms: int, notification: bool, head: str, tail: str, held_only: bool = False
 ) -> list[Any]:
     """deliver.lua's ARGV for one item (the expiry zset always in the stride)."""
     return [
@@ -237,7 +236,7 @@ def _deliver_args(
         entry.expire_ms,
         now_ms,
         # The stride of KEYS per recipient.
-        7 + int(notification) + (2 if generation else 0) + (5 if entry.group_key else 0),
+        7 + int(notification) + (2 if held_only else 0) + (5 if entry.group_key else 0),
         head,
         tail,
         int(settings.MESSAGECENTER_INBOX_MAX_ITEMS),  # the cap, kept on write
@@ -245,7 +244,7 @@ def _deliver_args(
         "1",  # the stride holds the expiry zset
         entry.group_key,  # "" = not grouped: no group keys in the stride
         entry.actor,
-        generation,  # "" = every recipient written: no state hash and lock in the stride
+        "1" if held_only else "",  # "" = every recipient written: no state hash and lock in the stride
     ]
 
 

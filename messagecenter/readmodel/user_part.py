@@ -157,18 +157,17 @@ def users_filled(*, user_ids: list[int], generation: str) -> set[int]:
     return {user_id for user_id, held in zip(user_ids, pipe.execute(), strict=True) if held == wanted}
 
 
-def users_held(*, user_ids: list[int], generation: str) -> set[int]:
-    """Those of the users whose part is filled for this generation or being filled
-    (its fill lock held): the parts a background write still has to reach, as
-    deliver.lua decides for a fan-out (one pipeline)."""
+def users_held(*, user_ids: list[int]) -> set[int]:
+    """Those of the users whose part Redis holds (filled, for whichever
+    generation) or is filling (its fill lock held): the parts a background write
+    still has to reach, as deliver.lua decides for a fan-out (one pipeline)."""
     pipe = get_redis().pipeline(transaction=False)
     for user_id in user_ids:
         state = mc_keys.inbox_state(user_id)
-        pipe.hget(state, "fill")
+        pipe.hexists(state, "fill")
         pipe.exists(fill_lock(state))
     replies = pipe.execute()
-    wanted = generation.encode()
-    return {user_id for i, user_id in enumerate(user_ids) if replies[2 * i] == wanted or replies[2 * i + 1]}
+    return {user_id for i, user_id in enumerate(user_ids) if replies[2 * i] or replies[2 * i + 1]}
 
 
 def user_part_write_begin(*, user_id: int, token: str, now_ms: int, idle_ms: int) -> None:

@@ -59,9 +59,7 @@ def inbox_deliver(
     muted = muted_among(user_ids=wanted, category=entry.category, time_ms=entry.score)
     if muted:
         wanted = [u for u in wanted if u not in muted]
-    return publish.inbox_deliver(
-        entry=entry, user_ids=wanted, now_ms=_now_ms(now), generation=healing.user_generation()
-    )
+    return publish.inbox_deliver(entry=entry, user_ids=wanted, now_ms=_now_ms(now), held_only=healing.enabled())
 
 
 def inbox_publish_pull(

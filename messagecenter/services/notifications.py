@@ -286,7 +286,7 @@ def notification_fanout_chunk(*, notification: Notification, index: int, now: da
         user_ids=user_ids,
         now_ms=to_ms(now),
         notification=True,
-        generation=healing.user_generation(),
+        held_only=healing.enabled(),
     )
     _undo_if_withdrawn(notification)
     return len(user_ids)

@@ -86,10 +86,6 @@ def _part_keys(server: RedisServer, user_id: int) -> list[bytes]:
 
 def _lose_and_rebuild(server: RedisServer) -> None:
     """Redis loses everything; the next look notices and the rebuild restores what users share."""
-    # A healer an earlier look started (the world's sends look too) is done, and
-    # this look is not held back by its start a moment ago.
-    wait_healer()
-    healing.forget()
     server.client().flushall()
     assert not healing.check(fresh=True)  # noticed: the healer starts the rebuild
     wait_healer()

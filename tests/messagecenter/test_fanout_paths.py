@@ -20,6 +20,7 @@ from messagecenter import services, tasks
 from messagecenter.models import FanoutChunk, Message, MessageStatus
 from messagecenter.readmodel import InboxEntry, bits, inbox, publish
 from messagecenter.readmodel.scripts import DELIVER_SCRIPT
+from messagecenter.readmodel.user_part import users_held
 from messagecenter.services import messages
 from tests.factories import UserFactory
 from tests.messagecenter.conftest import send
@@ -100,25 +101,27 @@ def test_hidden_and_read_recipients_without_the_expiry_key(redis: Any) -> None:
 
 
 @pytest.mark.parametrize("notification", [False, True], ids=["inbox", "notification"])
-def test_a_checked_delivery_writes_only_the_parts_filled_or_being_filled(redis: Any, notification: bool) -> None:
-    """With a generation, a recipient whose part Redis does not hold for it gets
-    no key at all (their fill reads the item from the recipient rows): one never
-    filled, one filled for an older generation. One filled for it, and one whose
-    fill runs (its lock held), are written as without the check."""
-    filled, filling, never, older = (UserFactory() for _ in range(4))
+def test_a_delivery_to_held_parts_only_skips_the_parts_redis_does_not_hold(redis: Any, notification: bool) -> None:
+    """``held_only`` (healing on): a recipient whose part Redis does not hold gets
+    no key at all (their fill reads the item from the recipient rows); one filled
+    (for whichever generation: a process may not know a newer one yet), and one
+    whose fill runs (its lock held), are written as without it."""
+    filled, older, filling, never, noted = (UserFactory() for _ in range(5))
     redis.hset(mc_keys.inbox_state(filled.pk), "fill", "7")
-    redis.set(fill_lock(mc_keys.inbox_state(filling.pk)), "a-token")
     redis.hset(mc_keys.inbox_state(older.pk), "fill", "6")
+    redis.set(fill_lock(mc_keys.inbox_state(filling.pk)), "a-token")
+    redis.hset(mc_keys.inbox_state(noted.pk), "w", "1")  # a write's note, no fill: not held
     entry = _entry(expire_ms=5_000)
-    ids_ = [u.pk for u in (filled, filling, never, older)]
-    assert publish.inbox_deliver(entry=entry, user_ids=ids_, now_ms=1, notification=notification, generation="7") == 2
-    for user in (filled, filling):
+    ids_ = [u.pk for u in (filled, older, filling, never, noted)]
+    gained = publish.inbox_deliver(entry=entry, user_ids=ids_, now_ms=1, notification=notification, held_only=True)
+    assert gained == 3
+    for user in (filled, older, filling):
         assert redis.zscore(mc_keys.inbox(user.pk), entry.member) == entry.score
         assert redis.zscore(mc_keys.inbox_arrivals(user.pk), entry.member) == entry.score
         assert redis.zscore(mc_keys.inbox_expiry(user.pk), entry.member) == 5_000
         assert redis.exists(mc_keys.user_notifications(user.pk)) == int(notification)
         assert live_transport.user_version(user_id=user.pk) == 1
-    for user in (never, older):
+    for user in (never, noted):
         written = [
             mc_keys.inbox(user.pk),
             mc_keys.inbox_arrivals(user.pk),
@@ -130,7 +133,8 @@ def test_a_checked_delivery_writes_only_the_parts_filled_or_being_filled(redis: 
         ]
         assert redis.exists(*written) == 0
     assert redis.exists(mc_keys.inbox_state(never.pk)) == 0
-    # Without a generation (healing off, a user's own fill) every recipient is written.
+    assert users_held(user_ids=ids_) == {filled.pk, older.pk, filling.pk}  # the projections ask the same
+    # Without it (healing off, a user's own fill) every recipient is written.
     assert publish.inbox_deliver(entry=entry, user_ids=[never.pk], now_ms=1, notification=notification) == 1
     assert redis.zscore(mc_keys.inbox(never.pk), entry.member) == entry.score
 
@@ -141,7 +145,7 @@ def test_a_page_that_listens_hears_of_a_push_its_unfilled_user_did_not_take(redi
     listens hears of the item (so it asks, and the asking fills the user)."""
     listener = UserFactory()
     with live_transport.subscribe(user_id=listener.pk) as pubsub:
-        assert publish.inbox_deliver(entry=_entry(), user_ids=[listener.pk], now_ms=1, generation="7") == 0
+        assert publish.inbox_deliver(entry=_entry(), user_ids=[listener.pk], now_ms=1, held_only=True) == 0
         deadline, event = time.monotonic() + 2, None
         while event is None and time.monotonic() < deadline:
             event = live_transport.decode_event(pubsub.get_message(timeout=0.2))
