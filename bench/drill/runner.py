@@ -170,6 +170,7 @@ class Drill:
         # gunicorn (or uvicorn), the Celery worker and beat: every app process.
         self.app: list[stack.Process] = []
         self.workers_started = 1
+        self.crowd_tokens: list[str] | None = None
 
     # --- seeding -------------------------------------------------------------
 
@@ -355,13 +356,12 @@ class Drill:
         assert self.load is not None
         message_id = self._crowd_push(row, "to the crowd, before the memory fault")
         wait_until(lambda: self.all_delivered([message_id]), timeout=SETTLE_TIMEOUT)
-        crowd = list(get_user_model().objects.filter(username__regex=r"^drill[0-9]+$").order_by("pk"))
-        tokens = [token_issue(user=user).token for user in crowd]
+        tokens = self._crowd_tokens()
         everyone = self._crowd_read(tokens)
         time.sleep(3)
         before = int(self.redis.client().info("memory")["used_memory"])
         restarted = self.app_killed_and_flushed(row)
-        back = tokens[: max(0, int((len(crowd) + len(self.readers)) * RETURNING) - len(self.readers))]
+        back = tokens[: max(0, int((len(tokens) + len(self.readers)) * RETURNING) - len(self.readers))]
         # The readers' inboxes are right again first (the row's restore), then the crowd's share reads.
         took = wait_until(self.correct, timeout=SETTLE_TIMEOUT, step=0.2)
         restore = SETTLE_TIMEOUT if took is None else time.monotonic() - restarted
@@ -379,13 +379,21 @@ class Drill:
         largest = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
         row.notes.append("keys after, by kind: " + ", ".join(f"{kind} {count:,}" for kind, count in largest))
         row.notes.append(
-            f"all {len(self.readers) + len(crowd):,} users read before the fault ({everyone:,} crowd reads "
+            f"all {len(self.readers) + len(tokens):,} users read before the fault ({everyone:,} crowd reads "
             f"answered 200), {len(self.readers) + len(back):,} came back ({returned:,}), then a push to the crowd; Redis used_memory "
             f"{before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB {MEMORY_WAIT:.0f} s after the restart: "
             f"{row.memory_ratio:.2f}x"
         )
         # Restore is the readers' (measured above), not the wait for the memory.
         return time.monotonic() - restore
+
+    def _crowd_tokens(self) -> list[str]:
+        """A token for each user of the crowd (issued once per drill)."""
+        if self.crowd_tokens is None:
+            close_old_connections()
+            crowd = get_user_model().objects.filter(username__regex=r"^drill[0-9]+$").order_by("pk")
+            self.crowd_tokens = [token_issue(user=user).token for user in crowd]
+        return self.crowd_tokens
 
     def _crowd_read(self, tokens: list[str]) -> int:
         """Each token's user reads the first page of their inbox (8 at a time);
@@ -450,7 +458,11 @@ class Drill:
 
     def worker_killed(self, row: Row) -> float:
         """SIGKILL the worker while it runs the chunks of a message to 5,000 users,
-        start a new one two seconds later, and count the crowd's copies in Redis."""
+        start a new one two seconds later, and count the crowd's copies in Redis.
+        The crowd reads first, as users who come back do: a fan-out writes only
+        the parts Redis holds (the others' fills read the recipient rows)."""
+        read = self._crowd_read(self._crowd_tokens())
+        row.notes.append(f"the crowd read their inboxes first ({read:,} reads answered 200)")
         message_id = self._crowd_push(row, "to the crowd")
         if not message_id:
             return time.monotonic()
