@@ -119,8 +119,9 @@ def marker_value(generation: int) -> str:
     return f"{generation}@{server_identity()}"
 
 
-def _marker_read() -> tuple[str | None, int | None]:
-    """The marker as Redis holds it, and its generation when the server answering now wrote it."""
+def marker_read() -> tuple[str | None, int | None]:
+    """The marker as Redis holds it (None: lost), and its generation when the server
+    answering now wrote it (None: lost, or a copy). Raises RedisError when Redis does not answer."""
     raw = get_redis().get(readmodel_generation())
     if raw is None:
         return None, None
@@ -152,15 +153,7 @@ def identity_kept(written: str, now: str) -> bool:
 def marker() -> int | None:
     """The generation Redis holds, if the server answering now is the one it was
     written on (None: lost, or a copy). Raises RedisError when Redis does not answer."""
-    return _marker_read()[1]
-
-
-def copy_held() -> bool:
-    """Whether Redis holds a read model it was not rebuilt with: a marker written on
-    another server (a restart from a dump, a promoted replica) or by an older
-    rebuild. Its keys may say what PostgreSQL no longer does."""
-    value, generation = _marker_read()
-    return value is not None and (generation is None or generation != stored_generation())
+    return marker_read()[1]
 
 
 def check(*, fresh: bool = False) -> bool:

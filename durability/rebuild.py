@@ -99,14 +99,15 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
         if not acquired:
             return None
         stored = healing.stored_generation()
-        intact = stored > 0 and healing.marker() == stored
+        held, generation_held = healing.marker_read()
+        intact = stored > 0 and generation_held == stored
         if only_if_needed and intact:
             return None
         # A copy (a restart from a dump, a promoted replica) may hold what
         # PostgreSQL has undone since; the steps only add, so it goes first.
         # Every process answers from PostgreSQL meanwhile (not ready), and users'
         # parts are filled again on their next read either way.
-        copy = not intact and healing.copy_held()
+        copy = not intact and held is not None
         started = time.monotonic()
         ReadModelState.objects.update_or_create(
             pk=1,
