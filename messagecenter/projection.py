@@ -320,7 +320,8 @@ PLACE_ROUND_USERS = 500
 
 def item_places(pairs: Iterable[Sequence[Any]], *, entries: Mapping[str, InboxEntry | None] | None = None) -> None:
     """Put each (user id, ref) where its ``InboxItemState`` row says (no row:
-    in the list), reloading from PostgreSQL; idempotent. Items gone, deleted
+    in the list), reloading from PostgreSQL; idempotent; only in the parts
+    Redis holds (the others' next fill reads the rows). Items gone, deleted
     by the user, or bulletins the user's groups do not show are left alone
     (the removal, hide and membership paths own those). A bulletin whose
     display time is still ahead is only freed in Redis: the merge lists it
@@ -330,7 +331,7 @@ def item_places(pairs: Iterable[Sequence[Any]], *, entries: Mapping[str, InboxEn
     by_user: dict[int, dict[str, None]] = {}
     for user_id, ref in pairs:
         by_user.setdefault(int(user_id), {})[str(ref)] = None
-    users = list(by_user)
+    users = _held(by_user)
     for start in range(0, len(users), PLACE_ROUND_USERS):
         _place_round({u: list(by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now, entries)
 
@@ -426,15 +427,16 @@ def _run_responses(keys: list[Any], facts: Mapping[Any, Any]) -> None:
 
 
 def responses(pairs: Sequence[tuple[int, int]]) -> None:
-    """Mirror the answers of these (user, message) pairs into each user's
-    answer set (reloaded: the row is the truth). The answer to a message
+    """Mirror the answers of these (user, message) pairs into the answer set
+    of each user whose part Redis holds (reloaded: the row is the truth). The answer to a message
     no longer in any inbox (retracted, expired) leaves the hash: it would only
     take room there, and the operator reads answers from PostgreSQL."""
     by_user: dict[int, set[int]] = {}
     for user_id, message_id in pairs:
         by_user.setdefault(int(user_id), set()).add(int(message_id))
     now = timezone.now()
-    for user_id, message_ids in by_user.items():
+    for user_id in _held(by_user):
+        message_ids = by_user[user_id]
         found = live_answers(now, user_id=user_id, message_ids=sorted(message_ids))
         responses_rm.responses_put(user_id=user_id, responses=found)
         responses_rm.responses_drop(user_id=user_id, refs=[f"m{m}" for m in message_ids if f"m{m}" not in found])

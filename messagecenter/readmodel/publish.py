@@ -32,6 +32,7 @@ from messagecenter.readmodel.scripts import (
     inbox_call,
     run_inbox_calls,
 )
+from messagecenter.readmodel.user_part import users_held
 
 AUDIENCE_EVERYONE = "all"
 AUDIENCE_BITMAP = "bm"
@@ -220,7 +221,11 @@ def inbox_deliver(
 
         gained = sum(int(r) for r in DELIVER_SCRIPT.stream(calls()))
     if notification:
-        get_redis().sadd(mc_keys.notification_holders(), *targets)
+        # The sweep walks the holders: with only held parts written, only
+        # those hold the notification (a part filled later adds its user).
+        holders = sorted(users_held(user_ids=targets)) if held_only else targets
+        if holders:
+            get_redis().sadd(mc_keys.notification_holders(), *holders)
     return gained
 
 

@@ -166,6 +166,35 @@ def test_a_membership_change_of_users_who_are_not_back_writes_nothing_of_theirs(
     assert server.client().smembers(mc_keys.user_groups(users[1].pk)) == {str(group.pk).encode()}
 
 
+def test_operator_writes_to_users_who_are_not_back_write_nothing_of_theirs(world: dict[str, Any]) -> None:
+    """A notification's holders index and a bulletin moved to show later (the
+    users' archive of it freed) reach the users whose part Redis holds only;
+    the others' next fill reads the rows."""
+    users, server = world["users"], world["server"]
+    back, away = client_for(users[0]), client_for(users[1])
+    bulletin = mc_services.bulletin_create(title="shown now", body_html="<p>b</p>", display_time=timezone.now())
+    for user in users[:2]:
+        inbox_archive(user=user, item_id=bulletin.ref)
+    mc_services.message_type_create(code="replenish", name="Replenish", default_ttl_seconds=3600)
+    for user in users[:2]:
+        mc_services.subscription_create(message_type="replenish", scope="WH1", user_id=user.pk)
+    _lose_and_rebuild(server)
+    _seen(back)
+
+    notification = mc_services.notification_send(
+        message_type="replenish", scope="WH1", title="Replenish A-01", body_html="<p>low</p>"
+    )
+    assert server.client().smembers(mc_keys.notification_holders()) == {str(users[0].pk).encode()}
+    mc_services.bulletin_update(bulletin=bulletin, data={"display_time": timezone.now() + timedelta(hours=1)})
+    assert not _user_keys(server, users[1].pk)
+    assert not _user_keys(server, users[2].pk)
+
+    assert _seen(back)[0][0][0] == notification.ref
+    assert _seen(away)[0][0][0] == notification.ref  # filled now, from PostgreSQL
+    assert server.client().smembers(mc_keys.notification_holders()) == {str(u.pk).encode() for u in users[:2]}
+    assert bulletin.ref not in _seen(away)[1]  # its archive went with the move
+
+
 def test_a_read_during_another_fill_answers_from_postgresql(world: dict[str, Any]) -> None:
     user, server = world["users"][0], world["server"]  # grouped rows, a read, an archived item
     client = client_for(user)
