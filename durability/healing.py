@@ -88,7 +88,9 @@ _state: dict[str, Any] = {"checked_at": -1e18, "ready": True, "generation": None
 _state_lock = threading.Lock()
 
 
-def _check_seconds() -> float:
+def check_interval() -> float:
+    """How long a process may go on with its last answer of ``check``: the longest
+    a process takes to learn that the read model is lost or back."""
     return float(getattr(settings, "MESSAGECENTER_HEALING_CHECK_SECONDS", 1.0))
 
 
@@ -166,7 +168,7 @@ def check(*, fresh: bool = False) -> bool:
         return True
     now = time.monotonic()
     failed = breaker.traffic.failures
-    if not fresh and now - _state["checked_at"] < _check_seconds() and failed == _state["failures"]:
+    if not fresh and now - _state["checked_at"] < check_interval() and failed == _state["failures"]:
         return bool(_state["ready"])
     try:
         held = marker()
@@ -275,7 +277,7 @@ def heal_soon() -> None:
         thread = _healer["thread"]
         if (thread is not None and thread.is_alive()) or now < _healer["next"]:
             return
-        _healer["next"] = now + _check_seconds()
+        _healer["next"] = now + check_interval()
         thread = threading.Thread(target=_heal, name="readmodel-healer", daemon=True)
         _healer["thread"] = thread
         thread.start()

@@ -77,7 +77,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core.contributions import contributed_by_name
-from durability import drift, outbox
+from durability import drift, healing, outbox
 
 logger = logging.getLogger(__name__)
 
@@ -123,15 +123,29 @@ def freeze(value: Any) -> Hashable:
 
 
 def run(name: str, keys: list[Any], facts: Mapping[Any, Any] | None = None) -> None:
-    """Run projection ``name`` now; if Redis fails, keep it in the outbox."""
+    """Run projection ``name`` now; if Redis fails, or the read model is lost or
+    being rebuilt, keep it in the outbox.
+
+    While a rebuild runs, its steps may have read PostgreSQL before this change
+    committed: written now, the change could be overwritten by the step's older
+    state a moment later. Kept in the outbox, it runs after the steps (the
+    rebuild drains the outbox before it writes its marker) and reloads."""
     projection = projections()[name]
     given = facts or {}
     try:
+        healing.require_ready()
         projection.runner(keys, given)
+    except healing.ReadModelNotReady:
+        logger.info("read model not ready: projection %s %r waits in the outbox", name, keys[:10])
+        _queue(projection, keys, given)
     except RedisError:
         logger.warning("could not project %s %r into redis; queued in the outbox", name, keys[:10])
-        for payload in projection.payloads(keys, given):
-            outbox.enqueue_after_failure(topic=projection.topic, payload=payload)
+        _queue(projection, keys, given)
+
+
+def _queue(projection: Projection, keys: list[Any], given: Mapping[Any, Any]) -> None:
+    for payload in projection.payloads(keys, given):
+        outbox.enqueue_after_failure(topic=projection.topic, payload=payload)
 
 
 @dataclass(eq=False)

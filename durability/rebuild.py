@@ -118,6 +118,13 @@ def rebuild(*, progress: Progress = SILENT, wait: bool = True, only_if_needed: b
                 "last_error": "",
             },
         )
+        if not intact and stored > 0 and healing.enabled():
+            # Every process learns that the read model is not ready within a
+            # check interval, and from then on keeps its projections in the
+            # outbox (drained below, after the steps) instead of writing them
+            # beside steps that may have read an older state. Only then read.
+            # (Before the first rebuild no process ever found it ready.)
+            time.sleep(healing.check_interval())
         try:
             results: dict[str, dict[str, int] | None] = {}
             if copy:

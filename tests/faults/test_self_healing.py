@@ -13,6 +13,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from core.breaker import reset_breakers
@@ -22,6 +23,7 @@ from durability.models import OutboxEntry, ReadModelState
 from messagecenter import services as mc_services
 from messagecenter.models import Bulletin, Message
 from messagecenter.selectors import inbox_list
+from messagecenter.services import rebuild as messages_rebuild
 from notices import readmodel
 from notices.models import Announcement
 from tests.conftest import client_for
@@ -145,6 +147,41 @@ def test_flushall_is_noticed_and_rebuilt_while_reads_stay_right(
     assert healing.marker() == generation + 1 == ReadModelState.objects.get().generation
     assert not OutboxEntry.objects.exists()
     assert readmodel.read_bits(platform="user", announcement_id=announcement.pk, user_ids=[recipient.pk]) == [True]
+
+
+def test_a_change_committed_while_the_rebuild_reads_is_not_overwritten(
+    healing_on: RedisServer, operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message edited after the rebuild's step read it and before the step
+    wrote it: the edit's projection waits in the outbox while the read model is
+    not ready, and runs after the steps, so the older detail does not win."""
+    sent = mc_services.message_send(
+        sender=operator, category="system", title="before", body_html="<p>m</p>", user_ids=[recipient.pk]
+    )
+    ref = Message.objects.get(pk=sent.pk).ref
+    _built()
+    healing_on.client().flushall()
+    monkeypatch.setattr(healing, "heal_soon", lambda: None)  # the test runs the rebuild itself
+    assert not healing.check(fresh=True)
+    read = messages_rebuild.details_of_messages
+
+    def read_then_edit(messages: Any) -> dict[str, Any]:
+        shown = read(messages)  # what the step writes: the title before the edit
+        if any(m.pk == sent.pk for m in messages):
+            with transaction.atomic():
+                edited = Message.objects.get(pk=sent.pk)
+                edited.title = "after"
+                edited.save()
+        return shown
+
+    monkeypatch.setattr(messages_rebuild, "details_of_messages", read_then_edit)
+    _built()
+    assert healing.check(fresh=True)
+    item = client_for(recipient).get(f"/api/v1/inbox/{ref}/")
+    assert item.status_code == 200
+    assert item.json()["title"] == "after"
+    assert _from_redis(recipient) is not None  # answered from Redis, not PostgreSQL
+    assert not OutboxEntry.objects.exists()
 
 
 def test_marks_taken_during_an_outage_survive_an_empty_restart_and_a_later_flush(
