@@ -28,11 +28,15 @@ def _answers(port: int) -> bool:
 
 
 def _free_base() -> int:
-    # Six node ports and their bus ports (+10000), none answering.
-    for base in range(7100, 7400, 10):
+    # Six node ports and their bus ports (+10000), none answering. Each xdist
+    # worker looks in a hundred ports of its own: two workers looking in the
+    # same ones at once could both pick a base before either starts a node.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = 7100 + 100 * (int(worker) % 3 if worker.isdigit() else 0)
+    for base in range(first, first + 100, 10):
         if not any(_answers(port) or _answers(port + 10000) for port in range(base, base + 6)):
             return base
-    raise AssertionError("no six free ports between 7100 and 7400")
+    raise AssertionError(f"no six free ports between {first} and {first + 100}")
 
 
 class Cluster:
