@@ -378,7 +378,7 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     items = user_items(user_id, now=now, want=want)
     entries = sorted(items.kept(mutes=mutes, hidden=set(rows.hidden)), key=lambda e: (e.score, e.ref))
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
-    projection.item_places([(user_id, ref) for ref in rows.parked])
+    projection.item_places_put({user_id: rows.parked})
     responses_rm.responses_put(user_id=user_id, responses=items.answers)
 
 

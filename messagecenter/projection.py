@@ -140,7 +140,10 @@ def user_groups(user_ids: Iterable[int]) -> None:
         if (entry := entries[ref]) is not None:
             parked_by_user.setdefault(user_id, []).append(entry.member)
     publish.user_groups_replace(groups_by_user=groups, now_ms=to_ms(now), parked_by_user=parked_by_user)
-    item_places(parked, entries=entries)
+    refs_by_user: dict[int, list[str]] = {}
+    for user_id, ref in parked:
+        refs_by_user.setdefault(user_id, []).append(ref)
+    item_places_put(refs_by_user, entries=entries)
 
 
 def user_mutes(user_ids: Iterable[int]) -> None:
@@ -327,13 +330,21 @@ def item_places(pairs: Iterable[Sequence[Any]], *, entries: Mapping[str, InboxEn
     display time is still ahead is only freed in Redis: the merge lists it
     when that time comes. ``entries``: the refs' ``item_entries`` when the
     caller has them already."""
-    now = timezone.now()
     by_user: dict[int, dict[str, None]] = {}
     for user_id, ref in pairs:
         by_user.setdefault(int(user_id), {})[str(ref)] = None
-    users = _held(by_user)
+    item_places_put({u: list(by_user[u]) for u in _held(by_user)}, entries=entries)
+
+
+def item_places_put(
+    refs_by_user: Mapping[int, Sequence[str]], *, entries: Mapping[str, InboxEntry | None] | None = None
+) -> None:
+    """``item_places`` for users whose parts the caller knows Redis holds (a
+    fill holding its user's lock, a membership change that asked already)."""
+    now = timezone.now()
+    users = list(refs_by_user)
     for start in range(0, len(users), PLACE_ROUND_USERS):
-        _place_round({u: list(by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now, entries)
+        _place_round({u: list(refs_by_user[u]) for u in users[start : start + PLACE_ROUND_USERS]}, now, entries)
 
 
 def _place_round(
