@@ -8,7 +8,9 @@ private redis-server and times ``durability.rebuild.rebuild()`` filling it
 from PostgreSQL: the wall clock and each stage the rebuild reports. The
 rebuild restores only what users share, so its time does not grow with the
 users (each user's part is filled on their first read), but it does with the
-live items, whose details are shared. Writes bench/REBUILD.md. The private Redis is stopped by
+pull messages, whose details it restores (a pushed item's detail comes back
+with the fill of a recipient who returns: the run then fills ``RETURNING``
+users twice, first with their details missing, then present). Writes bench/REBUILD.md. The private Redis is stopped by
 its PID whatever happens; the machine's shared Redis is not touched.
 """
 
@@ -28,6 +30,9 @@ MESSAGES_TO_ALL = 5
 MESSAGES_TO_GROUP = 10
 # Users who mark things read (committed to PostgreSQL with each mark).
 READERS = 500
+# Users who come back after the rebuild: each fill brings back the details of
+# the user's items that Redis lacks, then the same users are filled again.
+RETURNING = 200
 
 
 class _Timer:
@@ -158,6 +163,40 @@ def create_state(users: int, items: int) -> dict[str, int]:
     }
 
 
+def returning_fills(client: Any) -> tuple[list[float], list[float], int]:
+    """Fill ``RETURNING`` users after the rebuild (their items' details are not
+    in Redis yet, but for the bulk messages' once the first brought them back),
+    then fill them again (every detail there): the seconds of each fill, and
+    how many details the first fills brought back."""
+    from django.contrib.auth import get_user_model
+
+    from messagecenter import keys as mc_keys
+    from messagecenter.fill import inbox_fill
+
+    users = list(
+        get_user_model()
+        .objects.filter(username__regex=r"^bench[0-9]+$")
+        .order_by("pk")
+        .values_list("pk", flat=True)[:RETURNING]
+    )
+
+    def timed_fill(user_id: int) -> float:
+        started = time.perf_counter()
+        assert inbox_fill(user_id=user_id)
+        return time.perf_counter() - started
+
+    before = client.hlen(mc_keys.item_detail())
+    cold = [timed_fill(user_id) for user_id in users]
+    back = client.hlen(mc_keys.item_detail()) - before
+    warm = [timed_fill(user_id) for user_id in users]
+    return cold, warm, back
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rebuild_time")
     parser.add_argument("--users", type=int, default=20_000)
@@ -198,6 +237,8 @@ def main() -> int:
         load_after = os.getloadavg()
         keys = client.dbsize()
         used = int(client.info("memory")["used_memory"])
+        print(f"== {RETURNING} users come back: filled with their details missing, then again", flush=True)
+        cold, warm, details_back = returning_fills(client)
         version = client.info("server")["redis_version"]
         client.close()
     assert result is not None
@@ -227,6 +268,11 @@ def main() -> int:
         f"| rebuild wall clock | {seconds * 1e3:,.0f} ms |",
         f"| sum of the stages | {staged * 1e3:,.0f} ms |",
         f"| outbox entries replayed | {result.outbox} |",
+        f"| fills of {RETURNING} returning users, details missing: p50 / p99 | "
+        f"{_pct(cold, 0.5):.2f} / {_pct(cold, 0.99):.2f} ms |",
+        f"| the same users filled again, details there: p50 / p99 | "
+        f"{_pct(warm, 0.5):.2f} / {_pct(warm, 0.99):.2f} ms |",
+        f"| details those fills brought back | {details_back:,} |",
         "",
         "## Stages",
         "",
@@ -241,10 +287,11 @@ def main() -> int:
             for name, done in result.steps.items()
         ],
         "",
-        "The rebuild restores what users share (announcement indexes and read bits, bulletins, item details,"
-        " the pull index, subscriber sets); each user's own part is filled from PostgreSQL on their first read"
-        f" ({written / args.users:.1f} push entries a user here). Its time grows with the announcements' readers"
-        " and the live items (each item's detail is restored), not with the users.",
+        "The rebuild restores what users share (announcement indexes and read bits, bulletins, the pull index"
+        " and its messages' details, subscriber sets); each user's own part is filled from PostgreSQL on their"
+        f" first read ({written / args.users:.1f} push entries a user here), with the details of the user's items"
+        " that Redis lacks. Its time grows with the announcements' readers and the broadcasts, not with the users"
+        " nor with the personal messages, whose details come back with their recipients.",
         "",
     ]
     text = "\n".join(lines)

@@ -11,7 +11,7 @@ subscriber sets call the same idempotent functions of
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,8 +35,10 @@ from messagecenter.models import (
     Bulletin,
     DeliveryMode,
     Message,
+    MessageRecipient,
     MessageStatus,
     Notification,
+    NotificationRecipient,
     Subscription,
 )
 from messagecenter.readmodel import InboxEntry, publish, to_ms
@@ -231,14 +233,18 @@ def _live_notifications() -> Any:
     ).order_by("pk")
 
 
-def _detail_findings(details: dict[str, dict[str, Any]]) -> list[Finding]:
-    """``details``: ref -> the detail PostgreSQL implies."""
+def _detail_findings(details: dict[str, dict[str, Any]], *, pulled: Collection[str] = ()) -> list[Finding]:
+    """``details``: ref -> the detail PostgreSQL implies; ``pulled``: the refs
+    of pull messages, whose details the rebuild restores for everyone. A
+    pushed item's detail comes back with the fill of a user who holds it: one
+    missing is drift only while a recipient's part is in Redis."""
     stored = drift_rm.item_details_get(refs=list(details))
+    needed = set(pulled) | _pushed_needed([r for r in details if r not in pulled and stored.get(r) is None])
     findings = []
     for ref, detail in details.items():
         want = _roundtrip(detail)
         have = stored.get(ref)
-        if have == want:
+        if have == want or (have is None and ref not in needed):
             continue
         findings.append(
             Finding(
@@ -250,6 +256,28 @@ def _detail_findings(details: dict[str, dict[str, Any]]) -> list[Finding]:
             )
         )
     return findings
+
+
+def _pushed_needed(refs: Sequence[str], batch: int = 1000) -> set[str]:
+    """Those of these pushed messages and notifications with a recipient whose
+    part Redis holds (every recipient with healing off), their recipient rows
+    looked at ``batch`` users at a time."""
+    needed: set[str] = set()
+    for model, kind, column in (
+        (MessageRecipient, "m", "message_id"),
+        (NotificationRecipient, "n", "notification_id"),
+    ):
+        ids = [int(r[1:]) for r in refs if r[0] == kind]
+        if not ids:
+            continue
+        rows = list(model.objects.filter(**{f"{column}__in": ids}).values_list("user_id", column))
+        for chunk in _batches(rows, batch):
+            items_of: dict[int, list[int]] = {}
+            for user_id, item_id in chunk:
+                items_of.setdefault(user_id, []).append(item_id)
+            for user_id in projection.held(items_of):
+                needed.update(f"{kind}{item_id}" for item_id in items_of[user_id])
+    return needed
 
 
 def _stale_detail_fix(ref: str, row: Any, stored: dict[str, Any] | None) -> tuple[str, Callable[[], None]] | None:
@@ -293,13 +321,15 @@ def _stale_notification_fix(ref: str, row: Notification) -> tuple[str, Callable[
 
 
 def item_details_find() -> list[Finding]:
-    """Every live message and notification has its detail, equal to what PostgreSQL
-    implies; details of retracted, withdrawn, cleaned-up or deleted ones are gone.
-    (Bulletins' details belong to the bulletins area.)"""
+    """Every live pull message has its detail; every stored detail of a live
+    message or notification equals what PostgreSQL implies; details of
+    retracted, withdrawn, cleaned-up or deleted ones are gone. (Bulletins'
+    details belong to the bulletins area.)"""
     findings: list[Finding] = []
     messages = list(_live_messages())
     for batch in _batches(messages, 500):
-        findings.extend(_detail_findings(details_of_messages(batch)))
+        pulled = {m.ref for m in batch if m.delivery == DeliveryMode.PULL}
+        findings.extend(_detail_findings(details_of_messages(batch), pulled=pulled))
     notifications = list(_live_notifications())
     for batch in _batches(notifications, 500):
         findings.extend(_detail_findings({n.ref: notification_detail(n) for n in batch}))

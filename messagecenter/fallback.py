@@ -40,13 +40,12 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from core.bitmaps import bitmap_deserialize
-from messagecenter.items import bulletin_detail, details_of_messages, notification_detail
+from messagecenter.items import details_of_refs
 from messagecenter.models import (
     Bulletin,
     DeliveryMode,
     Message,
     MessageStatus,
-    Notification,
 )
 from messagecenter.mutes import Mutes
 from messagecenter.readmodel import InboxEntry, listing, to_ms
@@ -343,24 +342,6 @@ def _load(user_id: int, now: datetime, keep: str | None = None) -> _Inbox:
     return _Inbox(items=items, read=read, seen_ms=own.seen_ms or 0, archived=archived, snoozed=snoozed, groups=groups)
 
 
-def _details(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """What the inbox shows of these items: one query per kind present (plus message images)."""
-    ids: dict[str, list[int]] = {"m": [], "b": [], "n": []}
-    for ref in refs:
-        ids[ref[0]].append(int(ref[1:]))
-    details: dict[str, dict[str, Any]] = {}
-    if ids["m"]:
-        messages = Message.objects.filter(pk__in=ids["m"]).defer("audience_bitmap", "users_bitmap")
-        details.update(details_of_messages(list(messages.select_related("sender"))))
-    if ids["b"]:
-        for bulletin in Bulletin.objects.filter(pk__in=ids["b"]).select_related("created_by"):
-            details[bulletin.ref] = bulletin_detail(bulletin)
-    if ids["n"]:
-        for notification in Notification.objects.filter(pk__in=ids["n"]).defer("audience_bitmap"):
-            details[notification.ref] = notification_detail(notification)
-    return details
-
-
 def _valid_ref(ref: str) -> bool:
     return 1 < len(ref) <= MAX_REF_LENGTH and ref[0] in "mbn" and ref[1:].isdigit()
 
@@ -435,11 +416,11 @@ def inbox_page(
     entries = entries[skip:]  # the items at the cursor's time already walked
     text = listing.needle(query)
     # A search reads every candidate's detail (a degraded path: slow is fine).
-    found = _details(entry.ref for entry in entries) if text is not None else {}
+    found = details_of_refs(entry.ref for entry in entries) if text is not None else {}
     keep = _search_keep(entries, text=text, found=found, language=language)
     walked = listing.walk([e.score for e in entries], max_score=max_score, skip=skip, limit=limit, keep=keep)
     picked = [entries[i] for i in walked.picked]
-    details = found or _details(entry.ref for entry in picked)
+    details = found or details_of_refs(entry.ref for entry in picked)
     rows = [state.row(entry, details[entry.ref]) for entry in picked if entry.ref in details]
     return Page(rows=rows, next_position=walked.next_position, counts=state.counts())
 
@@ -471,7 +452,7 @@ def inbox_get(*, user_id: int, ref: str, now: datetime) -> PageRow | None:
     placed = state.place(ref)
     if placed is None or placed[0] == SNOOZED:
         return None
-    detail = _details([ref]).get(ref)
+    detail = details_of_refs([ref]).get(ref)
     if detail is None:
         return None
     return state.row(placed[1], detail)
@@ -509,7 +490,7 @@ def inbox_group_page(
     walked = [e for e in members if max_score is None or e.score <= max_score][skip:]
     picked, more = walked[:limit], len(walked) > limit
     opened = state.groups.open_group(group_key)
-    details = _details(entry.ref for entry in picked)
+    details = details_of_refs(entry.ref for entry in picked)
     rows = [
         PageRow(
             ref=entry.ref,

@@ -1,17 +1,22 @@
 """A user's part of the read model, filled from PostgreSQL on the user's first read.
 
-Redis keeps what users share (bulletins, item details, the pull index,
-subscriber sets: the rebuild restores those, ``services.rebuild``) and each
-user's own part (inbox zsets, read bit-sets, groups, hidden, parked items,
-answers) as a cache of PostgreSQL. The state hash's ``fill`` field names the
-read model generation (``durability.healing``) the user was filled for; a user
-without it (Redis lost its data, came back older, or never held this user)
-is filled here: what is left of it is dropped (a stale copy is not
-trusted), then it is written again in the order a restore needs:
+Redis keeps what users share (bulletins, the pull index and its messages'
+details, subscriber sets: the rebuild restores those, ``services.rebuild``)
+and each user's own part (inbox zsets, read bit-sets, groups, hidden, parked
+items, answers) as a cache of PostgreSQL. The details of pushed items and
+notifications are shared too, but read only by the users who hold the item:
+the fill brings back those of its user's items that Redis lacks. The state
+hash's ``fill`` field names the read model generation (``durability.healing``)
+the user was filled for; a user without it (Redis lost its data, came back
+older, or never held this user) is filled here: what is left of it is
+dropped (a stale copy is not trusted), then it is written again in the order
+a restore needs:
 
 - the committed read state first, so every item lands read or unread as
   PostgreSQL says; then memberships, mute periods, hidden items and ended
   groups, which the deliveries and merges that follow consult;
+- the details Redis lacks of the user's items (never over a newer one, nor
+  for an item removed since the fill began);
 - the push messages and notifications addressed to the user, newest first,
   as many as an inbox keeps (pull messages and bulletins come in on read,
   by the merge, as for anyone);
@@ -32,7 +37,7 @@ back by the user's next fill (``mark_applied``).
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -50,10 +55,11 @@ from core.redis import get_redis
 from durability import healing, outbox
 from messagecenter import keys as mc_keys
 from messagecenter import projection
+from messagecenter.items import details_of_refs
 from messagecenter.models import (
     InboxGroupEnd,
 )
-from messagecenter.readmodel import grouping, publish, to_ms
+from messagecenter.readmodel import InboxEntry, grouping, publish, to_ms
 from messagecenter.readmodel import read_state as read_state_rm
 from messagecenter.readmodel import responses as responses_rm
 from messagecenter.readmodel.inbox import months_hint_forget
@@ -179,7 +185,7 @@ def inbox_fill(*, user_id: int, now: datetime | None = None) -> bool:
         # Whatever Redis holds of the user goes (the keys of the groups
         # PostgreSQL knows ended included): a stale copy is never trusted.
         user_part_drop(user_id=user_id, group_keys=rows.ends, held=start)
-        _restore(user_id, rows, now)
+        _restore(user_id, rows, now, since=start.removal_version)
         user_part_filled(
             user_id=user_id,
             generation=healing.user_generation(),
@@ -361,7 +367,7 @@ def inbox_warm(*, user_ids: list[int]) -> int:
     return sum(1 for user_id in user_ids if inbox_fill(user_id=user_id))
 
 
-def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
+def _restore(user_id: int, rows: UserRows, now: datetime, *, since: int) -> None:
     now_ms = to_ms(now)
     _read_state_restore(user_id, rows)
     mutes = rows.mutes
@@ -377,9 +383,26 @@ def _restore(user_id: int, rows: UserRows, now: datetime) -> None:
     # Oldest first, as they arrived (a grouped item joins the row of the items before it).
     items = user_items(user_id, now=now, want=want)
     entries = sorted(items.kept(mutes=mutes, hidden=set(rows.hidden)), key=lambda e: (e.score, e.ref))
+    parked = projection.item_entries(rows.parked, now)
+    _details_restore([*entries, *(e for e in parked.values() if e is not None)], since=since, now_ms=now_ms)
     publish.inbox_deliver_each(user_id=user_id, entries=entries, now_ms=now_ms)
-    projection.item_places_put({user_id: rows.parked})
+    projection.item_places_put({user_id: rows.parked}, entries=parked)
     responses_rm.responses_put(user_id=user_id, responses=items.answers)
+
+
+def _details_restore(entries: Sequence[InboxEntry], *, since: int, now_ms: int) -> None:
+    """The details of the user's items that Redis lacks, from PostgreSQL. Item
+    details are shared, but only the users who hold an item read its detail:
+    after a loss they come back with the fills of the users who return (a
+    HEXISTS per item when they are there already), not all at once with the
+    rebuild. ``since``: the removal log's version the fill began at; an item
+    removed after it keeps no detail."""
+    by_ref = {entry.ref: entry for entry in entries}
+    missing = publish.item_details_missing(list(by_ref))
+    if not missing:
+        return
+    details = details_of_refs(missing)
+    publish.item_details_add([(by_ref[ref], detail) for ref, detail in details.items()], since=since, now_ms=now_ms)
 
 
 def _read_state_restore(user_id: int, rows: UserRows) -> None:

@@ -1,7 +1,7 @@
 """How messages and bulletins look in the read model: conversions, and one
 read (``details_of_messages``) of what many messages' details need at once."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -97,6 +97,26 @@ def details_of_messages(messages: Sequence[Message]) -> dict[str, dict[str, Any]
         for image in MessageImage.objects.filter(message_id__in=[m.pk for m in messages]):
             images.setdefault(image.message_id, []).append(image)
     return {m.ref: message_detail(m, images.get(m.pk, [])) for m in messages}
+
+
+def details_of_refs(refs: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """ref -> what the inbox shows of these items (refs of messages, bulletins
+    and notifications), one query per kind present (plus message images): the
+    inbox served from PostgreSQL, and a fill bringing back the details Redis lacks."""
+    ids: dict[str, list[int]] = {"m": [], "b": [], "n": []}
+    for ref in refs:
+        ids[ref[0]].append(int(ref[1:]))
+    details: dict[str, dict[str, Any]] = {}
+    if ids["m"]:
+        messages = Message.objects.filter(pk__in=ids["m"]).defer("audience_bitmap", "users_bitmap")
+        details.update(details_of_messages(list(messages.select_related("sender"))))
+    if ids["b"]:
+        for bulletin in Bulletin.objects.filter(pk__in=ids["b"]).select_related("created_by"):
+            details[bulletin.ref] = bulletin_detail(bulletin)
+    if ids["n"]:
+        for notification in Notification.objects.filter(pk__in=ids["n"]).defer("audience_bitmap"):
+            details[notification.ref] = notification_detail(notification)
+    return details
 
 
 def _extras(*, actions: Sequence[Any] = (), translations: dict[str, Any] | None = None) -> dict[str, Any]:

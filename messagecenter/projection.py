@@ -109,7 +109,7 @@ def user_group_ids(user_ids: Iterable[int]) -> dict[int, list[int]]:
     return groups
 
 
-def _held(user_ids: Iterable[int]) -> list[int]:
+def held(user_ids: Iterable[int]) -> list[int]:
     """The users whose part Redis holds or is filling (all of them with healing off).
     A change of a part nobody holds is work and memory for nothing: the user's
     next read fills it from PostgreSQL, which has the change."""
@@ -122,7 +122,7 @@ def _held(user_ids: Iterable[int]) -> list[int]:
 def user_groups(user_ids: Iterable[int]) -> None:
     """Replace the group sets of the users whose part Redis holds with their
     membership rows (none: an empty set)."""
-    groups = user_group_ids(_held(user_ids))
+    groups = user_group_ids(held(user_ids))
     if not groups:
         return
     # The users' archived and snoozed bulletins (their rows; mc_item_state_unique
@@ -149,7 +149,7 @@ def user_groups(user_ids: Iterable[int]) -> None:
 def user_mutes(user_ids: Iterable[int]) -> None:
     """Replace the mute periods of the users whose part Redis holds with their
     ``MutePeriod`` rows (none: no key)."""
-    rows: dict[int, list[tuple[str, int | None, int, int | None]]] = {u: [] for u in _held(user_ids)}
+    rows: dict[int, list[tuple[str, int | None, int, int | None]]] = {u: [] for u in held(user_ids)}
     if not rows:
         return
     # mc_muteperiod_user_idx serves this lookup by user.
@@ -333,7 +333,7 @@ def item_places(pairs: Iterable[Sequence[Any]], *, entries: Mapping[str, InboxEn
     by_user: dict[int, dict[str, None]] = {}
     for user_id, ref in pairs:
         by_user.setdefault(int(user_id), {})[str(ref)] = None
-    item_places_put({u: list(by_user[u]) for u in _held(by_user)}, entries=entries)
+    item_places_put({u: list(by_user[u]) for u in held(by_user)}, entries=entries)
 
 
 def item_places_put(
@@ -446,7 +446,7 @@ def responses(pairs: Sequence[tuple[int, int]]) -> None:
     for user_id, message_id in pairs:
         by_user.setdefault(int(user_id), set()).add(int(message_id))
     now = timezone.now()
-    for user_id in _held(by_user):
+    for user_id in held(by_user):
         message_ids = by_user[user_id]
         found = live_answers(now, user_id=user_id, message_ids=sorted(message_ids))
         responses_rm.responses_put(user_id=user_id, responses=found)

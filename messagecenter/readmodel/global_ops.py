@@ -25,6 +25,8 @@ def _script(name: str, *preambles: str) -> LuaScript:
 
 
 ITEM_PUT_SCRIPT = _script("item_put.lua", DETAIL)
+ITEM_ADD_SCRIPT = _script("item_add.lua")
+DETAILS_MISSING_SCRIPT = _script("details_missing.lua")
 BULLETIN_PUT_SCRIPT = _script("bulletin_put.lua", DETAIL, REMOVALS, BULLETINS)
 BULLETIN_DELETE_SCRIPT = _script("bulletin_delete.lua", REMOVALS, BULLETINS)
 PULL_REGISTER_SCRIPT = _script("pull_register.lua", DETAIL)
@@ -62,6 +64,40 @@ class ItemPut(GlobalOp):
 
     def args(self) -> list[Any]:
         return [value for pair in self.details for value in pair]
+
+
+@dataclass(frozen=True)
+class ItemAdd(GlobalOp):
+    """Items' details a user's fill brings back where none is stored:
+    (ref, inbox member, expiry ms, detail JSON), none removed after ``since``
+    (the removal log's version when the fill began) or expired by ``now_ms``."""
+
+    script: ClassVar[LuaScript] = ITEM_ADD_SCRIPT
+    since: int
+    now_ms: int
+    details: Sequence[tuple[str, str, int, str]]
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [mc_keys.item_detail(), mc_keys.removed()]
+
+    def args(self) -> list[Any]:
+        return [self.since, self.now_ms, *(value for quad in self.details for value in quad)]
+
+
+@dataclass(frozen=True)
+class DetailsMissing(GlobalOp):
+    """Which of these refs have no detail stored."""
+
+    script: ClassVar[LuaScript] = DETAILS_MISSING_SCRIPT
+    refs: Sequence[str]
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [mc_keys.item_detail()]
+
+    def args(self) -> list[Any]:
+        return list(self.refs)
 
 
 @dataclass(frozen=True)

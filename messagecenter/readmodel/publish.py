@@ -19,6 +19,8 @@ from messagecenter.readmodel.entries import CATEGORY_ORDER, InboxEntry, dumps
 from messagecenter.readmodel.global_ops import (
     BulletinDelete,
     BulletinPut,
+    DetailsMissing,
+    ItemAdd,
     ItemPut,
     ItemRemove,
     PullRegister,
@@ -49,7 +51,7 @@ DETAILS_BATCH = 500
 
 
 def item_details_put(details: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-    """``item_detail_put`` for many items (a rebuild), ``DETAILS_BATCH`` a call:
+    """``item_detail_put`` for many items (an edit reaching many), ``DETAILS_BATCH`` a call:
     a round trip per batch costs far less than loading the batch from
     PostgreSQL. Returns how many were written."""
     written = 0
@@ -58,6 +60,33 @@ def item_details_put(details: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         ItemPut(details=batch)()
         written += len(batch)
     return written
+
+
+# Refs a fill asks about per call: a HEXISTS each, well under a millisecond.
+DETAILS_CHECK_BATCH = 1000
+
+
+def item_details_missing(refs: Sequence[str]) -> list[str]:
+    """Which of these items have no detail in Redis (a fill after a loss,
+    or items nobody held since), ``DETAILS_CHECK_BATCH`` a call."""
+    missing: list[str] = []
+    for start in range(0, len(refs), DETAILS_CHECK_BATCH):
+        missing += [ref.decode() for ref in DetailsMissing(refs=refs[start : start + DETAILS_CHECK_BATCH])()]
+    return missing
+
+
+def item_details_add(details: Sequence[tuple[InboxEntry, Mapping[str, Any]]], *, since: int, now_ms: int) -> int:
+    """A fill's details of its user's items, where none is stored: never over a
+    newer one, nor for an item removed since the removal log's version
+    ``since`` or expired by ``now_ms``. Returns how many were added."""
+    added = 0
+    for start in range(0, len(details), DETAILS_BATCH):
+        batch = [
+            (entry.ref, entry.member, entry.expire_ms, dumps(detail))
+            for entry, detail in details[start : start + DETAILS_BATCH]
+        ]
+        added += int(ItemAdd(since=since, now_ms=now_ms, details=batch)())
+    return added
 
 
 def bulletin_config(*, entry: InboxEntry, arrived_ms: int) -> dict[str, Any]:

@@ -364,16 +364,11 @@ def notification_details_free(*, now: datetime | None = None) -> int:
             group_item_removed(group_key=grouped.group_key, audience=grouped.audience)
 
 
-def notification_rebuild(*, now: datetime | None = None) -> dict[str, int]:
-    """Restore subscriber sets and the live notifications' details from PostgreSQL
-    (idempotent): what users share. Each user's notifications come back with the
-    user's fill (``notification_fill``)."""
-    now = now or timezone.now()
+def notification_rebuild() -> dict[str, int]:
+    """Restore subscriber sets from PostgreSQL (idempotent): what users share.
+    Each user's notifications, and their details, come back with the user's
+    fill."""
     pairs = set(Subscription.objects.values_list("message_type_id", "scope"))
     for type_id, scope in pairs:
         projection.subscribers(type_id, scope)
-    live = Notification.objects.filter(withdrawn=False, scheduled=False, expire_at__gt=now).defer("audience_bitmap")
-    count = publish.item_details_put(
-        (notification.ref, notification_detail(notification)) for notification in live.iterator(chunk_size=1000)
-    )
-    return {"subscriptions": len(pairs), "notifications": count}
+    return {"subscriptions": len(pairs)}

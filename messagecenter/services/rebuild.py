@@ -1,16 +1,18 @@
 """Rebuild of what users share in the read model from PostgreSQL (after a Redis loss).
 
-Bulletins, the pull index, item details and subscriber sets, idempotently:
-every step only adds what is missing. Each user's own part (read state,
-memberships, mutes, hidden and parked items, push fan-outs, answers) is a
-cache filled on the user's first read (``messagecenter.fill``), so
-after a loss Redis grows back with the users who return, not with everyone;
-``inbox_warm`` fills users ahead of that.
+Bulletins, the pull index with its messages' details, and subscriber sets,
+idempotently: every step only adds what is missing. Each user's own part
+(read state, memberships, mutes, hidden and parked items, push fan-outs,
+answers) is a cache filled on the user's first read (``messagecenter.fill``),
+which also brings back the details of the user's pushed items and
+notifications that Redis lacks; so after a loss Redis grows back with the
+users who return, not with everyone, and the rebuild's time grows with the
+broadcasts, not with every item ever pushed. ``inbox_warm`` fills users
+ahead of that.
 """
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -20,7 +22,6 @@ from durability.rebuild import RebuildStep
 from messagecenter import projection
 from messagecenter.items import details_of_messages, message_entry
 from messagecenter.models import Bulletin, DeliveryMode, Message, MessageStatus
-from messagecenter.readmodel import publish
 from messagecenter.services.inbox import inbox_publish_pull
 from messagecenter.services.notifications import notification_rebuild
 
@@ -41,40 +42,30 @@ def inbox_rebuild(*, progress: Progress = SILENT) -> dict[str, int]:
 
     messages = _messages_rebuild(progress=progress, now=now)
 
-    with progress.stage("subscriptions and notifications", 1) as stage:
-        notifications = notification_rebuild(now=now)
+    with progress.stage("subscriptions", 1) as stage:
+        notifications = notification_rebuild()
         stage.advance()
-    return {"bulletins": len(bulletin_ids), "messages": messages, **notifications}
+    return {"bulletins": len(bulletin_ids), "pull_messages": messages, **notifications}
 
 
 def _messages_rebuild(*, progress: Progress, now: datetime) -> int:
-    """Every message that reached its audience and has not expired: a pull
-    message registered again, a push message's detail (its recipients get it
-    back with their fills); returns how many."""
+    """Every pull message that reached its audience and has not expired,
+    registered again with its detail; returns how many. A push message's
+    detail comes back with the fills of its recipients who return."""
     # Scheduled and cancelled messages reached nobody: nothing of theirs is in Redis.
-    live = (
-        Message.objects.exclude(status__in=[MessageStatus.RETRACTED, MessageStatus.SCHEDULED, MessageStatus.CANCELLED])
+    pulled = (
+        Message.objects.filter(delivery=DeliveryMode.PULL)
+        .exclude(status__in=[MessageStatus.RETRACTED, MessageStatus.SCHEDULED, MessageStatus.CANCELLED])
         .exclude(expire_at__lte=now)
         .select_related("sender")
     )
-    pulled = live.filter(delivery=DeliveryMode.PULL)
-    # A push message's audience bitmaps are not needed here (its recipients
-    # are its rows), and can be large.
-    pushed = live.exclude(delivery=DeliveryMode.PULL).defer("users_bitmap", "audience_bitmap")
-    with progress.stage("messages", live.count()) as stage:
+    with progress.stage("pull messages", pulled.count()) as stage:
         for chunk in _chunks(pulled):
             shown = details_of_messages(chunk)
             for message in chunk:
                 audience = None if message.everyone else message.audience
                 inbox_publish_pull(entry=message_entry(message), detail=shown[message.ref], audience=audience)
             stage.advance(len(chunk))
-
-        def details() -> Iterator[tuple[str, dict[str, Any]]]:
-            for chunk in _chunks(pushed):
-                yield from details_of_messages(chunk).items()
-                stage.advance(len(chunk))
-
-        publish.item_details_put(details())
     return stage.count
 
 

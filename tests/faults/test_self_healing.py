@@ -152,11 +152,12 @@ def test_flushall_is_noticed_and_rebuilt_while_reads_stay_right(
 def test_a_change_committed_while_the_rebuild_reads_is_not_overwritten(
     healing_on: RedisServer, operator: Any, recipient: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A message edited after the rebuild's step read it and before the step
-    wrote it: the edit's projection waits in the outbox while the read model is
-    not ready, and runs after the steps, so the older detail does not win."""
+    """A message for everyone (the rebuild restores its detail) edited after
+    the rebuild's step read it and before the step wrote it: the edit's
+    projection waits in the outbox while the read model is not ready, and runs
+    after the steps, so the older detail does not win."""
     sent = mc_services.message_send(
-        sender=operator, category="system", title="before", body_html="<p>m</p>", user_ids=[recipient.pk]
+        sender=operator, category="system", title="before", body_html="<p>m</p>", everyone=True
     )
     ref = Message.objects.get(pk=sent.pk).ref
     _built()

@@ -249,7 +249,7 @@ def test_a_mark_made_while_a_fill_runs_is_read_back_at_once(world: dict[str, Any
     _lose_and_rebuild(server)
     state = mc_keys.inbox_state(user.pk)
     assert core_readmodel.cache_fill_lock(key=state, token="other", lease_ms=60_000)
-    fill._restore(user.pk, user_rows(user.pk), timezone.now())  # the other process read PostgreSQL: the item unread
+    fill._restore(user.pk, user_rows(user.pk), timezone.now(), since=0)  # the other process read PostgreSQL: unread
 
     def other_fill_ends() -> None:
         user_part_filled(user_id=user.pk, generation=healing.user_generation(), idle_ms=idle_ms(), settled=0)

@@ -141,6 +141,28 @@ def test_message_detail_deleted_and_changed(operator: Any, recipient: Any, setti
     assert {i.id: i.title for i in inbox_list(user=recipient).results} == {first.ref: "First", second.ref: "Second"}
 
 
+def test_a_pushed_detail_is_missing_only_while_a_recipient_is_held(
+    operator: Any, recipient: Any, settings: Any
+) -> None:
+    """A pushed message's detail comes back with the fill of a recipient who
+    returns: missing while no recipient's part is in Redis, it is no drift;
+    once one is held, it is (and the repair writes it back)."""
+    from messagecenter.fill import inbox_fill
+
+    settings.MESSAGECENTER_PUSH_THRESHOLD = 10
+    settings.MESSAGECENTER_SELF_HEALING = True
+    message = send(operator, to={"users": [recipient]}, title="Pushed")
+    redis = get_redis()
+    redis.delete(mc_keys.inbox_state(recipient.pk))  # the recipient's part is not held
+    redis.hdel(mc_keys.item_detail(), message.ref)
+    assert find("item_details") == []
+    assert inbox_fill(user_id=recipient.pk)  # the recipient comes back: the fill brings the detail
+    assert redis.hexists(mc_keys.item_detail(), message.ref)
+    redis.hdel(mc_keys.item_detail(), message.ref)
+    assert {f.member: f.detail for f in find("item_details")} == {message.ref: "detail missing"}
+    repair_and_recheck("item_details")
+
+
 def test_detail_of_retracted_and_deleted_messages_must_go(operator: Any, recipient: Any, settings: Any) -> None:
     settings.MESSAGECENTER_PUSH_THRESHOLD = 10
     retracted = send(operator, to={"users": [recipient]})

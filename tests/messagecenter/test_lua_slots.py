@@ -178,11 +178,17 @@ def test_every_messagecenter_script_call_stays_in_one_slot(recorded: list[Call],
     assert services.notification_sweep()["removed"] == 1
 
     # A Redis loss: the committed read state goes back first (restore.lua),
-    # then everything else.
+    # then everything else; a pushed item's detail with its recipient's fill
+    # (details_missing.lua, item_add.lua).
+    kept = send(operator, to={"users": [alice]}, title="pushed before the loss")
     flush_redis()
     inbox_rebuild()
     inbox_warm(user_ids=[alice.pk, bob.pk, carol.pk])  # each user's part: dropped, then filled
-    assert [i.id for i in selectors.inbox_list(user=alice).results] == [f"m{everyone.pk}", f"b{for_team.pk}"]
+    assert [i.id for i in selectors.inbox_list(user=alice).results] == [
+        f"m{kept.pk}",
+        f"m{everyone.pk}",
+        f"b{for_team.pk}",
+    ]
     # With self-healing on, a write notes itself in the user's state hash
     # around its commit (write_begin.lua, write_end.lua); the user is filled
     # for that generation first.
