@@ -217,9 +217,11 @@ def main() -> int:
         django.setup()
         from django.core.management import call_command
 
+        from bench.__main__ import _ensure_database
         from core.redis import get_redis
         from durability import rebuild
 
+        _ensure_database()  # a fresh machine has no bench database yet
         call_command("migrate", verbosity=0)
         print(f"== creating {args.users:,} users and their state in PostgreSQL", flush=True)
         created_at = time.perf_counter()
